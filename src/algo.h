@@ -1,0 +1,87 @@
+/*
+ * algo.h — the algorithm table.
+ *
+ * Every algorithm exists twice: as a Lua module under scripts/lua/ run
+ * atomically inside Redis, and here in C for the in-process memory backend
+ * (and, later, failure_mode "local").  Both follow spec/ALGORITHMS.md and must
+ * give the same decision and the same numbers for the same (time, cost)
+ * sequence; tests/unit/check_algo_diff drives both and compares.
+ *
+ * A decision is two-phase so that all limits of a policy can be decided
+ * together: peek() every limit without changing anything, and only when every
+ * limit allows (and cost > 0) commit() each one.
+ */
+#ifndef RL_ALGO_H
+#define RL_ALGO_H
+
+#include "rl.h"
+
+enum rl_algo {
+    RL_ALGO_FIXED_WINDOW = 0,
+    RL_ALGO_SLIDING_WINDOW_LOG,
+    RL_ALGO_SLIDING_WINDOW_COUNTER,
+    RL_ALGO_TOKEN_BUCKET,
+    RL_ALGO_GCRA,
+    RL_ALGO_COUNT
+};
+
+/* One limit of a policy, as configured. */
+struct rl_limit {
+    enum rl_algo algo;
+    int64_t limit;      /* cost units allowed per window */
+    int64_t window_ms;  /* > 0 */
+    int64_t burst;      /* token_bucket, gcra: capacity; defaults to limit */
+};
+
+/* What one limit says about one check. Times are milliseconds, rounded up. */
+struct rl_limit_result {
+    int allowed;            /* this limit alone would allow the check */
+    int64_t remaining;      /* >= 0 */
+    int64_t reset_ms;       /* until this limit is fully available again */
+    int64_t retry_after_ms; /* 0 when allowed; -1 when cost can never fit */
+};
+
+/*
+ * In-memory state of one key of one limit.  Fixed-size algorithms keep their
+ * numbers inline; the sliding log keeps a growable ring of timestamps.
+ */
+struct rl_algo_state {
+    int64_t a, b, c;        /* meaning is the algorithm's own */
+    int64_t *ring;          /* sliding_window_log only */
+    uint32_t ring_cap, ring_head, ring_len;
+};
+
+struct rl_algo_def {
+    const char *name;   /* config name, e.g. "fixed_window" */
+    const char *tag;    /* short id used in Redis keys and script arguments */
+    int uses_burst;     /* burst is meaningful (else it must equal limit) */
+    /* Fill *res as things stand at now_us for a check of `cost`; no change. */
+    void (*peek)(const struct rl_limit *lim, const struct rl_algo_state *st,
+                 int64_t now_us, int64_t cost, struct rl_limit_result *res);
+    /* Consume `cost` (> 0) at now_us; *res gets the numbers after it. */
+    void (*commit)(const struct rl_limit *lim, struct rl_algo_state *st,
+                   int64_t now_us, int64_t cost, struct rl_limit_result *res);
+    /* Microseconds from now_us after which the state is worthless (its TTL). */
+    int64_t (*ttl_us)(const struct rl_limit *lim, const struct rl_algo_state *st,
+                      int64_t now_us);
+};
+
+const struct rl_algo_def *algo_def(enum rl_algo algo);
+int algo_by_name(const char *name, enum rl_algo *out) RL_WUR;
+/* "fixed_window, sliding_window_log, ..." for error messages. */
+const char *algo_names(void);
+void algo_state_release(struct rl_algo_state *st);
+
+/* Rounding helpers shared by every algorithm: microseconds to milliseconds. */
+static inline int64_t algo_us_to_ms_ceil(int64_t us)
+{
+    return us <= 0 ? 0 : (us + 999) / 1000;
+}
+
+extern const struct rl_algo_def rl_algo_fixed_window;
+extern const struct rl_algo_def rl_algo_sliding_window_log;
+extern const struct rl_algo_def rl_algo_sliding_window_counter;
+extern const struct rl_algo_def rl_algo_token_bucket;
+extern const struct rl_algo_def rl_algo_gcra;
+
+#endif

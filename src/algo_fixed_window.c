@@ -1,0 +1,67 @@
+/*
+ * algo_fixed_window.c — a counter whose window opens at the first counted
+ * request and lasts `window`.  Mirrors scripts/lua/fixed_window.lua.
+ *
+ * State: a = count, b = window start (us).  The window's edge admits up to
+ * 2 x limit in a short span: documented, not a bug.
+ */
+#include "algo.h"
+
+static int64_t
+fw_count(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
+{
+    if (st->a > 0 && now < st->b + lim->window_ms * 1000)
+        return st->a;
+    return 0;
+}
+
+static void
+fw_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
+        int64_t now, int64_t cost, struct rl_limit_result *res)
+{
+    int64_t count = fw_count(lim, st, now);
+    int64_t left = count > 0 ? st->b + lim->window_ms * 1000 - now : 0;
+
+    res->remaining = lim->limit > count ? lim->limit - count : 0;
+    res->reset_ms = algo_us_to_ms_ceil(left);
+    if (cost > lim->limit) {
+        res->allowed = 0;
+        res->retry_after_ms = -1;
+    } else if (count + cost <= lim->limit) {
+        res->allowed = 1;
+        res->retry_after_ms = 0;
+    } else {
+        res->allowed = 0;
+        res->retry_after_ms = algo_us_to_ms_ceil(left);
+    }
+}
+
+static void
+fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+          int64_t cost, struct rl_limit_result *res)
+{
+    if (fw_count(lim, st, now) == 0) {
+        st->a = 0;
+        st->b = now;
+    }
+    st->a += cost;
+    res->allowed = 1;
+    res->remaining = lim->limit > st->a ? lim->limit - st->a : 0;
+    res->reset_ms = algo_us_to_ms_ceil(st->b + lim->window_ms * 1000 - now);
+    res->retry_after_ms = 0;
+}
+
+static int64_t
+fw_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
+{
+    return fw_count(lim, st, now) > 0 ? st->b + lim->window_ms * 1000 - now : 0;
+}
+
+const struct rl_algo_def rl_algo_fixed_window = {
+    .name = "fixed_window",
+    .tag = "fw",
+    .uses_burst = 0,
+    .peek = fw_peek,
+    .commit = fw_commit,
+    .ttl_us = fw_ttl,
+};

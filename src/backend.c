@@ -1,0 +1,20 @@
+/* backend.c — what every backend shares: the table and the key layout. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+
+const struct rl_backend_ops *
+backend_ops(enum rl_backend_kind kind)
+{
+    return kind == RL_BACKEND_MEMORY ? &rl_backend_memory_ops : &rl_backend_redis_ops;
+}
+
+int
+backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size)
+{
+    const struct rl_limit *l = &req->policy->limits[i];
+    int n = snprintf(buf, size, "%.*s:%s:%lld", (int)req->key_len, req->key,
+                     algo_def(l->algo)->tag, (long long)l->window_ms);
+    return n < 0 || (size_t)n >= size ? -1 : n;
+}

@@ -1,0 +1,79 @@
+/*
+ * backend.h — where counts live.  One interface, one file per implementation:
+ * backend_redis.c (shared state through a Lua script in Redis) and
+ * backend_memory.c (in-process, one instance only).
+ *
+ * Each worker thread owns one backend instance bound to its event_base.
+ */
+#ifndef RL_BACKEND_H
+#define RL_BACKEND_H
+
+#include "algo.h"
+#include "config.h"
+
+struct event_base;
+
+enum rl_backend_status {
+    RL_BACKEND_OK = 0,
+    RL_BACKEND_DOWN,        /* not connected: answered at once */
+    RL_BACKEND_TIMEOUT,     /* no answer within redis.timeout */
+    RL_BACKEND_ERROR        /* an error reply or a broken answer */
+};
+
+/* One check as the backend sees it: a policy's limits for one identity. */
+struct rl_check_req {
+    const struct rl_policy *policy;
+    const char *key;        /* "{<prefix><policy>:<escaped identity>}" */
+    size_t key_len;
+    int64_t cost;
+    int64_t timeout_ms;     /* answer by then, whatever happens */
+};
+
+struct rl_check_res {
+    enum rl_backend_status status;
+    const char *error;      /* static text for logs when status != OK */
+    int allowed;
+    size_t nlimits;
+    struct rl_limit_result limits[RL_LIMITS_MAX];
+};
+
+/*
+ * Called exactly once per check, possibly before check() returns (memory),
+ * possibly later from the event loop (redis).  `res` lives only during the
+ * call.
+ */
+typedef void (*rl_check_cb)(const struct rl_check_res *res, void *arg);
+
+struct rl_backend;
+
+struct rl_backend_ops {
+    const char *name;
+    int (*create)(struct rl_backend **out, struct event_base *base,
+                  const struct rl_config *cfg, char **cause);
+    void (*destroy)(struct rl_backend *be);
+    void (*check)(struct rl_backend *be, const struct rl_check_req *req,
+                  rl_check_cb cb, void *arg);
+    /* RL_OK when checks can be answered; else RL_ERR and a static reason. */
+    int (*ready)(struct rl_backend *be, const char **reason);
+};
+
+/* Every implementation starts with this. */
+struct rl_backend {
+    const struct rl_backend_ops *ops;
+};
+
+extern const struct rl_backend_ops rl_backend_redis_ops;
+extern const struct rl_backend_ops rl_backend_memory_ops;
+
+const struct rl_backend_ops *backend_ops(enum rl_backend_kind kind);
+
+/*
+ * The key of limit i of a check: "<req->key>:<algo tag>:<window_ms>", so that
+ * reordering limits or changing a limit's count keeps its state and all keys
+ * of one check share the hash tag of req->key.  Returns the length written,
+ * or -1 when buf is too small.
+ */
+int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf,
+                      size_t size);
+
+#endif

@@ -1,0 +1,517 @@
+/*
+ * backend_redis.c — counts in Redis, decided by the embedded check script.
+ *
+ * One async hiredis connection per worker, on the worker's event_base; every
+ * check is one EVALSHA (EVAL once when the server answers NOSCRIPT, e.g.
+ * after a restart or SCRIPT FLUSH) and hiredis pipelines them.  hiredis 0.14
+ * has no async timeouts, so each check owns a timer: when it fires the check
+ * is answered TIMEOUT and the late reply, when it comes, is dropped.
+ *
+ * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT
+ * LOAD) -> READY.  Lost connections come back with exponential backoff and
+ * jitter.  Checks that arrive while not READY are answered DOWN at once, so
+ * a dead Redis never queues work.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/adapters/libevent.h>
+
+#include "backend.h"
+#include "log.h"
+#include "lua_scripts.h"
+#include "redis_url.h"
+#include "util.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 5000
+/* A connection that has answered nothing for this long while checks wait is
+ * presumed hung (SIGSTOP, a dead network path) and is dropped. */
+#define STALL_MIN_MS 1000
+
+enum conn_state { S_DOWN, S_CONNECTING, S_HANDSHAKE, S_READY };
+
+struct redis_backend {
+    struct rl_backend base;
+    struct event_base *evb;
+    struct rl_redis_url url;
+    char *display;              /* the URL without credentials, for logs */
+    int64_t connect_timeout_ms;
+    redisAsyncContext *ac;
+    enum conn_state state;
+    struct event *retry_ev;     /* reconnect after backoff */
+    struct event *connect_ev;   /* connect/handshake deadline */
+    struct event *drop_ev;      /* drop a stalled connection, off-callback */
+    int64_t backoff_ms;
+    int64_t last_reply_us;
+    unsigned pending;           /* replies hiredis still owes us */
+    int destroying;
+    const char *down_reason;
+};
+
+struct redis_op {
+    struct redis_backend *rb;
+    const struct rl_check_req *req;  /* valid until answered */
+    rl_check_cb cb;
+    void *arg;
+    struct event *timer;
+    int answered;
+    int sent_eval;
+};
+
+static void redis_connect(struct redis_backend *rb);
+
+static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
+
+static void
+set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
+{
+    if (rb->state == s)
+        return;
+    if (s == S_READY)
+        log_info("msg=\"redis ready\" redis=%s", rb->display);
+    else if (rb->state == S_READY || (s == S_DOWN && reason != NULL))
+        log_warn("msg=\"redis unavailable\" redis=%s state=%s reason=\"%s\"",
+                 rb->display, state_names[s], reason ? reason : "");
+    rb->state = s;
+    if (reason != NULL)
+        rb->down_reason = reason;
+}
+
+/* ---- answering checks ---------------------------------------------------- */
+
+static void
+answer_status(struct redis_op *op, enum rl_backend_status st, const char *why)
+{
+    struct rl_check_res res;
+
+    if (op->answered)
+        return;
+    op->answered = 1;
+    memset(&res, 0, sizeof(res));
+    res.status = st;
+    res.error = why;
+    op->req = NULL;
+    op->cb(&res, op->arg);
+}
+
+static void
+answer_reply(struct redis_op *op, const redisReply *r)
+{
+    struct rl_check_res res;
+    size_t n = op->req->policy->nlimits;
+
+    memset(&res, 0, sizeof(res));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 3 * n) {
+        answer_status(op, RL_BACKEND_ERROR, "unexpected reply from the check script");
+        return;
+    }
+    for (size_t i = 0; i < r->elements; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+            answer_status(op, RL_BACKEND_ERROR, "non-integer in the check script's reply");
+            return;
+        }
+    }
+    res.status = RL_BACKEND_OK;
+    res.allowed = r->element[0]->integer == 1;
+    res.nlimits = n;
+    for (size_t i = 0; i < n; i++) {
+        struct rl_limit_result *l = &res.limits[i];
+        l->remaining = r->element[1 + 3 * i]->integer;
+        l->reset_ms = r->element[2 + 3 * i]->integer;
+        l->retry_after_ms = r->element[3 + 3 * i]->integer;
+        l->allowed = l->retry_after_ms == 0;
+    }
+    op->answered = 1;
+    op->req = NULL;
+    op->cb(&res, op->arg);
+}
+
+static void
+op_free(struct redis_op *op)
+{
+    event_free(op->timer);
+    free(op);
+}
+
+/* ---- sending --------------------------------------------------------------- */
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+static void schedule_reconnect(struct redis_backend *rb);
+
+/* Queue the check script for op; RL_ERR when the connection refused it. */
+static int
+send_check(struct redis_op *op, int eval)
+{
+    const struct rl_check_req *req = op->req;
+    const struct rl_policy *p = req->policy;
+    const char *argv[5 + RL_LIMITS_MAX * 5];
+    size_t lens[RL_ARRAY_LEN(argv)];
+    char keys[RL_LIMITS_MAX][RL_LIMIT_KEY_MAX];
+    char nums[2 + RL_LIMITS_MAX * 3][24];
+    int argc = 0, k = 0;
+
+    argv[argc] = eval ? "EVAL" : "EVALSHA";
+    lens[argc++] = strlen(argv[0]);
+    argv[argc] = eval ? rl_lua_check : rl_lua_check_sha;
+    lens[argc++] = eval ? rl_lua_check_len : strlen(rl_lua_check_sha);
+    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%zu", p->nlimits);
+    argv[argc++] = nums[k++];
+    for (size_t i = 0; i < p->nlimits; i++) {
+        int n = backend_limit_key(req, i, keys[i], sizeof(keys[i]));
+        if (n < 0)
+            return RL_ERR;
+        argv[argc] = keys[i];
+        lens[argc++] = (size_t)n;
+    }
+    argv[argc] = "";            /* now: the script reads Redis TIME */
+    lens[argc++] = 0;
+    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)req->cost);
+    argv[argc++] = nums[k++];
+    for (size_t i = 0; i < p->nlimits; i++) {
+        const struct rl_limit *l = &p->limits[i];
+        argv[argc] = algo_def(l->algo)->tag;
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->limit);
+        argv[argc++] = nums[k++];
+        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->window_ms);
+        argv[argc++] = nums[k++];
+        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->burst);
+        argv[argc++] = nums[k++];
+    }
+    if (redisAsyncCommandArgv(op->rb->ac, on_reply, op, argc, argv, lens) != REDIS_OK)
+        return RL_ERR;
+    op->rb->pending++;
+    return RL_OK;
+}
+
+static void
+on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis_op *op = privdata;
+    struct redis_backend *rb = op->rb;
+    redisReply *r = reply;
+
+    rb->pending--;
+    if (r == NULL) {
+        /* The connection died or is being freed: every pending callback
+         * runs once with NULL. */
+        answer_status(op, RL_BACKEND_DOWN, "connection lost");
+        op_free(op);
+        return;
+    }
+    rb->last_reply_us = now_monotonic_us();
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
+        !op->answered && !op->sent_eval) {
+        /* The server forgot the script (restart, SCRIPT FLUSH): send it
+         * whole once; EVAL also caches it for the next EVALSHA. */
+        op->sent_eval = 1;
+        if (rb->state == S_READY && send_check(op, 1) == RL_OK)
+            return;
+        answer_status(op, RL_BACKEND_ERROR, "cannot resend the check script");
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        if (!op->answered)
+            log_warn("msg=\"check script failed\" redis=%s error=\"%.200s\"",
+                     rb->display, r->str);
+        answer_status(op, RL_BACKEND_ERROR, "error reply from redis");
+    } else if (!op->answered) {
+        answer_reply(op, r);
+    }
+    (void)ac;
+    op_free(op);
+}
+
+static void
+on_drop(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_backend *rb = arg;
+    redisAsyncContext *ac = rb->ac;
+
+    if (ac == NULL)
+        return;
+    log_warn("msg=\"redis stalled, reconnecting\" redis=%s pending=%u",
+             rb->display, rb->pending);
+    set_state(rb, S_DOWN, "redis stalled");
+    /* Free, not Disconnect: Disconnect waits for replies a hung server will
+     * never send.  Every pending callback runs now with NULL. */
+    rb->ac = NULL;
+    redisAsyncFree(ac);
+    schedule_reconnect(rb);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_op_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_op *op = arg;
+    struct redis_backend *rb = op->rb;
+
+    answer_status(op, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+    /* op stays until hiredis hands back its reply (or NULL). */
+    if (rb->ac != NULL &&
+        now_monotonic_us() - rb->last_reply_us > STALL_MIN_MS * 1000LL) {
+        /* Not here: this frame belongs to op, which the drop frees. */
+        event_active(rb->drop_ev, EV_TIMEOUT, 0);
+    }
+    (void)fd;
+    (void)what;
+}
+
+static void
+redis_check(struct rl_backend *be, const struct rl_check_req *req,
+            rl_check_cb cb, void *arg)
+{
+    struct redis_backend *rb = (struct redis_backend *)be;
+    struct redis_op *op;
+    struct timeval tv;
+
+    if (rb->state != S_READY) {
+        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->down_reason};
+        cb(&res, arg);
+        return;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->rb = rb;
+    op->req = req;
+    op->cb = cb;
+    op->arg = arg;
+    if (rb->pending == 0)
+        rb->last_reply_us = now_monotonic_us();
+    if (send_check(op, 0) != RL_OK) {
+        struct rl_check_res res = {.status = RL_BACKEND_ERROR,
+                                   .error = "cannot queue the command"};
+        free(op);
+        cb(&res, arg);
+        return;
+    }
+    op->timer = evtimer_new(rb->evb, on_op_timeout, op);
+    tv.tv_sec = req->timeout_ms / 1000;
+    tv.tv_usec = (req->timeout_ms % 1000) * 1000;
+    evtimer_add(op->timer, &tv);
+}
+
+/* ---- connection ------------------------------------------------------------- */
+
+static void
+schedule_reconnect(struct redis_backend *rb)
+{
+    struct timeval tv;
+    int64_t d;
+
+    if (rb->destroying || evtimer_pending(rb->retry_ev, NULL))
+        return;
+    /* Full jitter over the upper half: instances that lost Redis together
+     * do not come back together. */
+    d = rb->backoff_ms / 2 + random() % (rb->backoff_ms / 2 + 1);
+    rb->backoff_ms = rb->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rb->backoff_ms * 2;
+    tv.tv_sec = d / 1000;
+    tv.tv_usec = (d % 1000) * 1000;
+    evtimer_add(rb->retry_ev, &tv);
+}
+
+static void
+on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    redis_connect(arg);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_backend *rb = arg;
+
+    if (rb->ac != NULL && rb->state != S_READY) {
+        log_warn("msg=\"redis connect timed out\" redis=%s", rb->display);
+        set_state(rb, S_DOWN, "connect timeout");
+        /* Not inside a hiredis callback: freeing here is safe, and it runs
+         * on_disconnect only for established connections. */
+        redisAsyncContext *ac = rb->ac;
+        rb->ac = NULL;
+        redisAsyncFree(ac);
+        schedule_reconnect(rb);
+    }
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis_backend *rb = ac->data;
+    redisReply *r = reply;
+    const char *step = privdata;
+
+    if (r == NULL || rb->state != S_HANDSHAKE)
+        return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* never log the credentials, only what the server said */
+        log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
+                  rb->display, step, r->str);
+        set_state(rb, S_DOWN, "handshake failed");
+        redisAsyncDisconnect(ac);
+        return;
+    }
+    if (strcmp(step, "script") == 0) {
+        if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
+            log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s",
+                      rb->display);
+        evtimer_del(rb->connect_ev);
+        rb->backoff_ms = BACKOFF_MIN_MS;
+        rb->last_reply_us = now_monotonic_us();
+        set_state(rb, S_READY, NULL);
+    }
+}
+
+static void
+on_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct redis_backend *rb = ac->data;
+
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this returns */
+        log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"",
+                  rb->display, ac->errstr);
+        rb->ac = NULL;
+        evtimer_del(rb->connect_ev);
+        set_state(rb, S_DOWN, "connection refused");
+        schedule_reconnect(rb);
+        return;
+    }
+    set_state(rb, S_HANDSHAKE, NULL);
+    if (rb->url.password != NULL) {
+        if (rb->url.username != NULL)
+            redisAsyncCommand(ac, on_handshake, (void *)"auth", "AUTH %s %s",
+                              rb->url.username, rb->url.password);
+        else
+            redisAsyncCommand(ac, on_handshake, (void *)"auth", "AUTH %s",
+                              rb->url.password);
+    }
+    if (rb->url.db != 0)
+        redisAsyncCommand(ac, on_handshake, (void *)"select", "SELECT %d", rb->url.db);
+    redisAsyncCommand(ac, on_handshake, (void *)"script", "SCRIPT LOAD %b",
+                      rl_lua_check, rl_lua_check_len);
+}
+
+static void
+on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis_backend *rb = ac->data;
+
+    /* hiredis frees the context after this returns */
+    if (rb->ac == ac)
+        rb->ac = NULL;
+    evtimer_del(rb->connect_ev);
+    set_state(rb, S_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
+    schedule_reconnect(rb);
+}
+
+static void
+redis_connect(struct redis_backend *rb)
+{
+    redisAsyncContext *ac;
+    struct timeval tv;
+
+    if (rb->url.path != NULL)
+        ac = redisAsyncConnectUnix(rb->url.path);
+    else
+        ac = redisAsyncConnect(rb->url.host, rb->url.port);
+    if (ac == NULL || ac->err) {
+        log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"", rb->display,
+                  ac ? ac->errstr : "out of memory");
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        set_state(rb, S_DOWN, "connect failed");
+        schedule_reconnect(rb);
+        return;
+    }
+    ac->data = rb;
+    rb->ac = ac;
+    set_state(rb, S_CONNECTING, NULL);
+    redisLibeventAttach(ac, rb->evb);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    tv.tv_sec = rb->connect_timeout_ms / 1000;
+    tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
+    evtimer_add(rb->connect_ev, &tv);
+}
+
+/* ---- the backend interface ---------------------------------------------------- */
+
+static int
+redis_create(struct rl_backend **out, struct event_base *evb,
+             const struct rl_config *cfg, char **cause)
+{
+    struct redis_backend *rb = xcalloc(1, sizeof(*rb));
+
+    if (redis_url_parse(cfg->redis.url, &rb->url, cause) != RL_OK) {
+        free(rb);
+        return RL_ERR;
+    }
+    /* redis.username / redis.password complete or override the URL's */
+    if (cfg->redis.username != NULL) {
+        free(rb->url.username);
+        rb->url.username = xstrdup(cfg->redis.username);
+    }
+    if (cfg->redis.password != NULL) {
+        free(rb->url.password);
+        rb->url.password = xstrdup(cfg->redis.password);
+    }
+    rb->base.ops = &rl_backend_redis_ops;
+    rb->evb = evb;
+    rb->display = redis_url_display(&rb->url);
+    rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
+    rb->backoff_ms = BACKOFF_MIN_MS;
+    rb->down_reason = "not connected yet";
+    rb->retry_ev = evtimer_new(evb, on_retry, rb);
+    rb->connect_ev = evtimer_new(evb, on_connect_timeout, rb);
+    rb->drop_ev = evtimer_new(evb, on_drop, rb);
+    redis_connect(rb);
+    *out = &rb->base;
+    return RL_OK;
+}
+
+static void
+redis_destroy(struct rl_backend *be)
+{
+    struct redis_backend *rb = (struct redis_backend *)be;
+
+    rb->destroying = 1;
+    if (rb->ac != NULL) {
+        redisAsyncContext *ac = rb->ac;
+        rb->ac = NULL;
+        redisAsyncFree(ac);     /* pending callbacks run with NULL */
+    }
+    event_free(rb->retry_ev);
+    event_free(rb->connect_ev);
+    event_free(rb->drop_ev);
+    free(rb->display);
+    redis_url_clear(&rb->url);
+    free(rb);
+}
+
+static int
+redis_ready(struct rl_backend *be, const char **reason)
+{
+    struct redis_backend *rb = (struct redis_backend *)be;
+
+    if (rb->state == S_READY)
+        return RL_OK;
+    *reason = rb->down_reason ? rb->down_reason : "redis not connected";
+    return RL_ERR;
+}
+
+const struct rl_backend_ops rl_backend_redis_ops = {
+    .name = "redis",
+    .create = redis_create,
+    .destroy = redis_destroy,
+    .check = redis_check,
+    .ready = redis_ready,
+};

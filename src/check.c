@@ -1,0 +1,251 @@
+/* check.c — see check.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "check.h"
+#include "log.h"
+#include "policy.h"
+#include "util.h"
+
+/* A check waiting for its backend; freed in the backend's callback. */
+struct check_op {
+    struct rl_config *cfg;
+    const struct rl_policy *policy;
+    const struct rl_check_env *env;
+    struct rl_check_req req;
+    rl_check_done done;
+    void *arg;
+    char key[RL_REDIS_KEY_MAX];
+};
+
+struct body_fields {
+    const char *key;
+    size_t key_len;
+    const char *policy;
+    const char *path;
+    size_t path_len;
+    const char *method;
+    int64_t cost;
+};
+
+static int
+get_string(json_t *root, const char *name, const char **out, size_t *len,
+           char **error)
+{
+    json_t *v = json_object_get(root, name);
+
+    if (v == NULL || json_is_null(v))
+        return RL_OK;
+    if (!json_is_string(v)) {
+        *error = xasprintf("%s: must be a string", name);
+        return RL_ERR;
+    }
+    *out = json_string_value(v);
+    if (len != NULL)
+        *len = json_string_length(v);
+    return RL_OK;
+}
+
+/* Fields are looked up by name; unknown fields are ignored (forward compat). */
+static int
+parse_body(json_t *root, struct body_fields *f, char **error)
+{
+    json_t *cost;
+
+    if (!json_is_object(root)) {
+        *error = xstrdup("body: must be a JSON object");
+        return RL_ERR;
+    }
+    if (get_string(root, "key", &f->key, &f->key_len, error) != RL_OK ||
+        get_string(root, "policy", &f->policy, NULL, error) != RL_OK ||
+        get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
+        get_string(root, "method", &f->method, NULL, error) != RL_OK)
+        return RL_ERR;
+    if (f->key != NULL && (f->key_len == 0 || f->key_len > RL_KEY_MAX)) {
+        *error = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
+        return RL_ERR;
+    }
+    if (f->path != NULL && (f->path_len == 0 || f->path[0] != '/')) {
+        *error = xstrdup("path: must start with '/'");
+        return RL_ERR;
+    }
+    if (f->method != NULL && config_method_bit(f->method) == 0) {
+        *error = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
+        return RL_ERR;
+    }
+    cost = json_object_get(root, "cost");
+    if (cost != NULL && !json_is_null(cost)) {
+        if (!json_is_integer(cost) || json_integer_value(cost) < 0 ||
+            json_integer_value(cost) > RL_COST_MAX) {
+            *error = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+            return RL_ERR;
+        }
+        f->cost = json_integer_value(cost);
+    }
+    return RL_OK;
+}
+
+struct local_answer {
+    struct rl_decision *d;
+    const struct rl_policy *policy;
+    int answered;
+};
+
+static void
+on_local(const struct rl_check_res *res, void *arg)
+{
+    struct local_answer *la = arg;
+
+    if (res->status != RL_BACKEND_OK)
+        return;
+    decision_from_result(la->d, la->policy, res);
+    la->d->degraded = 1;
+    la->answered = 1;
+}
+
+static void
+finish(struct check_op *op, const struct rl_check_res *res)
+{
+    struct rl_decision d;
+    struct rl_config *cfg = op->cfg;
+
+    if (res->status == RL_BACKEND_OK) {
+        decision_from_result(&d, op->policy, res);
+    } else {
+        switch (cfg->failure_mode) {
+        case RL_FAIL_CLOSED:
+            memset(&d, 0, sizeof(d));
+            d.status = 503;
+            d.policy = op->policy;
+            d.degraded = 1;
+            break;
+        case RL_FAIL_LOCAL:
+            if (op->env->local != NULL) {
+                /* The memory backend answers before check() returns. */
+                struct local_answer la = {&d, op->policy, 0};
+                op->env->local->ops->check(op->env->local, &op->req, on_local, &la);
+                if (la.answered)
+                    break;
+            }
+            /* fall through */
+        case RL_FAIL_OPEN:
+        default:
+            decision_degraded_open(&d, op->policy);
+            break;
+        }
+    }
+    op->done(&d, op->arg);
+}
+
+static void
+on_backend(const struct rl_check_res *res, void *arg)
+{
+    struct check_op *op = arg;
+
+    if (res->status != RL_BACKEND_OK)
+        log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
+                  op->policy->name, res->error ? res->error : "");
+    finish(op, res);
+    config_unref(op->cfg);
+    free(op);
+}
+
+static const char *
+header_or(const struct rl_ident_input *in, const char *a, const char *b)
+{
+    const char *v = in->header(in->hctx, a);
+    return v != NULL ? v : in->header(in->hctx, b);
+}
+
+int
+check_start(const struct rl_check_env *env, struct rl_config *cfg,
+            const struct rl_check_input *in, rl_check_done done, void *arg,
+            int *status, char **error)
+{
+    struct body_fields f = {.cost = 1};
+    const struct rl_policy *policy;
+    json_t *root = NULL;
+    json_error_t jerr;
+    struct rl_ident_input ident = in->ident;
+    char id[RL_IDENTITY_MAX];
+    size_t idlen;
+    int rc = RL_ERR;
+
+    *status = 400;
+    if (in->body_len > 0) {
+        root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        if (root == NULL) {
+            *error = xasprintf("body: malformed JSON at line %d column %d: %s",
+                               jerr.line, jerr.column, jerr.text);
+            return RL_ERR;
+        }
+        if (parse_body(root, &f, error) != RL_OK)
+            goto out;
+    }
+
+    if (f.policy != NULL) {
+        if ((policy = config_policy(cfg, f.policy)) == NULL) {
+            *error = xstrdup("policy: no policy has this name");
+            goto out;
+        }
+    } else {
+        const char *path = f.path, *method = f.method;
+        size_t plen = f.path_len;
+        if (path == NULL) {
+            path = header_or(&ident, "X-Original-URI", "X-Forwarded-Uri");
+            if (path == NULL || path[0] != '/')
+                path = "/";
+            /* the query string is not part of the path */
+            plen = strcspn(path, "?#");
+        }
+        if (method == NULL) {
+            method = header_or(&ident, "X-Original-Method", "X-Forwarded-Method");
+            if (method == NULL || config_method_bit(method) == 0)
+                method = "GET";
+        }
+        policy = policy_match(cfg, path, plen, config_method_bit(method));
+    }
+
+    if (policy == NULL) {
+        struct rl_decision d;
+        decision_no_policy(&d);
+        done(&d, arg);
+        rc = RL_OK;
+        goto out;
+    }
+
+    ident.body_key = f.key;
+    ident.body_key_len = f.key_len;
+    if (identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
+                         &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen) != RL_OK) {
+        *error = xstrdup("key: no identity: the body has no \"key\" and no "
+                         "other source of the identity chain gave one");
+        goto out;
+    }
+
+    struct check_op *op = xcalloc(1, sizeof(*op));
+    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen,
+                            op->key, sizeof(op->key));
+    if (klen < 0) {
+        free(op);
+        *error = xstrdup("key: too long");
+        goto out;
+    }
+    op->cfg = config_ref(cfg);
+    op->policy = policy;
+    op->env = env;
+    op->done = done;
+    op->arg = arg;
+    op->req.policy = policy;
+    op->req.key = op->key;
+    op->req.key_len = (size_t)klen;
+    op->req.cost = f.cost;
+    op->req.timeout_ms = cfg->redis.timeout_ms;
+    rc = RL_OK;
+    env->backend->ops->check(env->backend, &op->req, on_backend, op);
+out:
+    json_decref(root);
+    return rc;
+}

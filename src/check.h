@@ -1,0 +1,38 @@
+/*
+ * check.h — one POST /check from body to decision, independent of HTTP:
+ * parse the body, pick the policy, resolve the identity, ask the backend,
+ * apply failure_mode and shadow.
+ */
+#ifndef RL_CHECK_H
+#define RL_CHECK_H
+
+#include "backend.h"
+#include "config.h"
+#include "identity.h"
+#include "response.h"
+
+/* What a worker lends each check. */
+struct rl_check_env {
+    struct rl_backend *backend;     /* the shared counts */
+    struct rl_backend *local;       /* in-process, for failure_mode local */
+};
+
+struct rl_check_input {
+    const char *body;
+    size_t body_len;
+    struct rl_ident_input ident;    /* body_key is filled by check_start */
+};
+
+/* Called exactly once with the decision; `d` lives only during the call. */
+typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
+
+/*
+ * Start a check under `cfg` (the check takes its own reference).  RL_OK: done
+ * will be called, maybe before this returns.  RL_ERR: the request is bad;
+ * *status is 400 and *error says why, naming the field (caller frees).
+ */
+int check_start(const struct rl_check_env *env, struct rl_config *cfg,
+                const struct rl_check_input *in, rl_check_done done, void *arg,
+                int *status, char **error) RL_WUR;
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * config.h — the daemon's configuration: built-in defaults, then the JSON
+ * file, then environment, then flags (API.md precedence).  Parsing and
+ * validation are driven by one table of options (config.c); every problem is
+ * collected with where it is, so `-t` can report them all at once.
+ *
+ * A loaded config is immutable and reference counted: a check holds the
+ * config it started with, so a reload never changes the rules under it.
+ */
+#ifndef RL_CONFIG_H
+#define RL_CONFIG_H
+
+#include <netinet/in.h>
+
+#include "algo.h"
+#include "rl.h"
+
+enum rl_backend_kind { RL_BACKEND_REDIS = 0, RL_BACKEND_MEMORY };
+enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
+enum rl_log_level { RL_LOG_ERROR = 0, RL_LOG_WARN, RL_LOG_INFO, RL_LOG_DEBUG };
+
+enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
+
+struct rl_id_source {
+    enum rl_id_kind kind;
+    char *header;               /* RL_ID_HEADER: the header's name */
+};
+
+struct rl_identity_chain {
+    struct rl_id_source *v;
+    size_t n;
+};
+
+struct rl_cidr {
+    int family;                 /* AF_INET or AF_INET6 */
+    uint8_t addr[16];
+    int prefix;
+};
+
+struct rl_cidr_list {
+    struct rl_cidr *v;
+    size_t n;
+};
+
+/* HTTP methods a policy can match, as a bit set. */
+enum {
+    RL_M_GET = 1 << 0, RL_M_HEAD = 1 << 1, RL_M_POST = 1 << 2, RL_M_PUT = 1 << 3,
+    RL_M_DELETE = 1 << 4, RL_M_PATCH = 1 << 5, RL_M_OPTIONS = 1 << 6,
+    RL_M_CONNECT = 1 << 7, RL_M_TRACE = 1 << 8
+};
+
+struct rl_match {
+    char *path;                 /* exact */
+    char *path_prefix;
+    char *path_glob;            /* '*' any run of bytes, '?' one byte */
+    unsigned methods;           /* 0 = any */
+};
+
+struct rl_policy {
+    char *name;
+    struct rl_match match;
+    struct rl_limit *limits;
+    size_t nlimits;
+    int shadow;
+    struct rl_identity_chain identity;  /* n == 0: the global chain */
+};
+
+struct rl_redis_conf {
+    char *url;
+    int64_t timeout_ms;
+    int64_t connect_timeout_ms;
+    char *key_prefix;
+    char *username;
+    char *password;
+};
+
+struct rl_config {
+    char *file;                 /* where it came from, NULL for defaults */
+    char *listen;
+    int64_t workers;
+    enum rl_backend_kind backend;
+    struct rl_redis_conf redis;
+    enum rl_failure_mode failure_mode;
+    struct rl_identity_chain identity;
+    struct rl_cidr_list trusted_proxies;
+    int64_t max_body;
+    int64_t shutdown_grace_ms;
+    enum rl_log_level log_level;
+    struct rl_policy *policies;
+    size_t npolicies;
+
+    int refs;                   /* atomic; see config_ref() */
+};
+
+/* Problems found while loading, each "FILE: path: what is wrong". */
+struct rl_errors {
+    char **msg;
+    size_t n;
+};
+
+void errors_add(struct rl_errors *e, const char *fmt, ...) RL_PRINTF(2, 3);
+void errors_free(struct rl_errors *e);
+
+/* A config with every built-in default. */
+struct rl_config *config_new_defaults(void);
+
+/*
+ * Load FILE over the defaults.  On RL_ERR *errs holds every problem and
+ * *out is NULL.  The file is read whole; comments are not JSON and not allowed.
+ */
+int config_load_file(const char *file, struct rl_config **out,
+                     struct rl_errors *errs) RL_WUR;
+
+/* Set one option by its dotted name ("redis.url") from text (flag or env). */
+int config_set_option(struct rl_config *cfg, const char *name,
+                      const char *text, const char *origin,
+                      struct rl_errors *errs) RL_WUR;
+
+/* Cross-field checks after every source is applied. */
+int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
+
+struct rl_config *config_ref(struct rl_config *cfg);
+void config_unref(struct rl_config *cfg);
+
+/* The RL_M_* bit of a method name (any case), 0 when unknown. */
+unsigned config_method_bit(const char *name);
+
+/* Policy by exact name, NULL when none. */
+const struct rl_policy *config_policy(const struct rl_config *cfg,
+                                      const char *name);
+
+/* Parsers shared with the command line and unit tests. */
+int parse_duration_ms(const char *s, int64_t *out) RL_WUR;
+int parse_size(const char *s, int64_t *out) RL_WUR;
+int parse_cidr(const char *s, struct rl_cidr *out) RL_WUR;
+int parse_log_level(const char *s, enum rl_log_level *out) RL_WUR;
+const char *log_level_name(enum rl_log_level l);
+
+#endif

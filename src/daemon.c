@@ -1,0 +1,392 @@
+/* daemon.c — see daemon.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "ac_config.h"
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "netaddr.h"
+#include "util.h"
+#include "worker.h"
+
+#define LISTEN_BACKLOG 1024
+
+static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rl_config *current;
+
+static struct rl_worker *workers;
+static size_t nworkers;
+
+struct rl_config *
+daemon_config(void)
+{
+    struct rl_config *cfg;
+
+    pthread_mutex_lock(&cfg_lock);
+    cfg = config_ref(current);
+    pthread_mutex_unlock(&cfg_lock);
+    return cfg;
+}
+
+static void
+set_config(struct rl_config *cfg)
+{
+    struct rl_config *old;
+
+    pthread_mutex_lock(&cfg_lock);
+    old = current;
+    current = cfg;
+    pthread_mutex_unlock(&cfg_lock);
+    /* In-flight checks hold their own reference: they finish on the old one. */
+    config_unref(old);
+}
+
+int
+daemon_load_config(const struct rl_options *o, struct rl_config **out,
+                   struct rl_errors *errs)
+{
+    struct rl_config *cfg;
+    size_t before = errs->n;
+
+    if (o->config_file != NULL) {
+        if (config_load_file(o->config_file, &cfg, errs) != RL_OK)
+            return RL_ERR;
+    } else {
+        cfg = config_new_defaults();
+    }
+    /* Every problem is collected in errs, so keep going after one. */
+    for (size_t i = 0; i < o->nov; i++)
+        if (config_set_option(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin,
+                              errs) != RL_OK)
+            continue;
+    if (config_validate(cfg, errs) != RL_OK || errs->n != before) {
+        config_unref(cfg);
+        *out = NULL;
+        return RL_ERR;
+    }
+    *out = cfg;
+    return RL_OK;
+}
+
+/* ---- listening sockets ---------------------------------------------------- */
+
+static int
+set_nonblock_cloexec(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return RL_ERR;
+    return RL_OK;
+}
+
+static int
+open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
+{
+    int one = 1;
+    int fd = socket(a->family, SOCK_STREAM, 0);
+
+    if (fd < 0)
+        goto fail;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* Accepted sockets inherit it: answers go out at once, no Nagle wait. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
+        goto fail;
+    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
+        goto fail;
+    return fd;
+fail:
+    *cause = xasprintf("%s", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/*
+ * With SO_REUSEPORT a second daemon on the same port would silently share
+ * it.  Binding once without the option first fails when anyone holds the
+ * port, so "address in use" is still reported.
+ */
+static int
+probe_tcp(const struct rl_listen_addr *a, char **cause)
+{
+    int fd = open_tcp(a, 0, cause);
+
+    if (fd < 0)
+        return RL_ERR;
+    close(fd);
+    return RL_OK;
+}
+
+static int
+open_unix(const struct rl_listen_addr *a, char **cause)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+    if (fd < 0)
+        goto fail;
+    /* A stale socket file from a dead daemon is replaced; a live one is not. */
+    if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+        errno = EADDRINUSE;
+        goto fail;
+    }
+    if (errno == ECONNREFUSED)
+        unlink(a->path);
+    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
+        goto fail;
+    return fd;
+fail:
+    *cause = xasprintf("%s", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* One socket per worker: SO_REUSEPORT lets the kernel spread connections. */
+static int
+open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
+{
+    if (a->family == AF_UNIX) {
+        if ((fds[0] = open_unix(a, cause)) < 0)
+            return RL_ERR;
+        for (size_t i = 1; i < n; i++)
+            fds[i] = fcntl(fds[0], F_DUPFD_CLOEXEC, 0);
+        return RL_OK;
+    }
+    if (n > 1 && probe_tcp(a, cause) != RL_OK)
+        return RL_ERR;
+    for (size_t i = 0; i < n; i++) {
+        if ((fds[i] = open_tcp(a, n > 1, cause)) < 0) {
+            while (i-- > 0)
+                close(fds[i]);
+            return RL_ERR;
+        }
+    }
+    return RL_OK;
+}
+
+/* ---- signals -------------------------------------------------------------- */
+
+struct run_state {
+    struct event_base *base;
+    const struct rl_options *opts;
+    int stopping;
+    size_t exited;
+};
+
+static void
+reload(struct run_state *rs)
+{
+    struct rl_errors errs = {0};
+    struct rl_config *cfg, *old;
+
+    log_info("msg=\"reloading configuration\" file=%s",
+             rs->opts->config_file ? rs->opts->config_file : "(built-in)");
+    if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
+        for (size_t i = 0; i < errs.n; i++)
+            log_error("msg=\"reload rejected, keeping the running configuration\" "
+                      "problem=\"%s\"", errs.msg[i]);
+        errors_free(&errs);
+        return;
+    }
+    old = daemon_config();
+    if (strcmp(old->listen, cfg->listen) != 0 || old->workers != cfg->workers ||
+        old->backend != cfg->backend || strcmp(old->redis.url, cfg->redis.url) != 0 ||
+        old->max_body != cfg->max_body)
+        log_warn("msg=\"listen, workers, backend, redis.url and max_body change "
+                 "only on restart; the running values stay\"");
+    config_unref(old);
+    log_set_level(cfg->log_level);
+    set_config(cfg);
+    log_info("msg=\"configuration reloaded\" policies=%zu", cfg->npolicies);
+}
+
+/* A worker's loop ended (drained, or failed): when all have, stop. */
+static void
+on_worker_exit(evutil_socket_t fd, short what, void *arg)
+{
+    struct run_state *rs = arg;
+
+    if (++rs->exited == nworkers)
+        event_base_loopexit(rs->base, NULL);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct run_state *rs = arg;
+
+    if (sig == SIGHUP) {
+        reload(rs);
+        return;
+    }
+    if (rs->stopping) {
+        log_warn("msg=\"second signal, exiting now\"");
+        _exit(0);
+    }
+    rs->stopping = 1;
+    struct rl_config *cfg = daemon_config();
+    log_info("msg=\"stopping: draining in-flight checks\" grace_ms=%lld",
+             (long long)cfg->shutdown_grace_ms);
+    for (size_t i = 0; i < nworkers; i++)
+        worker_drain(&workers[i], cfg->shutdown_grace_ms);
+    config_unref(cfg);
+    /* The workers end on their own; on_worker_exit ends this loop. */
+    (void)what;
+}
+
+/* ---- run --------------------------------------------------------------------- */
+
+int
+daemon_run(const struct rl_options *opts, struct rl_config *cfg)
+{
+    struct rl_listen_addr la;
+    struct run_state rs = {0};
+    struct event *sigs[3];
+    static const int signums[3] = {SIGTERM, SIGINT, SIGHUP};
+    sigset_t block, old;
+    char *cause = NULL;
+    int *fds, rc = 2;
+    size_t started = 0;
+    long ncpu;
+
+    rs.opts = opts;
+    log_set_level(cfg->log_level);
+    set_config(cfg);
+    nworkers = (size_t)cfg->workers;
+    if (nworkers == 0) {
+        ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        nworkers = ncpu > 0 ? (size_t)ncpu : 1;
+    }
+    if (listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
+        log_error("msg=\"bad listen address\" listen=%s error=\"%s\"", cfg->listen, cause);
+        free(cause);
+        return 1;
+    }
+    fds = xcalloc(nworkers, sizeof(*fds));
+    if (open_listeners(&la, fds, nworkers, &cause) != RL_OK) {
+        log_error("msg=\"cannot listen\" listen=%s error=\"%s\"", cfg->listen, cause);
+        free(cause);
+        free(fds);
+        listen_addr_clear(&la);
+        return 2;
+    }
+    evthread_use_pthreads();
+    signal(SIGPIPE, SIG_IGN);
+    srandom((unsigned)time(NULL) ^ (unsigned)getpid());
+
+    rs.base = event_base_new();
+    workers = xcalloc(nworkers, sizeof(*workers));
+    for (size_t i = 0; i < nworkers; i++) {
+        if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
+            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
+            free(cause);
+            for (size_t j = i + 1; j < nworkers; j++)
+                close(fds[j]);
+            nworkers = i + 1;
+            goto out;
+        }
+        workers[i].exited_ev = event_new(rs.base, -1, 0, on_worker_exit, &rs);
+    }
+
+    /* Workers never see these signals: the main loop turns them into events. */
+    sigemptyset(&block);
+    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++)
+        sigaddset(&block, signums[i]);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    for (; started < nworkers; started++) {
+        if (worker_start(&workers[started]) != RL_OK) {
+            log_error("msg=\"cannot start worker thread\" worker=%zu", started);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            for (size_t i = 0; i < started; i++)
+                worker_drain(&workers[i], 0);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++) {
+        sigs[i] = evsignal_new(rs.base, signums[i], on_signal, &rs);
+        evsignal_add(sigs[i], NULL);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
+             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg->backend)->name);
+
+    event_base_dispatch(rs.base);
+    rc = 0;
+    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++)
+        event_free(sigs[i]);
+out:
+    for (size_t i = 0; i < started; i++)
+        worker_join(&workers[i]);
+    for (size_t i = 0; i < nworkers; i++) {
+        if (workers[i].exited_ev != NULL)
+            event_free(workers[i].exited_ev);
+        worker_free(&workers[i]);
+    }
+    event_base_free(rs.base);
+    free(workers);
+    workers = NULL;
+    nworkers = 0;
+    free(fds);
+    if (la.family == AF_UNIX && la.path != NULL)
+        unlink(la.path);
+    listen_addr_clear(&la);
+    set_config(NULL);
+    log_info("msg=\"ratelimitd stopped\" exit=%d", rc);
+    return rc;
+}
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+void
+daemon_metrics(struct evbuffer *out)
+{
+    static const char *const names[RL_OUT_COUNT] = {
+        "allowed", "denied", "shadow_denied", "degraded", "unavailable",
+        "bad_request", "no_policy"
+    };
+    uint64_t sum[RL_OUT_COUNT] = {0};
+    uint64_t inflight = 0;
+
+    for (size_t i = 0; i < nworkers; i++) {
+        for (size_t o = 0; o < RL_OUT_COUNT; o++)
+            sum[o] += __atomic_load_n(&workers[i].outcomes[o], __ATOMIC_RELAXED);
+        inflight += __atomic_load_n(&workers[i].inflight, __ATOMIC_RELAXED);
+    }
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_build_info Build information.\n"
+        "# TYPE ratelimitd_build_info gauge\n"
+        "ratelimitd_build_info{version=\"%s\"} 1\n"
+        "# HELP ratelimitd_checks_total Checks answered, by result.\n"
+        "# TYPE ratelimitd_checks_total counter\n", PACKAGE_VERSION);
+    for (size_t o = 0; o < RL_OUT_COUNT; o++)
+        evbuffer_add_printf(out, "ratelimitd_checks_total{result=\"%s\"} %llu\n",
+                            names[o], (unsigned long long)sum[o]);
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_inflight_checks Checks waiting for the backend.\n"
+        "# TYPE ratelimitd_inflight_checks gauge\n"
+        "ratelimitd_inflight_checks %llu\n", (unsigned long long)inflight);
+}

@@ -1,0 +1,41 @@
+/*
+ * daemon.h — the process: options from flags and environment, the current
+ * config (swapped whole on reload), the listening sockets, the workers and
+ * the signals that drive them.
+ */
+#ifndef RL_DAEMON_H
+#define RL_DAEMON_H
+
+#include "config.h"
+
+struct evbuffer;
+
+/* An option set outside the file: applied over it, again on every reload. */
+struct rl_override {
+    const char *name;       /* dotted option name, e.g. "redis.url" */
+    const char *text;
+    const char *origin;     /* "-r", "RATELIMITD_REDIS_URL", ... */
+};
+
+#define RL_OVERRIDES_MAX 16
+
+struct rl_options {
+    const char *config_file;    /* NULL: built-in defaults */
+    struct rl_override ov[RL_OVERRIDES_MAX];
+    size_t nov;
+};
+
+/* File (or defaults), then overrides, then validation: every problem. */
+int daemon_load_config(const struct rl_options *o, struct rl_config **out,
+                       struct rl_errors *errs) RL_WUR;
+
+/* Serve until stopped; returns the process exit code (0, or 2 on failure). */
+int daemon_run(const struct rl_options *o, struct rl_config *cfg);
+
+/* A reference to the config in force (config_unref when done). */
+struct rl_config *daemon_config(void);
+
+/* Prometheus text exposition of every worker's counters. */
+void daemon_metrics(struct evbuffer *out);
+
+#endif

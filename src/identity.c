@@ -1,0 +1,194 @@
+/* identity.c — see identity.h. */
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "identity.h"
+#include "netaddr.h"
+
+static int
+put_typed(const char *type, const char *v, size_t vlen, char *out, size_t size,
+          size_t *len)
+{
+    size_t tlen = strlen(type);
+
+    if (tlen + vlen > size)
+        return RL_ERR;
+    memcpy(out, type, tlen);
+    memcpy(out + tlen, v, vlen);
+    *len = tlen + vlen;
+    return RL_OK;
+}
+
+static int
+put_ip(int family, const uint8_t *addr, char *out, size_t size, size_t *len)
+{
+    char text[64];
+
+    ip_format(family, addr, text, sizeof(text));
+    return put_typed("ip:", text, strlen(text), out, size, len);
+}
+
+/* Next element of a comma-separated header, right to left. */
+static int
+prev_item(const char *s, size_t *end, const char **item, size_t *ilen)
+{
+    size_t e = *end, b;
+
+    while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == ','))
+        e--;
+    if (e == 0)
+        return 0;
+    b = e;
+    while (b > 0 && s[b - 1] != ',')
+        b--;
+    while (b < e && (s[b] == ' ' || s[b] == '\t'))
+        b++;
+    *item = s + b;
+    *ilen = e - b;
+    *end = b;
+    return 1;
+}
+
+/* The address of an RFC 7239 element: its for= parameter, maybe quoted. */
+static int
+forwarded_for(const char *el, size_t n, const char **v, size_t *vlen)
+{
+    size_t i = 0;
+
+    while (i < n) {
+        size_t j = i;
+        while (j < n && el[j] != ';')
+            j++;
+        const char *p = el + i;
+        size_t plen = j - i;
+        while (plen > 0 && (*p == ' ' || *p == '\t'))
+            p++, plen--;
+        if (plen > 4 && strncasecmp(p, "for=", 4) == 0) {
+            p += 4, plen -= 4;
+            while (plen > 0 && (p[plen - 1] == ' ' || p[plen - 1] == '\t'))
+                plen--;
+            if (plen >= 2 && p[0] == '"' && p[plen - 1] == '"')
+                p++, plen -= 2;
+            *v = p;
+            *vlen = plen;
+            return RL_OK;
+        }
+        i = j + 1;
+    }
+    return RL_ERR;
+}
+
+int
+identity_forwarded(const struct rl_cidr_list *trusted,
+                   const struct rl_ident_input *in, int *family, uint8_t addr[16])
+{
+    const char *xff, *fwd, *h, *item;
+    size_t end, ilen;
+    int found = 0, rfc;
+
+    if (in->peer_family == 0 ||
+        !cidr_list_contains(trusted, in->peer_family, in->peer_addr))
+        return RL_ERR;
+    fwd = in->header(in->hctx, "Forwarded");
+    xff = in->header(in->hctx, "X-Forwarded-For");
+    rfc = fwd != NULL;
+    h = rfc ? fwd : xff;
+    if (h == NULL)
+        return RL_ERR;
+    end = strlen(h);
+    while (prev_item(h, &end, &item, &ilen)) {
+        const char *v = item;
+        size_t vlen = ilen;
+        int f;
+        uint8_t a[16];
+        if (rfc && forwarded_for(item, ilen, &v, &vlen) != RL_OK)
+            return found ? RL_OK : RL_ERR;
+        if (ip_parse(v, vlen, &f, a) != RL_OK)
+            /* "unknown" or an obfuscated node: the chain is broken here. */
+            return found ? RL_OK : RL_ERR;
+        *family = f;
+        memcpy(addr, a, 16);
+        found = 1;
+        if (!cidr_list_contains(trusted, f, a))
+            return RL_OK;
+    }
+    /* Every hop was a trusted proxy: the leftmost is the best we know. */
+    return found ? RL_OK : RL_ERR;
+}
+
+int
+identity_resolve(const struct rl_identity_chain *chain,
+                 const struct rl_cidr_list *trusted,
+                 const struct rl_ident_input *in, char *out, size_t size,
+                 size_t *len)
+{
+    for (size_t i = 0; i < chain->n; i++) {
+        const struct rl_id_source *s = &chain->v[i];
+        switch (s->kind) {
+        case RL_ID_BODY:
+            if (in->body_key != NULL)
+                return put_typed("k:", in->body_key, in->body_key_len, out, size, len);
+            break;
+        case RL_ID_HEADER: {
+            const char *v = in->header(in->hctx, s->header);
+            size_t vlen = v ? strlen(v) : 0;
+            if (vlen > 0 && vlen <= RL_KEY_MAX)
+                return put_typed("k:", v, vlen, out, size, len);
+            break;
+        }
+        case RL_ID_FORWARDED: {
+            int f;
+            uint8_t a[16];
+            if (identity_forwarded(trusted, in, &f, a) == RL_OK)
+                return put_ip(f, a, out, size, len);
+            break;
+        }
+        case RL_ID_PEER:
+            if (in->peer_family != 0)
+                return put_ip(in->peer_family, in->peer_addr, out, size, len);
+            return put_typed("unix:", "", 0, out, size, len);
+        }
+    }
+    return RL_ERR;
+}
+
+static int
+safe_byte(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' ||
+           c == '@' || c == '/' || c == '=' || c == '+';
+}
+
+int
+identity_key(const char *prefix, const char *policy, const char *id,
+             size_t idlen, char *buf, size_t size)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t plen = strlen(prefix), nlen = strlen(policy), o = 0;
+    /* The type ("k:", "ip:") is ours: keep its colon readable. */
+    const char *colon = memchr(id, ':', idlen);
+    size_t typelen = colon ? (size_t)(colon - id) + 1 : 0;
+
+    if (plen + nlen + typelen + 3 * (idlen - typelen) + 4 > size)
+        return -1;
+    buf[o++] = '{';
+    memcpy(buf + o, prefix, plen), o += plen;
+    memcpy(buf + o, policy, nlen), o += nlen;
+    buf[o++] = ':';
+    memcpy(buf + o, id, typelen), o += typelen;
+    for (size_t i = typelen; i < idlen; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (safe_byte(c)) {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '%';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    buf[o++] = '}';
+    buf[o] = '\0';
+    return (int)o;
+}

@@ -1,0 +1,50 @@
+/*
+ * identity.h — who is calling: the identity chain of API.md (first source
+ * that yields a value wins), and the Redis key built from it.
+ *
+ * Identities are typed ("k:" a key from the body or a header, "ip:" an
+ * address) so that an API key that looks like an address is not that
+ * address, and escaped so that no caller byte can break the key layout.
+ */
+#ifndef RL_IDENTITY_H
+#define RL_IDENTITY_H
+
+#include "config.h"
+
+
+struct rl_ident_input {
+    const char *body_key;   /* "key" of the body, NULL when absent */
+    size_t body_key_len;
+    /* header value by name (case-insensitive), NULL when absent */
+    const char *(*header)(void *hctx, const char *name);
+    void *hctx;
+    int peer_family;        /* AF_INET, AF_INET6, or 0 (unix socket) */
+    uint8_t peer_addr[16];
+};
+
+/*
+ * Walk the chain; on RL_OK `out` holds the typed identity (not
+ * NUL-terminated) and *len its length.  RL_ERR when no source gave one.
+ */
+int identity_resolve(const struct rl_identity_chain *chain,
+                     const struct rl_cidr_list *trusted,
+                     const struct rl_ident_input *in, char *out, size_t size,
+                     size_t *len) RL_WUR;
+
+/*
+ * The client address a forwarding chain vouches for: walk X-Forwarded-For
+ * (or RFC 7239 Forwarded) right to left and stop at the first address that is
+ * not a trusted proxy.  Only when the direct peer itself is trusted.
+ */
+int identity_forwarded(const struct rl_cidr_list *trusted,
+                       const struct rl_ident_input *in, int *family,
+                       uint8_t addr[16]) RL_WUR;
+
+/*
+ * "{<prefix><policy>:<escaped identity>}": the hash tag that every key of
+ * one check shares.  Returns the length, or -1 when buf is too small.
+ */
+int identity_key(const char *prefix, const char *policy, const char *id,
+                 size_t idlen, char *buf, size_t size);
+
+#endif

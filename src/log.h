@@ -1,0 +1,25 @@
+/*
+ * log.h — one line per event in logfmt (`ts=... level=... msg="..." k=v`) on
+ * stderr, which journald and container runtimes collect.  The level is
+ * checked before anything is formatted.  Never pass a secret or a raw API key.
+ */
+#ifndef RL_LOG_H
+#define RL_LOG_H
+
+#include "config.h"
+#include "rl.h"
+
+extern int rl_log_level;    /* enum rl_log_level; read racily, written rarely */
+
+void log_set_level(enum rl_log_level level);
+void log_write(enum rl_log_level level, const char *fmt, ...) RL_PRINTF(2, 3);
+
+#define log_error(...) log_write(RL_LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) \
+    do { if (rl_log_level >= RL_LOG_WARN) log_write(RL_LOG_WARN, __VA_ARGS__); } while (0)
+#define log_info(...) \
+    do { if (rl_log_level >= RL_LOG_INFO) log_write(RL_LOG_INFO, __VA_ARGS__); } while (0)
+#define log_debug(...) \
+    do { if (rl_log_level >= RL_LOG_DEBUG) log_write(RL_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+#endif

@@ -1,0 +1,107 @@
+/*
+ * main.c — the command line (API.md): flags beat environment, environment
+ * beats the file, the file beats built-in defaults.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ac_config.h"
+#include "config.h"
+#include "daemon.h"
+#include "util.h"
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+        "usage: ratelimitd [-c FILE] [-l ADDR:PORT] [-r REDIS_URL] [-b redis|memory]\n"
+        "                  [-w N] [-L LEVEL] [-t] [-V] [-h]\n"
+        "  -c FILE   JSON config file (env RATELIMITD_CONFIG)\n"
+        "  -l ADDR   listen address: 127.0.0.1:8080, [::1]:8080, unix:/path.sock\n"
+        "            (env RATELIMITD_LISTEN)\n"
+        "  -r URL    redis://[user:password@]host:port[/db] or unix:///path.sock\n"
+        "            (env RATELIMITD_REDIS_URL)\n"
+        "  -b NAME   backend: redis (shared, default) or memory (one instance)\n"
+        "            (env RATELIMITD_BACKEND)\n"
+        "  -w N      worker threads (default 1; 0 = one per CPU)\n"
+        "  -L LEVEL  log level: error, warn, info, debug (env RATELIMITD_LOG_LEVEL)\n"
+        "  -t        check the configuration and exit\n"
+        "  -V        print the version and exit\n"
+        "  -h        print this help and exit\n"
+        "signals: HUP reloads the config; TERM/INT drain and stop (twice: now)\n");
+}
+
+static void
+add_override(struct rl_options *o, const char *name, const char *text,
+             const char *origin)
+{
+    /* a later source of the same option replaces the earlier one */
+    for (size_t i = 0; i < o->nov; i++) {
+        if (strcmp(o->ov[i].name, name) == 0) {
+            o->ov[i].text = text;
+            o->ov[i].origin = origin;
+            return;
+        }
+    }
+    if (o->nov < RL_OVERRIDES_MAX)
+        o->ov[o->nov++] = (struct rl_override){name, text, origin};
+}
+
+int
+main(int argc, char **argv)
+{
+    static const struct { const char *env, *name; } envs[] = {
+        {"RATELIMITD_LISTEN", "listen"},
+        {"RATELIMITD_REDIS_URL", "redis.url"},
+        {"RATELIMITD_BACKEND", "backend"},
+        {"RATELIMITD_LOG_LEVEL", "log_level"},
+    };
+    struct rl_options opts = {0};
+    struct rl_errors errs = {0};
+    struct rl_config *cfg;
+    int test = 0, c;
+
+    opts.config_file = getenv("RATELIMITD_CONFIG");
+    if (opts.config_file != NULL && *opts.config_file == '\0')
+        opts.config_file = NULL;
+    for (size_t i = 0; i < RL_ARRAY_LEN(envs); i++) {
+        const char *v = getenv(envs[i].env);
+        if (v != NULL && *v != '\0')
+            add_override(&opts, envs[i].name, v, envs[i].env);
+    }
+    while ((c = getopt(argc, argv, "c:l:r:b:w:L:tVh")) != -1) {
+        switch (c) {
+        case 'c': opts.config_file = optarg; break;
+        case 'l': add_override(&opts, "listen", optarg, "-l"); break;
+        case 'r': add_override(&opts, "redis.url", optarg, "-r"); break;
+        case 'b': add_override(&opts, "backend", optarg, "-b"); break;
+        case 'w': add_override(&opts, "workers", optarg, "-w"); break;
+        case 'L': add_override(&opts, "log_level", optarg, "-L"); break;
+        case 't': test = 1; break;
+        case 'V': printf("ratelimitd %s\n", PACKAGE_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 1;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "ratelimitd: unexpected argument: %s\n", argv[optind]);
+        usage(stderr);
+        return 1;
+    }
+    if (daemon_load_config(&opts, &cfg, &errs) != RL_OK) {
+        for (size_t i = 0; i < errs.n; i++)
+            fprintf(stderr, "%s\n", errs.msg[i]);
+        fprintf(stderr, "ratelimitd: %zu problem%s in the configuration\n", errs.n,
+                errs.n == 1 ? "" : "s");
+        errors_free(&errs);
+        return 1;
+    }
+    if (test) {
+        printf("configuration OK\n");
+        config_unref(cfg);
+        return 0;
+    }
+    return daemon_run(&opts, cfg);
+}

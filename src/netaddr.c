@@ -1,0 +1,206 @@
+/* netaddr.c — see netaddr.h. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "netaddr.h"
+#include "util.h"
+
+static int
+parse_port(const char *s, int *port)
+{
+    char *end;
+    long v;
+
+    if (*s < '0' || *s > '9')
+        return RL_ERR;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 1 || v > 65535)
+        return RL_ERR;
+    *port = (int)v;
+    return RL_OK;
+}
+
+int
+listen_addr_parse(const char *s, struct rl_listen_addr *out, char **cause)
+{
+    char host[64];
+    const char *colon;
+    size_t hlen;
+    int port;
+
+    memset(out, 0, sizeof(*out));
+    if (strncmp(s, "unix:", 5) == 0) {
+        struct sockaddr_un *sun = (struct sockaddr_un *)&out->ss;
+        const char *path = s + 5;
+        if (*path == '\0' || strlen(path) >= sizeof(sun->sun_path)) {
+            *cause = xasprintf("a unix socket path of 1..%zu bytes is needed",
+                               sizeof(sun->sun_path) - 1);
+            return RL_ERR;
+        }
+        sun->sun_family = AF_UNIX;
+        strcpy(sun->sun_path, path);
+        out->family = AF_UNIX;
+        out->len = sizeof(*sun);
+        out->path = xstrdup(path);
+        return RL_OK;
+    }
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+        if (rb == NULL || rb[1] != ':')
+            goto bad;
+        hlen = (size_t)(rb - s - 1);
+        if (hlen >= sizeof(host))
+            goto bad;
+        memcpy(host, s + 1, hlen);
+        host[hlen] = '\0';
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL)
+            goto bad;
+        hlen = (size_t)(colon - s);
+        if (hlen >= sizeof(host))
+            goto bad;
+        memcpy(host, s, hlen);
+        host[hlen] = '\0';
+    }
+    if (parse_port(colon + 1, &port) != RL_OK)
+        goto bad;
+    if (s[0] == '[') {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->ss;
+        if (inet_pton(AF_INET6, host, &sin6->sin6_addr) != 1)
+            goto bad;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((uint16_t)port);
+        out->family = AF_INET6;
+        out->len = sizeof(*sin6);
+    } else {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&out->ss;
+        if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
+            goto bad;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)port);
+        out->family = AF_INET;
+        out->len = sizeof(*sin);
+    }
+    return RL_OK;
+bad:
+    *cause = xstrdup("must be an address like \"127.0.0.1:8080\", "
+                     "\"[::1]:8080\" or \"unix:/path.sock\"");
+    return RL_ERR;
+}
+
+void
+listen_addr_clear(struct rl_listen_addr *a)
+{
+    free(a->path);
+    a->path = NULL;
+}
+
+int
+ip_parse(const char *s, size_t len, int *family, uint8_t addr[16])
+{
+    char buf[64];
+    const char *p = s;
+    size_t n = len;
+
+    if (n >= 2 && s[0] == '[') {
+        const char *rb = memchr(s, ']', len);
+        if (rb == NULL)
+            return RL_ERR;
+        p = s + 1;
+        n = (size_t)(rb - p);
+    }
+    if (n == 0 || n >= sizeof(buf))
+        return RL_ERR;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    memset(addr, 0, 16);
+    if (inet_pton(AF_INET6, buf, addr) == 1) {
+        static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
+        if (memcmp(addr, mapped, 12) == 0) {
+            memmove(addr, addr + 12, 4);
+            memset(addr + 4, 0, 12);
+            *family = AF_INET;
+        } else {
+            *family = AF_INET6;
+        }
+        return RL_OK;
+    }
+    /* IPv4, possibly with ":port" (X-Forwarded-For from some proxies). */
+    char *colon = strchr(buf, ':');
+    if (colon != NULL && p == s)
+        *colon = '\0';
+    if (inet_pton(AF_INET, buf, addr) == 1) {
+        *family = AF_INET;
+        return RL_OK;
+    }
+    return RL_ERR;
+}
+
+void
+ip_format(int family, const uint8_t *addr, char *buf, size_t size)
+{
+    if (inet_ntop(family, addr, buf, (socklen_t)size) == NULL && size > 0)
+        buf[0] = '\0';
+}
+
+int
+cidr_parse(const char *s, struct rl_cidr *out)
+{
+    const char *slash = strchr(s, '/');
+    size_t alen = slash ? (size_t)(slash - s) : strlen(s);
+    int maxp;
+
+    memset(out, 0, sizeof(*out));
+    if (s[0] == '[' || ip_parse(s, alen, &out->family, out->addr) != RL_OK)
+        return RL_ERR;
+    /* ip_parse accepted "a.b.c.d:port"; a CIDR never has a port. */
+    if (memchr(s, ':', alen) != NULL && out->family == AF_INET &&
+        strncmp(s, "::ffff:", 7) != 0)
+        return RL_ERR;
+    maxp = out->family == AF_INET ? 32 : 128;
+    if (slash == NULL) {
+        out->prefix = maxp;
+        return RL_OK;
+    }
+    char *end;
+    errno = 0;
+    long p = strtol(slash + 1, &end, 10);
+    if (slash[1] < '0' || slash[1] > '9' || *end != '\0' || errno != 0 ||
+        p < 0 || p > maxp)
+        return RL_ERR;
+    out->prefix = (int)p;
+    return RL_OK;
+}
+
+static int
+cidr_match(const struct rl_cidr *c, int family, const uint8_t *addr)
+{
+    int bits = c->prefix, i = 0;
+
+    if (c->family != family)
+        return 0;
+    for (; bits >= 8; bits -= 8, i++)
+        if (c->addr[i] != addr[i])
+            return 0;
+    if (bits > 0) {
+        uint8_t mask = (uint8_t)(0xff << (8 - bits));
+        if ((c->addr[i] & mask) != (addr[i] & mask))
+            return 0;
+    }
+    return 1;
+}
+
+int
+cidr_list_contains(const struct rl_cidr_list *l, int family, const uint8_t *addr)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (cidr_match(&l->v[i], family, addr))
+            return 1;
+    return 0;
+}

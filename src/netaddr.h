@@ -1,0 +1,40 @@
+/*
+ * netaddr.h — addresses as text: listen addresses, client addresses and
+ * CIDR ranges.  Client addresses are normalised (RFC 5952 IPv6 text,
+ * IPv4-mapped IPv6 shown as IPv4) so that one caller is one key.
+ */
+#ifndef RL_NETADDR_H
+#define RL_NETADDR_H
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "config.h"
+#include "rl.h"
+
+struct rl_listen_addr {
+    int family;             /* AF_INET, AF_INET6 or AF_UNIX */
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char *path;             /* AF_UNIX only */
+};
+
+/* "127.0.0.1:8080", "0.0.0.0:8080", "[::1]:8080", "unix:/path.sock". */
+int listen_addr_parse(const char *s, struct rl_listen_addr *out, char **cause) RL_WUR;
+void listen_addr_clear(struct rl_listen_addr *a);
+
+/* "10.0.0.0/8", "::1/128", or a bare address (full prefix). */
+int cidr_parse(const char *s, struct rl_cidr *out) RL_WUR;
+int cidr_list_contains(const struct rl_cidr_list *l, int family,
+                       const uint8_t *addr);
+
+/*
+ * Parse a textual IP address (IPv4, IPv6, bracketed IPv6, with an optional
+ * port on IPv4 or bracketed IPv6) into family + 16 bytes; IPv4-mapped IPv6
+ * becomes IPv4.  RL_ERR when it is not an address.
+ */
+int ip_parse(const char *s, size_t len, int *family, uint8_t addr[16]) RL_WUR;
+/* Canonical text of an address into buf (INET6_ADDRSTRLEN bytes). */
+void ip_format(int family, const uint8_t *addr, char *buf, size_t size);
+
+#endif

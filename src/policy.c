@@ -1,0 +1,56 @@
+/* policy.c — see policy.h. */
+#include <string.h>
+
+#include "policy.h"
+
+int
+policy_glob(const char *p, const char *s, size_t len)
+{
+    const char *star = NULL;
+    size_t i = 0, mark = 0;
+
+    /* Iterative with one backtrack point: linear-ish, no recursion to blow. */
+    while (i < len) {
+        if (*p == '*') {
+            star = p++;
+            mark = i;
+        } else if (*p != '\0' && (*p == '?' || *p == s[i])) {
+            p++;
+            i++;
+        } else if (star != NULL) {
+            p = star + 1;
+            i = ++mark;
+        } else {
+            return 0;
+        }
+    }
+    while (*p == '*')
+        p++;
+    return *p == '\0';
+}
+
+static int
+match_fits(const struct rl_match *m, const char *path, size_t len, unsigned method)
+{
+    if (m->methods != 0 && (m->methods & method) == 0)
+        return 0;
+    if (m->path != NULL)
+        return strlen(m->path) == len && memcmp(m->path, path, len) == 0;
+    if (m->path_prefix != NULL) {
+        size_t n = strlen(m->path_prefix);
+        return n <= len && memcmp(m->path_prefix, path, n) == 0;
+    }
+    if (m->path_glob != NULL)
+        return policy_glob(m->path_glob, path, len);
+    return 1;
+}
+
+const struct rl_policy *
+policy_match(const struct rl_config *cfg, const char *path, size_t len,
+             unsigned method)
+{
+    for (size_t i = 0; i < cfg->npolicies; i++)
+        if (match_fits(&cfg->policies[i].match, path, len, method))
+            return &cfg->policies[i];
+    return NULL;
+}

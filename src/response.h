@@ -1,0 +1,42 @@
+/*
+ * response.h — a decision and how it is written: the JSON body and the quota
+ * headers of API.md.  Pure functions of the decision, so they are unit tested
+ * without a server.
+ */
+#ifndef RL_RESPONSE_H
+#define RL_RESPONSE_H
+
+#include "backend.h"
+#include "config.h"
+
+struct rl_decision {
+    int status;                     /* 200, 429 or 503 */
+    const struct rl_policy *policy; /* NULL: no policy matched */
+    int allowed;                    /* what the caller is told */
+    int shadow, would_deny;         /* shadow policy and what it would do */
+    int degraded;                   /* the backend failed; failure_mode decided */
+    size_t binding;                 /* index of the binding limit */
+    int64_t limit, remaining, reset_ms, retry_after_ms;   /* of the binding limit */
+    size_t nlimits;
+    struct rl_limit_result limits[RL_LIMITS_MAX];
+};
+
+/* Fill d from the backend's answer for `policy` (binding limit, top level). */
+void decision_from_result(struct rl_decision *d, const struct rl_policy *policy,
+                          const struct rl_check_res *res);
+/* The decision when no policy matched. */
+void decision_no_policy(struct rl_decision *d);
+/* Allowed without counting, because the backend failed (failure_mode open). */
+void decision_degraded_open(struct rl_decision *d, const struct rl_policy *policy);
+
+/* The JSON body; returns its length (truncated at size-1, never overflows). */
+size_t response_body(const struct rl_decision *d, char *buf, size_t size);
+
+typedef void (*rl_header_fn)(const char *name, const char *value, void *arg);
+/* Every quota header of the decision, in a stable order. */
+void response_headers(const struct rl_decision *d, rl_header_fn add, void *arg);
+
+/* Seconds for headers: rounded up; Retry-After is never 0. */
+int64_t response_seconds(int64_t ms);
+
+#endif

@@ -1,0 +1,96 @@
+/* util.c — see util.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "util.h"
+
+static void RL_NORETURN
+oom(size_t n)
+{
+    /* No allocation from here on: write straight to stderr. */
+    fprintf(stderr, "level=error msg=\"out of memory\" bytes=%zu\n", n);
+    abort();
+}
+
+void *
+xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        oom(n);
+    return p;
+}
+
+void *
+xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL)
+        oom(n * size);
+    return p;
+}
+
+void *
+xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (q == NULL)
+        oom(n);
+    return q;
+}
+
+char *
+xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *
+xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *
+xvasprintf(const char *fmt, va_list ap)
+{
+    va_list aq;
+    va_copy(aq, ap);
+    int n = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    if (n < 0)
+        oom(0);
+    char *p = xmalloc((size_t)n + 1);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    return p;
+}
+
+char *
+xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *p = xvasprintf(fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+int64_t
+now_monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int
+str_ieq(const char *a, const char *b)
+{
+    return strcasecmp(a, b) == 0;
+}

@@ -1,0 +1,146 @@
+/* worker.c — see worker.h. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "http.h"
+#include "log.h"
+#include "util.h"
+#include "worker.h"
+
+/* After the last in-flight answer, let its bytes reach the socket. */
+#define FLUSH_MS 100
+
+static void
+stop_soon(struct rl_worker *w)
+{
+    struct timeval tv = {0, FLUSH_MS * 1000};
+
+    event_base_loopexit(w->base, &tv);
+}
+
+static void
+on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    struct rl_worker *w = arg;
+
+    log_warn("msg=\"shutdown grace over\" worker=%d abandoned=%u", w->id, w->inflight);
+    event_base_loopexit(w->base, NULL);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_drain(evutil_socket_t fd, short what, void *arg)
+{
+    struct rl_worker *w = arg;
+    int64_t ms = __atomic_load_n(&w->grace_ms, __ATOMIC_ACQUIRE);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    if (w->draining)
+        return;
+    w->draining = 1;
+    http_stop_accepting(w);
+    if (w->inflight == 0) {
+        stop_soon(w);
+        return;
+    }
+    w->grace_ev = evtimer_new(w->base, on_grace, w);
+    evtimer_add(w->grace_ev, &tv);
+    (void)fd;
+    (void)what;
+}
+
+int
+worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
+            char **cause)
+{
+    memset(w, 0, sizeof(*w));
+    w->id = id;
+    w->listen_fd = listen_fd;
+    w->base = event_base_new();
+    if (w->base == NULL) {
+        *cause = xstrdup("event_base_new failed");
+        return RL_ERR;
+    }
+    if (backend_ops(cfg->backend)->create(&w->backend, w->base, cfg, cause) != RL_OK)
+        return RL_ERR;
+    if (cfg->backend == RL_BACKEND_REDIS &&
+        rl_backend_memory_ops.create(&w->local, w->base, cfg, cause) != RL_OK)
+        return RL_ERR;
+    w->env.backend = w->backend;
+    w->env.local = w->local;
+    w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
+    return http_init(w, cfg, cause);
+}
+
+static void *
+worker_main(void *arg)
+{
+    struct rl_worker *w = arg;
+
+    log_debug("msg=\"worker running\" worker=%d", w->id);
+    event_base_dispatch(w->base);
+    log_debug("msg=\"worker stopped\" worker=%d", w->id);
+    if (w->exited_ev != NULL)
+        event_active(w->exited_ev, EV_READ, 0);
+    return NULL;
+}
+
+int
+worker_start(struct rl_worker *w)
+{
+    return pthread_create(&w->thread, NULL, worker_main, w) == 0 ? RL_OK : RL_ERR;
+}
+
+void
+worker_drain(struct rl_worker *w, int64_t grace_ms)
+{
+    __atomic_store_n(&w->grace_ms, grace_ms, __ATOMIC_RELEASE);
+    /* thread-safe: evthread_use_pthreads() was called before any base */
+    event_active(w->drain_ev, EV_READ, 0);
+}
+
+void
+worker_join(struct rl_worker *w)
+{
+    pthread_join(w->thread, NULL);
+}
+
+void
+worker_free(struct rl_worker *w)
+{
+    /* Backends first: their pending callbacks may still answer requests. */
+    if (w->backend != NULL)
+        w->backend->ops->destroy(w->backend);
+    if (w->local != NULL)
+        w->local->ops->destroy(w->local);
+    if (w->http != NULL)
+        evhttp_free(w->http);
+    if (w->listen_fd >= 0)
+        close(w->listen_fd);
+    if (w->drain_ev != NULL)
+        event_free(w->drain_ev);
+    if (w->grace_ev != NULL)
+        event_free(w->grace_ev);
+    if (w->base != NULL)
+        event_base_free(w->base);
+}
+
+void
+worker_count(struct rl_worker *w, enum rl_outcome o)
+{
+    __atomic_add_fetch(&w->outcomes[o], 1, __ATOMIC_RELAXED);
+}
+
+void
+worker_check_done(struct rl_worker *w)
+{
+    w->inflight--;
+    if (w->draining && w->inflight == 0)
+        stop_soon(w);
+}

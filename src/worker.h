@@ -1,0 +1,57 @@
+/*
+ * worker.h — one thread, one event_base, one listener, one backend
+ * connection.  Workers share nothing mutable but the config pointer (see
+ * daemon.h) and the memory backend's store, so N of them scale across cores.
+ */
+#ifndef RL_WORKER_H
+#define RL_WORKER_H
+
+#include <pthread.h>
+
+#include "check.h"
+#include "config.h"
+
+struct event_base;
+struct event;
+struct evhttp;
+struct evhttp_bound_socket;
+
+/* What a worker counts; summed over workers for /metrics. */
+enum rl_outcome {
+    RL_OUT_ALLOWED = 0, RL_OUT_DENIED, RL_OUT_SHADOW_DENIED, RL_OUT_DEGRADED,
+    RL_OUT_UNAVAILABLE, RL_OUT_BAD_REQUEST, RL_OUT_NO_POLICY, RL_OUT_COUNT
+};
+
+struct rl_worker {
+    int id;
+    pthread_t thread;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    int listen_fd;
+    struct rl_backend *backend;
+    struct rl_backend *local;       /* failure_mode local; NULL otherwise */
+    struct rl_check_env env;
+    struct event *drain_ev;         /* activated by the main thread */
+    struct event *grace_ev;         /* end of shutdown_grace */
+    struct event *exited_ev;        /* on the main base: this loop ended */
+    unsigned inflight;              /* checks waiting for their backend */
+    int draining;
+    int64_t grace_ms;
+    uint64_t outcomes[RL_OUT_COUNT];    /* atomic, relaxed */
+};
+
+/* Set up a worker on an already listening socket (it takes the fd). */
+int worker_init(struct rl_worker *w, int id, int listen_fd,
+                struct rl_config *cfg, char **cause) RL_WUR;
+int worker_start(struct rl_worker *w) RL_WUR;
+/* From any thread: stop accepting, finish in-flight checks within grace. */
+void worker_drain(struct rl_worker *w, int64_t grace_ms);
+void worker_join(struct rl_worker *w);
+void worker_free(struct rl_worker *w);
+
+void worker_count(struct rl_worker *w, enum rl_outcome o);
+/* Called by the HTTP layer when a check ends: may finish the drain. */
+void worker_check_done(struct rl_worker *w);
+
+#endif
