@@ -1,0 +1,50 @@
+# shellcheck shell=bash
+# lib.sh — what scripts/run and scripts/test share: the Debian packages the
+# project needs, and an out-of-tree build under build/.
+
+RL_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
+
+# Build and test dependencies, by Debian 12 package name.
+RL_PACKAGES=(build-essential autoconf automake pkg-config
+             libevent-dev libhiredis-dev libjansson-dev check
+             redis-server redis-tools python3 curl)
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# Install whatever is missing (apt-get; needs root or sudo).
+rl_install_deps() {
+    local missing=() p
+    for p in "${RL_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if ! command -v apt-get >/dev/null; then
+        say "missing packages: ${missing[*]} (no apt-get here: install them by hand)"
+        return 1
+    fi
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    say "installing: ${missing[*]}"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+}
+
+# Configure (once) and build under $RL_BUILD with extra configure flags.
+rl_build() {
+    local dir=$1; shift
+    if [ ! -x "$RL_TOP/configure" ] || [ "$RL_TOP/configure.ac" -nt "$RL_TOP/configure" ] ||
+       [ "$RL_TOP/Makefile.am" -nt "$RL_TOP/Makefile.in" ]; then
+        say "autoreconf"
+        (cd "$RL_TOP" && autoreconf -fi >/dev/null 2>&1) || (cd "$RL_TOP" && autoreconf -fi)
+    fi
+    mkdir -p "$dir"
+    if [ ! -f "$dir/Makefile" ] || [ "$RL_TOP/configure" -nt "$dir/Makefile" ]; then
+        say "configure $*"
+        (cd "$dir" && "$RL_TOP/configure" -q "$@")
+    fi
+    say "make in $dir"
+    make -C "$dir" -j"$(nproc)" >/dev/null
+}
