@@ -1,0 +1,27 @@
+# Multi-stage: build and test with the very script CI runs, then ship the
+# binary alone in a slim image, as a non-root user.
+FROM debian:12 AS build
+WORKDIR /src
+COPY . .
+# scripts/test installs what is missing, builds with -Werror and runs every
+# test (unit + integration against a real redis-server), like .ci/run.
+RUN scripts/test && make -C build install DESTDIR=/out
+
+FROM debian:12-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libevent-2.1-7 libevent-pthreads-2.1-7 \
+        libhiredis0.14 libjansson4 curl ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --no-create-home --shell /usr/sbin/nologin ratelimitd
+COPY --from=build /out/usr/local/bin/ratelimitd /usr/local/bin/ratelimitd
+COPY conf/ratelimitd.json /etc/ratelimitd/ratelimitd.json
+USER ratelimitd
+# Every option can also come from the environment (RATELIMITD_REDIS_URL, ...)
+# or a config mounted over /etc/ratelimitd/ratelimitd.json.
+ENV RATELIMITD_CONFIG=/etc/ratelimitd/ratelimitd.json \
+    RATELIMITD_LISTEN=0.0.0.0:8080
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=2s --retries=3 \
+    CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/ratelimitd"]
