@@ -24,6 +24,7 @@ struct body_fields {
     const char *key;
     size_t key_len;
     const char *policy;
+    size_t policy_len;
     const char *path;
     size_t path_len;
     const char *method;
@@ -59,7 +60,7 @@ parse_body(json_t *root, struct body_fields *f, char **error)
         return RL_ERR;
     }
     if (get_string(root, "key", &f->key, &f->key_len, error) != RL_OK ||
-        get_string(root, "policy", &f->policy, NULL, error) != RL_OK ||
+        get_string(root, "policy", &f->policy, &f->policy_len, error) != RL_OK ||
         get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
         get_string(root, "method", &f->method, NULL, error) != RL_OK)
         return RL_ERR;
@@ -186,7 +187,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     }
 
     if (f.policy != NULL) {
-        if ((policy = config_policy(cfg, f.policy)) == NULL) {
+        /* a NUL inside the JSON string must not shorten the name */
+        policy = strlen(f.policy) == f.policy_len ? config_policy(cfg, f.policy) : NULL;
+        if (policy == NULL) {
             *error = xstrdup("policy: no policy has this name");
             goto out;
         }

@@ -278,8 +278,9 @@ static const struct field top_fields[] = {
     {"policies", T_ARRAY, offsetof(struct rl_config, policies), NULL, 0, 0, NULL,
      &policy_schema, offsetof(struct rl_config, npolicies), 0, NULL},
 };
+static void check_top(void *obj, const char *path, struct load_ctx *ctx);
 static const struct schema top_schema = {
-    FIELDS(top_fields), sizeof(struct rl_config), NULL
+    FIELDS(top_fields), sizeof(struct rl_config), check_top
 };
 
 /* ---- the walker ----------------------------------------------------------- */
@@ -602,6 +603,9 @@ parse_object(const struct schema *s, void *obj, json_t *j, const char *path,
     json_t *v;
 
     json_object_foreach(j, name, v) {
+        /* JSON has no comments: keys starting with '_' are ours to skip. */
+        if (name[0] == '_')
+            continue;
         const struct field *f = find_field(s, name);
         char *fp = join_path(path, name);
         if (f == NULL)
@@ -844,23 +848,24 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
         v = json_string(text);
     parse_field(f, obj, v, name, &ctx);
     json_decref(v);
-    if (s->check != NULL && errs->n == before)
+    /* sub-objects re-check here; the top level waits for config_validate */
+    if (s != &top_schema && s->check != NULL && errs->n == before)
         s->check(obj, name, &ctx);
     return errs->n == before ? RL_OK : RL_ERR;
 }
 
-int
-config_validate(struct rl_config *cfg, struct rl_errors *errs)
+/* What involves several top-level options, or an address to parse. */
+static void
+check_top(void *obj, const char *path, struct load_ctx *ctx)
 {
-    struct load_ctx ctx = {cfg->file ? cfg->file : "configuration", errs};
+    struct rl_config *cfg = obj;
     struct rl_listen_addr la;
     char *cause = NULL;
-    size_t before = errs->n;
 
-    if (listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
-        bad(&ctx, "listen", "%s", cause);
+    if (cfg->listen != NULL && listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
+        bad(ctx, "listen", "%s", cause);
         free(cause);
-    } else {
+    } else if (cfg->listen != NULL) {
         listen_addr_clear(&la);
     }
     for (size_t i = 0; i < cfg->npolicies; i++) {
@@ -868,13 +873,69 @@ config_validate(struct rl_config *cfg, struct rl_errors *errs)
             if (cfg->policies[i].name && cfg->policies[j].name &&
                 strcmp(cfg->policies[i].name, cfg->policies[j].name) == 0) {
                 char *p = xasprintf("policies[%zu].name", i);
-                bad(&ctx, p, "\"%s\" is already the name of policies[%zu]",
+                bad(ctx, p, "\"%s\" is already the name of policies[%zu]",
                     cfg->policies[i].name, j);
                 free(p);
             }
         }
     }
+    (void)path;
+}
+
+int
+config_validate(struct rl_config *cfg, struct rl_errors *errs)
+{
+    struct load_ctx ctx = {cfg->file ? cfg->file : "configuration", errs};
+    size_t before = errs->n;
+
+    check_top(cfg, "", &ctx);
     return errs->n == before ? RL_OK : RL_ERR;
+}
+
+/*
+ * Restart-only options keep their running values on reload: copy them from
+ * the running config and name those that the new file wanted to change.
+ */
+static void
+keep_restart(const struct schema *s, void *nobj, const void *oobj,
+             const char *path, struct rl_errors *changed)
+{
+    for (size_t i = 0; i < s->nfields; i++) {
+        const struct field *f = &s->fields[i];
+        char *fp = join_path(path, f->name);
+        if (f->type == T_OBJECT) {
+            keep_restart(f->sub, AT(nobj, f->off, char),
+                         AT((void *)(uintptr_t)oobj, f->off, char), fp, changed);
+        } else if (f->flags & F_RESTART) {
+            void *np = AT(nobj, f->off, char);
+            const void *op = AT((void *)(uintptr_t)oobj, f->off, char);
+            if (f->type == T_STRING) {
+                char **ns = np;
+                char *const *os = op;
+                if ((*ns == NULL) != (*os == NULL) ||
+                    (*ns != NULL && strcmp(*ns, *os) != 0))
+                    errors_add(changed, "%s", fp);
+                free(*ns);
+                *ns = *os ? xstrdup(*os) : NULL;
+            } else if (f->type == T_ENUM || f->type == T_BOOL) {
+                if (*(int *)np != *(const int *)op)
+                    errors_add(changed, "%s", fp);
+                *(int *)np = *(const int *)op;
+            } else {
+                if (*(int64_t *)np != *(const int64_t *)op)
+                    errors_add(changed, "%s", fp);
+                *(int64_t *)np = *(const int64_t *)op;
+            }
+        }
+        free(fp);
+    }
+}
+
+void
+config_keep_restart_options(struct rl_config *next, const struct rl_config *running,
+                            struct rl_errors *changed)
+{
+    keep_restart(&top_schema, next, running, "", changed);
 }
 
 const struct rl_policy *

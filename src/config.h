@@ -119,6 +119,15 @@ int config_set_option(struct rl_config *cfg, const char *name,
 /* Cross-field checks after every source is applied. */
 int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
 
+/*
+ * Before a reload swaps `next` in: options that only a restart can change
+ * (listen, workers, backend, redis.url, ...) take the running values; the
+ * names of those the new file tried to change are added to *changed.
+ */
+void config_keep_restart_options(struct rl_config *next,
+                                 const struct rl_config *running,
+                                 struct rl_errors *changed);
+
 struct rl_config *config_ref(struct rl_config *cfg);
 void config_unref(struct rl_config *cfg);
 

@@ -211,11 +211,11 @@ reload(struct run_state *rs)
         return;
     }
     old = daemon_config();
-    if (strcmp(old->listen, cfg->listen) != 0 || old->workers != cfg->workers ||
-        old->backend != cfg->backend || strcmp(old->redis.url, cfg->redis.url) != 0 ||
-        old->max_body != cfg->max_body)
-        log_warn("msg=\"listen, workers, backend, redis.url and max_body change "
-                 "only on restart; the running values stay\"");
+    config_keep_restart_options(cfg, old, &errs);
+    for (size_t i = 0; i < errs.n; i++)
+        log_warn("msg=\"option changes only on restart; the running value stays\" "
+                 "option=%s", errs.msg[i]);
+    errors_free(&errs);
     config_unref(old);
     log_set_level(cfg->log_level);
     set_config(cfg);

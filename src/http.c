@@ -1,11 +1,13 @@
 /* http.c — see http.h. */
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <sys/queue.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <jansson.h>
@@ -116,6 +118,28 @@ find_header(void *hctx, const char *name)
     return evhttp_find_header(evhttp_request_get_input_headers(hctx), name);
 }
 
+static size_t
+join_headers(void *hctx, const char *name, char *buf, size_t size)
+{
+    struct evkeyvalq *hs = evhttp_request_get_input_headers(hctx);
+    struct evkeyval *kv;
+    size_t o = 0;
+
+    TAILQ_FOREACH(kv, hs, next) {
+        if (strcasecmp(kv->key, name) != 0)
+            continue;
+        size_t n = strlen(kv->value);
+        if (o + n + 2 > size)
+            return size;        /* does not fit: say so, never truncate */
+        if (o > 0)
+            buf[o++] = ',';
+        memcpy(buf + o, kv->value, n);
+        o += n;
+        buf[o] = '\0';
+    }
+    return o;
+}
+
 static void
 peer_of(struct evhttp_request *req, struct rl_ident_input *in)
 {
@@ -169,13 +193,14 @@ handle_check(struct evhttp_request *req, struct rl_worker *w)
     ci.body = len ? (const char *)evbuffer_pullup(in, -1) : NULL;
     ci.body_len = len;
     ci.ident.header = find_header;
+    ci.ident.header_all = join_headers;
     ci.ident.hctx = req;
     peer_of(req, &ci.ident);
 
     hc = xmalloc(sizeof(*hc));
     hc->req = req;
     hc->w = w;
-    w->inflight++;
+    worker_check_begin(w);
     if (check_start(&w->env, cfg, &ci, on_check_done, hc, &status, &error) != RL_OK) {
         worker_count(w, RL_OUT_BAD_REQUEST);
         send_error(req, status, error);

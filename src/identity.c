@@ -83,20 +83,25 @@ int
 identity_forwarded(const struct rl_cidr_list *trusted,
                    const struct rl_ident_input *in, int *family, uint8_t addr[16])
 {
-    const char *xff, *fwd, *h, *item;
+    char h[RL_FORWARDED_MAX];
+    const char *item;
     size_t end, ilen;
-    int found = 0, rfc;
+    int found = 0, rfc = 1;
 
     if (in->peer_family == 0 ||
         !cidr_list_contains(trusted, in->peer_family, in->peer_addr))
         return RL_ERR;
-    fwd = in->header(in->hctx, "Forwarded");
-    xff = in->header(in->hctx, "X-Forwarded-For");
-    rfc = fwd != NULL;
-    h = rfc ? fwd : xff;
-    if (h == NULL)
+    /* Several header lines are one list (RFC 9110 5.3): a proxy that adds its
+     * own line must not let the client's earlier line pick the identity. */
+    end = in->header_all(in->hctx, "Forwarded", h, sizeof(h));
+    if (end == 0) {
+        rfc = 0;
+        end = in->header_all(in->hctx, "X-Forwarded-For", h, sizeof(h));
+    }
+    /* Absent, or too long to read whole: the rightmost hops, the only ones
+     * we can trust, would be the ones cut off. */
+    if (end == 0 || end >= sizeof(h))
         return RL_ERR;
-    end = strlen(h);
     while (prev_item(h, &end, &item, &ilen)) {
         const char *v = item;
         size_t vlen = ilen;

@@ -9,6 +9,9 @@
 #ifndef RL_IDENTITY_H
 #define RL_IDENTITY_H
 
+/* The longest forwarding chain read; a longer one is not believed at all. */
+#define RL_FORWARDED_MAX 8192
+
 #include "config.h"
 
 
@@ -17,6 +20,9 @@ struct rl_ident_input {
     size_t body_key_len;
     /* header value by name (case-insensitive), NULL when absent */
     const char *(*header)(void *hctx, const char *name);
+    /* every instance of a header joined with ","; its length, 0 when
+     * absent, >= size when it did not fit (then buf is unusable) */
+    size_t (*header_all)(void *hctx, const char *name, char *buf, size_t size);
     void *hctx;
     int peer_family;        /* AF_INET, AF_INET6, or 0 (unix socket) */
     uint8_t peer_addr[16];

@@ -138,9 +138,15 @@ worker_count(struct rl_worker *w, enum rl_outcome o)
 }
 
 void
+worker_check_begin(struct rl_worker *w)
+{
+    /* atomic only because /metrics reads it from another thread */
+    __atomic_add_fetch(&w->inflight, 1, __ATOMIC_RELAXED);
+}
+
+void
 worker_check_done(struct rl_worker *w)
 {
-    w->inflight--;
-    if (w->draining && w->inflight == 0)
+    if (__atomic_sub_fetch(&w->inflight, 1, __ATOMIC_RELAXED) == 0 && w->draining)
         stop_soon(w);
 }

@@ -51,7 +51,8 @@ void worker_join(struct rl_worker *w);
 void worker_free(struct rl_worker *w);
 
 void worker_count(struct rl_worker *w, enum rl_outcome o);
-/* Called by the HTTP layer when a check ends: may finish the drain. */
+/* Called by the HTTP layer around each check; the end may finish a drain. */
+void worker_check_begin(struct rl_worker *w);
 void worker_check_done(struct rl_worker *w);
 
 #endif
