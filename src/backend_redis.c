@@ -12,10 +12,13 @@
  * jitter.  Checks that arrive while not READY are answered DOWN at once, so
  * a dead Redis never queues work.
  */
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/util.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/adapters/libevent.h>
@@ -45,10 +48,13 @@ struct redis_backend {
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
     struct event *drop_ev;      /* drop a stalled connection, off-callback */
+    struct evdns_base *dns;     /* only when redis.url names a host */
+    struct evdns_getaddrinfo_request *dns_req;
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* replies hiredis still owes us */
     int destroying;
+    int announced_down;         /* "unavailable" logged since last ready */
     const char *down_reason;
 };
 
@@ -66,19 +72,28 @@ static void redis_connect(struct redis_backend *rb);
 
 static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
 
+/*
+ * One log line per change between usable and unusable, never one per retry:
+ * a Redis that stays down for an hour writes two lines, not thousands.
+ */
 static void
 set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
 {
-    if (rb->state == s)
-        return;
-    if (s == S_READY)
-        log_info("msg=\"redis ready\" redis=%s", rb->display);
-    else if (rb->state == S_READY || (s == S_DOWN && reason != NULL))
-        log_warn("msg=\"redis unavailable\" redis=%s state=%s reason=\"%s\"",
-                 rb->display, state_names[s], reason ? reason : "");
-    rb->state = s;
     if (reason != NULL)
         rb->down_reason = reason;
+    if (rb->state == s)
+        return;
+    if (s == S_READY) {
+        log_info("msg=\"redis ready\" redis=%s", rb->display);
+        rb->announced_down = 0;
+    } else if (s == S_DOWN && !rb->announced_down && !rb->destroying) {
+        log_warn("msg=\"redis unavailable\" redis=%s reason=\"%s\"", rb->display,
+                 rb->down_reason ? rb->down_reason : "");
+        rb->announced_down = 1;
+    }
+    log_debug("msg=\"redis connection state\" redis=%s from=%s to=%s", rb->display,
+              state_names[rb->state], state_names[s]);
+    rb->state = s;
 }
 
 /* ---- answering checks ---------------------------------------------------- */
@@ -327,8 +342,15 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct redis_backend *rb = arg;
 
-    if (rb->ac != NULL && rb->state != S_READY) {
-        log_warn("msg=\"redis connect timed out\" redis=%s", rb->display);
+    if (rb->dns_req != NULL) {
+        struct evdns_getaddrinfo_request *req = rb->dns_req;
+        rb->dns_req = NULL;
+        evdns_getaddrinfo_cancel(req);
+        log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
+        set_state(rb, S_DOWN, "resolve timeout");
+        schedule_reconnect(rb);
+    } else if (rb->ac != NULL && rb->state != S_READY) {
+        log_debug("msg=\"redis connect timed out\" redis=%s", rb->display);
         set_state(rb, S_DOWN, "connect timeout");
         /* Not inside a hiredis callback: freeing here is safe, and it runs
          * on_disconnect only for established connections. */
@@ -414,33 +436,100 @@ on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 static void
-redis_connect(struct redis_backend *rb)
+connect_to(struct redis_backend *rb, const char *ip)
 {
     redisAsyncContext *ac;
-    struct timeval tv;
 
     if (rb->url.path != NULL)
         ac = redisAsyncConnectUnix(rb->url.path);
     else
-        ac = redisAsyncConnect(rb->url.host, rb->url.port);
+        ac = redisAsyncConnect(ip, rb->url.port);
     if (ac == NULL || ac->err) {
         log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"", rb->display,
                   ac ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
+        evtimer_del(rb->connect_ev);
         set_state(rb, S_DOWN, "connect failed");
         schedule_reconnect(rb);
         return;
     }
     ac->data = rb;
     rb->ac = ac;
-    set_state(rb, S_CONNECTING, NULL);
     redisLibeventAttach(ac, rb->evb);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
+}
+
+static void
+on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+    struct redis_backend *rb = arg;
+    char ip[INET6_ADDRSTRLEN] = "";
+
+    rb->dns_req = NULL;
+    if (result == EVUTIL_EAI_CANCEL)
+        return;             /* connect timeout or shutdown: they decide */
+    if (result != 0 || res == NULL) {
+        log_debug("msg=\"cannot resolve the redis host\" redis=%s error=\"%s\"",
+                 rb->display, evutil_gai_strerror(result));
+        evtimer_del(rb->connect_ev);
+        set_state(rb, S_DOWN, "cannot resolve the redis host");
+        schedule_reconnect(rb);
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    if (res->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
+                  ip, sizeof(ip));
+    else
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
+                  ip, sizeof(ip));
+    evutil_freeaddrinfo(res);
+    connect_to(rb, ip);
+}
+
+/*
+ * hiredis resolves names with a blocking getaddrinfo: on the event loop that
+ * would stall every check.  Literal addresses go straight to hiredis; names
+ * are resolved first with evdns, on the loop, under the connect deadline.
+ */
+static void
+redis_connect(struct redis_backend *rb)
+{
+    struct timeval tv;
+    struct in6_addr a6;
+    struct evutil_addrinfo hints;
+
+    set_state(rb, S_CONNECTING, NULL);
     tv.tv_sec = rb->connect_timeout_ms / 1000;
     tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
     evtimer_add(rb->connect_ev, &tv);
+    if (rb->url.path != NULL || inet_pton(AF_INET, rb->url.host, &a6) == 1 ||
+        inet_pton(AF_INET6, rb->url.host, &a6) == 1) {
+        connect_to(rb, rb->url.host);
+        return;
+    }
+    if (rb->dns == NULL)
+        rb->dns = evdns_base_new(rb->evb, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+                                 EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (rb->dns == NULL) {
+        /* no resolv.conf at all: /etc/hosts alone still names localhost */
+        rb->dns = evdns_base_new(rb->evb, 0);
+        if (rb->dns != NULL)
+            evdns_base_load_hosts(rb->dns, NULL);
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rb->dns_req = rb->dns ? evdns_getaddrinfo(rb->dns, rb->url.host, NULL, &hints,
+                                              on_resolved, rb) : NULL;
+    if (rb->dns == NULL) {
+        evtimer_del(rb->connect_ev);
+        set_state(rb, S_DOWN, "no resolver");
+        schedule_reconnect(rb);
+    }
 }
 
 /* ---- the backend interface ---------------------------------------------------- */
@@ -484,6 +573,11 @@ redis_destroy(struct rl_backend *be)
     struct redis_backend *rb = (struct redis_backend *)be;
 
     rb->destroying = 1;
+    if (rb->dns_req != NULL) {
+        struct evdns_getaddrinfo_request *req = rb->dns_req;
+        rb->dns_req = NULL;
+        evdns_getaddrinfo_cancel(req);
+    }
     if (rb->ac != NULL) {
         redisAsyncContext *ac = rb->ac;
         rb->ac = NULL;
@@ -492,6 +586,8 @@ redis_destroy(struct rl_backend *be)
     event_free(rb->retry_ev);
     event_free(rb->connect_ev);
     event_free(rb->drop_ev);
+    if (rb->dns != NULL)
+        evdns_base_free(rb->dns, 0);
     free(rb->display);
     redis_url_clear(&rb->url);
     free(rb);

@@ -271,6 +271,8 @@ static const struct field top_fields[] = {
      "[\"127.0.0.0/8\", \"::1/128\"]", 0, 0, NULL, NULL, 0, 0, NULL},
     {"max_body", T_SIZE, offsetof(struct rl_config, max_body), "\"64k\"", 2,
      64 * 1024 * 1024, NULL, NULL, 0, F_RESTART, SIZE_HINT},
+    {"max_inflight", T_INT, offsetof(struct rl_config, max_inflight), "10000", 1,
+     10000000, NULL, NULL, 0, 0, NULL},
     {"shutdown_grace", T_DURATION, offsetof(struct rl_config, shutdown_grace_ms),
      "\"10s\"", 0, 3600 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
     {"log_level", T_ENUM, offsetof(struct rl_config, log_level), "\"info\"", 0, 0,

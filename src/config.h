@@ -84,6 +84,7 @@ struct rl_config {
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
     int64_t max_body;
+    int64_t max_inflight;       /* per worker; past it a fast 503 */
     int64_t shutdown_grace_ms;
     enum rl_log_level log_level;
     struct rl_policy *policies;

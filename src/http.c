@@ -189,6 +189,14 @@ handle_check(struct evhttp_request *req, struct rl_worker *w)
         config_unref(cfg);
         return;
     }
+    /* A backend that slows down must not grow a queue without bound: past
+     * the cap, answer at once and let the caller decide. */
+    if ((int64_t)__atomic_load_n(&w->inflight, __ATOMIC_RELAXED) >= cfg->max_inflight) {
+        worker_count(w, RL_OUT_UNAVAILABLE);
+        send_error(req, 503, "overloaded: too many checks in flight");
+        config_unref(cfg);
+        return;
+    }
     memset(&ci, 0, sizeof(ci));
     ci.body = len ? (const char *)evbuffer_pullup(in, -1) : NULL;
     ci.body_len = len;

@@ -1,0 +1,149 @@
+/*
+ * algo_gcra.c — the generic cell rate algorithm: one theoretical arrival
+ * time (TAT) per key, the cheapest state that gives a burst and then a
+ * steady rate.  Emission interval T = W / limit, tolerance tau = T * burst;
+ * a check is allowed when max(TAT, now) + T * cost - now <= tau (equality
+ * allows), and then TAT = max(TAT, now) + T * cost.
+ * Mirrors scripts/lua/gcra.lua.
+ *
+ * T is rarely a whole number of microseconds and rounding it would drift, so
+ * times are exact pairs i + f / limit (0 <= f < limit): state a = i, b = f
+ * of TAT.  An all-zero state is a TAT long past, like a missing Redis key.
+ * It decides exactly like the token bucket with the same limit, window and
+ * burst; the two differ in what they store.
+ */
+#include "algo.h"
+
+static int64_t
+gcra_muldiv(int64_t a, int64_t b, int64_t c, int64_t *rem)
+{
+    unsigned __int128 p = (unsigned __int128)(uint64_t)a * (uint64_t)b;
+
+    *rem = (int64_t)(p % (uint64_t)c);
+    return (int64_t)(p / (uint64_t)c);
+}
+
+/* An exact time i + f / limit microseconds. */
+struct gcra_t {
+    int64_t i, f;
+};
+
+static struct gcra_t
+gcra_norm(int64_t i, int64_t f, int64_t limit)
+{
+    struct gcra_t t = { i, f };
+
+    if (t.f >= limit) {
+        t.i++;
+        t.f -= limit;
+    } else if (t.f < 0) {
+        t.i--;
+        t.f += limit;
+    }
+    return t;
+}
+
+static int64_t
+gcra_ceil(struct gcra_t t)
+{
+    return t.i + (t.f > 0);
+}
+
+/* floor(burst - x / T): the whole units free when TAT is x after now. */
+static int64_t
+gcra_room(const struct rl_limit *lim, struct gcra_t x)
+{
+    int64_t W = lim->window_ms * 1000, r;
+    int64_t q = gcra_muldiv(x.i, lim->limit, W, &r);
+
+    /* ceil(x * limit / W) = ceil((x.i * limit + x.f) / W) */
+    q += (r + x.f) / W + ((r + x.f) % W > 0);
+    return lim->burst - q;
+}
+
+/* max(TAT, now) - now */
+static struct gcra_t
+gcra_ahead(const struct rl_limit *lim, const struct rl_algo_state *st,
+           int64_t now)
+{
+    struct gcra_t x = { 0, 0 };
+    int64_t i = st->a, f = st->b;
+
+    if (f >= lim->limit) {
+        /* f was kept over an older limit: round TAT up to the microsecond */
+        i++;
+        f = 0;
+    }
+    if (i >= now) {
+        x.i = i - now;
+        x.f = f;
+    }
+    return x;
+}
+
+/* Where TAT would be, from now, after a check of `cost` (<= burst). */
+static struct gcra_t
+gcra_next(const struct rl_limit *lim, struct gcra_t x, int64_t cost)
+{
+    int64_t cf, ci = gcra_muldiv(lim->window_ms * 1000, cost, lim->limit, &cf);
+
+    return gcra_norm(x.i + ci, x.f + cf, lim->limit);
+}
+
+static void
+gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
+          int64_t now, int64_t cost, struct rl_limit_result *res)
+{
+    struct gcra_t x = gcra_ahead(lim, st, now), n, tau;
+    int64_t room = gcra_room(lim, x);
+
+    res->remaining = room > 0 ? room : 0;
+    res->reset_ms = algo_us_to_ms_ceil(gcra_ceil(x));
+    if (cost > lim->burst) {
+        res->allowed = 0;
+        res->retry_after_ms = -1;
+        return;
+    }
+    n = gcra_next(lim, x, cost);
+    tau.i = gcra_muldiv(lim->window_ms * 1000, lim->burst, lim->limit, &tau.f);
+    if (n.i < tau.i || (n.i == tau.i && n.f <= tau.f)) {
+        res->allowed = 1;
+        res->retry_after_ms = 0;
+    } else {
+        /* allowed once now has grown by n - tau */
+        res->allowed = 0;
+        res->retry_after_ms = algo_us_to_ms_ceil(
+            gcra_ceil(gcra_norm(n.i - tau.i, n.f - tau.f, lim->limit)));
+    }
+}
+
+static void
+gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+            int64_t cost, struct rl_limit_result *res)
+{
+    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now), cost);
+    int64_t room = gcra_room(lim, n);
+
+    st->a = now + n.i;
+    st->b = n.f;
+    res->allowed = 1;
+    res->remaining = room > 0 ? room : 0;
+    res->reset_ms = algo_us_to_ms_ceil(gcra_ceil(n));
+    res->retry_after_ms = 0;
+}
+
+static int64_t
+gcra_ttl(const struct rl_limit *lim, const struct rl_algo_state *st,
+         int64_t now)
+{
+    return gcra_ceil(gcra_ahead(lim, st, now));
+}
+
+const struct rl_algo_def rl_algo_gcra = {
+    .name = "gcra",
+    .tag = "gcra",
+    .uses_burst = 1,
+    .peek = gcra_peek,
+    .commit = gcra_commit,
+    .ttl_us = gcra_ttl,
+};

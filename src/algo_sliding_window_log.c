@@ -1,0 +1,153 @@
+/*
+ * algo_sliding_window_log.c — the exact log: every allowed check is kept with
+ * its time and cost until it leaves the window, so no edge of any window can
+ * admit more than `limit` units.  The price is memory: O(limit) per key.
+ * Mirrors scripts/lua/sliding_window_log.lua.
+ *
+ * State: a = units in the ring; the ring holds (time, cost) pairs, oldest
+ * first, two int64_t slots per entry (ring_cap/head/len count entries).
+ * peek() only reads, so entries that have left the window are skipped there
+ * and dropped by the next commit().  Times in the ring never decrease: a
+ * clock that stepped back (possible with Redis TIME) logs at the newest time,
+ * exactly as the script does, so both keep index order = time order.
+ */
+#include <stdlib.h>
+
+#include "algo.h"
+#include "util.h"
+
+static int64_t
+swl_ts(const struct rl_algo_state *st, uint32_t i)
+{
+    return st->ring[2 * (size_t)((st->ring_head + i) % st->ring_cap)];
+}
+
+static int64_t
+swl_cost(const struct rl_algo_state *st, uint32_t i)
+{
+    return st->ring[2 * (size_t)((st->ring_head + i) % st->ring_cap) + 1];
+}
+
+/* The entries still inside the window (now - W, now]. */
+struct swl_view {
+    uint32_t first;     /* index of the oldest entry that still counts */
+    int64_t n;          /* units that still count */
+    int64_t newest;     /* time of the newest entry, when n > 0 */
+};
+
+static void
+swl_view(const struct rl_limit *lim, const struct rl_algo_state *st,
+         int64_t now, struct swl_view *v)
+{
+    int64_t cutoff = now - lim->window_ms * 1000;
+    int64_t gone = 0;
+    uint32_t i = 0;
+
+    while (i < st->ring_len && swl_ts(st, i) <= cutoff)
+        gone += swl_cost(st, i++);
+    v->first = i;
+    v->n = st->a - gone;
+    v->newest = i < st->ring_len ? swl_ts(st, st->ring_len - 1) : 0;
+}
+
+static void
+swl_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
+         int64_t now, int64_t cost, struct rl_limit_result *res)
+{
+    int64_t W = lim->window_ms * 1000;
+    struct swl_view v;
+
+    swl_view(lim, st, now, &v);
+    res->remaining = lim->limit > v.n ? lim->limit - v.n : 0;
+    res->reset_ms = v.n > 0 ? algo_us_to_ms_ceil(v.newest + W - now) : 0;
+    if (cost > lim->limit) {
+        res->allowed = 0;
+        res->retry_after_ms = -1;
+    } else if (v.n + cost <= lim->limit) {
+        res->allowed = 1;
+        res->retry_after_ms = 0;
+    } else {
+        /* The oldest entries must leave until `need` units have gone. */
+        int64_t need = v.n + cost - lim->limit, freed = 0;
+        uint32_t j = v.first;
+
+        while (freed < need)
+            freed += swl_cost(st, j++);
+        res->allowed = 0;
+        res->retry_after_ms = algo_us_to_ms_ceil(swl_ts(st, j - 1) + W - now);
+    }
+}
+
+/* Room for one more entry; the ring never holds more entries than units. */
+static void
+swl_reserve(const struct rl_limit *lim, struct rl_algo_state *st)
+{
+    uint64_t cap;
+    int64_t *ring;
+
+    if (st->ring_len < st->ring_cap)
+        return;
+    cap = st->ring_cap < 4 ? 8 : (uint64_t)st->ring_cap * 2;
+    if (cap > (uint64_t)lim->limit)
+        cap = (uint64_t)lim->limit;
+    if (cap < (uint64_t)st->ring_len + 1)
+        cap = (uint64_t)st->ring_len + 1;
+    if (cap > UINT32_MAX / 2)
+        abort();    /* limits are at most 1e9: cannot happen */
+    ring = xmalloc(cap * 2 * sizeof(*ring));
+    for (uint32_t i = 0; i < st->ring_len; i++) {
+        ring[2 * i] = swl_ts(st, i);
+        ring[2 * i + 1] = swl_cost(st, i);
+    }
+    free(st->ring);
+    st->ring = ring;
+    st->ring_cap = (uint32_t)cap;
+    st->ring_head = 0;
+}
+
+static void
+swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+           int64_t cost, struct rl_limit_result *res)
+{
+    int64_t W = lim->window_ms * 1000;
+    int64_t ts;
+    struct swl_view v;
+    uint32_t slot;
+
+    swl_view(lim, st, now, &v);
+    if (v.first > 0) {
+        st->ring_head = (st->ring_head + v.first) % st->ring_cap;
+        st->ring_len -= v.first;
+        st->a = v.n;
+    }
+    ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
+    swl_reserve(lim, st);
+    slot = (st->ring_head + st->ring_len) % st->ring_cap;
+    st->ring[2 * (size_t)slot] = ts;
+    st->ring[2 * (size_t)slot + 1] = cost;
+    st->ring_len++;
+    st->a += cost;
+
+    res->allowed = 1;
+    res->remaining = lim->limit > st->a ? lim->limit - st->a : 0;
+    res->reset_ms = algo_us_to_ms_ceil(ts + W - now);
+    res->retry_after_ms = 0;
+}
+
+static int64_t
+swl_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
+{
+    struct swl_view v;
+
+    swl_view(lim, st, now, &v);
+    return v.n > 0 ? v.newest + lim->window_ms * 1000 - now : 0;
+}
+
+const struct rl_algo_def rl_algo_sliding_window_log = {
+    .name = "sliding_window_log",
+    .tag = "swl",
+    .uses_burst = 0,
+    .peek = swl_peek,
+    .commit = swl_commit,
+    .ttl_us = swl_ttl,
+};

@@ -1,0 +1,131 @@
+/*
+ * algo_token_bucket.c — `burst` tokens of capacity refilled continuously at
+ * `limit` tokens per window: a burst, then a steady rate.
+ * Mirrors scripts/lua/token_bucket.lua.
+ *
+ * State: what the bucket misses, D = a + b / W tokens (W = window in us,
+ * 0 <= b < W), as of time c.  Keeping the deficit rather than the tokens makes
+ * an all-zero state a full bucket, like a missing Redis key.  The fraction is
+ * exact, so refilling gives the same bucket however often anyone asks.
+ * Products reach limit x window (2^66): 128-bit here, digit-wise in the script.
+ */
+#include "algo.h"
+
+static int64_t
+tb_muldiv(int64_t a, int64_t b, int64_t c, int64_t *rem)
+{
+    unsigned __int128 p = (unsigned __int128)(uint64_t)a * (uint64_t)b;
+
+    *rem = (int64_t)(p % (uint64_t)c);
+    return (int64_t)(p / (uint64_t)c);
+}
+
+/* Microseconds, rounded up, until the deficit d + f / W falls to x tokens. */
+static int64_t
+tb_wait(int64_t d, int64_t f, int64_t x, int64_t W, int64_t limit)
+{
+    int64_t q, r, q2, r2;
+
+    if (d < x || (d == x && f == 0))
+        return 0;
+    /* ceil(((d - x) * W + f) / limit) */
+    q = tb_muldiv(d - x, W, limit, &r);
+    q2 = (r + f) / limit;
+    r2 = (r + f) % limit;
+    return q + q2 + (r2 > 0);
+}
+
+/* The bucket as it stands at now. */
+struct tb_view {
+    int64_t d, f;       /* deficit, after refill */
+    int64_t at;         /* the time it is evaluated at: max(now, last) */
+    int64_t skew;       /* at - now, > 0 only when a clock stepped back */
+    int64_t room;       /* floor(tokens) = burst - ceil(D); may be < 0 */
+    int64_t reset;      /* us from now until full */
+};
+
+static void
+tb_view(const struct rl_limit *lim, const struct rl_algo_state *st,
+        int64_t now, struct tb_view *v)
+{
+    int64_t W = lim->window_ms * 1000;
+    int64_t full = tb_wait(st->a, st->b, 0, W, lim->limit);
+
+    v->at = now > st->c ? now : st->c;
+    v->skew = v->at - now;
+    if (v->at - st->c >= full) {
+        v->d = v->f = 0;
+    } else {
+        int64_t r, q = tb_muldiv(lim->limit, v->at - st->c, W, &r);
+
+        v->d = st->a - q;
+        v->f = st->b - r;
+        if (v->f < 0) {
+            v->d--;
+            v->f += W;
+        }
+    }
+    v->room = lim->burst - v->d - (v->f > 0);
+    v->reset = v->d > 0 || v->f > 0 ?
+        tb_wait(v->d, v->f, 0, W, lim->limit) + v->skew : 0;
+}
+
+static void
+tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
+        int64_t now, int64_t cost, struct rl_limit_result *res)
+{
+    struct tb_view v;
+
+    tb_view(lim, st, now, &v);
+    res->remaining = v.room > 0 ? v.room : 0;
+    res->reset_ms = algo_us_to_ms_ceil(v.reset);
+    if (cost > lim->burst) {
+        res->allowed = 0;
+        res->retry_after_ms = -1;
+    } else if (cost <= v.room) {
+        res->allowed = 1;
+        res->retry_after_ms = 0;
+    } else {
+        res->allowed = 0;
+        res->retry_after_ms = algo_us_to_ms_ceil(
+            tb_wait(v.d, v.f, lim->burst - cost, lim->window_ms * 1000,
+                    lim->limit) + v.skew);
+    }
+}
+
+static void
+tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+          int64_t cost, struct rl_limit_result *res)
+{
+    struct tb_view v;
+    int64_t room;
+
+    tb_view(lim, st, now, &v);
+    st->a = v.d + cost;
+    st->b = v.f;
+    st->c = v.at;
+    room = v.room - cost;
+    res->allowed = 1;
+    res->remaining = room > 0 ? room : 0;
+    res->reset_ms = algo_us_to_ms_ceil(
+        tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);
+    res->retry_after_ms = 0;
+}
+
+static int64_t
+tb_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
+{
+    struct tb_view v;
+
+    tb_view(lim, st, now, &v);
+    return v.reset;
+}
+
+const struct rl_algo_def rl_algo_token_bucket = {
+    .name = "token_bucket",
+    .tag = "tb",
+    .uses_burst = 1,
+    .peek = tb_peek,
+    .commit = tb_commit,
+    .ttl_us = tb_ttl,
+};

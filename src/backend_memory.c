@@ -1,0 +1,550 @@
+/*
+ * backend_memory.c — counts in this process: `-b memory`, and the local
+ * limiter of failure_mode "local".
+ *
+ * One store per process, shared by every worker thread: created by the first
+ * create(), reference counted, freed by the last destroy().  Workers would
+ * otherwise each count a caller separately and admit workers x limit.
+ *
+ * The store is split into shards, each a hash table under its own mutex, so
+ * workers contend only when they touch the same shard.  A check locks the
+ * shards of all its keys in ascending order (no deadlock), decides every
+ * limit with peek(), commits them all only when all allow, and unlocks before
+ * calling back: the decision is atomic across the policy's limits.
+ *
+ * The table is bounded, because distinct callers are unbounded.  Every entry
+ * expires at the time its algorithm says its state becomes worthless (ttl_us),
+ * and each shard keeps its entries in a min-heap on that time, so
+ *  - expired entries are reclaimed lazily (a lookup that finds one drops it)
+ *    and by an incremental sweep (each check pops a few expired entries from
+ *    the heads of the shards it locked, and of one more shard in turn);
+ *  - when a shard is full, the victim is the entry closest to expiry: an
+ *    expired one if any, otherwise the one that would be worthless soonest,
+ *    i.e. the one whose loss forgives the least.  Evicting a live entry hands
+ *    that caller a fresh limit early; the cap keeps memory bounded under a
+ *    flood of distinct identities instead.
+ * The cap counts entries, not bytes: a sliding_window_log entry grows with
+ * its limit (16 bytes per logged check).
+ *
+ * Times are CLOCK_MONOTONIC microseconds: the state of a process only ever
+ * meets the clock of that process.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "util.h"
+
+#define MEM_MAX_ENTRIES_DEFAULT 1000000
+#define MEM_SHARDS_MAX 64       /* a power of two */
+#define MEM_SWEEP_BATCH 16      /* expired entries reclaimed per shard visit */
+#define MEM_BUCKETS_MIN 16
+#define MEM_KEYBUF 2048         /* limit keys of a check, on the stack */
+/* ":<tag>:<window_ms>" and a NUL after the check's key */
+#define MEM_KEY_EXTRA 32
+
+struct mem_entry {
+    struct mem_entry *next;     /* hash chain */
+    uint64_t hash;
+    int64_t expires;            /* us; the state is worthless from then on */
+    size_t heap;                /* index in the shard's heap */
+    struct rl_algo_state st;
+    size_t key_len;
+    char key[];
+};
+
+struct mem_shard {
+    pthread_mutex_t lock;
+    struct mem_entry **buckets;
+    size_t nbuckets;            /* a power of two, 0 until the first entry */
+    struct mem_entry **heap;    /* min-heap on expires; n entries */
+    size_t n, heap_cap;
+    size_t max;                 /* entries this shard may hold */
+} __attribute__((aligned(64)));
+
+struct mem_store {
+    int refs;                   /* under store_lock */
+    uint64_t k0, k1;            /* hash key: callers choose identities */
+    unsigned nshards;           /* a power of two */
+    unsigned sweep_next;        /* round robin, atomic */
+    struct mem_shard shards[MEM_SHARDS_MAX];
+};
+
+struct mem_backend {
+    struct rl_backend base;
+    struct mem_store *store;
+};
+
+static pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mem_store *store;
+static size_t max_entries = MEM_MAX_ENTRIES_DEFAULT;
+
+/*
+ * Not in backend.h yet: the cap of the next store (tests, and a future
+ * `memory.max_keys` option) and the number of entries held (tests, metrics).
+ */
+void backend_memory_set_max_entries(size_t n);
+size_t backend_memory_entries(void);
+
+/* ---- SipHash-2-4: a keyed hash, so callers cannot aim at one chain ------- */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                        \
+    do {                                                                \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);       \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                          \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                          \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);       \
+    } while (0)
+
+static uint64_t
+siphash(uint64_t k0, uint64_t k1, const unsigned char *p, size_t len)
+{
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+    uint64_t m, b = (uint64_t)len << 56;
+    size_t i, tail = len & 7;
+
+    for (i = 0; i + 8 <= len; i += 8) {
+        m = 0;
+        for (int j = 7; j >= 0; j--)
+            m = m << 8 | p[i + (size_t)j];
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    for (size_t j = 0; j < tail; j++)
+        b |= (uint64_t)p[i + j] << (8 * j);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static void
+random_key(uint64_t k[2])
+{
+    ssize_t got = getrandom(k, 2 * sizeof(k[0]), GRND_NONBLOCK);
+
+    if (got != (ssize_t)(2 * sizeof(k[0]))) {
+        /* no entropy yet: still different per process and start */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        k[0] = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
+        k[1] = (uint64_t)ts.tv_sec * 0xbf58476d1ce4e5b9ULL ^ (uint64_t)now_monotonic_us();
+    }
+}
+
+/* ---- the expiry heap ------------------------------------------------------ */
+
+static void
+heap_set(struct mem_shard *sh, size_t i, struct mem_entry *e)
+{
+    sh->heap[i] = e;
+    e->heap = i;
+}
+
+static void
+heap_up(struct mem_shard *sh, size_t i)
+{
+    struct mem_entry *e = sh->heap[i];
+
+    while (i > 0 && sh->heap[(i - 1) / 2]->expires > e->expires) {
+        heap_set(sh, i, sh->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_set(sh, i, e);
+}
+
+static void
+heap_down(struct mem_shard *sh, size_t i)
+{
+    struct mem_entry *e = sh->heap[i];
+
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= sh->n)
+            break;
+        if (c + 1 < sh->n && sh->heap[c + 1]->expires < sh->heap[c]->expires)
+            c++;
+        if (sh->heap[c]->expires >= e->expires)
+            break;
+        heap_set(sh, i, sh->heap[c]);
+        i = c;
+    }
+    heap_set(sh, i, e);
+}
+
+/* The entry's expiry changed: restore the heap order. */
+static void
+heap_fix(struct mem_shard *sh, size_t i)
+{
+    if (i > 0 && sh->heap[(i - 1) / 2]->expires > sh->heap[i]->expires)
+        heap_up(sh, i);
+    else
+        heap_down(sh, i);
+}
+
+/* ---- one shard's table ------------------------------------------------------ */
+
+static struct mem_entry *
+shard_find(struct mem_shard *sh, uint64_t hash, const char *key, size_t len)
+{
+    struct mem_entry *e;
+
+    if (sh->nbuckets == 0)
+        return NULL;
+    for (e = sh->buckets[hash & (sh->nbuckets - 1)]; e != NULL; e = e->next)
+        if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
+            return e;
+    return NULL;
+}
+
+static void
+shard_remove(struct mem_shard *sh, struct mem_entry *e)
+{
+    struct mem_entry **pp = &sh->buckets[e->hash & (sh->nbuckets - 1)];
+    size_t i = e->heap;
+
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+
+    sh->n--;
+    if (i < sh->n) {
+        heap_set(sh, i, sh->heap[sh->n]);
+        heap_fix(sh, i);
+    }
+    algo_state_release(&e->st);
+    free(e);
+}
+
+/* Reclaim up to `budget` expired entries; the heap has them first. */
+static void
+shard_sweep(struct mem_shard *sh, int64_t now, int budget)
+{
+    while (budget-- > 0 && sh->n > 0 && sh->heap[0]->expires <= now)
+        shard_remove(sh, sh->heap[0]);
+}
+
+static void
+shard_grow(struct mem_shard *sh)
+{
+    size_t nb = sh->nbuckets ? sh->nbuckets * 2 : MEM_BUCKETS_MIN;
+    struct mem_entry **b = xcalloc(nb, sizeof(*b));
+
+    for (size_t i = 0; i < sh->nbuckets; i++) {
+        struct mem_entry *e = sh->buckets[i], *next;
+        for (; e != NULL; e = next) {
+            next = e->next;
+            e->next = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+        }
+    }
+    free(sh->buckets);
+    sh->buckets = b;
+    sh->nbuckets = nb;
+}
+
+static int
+pinned(struct mem_entry *e, struct mem_entry *const *pin, size_t npin)
+{
+    for (size_t i = 0; i < npin; i++)
+        if (pin[i] == e)
+            return 1;
+    return 0;
+}
+
+/*
+ * Make room for one entry.  The victim is the entry closest to expiry that
+ * this check is not using (pin): the heap's head, or failing that the first
+ * in heap order.  A shard holds at least RL_LIMITS_MAX entries and a check
+ * pins fewer, so there is always one.
+ */
+static int
+shard_evict(struct mem_shard *sh, struct mem_entry *const *pin, size_t npin)
+{
+    for (size_t i = 0; i < sh->n; i++) {
+        if (!pinned(sh->heap[i], pin, npin)) {
+            shard_remove(sh, sh->heap[i]);
+            return RL_OK;
+        }
+    }
+    return RL_ERR;
+}
+
+static struct mem_entry *
+shard_insert(struct mem_shard *sh, uint64_t hash, const char *key, size_t len,
+             int64_t now, struct mem_entry *const *pin, size_t npin)
+{
+    struct mem_entry *e;
+
+    shard_sweep(sh, now, MEM_SWEEP_BATCH);
+    while (sh->n >= sh->max && shard_evict(sh, pin, npin) == RL_OK)
+        ;
+    if (sh->n >= sh->nbuckets)
+        shard_grow(sh);
+    if (sh->n == sh->heap_cap) {
+        sh->heap_cap = sh->heap_cap ? sh->heap_cap * 2 : MEM_BUCKETS_MIN;
+        sh->heap = xrealloc(sh->heap, sh->heap_cap * sizeof(*sh->heap));
+    }
+    e = xcalloc(1, sizeof(*e) + len);
+    e->hash = hash;
+    e->expires = now;
+    e->key_len = len;
+    memcpy(e->key, key, len);
+    e->next = sh->buckets[hash & (sh->nbuckets - 1)];
+    sh->buckets[hash & (sh->nbuckets - 1)] = e;
+    heap_set(sh, sh->n++, e);
+    heap_up(sh, e->heap);
+    return e;
+}
+
+static void
+shard_free(struct mem_shard *sh)
+{
+    for (size_t i = 0; i < sh->n; i++) {
+        algo_state_release(&sh->heap[i]->st);
+        free(sh->heap[i]);
+    }
+    free(sh->heap);
+    free(sh->buckets);
+    pthread_mutex_destroy(&sh->lock);
+}
+
+/* ---- the store ------------------------------------------------------------ */
+
+static struct mem_store *
+store_new(size_t cap)
+{
+    struct mem_store *s = xcalloc(1, sizeof(*s));
+    uint64_t k[2];
+
+    /* every shard must hold more entries than one check can pin */
+    if (cap < RL_LIMITS_MAX)
+        cap = RL_LIMITS_MAX;
+    s->nshards = MEM_SHARDS_MAX;
+    while (s->nshards > 1 && cap / s->nshards < 4 * RL_LIMITS_MAX)
+        s->nshards /= 2;
+    for (unsigned i = 0; i < s->nshards; i++) {
+        pthread_mutex_init(&s->shards[i].lock, NULL);
+        s->shards[i].max = cap / s->nshards;
+    }
+    random_key(k);
+    s->k0 = k[0];
+    s->k1 = k[1];
+    return s;
+}
+
+static void
+store_free(struct mem_store *s)
+{
+    for (unsigned i = 0; i < s->nshards; i++)
+        shard_free(&s->shards[i]);
+    free(s);
+}
+
+void
+backend_memory_set_max_entries(size_t n)
+{
+    pthread_mutex_lock(&store_lock);
+    max_entries = n;
+    pthread_mutex_unlock(&store_lock);
+}
+
+size_t
+backend_memory_entries(void)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&store_lock);
+    if (store != NULL) {
+        for (unsigned i = 0; i < store->nshards; i++) {
+            pthread_mutex_lock(&store->shards[i].lock);
+            n += store->shards[i].n;
+            pthread_mutex_unlock(&store->shards[i].lock);
+        }
+    }
+    pthread_mutex_unlock(&store_lock);
+    return n;
+}
+
+/* ---- the backend ---------------------------------------------------------- */
+
+static int
+mem_create(struct rl_backend **out, struct event_base *base,
+           const struct rl_config *cfg, char **cause)
+{
+    struct mem_backend *mb = xcalloc(1, sizeof(*mb));
+
+    pthread_mutex_lock(&store_lock);
+    if (store == NULL)
+        store = store_new(max_entries);
+    store->refs++;
+    mb->store = store;
+    pthread_mutex_unlock(&store_lock);
+    mb->base.ops = &rl_backend_memory_ops;
+    *out = &mb->base;
+    return RL_OK;
+}
+
+static void
+mem_destroy(struct rl_backend *be)
+{
+    struct mem_backend *mb = (struct mem_backend *)be;
+
+    pthread_mutex_lock(&store_lock);
+    if (--mb->store->refs == 0) {
+        store_free(mb->store);
+        store = NULL;
+    }
+    pthread_mutex_unlock(&store_lock);
+    free(mb);
+}
+
+static int
+mem_ready(struct rl_backend *be, const char **reason)
+{
+    return RL_OK;
+}
+
+static void
+fail(struct rl_check_res *res, const char *why, rl_check_cb cb, void *arg)
+{
+    res->status = RL_BACKEND_ERROR;
+    res->error = why;
+    res->allowed = 0;
+    cb(res, arg);
+}
+
+static void
+mem_check(struct rl_backend *be, const struct rl_check_req *req,
+          rl_check_cb cb, void *arg)
+{
+    static const struct rl_algo_state fresh;
+    struct mem_store *s = ((struct mem_backend *)be)->store;
+    const struct rl_policy *pol = req->policy;
+    size_t n = pol->nlimits, per = req->key_len + MEM_KEY_EXTRA;
+    char stackbuf[MEM_KEYBUF], *kbuf = stackbuf;
+    size_t klen[RL_LIMITS_MAX];
+    uint64_t hash[RL_LIMITS_MAX];
+    unsigned shard[RL_LIMITS_MAX], order[RL_LIMITS_MAX], nlocked = 0;
+    struct mem_entry *e[RL_LIMITS_MAX];
+    struct rl_check_res res;
+    int64_t now;
+
+    memset(&res, 0, sizeof(res));
+    if (n > RL_LIMITS_MAX) {
+        fail(&res, "too many limits", cb, arg);
+        return;
+    }
+    if (n * per > sizeof(stackbuf))
+        kbuf = xmalloc(n * per);
+    for (size_t i = 0; i < n; i++) {
+        int len = backend_limit_key(req, i, kbuf + i * per, per);
+        if (len < 0) {
+            if (kbuf != stackbuf)
+                free(kbuf);
+            fail(&res, "key too long", cb, arg);
+            return;
+        }
+        klen[i] = (size_t)len;
+        hash[i] = siphash(s->k0, s->k1, (const unsigned char *)kbuf + i * per,
+                          klen[i]);
+        shard[i] = (unsigned)(hash[i] >> 32) & (s->nshards - 1);
+    }
+
+    /* lock each shard once, in ascending order */
+    for (size_t i = 0; i < n; i++) {
+        unsigned j = nlocked;
+        int dup = 0;
+        for (unsigned k = 0; k < nlocked; k++)
+            dup |= order[k] == shard[i];
+        if (dup)
+            continue;
+        while (j > 0 && order[j - 1] > shard[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = shard[i];
+        nlocked++;
+    }
+    for (unsigned k = 0; k < nlocked; k++)
+        pthread_mutex_lock(&s->shards[order[k]].lock);
+    /* read the clock under the locks: each key sees its times in order */
+    now = now_monotonic_us();
+
+    for (unsigned k = 0; k < nlocked; k++)
+        shard_sweep(&s->shards[order[k]], now, MEM_SWEEP_BATCH);
+    res.allowed = 1;
+    for (size_t i = 0; i < n; i++) {
+        struct mem_shard *sh = &s->shards[shard[i]];
+        const struct rl_limit *lim = &pol->limits[i];
+
+        e[i] = shard_find(sh, hash[i], kbuf + i * per, klen[i]);
+        if (e[i] != NULL && e[i]->expires <= now) {
+            shard_remove(sh, e[i]);
+            e[i] = NULL;
+        }
+        algo_def(lim->algo)->peek(lim, e[i] ? &e[i]->st : &fresh, now,
+                                  req->cost, &res.limits[i]);
+        if (!res.limits[i].allowed)
+            res.allowed = 0;
+    }
+    if (res.allowed && req->cost > 0) {
+        for (size_t i = 0; i < n; i++) {
+            struct mem_shard *sh = &s->shards[shard[i]];
+            const struct rl_limit *lim = &pol->limits[i];
+            const struct rl_algo_def *def = algo_def(lim->algo);
+            int64_t ttl;
+
+            if (e[i] == NULL)   /* two limits on one key insert it once */
+                e[i] = shard_find(sh, hash[i], kbuf + i * per, klen[i]);
+            if (e[i] == NULL)
+                e[i] = shard_insert(sh, hash[i], kbuf + i * per, klen[i], now,
+                                    e, n);
+            def->commit(lim, &e[i]->st, now, req->cost, &res.limits[i]);
+            ttl = def->ttl_us(lim, &e[i]->st, now);
+            e[i]->expires = now + (ttl > 0 ? ttl : 0);
+            heap_fix(sh, e[i]->heap);
+        }
+    }
+    for (unsigned k = nlocked; k-- > 0;)
+        pthread_mutex_unlock(&s->shards[order[k]].lock);
+    if (kbuf != stackbuf)
+        free(kbuf);
+
+    /* keep shards that no check touches from holding expired entries */
+    {
+        unsigned i = __atomic_fetch_add(&s->sweep_next, 1, __ATOMIC_RELAXED);
+        struct mem_shard *sh = &s->shards[i & (s->nshards - 1)];
+        if (pthread_mutex_trylock(&sh->lock) == 0) {
+            shard_sweep(sh, now, MEM_SWEEP_BATCH);
+            pthread_mutex_unlock(&sh->lock);
+        }
+    }
+
+    res.status = RL_BACKEND_OK;
+    res.nlimits = n;
+    cb(&res, arg);
+}
+
+const struct rl_backend_ops rl_backend_memory_ops = {
+    .name = "memory",
+    .create = mem_create,
+    .destroy = mem_destroy,
+    .check = mem_check,
+    .ready = mem_ready,
+};
