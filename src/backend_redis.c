@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "log.h"
 #include "lua_scripts.h"
+#include "metrics.h"
 #include "redis_url.h"
 #include "util.h"
 
@@ -55,6 +56,7 @@ struct redis_backend {
     unsigned pending;           /* replies hiredis still owes us */
     int destroying;
     int announced_down;         /* "unavailable" logged since last ready */
+    int was_ready;              /* a READY now is a reconnect */
     const char *down_reason;
 };
 
@@ -85,6 +87,9 @@ set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
         return;
     if (s == S_READY) {
         log_info("msg=\"redis ready\" redis=%s", rb->display);
+        if (rb->was_ready)
+            metrics_reconnect();
+        rb->was_ready = 1;
         rb->announced_down = 0;
     } else if (s == S_DOWN && !rb->announced_down && !rb->destroying) {
         log_warn("msg=\"redis unavailable\" redis=%s reason=\"%s\"", rb->display,

@@ -17,6 +17,7 @@ struct check_op {
     struct rl_check_req req;
     rl_check_done done;
     void *arg;
+    int64_t start_us;
     char key[RL_REDIS_KEY_MAX];
 };
 
@@ -28,6 +29,7 @@ struct body_fields {
     const char *path;
     size_t path_len;
     const char *method;
+    size_t method_len;
     int64_t cost;
 };
 
@@ -62,7 +64,7 @@ parse_body(json_t *root, struct body_fields *f, char **error)
     if (get_string(root, "key", &f->key, &f->key_len, error) != RL_OK ||
         get_string(root, "policy", &f->policy, &f->policy_len, error) != RL_OK ||
         get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
-        get_string(root, "method", &f->method, NULL, error) != RL_OK)
+        get_string(root, "method", &f->method, &f->method_len, error) != RL_OK)
         return RL_ERR;
     if (f->key != NULL && (f->key_len == 0 || f->key_len > RL_KEY_MAX)) {
         *error = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
@@ -72,7 +74,10 @@ parse_body(json_t *root, struct body_fields *f, char **error)
         *error = xstrdup("path: must start with '/'");
         return RL_ERR;
     }
-    if (f->method != NULL && config_method_bit(f->method) == 0) {
+    /* A key may hold any byte, NUL included (its length travels with it);
+     * a method may not: "GET\u0000x" must not read as GET. */
+    if (f->method != NULL &&
+        (strlen(f->method) != f->method_len || config_method_bit(f->method) == 0)) {
         *error = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
@@ -137,6 +142,11 @@ finish(struct check_op *op, const struct rl_check_res *res)
             break;
         }
     }
+    metrics_check(op->env->metrics, op->policy->metrics_id,
+                  d.status == 503 ? RL_OUT_ERROR
+                  : d.degraded ? RL_OUT_DEGRADED
+                  : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
+                  : d.allowed ? RL_OUT_ALLOWED : RL_OUT_DENIED);
     op->done(&d, op->arg);
 }
 
@@ -145,6 +155,7 @@ on_backend(const struct rl_check_res *res, void *arg)
 {
     struct check_op *op = arg;
 
+    metrics_backend(op->env->metrics, res->status, now_monotonic_us() - op->start_us);
     if (res->status != RL_BACKEND_OK)
         log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
                   op->policy->name, res->error ? res->error : "");
@@ -176,7 +187,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     *status = 400;
     if (in->body_len > 0) {
-        root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        root = json_loadb(in->body, in->body_len,
+                          JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         if (root == NULL) {
             *error = xasprintf("body: malformed JSON at line %d column %d: %s",
                                jerr.line, jerr.column, jerr.text);
@@ -200,8 +212,14 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
             path = header_or(&ident, "X-Original-URI", "X-Forwarded-Uri");
             if (path == NULL || path[0] != '/')
                 path = "/";
-            /* the query string is not part of the path */
-            plen = strcspn(path, "?#");
+            plen = strlen(path);
+        }
+        /* the query string and fragment are not part of the path */
+        for (size_t i = 0; i < plen; i++) {
+            if (path[i] == '?' || path[i] == '#') {
+                plen = i;
+                break;
+            }
         }
         if (method == NULL) {
             method = header_or(&ident, "X-Original-Method", "X-Forwarded-Method");
@@ -214,6 +232,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy == NULL) {
         struct rl_decision d;
         decision_no_policy(&d);
+        metrics_check(env->metrics, RL_METRICS_NO_POLICY, RL_OUT_ALLOWED);
         done(&d, arg);
         rc = RL_OK;
         goto out;
@@ -246,6 +265,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     op->req.key_len = (size_t)klen;
     op->req.cost = f.cost;
     op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->start_us = now_monotonic_us();
     rc = RL_OK;
     env->backend->ops->check(env->backend, &op->req, on_backend, op);
 out:

@@ -9,12 +9,14 @@
 #include "backend.h"
 #include "config.h"
 #include "identity.h"
+#include "metrics.h"
 #include "response.h"
 
 /* What a worker lends each check. */
 struct rl_check_env {
     struct rl_backend *backend;     /* the shared counts */
     struct rl_backend *local;       /* in-process, for failure_mode local */
+    struct rl_metrics *metrics;     /* the worker's counters */
 };
 
 struct rl_check_input {

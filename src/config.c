@@ -774,6 +774,58 @@ config_unref(struct rl_config *cfg)
         config_free(cfg);
 }
 
+/* Config files are small: read whole, bounded, so the hash sees the bytes. */
+#define CONFIG_FILE_MAX (16 * 1024 * 1024)
+
+static int
+read_file(const char *file, char **text, size_t *len, struct rl_errors *errs)
+{
+    FILE *f = fopen(file, "rb");
+    size_t cap = 4096, n = 0, r;
+    char *buf;
+
+    if (f == NULL) {
+        errors_add(errs, "%s: %s", file, strerror(errno));
+        return RL_ERR;
+    }
+    buf = xmalloc(cap);
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            if (cap >= CONFIG_FILE_MAX) {
+                errors_add(errs, "%s: larger than %d bytes", file, CONFIG_FILE_MAX);
+                fclose(f);
+                free(buf);
+                return RL_ERR;
+            }
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+    }
+    if (ferror(f)) {
+        errors_add(errs, "%s: %s", file, strerror(errno));
+        fclose(f);
+        free(buf);
+        return RL_ERR;
+    }
+    fclose(f);
+    *text = buf;
+    *len = n;
+    return RL_OK;
+}
+
+static uint64_t
+fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
 int
 config_load_file(const char *file, struct rl_config **out, struct rl_errors *errs)
 {
@@ -781,11 +833,15 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
     struct rl_config *cfg;
     json_error_t jerr;
     json_t *root;
-    size_t before = errs->n;
+    size_t before = errs->n, len;
+    char *text;
 
     *out = NULL;
-    root = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+    if (read_file(file, &text, &len, errs) != RL_OK)
+        return RL_ERR;
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
+        free(text);
         if (jerr.line > 0)
             errors_add(errs, "%s:%d:%d: %s", file, jerr.line, jerr.column, jerr.text);
         else
@@ -794,6 +850,8 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
     }
     cfg = config_new_defaults();
     cfg->file = xstrdup(file);
+    cfg->hash = fnv1a(text, len);
+    free(text);
     if (!json_is_object(root))
         errors_add(errs, "%s: the configuration must be a JSON object", file);
     else

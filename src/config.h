@@ -63,6 +63,7 @@ struct rl_policy {
     size_t nlimits;
     int shadow;
     struct rl_identity_chain identity;  /* n == 0: the global chain */
+    int metrics_id;             /* set by the daemon: metrics_policy_id() */
 };
 
 struct rl_redis_conf {
@@ -90,6 +91,7 @@ struct rl_config {
     struct rl_policy *policies;
     size_t npolicies;
 
+    uint64_t hash;              /* FNV-1a of the file's bytes, 0 for defaults */
     int refs;                   /* atomic; see config_ref() */
 };
 

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
 #include "netaddr.h"
 #include "util.h"
 #include "worker.h"
@@ -81,6 +82,8 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out,
         *out = NULL;
         return RL_ERR;
     }
+    for (size_t i = 0; i < cfg->npolicies; i++)
+        cfg->policies[i].metrics_id = metrics_policy_id(cfg->policies[i].name);
     *out = cfg;
     return RL_OK;
 }
@@ -208,6 +211,7 @@ reload(struct run_state *rs)
             log_error("msg=\"reload rejected, keeping the running configuration\" "
                       "problem=\"%s\"", errs.msg[i]);
         errors_free(&errs);
+        metrics_reload(0, 0);
         return;
     }
     old = daemon_config();
@@ -218,6 +222,7 @@ reload(struct run_state *rs)
     errors_free(&errs);
     config_unref(old);
     log_set_level(cfg->log_level);
+    metrics_reload(1, cfg->hash);
     set_config(cfg);
     log_info("msg=\"configuration reloaded\" policies=%zu", cfg->npolicies);
 }
@@ -275,6 +280,7 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
 
     rs.opts = opts;
     log_set_level(cfg->log_level);
+    metrics_set_config_hash(cfg->hash);
     set_config(cfg);
     nworkers = (size_t)cfg->workers;
     if (nworkers == 0) {
@@ -364,29 +370,10 @@ out:
 void
 daemon_metrics(struct evbuffer *out)
 {
-    static const char *const names[RL_OUT_COUNT] = {
-        "allowed", "denied", "shadow_denied", "degraded", "unavailable",
-        "bad_request", "no_policy"
-    };
-    uint64_t sum[RL_OUT_COUNT] = {0};
-    uint64_t inflight = 0;
+    struct rl_metrics *ms[256];
+    size_t n = nworkers < RL_ARRAY_LEN(ms) ? nworkers : RL_ARRAY_LEN(ms);
 
-    for (size_t i = 0; i < nworkers; i++) {
-        for (size_t o = 0; o < RL_OUT_COUNT; o++)
-            sum[o] += __atomic_load_n(&workers[i].outcomes[o], __ATOMIC_RELAXED);
-        inflight += __atomic_load_n(&workers[i].inflight, __ATOMIC_RELAXED);
-    }
-    evbuffer_add_printf(out,
-        "# HELP ratelimitd_build_info Build information.\n"
-        "# TYPE ratelimitd_build_info gauge\n"
-        "ratelimitd_build_info{version=\"%s\"} 1\n"
-        "# HELP ratelimitd_checks_total Checks answered, by result.\n"
-        "# TYPE ratelimitd_checks_total counter\n", PACKAGE_VERSION);
-    for (size_t o = 0; o < RL_OUT_COUNT; o++)
-        evbuffer_add_printf(out, "ratelimitd_checks_total{result=\"%s\"} %llu\n",
-                            names[o], (unsigned long long)sum[o]);
-    evbuffer_add_printf(out,
-        "# HELP ratelimitd_inflight_checks Checks waiting for the backend.\n"
-        "# TYPE ratelimitd_inflight_checks gauge\n"
-        "ratelimitd_inflight_checks %llu\n", (unsigned long long)inflight);
+    for (size_t i = 0; i < n; i++)
+        ms[i] = workers[i].metrics;
+    metrics_format(out, ms, n);
 }

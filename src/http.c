@@ -71,8 +71,9 @@ send_error(struct evhttp_request *req, int code, const char *msg)
 }
 
 static void
-send_405(struct evhttp_request *req, const char *allow)
+send_405(struct evhttp_request *req, struct rl_worker *w, const char *allow)
 {
+    metrics_reject(w->metrics, RL_REJ_METHOD);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
     send_error(req, 405, "method not allowed");
 }
@@ -93,17 +94,8 @@ on_check_done(const struct rl_decision *d, void *arg)
     size_t n;
 
     if (d->status == 503) {
-        worker_count(w, RL_OUT_UNAVAILABLE);
         send_error(req, 503, "backend unavailable");
     } else {
-        if (d->policy == NULL)
-            worker_count(w, RL_OUT_NO_POLICY);
-        else if (d->degraded)
-            worker_count(w, RL_OUT_DEGRADED);
-        else if (d->shadow && d->would_deny)
-            worker_count(w, RL_OUT_SHADOW_DENIED);
-        else
-            worker_count(w, d->allowed ? RL_OUT_ALLOWED : RL_OUT_DENIED);
         response_headers(d, add_header, evhttp_request_get_output_headers(req));
         n = response_body(d, body, sizeof(body));
         send_json(req, d->status, reason_of(d->status), body, n);
@@ -179,20 +171,22 @@ handle_check(struct evhttp_request *req, struct rl_worker *w)
     int status;
 
     if (w->draining) {
+        metrics_reject(w->metrics, RL_REJ_DRAINING);
         send_error(req, 503, "shutting down");
         return;
     }
     cfg = daemon_config();
     if ((int64_t)len > cfg->max_body) {
-        worker_count(w, RL_OUT_BAD_REQUEST);
+        metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
         send_error(req, 413, "body: larger than max_body");
         config_unref(cfg);
         return;
     }
     /* A backend that slows down must not grow a queue without bound: past
      * the cap, answer at once and let the caller decide. */
-    if ((int64_t)__atomic_load_n(&w->inflight, __ATOMIC_RELAXED) >= cfg->max_inflight) {
-        worker_count(w, RL_OUT_UNAVAILABLE);
+    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
+        cfg->max_inflight) {
+        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
         send_error(req, 503, "overloaded: too many checks in flight");
         config_unref(cfg);
         return;
@@ -210,7 +204,7 @@ handle_check(struct evhttp_request *req, struct rl_worker *w)
     hc->w = w;
     worker_check_begin(w);
     if (check_start(&w->env, cfg, &ci, on_check_done, hc, &status, &error) != RL_OK) {
-        worker_count(w, RL_OUT_BAD_REQUEST);
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
         send_error(req, status, error);
         free(error);
         free(hc);
@@ -270,23 +264,24 @@ route(struct evhttp_request *req, void *arg)
         if (m == EVHTTP_REQ_POST)
             handle_check(req, w);
         else
-            send_405(req, "POST");
+            send_405(req, w, "POST");
     } else if (strcmp(path, "/healthz") == 0) {
         if (get)
             send_json(req, 200, "OK", "{\"status\":\"ok\"}", 15);
         else
-            send_405(req, "GET, HEAD");
+            send_405(req, w, "GET, HEAD");
     } else if (strcmp(path, "/readyz") == 0) {
         if (get)
             handle_readyz(req, w);
         else
-            send_405(req, "GET, HEAD");
+            send_405(req, w, "GET, HEAD");
     } else if (strcmp(path, "/metrics") == 0) {
         if (get)
             handle_metrics(req, w);
         else
-            send_405(req, "GET, HEAD");
+            send_405(req, w, "GET, HEAD");
     } else {
+        metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         send_error(req, 404, "no such path: use POST /check, GET /healthz, "
                    "GET /readyz or GET /metrics");
     }

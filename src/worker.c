@@ -28,7 +28,8 @@ on_grace(evutil_socket_t fd, short what, void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_warn("msg=\"shutdown grace over\" worker=%d abandoned=%u", w->id, w->inflight);
+    log_warn("msg=\"shutdown grace over\" worker=%d abandoned=%llu", w->id,
+             (unsigned long long)w->metrics->inflight);
     event_base_loopexit(w->base, NULL);
     (void)fd;
     (void)what;
@@ -45,7 +46,7 @@ on_drain(evutil_socket_t fd, short what, void *arg)
         return;
     w->draining = 1;
     http_stop_accepting(w);
-    if (w->inflight == 0) {
+    if (w->metrics->inflight == 0) {
         stop_soon(w);
         return;
     }
@@ -62,6 +63,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->listen_fd = listen_fd;
+    w->metrics = xcalloc(1, sizeof(*w->metrics));
     w->base = event_base_new();
     if (w->base == NULL) {
         *cause = xstrdup("event_base_new failed");
@@ -74,6 +76,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
         return RL_ERR;
     w->env.backend = w->backend;
     w->env.local = w->local;
+    w->env.metrics = w->metrics;
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     return http_init(w, cfg, cause);
 }
@@ -129,24 +132,20 @@ worker_free(struct rl_worker *w)
         event_free(w->grace_ev);
     if (w->base != NULL)
         event_base_free(w->base);
-}
-
-void
-worker_count(struct rl_worker *w, enum rl_outcome o)
-{
-    __atomic_add_fetch(&w->outcomes[o], 1, __ATOMIC_RELAXED);
+    free(w->metrics);
 }
 
 void
 worker_check_begin(struct rl_worker *w)
 {
     /* atomic only because /metrics reads it from another thread */
-    __atomic_add_fetch(&w->inflight, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&w->metrics->inflight, 1, __ATOMIC_RELAXED);
 }
 
 void
 worker_check_done(struct rl_worker *w)
 {
-    if (__atomic_sub_fetch(&w->inflight, 1, __ATOMIC_RELAXED) == 0 && w->draining)
+    if (__atomic_sub_fetch(&w->metrics->inflight, 1, __ATOMIC_RELAXED) == 0 &&
+        w->draining)
         stop_soon(w);
 }

@@ -10,17 +10,12 @@
 
 #include "check.h"
 #include "config.h"
+#include "metrics.h"
 
 struct event_base;
 struct event;
 struct evhttp;
 struct evhttp_bound_socket;
-
-/* What a worker counts; summed over workers for /metrics. */
-enum rl_outcome {
-    RL_OUT_ALLOWED = 0, RL_OUT_DENIED, RL_OUT_SHADOW_DENIED, RL_OUT_DEGRADED,
-    RL_OUT_UNAVAILABLE, RL_OUT_BAD_REQUEST, RL_OUT_NO_POLICY, RL_OUT_COUNT
-};
 
 struct rl_worker {
     int id;
@@ -35,10 +30,9 @@ struct rl_worker {
     struct event *drain_ev;         /* activated by the main thread */
     struct event *grace_ev;         /* end of shutdown_grace */
     struct event *exited_ev;        /* on the main base: this loop ended */
-    unsigned inflight;              /* checks waiting for their backend */
+    struct rl_metrics *metrics;     /* this worker's counters */
     int draining;
     int64_t grace_ms;
-    uint64_t outcomes[RL_OUT_COUNT];    /* atomic, relaxed */
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
@@ -50,7 +44,6 @@ void worker_drain(struct rl_worker *w, int64_t grace_ms);
 void worker_join(struct rl_worker *w);
 void worker_free(struct rl_worker *w);
 
-void worker_count(struct rl_worker *w, enum rl_outcome o);
 /* Called by the HTTP layer around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);
 void worker_check_done(struct rl_worker *w);

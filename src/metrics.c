@@ -1,0 +1,196 @@
+/* metrics.c — see metrics.h. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "ac_config.h"
+#include "metrics.h"
+#include "util.h"
+
+#define ADD(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *reg_names[RL_METRICS_POLICIES];
+static int reg_n = 1;           /* id 0: no policy */
+
+static uint64_t reconnects, reloads_ok, reloads_failed, config_hash;
+
+/* Upper bounds in microseconds; the text form is seconds. */
+static const int64_t lat_le_us[RL_LAT_BUCKETS] = {
+    100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
+    1000000, 5000000
+};
+
+int
+metrics_policy_id(const char *name)
+{
+    int id;
+
+    pthread_mutex_lock(&reg_lock);
+    for (id = 1; id < reg_n; id++)
+        if (strcmp(reg_names[id], name) == 0)
+            goto out;
+    if (reg_n < RL_METRICS_POLICIES - 1) {
+        reg_names[reg_n] = xstrdup(name);
+        id = reg_n++;
+    } else {
+        id = RL_METRICS_POLICIES - 1;   /* "other" */
+    }
+out:
+    pthread_mutex_unlock(&reg_lock);
+    return id;
+}
+
+void
+metrics_check(struct rl_metrics *m, int id, enum rl_outcome o)
+{
+    if (id < 0 || id >= RL_METRICS_POLICIES)
+        id = RL_METRICS_POLICIES - 1;
+    ADD(&m->checks[id][o]);
+}
+
+void
+metrics_reject(struct rl_metrics *m, enum rl_reject r)
+{
+    ADD(&m->rejected[r]);
+}
+
+void
+metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us)
+{
+    size_t i;
+
+    ADD(&m->backend_status[st]);
+    for (i = 0; i < RL_LAT_BUCKETS && us > lat_le_us[i]; i++)
+        ;
+    if (i < RL_LAT_BUCKETS)
+        ADD(&m->lat_bucket[i]);
+    else
+        ADD(&m->lat_inf);
+    ADD(&m->lat_count);
+    __atomic_add_fetch(&m->lat_sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+}
+
+void
+metrics_reconnect(void)
+{
+    ADD(&reconnects);
+}
+
+void
+metrics_set_config_hash(uint64_t hash)
+{
+    __atomic_store_n(&config_hash, hash, __ATOMIC_RELAXED);
+}
+
+void
+metrics_reload(int ok, uint64_t hash)
+{
+    if (ok) {
+        ADD(&reloads_ok);
+        metrics_set_config_hash(hash);
+    } else {
+        ADD(&reloads_failed);
+    }
+}
+
+static uint64_t
+sum(struct rl_metrics *const *ms, size_t n, size_t off)
+{
+    uint64_t s = 0;
+
+    for (size_t i = 0; i < n; i++)
+        s += LOAD((const uint64_t *)(const void *)((const char *)ms[i] + off));
+    return s;
+}
+
+#define SUM(field) sum(ms, n, offsetof(struct rl_metrics, field))
+
+void
+metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    static const char *const outcomes[RL_OUT_COUNT] = {
+        "allowed", "denied", "shadow_denied", "degraded", "error"
+    };
+    static const char *const rejects[RL_REJ_COUNT] = {
+        "bad_request", "too_large", "overloaded", "draining", "not_found",
+        "method_not_allowed"
+    };
+    static const char *const statuses[4] = {"ok", "down", "timeout", "error"};
+    int names;
+
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_build_info Build information.\n"
+        "# TYPE ratelimitd_build_info gauge\n"
+        "ratelimitd_build_info{version=\"%s\"} 1\n"
+        "# HELP ratelimitd_checks_total Checks answered, by policy and result.\n"
+        "# TYPE ratelimitd_checks_total counter\n", PACKAGE_VERSION);
+    pthread_mutex_lock(&reg_lock);
+    names = reg_n;
+    pthread_mutex_unlock(&reg_lock);
+    for (int id = 0; id < RL_METRICS_POLICIES; id++) {
+        const char *name = id == 0 ? "" : id < names ? reg_names[id]
+                         : id == RL_METRICS_POLICIES - 1 ? "(other)" : NULL;
+        if (name == NULL)
+            continue;
+        for (int o = 0; o < RL_OUT_COUNT; o++) {
+            uint64_t v = SUM(checks[id][o]);
+            /* a policy shows every result once it has any; unused ids stay quiet */
+            if (v == 0 && (id == 0 || id == RL_METRICS_POLICIES - 1))
+                continue;
+            evbuffer_add_printf(out, "ratelimitd_checks_total{policy=\"%s\",result=\"%s\"} %llu\n",
+                                name, outcomes[o], (unsigned long long)v);
+        }
+    }
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_requests_rejected_total Requests refused before a check ran.\n"
+        "# TYPE ratelimitd_requests_rejected_total counter\n");
+    for (int r = 0; r < RL_REJ_COUNT; r++)
+        evbuffer_add_printf(out, "ratelimitd_requests_rejected_total{reason=\"%s\"} %llu\n",
+                            rejects[r], (unsigned long long)SUM(rejected[r]));
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
+        "# TYPE ratelimitd_backend_requests_total counter\n");
+    for (int st = 0; st < 4; st++)
+        evbuffer_add_printf(out, "ratelimitd_backend_requests_total{status=\"%s\"} %llu\n",
+                            statuses[st], (unsigned long long)SUM(backend_status[st]));
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_backend_latency_seconds Time from asking the backend to its answer.\n"
+        "# TYPE ratelimitd_backend_latency_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < RL_LAT_BUCKETS; b++) {
+        cum += SUM(lat_bucket[b]);
+        evbuffer_add_printf(out, "ratelimitd_backend_latency_seconds_bucket{le=\"%g\"} %llu\n",
+                            (double)lat_le_us[b] / 1e6, (unsigned long long)cum);
+    }
+    cum += SUM(lat_inf);
+    evbuffer_add_printf(out,
+        "ratelimitd_backend_latency_seconds_bucket{le=\"+Inf\"} %llu\n"
+        "ratelimitd_backend_latency_seconds_sum %.6f\n"
+        "ratelimitd_backend_latency_seconds_count %llu\n",
+        (unsigned long long)cum, (double)SUM(lat_sum_us) / 1e6,
+        (unsigned long long)SUM(lat_count));
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_local_cache_hits_total Checks answered from the local cache.\n"
+        "# TYPE ratelimitd_local_cache_hits_total counter\n"
+        "ratelimitd_local_cache_hits_total %llu\n"
+        "# HELP ratelimitd_inflight_checks Checks waiting for the backend.\n"
+        "# TYPE ratelimitd_inflight_checks gauge\n"
+        "ratelimitd_inflight_checks %llu\n"
+        "# HELP ratelimitd_backend_reconnects_total Connections to the backend re-established.\n"
+        "# TYPE ratelimitd_backend_reconnects_total counter\n"
+        "ratelimitd_backend_reconnects_total %llu\n"
+        "# HELP ratelimitd_config_reloads_total Configuration reloads by result.\n"
+        "# TYPE ratelimitd_config_reloads_total counter\n"
+        "ratelimitd_config_reloads_total{result=\"ok\"} %llu\n"
+        "ratelimitd_config_reloads_total{result=\"failed\"} %llu\n"
+        "# HELP ratelimitd_config_info The loaded configuration (FNV-1a hash of the file).\n"
+        "# TYPE ratelimitd_config_info gauge\n"
+        "ratelimitd_config_info{hash=\"%016llx\"} 1\n",
+        (unsigned long long)SUM(local_cache_hits), (unsigned long long)SUM(inflight),
+        (unsigned long long)LOAD(&reconnects), (unsigned long long)LOAD(&reloads_ok),
+        (unsigned long long)LOAD(&reloads_failed), (unsigned long long)LOAD(&config_hash));
+}

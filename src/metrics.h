@@ -1,0 +1,62 @@
+/*
+ * metrics.h — counters for GET /metrics (Prometheus text format 0.0.4).
+ *
+ * Each worker owns a struct rl_metrics and bumps it with relaxed atomics, so
+ * the hot path never takes a lock or shares a cache line with another
+ * worker; a scrape sums the workers.  Policies are counted by name through
+ * a small registry whose ids survive reloads, so counters do not reset when
+ * the config does.
+ */
+#ifndef RL_METRICS_H
+#define RL_METRICS_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+struct evbuffer;
+
+enum rl_outcome {
+    RL_OUT_ALLOWED = 0, RL_OUT_DENIED, RL_OUT_SHADOW_DENIED, RL_OUT_DEGRADED,
+    RL_OUT_ERROR, RL_OUT_COUNT
+};
+
+/* Requests refused before any check ran. */
+enum rl_reject {
+    RL_REJ_BAD_REQUEST = 0, RL_REJ_TOO_LARGE, RL_REJ_OVERLOADED, RL_REJ_DRAINING,
+    RL_REJ_NOT_FOUND, RL_REJ_METHOD, RL_REJ_COUNT
+};
+
+/* Distinct policy names counted; id 0 is "no policy matched", the last id
+ * gathers every name past the registry's end. */
+#define RL_METRICS_POLICIES 256
+#define RL_METRICS_NO_POLICY 0
+#define RL_LAT_BUCKETS 13
+
+struct rl_metrics {
+    uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
+    uint64_t rejected[RL_REJ_COUNT];
+    uint64_t lat_bucket[RL_LAT_BUCKETS];    /* cumulative on output only */
+    uint64_t lat_inf, lat_count, lat_sum_us;
+    uint64_t backend_status[4];             /* by enum rl_backend_status */
+    uint64_t local_cache_hits;
+    uint64_t inflight;
+};
+
+/* The stable id of a policy name (registering it on first sight). */
+int metrics_policy_id(const char *name);
+
+void metrics_check(struct rl_metrics *m, int policy_id, enum rl_outcome o);
+void metrics_reject(struct rl_metrics *m, enum rl_reject r);
+void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
+
+/* Process-wide events. */
+void metrics_reconnect(void);
+void metrics_reload(int ok, uint64_t config_hash);
+void metrics_set_config_hash(uint64_t hash);
+
+/* Everything, summed over `n` workers' metrics. */
+void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker,
+                    size_t n);
+
+#endif

@@ -1,0 +1,864 @@
+"""Shared helpers of ratelimitd's integration tests (Python 3 stdlib only).
+
+Each test file is an executable script: it starts a real redis-server on a free
+loopback port, the real daemon ($RATELIMITD) against it, drives it over HTTP and
+prints one line per case (`ok - name` / `FAIL - name: reason`) and a final
+`N passed, M failed`.  Exit status 0 when every case passed, else 1.
+
+Environment:
+  RATELIMITD   absolute path of the built daemon (default: ../../src/ratelimitd
+               relative to this file, i.e. an in-tree build)
+  RL_SRCDIR    absolute path of the source tree (unused by most tests)
+  REDIS_SERVER / REDIS_CLI  override the redis binaries' names
+
+A missing redis-server is a failure, never a skip.
+"""
+
+import atexit
+import http.client
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RATELIMITD = os.environ.get("RATELIMITD") or os.path.join(HERE, "..", "..", "src", "ratelimitd")
+RL_SRCDIR = os.environ.get("RL_SRCDIR") or os.path.abspath(os.path.join(HERE, "..", ".."))
+REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+REDIS_CLI = os.environ.get("REDIS_CLI", "redis-cli")
+
+HTTP_TIMEOUT = 10.0       # every socket operation of a test
+START_TIMEOUT = 15.0      # a daemon or redis-server getting ready
+STOP_TIMEOUT = 20.0       # SIGTERM to exit (shutdown_grace defaults to 10 s)
+
+_children = []            # every Popen we started, killed at exit
+_daemons = []             # live Daemon objects, their logs shown on failure
+_lock = threading.Lock()
+_tmpdir = None
+
+
+class HarnessError(Exception):
+    """The environment or a fixture failed (not an assertion about the daemon)."""
+
+
+def tmpdir():
+    global _tmpdir
+    with _lock:
+        if _tmpdir is None:
+            _tmpdir = tempfile.mkdtemp(prefix="rl-it-")
+        return _tmpdir
+
+
+def _track(p):
+    with _lock:
+        _children.append(p)
+    return p
+
+
+def _kill_all():
+    with _lock:
+        procs = list(_children)
+    for p in procs:
+        try:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=5)
+        except Exception:
+            pass
+
+
+def _cleanup():
+    _kill_all()
+    if _tmpdir is not None:
+        shutil.rmtree(_tmpdir, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+
+
+def _on_term(signum, frame):
+    # make check interrupted: leave no redis-server or daemon behind
+    _cleanup()
+    os._exit(1)
+
+
+for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    try:
+        signal.signal(_s, _on_term)
+    except (ValueError, OSError):
+        pass
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def port_open(port, host="127.0.0.1", timeout=0.5):
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def clean_env(extra=None):
+    """The current environment without any RATELIMITD_* variable, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATELIMITD_")}
+    if extra:
+        env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _tail(path, n=40):
+    try:
+        with open(path, "r", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    return lines[-n:]
+
+
+def _squeeze(lines):
+    """Collapse runs of log lines that differ only in their ts= field."""
+    out, last, n = [], None, 0
+    for line in lines:
+        body = line.split(" ", 1)[1] if line.startswith("ts=") and " " in line else line
+        if body == last:
+            n += 1
+            continue
+        if n:
+            out.append("    (the line above %d more times)" % n)
+        out.append(line)
+        last, n = body, 0
+    if n:
+        out.append("    (the line above %d more times)" % n)
+    return out
+
+
+# --------------------------------------------------------------------- Redis
+
+class Redis:
+    """A private redis-server on a free loopback port.
+
+        with Redis() as r:
+            r.port, r.url, r.cli("DBSIZE")
+    """
+
+    def __init__(self):
+        self.port = None
+        self.proc = None
+        self.paused = False
+        self.logfile = None
+        if shutil.which(REDIS_SERVER) is None:
+            raise HarnessError("redis-server not found in PATH (%r): it is required, "
+                               "install the Debian package redis-server" % REDIS_SERVER)
+        self._start_new_port()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port
+
+    def _spawn(self, port):
+        self.logfile = os.path.join(tmpdir(), "redis-%d.log" % port)
+        log = open(self.logfile, "ab")
+        try:
+            self.proc = _track(subprocess.Popen(
+                [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+        finally:
+            log.close()
+        self.port = port
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            if self.ping():
+                return True
+            time.sleep(0.02)
+        raise HarnessError("redis-server on port %d did not answer PING within %ss; log:\n%s"
+                           % (self.port, START_TIMEOUT, "\n".join(_tail(self.logfile))))
+
+    def _start_new_port(self):
+        last = None
+        for _ in range(5):           # the free port may be taken meanwhile
+            self._spawn(free_port())
+            if self._wait_ready():
+                return
+            last = "\n".join(_tail(self.logfile))
+        raise HarnessError("redis-server failed to start 5 times; last log:\n%s" % last)
+
+    def ping(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def cli(self, *args):
+        if shutil.which(REDIS_CLI) is None:
+            raise HarnessError("redis-cli not found in PATH")
+        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + [str(a) for a in args],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=HTTP_TIMEOUT)
+        return r.stdout.decode("utf-8", "replace").strip()
+
+    def stop(self):
+        """SIGTERM and wait; the port is free afterwards."""
+        if self.proc and self.proc.poll() is None:
+            if self.paused:
+                self.resume()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.paused = False
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def restart(self):
+        """Stop and start again on the same port (empty data set)."""
+        self.stop()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            self._spawn(self.port)
+            if self._wait_ready():
+                return
+            if time.monotonic() > deadline:
+                raise HarnessError("redis-server could not restart on port %d:\n%s"
+                                   % (self.port, "\n".join(_tail(self.logfile))))
+            time.sleep(0.1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+
+# -------------------------------------------------------------------- Daemon
+
+class DaemonError(HarnessError):
+    pass
+
+
+def run_cli(args, env=None, timeout=HTTP_TIMEOUT, input=None):
+    """Run $RATELIMITD with `args` to completion: (exit code, stdout, stderr).
+
+    The environment is the test's minus every RATELIMITD_* variable, plus env.
+    """
+    r = subprocess.run([RATELIMITD] + [str(a) for a in args], env=clean_env(env),
+                       input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                       capture_output=True, timeout=timeout)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+
+def write_config(cfg, name=None):
+    """Write a config (dict -> JSON, str/bytes as is) to a temp file; its path."""
+    fd, path = tempfile.mkstemp(prefix=name or "config-", suffix=".json", dir=tmpdir())
+    with os.fdopen(fd, "wb") as f:
+        if isinstance(cfg, bytes):
+            f.write(cfg)
+        elif isinstance(cfg, str):
+            f.write(cfg.encode())
+        else:
+            f.write(json.dumps(cfg, indent=2).encode())
+    return path
+
+
+class Daemon:
+    """The daemon under test.
+
+        with Daemon(config_dict, redis=r) as d:      # -c FILE -l 127.0.0.1:P -r URL
+            request(d.port, "POST", "/check", {...})
+
+    config   dict (written as JSON), str/bytes (written as is) or None (no -c)
+    redis    a Redis (its url goes to -r) or None
+    backend  "memory" adds `-b memory`
+    args     extra command-line arguments
+    env      extra environment (RATELIMITD_* of the caller's environment are dropped)
+    listen   False: do not pass -l; then `port` says where the daemon will listen
+    wait     False: do not wait for /healthz (for daemons expected to fail)
+    ready    also wait for GET /readyz 200 (the backend connected) before returning;
+             default: when `redis` is given or backend is "memory"
+    """
+
+    def __init__(self, config=None, redis=None, backend=None, args=(), env=None,
+                 listen=True, port=None, wait=True, workers=None, ready=None):
+        self.want_ready = ready if ready is not None else (redis is not None or backend == "memory")
+        self.config_path = write_config(config) if config is not None else None
+        self.redis = redis
+        self.backend = backend
+        self.extra = [str(a) for a in args]
+        self.env = env
+        self.listen = listen
+        self.workers = workers
+        self.proc = None
+        self.port = port
+        self.logfile = None
+        self.exit_code = None
+        attempts = 5 if (listen and port is None) else 1
+        for i in range(attempts):
+            if listen and port is None:
+                self.port = free_port()
+            self._spawn()
+            if not wait:
+                break
+            state = self._wait_ready()
+            if state == "ready":
+                break
+            log = self.log()
+            bind_race = self.exit_code == 2 and ("in use" in log.lower() or "bind" in log.lower())
+            if not (bind_race and i + 1 < attempts):
+                raise DaemonError("daemon %s exited with %s before answering /healthz; stderr:\n%s"
+                                  % (self.argv, self.exit_code, log))
+        with _lock:
+            _daemons.append(self)
+
+    def _spawn(self):
+        argv = [RATELIMITD]
+        if self.config_path:
+            argv += ["-c", self.config_path]
+        if self.listen:
+            argv += ["-l", "127.0.0.1:%d" % self.port]
+        if self.redis is not None:
+            argv += ["-r", self.redis.url]
+        if self.backend:
+            argv += ["-b", self.backend]
+        if self.workers is not None:
+            argv += ["-w", str(self.workers)]
+        argv += self.extra
+        self.argv = argv
+        if not os.access(RATELIMITD, os.X_OK):
+            raise DaemonError("daemon binary %r is not an executable file (set RATELIMITD)" % RATELIMITD)
+        fd, self.logfile = tempfile.mkstemp(prefix="daemon-", suffix=".log", dir=tmpdir())
+        try:
+            self.proc = _track(subprocess.Popen(argv, env=clean_env(self.env), stdin=subprocess.DEVNULL,
+                                                stdout=fd, stderr=subprocess.STDOUT))
+        finally:
+            os.close(fd)
+        self.exit_code = None
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        healthy, path, body = False, "/healthz", None
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                self.exit_code = rc
+                return "exited"
+            path = "/readyz" if (self.want_ready and healthy) else "/healthz"
+            try:
+                st, _, body = request(self.port, "GET", path, timeout=1.0)
+                if st == 200:
+                    if path == "/readyz" or not self.want_ready:
+                        return "ready"
+                    healthy = True
+                    continue
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.02)
+        self.kill()
+        raise DaemonError("daemon %s did not answer GET %s 200 within %ss (last: %r); stderr:\n%s"
+                          % (self.argv, path, START_TIMEOUT, body, self.log()))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self):
+        try:
+            with open(self.logfile, "r", errors="replace") as f:
+                return f.read()
+        except (OSError, TypeError):
+            return ""
+
+    def wait(self, timeout=STOP_TIMEOUT):
+        """Wait for the process to exit by itself; its exit code (DaemonError on timeout)."""
+        try:
+            self.exit_code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise DaemonError("daemon still running after %ss" % timeout)
+        self._forget()
+        return self.exit_code
+
+    def send_signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
+        """Send SIGTERM (or sig), wait, return the exit code.  Kills and raises on timeout."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.exit_code = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+                self._forget()
+                raise DaemonError("daemon did not exit within %ss of signal %d" % (timeout, sig))
+        else:
+            self.exit_code = self.proc.returncode
+        self._forget()
+        return self.exit_code
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self._forget()
+
+    def reload(self):
+        self.proc.send_signal(signal.SIGHUP)
+
+    def rewrite_config(self, cfg):
+        """Replace the config file's content (then call reload())."""
+        with open(self.config_path, "wb") as f:
+            f.write(cfg if isinstance(cfg, bytes) else
+                    cfg.encode() if isinstance(cfg, str) else json.dumps(cfg, indent=2).encode())
+
+    def _forget(self):
+        with _lock:
+            if self in _daemons:
+                _daemons.remove(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+
+# ---------------------------------------------------------------------- HTTP
+
+class Headers(dict):
+    """Response headers: lower-case name -> value (repeated headers joined by ", ").
+
+    `.raw` keeps every (name, value) pair as received; `.count(name)` how many
+    times a header was sent.
+    """
+
+    def __init__(self, pairs):
+        super().__init__()
+        self.raw = list(pairs)
+        for k, v in self.raw:
+            k = k.lower()
+            self[k] = v if k not in self else self[k] + ", " + v
+
+    def count(self, name):
+        name = name.lower()
+        return sum(1 for k, _ in self.raw if k.lower() == name)
+
+
+def _decode_body(data):
+    text = data.decode("utf-8", "replace")
+    if not text:
+        return ""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _encode_body(body, headers):
+    headers = dict(headers or {})
+    if body is None:
+        return None, headers
+    if isinstance(body, (dict, list)):
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        if not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"
+        return data, headers
+    if isinstance(body, str):
+        return body.encode("utf-8"), headers
+    return bytes(body), headers
+
+
+def request(port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT, host="127.0.0.1"):
+    """One request on a fresh connection: (status, Headers, JSON value or raw text).
+
+    body: dict/list -> JSON (Content-Type application/json unless given),
+          str/bytes -> sent as is, None -> no body.
+    """
+    data, hdrs = _encode_body(body, headers)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, Headers(resp.getheaders()), _decode_body(raw)
+    finally:
+        conn.close()
+
+
+class Client:
+    """A keep-alive HTTP/1.1 client that never reconnects behind your back.
+
+    Each request() raises ConnectionLost when the previous response closed the
+    connection (http.client would silently open a new one).  `.local_port`
+    identifies the TCP connection; `.server_closed` tells whether the last
+    response ended it.
+    """
+
+    class ConnectionLost(Exception):
+        pass
+
+    def __init__(self, port, host="127.0.0.1", timeout=HTTP_TIMEOUT):
+        self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        self.conn.connect()
+        self.sock = self.conn.sock
+        self.local_port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.server_closed = False
+
+    def request(self, method, path, body=None, headers=None):
+        if self.conn.sock is None or self.conn.sock is not self.sock:
+            raise Client.ConnectionLost("the connection was closed after request %d" % self.requests)
+        data, hdrs = _encode_body(body, headers)
+        self.conn.request(method, path, body=data, headers=hdrs)
+        resp = self.conn.getresponse()
+        raw = resp.read()
+        self.requests += 1
+        # http.client drops its socket when the response said Connection: close
+        # (or HTTP/1.0 without keep-alive)
+        self.server_closed = self.conn.sock is None
+        return resp.status, Headers(resp.getheaders()), _decode_body(raw)
+
+    def same_connection(self):
+        """True while this is still the original, open TCP connection."""
+        if self.conn.sock is not self.sock or self.sock is None:
+            return False
+        try:
+            return self.sock.getsockname()[1] == self.local_port and not _peer_closed(self.sock)
+        except OSError:
+            return False
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _peer_closed(sock):
+    """True when the peer has closed (EOF/RST pending) — without consuming data."""
+    sock.setblocking(False)
+    try:
+        data = sock.recv(1, socket.MSG_PEEK)
+        return data == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
+class RawConn:
+    """Bytes in, parsed response out, on one TCP connection (nothing hidden).
+
+        c = RawConn(port); c.send(b"GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+        status, headers, body = c.read_response()      # body: bytes
+    """
+
+    def __init__(self, port, host="127.0.0.1", timeout=HTTP_TIMEOUT):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self):
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("connection closed by the server")
+        self.buf += chunk
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def read_response(self, head=False):
+        """(status, Headers, body bytes).  head=True: a response to HEAD (no body)."""
+        status_line = self._line().decode("latin-1")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise ValueError("bad status line %r" % status_line)
+        self.version = parts[0]
+        status = int(parts[1])
+        pairs = []
+        while True:
+            line = self._line().decode("latin-1")
+            if line == "":
+                break
+            name, _, value = line.partition(":")
+            pairs.append((name.strip(), value.strip()))
+        hdrs = Headers(pairs)
+        if head or status in (204, 304) or 100 <= status < 200:
+            return status, hdrs, b""
+        if "chunked" in hdrs.get("transfer-encoding", "").lower():
+            body = b""
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    while self._line() != b"":
+                        pass
+                    break
+                body += self._exact(size)
+                self._line()
+            return status, hdrs, body
+        if "content-length" in hdrs:
+            return status, hdrs, self._exact(int(hdrs["content-length"]))
+        body = self.buf          # read until close
+        self.buf = b""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+        except OSError:
+            pass
+        return status, hdrs, body
+
+    def is_closed(self, wait=0.0):
+        """True when the server has closed the connection (waits up to `wait` s for it)."""
+        if self.buf:
+            return False
+        deadline = time.monotonic() + wait
+        while True:
+            if _peer_closed(self.sock):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def raw_request(port, data, timeout=HTTP_TIMEOUT):
+    """Send raw bytes on a new connection, read one response: (status, Headers, body bytes)."""
+    with RawConn(port, timeout=timeout) as c:
+        c.send(data)
+        return c.read_response()
+
+
+def http_bytes(method, path, body=b"", headers=None, version="HTTP/1.1"):
+    """Build a request's bytes (Host and Content-Length added unless given)."""
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    elif isinstance(body, str):
+        body = body.encode()
+    hdrs = [("Host", "127.0.0.1")] + list((headers or {}).items())
+    names = {k.lower() for k, _ in hdrs}
+    if body and "content-length" not in names and "transfer-encoding" not in names:
+        hdrs.append(("Content-Length", str(len(body))))
+    if body and "content-type" not in names:
+        hdrs.append(("Content-Type", "application/json"))
+    head = "%s %s %s\r\n" % (method, path, version) + "".join("%s: %s\r\n" % kv for kv in hdrs) + "\r\n"
+    return head.encode("latin-1") + body
+
+
+# -------------------------------------------------------------- assertions
+
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, msg, *args):
+    if not cond:
+        raise Fail(msg % args if args else msg)
+
+
+def eq(got, want, what):
+    if got != want:
+        raise Fail("%s: expected %r, got %r" % (what, want, got))
+
+
+def is_int(v):
+    return type(v) is int
+
+
+def ceil_s(ms):
+    """Milliseconds to whole seconds, rounded up."""
+    return int(math.ceil(ms / 1000.0))
+
+
+def media_type(headers):
+    return headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def expect_json(status, headers, body, want_status, what=""):
+    """Status, Content-Type application/json and a JSON object body."""
+    pre = (what + ": ") if what else ""
+    check(status == want_status, "%sstatus %r, expected %r (body %r)", pre, status, want_status, body)
+    check(media_type(headers) == "application/json",
+          "%sContent-Type %r, expected application/json", pre, headers.get("content-type"))
+    check(isinstance(body, dict), "%sbody is not a JSON object: %r", pre, body)
+    return body
+
+
+def expect_error(status, headers, body, want_status, field=None, what=""):
+    """An error answer per API.md: status, JSON {"error": "..."} naming `field`."""
+    pre = (what + ": ") if what else ""
+    expect_json(status, headers, body, want_status, what)
+    err = body.get("error")
+    check(isinstance(err, str) and err.strip() != "", "%s\"error\" is not a non-empty string: %r", pre, body)
+    if field is not None:
+        check(field.lower() in err.lower(), "%serror %r does not name the field %r", pre, err, field)
+    return err
+
+
+# ----------------------------------------------------------------- runner
+
+class Tests:
+    """One file's cases: prints `ok - name` / `FAIL - name: reason`, then `N passed, M failed`.
+
+    A watchdog ends the whole file (as a failure) after `timeout` seconds.
+    """
+
+    def __init__(self, timeout=120):
+        self.passed = 0
+        self.failed = 0
+        self.done = set()
+        self.out_lock = threading.Lock()
+        self.timeout = timeout
+        w = threading.Timer(timeout, self._expired)
+        w.daemon = True
+        w.start()
+
+    def _emit(self, line):
+        with self.out_lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    def _expired(self):
+        self._emit("FAIL - global timeout: the file did not finish within %ss" % self.timeout)
+        self._dump_logs()
+        self.failed += 1
+        self._emit("%d passed, %d failed" % (self.passed, self.failed))
+        _cleanup()
+        os._exit(1)
+
+    def _dump_logs(self):
+        with _lock:
+            ds = list(_daemons)
+        for d in ds:
+            self._emit("#   daemon %s (pid %s, %s) log tail:" % (
+                " ".join(d.argv[1:]), d.proc.pid if d.proc else "-",
+                "running" if d.alive() else "exit %s" % (d.proc.poll() if d.proc else "-")))
+            for line in _squeeze(_tail(d.logfile, 400))[-20:]:
+                self._emit("#     " + line)
+
+    def ok(self, name):
+        self.passed += 1
+        self.done.add(name)
+        self._emit("ok - " + name)
+
+    def fail(self, name, reason):
+        self.failed += 1
+        self.done.add(name)
+        first, _, rest = str(reason).partition("\n")
+        self._emit("FAIL - %s: %s" % (name, first))
+        for line in rest.splitlines():
+            self._emit("#   " + line)
+        self._dump_logs()
+
+    def run(self, name, fn, *args, **kw):
+        """Run one case; any exception is its failure.  Returns fn's result or None."""
+        try:
+            r = fn(*args, **kw)
+        except Fail as e:
+            self.fail(name, e)
+            return None
+        except Exception as e:
+            tb = traceback.extract_tb(e.__traceback__)
+            where = ""
+            for fr in reversed(tb):
+                if os.path.basename(fr.filename).startswith("test_"):
+                    where = " (%s:%d)" % (os.path.basename(fr.filename), fr.lineno)
+                    break
+            self.fail(name, "%s: %s%s" % (type(e).__name__, e, where))
+            return None
+        self.ok(name)
+        return r
+
+    def run_cases(self, cases, *args):
+        """cases: [(name, fn)]; each fn(*args)."""
+        for name, fn in cases:
+            self.run(name, fn, *args)
+
+    def fail_rest(self, cases, reason):
+        """Mark every case of `cases` not run yet as failed (a fixture broke)."""
+        first = True
+        for name, _ in cases:
+            if name not in self.done:
+                self.fail(name, reason if first else str(reason).split("\n")[0][:160] + " (see above)")
+                first = False
+
+    def finish(self):
+        self._emit("%d passed, %d failed" % (self.passed, self.failed))
+        return 0 if self.failed == 0 and self.passed > 0 else 1
+
+
+def suite(cases, fixture, timeout=120):
+    """Run `cases` with the objects `fixture()` (a context manager) yields; exit.
+
+    When the fixture itself fails, every case not run yet is a failure.
+    """
+    t = Tests(timeout=timeout)
+    try:
+        with fixture() as fx:
+            t.run_cases(cases, *(fx if isinstance(fx, tuple) else (fx,)))
+    except Exception as e:
+        t.fail_rest(cases, "fixture failed: %s: %s" % (type(e).__name__, e))
+    sys.exit(t.finish())
