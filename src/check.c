@@ -247,6 +247,12 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         goto out;
     }
 
+    if (policy->noverrides > 0) {
+        const char *colon = memchr(id, ':', idlen);
+        size_t t = colon ? (size_t)(colon - id) + 1 : 0;
+        policy = config_policy_for(policy, id + t, idlen - t);
+    }
+
     struct check_op *op = xcalloc(1, sizeof(*op));
     int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen,
                             op->key, sizeof(op->key));

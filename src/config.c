@@ -24,7 +24,7 @@
 
 enum ftype {
     T_STRING, T_INT, T_DURATION, T_SIZE, T_BOOL, T_ENUM,
-    T_IDENTITY, T_CIDRS, T_METHODS, T_OBJECT, T_ARRAY
+    T_IDENTITY, T_CIDRS, T_METHODS, T_STRLIST, T_OBJECT, T_ARRAY
 };
 
 #define F_REQUIRED 0x1  /* must be present in its object */
@@ -219,6 +219,18 @@ static const struct schema match_schema = {
     FIELDS(match_fields), sizeof(struct rl_match), check_match
 };
 
+static void check_override(void *obj, const char *path, struct load_ctx *ctx);
+
+static const struct field override_fields[] = {
+    {"identities", T_STRLIST, offsetof(struct rl_override, identities), NULL, 0, 0,
+     NULL, NULL, 0, F_REQUIRED, NULL},
+    {"limits", T_ARRAY, offsetof(struct rl_override, limits), NULL, 0, 0, NULL,
+     &limit_schema, offsetof(struct rl_override, nlimits), F_REQUIRED, NULL},
+};
+static const struct schema override_schema = {
+    FIELDS(override_fields), sizeof(struct rl_override), check_override
+};
+
 static const struct field policy_fields[] = {
     {"name", T_STRING, offsetof(struct rl_policy, name), NULL, 0, 0, NULL, NULL,
      0, F_REQUIRED | F_NONEMPTY, NULL},
@@ -230,6 +242,8 @@ static const struct field policy_fields[] = {
      NULL, NULL, 0, 0, NULL},
     {"identity", T_IDENTITY, offsetof(struct rl_policy, identity), NULL, 0, 0,
      NULL, NULL, 0, 0, NULL},
+    {"overrides", T_ARRAY, offsetof(struct rl_policy, overrides), NULL, 0, 0, NULL,
+     &override_schema, offsetof(struct rl_policy, noverrides), 0, NULL},
 };
 static const struct schema policy_schema = {
     FIELDS(policy_fields), sizeof(struct rl_policy), check_policy
@@ -330,14 +344,26 @@ free_field(const struct field *f, void *obj)
         l->n = 0;
         break;
     }
+    case T_STRLIST: {
+        struct rl_strlist *l = AT(obj, f->off, struct rl_strlist);
+        for (size_t i = 0; i < l->n; i++)
+            free(l->v[i]);
+        free(l->v);
+        l->v = NULL;
+        l->n = 0;
+        break;
+    }
     case T_OBJECT:
         free_object(f->sub, AT(obj, f->off, char));
         break;
     case T_ARRAY: {
         char **arr = AT(obj, f->off, char *);
         size_t *n = AT(obj, f->count_off, size_t);
-        for (size_t i = 0; i < *n; i++)
+        for (size_t i = 0; i < *n; i++) {
+            if (f->sub == &override_schema)
+                free(((struct rl_override *)(void *)(*arr + i * f->sub->size))->as_policy);
             free_object(f->sub, *arr + i * f->sub->size);
+        }
         free(*arr);
         *arr = NULL;
         *n = 0;
@@ -555,6 +581,29 @@ parse_field(const struct field *f, void *obj, json_t *v, const char *path,
     case T_METHODS:
         parse_methods(v, AT(obj, f->off, unsigned), path, ctx);
         break;
+    case T_STRLIST: {
+        struct rl_strlist *l = AT(obj, f->off, struct rl_strlist);
+        size_t i;
+        json_t *e;
+        free_field(f, obj);
+        if (!json_is_array(v) || json_array_size(v) == 0) {
+            bad(ctx, path, "must be a non-empty list of strings");
+            break;
+        }
+        l->v = xcalloc(json_array_size(v), sizeof(*l->v));
+        json_array_foreach(v, i, e) {
+            if (!json_is_string(e) || json_string_length(e) == 0 ||
+                json_string_length(e) > RL_KEY_MAX ||
+                strlen(json_string_value(e)) != json_string_length(e)) {
+                char *ep = xasprintf("%s[%zu]", path, i);
+                bad(ctx, ep, "must be a string of 1..%d bytes", RL_KEY_MAX);
+                free(ep);
+                continue;
+            }
+            l->v[l->n++] = xstrdup(json_string_value(e));
+        }
+        break;
+    }
     case T_OBJECT:
         if (!json_is_object(v))
             bad(ctx, path, "must be an object");
@@ -688,6 +737,35 @@ check_match(void *obj, const char *path, struct load_ctx *ctx)
 }
 
 static void
+check_limit_list(const struct rl_limit *l, size_t n, const char *path,
+                 struct load_ctx *ctx)
+{
+    if (l != NULL && (n == 0 || n > RL_LIMITS_MAX)) {
+        char *fp = join_path(path, "limits");
+        bad(ctx, fp, "must hold 1..%d limits", RL_LIMITS_MAX);
+        free(fp);
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (l[i].algo == l[j].algo && l[i].window_ms == l[j].window_ms) {
+                char *fp = xasprintf("%s.limits[%zu]", path, i);
+                bad(ctx, fp, "same algorithm and window as limits[%zu]: they "
+                    "would share one counter", j);
+                free(fp);
+            }
+        }
+    }
+}
+
+static void
+check_override(void *obj, const char *path, struct load_ctx *ctx)
+{
+    struct rl_override *o = obj;
+
+    check_limit_list(o->limits, o->nlimits, path, ctx);
+}
+
+static void
 check_policy(void *obj, const char *path, struct load_ctx *ctx)
 {
     struct rl_policy *p = obj;
@@ -697,22 +775,33 @@ check_policy(void *obj, const char *path, struct load_ctx *ctx)
         bad(ctx, fp, "must be 1..%d of A-Z a-z 0-9 _ . -", RL_NAME_MAX);
         free(fp);
     }
-    if (p->limits != NULL && (p->nlimits == 0 || p->nlimits > RL_LIMITS_MAX)) {
-        char *fp = join_path(path, "limits");
-        bad(ctx, fp, "must hold 1..%d limits", RL_LIMITS_MAX);
-        free(fp);
+    check_limit_list(p->limits, p->nlimits, path, ctx);
+    /* Each override becomes a policy of its own that shares the parent's
+     * name (and so its keys' hash tag and its metrics). */
+    for (size_t i = 0; i < p->noverrides; i++) {
+        struct rl_override *o = &p->overrides[i];
+        free(o->as_policy);
+        o->as_policy = xcalloc(1, sizeof(*o->as_policy));
+        *o->as_policy = *p;
+        o->as_policy->limits = o->limits;
+        o->as_policy->nlimits = o->nlimits;
+        o->as_policy->overrides = NULL;
+        o->as_policy->noverrides = 0;
     }
-    for (size_t i = 0; i < p->nlimits; i++) {
-        for (size_t j = 0; j < i; j++) {
-            if (p->limits[i].algo == p->limits[j].algo &&
-                p->limits[i].window_ms == p->limits[j].window_ms) {
-                char *fp = xasprintf("%s.limits[%zu]", path, i);
-                bad(ctx, fp, "same algorithm and window as limits[%zu]: they "
-                    "would share one counter", j);
-                free(fp);
-            }
-        }
+}
+
+const struct rl_policy *
+config_policy_for(const struct rl_policy *p, const char *id, size_t idlen)
+{
+    /* Linear: overrides are for a handful of tiers or partners, not for a
+     * customer database. */
+    for (size_t i = 0; i < p->noverrides; i++) {
+        const struct rl_strlist *l = &p->overrides[i].identities;
+        for (size_t j = 0; j < l->n; j++)
+            if (strlen(l->v[j]) == idlen && memcmp(l->v[j], id, idlen) == 0)
+                return p->overrides[i].as_policy;
     }
+    return p;
 }
 
 static void

@@ -56,6 +56,25 @@ struct rl_match {
     unsigned methods;           /* 0 = any */
 };
 
+struct rl_strlist {
+    char **v;
+    size_t n;
+};
+
+struct rl_policy;
+
+/*
+ * Limits of their own for some callers (a tier, a partner's keys).  Each
+ * override carries a whole policy that shares its parent's name, match and
+ * keys' hash tag, so the rest of the daemon sees just another policy.
+ */
+struct rl_override {
+    struct rl_strlist identities;   /* identity values: "alice", "10.0.0.7" */
+    struct rl_limit *limits;
+    size_t nlimits;
+    struct rl_policy *as_policy;    /* built after parsing; not a field */
+};
+
 struct rl_policy {
     char *name;
     struct rl_match match;
@@ -63,6 +82,8 @@ struct rl_policy {
     size_t nlimits;
     int shadow;
     struct rl_identity_chain identity;  /* n == 0: the global chain */
+    struct rl_override *overrides;
+    size_t noverrides;
     int metrics_id;             /* set by the daemon: metrics_policy_id() */
 };
 
@@ -136,6 +157,11 @@ void config_unref(struct rl_config *cfg);
 
 /* The RL_M_* bit of a method name (any case), 0 when unknown. */
 unsigned config_method_bit(const char *name);
+
+/* The policy for a caller: an override listing `id` (the identity value,
+ * without its type), else p itself. */
+const struct rl_policy *config_policy_for(const struct rl_policy *p,
+                                          const char *id, size_t idlen);
 
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg,

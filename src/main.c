@@ -45,8 +45,8 @@ add_override(struct rl_options *o, const char *name, const char *text,
             return;
         }
     }
-    if (o->nov < RL_OVERRIDES_MAX)
-        o->ov[o->nov++] = (struct rl_override){name, text, origin};
+    if (o->nov < RL_SETTINGS_MAX)
+        o->ov[o->nov++] = (struct rl_setting){name, text, origin};
 }
 
 int

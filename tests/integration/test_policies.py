@@ -40,6 +40,8 @@ CONFIG = {
         {"name": "e-prefix", "match": {"path_prefix": "/e2"}, "limits": [BIG]},
         {"name": "only-trace", "match": {"methods": ["TRACE"]}, "limits": [BIG]},
         {"name": "shadowpol", "match": {"path": "/shadow"}, "shadow": True, "limits": [fw(2)]},
+        {"name": "tiered", "match": {"path": "/tiered"}, "limits": [fw(2)],
+         "overrides": [{"identities": ["gold", "203.0.113.9"], "limits": [fw(4)]}]},
     ],
 }
 
@@ -296,6 +298,23 @@ def t_shadow(d, r):
        "increase of shadow_denied on a real denial")
 
 
+def t_overrides(d, r):
+    # listed identities get the override's limits, everyone else the policy's
+    def run(key, n):
+        out = []
+        for _ in range(n):
+            st, h, b = post(d, {"key": key, "path": "/tiered"})
+            H.expect_json(st, h, b, st, "tiered check for %r" % key)
+            eq(b.get("policy"), "tiered", "body.policy for %r" % key)
+            out.append((st, b.get("limit"), b.get("remaining")))
+        return out
+    eq(run("gold", 5), [(200, 4, 3), (200, 4, 2), (200, 4, 1), (200, 4, 0), (429, 4, 0)],
+       "gold (override limit 4)")
+    eq(run("silver", 3), [(200, 2, 1), (200, 2, 0), (429, 2, 0)], "silver (policy limit 2)")
+    # the identity must match whole: a prefix or a longer string is not listed
+    eq(run("gold2", 3), [(200, 2, 1), (200, 2, 0), (429, 2, 0)], "gold2 is not gold")
+
+
 def t_metrics_by_policy(d, r):
     # API.md: "/metrics: ... checks by policy and result"
     text = metrics(d)
@@ -338,6 +357,7 @@ CASES = [
     ("query string is not part of the path (body path)", t_query_not_in_path_body),
     ("no match: 200, policy null, no quota headers", t_no_match),
     ("shadow: 200 with would_deny false, false, true, true; metrics shadow_denied +2", t_shadow),
+    ("overrides: listed identities get their own limits", t_overrides),
     ("metrics: checks counted by policy (API.md)", t_metrics_by_policy),
     ("conf/*.json exist", t_conf_files_exist),
 ] + [("conf/%s passes -t" % os.path.basename(p), conf_case(p)) for p in CONF_FILES]
