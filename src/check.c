@@ -238,6 +238,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         goto out;
     }
 
+    ident.forwarded_rfc7239 = cfg->forwarded_rfc7239;
     ident.body_key = f.key;
     ident.body_key_len = f.key_len;
     if (identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,

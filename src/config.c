@@ -175,6 +175,7 @@ log_level_name(enum rl_log_level l)
 
 static const char *const backend_names[] = {"redis", "memory", NULL};
 static const char *const failure_names[] = {"open", "closed", "local", NULL};
+static const char *const fwd_header_names[] = {"x-forwarded-for", "forwarded", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
     "token_bucket", "gcra", NULL
@@ -283,6 +284,8 @@ static const struct field top_fields[] = {
      NULL, 0, 0, NULL},
     {"trusted_proxies", T_CIDRS, offsetof(struct rl_config, trusted_proxies),
      "[\"127.0.0.0/8\", \"::1/128\"]", 0, 0, NULL, NULL, 0, 0, NULL},
+    {"forwarded_header", T_ENUM, offsetof(struct rl_config, forwarded_rfc7239),
+     "\"x-forwarded-for\"", 0, 0, fwd_header_names, NULL, 0, 0, NULL},
     {"max_body", T_SIZE, offsetof(struct rl_config, max_body), "\"64k\"", 2,
      64 * 1024 * 1024, NULL, NULL, 0, F_RESTART, SIZE_HINT},
     {"max_inflight", T_INT, offsetof(struct rl_config, max_inflight), "10000", 1,
@@ -997,9 +1000,14 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
         v = json_string(text);
     parse_field(f, obj, v, name, &ctx);
     json_decref(v);
-    /* sub-objects re-check here; the top level waits for config_validate */
-    if (s != &top_schema && s->check != NULL && errs->n == before)
-        s->check(obj, name, &ctx);
+    /* sub-objects re-check here, at their own path ("redis" for
+     * "redis.url"); the top level waits for config_validate */
+    if (s != &top_schema && s->check != NULL && errs->n == before) {
+        const char *dot = strrchr(name, '.');
+        char *parent = xstrndup(name, dot ? (size_t)(dot - name) : 0);
+        s->check(obj, parent, &ctx);
+        free(parent);
+    }
     return errs->n == before ? RL_OK : RL_ERR;
 }
 

@@ -105,6 +105,7 @@ struct rl_config {
     enum rl_failure_mode failure_mode;
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
+    int forwarded_rfc7239;      /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
     int64_t max_body;
     int64_t max_inflight;       /* per worker; past it a fast 503 */
     int64_t shutdown_grace_ms;

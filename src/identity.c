@@ -86,18 +86,15 @@ identity_forwarded(const struct rl_cidr_list *trusted,
     char h[RL_FORWARDED_MAX];
     const char *item;
     size_t end, ilen;
-    int found = 0, rfc = 1;
+    int found = 0, rfc;
 
     if (in->peer_family == 0 ||
         !cidr_list_contains(trusted, in->peer_family, in->peer_addr))
         return RL_ERR;
     /* Several header lines are one list (RFC 9110 5.3): a proxy that adds its
      * own line must not let the client's earlier line pick the identity. */
-    end = in->header_all(in->hctx, "Forwarded", h, sizeof(h));
-    if (end == 0) {
-        rfc = 0;
-        end = in->header_all(in->hctx, "X-Forwarded-For", h, sizeof(h));
-    }
+    rfc = in->forwarded_rfc7239;
+    end = in->header_all(in->hctx, rfc ? "Forwarded" : "X-Forwarded-For", h, sizeof(h));
     /* Absent, or too long to read whole: the rightmost hops, the only ones
      * we can trust, would be the ones cut off. */
     if (end == 0 || end >= sizeof(h))

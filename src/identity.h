@@ -24,6 +24,10 @@ struct rl_ident_input {
      * absent, >= size when it did not fit (then buf is unusable) */
     size_t (*header_all)(void *hctx, const char *name, char *buf, size_t size);
     void *hctx;
+    /* Which header the trusted proxies write: X-Forwarded-For (0) or RFC
+     * 7239 Forwarded (1).  Only that one is read; the other may come from
+     * the client, passed through untouched, and must not be believed. */
+    int forwarded_rfc7239;
     int peer_family;        /* AF_INET, AF_INET6, or 0 (unix socket) */
     uint8_t peer_addr[16];
 };

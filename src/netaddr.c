@@ -101,6 +101,20 @@ listen_addr_clear(struct rl_listen_addr *a)
     a->path = NULL;
 }
 
+/* ":port" with 1..5 digits, or nothing. */
+static int
+port_suffix_ok(const char *s, size_t n)
+{
+    if (n == 0)
+        return 1;
+    if (s[0] != ':' || n < 2 || n > 6)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
 int
 ip_parse(const char *s, size_t len, int *family, uint8_t addr[16])
 {
@@ -110,7 +124,7 @@ ip_parse(const char *s, size_t len, int *family, uint8_t addr[16])
 
     if (n >= 2 && s[0] == '[') {
         const char *rb = memchr(s, ']', len);
-        if (rb == NULL)
+        if (rb == NULL || !port_suffix_ok(rb + 1, len - (size_t)(rb + 1 - s)))
             return RL_ERR;
         p = s + 1;
         n = (size_t)(rb - p);
@@ -133,8 +147,11 @@ ip_parse(const char *s, size_t len, int *family, uint8_t addr[16])
     }
     /* IPv4, possibly with ":port" (X-Forwarded-For from some proxies). */
     char *colon = strchr(buf, ':');
-    if (colon != NULL && p == s)
+    if (colon != NULL && p == s) {
+        if (!port_suffix_ok(colon, strlen(colon)))
+            return RL_ERR;
         *colon = '\0';
+    }
     if (inet_pton(AF_INET, buf, addr) == 1) {
         *family = AF_INET;
         return RL_OK;
@@ -152,28 +169,46 @@ ip_format(int family, const uint8_t *addr, char *buf, size_t size)
 int
 cidr_parse(const char *s, struct rl_cidr *out)
 {
+    static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
     const char *slash = strchr(s, '/');
     size_t alen = slash ? (size_t)(slash - s) : strlen(s);
-    int maxp;
+    char buf[64];
+    long p;
+    char *end;
 
     memset(out, 0, sizeof(*out));
-    if (s[0] == '[' || ip_parse(s, alen, &out->family, out->addr) != RL_OK)
+    if (alen == 0 || alen >= sizeof(buf))
         return RL_ERR;
-    /* ip_parse accepted "a.b.c.d:port"; a CIDR never has a port. */
-    if (memchr(s, ':', alen) != NULL && out->family == AF_INET &&
-        strncmp(s, "::ffff:", 7) != 0)
+    memcpy(buf, s, alen);
+    buf[alen] = '\0';
+    /* Parsed here rather than by ip_parse, which folds mapped addresses and
+     * accepts ports: a CIDR has no port, and "::ffff:a.b.c.d/104" is a
+     * mapped range whose prefix counts from the IPv6 side. */
+    if (inet_pton(AF_INET, buf, out->addr) == 1) {
+        out->family = AF_INET;
+    } else if (inet_pton(AF_INET6, buf, out->addr) == 1) {
+        out->family = AF_INET6;
+    } else {
         return RL_ERR;
-    maxp = out->family == AF_INET ? 32 : 128;
-    if (slash == NULL) {
-        out->prefix = maxp;
-        return RL_OK;
     }
-    char *end;
-    errno = 0;
-    long p = strtol(slash + 1, &end, 10);
-    if (slash[1] < '0' || slash[1] > '9' || *end != '\0' || errno != 0 ||
-        p < 0 || p > maxp)
-        return RL_ERR;
+    if (slash == NULL) {
+        p = out->family == AF_INET ? 32 : 128;
+    } else {
+        errno = 0;
+        p = strtol(slash + 1, &end, 10);
+        if (slash[1] < '0' || slash[1] > '9' || *end != '\0' || errno != 0 ||
+            p < 0 || p > (out->family == AF_INET ? 32 : 128))
+            return RL_ERR;
+    }
+    if (out->family == AF_INET6 && memcmp(out->addr, mapped, 12) == 0) {
+        /* clients arrive folded to IPv4, so the range must be IPv4 too */
+        if (p < 96)
+            return RL_ERR;
+        memmove(out->addr, out->addr + 12, 4);
+        memset(out->addr + 4, 0, 12);
+        out->family = AF_INET;
+        p -= 96;
+    }
     out->prefix = (int)p;
     return RL_OK;
 }

@@ -7,7 +7,7 @@
 int64_t
 response_seconds(int64_t ms)
 {
-    return ms <= 0 ? 0 : (ms + 999) / 1000;
+    return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
 }
 
 /*

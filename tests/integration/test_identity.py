@@ -47,6 +47,7 @@ POLICIES = [
     pol("src_header", 2, ["header:X-Api-Key"]),
     pol("src_fwd", 2, ["forwarded"]),
     pol("src_fwd_rfc", 2, ["forwarded"]),
+    pol("src_fwd_only_xff", 2, ["forwarded"]),
     pol("src_peer", 2, ["peer"]),
     pol("chain", 2),                        # the global chain
     pol("chain_peer", 2),
@@ -71,6 +72,11 @@ CONFIG_TRUSTED = {
     "policies": POLICIES,
 }
 CONFIG_UNTRUSTED = dict(CONFIG_TRUSTED, trusted_proxies=["10.0.0.0/8"], redis={"key_prefix": PREFIX_U})
+# The same as the trusted daemon (same Redis, same key prefix, so the same
+# counters) but its proxies write RFC 7239 Forwarded instead of
+# X-Forwarded-For: each daemon believes only the header it is told to.
+CONFIG_TRUSTED_RFC = dict(CONFIG_TRUSTED, forwarded_header="forwarded")
+PEERS = {}   # the trusted daemon -> its RFC 7239 twin
 
 
 # ------------------------------------------------------------ local helpers
@@ -130,12 +136,21 @@ def hash_tag(key):
     return key[i + 1:j]
 
 
+def rfc_twin(d, names):
+    """A check with a Forwarded header goes to the daemon configured for it."""
+    if any(n.lower() == "forwarded" for n in names) and d in PEERS:
+        return PEERS[d]
+    return d
+
+
 def post(d, body=None, headers=None):
+    d = rfc_twin(d, (headers or {}).keys())
     return H.request(d.port, "POST", "/check", body, headers)
 
 
 def raw_check(d, header_lines, body):
     """POST /check with header lines given as a list (names may repeat)."""
+    d = rfc_twin(d, [k for k, _ in header_lines])
     data = json.dumps(body).encode()
     head = ["POST /check HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
             "Content-Length: %d" % len(data), "Connection: close"]
@@ -191,6 +206,24 @@ def t_source_header(dt, du, r):
     expect(post(dt, {"policy": P, "key": "b1"}, {"X-Api-Key": "ak2"}), P, 1, "X-Api-Key ak2 (fresh)")
     st, h, b = post(dt, {"policy": P, "key": "b1"})
     H.expect_error(st, h, b, 400, what="chain [header:X-Api-Key] without the header")
+
+
+def t_other_header_not_believed(dt, du, r):
+    # a proxy that writes X-Forwarded-For passes the client's Forwarded
+    # through: the daemon told to read XFF must not believe it, and the
+    # other way round
+    P = "src_fwd_only_xff"
+    st, h, b = H.request(dt.port, "POST", "/check", {"policy": P},
+                         {"Forwarded": "for=198.51.100.200"})
+    H.expect_error(st, h, b, 400, what="XFF daemon, only a Forwarded header")
+    st, h, b = H.request(PEERS[dt].port, "POST", "/check", {"policy": P},
+                         {"X-Forwarded-For": "198.51.100.200"})
+    H.expect_error(st, h, b, 400, what="Forwarded daemon, only an X-Forwarded-For header")
+    expect(H.request(dt.port, "POST", "/check", {"policy": P},
+                     {"Forwarded": "for=198.51.100.201", "X-Forwarded-For": "198.51.100.202"}),
+           P, 1, "XFF daemon, both headers: the XFF address")
+    expect(H.request(dt.port, "POST", "/check", {"policy": P},
+                     {"X-Forwarded-For": "198.51.100.202"}), P, 0, "XFF .202 again: the same caller")
 
 
 def t_source_forwarded_xff(dt, du, r):
@@ -478,6 +511,7 @@ CASES = [
     ("source body: the body key names the caller", t_source_body),
     ("source header:X-Api-Key: the header names the caller", t_source_header),
     ("source forwarded: X-Forwarded-For from a trusted peer", t_source_forwarded_xff),
+    ("forwarded_header: only the configured header is believed", t_other_header_not_believed),
     ("source forwarded: RFC 7239 Forwarded: for=\"[2001:db8::1]:4711\"", t_source_forwarded_rfc7239),
     ("source peer: the TCP peer address", t_source_peer),
     ("chain: first hit wins (body > header > forwarded > peer)", t_first_hit_wins),
@@ -504,7 +538,12 @@ CASES = [
 def fixture():
     with H.Redis() as r, \
             H.Daemon(CONFIG_TRUSTED, redis=r, args=["-L", "debug"]) as dt, \
-            H.Daemon(CONFIG_UNTRUSTED, redis=r, args=["-L", "debug"]) as du:
+            H.Daemon(CONFIG_UNTRUSTED, redis=r, args=["-L", "debug"]) as du, \
+            H.Daemon(CONFIG_TRUSTED_RFC, redis=r, args=["-L", "debug"]) as dr, \
+            H.Daemon(dict(CONFIG_UNTRUSTED, forwarded_header="forwarded"), redis=r,
+                     args=["-L", "debug"]) as dur:
+        PEERS[dt] = dr
+        PEERS[du] = dur
         yield dt, du, r
 
 

@@ -1,0 +1,746 @@
+/*
+ * check_response.c — a backend answer becomes a decision (which limit binds,
+ * what the top level says), and a decision becomes a JSON body and quota
+ * headers.  Every expected body and header is written out by hand from
+ * API.md.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "response.h"
+
+/* ---- fixtures ------------------------------------------------------------------ */
+
+static struct rl_limit login_limits[] = {
+    {RL_ALGO_TOKEN_BUCKET, 5, 1000, 10},
+    {RL_ALGO_FIXED_WINDOW, 100, 3600000, 100},
+};
+static char name_login[] = "login", name_four[] = "four", name_upload[] = "upload";
+
+static struct rl_policy login = {
+    .name = name_login, .limits = login_limits, .nlimits = 2,
+};
+static struct rl_policy login_shadow = {
+    .name = name_login, .limits = login_limits, .nlimits = 2, .shadow = 1,
+};
+
+/* Four limits whose `limit` says which one was picked. */
+static struct rl_limit four_limits[] = {
+    {RL_ALGO_FIXED_WINDOW, 10, 1000, 10},
+    {RL_ALGO_SLIDING_WINDOW_COUNTER, 20, 2000, 20},
+    {RL_ALGO_GCRA, 30, 1500, 45},
+    {RL_ALGO_SLIDING_WINDOW_LOG, 40, 60000, 40},
+};
+static struct rl_policy four = {
+    .name = name_four, .limits = four_limits, .nlimits = 4,
+};
+
+static struct rl_limit_result
+ok(int64_t remaining, int64_t reset_ms)
+{
+    struct rl_limit_result r = {1, remaining, reset_ms, 0};
+    return r;
+}
+
+static struct rl_limit_result
+no(int64_t remaining, int64_t reset_ms, int64_t retry_after_ms)
+{
+    struct rl_limit_result r = {0, remaining, reset_ms, retry_after_ms};
+    return r;
+}
+
+static struct rl_check_res
+result(int allowed, size_t n, const struct rl_limit_result *r)
+{
+    struct rl_check_res res;
+
+    memset(&res, 0, sizeof(res));
+    res.status = RL_BACKEND_OK;
+    res.allowed = allowed;
+    res.nlimits = n;
+    memcpy(res.limits, r, n * sizeof(*r));
+    return res;
+}
+
+static void
+decide(struct rl_decision *d, const struct rl_policy *p, int allowed, size_t n,
+       const struct rl_limit_result *r)
+{
+    struct rl_check_res res = result(allowed, n, r);
+
+    memset(d, 0xa5, sizeof(*d));    /* nothing may be left from before */
+    decision_from_result(d, p, &res);
+}
+
+/* ---- the binding limit -------------------------------------------------------------- */
+
+START_TEST(binding_all_allow_least_remaining)
+{
+    struct rl_limit_result r[] = {ok(5, 100), ok(3, 1700), ok(3, 900), ok(9, 50)};
+    struct rl_decision d;
+
+    decide(&d, &four, 1, 4, r);
+    ck_assert_uint_eq(d.binding, 1);          /* least remaining, first of equals */
+    ck_assert_int_eq(d.limit, 20);
+    ck_assert_int_eq(d.remaining, 3);
+    ck_assert_int_eq(d.reset_ms, 1700);
+    ck_assert_int_eq(d.retry_after_ms, 0);
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_int_eq(d.would_deny, 0);
+    ck_assert_int_eq(d.shadow, 0);
+    ck_assert_int_eq(d.degraded, 0);
+    ck_assert_ptr_eq(d.policy, &four);
+    ck_assert_uint_eq(d.nlimits, 4);
+    ck_assert_mem_eq(d.limits, r, sizeof(r));
+}
+END_TEST
+
+START_TEST(binding_all_allow_equal_is_first)
+{
+    struct rl_limit_result r[] = {ok(7, 100), ok(7, 200), ok(7, 300)};
+    struct rl_decision d;
+
+    decide(&d, &four, 1, 3, r);
+    ck_assert_uint_eq(d.binding, 0);
+    ck_assert_int_eq(d.limit, 10);
+    ck_assert_int_eq(d.reset_ms, 100);
+
+    struct rl_limit_result r2[] = {ok(9, 100), ok(8, 200), ok(1, 300), ok(1, 400)};
+    decide(&d, &four, 1, 4, r2);
+    ck_assert_uint_eq(d.binding, 2);
+    ck_assert_int_eq(d.limit, 30);
+    ck_assert_int_eq(d.remaining, 1);
+    ck_assert_int_eq(d.reset_ms, 300);
+}
+END_TEST
+
+START_TEST(binding_the_denying_one)
+{
+    /* limit 0 has less left, but limit 2 is the one that said no */
+    struct rl_limit_result r[] = {ok(0, 100), ok(5, 200), no(4, 800, 650), ok(2, 50)};
+    struct rl_decision d;
+
+    decide(&d, &four, 0, 4, r);
+    ck_assert_uint_eq(d.binding, 2);
+    ck_assert_int_eq(d.limit, 30);
+    ck_assert_int_eq(d.remaining, 4);
+    ck_assert_int_eq(d.reset_ms, 800);
+    ck_assert_int_eq(d.retry_after_ms, 650);
+    ck_assert_int_eq(d.status, 429);
+    ck_assert_int_eq(d.allowed, 0);
+    ck_assert_int_eq(d.would_deny, 1);
+}
+END_TEST
+
+START_TEST(binding_largest_retry_among_denying)
+{
+    struct rl_limit_result r[] = {no(0, 300, 300), no(0, 9000, 700), no(0, 200, 200),
+                                  ok(1, 10)};
+    struct rl_decision d;
+
+    decide(&d, &four, 0, 4, r);
+    ck_assert_uint_eq(d.binding, 1);
+    ck_assert_int_eq(d.limit, 20);
+    ck_assert_int_eq(d.reset_ms, 9000);
+    ck_assert_int_eq(d.retry_after_ms, 700);
+
+    /* the last one waits longest */
+    struct rl_limit_result r2[] = {ok(0, 10), no(0, 300, 300), no(0, 400, 400),
+                                   no(3, 5000, 4999)};
+    decide(&d, &four, 0, 4, r2);
+    ck_assert_uint_eq(d.binding, 3);
+    ck_assert_int_eq(d.limit, 40);
+    ck_assert_int_eq(d.remaining, 3);
+    ck_assert_int_eq(d.retry_after_ms, 4999);
+
+    /* equal waits: the first */
+    struct rl_limit_result r3[] = {ok(0, 10), no(2, 300, 500), no(1, 600, 500)};
+    decide(&d, &four, 0, 3, r3);
+    ck_assert_uint_eq(d.binding, 1);
+    ck_assert_int_eq(d.remaining, 2);
+}
+END_TEST
+
+START_TEST(binding_never_fits_outranks)
+{
+    /* -1: the cost can never fit this limit; it binds over any wait */
+    struct rl_limit_result r[] = {no(0, 300, 300), no(7, 5000, -1), no(0, 90000, 90000)};
+    struct rl_decision d;
+
+    decide(&d, &four, 0, 3, r);
+    ck_assert_uint_eq(d.binding, 1);
+    ck_assert_int_eq(d.limit, 20);
+    ck_assert_int_eq(d.remaining, 7);
+    ck_assert_int_eq(d.reset_ms, 5000);
+    /* no promise that cannot be kept: the top level says reset_ms */
+    ck_assert_int_eq(d.retry_after_ms, 5000);
+    ck_assert_int_eq(d.status, 429);
+
+    /* -1 first, a longer positive wait after it */
+    struct rl_limit_result r2[] = {no(2, 100, -1), no(0, 99999, 99999)};
+    decide(&d, &four, 0, 2, r2);
+    ck_assert_uint_eq(d.binding, 0);
+    ck_assert_int_eq(d.limit, 10);
+    ck_assert_int_eq(d.retry_after_ms, 100);
+
+    /* two that never fit: the first */
+    struct rl_limit_result r3[] = {ok(5, 1), no(1, 111, -1), no(2, 222, -1)};
+    decide(&d, &four, 0, 3, r3);
+    ck_assert_uint_eq(d.binding, 1);
+    ck_assert_int_eq(d.retry_after_ms, 111);
+}
+END_TEST
+
+START_TEST(binding_single_limit)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_decision d;
+
+    decide(&d, &login, 0, 2, r);
+    ck_assert_uint_eq(d.binding, 0);
+    ck_assert_int_eq(d.limit, 5);
+    ck_assert_int_eq(d.remaining, 0);
+    ck_assert_int_eq(d.reset_ms, 740);
+    ck_assert_int_eq(d.retry_after_ms, 740);
+}
+END_TEST
+
+START_TEST(shadow_decision)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_decision d;
+
+    decide(&d, &login_shadow, 0, 2, r);
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_int_eq(d.shadow, 1);
+    ck_assert_int_eq(d.would_deny, 1);
+    ck_assert_uint_eq(d.binding, 0);
+
+    struct rl_limit_result r2[] = {ok(4, 200), ok(93, 1204000)};
+    decide(&d, &login_shadow, 1, 2, r2);
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_int_eq(d.shadow, 1);
+    ck_assert_int_eq(d.would_deny, 0);
+}
+END_TEST
+
+START_TEST(no_policy_and_degraded_decisions)
+{
+    struct rl_decision d;
+
+    memset(&d, 0xa5, sizeof(d));
+    decision_no_policy(&d);
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_ptr_null(d.policy);
+    ck_assert_uint_eq(d.nlimits, 0);
+    ck_assert_int_eq(d.degraded, 0);
+    ck_assert_int_eq(d.shadow, 0);
+
+    memset(&d, 0xa5, sizeof(d));
+    decision_degraded_open(&d, &login);
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_int_eq(d.degraded, 1);
+    ck_assert_ptr_eq(d.policy, &login);
+    ck_assert_uint_eq(d.nlimits, 0);
+    ck_assert_int_eq(d.shadow, 0);
+    ck_assert_int_eq(d.would_deny, 0);
+}
+END_TEST
+
+/* ---- bodies ------------------------------------------------------------------------------- */
+
+static const char allowed_body[] =
+    "{\"allowed\":true,\"policy\":\"login\",\"limit\":5,\"remaining\":4,\"reset_ms\":200,"
+    "\"retry_after_ms\":0,\"limits\":["
+    "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":4,"
+    "\"reset_ms\":200,\"burst\":10,\"retry_after_ms\":0},"
+    "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
+    "\"reset_ms\":1204000,\"retry_after_ms\":0}]}";
+
+/* API.md's example answer, with the fields this implementation adds */
+static const char denied_body[] =
+    "{\"allowed\":false,\"policy\":\"login\",\"limit\":5,\"remaining\":0,\"reset_ms\":740,"
+    "\"retry_after_ms\":740,\"limits\":["
+    "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":0,"
+    "\"reset_ms\":740,\"burst\":10,\"retry_after_ms\":740},"
+    "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
+    "\"reset_ms\":1204000,\"retry_after_ms\":0}]}";
+
+static const char shadow_denied_body[] =
+    "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,\"would_deny\":true,"
+    "\"limit\":5,\"remaining\":0,\"reset_ms\":740,\"retry_after_ms\":740,\"limits\":["
+    "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":0,"
+    "\"reset_ms\":740,\"burst\":10,\"retry_after_ms\":740},"
+    "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
+    "\"reset_ms\":1204000,\"retry_after_ms\":0}]}";
+
+static const char shadow_allowed_body[] =
+    "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,\"would_deny\":false,"
+    "\"limit\":5,\"remaining\":4,\"reset_ms\":200,\"retry_after_ms\":0,\"limits\":["
+    "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":4,"
+    "\"reset_ms\":200,\"burst\":10,\"retry_after_ms\":0},"
+    "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
+    "\"reset_ms\":1204000,\"retry_after_ms\":0}]}";
+
+static void
+expect_body(const struct rl_decision *d, const char *want)
+{
+    char buf[4096];
+    json_error_t jerr;
+    size_t n = response_body(d, buf, sizeof(buf));
+
+    ck_assert_str_eq(buf, want);
+    ck_assert_uint_eq(n, strlen(want));
+    json_t *j = json_loads(buf, 0, &jerr);
+    ck_assert_msg(j != NULL, "not JSON: %s (%s)", buf, jerr.text);
+    ck_assert(json_is_boolean(json_object_get(j, "allowed")));
+    json_decref(j);
+}
+
+START_TEST(body_allowed)
+{
+    struct rl_limit_result r[] = {ok(4, 200), ok(93, 1204000)};
+    struct rl_decision d;
+
+    decide(&d, &login, 1, 2, r);
+    expect_body(&d, allowed_body);
+}
+END_TEST
+
+START_TEST(body_denied)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_decision d;
+
+    decide(&d, &login, 0, 2, r);
+    expect_body(&d, denied_body);
+}
+END_TEST
+
+START_TEST(body_denied_never_fits)
+{
+    static struct rl_limit l[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 3, 10000, 3}};
+    static struct rl_policy p = {.name = name_upload, .limits = l, .nlimits = 1};
+    struct rl_limit_result r[] = {no(1, 4000, -1)};
+    struct rl_decision d;
+
+    /* the cost can never fit: the top level promises only the reset */
+    decide(&d, &p, 0, 1, r);
+    expect_body(&d,
+        "{\"allowed\":false,\"policy\":\"upload\",\"limit\":3,\"remaining\":1,"
+        "\"reset_ms\":4000,\"retry_after_ms\":4000,\"limits\":["
+        "{\"algorithm\":\"sliding_window_log\",\"limit\":3,\"window_ms\":10000,"
+        "\"remaining\":1,\"reset_ms\":4000,\"retry_after_ms\":-1}]}");
+}
+END_TEST
+
+START_TEST(body_shadow)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_limit_result r2[] = {ok(4, 200), ok(93, 1204000)};
+    struct rl_decision d;
+
+    decide(&d, &login_shadow, 0, 2, r);
+    expect_body(&d, shadow_denied_body);
+    decide(&d, &login_shadow, 1, 2, r2);
+    expect_body(&d, shadow_allowed_body);
+}
+END_TEST
+
+START_TEST(body_degraded_open)
+{
+    struct rl_decision d;
+
+    decision_degraded_open(&d, &login);
+    expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true}");
+    decision_degraded_open(&d, &login_shadow);
+    expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,"
+                    "\"would_deny\":false,\"degraded\":true}");
+}
+END_TEST
+
+START_TEST(body_no_policy)
+{
+    struct rl_decision d;
+
+    decision_no_policy(&d);
+    expect_body(&d, "{\"allowed\":true,\"policy\":null}");
+}
+END_TEST
+
+START_TEST(body_gcra_and_windows)
+{
+    struct rl_limit_result r[] = {ok(9, 34), ok(20, 0), ok(44, 0), ok(40, 0)};
+    struct rl_decision d;
+
+    decide(&d, &four, 1, 4, r);
+    expect_body(&d,
+        "{\"allowed\":true,\"policy\":\"four\",\"limit\":10,\"remaining\":9,"
+        "\"reset_ms\":34,\"retry_after_ms\":0,\"limits\":["
+        "{\"algorithm\":\"fixed_window\",\"limit\":10,\"window_ms\":1000,\"remaining\":9,"
+        "\"reset_ms\":34,\"retry_after_ms\":0},"
+        "{\"algorithm\":\"sliding_window_counter\",\"limit\":20,\"window_ms\":2000,"
+        "\"remaining\":20,\"reset_ms\":0,\"retry_after_ms\":0},"
+        "{\"algorithm\":\"gcra\",\"limit\":30,\"window_ms\":1500,\"remaining\":44,"
+        "\"reset_ms\":0,\"burst\":45,\"retry_after_ms\":0},"
+        "{\"algorithm\":\"sliding_window_log\",\"limit\":40,\"window_ms\":60000,"
+        "\"remaining\":40,\"reset_ms\":0,\"retry_after_ms\":0}]}");
+}
+END_TEST
+
+/* Every buffer size: the prefix that fits, NUL-terminated, nothing past it. */
+static void
+expect_truncation(const struct rl_decision *d, const char *full)
+{
+    size_t len = strlen(full);
+    unsigned char *buf = malloc(len + 64);
+
+    ck_assert_ptr_nonnull(buf);
+    for (size_t size = 1; size <= len + 8; size++) {
+        memset(buf, 0xa5, len + 64);
+        size_t n = response_body(d, (char *)buf, size);
+        size_t want = len < size ? len : size - 1;
+        ck_assert_msg(n == want, "size %zu: returned %zu, expected %zu", size, n, want);
+        ck_assert_msg(buf[want] == '\0', "size %zu: not terminated at %zu", size, want);
+        ck_assert_msg(memcmp(buf, full, want) == 0, "size %zu: wrong prefix", size);
+        for (size_t i = size; i < len + 64; i++)
+            ck_assert_msg(buf[i] == 0xa5, "size %zu: byte %zu written", size, i);
+    }
+    free(buf);
+}
+
+START_TEST(body_truncation_never_overflows)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_decision d;
+
+    decide(&d, &login_shadow, 0, 2, r);
+    expect_truncation(&d, shadow_denied_body);
+    decision_no_policy(&d);
+    expect_truncation(&d, "{\"allowed\":true,\"policy\":null}");
+    decision_degraded_open(&d, &login);
+    expect_truncation(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true}");
+}
+END_TEST
+
+/*
+ * The largest body a valid config can produce (8 limits, 64-byte name, every
+ * number at its config bound) fits the 2048-byte buffer http.c writes it to.
+ */
+START_TEST(body_worst_case_fits_http_buffer)
+{
+    static struct rl_limit l[RL_LIMITS_MAX];
+    static char name[RL_NAME_MAX + 1];
+    struct rl_policy p;
+    struct rl_limit_result r[RL_LIMITS_MAX];
+    const int64_t win = 366LL * 24 * 3600 * 1000, big = 1000000000;
+    struct rl_decision d;
+    char buf[2048];
+
+    memset(name, 'n', RL_NAME_MAX);
+    for (size_t i = 0; i < RL_LIMITS_MAX; i++) {
+        l[i].algo = i % 2 ? RL_ALGO_SLIDING_WINDOW_COUNTER : RL_ALGO_TOKEN_BUCKET;
+        l[i].limit = big;
+        l[i].window_ms = win - (int64_t)i;
+        l[i].burst = big;
+        /* a full bucket refills in burst/limit windows: at most one window */
+        r[i] = no(big, win, win);
+    }
+    memset(&p, 0, sizeof(p));
+    p.name = name;
+    p.limits = l;
+    p.nlimits = RL_LIMITS_MAX;
+    p.shadow = 1;
+    decide(&d, &p, 0, RL_LIMITS_MAX, r);
+    size_t n = response_body(&d, buf, sizeof(buf));
+    ck_assert_msg(n < sizeof(buf) - 1, "worst-case body needs %zu bytes or more", n);
+    json_t *j = json_loads(buf, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(json_array_size(json_object_get(j, "limits")), RL_LIMITS_MAX);
+    json_decref(j);
+}
+END_TEST
+
+/* ---- headers ----------------------------------------------------------------------------------- */
+
+struct headers {
+    size_t n;
+    char name[16][64];
+    char value[16][256];
+};
+
+static void
+collect(const char *name, const char *value, void *arg)
+{
+    struct headers *h = arg;
+
+    ck_assert_uint_lt(h->n, 16);
+    ck_assert_uint_lt(strlen(name), 64);
+    ck_assert_uint_lt(strlen(value), 256);
+    strcpy(h->name[h->n], name);
+    strcpy(h->value[h->n], value);
+    h->n++;
+}
+
+/* want: name, value, name, value, ..., NULL */
+static void
+expect_headers(const struct rl_decision *d, const char *const *want)
+{
+    struct headers h;
+    size_t n = 0;
+
+    memset(&h, 0, sizeof(h));
+    response_headers(d, collect, &h);
+    while (want[2 * n] != NULL)
+        n++;
+    for (size_t i = 0; i < h.n && i < n; i++) {
+        ck_assert_str_eq(h.name[i], want[2 * i]);
+        ck_assert_str_eq(h.value[i], want[2 * i + 1]);
+    }
+    ck_assert_uint_eq(h.n, n);
+}
+
+START_TEST(headers_allowed)
+{
+    struct rl_limit_result r[] = {ok(4, 200), ok(93, 1204000)};
+    struct rl_decision d;
+    static const char *const want[] = {
+        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Remaining", "4",
+        "X-RateLimit-Reset", "1",
+        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit", "\"login\";r=4;t=1",
+        NULL,
+    };
+
+    decide(&d, &login, 1, 2, r);
+    expect_headers(&d, want);
+}
+END_TEST
+
+START_TEST(headers_denied)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_decision d;
+    static const char *const want[] = {
+        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Remaining", "0",
+        "X-RateLimit-Reset", "1",
+        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit", "\"login\";r=0;t=1",
+        "Retry-After", "1",
+        NULL,
+    };
+
+    decide(&d, &login, 0, 2, r);
+    expect_headers(&d, want);
+}
+END_TEST
+
+START_TEST(headers_round_up)
+{
+    /* the fixed window binds: w = 3600; 2001 ms is 3 s, 1001 ms is 2 s */
+    struct rl_limit_result r[] = {ok(3, 100), no(0, 2001, 1001)};
+    struct rl_decision d;
+    static const char *const want[] = {
+        "X-RateLimit-Limit", "100",
+        "X-RateLimit-Remaining", "0",
+        "X-RateLimit-Reset", "3",
+        "RateLimit-Policy", "\"login\";q=100;w=3600",
+        "RateLimit", "\"login\";r=0;t=3",
+        "Retry-After", "2",
+        NULL,
+    };
+
+    decide(&d, &login, 0, 2, r);
+    expect_headers(&d, want);
+
+    /* gcra over 1500 ms: w rounds up to 2; exactly 3000 ms is 3 s */
+    struct rl_limit_result r2[] = {ok(9, 0), ok(9, 0), no(0, 3000, 3000), ok(9, 0)};
+    static const char *const want2[] = {
+        "X-RateLimit-Limit", "30",
+        "X-RateLimit-Remaining", "0",
+        "X-RateLimit-Reset", "3",
+        "RateLimit-Policy", "\"four\";q=30;w=2",
+        "RateLimit", "\"four\";r=0;t=3",
+        "Retry-After", "3",
+        NULL,
+    };
+    decide(&d, &four, 0, 4, r2);
+    expect_headers(&d, want2);
+}
+END_TEST
+
+START_TEST(headers_retry_after_never_zero)
+{
+    /* denied with nothing to wait for (cost never fits, already reset) */
+    struct rl_limit_result r[] = {no(5, 0, -1), ok(93, 1204000)};
+    struct rl_decision d;
+    static const char *const want[] = {
+        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Remaining", "5",
+        "X-RateLimit-Reset", "0",
+        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit", "\"login\";r=5;t=0",
+        "Retry-After", "1",
+        NULL,
+    };
+
+    decide(&d, &login, 0, 2, r);
+    expect_headers(&d, want);
+
+    /* a 1 ms wait is still a whole second */
+    struct rl_limit_result r2[] = {no(0, 1, 1), ok(93, 1204000)};
+    decide(&d, &login, 0, 2, r2);
+    struct headers h;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    ck_assert_uint_eq(h.n, 6);
+    ck_assert_str_eq(h.name[5], "Retry-After");
+    ck_assert_str_eq(h.value[5], "1");
+}
+END_TEST
+
+START_TEST(headers_shadow_has_no_retry_after)
+{
+    struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
+    struct rl_decision d;
+    static const char *const want[] = {
+        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Remaining", "0",
+        "X-RateLimit-Reset", "1",
+        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit", "\"login\";r=0;t=1",
+        NULL,
+    };
+
+    decide(&d, &login_shadow, 0, 2, r);
+    expect_headers(&d, want);
+}
+END_TEST
+
+START_TEST(headers_none_without_limits)
+{
+    static const char *const none[] = {NULL};
+    struct rl_decision d;
+
+    decision_no_policy(&d);
+    expect_headers(&d, none);
+    decision_degraded_open(&d, &login);
+    expect_headers(&d, none);
+}
+END_TEST
+
+START_TEST(headers_longest_values_whole)
+{
+    static struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 1000000000,
+                                   366LL * 24 * 3600 * 1000, 1000000000}};
+    static char name[RL_NAME_MAX + 1];
+    struct rl_policy p;
+    struct rl_limit_result r[] = {no(999999999, 31622399999, 31622399001)};
+    struct rl_decision d;
+    char policy[256], rl[256];
+
+    memset(name, 'z', RL_NAME_MAX);
+    memset(&p, 0, sizeof(p));
+    p.name = name;
+    p.limits = l;
+    p.nlimits = 1;
+    decide(&d, &p, 0, 1, r);
+    snprintf(policy, sizeof(policy), "\"%s\";q=1000000000;w=31622400", name);
+    snprintf(rl, sizeof(rl), "\"%s\";r=999999999;t=31622400", name);
+    const char *const want[] = {
+        "X-RateLimit-Limit", "1000000000",
+        "X-RateLimit-Remaining", "999999999",
+        "X-RateLimit-Reset", "31622400",
+        "RateLimit-Policy", policy,
+        "RateLimit", rl,
+        "Retry-After", "31622400",
+        NULL,
+    };
+    expect_headers(&d, want);
+}
+END_TEST
+
+START_TEST(seconds_round_up)
+{
+    ck_assert_int_eq(response_seconds(0), 0);
+    ck_assert_int_eq(response_seconds(-1), 0);
+    ck_assert_int_eq(response_seconds(-5000), 0);
+    ck_assert_int_eq(response_seconds(1), 1);
+    ck_assert_int_eq(response_seconds(999), 1);
+    ck_assert_int_eq(response_seconds(1000), 1);
+    ck_assert_int_eq(response_seconds(1001), 2);
+    ck_assert_int_eq(response_seconds(59999), 60);
+    ck_assert_int_eq(response_seconds(60000), 60);
+    ck_assert_int_eq(response_seconds(31622400000LL), 31622400);
+    /* rounding up must not overflow: ceil((2^63 - 1) / 1000) */
+    ck_assert_int_eq(response_seconds(INT64_MAX), 9223372036854776LL);
+    ck_assert_int_eq(response_seconds(INT64_MAX - 807), 9223372036854775LL);
+}
+END_TEST
+
+static Suite *
+response_suite(void)
+{
+    Suite *s = suite_create("response");
+    TCase *tc;
+
+    tc = tcase_create("decision");
+    tcase_add_test(tc, binding_all_allow_least_remaining);
+    tcase_add_test(tc, binding_all_allow_equal_is_first);
+    tcase_add_test(tc, binding_the_denying_one);
+    tcase_add_test(tc, binding_largest_retry_among_denying);
+    tcase_add_test(tc, binding_never_fits_outranks);
+    tcase_add_test(tc, binding_single_limit);
+    tcase_add_test(tc, shadow_decision);
+    tcase_add_test(tc, no_policy_and_degraded_decisions);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("body");
+    tcase_add_test(tc, body_allowed);
+    tcase_add_test(tc, body_denied);
+    tcase_add_test(tc, body_denied_never_fits);
+    tcase_add_test(tc, body_shadow);
+    tcase_add_test(tc, body_degraded_open);
+    tcase_add_test(tc, body_no_policy);
+    tcase_add_test(tc, body_gcra_and_windows);
+    tcase_add_test(tc, body_truncation_never_overflows);
+    tcase_add_test(tc, body_worst_case_fits_http_buffer);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("headers");
+    tcase_add_test(tc, headers_allowed);
+    tcase_add_test(tc, headers_denied);
+    tcase_add_test(tc, headers_round_up);
+    tcase_add_test(tc, headers_retry_after_never_zero);
+    tcase_add_test(tc, headers_shadow_has_no_retry_after);
+    tcase_add_test(tc, headers_none_without_limits);
+    tcase_add_test(tc, headers_longest_values_whole);
+    tcase_add_test(tc, seconds_round_up);
+    suite_add_tcase(s, tc);
+
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(response_suite());
+    int failures;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failures ? 1 : 0;
+}
