@@ -24,6 +24,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
+#include "notify.h"
 #include "util.h"
 #include "worker.h"
 
@@ -208,6 +209,7 @@ reload(struct run_state *rs)
     struct rl_errors errs = {0};
     struct rl_config *cfg, *old;
 
+    notify_systemd("RELOADING=1");
     log_info("msg=\"reloading configuration\" file=%s",
              rs->opts->config_file ? rs->opts->config_file : "(built-in)");
     if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
@@ -216,6 +218,7 @@ reload(struct run_state *rs)
                       "problem=\"%s\"", errs.msg[i]);
         errors_free(&errs);
         metrics_reload(0, 0);
+        notify_systemd("READY=1");
         return;
     }
     old = daemon_config();
@@ -229,6 +232,7 @@ reload(struct run_state *rs)
     metrics_reload(1, cfg->hash);
     set_config(cfg);
     log_info("msg=\"configuration reloaded\" policies=%zu", cfg->npolicies);
+    notify_systemd("READY=1");
 }
 
 /* A worker's loop ended (drained, or failed): when all have, stop. */
@@ -257,6 +261,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
         _exit(0);
     }
     rs->stopping = 1;
+    notify_systemd("STOPPING=1");
     struct rl_config *cfg = daemon_config();
     log_info("msg=\"stopping: draining in-flight checks\" grace_ms=%lld",
              (long long)cfg->shutdown_grace_ms);
@@ -343,6 +348,8 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
              PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg->backend)->name);
+    /* Ready means listening: the sockets are bound and every worker runs. */
+    notify_systemd("READY=1");
 
     event_base_dispatch(rs.base);
     rc = 0;
