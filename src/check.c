@@ -156,6 +156,10 @@ on_backend(const struct rl_check_res *res, void *arg)
     struct check_op *op = arg;
 
     metrics_backend(op->env->metrics, res->status, now_monotonic_us() - op->start_us);
+    if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
+        op->cfg->deny_cache)
+        deny_cache_put(op->env->deny, op->policy, op->key, op->req.key_len,
+                       op->req.cost, op->start_us, res);
     if (res->status != RL_BACKEND_OK)
         log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
                   op->policy->name, res->error ? res->error : "");
@@ -274,6 +278,17 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     op->req.timeout_ms = cfg->redis.timeout_ms;
     op->start_us = now_monotonic_us();
     rc = RL_OK;
+    if (env->deny != NULL && cfg->deny_cache) {
+        struct rl_check_res cached;
+        if (deny_cache_get(env->deny, policy, op->key, op->req.key_len, f.cost,
+                           op->start_us, &cached) == RL_OK) {
+            __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
+            finish(op, &cached);
+            config_unref(op->cfg);
+            free(op);
+            goto out;
+        }
+    }
     env->backend->ops->check(env->backend, &op->req, on_backend, op);
 out:
     json_decref(root);

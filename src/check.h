@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "deny_cache.h"
 #include "identity.h"
 #include "metrics.h"
 #include "response.h"
@@ -17,6 +18,7 @@ struct rl_check_env {
     struct rl_backend *backend;     /* the shared counts */
     struct rl_backend *local;       /* in-process, for failure_mode local */
     struct rl_metrics *metrics;     /* the worker's counters */
+    struct rl_deny_cache *deny;     /* NULL: no local cache of denials */
 };
 
 struct rl_check_input {

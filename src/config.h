@@ -108,6 +108,8 @@ struct rl_config {
     int forwarded_rfc7239;      /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
     int64_t max_body;
     int64_t max_inflight;       /* per worker; past it a fast 503 */
+    int deny_cache;             /* answer known denials locally */
+    int64_t deny_cache_size;    /* slots per worker */
     int64_t shutdown_grace_ms;
     enum rl_log_level log_level;
     struct rl_policy *policies;

@@ -77,6 +77,9 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     w->env.backend = w->backend;
     w->env.local = w->local;
     w->env.metrics = w->metrics;
+    /* only worth it when the answer costs a round trip */
+    if (cfg->backend == RL_BACKEND_REDIS)
+        w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     return http_init(w, cfg, cause);
 }
@@ -133,6 +136,7 @@ worker_free(struct rl_worker *w)
     if (w->base != NULL)
         event_base_free(w->base);
     free(w->metrics);
+    deny_cache_free(w->env.deny);
 }
 
 void

@@ -1,0 +1,126 @@
+/* deny_cache.c — see deny_cache.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "deny_cache.h"
+#include "util.h"
+
+struct slot {
+    uint64_t hash;
+    const void *policy;     /* a reload makes new policies: no stale hit */
+    char *key;
+    size_t klen;
+    int64_t cost;
+    int64_t until_us;       /* local monotonic time the denial ends */
+    int64_t at_us;          /* when the numbers in res were true */
+    struct rl_check_res res;
+};
+
+struct rl_deny_cache {
+    struct slot *slots;
+    size_t mask;
+};
+
+static uint64_t
+hash_key(const void *policy, const char *k, size_t n)
+{
+    uint64_t h = 14695981039346656037ULL ^ (uint64_t)(uintptr_t)policy;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+struct rl_deny_cache *
+deny_cache_new(size_t slots)
+{
+    struct rl_deny_cache *c = xcalloc(1, sizeof(*c));
+    size_t n = 1;
+
+    while (n < slots)
+        n <<= 1;
+    c->slots = xcalloc(n, sizeof(*c->slots));
+    c->mask = n - 1;
+    return c;
+}
+
+void
+deny_cache_free(struct rl_deny_cache *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i <= c->mask; i++)
+        free(c->slots[i].key);
+    free(c->slots);
+    free(c);
+}
+
+static int64_t
+less(int64_t ms, int64_t elapsed_ms)
+{
+    return ms > elapsed_ms ? ms - elapsed_ms : (ms > 0 ? 1 : ms);
+}
+
+int
+deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
+               size_t klen, int64_t cost, int64_t now_us, struct rl_check_res *res)
+{
+    uint64_t h = hash_key(policy, key, klen);
+    struct slot *s = &c->slots[h & c->mask];
+    int64_t elapsed_ms;
+
+    if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
+        memcmp(s->key, key, klen) != 0)
+        return RL_ERR;
+    /* A cheaper check may fit sooner: only the same cost or more is known. */
+    if (now_us >= s->until_us || cost < s->cost)
+        return RL_ERR;
+    *res = s->res;
+    elapsed_ms = (now_us - s->at_us) / 1000;
+    for (size_t i = 0; i < res->nlimits; i++) {
+        res->limits[i].reset_ms = less(res->limits[i].reset_ms, elapsed_ms);
+        if (res->limits[i].retry_after_ms > 0)
+            res->limits[i].retry_after_ms = less(res->limits[i].retry_after_ms, elapsed_ms);
+    }
+    return RL_OK;
+}
+
+void
+deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
+               size_t klen, int64_t cost, int64_t sent_us, const struct rl_check_res *res)
+{
+    int64_t wait_ms = 0;
+    uint64_t h;
+    struct slot *s;
+
+    /* The check can pass once every denying limit lets it: the longest wait.
+     * A limit that can never fit this cost (-1) is not cached: reset_ms is
+     * no promise about when it would. */
+    for (size_t i = 0; i < res->nlimits; i++) {
+        if (res->limits[i].retry_after_ms < 0)
+            return;
+        if (res->limits[i].retry_after_ms > wait_ms)
+            wait_ms = res->limits[i].retry_after_ms;
+    }
+    if (res->allowed || wait_ms <= 1)
+        return;
+    h = hash_key(policy, key, klen);
+    s = &c->slots[h & c->mask];
+    /* direct-mapped: a newcomer replaces whoever held the slot */
+    if (s->key == NULL || s->klen < klen) {
+        free(s->key);
+        s->key = xmalloc(klen);
+    }
+    memcpy(s->key, key, klen);
+    s->klen = klen;
+    s->hash = h;
+    s->policy = policy;
+    s->cost = cost;
+    /* retry_after is rounded up to whole ms by the algorithms; take 1 ms off
+     * so that rounding never makes the local denial outlast the real one. */
+    s->until_us = sent_us + (wait_ms - 1) * 1000;
+    s->at_us = sent_us;
+    s->res = *res;
+}

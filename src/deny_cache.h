@@ -1,0 +1,37 @@
+/*
+ * deny_cache.h — answer a denied caller locally until its denial must end.
+ *
+ * When the backend denies a check of cost C with retry_after R, the same
+ * check (or a costlier one) cannot pass before R has elapsed: other
+ * instances can only consume more, never less.  Until then the worker
+ * answers 429 itself, so an abusive client costs Redis nothing.  The
+ * deadline is taken from when the check was sent, never when the answer
+ * came, so the cache can only end a denial early, never late.
+ *
+ * Per worker, no locks; a fixed number of slots, so memory is bounded
+ * whatever the number of callers.
+ */
+#ifndef RL_DENY_CACHE_H
+#define RL_DENY_CACHE_H
+
+#include "backend.h"
+
+struct rl_deny_cache;
+
+struct rl_deny_cache *deny_cache_new(size_t slots);
+void deny_cache_free(struct rl_deny_cache *c);
+
+/*
+ * A cached denial for (policy, key) that covers `cost` at now_us: RL_OK and
+ * *res filled (times shortened by what has elapsed), else RL_ERR.
+ */
+int deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
+                   size_t klen, int64_t cost, int64_t now_us,
+                   struct rl_check_res *res) RL_WUR;
+
+/* Remember a denial the backend gave for a check sent at sent_us. */
+void deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
+                    size_t klen, int64_t cost, int64_t sent_us,
+                    const struct rl_check_res *res);
+
+#endif
