@@ -67,6 +67,11 @@ extern const struct rl_backend_ops rl_backend_memory_ops;
 
 const struct rl_backend_ops *backend_ops(enum rl_backend_kind kind);
 
+/* The memory backend's key table: its cap (from the next store created on)
+ * and how many entries it holds now; for tests and metrics. */
+void backend_memory_set_max_entries(size_t n);
+size_t backend_memory_entries(void);
+
 /*
  * The key of limit i of a check: "<req->key>:<algo tag>:<window_ms>", so that
  * reordering limits or changing a limit's count keeps its state and all keys

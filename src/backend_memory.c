@@ -29,7 +29,6 @@
  * Times are CLOCK_MONOTONIC microseconds: the state of a process only ever
  * meets the clock of that process.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,8 +87,6 @@ static size_t max_entries = MEM_MAX_ENTRIES_DEFAULT;
  * Not in backend.h yet: the cap of the next store (tests, and a future
  * `memory.max_keys` option) and the number of entries held (tests, metrics).
  */
-void backend_memory_set_max_entries(size_t n);
-size_t backend_memory_entries(void);
 
 /* ---- SipHash-2-4: a keyed hash, so callers cannot aim at one chain ------- */
 

@@ -722,6 +722,15 @@ check_limit(void *obj, const char *path, struct load_ctx *ctx)
     }
     if (l->burst == 0)
         l->burst = l->limit;
+    /* time to refill a whole bucket = burst/limit x window: bounded so the
+     * algorithms' exact integer arithmetic cannot overflow */
+    if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&
+        (unsigned __int128)l->burst * (unsigned __int128)l->window_ms >
+        (unsigned __int128)l->limit * (unsigned __int128)(366 * DAY_MS)) {
+        char *p = join_path(path, "burst");
+        bad(ctx, p, "the bucket must refill within 366 days (burst / limit x window)");
+        free(p);
+    }
 }
 
 static int

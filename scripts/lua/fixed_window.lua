@@ -12,6 +12,9 @@ ALGOS['fw'] = {
     if count > 0 then
       left = start + W - now
       repair_ttl(key, left)
+    elseif v[1] then
+      -- a worthless key found without a TTL must still go
+      repair_ttl(key, 0)
     end
     local r = { remaining = math.max(limit - count, 0), reset_ms = ceil_ms(left) }
     if cost > limit then

@@ -1,0 +1,67 @@
+-- sliding_window_counter: counts of the current and the previous
+-- epoch-aligned windows (window index = floor(now / W)), the previous one
+-- weighted by the part of it still inside the sliding window:
+--   estimate = prev * (W - elapsed) / W + curr.
+-- Hash fields: w = window index, c = its count, p = the count of window w - 1.
+-- The weighted term is rounded up, which decides exactly like the real-valued
+-- comparison because the rest of it is integer.  Products go through muldiv
+-- (intmath.lua).  Mirrors src/algo_sliding_window_counter.c.
+
+ALGOS['swc'] = {
+  peek = function(key, now, limit, window_ms, burst, cost)
+    local W = window_ms * 1000
+    local v = redis.call('HMGET', key, 'w', 'c', 'p')
+    local sw = tonumber(v[1])
+    local cur, e = divmod(now, W)
+    local curr, prev = 0, 0
+    if sw then
+      -- a clock that stepped back sees the stored window from its start
+      if sw > cur then cur, e = sw, 0 end
+      if sw == cur then
+        curr, prev = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+      elseif sw == cur - 1 then
+        prev = tonumber(v[2]) or 0
+      end
+    end
+    local q, rem = muldiv(prev, W - e, W)
+    if rem > 0 then q = q + 1 end
+    local room = limit - curr - q
+    -- fully available once curr has aged out of the previous window too
+    local reset = 0
+    if curr > 0 then
+      reset = (cur + 2) * W - now
+    elseif prev > 0 then
+      reset = (cur + 1) * W - now
+    end
+    if sw then repair_ttl(key, reset) end
+    local r = { remaining = math.max(room, 0), reset_ms = ceil_ms(reset),
+                cur = cur, curr = curr, prev = prev, room = room }
+    if cost > limit then
+      r.ok, r.retry_after_ms = false, -1
+    elseif cost <= room then
+      r.ok, r.retry_after_ms = true, 0
+    else
+      -- the first elapsed time e2 at which the estimate leaves room for cost:
+      -- x * (W - e2) / W <= R  <=>  e2 >= W - floor(R * W / x)
+      local R, t = limit - curr - cost, 0
+      if R >= 0 then
+        -- in this window, as prev fades (prev > R here)
+        t = cur * W + W - muldiv(R, W, prev) - now
+      else
+        -- in the next window, as curr fades (curr > limit - cost here)
+        t = (cur + 1) * W + W - muldiv(limit - cost, W, curr) - now
+      end
+      r.ok, r.retry_after_ms = false, ceil_ms(t)
+    end
+    return r
+  end,
+
+  commit = function(key, now, limit, window_ms, burst, cost, r)
+    local W = window_ms * 1000
+    redis.call('HSET', key, 'w', r.cur, 'c', r.curr + cost, 'p', r.prev)
+    local reset = (r.cur + 2) * W - now
+    set_ttl(key, reset)
+    return { remaining = math.max(r.room - cost, 0), reset_ms = ceil_ms(reset),
+             retry_after_ms = 0 }
+  end,
+}

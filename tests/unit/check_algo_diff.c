@@ -1,0 +1,557 @@
+/*
+ * check_algo_diff.c — the Lua algorithms in a real Redis against their C
+ * twins: the same (time, cost) events through EVALSHA of the embedded check
+ * script (explicit time in ARGV[1]) and through peek/commit in C, with every
+ * decision and every number compared at every step.  Also: every key the
+ * script touched keeps a TTL, exactly as long as its state matters after a
+ * commit, and a TTL removed behind the script's back is put back.
+ *
+ * Redis expires keys on its own clock while these tests drive the script's
+ * clock, so each step runs as MULTI, EVALSHA, then PTTL and PEXPIRE (or
+ * PERSIST, to test the repair) of every key, EXEC: plain commands in a
+ * transaction see no key expire, the PTTL shows what the script left, and
+ * pushing every expiry far out leaves only the script to decide what a key
+ * holds.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "algo.h"
+#include "lua_scripts.h"
+#include "../testutil_redis.h"
+
+#define MS 1000LL
+#define T0 1700000000000000LL   /* a Unix time in microseconds */
+#define DAY_MS 86400000LL
+
+static struct test_redis srv;
+static redisContext *rc;
+
+static void
+setup(void)
+{
+    redisReply *r;
+
+    rc = test_redis_connect(&srv);
+    ck_assert_msg(rc != NULL, "cannot connect to the test redis-server");
+    r = redisCommand(rc, "FLUSHALL");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    r = redisCommand(rc, "SCRIPT LOAD %b", rl_lua_check, rl_lua_check_len);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "SCRIPT LOAD: %s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not a string");
+    ck_assert_str_eq(r->str, rl_lua_check_sha);
+    freeReplyObject(r);
+}
+
+static void
+teardown(void)
+{
+    if (rc != NULL)
+        redisFree(rc);
+    rc = NULL;
+}
+
+/* ---- one policy, in Redis and in C side by side ---------------------------- */
+
+struct dlimit {
+    struct rl_limit lim;
+    char key[128];
+    struct rl_algo_state st;
+};
+
+struct dpolicy {
+    struct dlimit l[RL_LIMITS_MAX];
+    size_t n;
+    int persisted;      /* the previous step took every TTL away */
+    long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
+};
+
+static void
+dp_add(struct dpolicy *p, const char *id, enum rl_algo algo, int64_t limit,
+       int64_t window_ms, int64_t burst)
+{
+    struct dlimit *d = &p->l[p->n++];
+    const struct rl_algo_def *def = algo_def(algo);
+
+    ck_assert_uint_le(p->n, RL_LIMITS_MAX);
+    d->lim.algo = algo;
+    d->lim.limit = limit;
+    d->lim.window_ms = window_ms;
+    d->lim.burst = def->uses_burst && burst > 0 ? burst : limit;
+    snprintf(d->key, sizeof(d->key), "{diff:%s}:%s:%lld", id, def->tag,
+             (long long)window_ms);
+}
+
+static void
+dp_free(struct dpolicy *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        algo_state_release(&p->l[i].st);
+}
+
+static int64_t
+ceil_ms(int64_t us)
+{
+    return algo_us_to_ms_ceil(us);
+}
+
+static int64_t
+mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static redisReply *
+get_reply(void)
+{
+    void *r = NULL;
+
+    ck_assert_msg(redisGetReply(rc, &r) == REDIS_OK && r != NULL,
+                  "redis: %s", rc->errstr);
+    return r;
+}
+
+/*
+ * One check at `now` of `cost`, through the script and through C; compares
+ * everything and checks every key's TTL.  Returns whether it was allowed.
+ */
+static int
+dp_step(struct dpolicy *p, int64_t now, int64_t cost, int persist,
+        const char *where)
+{
+    const char *argv[3 + RL_LIMITS_MAX + 2 + 4 * RL_LIMITS_MAX];
+    size_t lens[RL_ARRAY_LEN(argv)];
+    char nums[2 + 3 * RL_LIMITS_MAX + 1][24];
+    struct rl_limit_result cr[RL_LIMITS_MAX];
+    int argc = 0, nn = 0, allowed = 1, committed;
+    int64_t sent, slack;
+    redisReply *r, *ev;
+
+#define ARG(s, l) (argv[argc] = (s), lens[argc++] = (l))
+#define NUM(v) (snprintf(nums[nn], sizeof(nums[nn]), "%lld", (long long)(v)), \
+                ARG(nums[nn], strlen(nums[nn])), nn++)
+    ARG("EVALSHA", 7);
+    ARG(rl_lua_check_sha, strlen(rl_lua_check_sha));
+    NUM(p->n);
+    for (size_t i = 0; i < p->n; i++)
+        ARG(p->l[i].key, strlen(p->l[i].key));
+    NUM(now);
+    NUM(cost);
+    for (size_t i = 0; i < p->n; i++) {
+        const char *tag = algo_def(p->l[i].lim.algo)->tag;
+        ARG(tag, strlen(tag));
+        NUM(p->l[i].lim.limit);
+        NUM(p->l[i].lim.window_ms);
+        NUM(p->l[i].lim.burst);
+    }
+#undef NUM
+#undef ARG
+    sent = mono_us();
+    ck_assert_int_eq(redisAppendCommand(rc, "MULTI"), REDIS_OK);
+    ck_assert_int_eq(redisAppendCommandArgv(rc, argc, argv, lens), REDIS_OK);
+    for (size_t i = 0; i < p->n; i++) {
+        ck_assert_int_eq(redisAppendCommand(rc, "PTTL %s", p->l[i].key), REDIS_OK);
+        ck_assert_int_eq(persist ? redisAppendCommand(rc, "PERSIST %s", p->l[i].key)
+                                 : redisAppendCommand(rc, "PEXPIRE %s 1000000000",
+                                                      p->l[i].key), REDIS_OK);
+    }
+    ck_assert_int_eq(redisAppendCommand(rc, "EXEC"), REDIS_OK);
+    for (size_t k = 0; k < 2 + 2 * p->n; k++) {
+        r = get_reply();
+        ck_assert_msg(r->type == REDIS_REPLY_STATUS, "%s: queueing: %s", where,
+                      r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        freeReplyObject(r);
+    }
+    r = get_reply();
+    /*
+     * The script's PEXPIRE and the PTTL each read Redis's clock, so the PTTL
+     * seen is short by the time between them (within this round trip) and
+     * by up to 1 ms of rounding; never longer.
+     */
+    slack = 1 + ceil_ms(mono_us() - sent);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 1 + 2 * p->n,
+                  "%s: EXEC failed", where);
+    ev = r->element[0];
+    ck_assert_msg(ev->type == REDIS_REPLY_ARRAY, "%s: script: %s", where,
+                  ev->type == REDIS_REPLY_ERROR ? ev->str : "not an array");
+    ck_assert_uint_eq(ev->elements, 1 + 3 * p->n);
+
+    /* the C twin, as backend_memory.c does it */
+    for (size_t i = 0; i < p->n; i++) {
+        const struct dlimit *d = &p->l[i];
+        algo_def(d->lim.algo)->peek(&d->lim, &d->st, now, cost, &cr[i]);
+        allowed &= cr[i].allowed;
+    }
+    committed = allowed && cost > 0;
+    if (committed)
+        for (size_t i = 0; i < p->n; i++)
+            algo_def(p->l[i].lim.algo)->commit(&p->l[i].lim, &p->l[i].st, now,
+                                               cost, &cr[i]);
+
+    ck_assert_msg(ev->element[0]->integer == allowed,
+                  "%s now %lld cost %lld: allowed lua %lld c %d", where,
+                  (long long)now, (long long)cost, ev->element[0]->integer, allowed);
+    for (size_t i = 0; i < p->n; i++) {
+        struct dlimit *d = &p->l[i];
+        long long lr = ev->element[1 + 3 * i]->integer;
+        long long ls = ev->element[2 + 3 * i]->integer;
+        long long lt = ev->element[3 + 3 * i]->integer;
+        int64_t ttl = algo_def(d->lim.algo)->ttl_us(&d->lim, &d->st, now);
+        int64_t E = ttl > 0 ? ceil_ms(ttl) : 1;
+        long long pt = r->element[1 + 2 * i]->integer;
+
+        ck_assert_msg(lr == cr[i].remaining && ls == cr[i].reset_ms &&
+                      lt == cr[i].retry_after_ms,
+                      "%s now %lld cost %lld limit %zu (%s %lld/%lldms burst %lld): "
+                      "lua remaining %lld reset_ms %lld retry_after_ms %lld, "
+                      "c %lld %lld %lld", where, (long long)now, (long long)cost,
+                      i, algo_def(d->lim.algo)->name, (long long)d->lim.limit,
+                      (long long)d->lim.window_ms, (long long)d->lim.burst,
+                      lr, ls, lt, (long long)cr[i].remaining,
+                      (long long)cr[i].reset_ms, (long long)cr[i].retry_after_ms);
+        p->pttl[i] = pt;
+        if (pt == -2 && ttl > 0) {
+            /*
+             * Redis's own clock ran past a TTL of E ms between the script
+             * and the PTTL, which it may: then Redis holds nothing, and so
+             * must the twin.  A TTL shorter than the state needs is caught
+             * whenever E exceeds that real time.
+             */
+            ck_assert_msg(E <= slack, "%s limit %zu (%s): key lost while its "
+                          "state matters for %lld us", where, i,
+                          algo_def(d->lim.algo)->name, (long long)ttl);
+            algo_state_release(&p->l[i].st);
+            continue;
+        }
+        ck_assert_msg(pt != -1, "%s limit %zu (%s): key %s has no TTL",
+                      where, i, algo_def(d->lim.algo)->name, d->key);
+        if (committed || (p->persisted && ttl > 0))
+            ck_assert_msg(pt >= E - slack && pt <= E,
+                          "%s now %lld limit %zu (%s): PTTL %lld ms, state "
+                          "matters for %lld us", where, (long long)now, i,
+                          algo_def(d->lim.algo)->name, pt, (long long)ttl);
+    }
+    freeReplyObject(r);
+    p->persisted = persist;
+    return allowed;
+}
+
+/* ---- random events --------------------------------------------------------- */
+
+static uint64_t
+rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int64_t
+rnd_upto(uint64_t *s, int64_t n)     /* 0..n */
+{
+    return n <= 0 ? 0 : (int64_t)(rnd(s) % (uint64_t)(n + 1));
+}
+
+/* Time moves mostly forward at about the policy's pace, sometimes jumps,
+ * sometimes stands still, and now and then steps back (Redis TIME can). */
+static int64_t
+next_time(uint64_t *s, int64_t now, const struct dpolicy *p)
+{
+    const struct rl_limit *l = &p->l[rnd(s) % p->n].lim;
+    int64_t W = l->window_ms * MS, gap = W / l->limit;
+    /* keep every time far below 2^53 even with year-long windows */
+    int64_t jump = W <= DAY_MS * MS ? 3 * W : W / 8;
+
+    switch (rnd(s) % 20) {
+    case 0: case 1: return now;
+    case 2: return now + 1;
+    case 3: case 4: return now + rnd_upto(s, W);
+    case 5: return now + rnd_upto(s, jump);
+    case 6: return now - rnd_upto(s, W < 2 * MS * 1000 ? W : 2 * MS * 1000);
+    default: return now + rnd_upto(s, 2 * gap);
+    }
+}
+
+/* Mostly 1, sometimes 0, sometimes big, sometimes more than fits. */
+static int64_t
+next_cost(uint64_t *s, const struct dpolicy *p)
+{
+    const struct rl_limit *l = &p->l[rnd(s) % p->n].lim;
+    int64_t cap = algo_def(l->algo)->uses_burst ? l->burst : l->limit;
+
+    switch (rnd(s) % 20) {
+    case 0: case 1: return 0;
+    case 2: return cap + 1 + rnd_upto(s, 2);
+    case 3: case 4: return 1 + rnd_upto(s, cap - 1);
+    case 5: case 6: return 1 + rnd_upto(s, cap / 3);
+    default: return 1;
+    }
+}
+
+static void
+drive(struct dpolicy *p, uint64_t seed, int steps, const char *what)
+{
+    int64_t now = T0 + (int64_t)(seed % 1000003) * 997;
+    char where[200];
+
+    for (int n = 0; n < steps; n++) {
+        int64_t cost;
+        int persist;
+
+        now = next_time(&seed, now, p);
+        cost = next_cost(&seed, p);
+        persist = rnd(&seed) % 25 == 0;
+        snprintf(where, sizeof(where), "%s step %d", what, n);
+        dp_step(p, now, cost, persist, where);
+    }
+}
+
+/* ---- the tests ------------------------------------------------------------ */
+
+START_TEST(script_is_the_embedded_one_and_reads_redis_time)
+{
+    redisReply *r;
+
+    /* setup() loaded it and compared the SHA1; the daemon's own path: no
+     * explicit time, Redis TIME */
+    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 "
+                     "gcra 5 1000 5 swl 5 1000 5", rl_lua_check_sha, "");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 7, "%s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    ck_assert_int_eq(r->element[0]->integer, 1);
+    ck_assert_int_eq(r->element[1]->integer, 4);    /* gcra remaining */
+    ck_assert_int_eq(r->element[4]->integer, 4);    /* swl remaining */
+    freeReplyObject(r);
+}
+END_TEST
+
+static const struct {
+    int64_t limit, window_ms, burst;
+} shapes[] = {
+    {5, 1000, 5}, {3, 1000, 7}, {100, 60000, 100}, {7, 10, 2}, {10, 250, 10},
+    {1000, 1000, 1000}, {1000000000, DAY_MS, 1000000000},
+    {1000000000, DAY_MS, 300000000}, {2, 366 * DAY_MS, 3},
+};
+
+START_TEST(each_algorithm_matches_its_twin)
+{
+    enum rl_algo algo = (enum rl_algo)_i;
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(shapes); k++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            struct dpolicy p = {0};
+            char id[64], what[96];
+
+            snprintf(id, sizeof(id), "one:%d:%zu:%" PRIu64, _i, k, seed);
+            snprintf(what, sizeof(what), "%s shape %zu seed %" PRIu64,
+                     algo_def(algo)->name, k, seed);
+            dp_add(&p, id, algo, shapes[k].limit, shapes[k].window_ms,
+                   shapes[k].burst);
+            drive(&p, seed * 7919 + k * 31 + (uint64_t)_i, 160, what);
+            dp_free(&p);
+        }
+    }
+}
+END_TEST
+
+/* Random times rarely land on a boundary: visit them on purpose. */
+START_TEST(each_algorithm_matches_on_its_boundaries)
+{
+    enum rl_algo algo = (enum rl_algo)_i;
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(shapes); k++) {
+        struct dpolicy p = {0};
+        int64_t W = shapes[k].window_ms * MS, gap, t;
+        int64_t cap;
+        char id[64], what[96];
+
+        snprintf(id, sizeof(id), "edge:%d:%zu", _i, k);
+        snprintf(what, sizeof(what), "%s shape %zu", algo_def(algo)->name, k);
+        dp_add(&p, id, algo, shapes[k].limit, shapes[k].window_ms,
+               shapes[k].burst);
+        cap = algo_def(algo)->uses_burst ? p.l[0].lim.burst : p.l[0].lim.limit;
+        gap = W / p.l[0].lim.limit;
+        /* epoch-aligned, so window edges of the counter are hit too */
+        t = (T0 / W + 1) * W;
+        dp_step(&p, t, cap > 3 ? cap - 3 : 1, 0, what);
+        dp_step(&p, t + 1, 2, 0, what);
+        for (int64_t j = 1; j <= 12; j++) {
+            for (int64_t d = -1; d <= 1; d++) {
+                dp_step(&p, t + j * gap + d, 1, 0, what);
+                dp_step(&p, t + j * gap + d, 2, 0, what);
+            }
+        }
+        for (int64_t j = 1; j <= 3; j++)
+            for (int64_t d = -1; d <= 1; d++)
+                dp_step(&p, t + j * W + d, j == 2 ? cap : 1, 0, what);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+START_TEST(mixed_policies_match_and_stay_atomic)
+{
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+        struct dpolicy p = {0};
+        uint64_t s = seed * 104729;
+        size_t n = 2 + rnd(&s) % 4;
+        char id[32], what[64];
+
+        snprintf(id, sizeof(id), "mix:%" PRIu64, seed);
+        snprintf(what, sizeof(what), "mixed seed %" PRIu64, seed);
+        while (p.n < n) {
+            enum rl_algo a = (enum rl_algo)(rnd(&s) % RL_ALGO_COUNT);
+            size_t k = rnd(&s) % RL_ARRAY_LEN(shapes);
+            int dup = 0;
+
+            /* config.c refuses two limits with one algorithm and window */
+            for (size_t i = 0; i < p.n; i++)
+                dup |= p.l[i].lim.algo == a &&
+                       p.l[i].lim.window_ms == shapes[k].window_ms;
+            if (!dup)
+                dp_add(&p, id, a, shapes[k].limit, shapes[k].window_ms,
+                       shapes[k].burst);
+        }
+        drive(&p, s, 250, what);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+START_TEST(log_entries_in_one_microsecond_are_all_kept)
+{
+    struct dpolicy p = {0};
+    redisReply *r;
+    int allowed = 0;
+
+    dp_add(&p, "same-us", RL_ALGO_SLIDING_WINDOW_LOG, 150, 1000, 0);
+    for (int k = 0; k < 200; k++)
+        allowed += dp_step(&p, T0, 1, 0, "same microsecond");
+    ck_assert_int_eq(allowed, 150);
+    r = redisCommand(rc, "ZCARD %s", p.l[0].key);
+    ck_assert_int_eq(r->integer, 150);
+    freeReplyObject(r);
+    /* and each counts its cost units */
+    ck_assert(!dp_step(&p, T0 + 1000 * MS - 1, 1, 0, "edge"));
+    ck_assert(dp_step(&p, T0 + 1000 * MS, 150, 0, "all gone"));
+    ck_assert(!dp_step(&p, T0 + 1000 * MS, 1, 0, "full again"));
+    r = redisCommand(rc, "ZCARD %s", p.l[0].key);
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    dp_free(&p);
+}
+END_TEST
+
+START_TEST(log_rebases_before_its_running_total_loses_precision)
+{
+    struct dpolicy p = {0};
+    redisReply *r;
+    /* 2^52 = 4503599627370496: the running total is 3 short of it */
+    const char *expect[] = { "0000000000000002:2", "0000000000000005:3",
+                             "0000000000000009:4" };
+
+    dp_add(&p, "rebase", RL_ALGO_SLIDING_WINDOW_LOG, 10, 1000, 0);
+    r = redisCommand(rc, "ZADD %s %lld 4503599627370490:2 %lld 4503599627370493:3",
+                     p.l[0].key, (long long)T0, (long long)(T0 + MS));
+    ck_assert_int_eq(r->integer, 2);
+    freeReplyObject(r);
+    r = redisCommand(rc, "PEXPIRE %s 100000", p.l[0].key);
+    freeReplyObject(r);
+    algo_def(p.l[0].lim.algo)->commit(&p.l[0].lim, &p.l[0].st, T0, 2,
+                                      &(struct rl_limit_result){0});
+    algo_def(p.l[0].lim.algo)->commit(&p.l[0].lim, &p.l[0].st, T0 + MS, 3,
+                                      &(struct rl_limit_result){0});
+
+    ck_assert(dp_step(&p, T0 + 2 * MS, 4, 0, "rebase"));
+    r = redisCommand(rc, "ZRANGE %s 0 -1", p.l[0].key);
+    ck_assert_uint_eq(r->elements, 3);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_str_eq(r->element[i]->str, expect[i]);
+    freeReplyObject(r);
+    ck_assert(!dp_step(&p, T0 + 3 * MS, 2, 0, "after rebase"));
+    ck_assert(dp_step(&p, T0 + 1000 * MS, 2, 0, "first left"));
+    drive(&p, 99, 200, "after rebase");
+    dp_free(&p);
+}
+END_TEST
+
+START_TEST(a_removed_ttl_is_put_back)
+{
+    for (int a = 0; a < RL_ALGO_COUNT; a++) {
+        struct dpolicy p = {0};
+        char id[32];
+        int64_t W = 60000 * MS;
+
+        snprintf(id, sizeof(id), "persist:%d", a);
+        dp_add(&p, id, (enum rl_algo)a, 10, 60000, 10);
+        ck_assert(dp_step(&p, T0, 3, 0, "commit"));
+        ck_assert(dp_step(&p, T0 + MS, 0, 1, "persist"));
+        /* while the state matters: the exact TTL again (dp_step checks) */
+        ck_assert(dp_step(&p, T0 + 2 * MS, 0, 0, "repaired"));
+        ck_assert_int_gt(p.pttl[0], 0);
+        ck_assert_int_le(p.pttl[0], 2 * 60000);     /* swc: up to 2 windows */
+        /* a denied check repairs too */
+        ck_assert(dp_step(&p, T0 + 3 * MS, 0, 1, "persist"));
+        ck_assert(!dp_step(&p, T0 + 4 * MS, 11, 0, "denied"));
+        ck_assert_int_gt(p.pttl[0], 0);
+        /* long after: the state is worthless, the key must still go */
+        ck_assert(dp_step(&p, T0 + 10 * W, 0, 1, "persist"));
+        dp_step(&p, T0 + 10 * W + 1, 0, 0, "worthless");
+        ck_assert_msg(p.pttl[0] == -2 || (p.pttl[0] >= 0 && p.pttl[0] <= 1),
+                      "%s: PTTL %lld", algo_def((enum rl_algo)a)->name,
+                      p.pttl[0]);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+static Suite *
+diff_suite(void)
+{
+    Suite *s = suite_create("algo_diff");
+    TCase *tc = tcase_create("lua_vs_c");
+
+    tcase_set_timeout(tc, 900);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, script_is_the_embedded_one_and_reads_redis_time);
+    tcase_add_loop_test(tc, each_algorithm_matches_its_twin, 0, RL_ALGO_COUNT);
+    tcase_add_loop_test(tc, each_algorithm_matches_on_its_boundaries, 0,
+                        RL_ALGO_COUNT);
+    tcase_add_test(tc, mixed_policies_match_and_stay_atomic);
+    tcase_add_test(tc, log_entries_in_one_microsecond_are_all_kept);
+    tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
+    tcase_add_test(tc, a_removed_ttl_is_put_back);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr;
+    int failed;
+
+    if (test_redis_start(&srv) != 0) {
+        fprintf(stderr, "check_algo_diff: needs a redis-server\n");
+        return EXIT_FAILURE;
+    }
+    sr = srunner_create(diff_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    test_redis_stop(&srv);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
