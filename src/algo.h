@@ -78,6 +78,21 @@ static inline int64_t algo_us_to_ms_ceil(int64_t us)
     return us <= 0 ? 0 : (us + 999) / 1000;
 }
 
+/*
+ * floor(a * b / c) and its remainder (when rem is not NULL), for 0 <= a, b
+ * and c > 0: limit x window in microseconds reaches 2^66, so the product is
+ * 128-bit here (and digit-wise in scripts/lua/intmath.lua, to the same floor).
+ */
+static inline int64_t
+algo_muldiv(int64_t a, int64_t b, int64_t c, int64_t *rem)
+{
+    unsigned __int128 p = (unsigned __int128)(uint64_t)a * (uint64_t)b;
+
+    if (rem != NULL)
+        *rem = (int64_t)(p % (uint64_t)c);
+    return (int64_t)(p / (uint64_t)c);
+}
+
 extern const struct rl_algo_def rl_algo_fixed_window;
 extern const struct rl_algo_def rl_algo_sliding_window_log;
 extern const struct rl_algo_def rl_algo_sliding_window_counter;

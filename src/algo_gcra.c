@@ -14,15 +14,6 @@
  */
 #include "algo.h"
 
-static int64_t
-gcra_muldiv(int64_t a, int64_t b, int64_t c, int64_t *rem)
-{
-    unsigned __int128 p = (unsigned __int128)(uint64_t)a * (uint64_t)b;
-
-    *rem = (int64_t)(p % (uint64_t)c);
-    return (int64_t)(p / (uint64_t)c);
-}
-
 /* An exact time i + f / limit microseconds. */
 struct gcra_t {
     int64_t i, f;
@@ -54,7 +45,7 @@ static int64_t
 gcra_room(const struct rl_limit *lim, struct gcra_t x)
 {
     int64_t W = lim->window_ms * 1000, r;
-    int64_t q = gcra_muldiv(x.i, lim->limit, W, &r);
+    int64_t q = algo_muldiv(x.i, lim->limit, W, &r);
 
     /* ceil(x * limit / W) = ceil((x.i * limit + x.f) / W) */
     q += (r + x.f) / W + ((r + x.f) % W > 0);
@@ -85,7 +76,7 @@ gcra_ahead(const struct rl_limit *lim, const struct rl_algo_state *st,
 static struct gcra_t
 gcra_next(const struct rl_limit *lim, struct gcra_t x, int64_t cost)
 {
-    int64_t cf, ci = gcra_muldiv(lim->window_ms * 1000, cost, lim->limit, &cf);
+    int64_t cf, ci = algo_muldiv(lim->window_ms * 1000, cost, lim->limit, &cf);
 
     return gcra_norm(x.i + ci, x.f + cf, lim->limit);
 }
@@ -105,7 +96,7 @@ gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
         return;
     }
     n = gcra_next(lim, x, cost);
-    tau.i = gcra_muldiv(lim->window_ms * 1000, lim->burst, lim->limit, &tau.f);
+    tau.i = algo_muldiv(lim->window_ms * 1000, lim->burst, lim->limit, &tau.f);
     if (n.i < tau.i || (n.i == tau.i && n.f <= tau.f)) {
         res->allowed = 1;
         res->retry_after_ms = 0;

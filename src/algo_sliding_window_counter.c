@@ -15,16 +15,6 @@
  */
 #include "algo.h"
 
-static int64_t
-swc_muldiv(int64_t a, int64_t b, int64_t c, int64_t *rem)
-{
-    unsigned __int128 p = (unsigned __int128)(uint64_t)a * (uint64_t)b;
-
-    if (rem != NULL)
-        *rem = (int64_t)(p % (uint64_t)c);
-    return (int64_t)(p / (uint64_t)c);
-}
-
 /* The two counts as they stand at now. */
 struct swc_view {
     int64_t cur;        /* window index, never before the stored one */
@@ -53,7 +43,7 @@ swc_view(const struct rl_limit *lim, const struct rl_algo_state *st,
     } else if (st->a == v->cur - 1) {
         v->prev = st->b;
     }
-    weighted = swc_muldiv(v->prev, W - e, W, &rem);
+    weighted = algo_muldiv(v->prev, W - e, W, &rem);
     if (rem > 0)
         weighted++;
     v->room = lim->limit - v->curr - weighted;
@@ -89,10 +79,10 @@ swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
         int64_t R = lim->limit - v.curr - cost, t;
 
         if (R >= 0)     /* in this window, as prev fades (prev > R here) */
-            t = v.cur * W + W - swc_muldiv(R, W, v.prev, NULL) - now;
+            t = v.cur * W + W - algo_muldiv(R, W, v.prev, NULL) - now;
         else            /* in the next one, as curr fades */
             t = (v.cur + 1) * W + W -
-                swc_muldiv(lim->limit - cost, W, v.curr, NULL) - now;
+                algo_muldiv(lim->limit - cost, W, v.curr, NULL) - now;
         res->allowed = 0;
         res->retry_after_ms = algo_us_to_ms_ceil(t);
     }

@@ -11,15 +11,6 @@
  */
 #include "algo.h"
 
-static int64_t
-tb_muldiv(int64_t a, int64_t b, int64_t c, int64_t *rem)
-{
-    unsigned __int128 p = (unsigned __int128)(uint64_t)a * (uint64_t)b;
-
-    *rem = (int64_t)(p % (uint64_t)c);
-    return (int64_t)(p / (uint64_t)c);
-}
-
 /* Microseconds, rounded up, until the deficit d + f / W falls to x tokens. */
 static int64_t
 tb_wait(int64_t d, int64_t f, int64_t x, int64_t W, int64_t limit)
@@ -29,7 +20,7 @@ tb_wait(int64_t d, int64_t f, int64_t x, int64_t W, int64_t limit)
     if (d < x || (d == x && f == 0))
         return 0;
     /* ceil(((d - x) * W + f) / limit) */
-    q = tb_muldiv(d - x, W, limit, &r);
+    q = algo_muldiv(d - x, W, limit, &r);
     q2 = (r + f) / limit;
     r2 = (r + f) % limit;
     return q + q2 + (r2 > 0);
@@ -56,7 +47,7 @@ tb_view(const struct rl_limit *lim, const struct rl_algo_state *st,
     if (v->at - st->c >= full) {
         v->d = v->f = 0;
     } else {
-        int64_t r, q = tb_muldiv(lim->limit, v->at - st->c, W, &r);
+        int64_t r, q = algo_muldiv(lim->limit, v->at - st->c, W, &r);
 
         v->d = st->a - q;
         v->f = st->b - r;
