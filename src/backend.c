@@ -5,9 +5,11 @@
 #include "backend.h"
 
 const struct rl_backend_ops *
-backend_ops(enum rl_backend_kind kind)
+backend_ops(const struct rl_config *cfg)
 {
-    return kind == RL_BACKEND_MEMORY ? &rl_backend_memory_ops : &rl_backend_redis_ops;
+    if (cfg->backend == RL_BACKEND_MEMORY)
+        return &rl_backend_memory_ops;
+    return cfg->redis.cluster.n > 0 ? &rl_backend_cluster_ops : &rl_backend_redis_ops;
 }
 
 int

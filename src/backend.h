@@ -64,8 +64,10 @@ struct rl_backend {
 
 extern const struct rl_backend_ops rl_backend_redis_ops;
 extern const struct rl_backend_ops rl_backend_memory_ops;
+extern const struct rl_backend_ops rl_backend_cluster_ops;
 
-const struct rl_backend_ops *backend_ops(enum rl_backend_kind kind);
+/* The implementation a config asks for (redis.cluster picks Cluster). */
+const struct rl_backend_ops *backend_ops(const struct rl_config *cfg);
 
 /* The memory backend's key table: its cap (from the next store created on)
  * and how many entries it holds now; for tests and metrics. */

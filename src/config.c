@@ -250,9 +250,25 @@ static const struct schema policy_schema = {
     FIELDS(policy_fields), sizeof(struct rl_policy), check_policy
 };
 
+static void check_sentinel(void *obj, const char *path, struct load_ctx *ctx);
+
+static const struct field sentinel_fields[] = {
+    {"master", T_STRING, offsetof(struct rl_sentinel_conf, master), NULL, 0, 0, NULL,
+     NULL, 0, F_REQUIRED | F_NONEMPTY | F_RESTART, NULL},
+    {"nodes", T_STRLIST, offsetof(struct rl_sentinel_conf, nodes), NULL, 0, 0, NULL,
+     NULL, 0, F_REQUIRED, NULL},
+};
+static const struct schema sentinel_schema = {
+    FIELDS(sentinel_fields), sizeof(struct rl_sentinel_conf), check_sentinel
+};
+
 static const struct field redis_fields[] = {
     {"url", T_STRING, offsetof(struct rl_redis_conf, url),
      "\"redis://127.0.0.1:6379/0\"", 0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
+    {"cluster", T_STRLIST, offsetof(struct rl_redis_conf, cluster), NULL, 0, 0, NULL,
+     NULL, 0, 0, NULL},
+    {"sentinel", T_OBJECT, offsetof(struct rl_redis_conf, sentinel), NULL, 0, 0, NULL,
+     &sentinel_schema, 0, 0, NULL},
     {"timeout", T_DURATION, offsetof(struct rl_redis_conf, timeout_ms), "\"50ms\"",
      1, 60000, NULL, NULL, 0, 0, DURATION_HINT},
     {"connect_timeout", T_DURATION, offsetof(struct rl_redis_conf, connect_timeout_ms),
@@ -820,23 +836,69 @@ config_policy_for(const struct rl_policy *p, const char *id, size_t idlen)
     return p;
 }
 
+/* "host:port", "[v6]:port": what seed nodes and sentinels look like */
+static int
+valid_host_port(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    size_t hlen;
+
+    if (colon == NULL || colon == s || colon[1] == '\0' ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) < 1 ||
+        atoi(colon + 1) > 65535)
+        return 0;
+    hlen = (size_t)(colon - s);
+    if (s[0] == '[')
+        return hlen > 2 && s[hlen - 1] == ']';
+    return memchr(s, ':', hlen) == NULL;
+}
+
+static void
+check_host_ports(const struct rl_strlist *l, const char *path, struct load_ctx *ctx)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (!valid_host_port(l->v[i])) {
+            char *fp = xasprintf("%s[%zu]", path, i);
+            bad(ctx, fp, "must be \"host:port\" or \"[v6]:port\"");
+            free(fp);
+        }
+    }
+}
+
+static void
+check_sentinel(void *obj, const char *path, struct load_ctx *ctx)
+{
+    struct rl_sentinel_conf *s = obj;
+    char *fp = join_path(path, "nodes");
+
+    check_host_ports(&s->nodes, fp, ctx);
+    free(fp);
+}
+
 static void
 check_redis(void *obj, const char *path, struct load_ctx *ctx)
 {
     struct rl_redis_conf *r = obj;
     struct rl_redis_url u;
     char *cause = NULL;
+    char *fp;
+
+    fp = join_path(path, "cluster");
+    check_host_ports(&r->cluster, fp, ctx);
+    free(fp);
+    if (r->cluster.n > 0 && r->sentinel.master != NULL)
+        bad(ctx, path, "give redis.cluster or redis.sentinel, not both");
 
     if (r->key_prefix != NULL &&
         (strlen(r->key_prefix) > RL_NAME_MAX || strpbrk(r->key_prefix, "{}") != NULL)) {
-        char *fp = join_path(path, "key_prefix");
+        fp = join_path(path, "key_prefix");
         bad(ctx, fp, "must be at most %d bytes without '{' or '}'", RL_NAME_MAX);
         free(fp);
     }
     if (r->url == NULL)
         return;
     if (redis_url_parse(r->url, &u, &cause) != RL_OK) {
-        char *fp = join_path(path, "url");
+        fp = join_path(path, "url");
         bad(ctx, fp, "%s", cause);
         free(fp);
         free(cause);

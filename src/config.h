@@ -87,8 +87,15 @@ struct rl_policy {
     int metrics_id;             /* set by the daemon: metrics_policy_id() */
 };
 
+struct rl_sentinel_conf {
+    char *master;               /* the monitored master's name */
+    struct rl_strlist nodes;    /* "host:port" of the sentinels */
+};
+
 struct rl_redis_conf {
     char *url;
+    struct rl_strlist cluster;  /* seed nodes "host:port"; n > 0: Cluster */
+    struct rl_sentinel_conf sentinel;   /* master != NULL: Sentinel */
     int64_t timeout_ms;
     int64_t connect_timeout_ms;
     char *key_prefix;

@@ -347,7 +347,7 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
-             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg->backend)->name);
+             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg)->name);
     /* Ready means listening: the sockets are bound and every worker runs. */
     notify_systemd("READY=1");
 

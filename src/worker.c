@@ -69,7 +69,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
         *cause = xstrdup("event_base_new failed");
         return RL_ERR;
     }
-    if (backend_ops(cfg->backend)->create(&w->backend, w->base, cfg, cause) != RL_OK)
+    if (backend_ops(cfg)->create(&w->backend, w->base, cfg, cause) != RL_OK)
         return RL_ERR;
     if (cfg->backend == RL_BACKEND_REDIS &&
         rl_backend_memory_ops.create(&w->local, w->base, cfg, cause) != RL_OK)
