@@ -49,8 +49,19 @@ struct redis_backend {
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
     struct event *drop_ev;      /* drop a stalled connection, off-callback */
-    struct evdns_base *dns;     /* only when redis.url names a host */
+    struct evdns_base *dns;     /* only when a host is named, not numbered */
     struct evdns_getaddrinfo_request *dns_req;
+    void (*dns_then)(struct redis_backend *rb, const char *ip);
+    const char *drop_reason;
+    /* Sentinel: the master's address comes from the sentinels, asked again
+     * before every connection and whenever they announce a switch. */
+    char *sentinel_master;
+    struct rl_hostport *sentinels;
+    size_t nsentinels, sentinel_next, sentinel_tries;
+    redisAsyncContext *sac;     /* asking a sentinel for the master */
+    redisAsyncContext *subac;   /* subscribed to +switch-master */
+    char *master_host;          /* as the sentinels last said */
+    int master_port;
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* replies hiredis still owes us */
@@ -58,6 +69,11 @@ struct redis_backend {
     int announced_down;         /* "unavailable" logged since last ready */
     int was_ready;              /* a READY now is a reconnect */
     const char *down_reason;
+};
+
+struct rl_hostport {
+    char *host;
+    int port;
 };
 
 struct redis_op {
@@ -253,9 +269,9 @@ on_drop(evutil_socket_t fd, short what, void *arg)
 
     if (ac == NULL)
         return;
-    log_warn("msg=\"redis stalled, reconnecting\" redis=%s pending=%u",
-             rb->display, rb->pending);
-    set_state(rb, S_DOWN, "redis stalled");
+    log_warn("msg=\"dropping the redis connection\" redis=%s reason=\"%s\" pending=%u",
+             rb->display, rb->drop_reason, rb->pending);
+    set_state(rb, S_DOWN, rb->drop_reason);
     /* Free, not Disconnect: Disconnect waits for replies a hung server will
      * never send.  Every pending callback runs now with NULL. */
     rb->ac = NULL;
@@ -276,6 +292,7 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
     if (rb->ac != NULL &&
         now_monotonic_us() - rb->last_reply_us > STALL_MIN_MS * 1000LL) {
         /* Not here: this frame belongs to op, which the drop frees. */
+        rb->drop_reason = "redis stalled";
         event_active(rb->drop_ev, EV_TIMEOUT, 0);
     }
     (void)fd;
@@ -354,6 +371,12 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
         log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
         set_state(rb, S_DOWN, "resolve timeout");
         schedule_reconnect(rb);
+    } else if (rb->sac != NULL) {
+        redisAsyncContext *ac = rb->sac;
+        rb->sac = NULL;
+        redisAsyncFree(ac);
+        set_state(rb, S_DOWN, "sentinel did not answer");
+        schedule_reconnect(rb);
     } else if (rb->ac != NULL && rb->state != S_READY) {
         log_debug("msg=\"redis connect timed out\" redis=%s", rb->display);
         set_state(rb, S_DOWN, "connect timeout");
@@ -383,6 +406,18 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
                   rb->display, step, r->str);
         set_state(rb, S_DOWN, "handshake failed");
         redisAsyncDisconnect(ac);
+        return;
+    }
+    if (strcmp(step, "role") == 0) {
+        /* a sentinel's answer can be stale: only a master takes writes */
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            strcmp(r->element[0]->str, "master") != 0) {
+            log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
+                     rb->display);
+            set_state(rb, S_DOWN, "not a master");
+            redisAsyncDisconnect(ac);
+        }
         return;
     }
     if (strcmp(step, "script") == 0) {
@@ -423,6 +458,8 @@ on_connect(const redisAsyncContext *cac, int status)
     }
     if (rb->url.db != 0)
         redisAsyncCommand(ac, on_handshake, (void *)"select", "SELECT %d", rb->url.db);
+    if (rb->sentinel_master != NULL)
+        redisAsyncCommand(ac, on_handshake, (void *)"role", "ROLE");
     redisAsyncCommand(ac, on_handshake, (void *)"script", "SCRIPT LOAD %b",
                       rl_lua_check, rl_lua_check_len);
 }
@@ -432,11 +469,21 @@ on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct redis_backend *rb = ac->data;
 
-    /* hiredis frees the context after this returns */
-    if (rb->ac == ac)
-        rb->ac = NULL;
+    /* hiredis frees the context after this returns.  A context we dropped
+     * on purpose is no longer rb->ac: whoever dropped it set the state. */
+    if (rb->ac != ac)
+        return;
+    rb->ac = NULL;
     evtimer_del(rb->connect_ev);
     set_state(rb, S_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
+    schedule_reconnect(rb);
+}
+
+static void
+fail_connect(struct redis_backend *rb, const char *why)
+{
+    evtimer_del(rb->connect_ev);
+    set_state(rb, S_DOWN, why);
     schedule_reconnect(rb);
 }
 
@@ -445,18 +492,20 @@ connect_to(struct redis_backend *rb, const char *ip)
 {
     redisAsyncContext *ac;
 
+    if (ip == NULL) {
+        fail_connect(rb, "cannot resolve the redis host");
+        return;
+    }
     if (rb->url.path != NULL)
         ac = redisAsyncConnectUnix(rb->url.path);
     else
-        ac = redisAsyncConnect(ip, rb->url.port);
+        ac = redisAsyncConnect(ip, rb->master_host ? rb->master_port : rb->url.port);
     if (ac == NULL || ac->err) {
         log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"", rb->display,
                   ac ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
-        evtimer_del(rb->connect_ev);
-        set_state(rb, S_DOWN, "connect failed");
-        schedule_reconnect(rb);
+        fail_connect(rb, "connect failed");
         return;
     }
     ac->data = rb;
@@ -476,13 +525,11 @@ on_resolved(int result, struct evutil_addrinfo *res, void *arg)
     if (result == EVUTIL_EAI_CANCEL)
         return;             /* connect timeout or shutdown: they decide */
     if (result != 0 || res == NULL) {
-        log_debug("msg=\"cannot resolve the redis host\" redis=%s error=\"%s\"",
-                 rb->display, evutil_gai_strerror(result));
-        evtimer_del(rb->connect_ev);
-        set_state(rb, S_DOWN, "cannot resolve the redis host");
-        schedule_reconnect(rb);
+        log_debug("msg=\"cannot resolve a host\" redis=%s error=\"%s\"",
+                  rb->display, evutil_gai_strerror(result));
         if (res != NULL)
             evutil_freeaddrinfo(res);
+        rb->dns_then(rb, NULL);
         return;
     }
     if (res->ai_family == AF_INET)
@@ -492,28 +539,24 @@ on_resolved(int result, struct evutil_addrinfo *res, void *arg)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
                   ip, sizeof(ip));
     evutil_freeaddrinfo(res);
-    connect_to(rb, ip);
+    rb->dns_then(rb, ip);
 }
 
 /*
  * hiredis resolves names with a blocking getaddrinfo: on the event loop that
- * would stall every check.  Literal addresses go straight to hiredis; names
- * are resolved first with evdns, on the loop, under the connect deadline.
+ * would stall every check.  Literal addresses go straight on; names are
+ * resolved with evdns, on the loop, under the connect deadline.  `then`
+ * gets the address, or NULL when there is none.
  */
 static void
-redis_connect(struct redis_backend *rb)
+resolve(struct redis_backend *rb, const char *host,
+        void (*then)(struct redis_backend *rb, const char *ip))
 {
-    struct timeval tv;
     struct in6_addr a6;
     struct evutil_addrinfo hints;
 
-    set_state(rb, S_CONNECTING, NULL);
-    tv.tv_sec = rb->connect_timeout_ms / 1000;
-    tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
-    evtimer_add(rb->connect_ev, &tv);
-    if (rb->url.path != NULL || inet_pton(AF_INET, rb->url.host, &a6) == 1 ||
-        inet_pton(AF_INET6, rb->url.host, &a6) == 1) {
-        connect_to(rb, rb->url.host);
+    if (inet_pton(AF_INET, host, &a6) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
+        then(rb, host);
         return;
     }
     if (rb->dns == NULL)
@@ -525,16 +568,219 @@ redis_connect(struct redis_backend *rb)
         if (rb->dns != NULL)
             evdns_base_load_hosts(rb->dns, NULL);
     }
+    if (rb->dns == NULL) {
+        then(rb, NULL);
+        return;
+    }
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    rb->dns_req = rb->dns ? evdns_getaddrinfo(rb->dns, rb->url.host, NULL, &hints,
-                                              on_resolved, rb) : NULL;
-    if (rb->dns == NULL) {
-        evtimer_del(rb->connect_ev);
-        set_state(rb, S_DOWN, "no resolver");
-        schedule_reconnect(rb);
+    rb->dns_then = then;
+    rb->dns_req = evdns_getaddrinfo(rb->dns, host, NULL, &hints, on_resolved, rb);
+}
+
+/* ---- Sentinel ---------------------------------------------------------------- */
+
+static void sentinel_ask_next(struct redis_backend *rb);
+
+static void
+on_switch_master(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis_backend *rb = ac->data;
+    redisReply *r = reply;
+    size_t n;
+
+    /* ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"] */
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    n = strlen(rb->sentinel_master);
+    if (strncmp(r->element[2]->str, rb->sentinel_master, n) != 0 ||
+        r->element[2]->str[n] != ' ')
+        return;
+    log_info("msg=\"sentinel switched the master\" redis=%s switch=\"%.200s\"",
+             rb->display, r->element[2]->str);
+    if (rb->ac != NULL) {
+        rb->drop_reason = "sentinel switched the master";
+        event_active(rb->drop_ev, EV_TIMEOUT, 0);
     }
+    (void)privdata;
+}
+
+static void
+on_sub_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct redis_backend *rb = ac->data;
+
+    if (status != REDIS_OK) {
+        if (rb->subac == ac)
+            rb->subac = NULL;
+        return;
+    }
+    redisAsyncCommand(ac, on_switch_master, NULL, "SUBSCRIBE +switch-master");
+}
+
+static void
+on_sub_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis_backend *rb = ac->data;
+
+    /* resubscribed at the next answer from a sentinel */
+    if (rb->subac == ac)
+        rb->subac = NULL;
+    (void)status;
+}
+
+/* Listen for failovers on the sentinel that just answered. */
+static void
+sentinel_subscribe(struct redis_backend *rb, const char *ip, int port)
+{
+    redisAsyncContext *ac;
+
+    if (rb->subac != NULL || rb->destroying)
+        return;
+    ac = redisAsyncConnect(ip, port);
+    if (ac == NULL || ac->err) {
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        return;
+    }
+    ac->data = rb;
+    rb->subac = ac;
+    redisLibeventAttach(ac, rb->evb);
+    redisAsyncSetConnectCallback(ac, on_sub_connect);
+    redisAsyncSetDisconnectCallback(ac, on_sub_disconnect);
+}
+
+static void
+on_sentinel_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis_backend *rb = ac->data;
+    redisReply *r = reply;
+    const struct rl_hostport *node = privdata;
+
+    if (rb->sac != ac)
+        return;             /* an answer that no longer matters */
+    rb->sac = NULL;
+    redisAsyncDisconnect(ac);   /* deferred by hiredis until we return */
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
+        log_debug("msg=\"a sentinel did not name the master\" redis=%s sentinel=%s:%d",
+                  rb->display, node->host, node->port);
+        sentinel_ask_next(rb);
+        return;
+    }
+    free(rb->master_host);
+    rb->master_host = xstrdup(r->element[0]->str);
+    rb->master_port = atoi(r->element[1]->str);
+    log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%d", rb->display,
+              rb->master_host, rb->master_port);
+    sentinel_subscribe(rb, ac->c.tcp.host, node->port);
+    rb->sentinel_tries = 0;
+    resolve(rb, rb->master_host, connect_to);
+}
+
+static void
+on_sentinel_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct redis_backend *rb = ac->data;
+
+    if (status != REDIS_OK && rb->sac == ac) {
+        rb->sac = NULL;     /* hiredis frees it after this returns */
+        sentinel_ask_next(rb);
+    }
+}
+
+static void
+on_sentinel_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis_backend *rb = ac->data;
+
+    if (rb->sac == ac) {    /* lost before it answered */
+        rb->sac = NULL;
+        sentinel_ask_next(rb);
+    }
+    (void)status;
+}
+
+static void
+sentinel_connect(struct redis_backend *rb, const char *ip)
+{
+    const struct rl_hostport *node =
+        &rb->sentinels[(rb->sentinel_next + rb->nsentinels - 1) % rb->nsentinels];
+    redisAsyncContext *ac;
+
+    if (ip == NULL) {
+        sentinel_ask_next(rb);
+        return;
+    }
+    ac = redisAsyncConnect(ip, node->port);
+    if (ac == NULL || ac->err) {
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        sentinel_ask_next(rb);
+        return;
+    }
+    ac->data = rb;
+    rb->sac = ac;
+    redisLibeventAttach(ac, rb->evb);
+    redisAsyncSetConnectCallback(ac, on_sentinel_connect);
+    redisAsyncSetDisconnectCallback(ac, on_sentinel_disconnect);
+    redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
+                      "SENTINEL get-master-addr-by-name %s", rb->sentinel_master);
+}
+
+/* Ask the sentinels in turn; when every one failed, back off. */
+static void
+sentinel_ask_next(struct redis_backend *rb)
+{
+    const struct rl_hostport *node;
+
+    if (rb->destroying)
+        return;
+    if (rb->sentinel_tries++ >= rb->nsentinels) {
+        rb->sentinel_tries = 0;
+        fail_connect(rb, "no sentinel named the master");
+        return;
+    }
+    node = &rb->sentinels[rb->sentinel_next];
+    rb->sentinel_next = (rb->sentinel_next + 1) % rb->nsentinels;
+    resolve(rb, node->host, sentinel_connect);
+}
+
+static void
+redis_connect(struct redis_backend *rb)
+{
+    struct timeval tv;
+
+    set_state(rb, S_CONNECTING, NULL);
+    tv.tv_sec = rb->connect_timeout_ms / 1000;
+    tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
+    evtimer_add(rb->connect_ev, &tv);
+    if (rb->sentinel_master != NULL)
+        sentinel_ask_next(rb);
+    else if (rb->url.path != NULL)
+        connect_to(rb, "");
+    else
+        resolve(rb, rb->url.host, connect_to);
+}
+
+static int
+parse_hostport(const char *s, struct rl_hostport *out)
+{
+    const char *colon = strrchr(s, ':');
+
+    if (colon == NULL)
+        return RL_ERR;
+    if (s[0] == '[')
+        out->host = xstrndup(s + 1, (size_t)(colon - s - 2));
+    else
+        out->host = xstrndup(s, (size_t)(colon - s));
+    out->port = atoi(colon + 1);
+    return RL_OK;
 }
 
 /* ---- the backend interface ---------------------------------------------------- */
@@ -558,9 +804,21 @@ redis_create(struct rl_backend **out, struct event_base *evb,
         free(rb->url.password);
         rb->url.password = xstrdup(cfg->redis.password);
     }
+    if (cfg->redis.sentinel.master != NULL) {
+        rb->sentinel_master = xstrdup(cfg->redis.sentinel.master);
+        rb->nsentinels = cfg->redis.sentinel.nodes.n;
+        rb->sentinels = xcalloc(rb->nsentinels, sizeof(*rb->sentinels));
+        for (size_t i = 0; i < rb->nsentinels; i++)
+            if (parse_hostport(cfg->redis.sentinel.nodes.v[i], &rb->sentinels[i]) != RL_OK) {
+                *cause = xasprintf("bad sentinel address %s", cfg->redis.sentinel.nodes.v[i]);
+                return RL_ERR;  /* config validation makes this unreachable */
+            }
+    }
     rb->base.ops = &rl_backend_redis_ops;
     rb->evb = evb;
-    rb->display = redis_url_display(&rb->url);
+    rb->display = rb->sentinel_master
+                  ? xasprintf("sentinel:%s", rb->sentinel_master)
+                  : redis_url_display(&rb->url);
     rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     rb->backoff_ms = BACKOFF_MIN_MS;
     rb->down_reason = "not connected yet";
@@ -588,6 +846,21 @@ redis_destroy(struct rl_backend *be)
         rb->ac = NULL;
         redisAsyncFree(ac);     /* pending callbacks run with NULL */
     }
+    if (rb->sac != NULL) {
+        redisAsyncContext *ac = rb->sac;
+        rb->sac = NULL;
+        redisAsyncFree(ac);
+    }
+    if (rb->subac != NULL) {
+        redisAsyncContext *ac = rb->subac;
+        rb->subac = NULL;
+        redisAsyncFree(ac);
+    }
+    for (size_t i = 0; i < rb->nsentinels; i++)
+        free(rb->sentinels[i].host);
+    free(rb->sentinels);
+    free(rb->sentinel_master);
+    free(rb->master_host);
     event_free(rb->retry_ev);
     event_free(rb->connect_ev);
     event_free(rb->drop_ev);

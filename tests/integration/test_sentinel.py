@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Redis Sentinel (README: redis.sentinel): the daemon asks the sentinels for
+the master, checks it with ROLE, and follows a failover (+switch-master) while
+checks flow: limits stay exact before and after, and recovery is measured.
+
+Topology on loopback: a master, one replica, three sentinels (quorum 2), all
+started by this file with redis-server (sentinels with --sentinel)."""
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+MASTER = "rlmaster"
+
+
+class Proc:
+    """A redis-server (or sentinel) with its own config file in the temp dir."""
+
+    def __init__(self, name, lines, sentinel=False):
+        self.port = H.free_port()
+        self.dir = os.path.join(H.tmpdir(), "%s-%d" % (name, self.port))
+        os.makedirs(self.dir, exist_ok=True)
+        conf = os.path.join(self.dir, "redis.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\n"
+                    % (self.port, self.dir))
+            for line in lines:
+                f.write(line + "\n")
+        args = [H.REDIS_SERVER, conf] + (["--sentinel"] if sentinel else [])
+        self.log = open(os.path.join(self.dir, "log"), "ab")
+        self.proc = H._track(subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                              stdout=self.log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + H.START_TIMEOUT
+        while not self.cli("PING") == "PONG":
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise H.HarnessError("%s on %d did not start" % (name, self.port))
+            time.sleep(0.05)
+
+    def cli(self, *args):
+        r = subprocess.run([H.REDIS_CLI, "-p", str(self.port)] + [str(a) for a in args],
+                           capture_output=True, timeout=H.HTTP_TIMEOUT)
+        return r.stdout.decode().strip()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.log.close()
+
+
+def master_port(sentinel):
+    out = sentinel.cli("SENTINEL", "get-master-addr-by-name", MASTER).split()
+    return int(out[1]) if len(out) == 2 else None
+
+
+def wait_for(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise H.Fail("timed out waiting for %s" % what)
+
+
+def post(d, key, policy="p"):
+    return H.request(d.port, "POST", "/check", {"key": key, "policy": policy})
+
+
+def t_ready_through_sentinel(env):
+    d = env["daemon"]
+    st, h, b = H.request(d.port, "GET", "/readyz")
+    eq(st, 200, "/readyz status")
+    got = [post(d, "alice")[0] for _ in range(4)]
+    eq(got, [200, 200, 200, 429], "limit 3 through the sentinels' master")
+    eq(env["master"].cli("EXISTS", "{rl:p:k:alice}:fw:3600000"), "1",
+       "the key is on the master the sentinels named")
+
+
+def t_failover_followed(env):
+    d, s1 = env["daemon"], env["sentinels"][0]
+    old = master_port(s1)
+    eq(old, env["master"].port, "the first master")
+    # keep checks flowing from a few threads during the failover
+    stop = threading.Event()
+    answers = []
+    lock = threading.Lock()
+
+    def load(n):
+        i = 0
+        while not stop.is_set():
+            try:
+                st, h, b = post(d, "flow-%d-%d" % (n, i))
+                with lock:
+                    answers.append((time.monotonic(), st, b.get("degraded", False)))
+            except OSError as e:
+                with lock:
+                    answers.append((time.monotonic(), "error %s" % e, True))
+            i += 1
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=load, args=(n,), daemon=True) for n in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    eq(s1.cli("SENTINEL", "FAILOVER", MASTER), "OK", "SENTINEL FAILOVER")
+    wait_for(lambda: master_port(s1) not in (None, old), "the sentinels to name a new master")
+    new = master_port(s1)
+    eq(new, env["replica"].port, "the new master is the old replica")
+
+    # recovery: the first non-degraded answer written on the new master
+    def on_new_master():
+        st, h, b = post(d, "probe-%d" % int(time.monotonic() * 1000))
+        return st == 200 and not b.get("degraded") and \
+            env["replica"].cli("ROLE").startswith("master")
+    wait_for(on_new_master, "checks decided on the new master", timeout=30)
+    recovery = time.monotonic() - t0
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    print("# failover: SENTINEL FAILOVER to checks decided on the new master in %.2f s" % recovery)
+    bad = [a for a in answers if a[1] not in (200, 429)]
+    eq(bad, [], "answers other than 200/429 during the failover (failure_mode open)")
+    degraded = sum(1 for a in answers if a[2])
+    print("# %d checks during the failover, %d answered degraded" % (len(answers), degraded))
+    # limits are exact on the new master
+    got = [post(d, "after-failover")[0] for _ in range(4)]
+    eq(got, [200, 200, 200, 429], "limit 3 on the new master")
+    eq(env["replica"].cli("EXISTS", "{rl:p:k:after-failover}:fw:3600000"), "1",
+       "the key is on the new master")
+
+
+CASES = [
+    ("the master named by the sentinels decides checks", t_ready_through_sentinel),
+    ("SENTINEL FAILOVER while checks flow: followed, limits exact after", t_failover_followed),
+]
+
+
+@contextlib.contextmanager
+def fixture():
+    procs = []
+    try:
+        master = Proc("master", [])
+        procs.append(master)
+        replica = Proc("replica", ["replicaof 127.0.0.1 %d" % master.port])
+        procs.append(replica)
+        wait_for(lambda: "master_link_status:up" in replica.cli("INFO", "replication"),
+                 "the replica to sync")
+        sentinels = []
+        for _ in range(3):
+            s = Proc("sentinel", [
+                "sentinel monitor %s 127.0.0.1 %d 2" % (MASTER, master.port),
+                "sentinel down-after-milliseconds %s 1000" % MASTER,
+                "sentinel failover-timeout %s 5000" % MASTER,
+                "sentinel parallel-syncs %s 1" % MASTER,
+            ], sentinel=True)
+            procs.append(s)
+            sentinels.append(s)
+        wait_for(lambda: all(master_port(s) == master.port for s in sentinels),
+                 "every sentinel to know the master")
+        wait_for(lambda: "num-other-sentinels" in sentinels[0].cli("SENTINEL", "master", MASTER)
+                 and int(dict(zip(*[iter(sentinels[0].cli("SENTINEL", "master", MASTER).split())] * 2))
+                         .get("num-other-sentinels", 0)) >= 2,
+                 "the sentinels to find each other")
+        wait_for(lambda: int(dict(zip(*[iter(sentinels[0].cli("SENTINEL", "master", MASTER).split())] * 2))
+                             .get("num-slaves", 0)) >= 1,
+                 "the sentinels to find the replica")
+        cfg = {
+            "identity": ["body"],
+            "failure_mode": "open",
+            "redis": {"timeout": "500ms", "connect_timeout": "1s",
+                      "sentinel": {"master": MASTER,
+                                   "nodes": ["127.0.0.1:%d" % s.port for s in sentinels]}},
+            "policies": [{"name": "p", "limits": [{"algorithm": "fixed_window", "limit": 3,
+                                                   "window": "1h"}]}],
+        }
+        with H.Daemon(cfg, ready=True) as d:
+            yield {"daemon": d, "master": master, "replica": replica, "sentinels": sentinels}
+    finally:
+        for p in procs:
+            p.stop()
+
+
+if __name__ == "__main__":
+    H.suite(CASES, fixture, timeout=180)
