@@ -117,9 +117,10 @@ def t_failover_followed(env):
 
     # recovery: the first non-degraded answer written on the new master
     def on_new_master():
-        st, h, b = post(d, "probe-%d" % int(time.monotonic() * 1000))
+        key = "probe-%d" % int(time.monotonic() * 1000)
+        st, h, b = post(d, key)
         return st == 200 and not b.get("degraded") and \
-            env["replica"].cli("ROLE").startswith("master")
+            env["replica"].cli("EXISTS", "{rl:p:k:%s}:fw:3600000" % key) == "1"
     wait_for(on_new_master, "checks decided on the new master", timeout=30)
     recovery = time.monotonic() - t0
     stop.set()
@@ -181,7 +182,7 @@ def fixture():
             "policies": [{"name": "p", "limits": [{"algorithm": "fixed_window", "limit": 3,
                                                    "window": "1h"}]}],
         }
-        with H.Daemon(cfg, ready=True) as d:
+        with H.Daemon(cfg, ready=True, args=["-L", "debug"]) as d:
             yield {"daemon": d, "master": master, "replica": replica, "sentinels": sentinels}
     finally:
         for p in procs:
