@@ -60,6 +60,9 @@ struct rl_backend_ops {
 /* Every implementation starts with this. */
 struct rl_backend {
     const struct rl_backend_ops *ops;
+    /* Bumped whenever what the backend holds may have been lost (a new
+     * connection, a failover): local knowledge of an older epoch is void. */
+    uint64_t epoch;
 };
 
 extern const struct rl_backend_ops rl_backend_redis_ops;

@@ -1,23 +1,1471 @@
 /*
- * backend_cluster.c — Redis Cluster (redis.cluster seed nodes).
- * Being written; until then a configuration that asks for it is refused at
- * start with a clear error rather than silently talking to one node.
+ * backend_cluster.c — counts in a Redis Cluster (redis.cluster seed nodes).
+ *
+ * The same check script as backend_redis.c, routed the way the Redis Cluster
+ * specification says: every key of one check shares one hash tag, so the
+ * CRC16 of that tag names one of the 16384 slots and the slot map names the
+ * master that owns it.  No sharding of our own: the cluster decides.
+ *
+ * Per worker (one instance on the worker's event_base):
+ *
+ *   - a slot map, slot -> node, loaded with CLUSTER SLOTS from any node that
+ *     answers (the seeds at first), refreshed every 30 s, after a MOVED and
+ *     when a master's connection is lost; at most one refresh in flight.
+ *   - one async hiredis connection per node we talk to (the masters, and the
+ *     seeds until the first map names the masters), each with its own state
+ *     (DOWN -> CONNECTING -> HANDSHAKE: AUTH, SCRIPT LOAD -> READY), connect
+ *     deadline, and reconnect backoff with jitter.  Nodes that are no longer
+ *     masters are closed from a zero timer, never inside their own callback.
+ *   - one struct cop per check: its deadline timer (req->timeout_ms) and the
+ *     state of its redirections.  MOVED updates that slot, asks for a
+ *     refresh and resends to the new owner; ASK sends ASKING then the script
+ *     to the named node on one connection, the map unchanged; TRYAGAIN and
+ *     CLUSTERDOWN are retried a few times on a short timer; NOSCRIPT is
+ *     answered with EVAL once per connection tried.  A redirection to a node
+ *     still connecting waits for it (polled) until the deadline.  Whatever
+ *     happens, the check is answered exactly once and its request is never
+ *     touched afterwards; a late reply is dropped.
+ *
+ * A check whose master is down is answered DOWN at once, as backend_redis
+ * does: a dead node never queues work.  Replies lost with a connection are
+ * never replayed elsewhere, since the script may have run.
  */
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/adapters/libevent.h>
+
 #include "backend.h"
+#include "log.h"
+#include "lua_scripts.h"
+#include "metrics.h"
+#include "redis_url.h"
 #include "util.h"
 
+#define CLUSTER_SLOTS 16384
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 5000
+/* A connection that has answered nothing for this long while checks wait is
+ * presumed hung and is dropped (as in backend_redis.c). */
+#define STALL_MIN_MS 1000
+#define REFRESH_PERIOD_MS 30000
+/* Refreshes asked for by errors come at most this often (more after failed
+ * refreshes, up to BACKOFF_MAX_MS). */
+#define REFRESH_GAP_MS 100
+/* A check follows at most this many MOVED/ASK, and retries TRYAGAIN and
+ * CLUSTERDOWN at most this many times, each bounded by its deadline. */
+#define MAX_REDIRECTS 5
+#define MAX_RETRIES 10
+#define RETRY_MIN_MS 5
+#define RETRY_MAX_MS 100
+/* How often a check waiting for a connecting node looks again. */
+#define WAIT_POLL_MS 2
+#define HOST_MAX 256
+
+enum node_state { N_DOWN, N_CONNECTING, N_HANDSHAKE, N_READY };
+
+static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
+
+struct cluster;
+struct cnode;
+
+/* A name being resolved; outlives its node when the node gives up on it
+ * (libevent calls back later, even after a cancel). */
+struct dns_wait {
+    struct cnode *node;         /* NULL once abandoned */
+    struct evdns_getaddrinfo_request *req;
+};
+
+struct cnode {
+    struct cluster *cl;
+    struct cnode *next;
+    char *host;                 /* IP or name, without brackets */
+    int port;
+    char *name;                 /* "host:port" for logs */
+    redisAsyncContext *ac;
+    enum node_state state;
+    struct event *retry_ev;     /* reconnect after backoff */
+    struct event *connect_ev;   /* connect/handshake deadline */
+    struct dns_wait *dns;
+    int64_t backoff_ms;
+    int64_t last_reply_us;
+    unsigned pending;           /* callbacks hiredis still owes on ac */
+    unsigned refs;              /* checks waiting for this node */
+    int master;                 /* owns slots in the current map */
+    int drop;                   /* stalled: the tidy timer drops ac */
+    int closing;                /* being freed: its callbacks do nothing */
+    int announced_down;
+    int was_ready;
+    const char *down_reason;
+};
+
+/* One check until it is answered and hiredis owes it nothing. */
+struct cop {
+    struct cluster *cl;
+    struct cop *prev, *next;
+    const struct rl_check_req *req;     /* valid until answered */
+    rl_check_cb cb;
+    void *arg;
+    struct event *deadline;
+    struct event *retry_ev;     /* created on first use */
+    struct cnode *sent;         /* the node owing the reply, while inflight */
+    struct cnode *wait;         /* waiting for this node (holds a ref) */
+    int wait_asking;
+    int slot;
+    int inflight;               /* replies hiredis owes this check: 0 or 1 */
+    int answered;
+    int asking;                 /* the last send was preceded by ASKING */
+    int sent_eval;              /* EVAL sent on the current node */
+    int redirects;
+    int retries;
+};
+
+struct seed {
+    char *host;
+    int port;
+};
+
+struct cluster {
+    struct rl_backend base;
+    struct event_base *evb;
+    char *username;
+    char *password;
+    int64_t connect_timeout_ms;
+    struct seed *seeds;
+    size_t nseeds;
+    struct cnode *nodes;
+    struct cnode *slots[CLUSTER_SLOTS];
+    int map_loaded;
+    int covered;                /* slots with an owner */
+    struct cop *ops;            /* every live check */
+    struct evdns_base *dns;
+    struct event *refresh_ev;   /* start a refresh, or its deadline */
+    struct event *period_ev;    /* the periodic refresh */
+    struct event *tidy_ev;      /* zero timer: drop stalled, free unused */
+    int want_refresh;
+    int refresh_inflight;
+    uintptr_t refresh_gen;      /* tells a late CLUSTER SLOTS reply */
+    int64_t last_refresh_us;
+    int64_t refresh_gap_ms;
+    int refresh_failing;        /* logged once per run of failures */
+    unsigned rr;                /* spreads refreshes over nodes */
+    int destroying;
+};
+
+static void node_connect(struct cnode *n);
+static void request_refresh(struct cluster *cl);
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* ---- slots ------------------------------------------------------------------ */
+
+/* CRC16-CCITT (XMODEM), the Redis Cluster key hash. */
+static const uint16_t crc16tab[256] = {
+    0x0000, 0x1021, 0x2042, 0x3063, 0x4084, 0x50a5, 0x60c6, 0x70e7,
+    0x8108, 0x9129, 0xa14a, 0xb16b, 0xc18c, 0xd1ad, 0xe1ce, 0xf1ef,
+    0x1231, 0x0210, 0x3273, 0x2252, 0x52b5, 0x4294, 0x72f7, 0x62d6,
+    0x9339, 0x8318, 0xb37b, 0xa35a, 0xd3bd, 0xc39c, 0xf3ff, 0xe3de,
+    0x2462, 0x3443, 0x0420, 0x1401, 0x64e6, 0x74c7, 0x44a4, 0x5485,
+    0xa56a, 0xb54b, 0x8528, 0x9509, 0xe5ee, 0xf5cf, 0xc5ac, 0xd58d,
+    0x3653, 0x2672, 0x1611, 0x0630, 0x76d7, 0x66f6, 0x5695, 0x46b4,
+    0xb75b, 0xa77a, 0x9719, 0x8738, 0xf7df, 0xe7fe, 0xd79d, 0xc7bc,
+    0x48c4, 0x58e5, 0x6886, 0x78a7, 0x0840, 0x1861, 0x2802, 0x3823,
+    0xc9cc, 0xd9ed, 0xe98e, 0xf9af, 0x8948, 0x9969, 0xa90a, 0xb92b,
+    0x5af5, 0x4ad4, 0x7ab7, 0x6a96, 0x1a71, 0x0a50, 0x3a33, 0x2a12,
+    0xdbfd, 0xcbdc, 0xfbbf, 0xeb9e, 0x9b79, 0x8b58, 0xbb3b, 0xab1a,
+    0x6ca6, 0x7c87, 0x4ce4, 0x5cc5, 0x2c22, 0x3c03, 0x0c60, 0x1c41,
+    0xedae, 0xfd8f, 0xcdec, 0xddcd, 0xad2a, 0xbd0b, 0x8d68, 0x9d49,
+    0x7e97, 0x6eb6, 0x5ed5, 0x4ef4, 0x3e13, 0x2e32, 0x1e51, 0x0e70,
+    0xff9f, 0xefbe, 0xdfdd, 0xcffc, 0xbf1b, 0xaf3a, 0x9f59, 0x8f78,
+    0x9188, 0x81a9, 0xb1ca, 0xa1eb, 0xd10c, 0xc12d, 0xf14e, 0xe16f,
+    0x1080, 0x00a1, 0x30c2, 0x20e3, 0x5004, 0x4025, 0x7046, 0x6067,
+    0x83b9, 0x9398, 0xa3fb, 0xb3da, 0xc33d, 0xd31c, 0xe37f, 0xf35e,
+    0x02b1, 0x1290, 0x22f3, 0x32d2, 0x4235, 0x5214, 0x6277, 0x7256,
+    0xb5ea, 0xa5cb, 0x95a8, 0x8589, 0xf56e, 0xe54f, 0xd52c, 0xc50d,
+    0x34e2, 0x24c3, 0x14a0, 0x0481, 0x7466, 0x6447, 0x5424, 0x4405,
+    0xa7db, 0xb7fa, 0x8799, 0x97b8, 0xe75f, 0xf77e, 0xc71d, 0xd73c,
+    0x26d3, 0x36f2, 0x0691, 0x16b0, 0x6657, 0x7676, 0x4615, 0x5634,
+    0xd94c, 0xc96d, 0xf90e, 0xe92f, 0x99c8, 0x89e9, 0xb98a, 0xa9ab,
+    0x5844, 0x4865, 0x7806, 0x6827, 0x18c0, 0x08e1, 0x3882, 0x28a3,
+    0xcb7d, 0xdb5c, 0xeb3f, 0xfb1e, 0x8bf9, 0x9bd8, 0xabbb, 0xbb9a,
+    0x4a75, 0x5a54, 0x6a37, 0x7a16, 0x0af1, 0x1ad0, 0x2ab3, 0x3a92,
+    0xfd2e, 0xed0f, 0xdd6c, 0xcd4d, 0xbdaa, 0xad8b, 0x9de8, 0x8dc9,
+    0x7c26, 0x6c07, 0x5c64, 0x4c45, 0x3ca2, 0x2c83, 0x1ce0, 0x0cc1,
+    0xef1f, 0xff3e, 0xcf5d, 0xdf7c, 0xaf9b, 0xbfba, 0x8fd9, 0x9ff8,
+    0x6e17, 0x7e36, 0x4e55, 0x5e74, 0x2e93, 0x3eb2, 0x0ed1, 0x1ef0,
+};
+
+static uint16_t
+crc16(const char *buf, size_t len)
+{
+    uint16_t crc = 0;
+
+    for (size_t i = 0; i < len; i++)
+        crc = (uint16_t)((crc << 8) ^ crc16tab[((crc >> 8) ^ (uint8_t)buf[i]) & 0xff]);
+    return crc;
+}
+
+/* The slot of a key: the CRC16 of its hash tag (the bytes between the first
+ * '{' and the next '}', when not empty), else of the whole key. */
 static int
-cluster_create(struct rl_backend **out, struct event_base *base,
+key_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len), *close;
+
+    if (open != NULL) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        close = memchr(open + 1, '}', rest);
+        if (close != NULL && close > open + 1)
+            return crc16(open + 1, (size_t)(close - open - 1)) & (CLUSTER_SLOTS - 1);
+    }
+    return crc16(key, len) & (CLUSTER_SLOTS - 1);
+}
+
+/* ---- nodes ------------------------------------------------------------------- */
+
+static void
+node_set_state(struct cnode *n, enum node_state s, const char *reason)
+{
+    if (reason != NULL)
+        n->down_reason = reason;
+    if (n->state == s)
+        return;
+    if (s == N_READY) {
+        log_info("msg=\"redis cluster node ready\" node=%s", n->name);
+        if (n->was_ready)
+            metrics_reconnect();
+        n->was_ready = 1;
+        n->announced_down = 0;
+    } else if (s == N_DOWN && !n->announced_down && !n->closing && !n->cl->destroying) {
+        log_warn("msg=\"redis cluster node unavailable\" node=%s reason=\"%s\"", n->name,
+                 n->down_reason ? n->down_reason : "");
+        n->announced_down = 1;
+    }
+    log_debug("msg=\"redis cluster node state\" node=%s from=%s to=%s", n->name,
+              state_names[n->state], state_names[s]);
+    n->state = s;
+}
+
+static void
+schedule_tidy(struct cluster *cl)
+{
+    static const struct timeval zero = {0, 0};
+
+    if (!cl->destroying && !evtimer_pending(cl->tidy_ev, NULL))
+        evtimer_add(cl->tidy_ev, &zero);
+}
+
+/* After a callback: a node nobody needs any more goes at the next tidy. */
+static void
+node_settle(struct cnode *n)
+{
+    if (!n->master && n->pending == 0 && n->refs == 0)
+        schedule_tidy(n->cl);
+}
+
+static void
+node_unref(struct cnode *n)
+{
+    n->refs--;
+    node_settle(n);
+}
+
+static void
+node_schedule_reconnect(struct cnode *n)
+{
+    struct timeval tv;
+    int64_t d;
+
+    if (n->closing || n->cl->destroying || evtimer_pending(n->retry_ev, NULL))
+        return;
+    /* Full jitter over the upper half, as backend_redis.c. */
+    d = n->backoff_ms / 2 + random() % (n->backoff_ms / 2 + 1);
+    n->backoff_ms = n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : n->backoff_ms * 2;
+    tv.tv_sec = d / 1000;
+    tv.tv_usec = (d % 1000) * 1000;
+    evtimer_add(n->retry_ev, &tv);
+}
+
+/* Queue a command on n's connection, counting the callback it owes. */
+static int
+node_command(struct cnode *n, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    if (n->ac == NULL)
+        return RL_ERR;
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(n->ac, fn, priv, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    n->pending++;
+    return RL_OK;
+}
+
+static void
+on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct cnode *n = ac->data;
+    struct cluster *cl = n->cl;
+    redisReply *r = reply;
+    const char *step = privdata;
+
+    n->pending--;
+    if (r == NULL || n->closing || n->state != N_HANDSHAKE)
+        return;
+    n->last_reply_us = now_monotonic_us();
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* never the credentials, only what the server said */
+        log_error("msg=\"redis cluster handshake failed\" node=%s step=%s error=\"%.200s\"",
+                  n->name, step, r->str);
+        node_set_state(n, N_DOWN, "handshake failed");
+        redisAsyncDisconnect(ac);
+        return;
+    }
+    if (strcmp(step, "script") == 0) {
+        if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
+            log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" node=%s", n->name);
+        evtimer_del(n->connect_ev);
+        n->backoff_ms = BACKOFF_MIN_MS;
+        node_set_state(n, N_READY, NULL);
+        if (cl->want_refresh)
+            request_refresh(cl);
+    }
+}
+
+static void
+on_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct cnode *n = ac->data;
+    struct cluster *cl = n->cl;
+
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this returns */
+        log_debug("msg=\"redis cluster connect failed\" node=%s error=\"%s\"", n->name,
+                  ac->errstr);
+        n->ac = NULL;
+        evtimer_del(n->connect_ev);
+        node_set_state(n, N_DOWN, "connection refused");
+        node_schedule_reconnect(n);
+        if (n->master)
+            request_refresh(cl);
+        return;
+    }
+    node_set_state(n, N_HANDSHAKE, NULL);
+    n->last_reply_us = now_monotonic_us();
+    if (cl->password != NULL) {
+        if (cl->username != NULL)
+            (void)node_command(n, on_handshake, (void *)"auth", "AUTH %s %s",
+                               cl->username, cl->password);
+        else
+            (void)node_command(n, on_handshake, (void *)"auth", "AUTH %s", cl->password);
+    }
+    /* The cluster has database 0 only: no SELECT. */
+    (void)node_command(n, on_handshake, (void *)"script", "SCRIPT LOAD %b",
+                       rl_lua_check, rl_lua_check_len);
+}
+
+static void
+on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct cnode *n = ac->data;
+
+    /* hiredis frees the context after this returns */
+    if (n->ac == ac)
+        n->ac = NULL;
+    if (n->closing || n->cl->destroying)
+        return;
+    evtimer_del(n->connect_ev);
+    node_set_state(n, N_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
+    node_schedule_reconnect(n);
+    if (n->master)
+        request_refresh(n->cl);     /* a failover moves masters */
+    node_settle(n);
+}
+
+static void
+node_connect_to(struct cnode *n, const char *ip)
+{
+    redisAsyncContext *ac = redisAsyncConnect(ip, n->port);
+
+    if (ac == NULL || ac->err) {
+        log_debug("msg=\"redis cluster connect failed\" node=%s error=\"%s\"", n->name,
+                  ac ? ac->errstr : "out of memory");
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        evtimer_del(n->connect_ev);
+        node_set_state(n, N_DOWN, "connect failed");
+        node_schedule_reconnect(n);
+        return;
+    }
+    ac->data = n;
+    n->ac = ac;
+    redisLibeventAttach(ac, n->cl->evb);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+}
+
+/* Stop waiting for a name: the lookup finishes on its own and is ignored. */
+static void
+node_abandon_dns(struct cnode *n)
+{
+    struct dns_wait *w = n->dns;
+
+    if (w == NULL)
+        return;
+    n->dns = NULL;
+    w->node = NULL;
+    if (w->req != NULL)
+        evdns_getaddrinfo_cancel(w->req);
+}
+
+static void
+on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+    struct dns_wait *w = arg;
+    struct cnode *n = w->node;
+    char ip[INET6_ADDRSTRLEN] = "";
+
+    free(w);
+    if (n == NULL) {            /* abandoned: timed out, closed, shut down */
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    n->dns = NULL;
+    if (result != 0 || res == NULL) {
+        log_debug("msg=\"cannot resolve a redis cluster node\" node=%s error=\"%s\"",
+                  n->name, evutil_gai_strerror(result));
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        evtimer_del(n->connect_ev);
+        node_set_state(n, N_DOWN, "cannot resolve the node's host");
+        node_schedule_reconnect(n);
+        return;
+    }
+    if (res->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
+                  ip, sizeof(ip));
+    else
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
+                  ip, sizeof(ip));
+    evutil_freeaddrinfo(res);
+    node_connect_to(n, ip);
+}
+
+static int
+cluster_dns(struct cluster *cl)
+{
+    if (cl->dns == NULL)
+        cl->dns = evdns_base_new(cl->evb, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+                                 EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (cl->dns == NULL) {
+        /* no resolv.conf at all: /etc/hosts alone still names localhost */
+        cl->dns = evdns_base_new(cl->evb, 0);
+        if (cl->dns != NULL)
+            evdns_base_load_hosts(cl->dns, NULL);
+    }
+    return cl->dns != NULL ? RL_OK : RL_ERR;
+}
+
+/*
+ * Literal addresses go straight to hiredis; names are resolved with evdns on
+ * the loop (hiredis would block in getaddrinfo), under the connect deadline.
+ */
+static void
+node_connect(struct cnode *n)
+{
+    struct timeval tv;
+    struct in6_addr a6;
+    struct evutil_addrinfo hints;
+    struct dns_wait *w;
+    struct evdns_getaddrinfo_request *req;
+
+    node_set_state(n, N_CONNECTING, NULL);
+    tv.tv_sec = n->cl->connect_timeout_ms / 1000;
+    tv.tv_usec = (n->cl->connect_timeout_ms % 1000) * 1000;
+    evtimer_add(n->connect_ev, &tv);
+    if (inet_pton(AF_INET, n->host, &a6) == 1 || inet_pton(AF_INET6, n->host, &a6) == 1) {
+        node_connect_to(n, n->host);
+        return;
+    }
+    if (cluster_dns(n->cl) != RL_OK) {
+        evtimer_del(n->connect_ev);
+        node_set_state(n, N_DOWN, "no resolver");
+        node_schedule_reconnect(n);
+        return;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    w = xcalloc(1, sizeof(*w));
+    w->node = n;
+    n->dns = w;
+    req = evdns_getaddrinfo(n->cl->dns, n->host, NULL, &hints, on_resolved, w);
+    if (n->dns == w)            /* else it already called back (and freed w) */
+        w->req = req;
+}
+
+static void
+on_node_retry(evutil_socket_t fd, short what, void *arg)
+{
+    node_connect(arg);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_node_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct cnode *n = arg;
+
+    if (n->dns != NULL) {
+        node_abandon_dns(n);
+        log_debug("msg=\"redis cluster node resolution timed out\" node=%s", n->name);
+        node_set_state(n, N_DOWN, "resolve timeout");
+        node_schedule_reconnect(n);
+    } else if (n->ac != NULL && n->state != N_READY) {
+        redisAsyncContext *ac = n->ac;
+
+        log_debug("msg=\"redis cluster connect timed out\" node=%s", n->name);
+        node_set_state(n, N_DOWN, "connect timeout");
+        /* A timer, not a hiredis callback: freeing here is safe. */
+        n->ac = NULL;
+        redisAsyncFree(ac);
+        node_schedule_reconnect(n);
+        if (n->master)
+            request_refresh(n->cl);
+    }
+    (void)fd;
+    (void)what;
+}
+
+static struct cnode *
+node_find(struct cluster *cl, const char *host, int port)
+{
+    for (struct cnode *n = cl->nodes; n != NULL; n = n->next)
+        if (n->port == port && strcmp(n->host, host) == 0)
+            return n;
+    return NULL;
+}
+
+/* The node at host:port, created and connecting when new. */
+static struct cnode *
+node_get(struct cluster *cl, const char *host, int port)
+{
+    struct cnode *n = node_find(cl, host, port);
+
+    if (n != NULL)
+        return n;
+    n = xcalloc(1, sizeof(*n));
+    n->cl = cl;
+    n->host = xstrdup(host);
+    n->port = port;
+    n->name = strchr(host, ':') != NULL ? xasprintf("[%s]:%d", host, port)
+                                        : xasprintf("%s:%d", host, port);
+    n->backoff_ms = BACKOFF_MIN_MS;
+    n->down_reason = "not connected yet";
+    n->retry_ev = evtimer_new(cl->evb, on_node_retry, n);
+    n->connect_ev = evtimer_new(cl->evb, on_node_connect_timeout, n);
+    n->next = cl->nodes;
+    cl->nodes = n;
+    node_connect(n);
+    return n;
+}
+
+/* Never from one of n's own callbacks; with pending == 0 no callback of a
+ * check runs here (destroy answers those first). */
+static void
+node_free(struct cnode *n)
+{
+    n->closing = 1;
+    node_abandon_dns(n);
+    if (n->ac != NULL) {
+        redisAsyncContext *ac = n->ac;
+        n->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    event_free(n->retry_ev);
+    event_free(n->connect_ev);
+    free(n->host);
+    free(n->name);
+    free(n);
+}
+
+/* ---- answering checks ------------------------------------------------------ */
+
+static void
+answer_status(struct cop *op, enum rl_backend_status st, const char *why)
+{
+    struct rl_check_res res;
+
+    if (op->answered)
+        return;
+    op->answered = 1;
+    memset(&res, 0, sizeof(res));
+    res.status = st;
+    res.error = why;
+    op->req = NULL;
+    op->cb(&res, op->arg);
+}
+
+/* Same reply shape as backend_redis.c's answer_reply (the one script). */
+static void
+answer_reply(struct cop *op, const redisReply *r)
+{
+    struct rl_check_res res;
+    size_t n = op->req->policy->nlimits;
+
+    memset(&res, 0, sizeof(res));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 3 * n) {
+        answer_status(op, RL_BACKEND_ERROR, "unexpected reply from the check script");
+        return;
+    }
+    for (size_t i = 0; i < r->elements; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+            answer_status(op, RL_BACKEND_ERROR, "non-integer in the check script's reply");
+            return;
+        }
+    }
+    res.status = RL_BACKEND_OK;
+    res.allowed = r->element[0]->integer == 1;
+    res.nlimits = n;
+    for (size_t i = 0; i < n; i++) {
+        struct rl_limit_result *l = &res.limits[i];
+        l->remaining = r->element[1 + 3 * i]->integer;
+        l->reset_ms = r->element[2 + 3 * i]->integer;
+        l->retry_after_ms = r->element[3 + 3 * i]->integer;
+        l->allowed = l->retry_after_ms == 0;
+    }
+    op->answered = 1;
+    op->req = NULL;
+    op->cb(&res, op->arg);
+}
+
+static void
+op_free(struct cop *op)
+{
+    struct cluster *cl = op->cl;
+
+    if (op->prev != NULL)
+        op->prev->next = op->next;
+    else
+        cl->ops = op->next;
+    if (op->next != NULL)
+        op->next->prev = op->prev;
+    event_free(op->deadline);
+    if (op->retry_ev != NULL)
+        event_free(op->retry_ev);
+    if (op->wait != NULL)
+        node_unref(op->wait);
+    free(op);
+}
+
+/*
+ * The one place a check is freed: answered and owed nothing by hiredis.  Each
+ * entry point (check, reply, retry, deadline) calls it last and never touches
+ * op afterwards; the functions they call never free op.
+ */
+static void
+op_release(struct cop *op)
+{
+    if (op->answered && op->inflight == 0)
+        op_free(op);
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+/* The reply to a command no check waits for (ASKING). */
+static void
+on_aux(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct cnode *n = ac->data;
+
+    n->pending--;
+    if (reply != NULL)
+        n->last_reply_us = now_monotonic_us();
+    node_settle(n);
+    (void)privdata;
+}
+
+/* EVALSHA (or EVAL) of the check script on n, after ASKING when asked to;
+ * the argument layout of backend_redis.c's send_check. */
+static int
+op_send(struct cop *op, struct cnode *n, int asking)
+{
+    const struct rl_check_req *req = op->req;
+    const struct rl_policy *p = req->policy;
+    const char *argv[5 + RL_LIMITS_MAX * 5];
+    size_t lens[RL_ARRAY_LEN(argv)];
+    char keys[RL_LIMITS_MAX][RL_LIMIT_KEY_MAX];
+    char nums[2 + RL_LIMITS_MAX * 3][24];
+    int argc = 0, k = 0, eval = op->sent_eval;
+
+    argv[argc] = eval ? "EVAL" : "EVALSHA";
+    lens[argc++] = strlen(argv[0]);
+    argv[argc] = eval ? rl_lua_check : rl_lua_check_sha;
+    lens[argc++] = eval ? rl_lua_check_len : strlen(rl_lua_check_sha);
+    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%zu", p->nlimits);
+    argv[argc++] = nums[k++];
+    for (size_t i = 0; i < p->nlimits; i++) {
+        int len = backend_limit_key(req, i, keys[i], sizeof(keys[i]));
+        if (len < 0)
+            return RL_ERR;
+        argv[argc] = keys[i];
+        lens[argc++] = (size_t)len;
+    }
+    argv[argc] = "";            /* now: the script reads Redis TIME */
+    lens[argc++] = 0;
+    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)req->cost);
+    argv[argc++] = nums[k++];
+    for (size_t i = 0; i < p->nlimits; i++) {
+        const struct rl_limit *l = &p->limits[i];
+        argv[argc] = algo_def(l->algo)->tag;
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->limit);
+        argv[argc++] = nums[k++];
+        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->window_ms);
+        argv[argc++] = nums[k++];
+        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->burst);
+        argv[argc++] = nums[k++];
+    }
+    if (n->pending == 0)
+        n->last_reply_us = now_monotonic_us();
+    /* Both on one connection, so they arrive back to back. */
+    if (asking && node_command(n, on_aux, NULL, "ASKING") != RL_OK)
+        return RL_ERR;
+    if (redisAsyncCommandArgv(n->ac, on_reply, op, argc, argv, lens) != REDIS_OK)
+        return RL_ERR;
+    n->pending++;
+    op->inflight++;
+    op->sent = n;
+    op->asking = asking;
+    return RL_OK;
+}
+
+static void
+op_arm_retry(struct cop *op, int64_t ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    evtimer_add(op->retry_ev, &tv);
+}
+
+/* Wait (polling) for n to finish connecting, then send there. */
+static void
+op_wait_for(struct cop *op, struct cnode *n, int asking)
+{
+    if (op->wait != n) {
+        n->refs++;
+        if (op->wait != NULL)
+            node_unref(op->wait);
+        op->wait = n;
+    }
+    op->wait_asking = asking;
+    op_arm_retry(op, WAIT_POLL_MS);
+}
+
+/* Send to n now, wait for it while it connects, or answer DOWN. */
+static void
+op_send_to(struct cop *op, struct cnode *n, int asking)
+{
+    if (n->state == N_READY && n->ac != NULL) {
+        if (op_send(op, n, asking) != RL_OK)
+            answer_status(op, RL_BACKEND_ERROR, "cannot queue the command");
+        return;
+    }
+    if (n->state != N_DOWN) {
+        op_wait_for(op, n, asking);
+        return;
+    }
+    answer_status(op, RL_BACKEND_DOWN, n->down_reason ? n->down_reason : "node not connected");
+}
+
+/* Send per the slot map. */
+static void
+op_route(struct cop *op)
+{
+    struct cluster *cl = op->cl;
+    struct cnode *n = cl->map_loaded ? cl->slots[op->slot] : NULL;
+
+    if (n == NULL) {
+        request_refresh(cl);
+        answer_status(op, RL_BACKEND_DOWN, "cluster slot not covered");
+        return;
+    }
+    op_send_to(op, n, 0);
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ..." -> slot, host, port; an empty host
+ * (an endpoint the server does not know) means the node that answered. */
+static int
+parse_redirect(const char *msg, const struct cnode *from, int *slot, char *host,
+               size_t hsize, int *port)
+{
+    const char *p = strchr(msg, ' '), *colon;
+    char *end;
+    long v;
+    size_t hlen;
+
+    if (p == NULL)
+        return RL_ERR;
+    v = strtol(p + 1, &end, 10);
+    if (end == p + 1 || *end != ' ' || v < 0 || v >= CLUSTER_SLOTS)
+        return RL_ERR;
+    *slot = (int)v;
+    p = end + 1;
+    colon = strrchr(p, ':');
+    if (colon == NULL)
+        return RL_ERR;
+    v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0' || v < 1 || v > 65535)
+        return RL_ERR;
+    *port = (int)v;
+    hlen = (size_t)(colon - p);
+    if (hlen >= 2 && p[0] == '[' && p[hlen - 1] == ']') {
+        p++;
+        hlen -= 2;
+    }
+    if (hlen == 0) {
+        p = from->host;
+        hlen = strlen(p);
+    }
+    if (hlen >= hsize)
+        return RL_ERR;
+    memcpy(host, p, hlen);
+    host[hlen] = '\0';
+    return RL_OK;
+}
+
+static int
+is_error(const char *msg, const char *code)
+{
+    size_t n = strlen(code);
+
+    return strncmp(msg, code, n) == 0 && (msg[n] == ' ' || msg[n] == '\0');
+}
+
+/* An error reply to the script from node n. */
+static void
+op_on_error(struct cop *op, struct cnode *n, const char *msg)
+{
+    struct cluster *cl = op->cl;
+    int moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
+
+    if (moved || ask) {
+        char host[HOST_MAX];
+        int slot, port;
+        struct cnode *to;
+
+        if (parse_redirect(msg, n, &slot, host, sizeof(host), &port) != RL_OK) {
+            log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
+                     n->name, msg);
+            answer_status(op, RL_BACKEND_ERROR, "bad redirection from redis cluster");
+            return;
+        }
+        if (++op->redirects > MAX_REDIRECTS) {
+            answer_status(op, RL_BACKEND_ERROR, "too many cluster redirections");
+            return;
+        }
+        to = node_get(cl, host, port);
+        log_debug("msg=\"redis cluster redirection\" kind=%s slot=%d from=%s to=%s",
+                  moved ? "moved" : "ask", slot, n->name, to->name);
+        if (moved) {
+            /* The slot has a new owner for good: use it now, and let a
+             * refresh bring the rest of the map up to date. */
+            if (cl->slots[slot] == NULL)
+                cl->covered++;
+            cl->slots[slot] = to;
+            to->master = 1;
+            request_refresh(cl);
+        }
+        op->sent_eval = 0;      /* a new connection: EVALSHA first */
+        op_send_to(op, to, ask);
+        return;
+    }
+    if (is_error(msg, "TRYAGAIN") || is_error(msg, "CLUSTERDOWN")) {
+        int64_t ms;
+
+        if (++op->retries > MAX_RETRIES) {
+            answer_status(op, RL_BACKEND_ERROR, "redis cluster kept asking to retry");
+            return;
+        }
+        if (msg[0] == 'C')
+            request_refresh(cl);
+        ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
+        if (ms > RETRY_MAX_MS)
+            ms = RETRY_MAX_MS;
+        if (op->wait != NULL) {
+            node_unref(op->wait);
+            op->wait = NULL;
+        }
+        op_arm_retry(op, ms);   /* then by the map again */
+        return;
+    }
+    if (is_error(msg, "NOSCRIPT") && !op->sent_eval) {
+        /* This node forgot the script (restart, SCRIPT FLUSH): send it whole
+         * once; EVAL also caches it for the next EVALSHA. */
+        op->sent_eval = 1;
+        op_send_to(op, n, op->asking);
+        return;
+    }
+    log_warn("msg=\"check script failed\" node=%s error=\"%.200s\"", n->name, msg);
+    answer_status(op, RL_BACKEND_ERROR, "error reply from redis");
+}
+
+static void
+on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct cop *op = privdata;
+    struct cnode *n = ac->data;
+    redisReply *r = reply;
+
+    n->pending--;
+    op->inflight--;
+    op->sent = NULL;
+    if (r == NULL) {
+        /* The connection died or is being freed.  Not resent anywhere: the
+         * script may have run. */
+        answer_status(op, RL_BACKEND_DOWN, "connection lost");
+    } else {
+        n->last_reply_us = now_monotonic_us();
+        if (op->answered)
+            ;                   /* late: the deadline answered it */
+        else if (r->type == REDIS_REPLY_ERROR)
+            op_on_error(op, n, r->str);
+        else
+            answer_reply(op, r);
+    }
+    node_settle(n);
+    op_release(op);
+}
+
+static void
+on_op_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct cop *op = arg;
+    struct cnode *n = op->wait;
+
+    if (!op->answered) {
+        if (n != NULL) {
+            op->wait = NULL;    /* our ref moves to this frame */
+            op_send_to(op, n, op->wait_asking);
+            node_unref(n);
+        } else {
+            op_route(op);
+        }
+    }
+    op_release(op);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_op_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct cop *op = arg;
+    struct cnode *n = op->sent;
+
+    answer_status(op, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+    if (op->inflight && n != NULL && n->ac != NULL &&
+        now_monotonic_us() - n->last_reply_us > STALL_MIN_MS * 1000LL) {
+        /* Not here: this frame belongs to a check the drop answers. */
+        n->drop = 1;
+        schedule_tidy(op->cl);
+    }
+    /* Still owed a reply: freed when hiredis hands it back (or NULL). */
+    op_release(op);
+    (void)fd;
+    (void)what;
+}
+
+/* ---- the slot map ----------------------------------------------------------- */
+
+static int
+valid_range(const redisReply *e)
+{
+    const redisReply *m;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+        return 0;
+    if (e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
+        return 0;
+    if (e->element[0]->integer < 0 || e->element[1]->integer >= CLUSTER_SLOTS ||
+        e->element[0]->integer > e->element[1]->integer)
+        return 0;
+    m = e->element[2];
+    if (m->type != REDIS_REPLY_ARRAY || m->elements < 2)
+        return 0;
+    if (m->element[0]->type != REDIS_REPLY_STRING && m->element[0]->type != REDIS_REPLY_NIL)
+        return 0;
+    if (m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len >= HOST_MAX)
+        return 0;
+    return m->element[1]->type == REDIS_REPLY_INTEGER && m->element[1]->integer >= 1 &&
+           m->element[1]->integer <= 65535;
+}
+
+/*
+ * Apply a CLUSTER SLOTS reply from node `from`: [[start, end, [host, port,
+ * id, ...], replicas...], ...].  A NULL or empty host means `from`'s host,
+ * "?" an endpoint the cluster does not know (those slots stay uncovered).
+ */
+static int
+apply_slots(struct cluster *cl, struct cnode *from, const redisReply *r, const char **why)
+{
+    struct cnode **map;
+    int covered = 0, changed = !cl->map_loaded, masters = 0;
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        *why = r->str;
+        return RL_ERR;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) {
+        *why = "CLUSTER SLOTS did not answer an array";
+        return RL_ERR;
+    }
+    for (size_t i = 0; i < r->elements; i++) {
+        if (!valid_range(r->element[i])) {
+            *why = "malformed CLUSTER SLOTS reply";
+            return RL_ERR;
+        }
+    }
+    map = xcalloc(CLUSTER_SLOTS, sizeof(*map));
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i], *m = e->element[2];
+        const char *host = m->element[0]->type == REDIS_REPLY_STRING ? m->element[0]->str : "";
+        struct cnode *n;
+
+        if (strcmp(host, "?") == 0)
+            continue;
+        if (host[0] == '\0')
+            host = from->host;
+        n = node_get(cl, host, (int)m->element[1]->integer);
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+            map[s] = n;
+    }
+    for (struct cnode *n = cl->nodes; n != NULL; n = n->next)
+        n->master = 0;
+    for (int s = 0; s < CLUSTER_SLOTS; s++) {
+        if (map[s] != NULL) {
+            covered++;
+            if (!map[s]->master)
+                masters++;
+            map[s]->master = 1;
+        }
+        if (map[s] != cl->slots[s])
+            changed = 1;
+    }
+    memcpy(cl->slots, map, sizeof(cl->slots));
+    free(map);
+    cl->map_loaded = 1;
+    cl->covered = covered;
+    if (changed)
+        log_info("msg=\"redis cluster slot map loaded\" from=%s masters=%d slots_covered=%d",
+                 from->name, masters, covered);
+    else
+        log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from->name);
+    if (covered < CLUSTER_SLOTS) {
+        *why = "not every slot has a master";
+        return RL_ERR;          /* in use, but asked again soon */
+    }
+    return RL_OK;
+}
+
+static void
+refresh_failed(struct cluster *cl, const char *node, const char *why)
+{
+    if (!cl->refresh_failing)
+        log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
+                 node, why);
+    cl->refresh_failing = 1;
+    cl->refresh_gap_ms = cl->refresh_gap_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                                 : cl->refresh_gap_ms * 2;
+    request_refresh(cl);
+}
+
+static void
+on_slots(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct cnode *n = ac->data;
+    struct cluster *cl = n->cl;
+    redisReply *r = reply;
+    const char *why = "connection lost";
+
+    n->pending--;
+    if (r != NULL)
+        n->last_reply_us = now_monotonic_us();
+    if (cl->destroying || n->closing || !cl->refresh_inflight ||
+        (uintptr_t)privdata != cl->refresh_gen) {
+        node_settle(n);         /* a refresh given up on: ignored */
+        return;
+    }
+    cl->refresh_inflight = 0;
+    evtimer_del(cl->refresh_ev);
+    if (r == NULL || apply_slots(cl, n, r, &why) != RL_OK) {
+        refresh_failed(cl, n->name, why);
+    } else {
+        if (cl->refresh_failing)
+            log_info("msg=\"redis cluster slot map loaded again\" from=%s", n->name);
+        cl->refresh_failing = 0;
+        cl->refresh_gap_ms = REFRESH_GAP_MS;
+        if (cl->want_refresh)   /* asked for while this one was out */
+            request_refresh(cl);
+    }
+    schedule_tidy(cl);
+}
+
+/* A ready node to ask, masters first, taking turns. */
+static struct cnode *
+pick_node(struct cluster *cl)
+{
+    for (int want_master = 1; want_master >= 0; want_master--) {
+        unsigned count = 0, i = 0;
+        struct cnode *n;
+
+        for (n = cl->nodes; n != NULL; n = n->next)
+            if (n->state == N_READY && n->ac != NULL && (!want_master || n->master))
+                count++;
+        if (count == 0)
+            continue;
+        i = cl->rr++ % count;
+        for (n = cl->nodes; n != NULL; n = n->next)
+            if (n->state == N_READY && n->ac != NULL && (!want_master || n->master) &&
+                i-- == 0)
+                return n;
+    }
+    return NULL;
+}
+
+static void
+refresh_start(struct cluster *cl)
+{
+    struct cnode *n = pick_node(cl);
+    int64_t ms = cl->connect_timeout_ms;
+    struct timeval tv;
+
+    if (n == NULL) {
+        /* Nobody to ask: (re)connect the seeds; the first node to become
+         * ready asks (want_refresh stays set). */
+        for (size_t i = 0; i < cl->nseeds; i++)
+            (void)node_get(cl, cl->seeds[i].host, cl->seeds[i].port);
+        return;
+    }
+    cl->refresh_gen++;
+    if (node_command(n, on_slots, (void *)cl->refresh_gen, "CLUSTER SLOTS") != RL_OK) {
+        refresh_failed(cl, n->name, "cannot queue CLUSTER SLOTS");
+        return;
+    }
+    cl->want_refresh = 0;
+    cl->refresh_inflight = 1;
+    cl->last_refresh_us = now_monotonic_us();
+    /* refresh_ev is now this request's deadline */
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    evtimer_add(cl->refresh_ev, &tv);
+}
+
+static void
+on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *cl = arg;
+
+    if (cl->refresh_inflight) {
+        /* The node never answered: forget that request, ask another. */
+        cl->refresh_inflight = 0;
+        cl->refresh_gen++;
+        cl->want_refresh = 1;
+        refresh_failed(cl, "-", "CLUSTER SLOTS timed out");
+        return;
+    }
+    if (cl->want_refresh)
+        refresh_start(cl);
+    (void)fd;
+    (void)what;
+}
+
+/* Ask for a refresh: soon, at most one in flight, not more often than the gap. */
+static void
+request_refresh(struct cluster *cl)
+{
+    struct timeval tv;
+    int64_t wait_us;
+
+    if (cl->destroying)
+        return;
+    cl->want_refresh = 1;
+    if (cl->refresh_inflight || evtimer_pending(cl->refresh_ev, NULL))
+        return;
+    wait_us = cl->last_refresh_us + cl->refresh_gap_ms * 1000 - now_monotonic_us();
+    if (wait_us < 0)
+        wait_us = 0;
+    tv.tv_sec = wait_us / 1000000;
+    tv.tv_usec = wait_us % 1000000;
+    evtimer_add(cl->refresh_ev, &tv);
+}
+
+static void
+on_period(evutil_socket_t fd, short what, void *arg)
+{
+    request_refresh(arg);
+    (void)fd;
+    (void)what;
+}
+
+/* Off every hiredis callback: drop stalled connections, free nodes that are
+ * no longer masters and that nothing waits for. */
+static void
+on_tidy(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *cl = arg;
+    struct cnode **pp = &cl->nodes, *n;
+    /* While a refresh is wanted, the seeds may be all we can ask. */
+    int keep_others = !cl->map_loaded || cl->want_refresh || cl->refresh_inflight;
+
+    while ((n = *pp) != NULL) {
+        if (n->drop) {
+            n->drop = 0;
+            if (n->ac != NULL) {
+                redisAsyncContext *ac = n->ac;
+
+                log_warn("msg=\"redis cluster node stalled, reconnecting\" node=%s pending=%u",
+                         n->name, n->pending);
+                node_set_state(n, N_DOWN, "redis stalled");
+                /* Free, not Disconnect: a hung server never answers.  Every
+                 * pending callback runs now with NULL. */
+                n->ac = NULL;
+                redisAsyncFree(ac);
+                node_schedule_reconnect(n);
+                if (n->master)
+                    request_refresh(cl);
+            }
+        }
+        if (!keep_others && !n->master && n->pending == 0 && n->refs == 0) {
+            log_debug("msg=\"redis cluster node closed\" node=%s", n->name);
+            *pp = n->next;
+            node_free(n);
+            continue;
+        }
+        pp = &n->next;
+    }
+    (void)fd;
+    (void)what;
+}
+
+/* ---- the backend interface ---------------------------------------------------- */
+
+static void
+cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
+              void *arg)
+{
+    struct cluster *cl = (struct cluster *)be;
+    char key[RL_LIMIT_KEY_MAX];
+    int klen = backend_limit_key(req, 0, key, sizeof(key));
+    struct cnode *n = NULL;
+    struct rl_check_res res;
+    struct timeval tv;
+    struct cop *op;
+    int slot = 0;
+
+    memset(&res, 0, sizeof(res));
+    res.status = RL_BACKEND_DOWN;
+    if (klen >= 0) {
+        slot = key_slot(key, (size_t)klen);
+        n = cl->slots[slot];
+    }
+    if (klen < 0) {
+        res.status = RL_BACKEND_ERROR;
+        res.error = "key too long";
+    } else if (!cl->map_loaded) {
+        res.error = "cluster slot map not loaded";
+    } else if (n == NULL) {
+        res.error = "cluster slot not covered";
+        request_refresh(cl);
+    } else if (n->state == N_DOWN) {
+        res.error = n->down_reason ? n->down_reason : "cluster master not connected";
+    }
+    if (res.error != NULL) {
+        cb(&res, arg);
+        return;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->cl = cl;
+    op->req = req;
+    op->cb = cb;
+    op->arg = arg;
+    op->slot = slot;
+    op->next = cl->ops;
+    if (cl->ops != NULL)
+        cl->ops->prev = op;
+    cl->ops = op;
+    op->deadline = evtimer_new(cl->evb, on_op_deadline, op);
+    op->retry_ev = evtimer_new(cl->evb, on_op_retry, op);
+    tv.tv_sec = req->timeout_ms / 1000;
+    tv.tv_usec = (req->timeout_ms % 1000) * 1000;
+    evtimer_add(op->deadline, &tv);
+    op_send_to(op, n, 0);
+    op_release(op);
+}
+
+static int
+cluster_ready(struct rl_backend *be, const char **reason)
+{
+    struct cluster *cl = (struct cluster *)be;
+
+    if (!cl->map_loaded) {
+        *reason = "cluster slot map not loaded";
+        return RL_ERR;
+    }
+    if (cl->covered < CLUSTER_SLOTS) {
+        *reason = "not every cluster slot has a master";
+        return RL_ERR;
+    }
+    for (struct cnode *n = cl->nodes; n != NULL; n = n->next) {
+        if (n->master && n->state != N_READY) {
+            *reason = "a cluster master is not connected";
+            return RL_ERR;
+        }
+    }
+    return RL_OK;
+}
+
+/* "host:port" or "[v6]:port" (config.c validated the shape). */
+static int
+parse_seed(const char *s, struct seed *out)
+{
+    const char *colon = strrchr(s, ':');
+    size_t hlen;
+
+    if (colon == NULL || colon == s)
+        return RL_ERR;
+    hlen = (size_t)(colon - s);
+    if (s[0] == '[' && hlen > 2 && s[hlen - 1] == ']') {
+        out->host = xstrndup(s + 1, hlen - 2);
+    } else {
+        out->host = xstrndup(s, hlen);
+    }
+    out->port = atoi(colon + 1);
+    if (out->port < 1 || out->port > 65535) {
+        free(out->host);
+        out->host = NULL;
+        return RL_ERR;
+    }
+    return RL_OK;
+}
+
+static void cluster_destroy(struct rl_backend *be);
+
+static int
+cluster_create(struct rl_backend **out, struct event_base *evb,
                const struct rl_config *cfg, char **cause)
 {
-    (void)out;
-    (void)base;
-    (void)cfg;
-    *cause = xstrdup("redis.cluster is not supported by this build");
-    return RL_ERR;
+    struct cluster *cl = xcalloc(1, sizeof(*cl));
+    struct rl_redis_url url;
+    struct timeval period = {REFRESH_PERIOD_MS / 1000, (REFRESH_PERIOD_MS % 1000) * 1000};
+
+    cl->base.ops = &rl_backend_cluster_ops;
+    cl->evb = evb;
+    cl->connect_timeout_ms = cfg->redis.connect_timeout_ms;
+    cl->refresh_gap_ms = REFRESH_GAP_MS;
+    cl->refresh_ev = evtimer_new(evb, on_refresh_timer, cl);
+    cl->period_ev = event_new(evb, -1, EV_PERSIST, on_period, cl);
+    cl->tidy_ev = evtimer_new(evb, on_tidy, cl);
+    /* Credentials as backend_redis.c: the URL's, completed or overridden by
+     * redis.username / redis.password.  Its host, port and db are not used. */
+    memset(&url, 0, sizeof(url));
+    if (cfg->redis.url != NULL && redis_url_parse(cfg->redis.url, &url, cause) != RL_OK) {
+        cluster_destroy(&cl->base);
+        return RL_ERR;
+    }
+    cl->username = cfg->redis.username ? xstrdup(cfg->redis.username) : url.username;
+    cl->password = cfg->redis.password ? xstrdup(cfg->redis.password) : url.password;
+    if (cl->username != url.username)
+        free(url.username);
+    if (cl->password != url.password)
+        free(url.password);
+    url.username = url.password = NULL;
+    redis_url_clear(&url);
+
+    cl->seeds = xcalloc(cfg->redis.cluster.n, sizeof(*cl->seeds));
+    for (size_t i = 0; i < cfg->redis.cluster.n; i++) {
+        if (parse_seed(cfg->redis.cluster.v[i], &cl->seeds[cl->nseeds]) != RL_OK) {
+            *cause = xasprintf("redis.cluster[%zu]: must be \"host:port\" or \"[v6]:port\"", i);
+            cluster_destroy(&cl->base);
+            return RL_ERR;
+        }
+        cl->nseeds++;
+    }
+    if (cl->nseeds == 0) {
+        *cause = xstrdup("redis.cluster: no seed node");
+        cluster_destroy(&cl->base);
+        return RL_ERR;
+    }
+    evtimer_add(cl->period_ev, &period);
+    /* Connect every seed; the first ready one is asked for the map. */
+    cl->want_refresh = 1;
+    refresh_start(cl);
+    *out = &cl->base;
+    return RL_OK;
+}
+
+static void
+cluster_destroy(struct rl_backend *be)
+{
+    struct cluster *cl = (struct cluster *)be;
+    struct cnode *n;
+
+    cl->destroying = 1;
+    /* 1. Close every connection: hiredis runs each pending callback once with
+     *    NULL, which answers the checks in flight (DOWN) and frees them. */
+    for (n = cl->nodes; n != NULL; n = n->next) {
+        n->closing = 1;
+        node_abandon_dns(n);
+        if (n->ac != NULL) {
+            redisAsyncContext *ac = n->ac;
+            n->ac = NULL;
+            redisAsyncFree(ac);
+        }
+    }
+    /* 2. Checks waiting for a node or a retry: answered now. */
+    while (cl->ops != NULL) {
+        struct cop *op = cl->ops;
+        answer_status(op, RL_BACKEND_DOWN, "shutting down");
+        op_free(op);
+    }
+    /* 3. The nodes, nobody refers to them any more. */
+    while ((n = cl->nodes) != NULL) {
+        cl->nodes = n->next;
+        node_free(n);
+    }
+    if (cl->refresh_ev != NULL)
+        event_free(cl->refresh_ev);
+    if (cl->period_ev != NULL)
+        event_free(cl->period_ev);
+    if (cl->tidy_ev != NULL)
+        event_free(cl->tidy_ev);
+    if (cl->dns != NULL)
+        evdns_base_free(cl->dns, 0);
+    for (size_t i = 0; i < cl->nseeds; i++)
+        free(cl->seeds[i].host);
+    free(cl->seeds);
+    free(cl->username);
+    free(cl->password);
+    free(cl);
 }
 
 const struct rl_backend_ops rl_backend_cluster_ops = {
     .name = "redis-cluster",
     .create = cluster_create,
+    .destroy = cluster_destroy,
+    .check = cluster_check,
+    .ready = cluster_ready,
 };

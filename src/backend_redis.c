@@ -13,6 +13,7 @@
  * a dead Redis never queues work.
  */
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,9 +33,16 @@
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
-/* A connection that has answered nothing for this long while checks wait is
- * presumed hung (SIGSTOP, a dead network path) and is dropped. */
+/* A connection whose oldest outstanding request is this old is presumed hung
+ * (SIGSTOP, a dead network path, a server too slow to keep up) and dropped:
+ * late answers are worthless and the queue behind them must not grow. */
 #define STALL_MIN_MS 1000
+/* An idle connection is PINGed this often, so /readyz notices a hung Redis
+ * even when no check is waiting. */
+#define HEARTBEAT_MS 250
+#define IDLE_PING_MS 1000
+/* Requests outstanding on one connection at most; past it, fail fast. */
+#define PENDING_MAX 65536
 
 enum conn_state { S_DOWN, S_CONNECTING, S_HANDSHAKE, S_READY };
 
@@ -65,6 +73,11 @@ struct redis_backend {
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* replies hiredis still owes us */
+    /* Send times of the outstanding requests, oldest first: replies come
+     * back in order, so the head is the one that has waited longest. */
+    int64_t *sent;
+    unsigned sent_head;
+    struct event *heartbeat_ev;
     int destroying;
     int announced_down;         /* "unavailable" logged since last ready */
     int was_ready;              /* a READY now is a reconnect */
@@ -105,6 +118,9 @@ set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
         log_info("msg=\"redis ready\" redis=%s", rb->display);
         if (rb->was_ready)
             metrics_reconnect();
+        /* A new connection may be to a server that lost or never had our
+         * keys (restart, failover): what was learnt before is void. */
+        rb->base.epoch++;
         rb->was_ready = 1;
         rb->announced_down = 0;
     } else if (s == S_DOWN && !rb->announced_down && !rb->destroying) {
@@ -173,6 +189,63 @@ op_free(struct redis_op *op)
     free(op);
 }
 
+/* ---- the outstanding-request queue -------------------------------------------- */
+
+static void
+sent_push(struct redis_backend *rb)
+{
+    rb->sent[(rb->sent_head + rb->pending) % PENDING_MAX] = now_monotonic_us();
+    rb->pending++;
+}
+
+static void
+sent_pop(struct redis_backend *rb)
+{
+    if (rb->pending == 0)
+        return;
+    rb->sent_head = (rb->sent_head + 1) % PENDING_MAX;
+    rb->pending--;
+}
+
+static int64_t
+stall_us(const struct redis_backend *rb)
+{
+    int64_t ms = rb->connect_timeout_ms > STALL_MIN_MS ? rb->connect_timeout_ms : STALL_MIN_MS;
+    return ms * 1000;
+}
+
+/* The oldest outstanding request has waited too long. */
+static int
+stalled(const struct redis_backend *rb, int64_t now)
+{
+    return rb->pending > 0 && now - rb->sent[rb->sent_head] > stall_us(rb);
+}
+
+/* Every command goes through here so the queue stays in step with hiredis. */
+static int
+send_argv(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int argc,
+          const char **argv, const size_t *lens)
+{
+    if (rb->ac == NULL || rb->pending >= PENDING_MAX ||
+        redisAsyncCommandArgv(rb->ac, fn, priv, argc, argv, lens) != REDIS_OK)
+        return RL_ERR;
+    sent_push(rb);
+    return RL_OK;
+}
+
+static void
+send_fmt(struct redis_backend *rb, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(rb->ac, fn, priv, fmt, ap);
+    va_end(ap);
+    if (rc == REDIS_OK)
+        sent_push(rb);
+}
+
 /* ---- sending --------------------------------------------------------------- */
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
@@ -219,10 +292,7 @@ send_check(struct redis_op *op, int eval)
         lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->burst);
         argv[argc++] = nums[k++];
     }
-    if (redisAsyncCommandArgv(op->rb->ac, on_reply, op, argc, argv, lens) != REDIS_OK)
-        return RL_ERR;
-    op->rb->pending++;
-    return RL_OK;
+    return send_argv(op->rb, on_reply, op, argc, argv, lens);
 }
 
 static void
@@ -232,7 +302,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct redis_backend *rb = op->rb;
     redisReply *r = reply;
 
-    rb->pending--;
+    sent_pop(rb);
     if (r == NULL) {
         /* The connection died or is being freed: every pending callback
          * runs once with NULL. */
@@ -284,16 +354,39 @@ on_drop(evutil_socket_t fd, short what, void *arg)
 static void
 on_op_timeout(evutil_socket_t fd, short what, void *arg)
 {
-    struct redis_op *op = arg;
-    struct redis_backend *rb = op->rb;
+    /* op stays until hiredis hands back its reply (or NULL); the heartbeat
+     * drops a connection whose replies stopped coming. */
+    answer_status(arg, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+    (void)fd;
+    (void)what;
+}
 
-    answer_status(op, RL_BACKEND_TIMEOUT, "redis did not answer in time");
-    /* op stays until hiredis hands back its reply (or NULL). */
-    if (rb->ac != NULL &&
-        now_monotonic_us() - rb->last_reply_us > STALL_MIN_MS * 1000LL) {
-        /* Not here: this frame belongs to op, which the drop frees. */
+static void
+on_ping(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis_backend *rb = ac->data;
+
+    sent_pop(rb);
+    if (reply != NULL)
+        rb->last_reply_us = now_monotonic_us();
+    (void)privdata;
+}
+
+static void
+on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_backend *rb = arg;
+    int64_t now = now_monotonic_us();
+
+    if (rb->ac != NULL && stalled(rb, now)) {
         rb->drop_reason = "redis stalled";
         event_active(rb->drop_ev, EV_TIMEOUT, 0);
+    } else if (rb->state == S_READY && rb->pending == 0 &&
+               now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
+        static const char *ping[] = {"PING"};
+        static const size_t ping_len[] = {4};
+        if (send_argv(rb, on_ping, NULL, 1, ping, ping_len) == RL_OK)
+            rb->last_reply_us = now;    /* one PING at a time */
     }
     (void)fd;
     (void)what;
@@ -317,8 +410,6 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     op->req = req;
     op->cb = cb;
     op->arg = arg;
-    if (rb->pending == 0)
-        rb->last_reply_us = now_monotonic_us();
     if (send_check(op, 0) != RL_OK) {
         struct rl_check_res res = {.status = RL_BACKEND_ERROR,
                                    .error = "cannot queue the command"};
@@ -398,6 +489,7 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     redisReply *r = reply;
     const char *step = privdata;
 
+    sent_pop(rb);
     if (r == NULL || rb->state != S_HANDSHAKE)
         return;
     if (r->type == REDIS_REPLY_ERROR) {
@@ -450,18 +542,17 @@ on_connect(const redisAsyncContext *cac, int status)
     set_state(rb, S_HANDSHAKE, NULL);
     if (rb->url.password != NULL) {
         if (rb->url.username != NULL)
-            redisAsyncCommand(ac, on_handshake, (void *)"auth", "AUTH %s %s",
-                              rb->url.username, rb->url.password);
+            send_fmt(rb, on_handshake, (void *)"auth", "AUTH %s %s",
+                     rb->url.username, rb->url.password);
         else
-            redisAsyncCommand(ac, on_handshake, (void *)"auth", "AUTH %s",
-                              rb->url.password);
+            send_fmt(rb, on_handshake, (void *)"auth", "AUTH %s", rb->url.password);
     }
     if (rb->url.db != 0)
-        redisAsyncCommand(ac, on_handshake, (void *)"select", "SELECT %d", rb->url.db);
+        send_fmt(rb, on_handshake, (void *)"select", "SELECT %d", rb->url.db);
     if (rb->sentinel_master != NULL)
-        redisAsyncCommand(ac, on_handshake, (void *)"role", "ROLE");
-    redisAsyncCommand(ac, on_handshake, (void *)"script", "SCRIPT LOAD %b",
-                      rl_lua_check, rl_lua_check_len);
+        send_fmt(rb, on_handshake, (void *)"role", "ROLE");
+    send_fmt(rb, on_handshake, (void *)"script", "SCRIPT LOAD %b",
+             rl_lua_check, rl_lua_check_len);
 }
 
 static void
@@ -510,6 +601,8 @@ connect_to(struct redis_backend *rb, const char *ip)
     }
     ac->data = rb;
     rb->ac = ac;
+    rb->pending = 0;        /* the last connection's callbacks all ran */
+    rb->sent_head = 0;
     redisLibeventAttach(ac, rb->evb);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
@@ -825,6 +918,12 @@ redis_create(struct rl_backend **out, struct event_base *evb,
     rb->retry_ev = evtimer_new(evb, on_retry, rb);
     rb->connect_ev = evtimer_new(evb, on_connect_timeout, rb);
     rb->drop_ev = evtimer_new(evb, on_drop, rb);
+    rb->sent = xcalloc(PENDING_MAX, sizeof(*rb->sent));
+    rb->heartbeat_ev = event_new(evb, -1, EV_PERSIST, on_heartbeat, rb);
+    {
+        struct timeval hb = {0, HEARTBEAT_MS * 1000};
+        event_add(rb->heartbeat_ev, &hb);
+    }
     redis_connect(rb);
     *out = &rb->base;
     return RL_OK;
@@ -864,6 +963,8 @@ redis_destroy(struct rl_backend *be)
     event_free(rb->retry_ev);
     event_free(rb->connect_ev);
     event_free(rb->drop_ev);
+    event_free(rb->heartbeat_ev);
+    free(rb->sent);
     if (rb->dns != NULL)
         evdns_base_free(rb->dns, 0);
     free(rb->display);
@@ -876,8 +977,12 @@ redis_ready(struct rl_backend *be, const char **reason)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
-    if (rb->state == S_READY)
+    if (rb->state == S_READY && !stalled(rb, now_monotonic_us()))
         return RL_OK;
+    if (rb->state == S_READY) {
+        *reason = "redis stalled";
+        return RL_ERR;
+    }
     *reason = rb->down_reason ? rb->down_reason : "redis not connected";
     return RL_ERR;
 }

@@ -18,6 +18,7 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
+    uint64_t epoch;         /* of the backend when the check was sent */
     char key[RL_REDIS_KEY_MAX];
 };
 
@@ -159,7 +160,7 @@ on_backend(const struct rl_check_res *res, void *arg)
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
         op->cfg->deny_cache)
         deny_cache_put(op->env->deny, op->policy, op->key, op->req.key_len,
-                       op->req.cost, op->start_us, res);
+                       op->req.cost, op->epoch, op->start_us, res);
     if (res->status != RL_BACKEND_OK)
         log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
                   op->policy->name, res->error ? res->error : "");
@@ -277,11 +278,12 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     op->req.cost = f.cost;
     op->req.timeout_ms = cfg->redis.timeout_ms;
     op->start_us = now_monotonic_us();
+    op->epoch = env->backend->epoch;
     rc = RL_OK;
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
         if (deny_cache_get(env->deny, policy, op->key, op->req.key_len, f.cost,
-                           op->start_us, &cached) == RL_OK) {
+                           env->backend->epoch, op->start_us, &cached) == RL_OK) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);
             config_unref(op->cfg);

@@ -11,6 +11,7 @@ struct slot {
     char *key;
     size_t klen;
     int64_t cost;
+    uint64_t epoch;
     int64_t until_us;       /* local monotonic time the denial ends */
     int64_t at_us;          /* when the numbers in res were true */
     struct rl_check_res res;
@@ -65,7 +66,8 @@ less(int64_t ms, int64_t elapsed_ms)
 
 int
 deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
-               size_t klen, int64_t cost, int64_t now_us, struct rl_check_res *res)
+               size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
+               struct rl_check_res *res)
 {
     uint64_t h = hash_key(policy, key, klen);
     struct slot *s = &c->slots[h & c->mask];
@@ -74,8 +76,7 @@ deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
     if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
         memcmp(s->key, key, klen) != 0)
         return RL_ERR;
-    /* A cheaper check may fit sooner: only the same cost or more is known. */
-    if (now_us >= s->until_us || cost < s->cost)
+    if (now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
         return RL_ERR;
     *res = s->res;
     elapsed_ms = (now_us - s->at_us) / 1000;
@@ -89,7 +90,8 @@ deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
 
 void
 deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
-               size_t klen, int64_t cost, int64_t sent_us, const struct rl_check_res *res)
+               size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
+               const struct rl_check_res *res)
 {
     int64_t wait_ms = 0;
     uint64_t h;
@@ -118,6 +120,7 @@ deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
     s->hash = h;
     s->policy = policy;
     s->cost = cost;
+    s->epoch = epoch;
     /* retry_after is rounded up to whole ms by the algorithms; take 1 ms off
      * so that rounding never makes the local denial outlast the real one. */
     s->until_us = sent_us + (wait_ms - 1) * 1000;

@@ -2,8 +2,10 @@
  * deny_cache.h — answer a denied caller locally until its denial must end.
  *
  * When the backend denies a check of cost C with retry_after R, the same
- * check (or a costlier one) cannot pass before R has elapsed: other
- * instances can only consume more, never less.  Until then the worker
+ * check cannot pass before R has elapsed: other instances can only consume
+ * more, never less.  Only the same cost is answered (another cost has other
+ * numbers), and only while the backend's epoch is the one the denial came
+ * from (a reconnect may mean a Redis that lost its keys).  Until then the worker
  * answers 429 itself, so an abusive client costs Redis nothing.  The
  * deadline is taken from when the check was sent, never when the answer
  * came, so the cache can only end a denial early, never late.
@@ -26,12 +28,12 @@ void deny_cache_free(struct rl_deny_cache *c);
  * *res filled (times shortened by what has elapsed), else RL_ERR.
  */
 int deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
-                   size_t klen, int64_t cost, int64_t now_us,
+                   size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
                    struct rl_check_res *res) RL_WUR;
 
 /* Remember a denial the backend gave for a check sent at sent_us. */
 void deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
-                    size_t klen, int64_t cost, int64_t sent_us,
+                    size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
                     const struct rl_check_res *res);
 
 #endif

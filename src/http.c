@@ -7,6 +7,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <sys/queue.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
@@ -249,6 +250,38 @@ handle_metrics(struct evhttp_request *req, struct rl_worker *w)
     (void)w;
 }
 
+/*
+ * Framing that two parsers could read two ways is refused and the connection
+ * closed (RFC 9112 6.1, 6.3): behind a proxy, the bytes after an ambiguous
+ * body would otherwise be read as a request the proxy never saw.  NULL when
+ * the request is sound.
+ */
+static const char *
+bad_framing(struct evhttp_request *req)
+{
+    struct evkeyvalq *hs = evhttp_request_get_input_headers(req);
+    struct evkeyval *kv;
+    const char *cl = NULL, *te = NULL;
+
+    TAILQ_FOREACH(kv, hs, next) {
+        if (strcasecmp(kv->key, "Content-Length") == 0) {
+            if (cl != NULL && strcmp(cl, kv->value) != 0)
+                return "conflicting Content-Length headers";
+            cl = kv->value;
+        } else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
+            if (te != NULL || strcasecmp(kv->value, "chunked") != 0)
+                return "unsupported Transfer-Encoding";
+            te = kv->value;
+        }
+    }
+    if (cl != NULL && te != NULL)
+        return "both Content-Length and Transfer-Encoding";
+    /* libevent 2.1 has no accessor for the version: http_struct.h it is */
+    if (req->major == 1 && req->minor >= 1 && evhttp_find_header(hs, "Host") == NULL)
+        return "HTTP/1.1 request without Host";
+    return NULL;
+}
+
 static void
 route(struct evhttp_request *req, void *arg)
 {
@@ -260,6 +293,13 @@ route(struct evhttp_request *req, void *arg)
 
     if (path == NULL)
         path = "";
+    const char *framing = bad_framing(req);
+    if (framing != NULL) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+        send_error(req, 400, framing);
+        return;
+    }
     if (strcmp(path, "/check") == 0) {
         if (m == EVHTTP_REQ_POST)
             handle_check(req, w);

@@ -10,6 +10,11 @@ Environment:
                relative to this file, i.e. an in-tree build)
   RL_SRCDIR    absolute path of the source tree (unused by most tests)
   REDIS_SERVER / REDIS_CLI  override the redis binaries' names
+  RL_VALGRIND  1: run every Daemon under valgrind (memcheck, definite leaks are
+               errors) with generous timeouts; Daemon.stop() and wait() then
+               fail on valgrind's exit code 99, and a daemon that valgrind
+               complained about at any exit (also from a `with` block) fails
+               the file with valgrind's report.  VALGRIND overrides the binary.
 
 A missing redis-server is a failure, never a skip.
 """
@@ -35,12 +40,20 @@ RL_SRCDIR = os.environ.get("RL_SRCDIR") or os.path.abspath(os.path.join(HERE, ".
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 REDIS_CLI = os.environ.get("REDIS_CLI", "redis-cli")
 
-HTTP_TIMEOUT = 10.0       # every socket operation of a test
-START_TIMEOUT = 15.0      # a daemon or redis-server getting ready
-STOP_TIMEOUT = 20.0       # SIGTERM to exit (shutdown_grace defaults to 10 s)
+VALGRIND = os.environ.get("RL_VALGRIND", "") == "1"
+VALGRIND_BIN = os.environ.get("VALGRIND", "valgrind")
+VALGRIND_ARGS = ["--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                 "--track-fds=no", "-q"]
+VALGRIND_EXIT = 99
+SLOW = 4 if VALGRIND else 1   # how much longer everything may take under valgrind
+
+HTTP_TIMEOUT = 10.0 * SLOW    # every socket operation of a test
+START_TIMEOUT = 15.0 * (SLOW * 1.5 if VALGRIND else 1)  # a daemon or redis-server getting ready
+STOP_TIMEOUT = 20.0 * SLOW    # SIGTERM to exit (shutdown_grace defaults to 10 s)
 
 _children = []            # every Popen we started, killed at exit
 _daemons = []             # live Daemon objects, their logs shown on failure
+_valgrind_reports = []    # (daemon argv, exit code, valgrind's output) of every complaint
 _lock = threading.Lock()
 _tmpdir = None
 
@@ -362,12 +375,21 @@ class Daemon:
         if not os.access(RATELIMITD, os.X_OK):
             raise DaemonError("daemon binary %r is not an executable file (set RATELIMITD)" % RATELIMITD)
         fd, self.logfile = tempfile.mkstemp(prefix="daemon-", suffix=".log", dir=tmpdir())
+        run = argv
+        if VALGRIND:
+            if shutil.which(VALGRIND_BIN) is None:
+                os.close(fd)
+                raise DaemonError("RL_VALGRIND=1 but %r is not in PATH (Debian package valgrind)"
+                                  % VALGRIND_BIN)
+            self.vglog = self.logfile[:-len(".log")] + ".valgrind"
+            run = [VALGRIND_BIN] + VALGRIND_ARGS + ["--log-file=" + self.vglog] + argv
         try:
-            self.proc = _track(subprocess.Popen(argv, env=clean_env(self.env), stdin=subprocess.DEVNULL,
+            self.proc = _track(subprocess.Popen(run, env=clean_env(self.env), stdin=subprocess.DEVNULL,
                                                 stdout=fd, stderr=subprocess.STDOUT))
         finally:
             os.close(fd)
         self.exit_code = None
+        self.vg_checked = False
 
     def _wait_ready(self):
         deadline = time.monotonic() + START_TIMEOUT
@@ -402,20 +424,54 @@ class Daemon:
         except (OSError, TypeError):
             return ""
 
-    def wait(self, timeout=STOP_TIMEOUT):
+    def valgrind_log(self):
+        """What valgrind wrote ("" when not under valgrind)."""
+        try:
+            with open(self.vglog, "r", errors="replace") as f:
+                return f.read()
+        except (OSError, TypeError, AttributeError):
+            return ""
+
+    def _valgrind_verdict(self, strict):
+        """Under valgrind, after the process ended: record a complaint (exit 99);
+        with strict, raise DaemonError on it or on any exit code but 0."""
+        if not VALGRIND or self.vg_checked or self.exit_code is None:
+            return
+        self.vg_checked = True
+        if self.exit_code == VALGRIND_EXIT:
+            report = self.valgrind_log().strip() or "(no output)"
+            with _lock:
+                _valgrind_reports.append((self.argv, self.exit_code, report))
+            if strict:
+                raise DaemonError("valgrind reported errors (exit %d) for %s:\n%s"
+                                  % (self.exit_code, " ".join(self.argv[1:]), report))
+        elif strict and self.exit_code != 0:
+            raise DaemonError("daemon under valgrind exited %s, expected 0; valgrind:\n%s\nlog:\n%s"
+                              % (self.exit_code, self.valgrind_log().strip(),
+                                 "\n".join(self.log().splitlines()[-20:])))
+
+    def wait(self, timeout=None):
         """Wait for the process to exit by itself; its exit code (DaemonError on timeout)."""
+        timeout = STOP_TIMEOUT if timeout is None else timeout * SLOW
         try:
             self.exit_code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise DaemonError("daemon still running after %ss" % timeout)
         self._forget()
+        # a test waiting for an exit may expect 1 or 2: only valgrind's own code fails here
+        if self.exit_code == VALGRIND_EXIT:
+            self._valgrind_verdict(strict=True)
+        self._valgrind_verdict(strict=False)
         return self.exit_code
 
     def send_signal(self, sig):
         self.proc.send_signal(sig)
 
     def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
-        """Send SIGTERM (or sig), wait, return the exit code.  Kills and raises on timeout."""
+        """Send SIGTERM (or sig), wait, return the exit code.  Kills and raises on timeout.
+
+        Under RL_VALGRIND=1 it also asserts the exit code is 0: valgrind's 99
+        (memory errors, definite leaks) raises DaemonError with its report."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -428,12 +484,16 @@ class Daemon:
         else:
             self.exit_code = self.proc.returncode
         self._forget()
+        self._valgrind_verdict(strict=True)
         return self.exit_code
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=5)
+        elif self.proc is not None and self.exit_code is None:
+            self.exit_code = self.proc.returncode
+            self._valgrind_verdict(strict=False)
         self._forget()
 
     def reload(self):
@@ -454,6 +514,13 @@ class Daemon:
         return self
 
     def __exit__(self, *exc):
+        if VALGRIND and self.proc is not None and self.proc.poll() is None:
+            # a clean stop, so valgrind checks for leaks; a complaint is
+            # recorded and fails the file in Tests.finish()
+            try:
+                self.stop()
+            except DaemonError:
+                pass
         self.kill()
         return False
 
@@ -771,6 +838,7 @@ class Tests:
         self.failed = 0
         self.done = set()
         self.out_lock = threading.Lock()
+        timeout *= SLOW
         self.timeout = timeout
         w = threading.Timer(timeout, self._expired)
         w.daemon = True
@@ -846,6 +914,15 @@ class Tests:
                 first = False
 
     def finish(self):
+        with _lock:
+            reports = list(_valgrind_reports)
+        for argv, code, report in reports:
+            # once per daemon valgrind complained about, even when the case
+            # that stopped it already failed on it
+            self.failed += 1
+            self._emit("FAIL - valgrind: exit %d for daemon %s" % (code, " ".join(argv[1:])))
+            for line in report.splitlines()[:200]:
+                self._emit("#   " + line)
         self._emit("%d passed, %d failed" % (self.passed, self.failed))
         return 0 if self.failed == 0 and self.passed > 0 else 1
 
