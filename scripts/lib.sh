@@ -12,10 +12,11 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 
 say() { printf '==> %s\n' "$*" >&2; }
 
-# Install whatever is missing (apt-get; needs root or sudo).
+# Install whatever is missing of RL_PACKAGES and of the packages named as
+# arguments (apt-get; needs root or sudo).
 rl_install_deps() {
     local missing=() p
-    for p in "${RL_PACKAGES[@]}"; do
+    for p in "${RL_PACKAGES[@]}" "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
             missing+=("$p")
     done

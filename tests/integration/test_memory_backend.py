@@ -37,7 +37,7 @@ PER_THREAD = 10
 CLIMIT = 100
 DISTINCT = 20000
 WARMUP = 2000
-RSS_BOUND_KIB = 64 * 1024 * (4 if H.VALGRIND else 1)
+RSS_BOUND_KIB = 64 * 1024 * (1 if H.RSS_MEANINGFUL else 64)
 
 
 def lim(algo, limit, window):
