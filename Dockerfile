@@ -12,10 +12,11 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends libevent-2.1-7 libevent-pthreads-2.1-7 \
         libhiredis0.14 libjansson4 curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --no-create-home --shell /usr/sbin/nologin ratelimitd
+ && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ratelimitd
 COPY --from=build /out/usr/local/bin/ratelimitd /usr/local/bin/ratelimitd
 COPY conf/ratelimitd.json /etc/ratelimitd/ratelimitd.json
-USER ratelimitd
+# numeric, so Kubernetes' runAsNonRoot can verify it
+USER 10001:10001
 # Every option can also come from the environment (RATELIMITD_REDIS_URL, ...)
 # or a config mounted over /etc/ratelimitd/ratelimitd.json.
 ENV RATELIMITD_CONFIG=/etc/ratelimitd/ratelimitd.json \

@@ -215,9 +215,15 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         size_t plen = f.path_len;
         if (path == NULL) {
             path = header_or(&ident, "X-Original-URI", "X-Forwarded-Uri");
-            if (path == NULL || path[0] != '/')
+            if (path != NULL && path[0] == '/') {
+                plen = strlen(path);
+            } else if (in->path != NULL) {
+                path = in->path;
+                plen = in->path_len;
+            } else {
                 path = "/";
-            plen = strlen(path);
+                plen = 1;
+            }
         }
         /* the query string and fragment are not part of the path */
         for (size_t i = 0; i < plen; i++) {
@@ -229,7 +235,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         if (method == NULL) {
             method = header_or(&ident, "X-Original-Method", "X-Forwarded-Method");
             if (method == NULL || config_method_bit(method) == 0)
-                method = "GET";
+                method = in->method != NULL ? in->method : "GET";
         }
         policy = policy_match(cfg, path, plen, config_method_bit(method));
     }

@@ -24,6 +24,12 @@ struct rl_check_env {
 struct rl_check_input {
     const char *body;
     size_t body_len;
+    /* What the original request was when neither the body nor the
+     * X-Original-* / X-Forwarded-* headers say (forward-auth requests):
+     * NULL for "/" and "GET". */
+    const char *path;
+    size_t path_len;
+    const char *method;
     struct rl_ident_input ident;    /* body_key is filled by check_start */
 };
 

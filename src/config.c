@@ -256,7 +256,7 @@ static const struct field sentinel_fields[] = {
     {"master", T_STRING, offsetof(struct rl_sentinel_conf, master), NULL, 0, 0, NULL,
      NULL, 0, F_REQUIRED | F_NONEMPTY | F_RESTART, NULL},
     {"nodes", T_STRLIST, offsetof(struct rl_sentinel_conf, nodes), NULL, 0, 0, NULL,
-     NULL, 0, F_REQUIRED, NULL},
+     NULL, 0, F_REQUIRED | F_RESTART, NULL},
 };
 static const struct schema sentinel_schema = {
     FIELDS(sentinel_fields), sizeof(struct rl_sentinel_conf), check_sentinel
@@ -266,13 +266,13 @@ static const struct field redis_fields[] = {
     {"url", T_STRING, offsetof(struct rl_redis_conf, url),
      "\"redis://127.0.0.1:6379/0\"", 0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
     {"cluster", T_STRLIST, offsetof(struct rl_redis_conf, cluster), NULL, 0, 0, NULL,
-     NULL, 0, 0, NULL},
+     NULL, 0, F_RESTART, NULL},
     {"sentinel", T_OBJECT, offsetof(struct rl_redis_conf, sentinel), NULL, 0, 0, NULL,
      &sentinel_schema, 0, 0, NULL},
     {"timeout", T_DURATION, offsetof(struct rl_redis_conf, timeout_ms), "\"50ms\"",
      1, 60000, NULL, NULL, 0, 0, DURATION_HINT},
     {"connect_timeout", T_DURATION, offsetof(struct rl_redis_conf, connect_timeout_ms),
-     "\"1s\"", 1, 600000, NULL, NULL, 0, 0, DURATION_HINT},
+     "\"1s\"", 1, 600000, NULL, NULL, 0, F_RESTART, DURATION_HINT},
     {"key_prefix", T_STRING, offsetof(struct rl_redis_conf, key_prefix), "\"rl:\"",
      0, 0, NULL, NULL, 0, 0, NULL},
     {"username", T_STRING, offsetof(struct rl_redis_conf, username), NULL, 0, 0,
@@ -306,6 +306,8 @@ static const struct field top_fields[] = {
      64 * 1024 * 1024, NULL, NULL, 0, F_RESTART, SIZE_HINT},
     {"max_inflight", T_INT, offsetof(struct rl_config, max_inflight), "10000", 1,
      10000000, NULL, NULL, 0, 0, NULL},
+    {"forward_auth", T_BOOL, offsetof(struct rl_config, forward_auth), "false", 0, 0,
+     NULL, NULL, 0, 0, NULL},
     {"deny_cache", T_BOOL, offsetof(struct rl_config, deny_cache), "true", 0, 0,
      NULL, NULL, 0, 0, NULL},
     {"deny_cache_size", T_INT, offsetof(struct rl_config, deny_cache_size), "65536",
@@ -1149,6 +1151,19 @@ keep_restart(const struct schema *s, void *nobj, const void *oobj,
                     errors_add(changed, "%s", fp);
                 free(*ns);
                 *ns = *os ? xstrdup(*os) : NULL;
+            } else if (f->type == T_STRLIST) {
+                struct rl_strlist *nl = np;
+                const struct rl_strlist *ol = op;
+                int same = nl->n == ol->n;
+                for (size_t k = 0; same && k < nl->n; k++)
+                    same = strcmp(nl->v[k], ol->v[k]) == 0;
+                if (!same)
+                    errors_add(changed, "%s", fp);
+                free_field(f, nobj);
+                nl->v = xcalloc(ol->n ? ol->n : 1, sizeof(*nl->v));
+                for (size_t k = 0; k < ol->n; k++)
+                    nl->v[k] = xstrdup(ol->v[k]);
+                nl->n = ol->n;
             } else if (f->type == T_ENUM || f->type == T_BOOL) {
                 if (*(int *)np != *(const int *)op)
                     errors_add(changed, "%s", fp);

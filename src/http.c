@@ -160,8 +160,32 @@ peer_of(struct evhttp_request *req, struct rl_ident_input *in)
     }
 }
 
+static const char *
+method_name(enum evhttp_cmd_type m)
+{
+    switch (m) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return NULL;
+    }
+}
+
+/*
+ * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
+ * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
+ * method, no body, the original request in its headers, or in the path after
+ * /check/ and the method itself.
+ */
 static void
-handle_check(struct evhttp_request *req, struct rl_worker *w)
+handle_check(struct evhttp_request *req, struct rl_worker *w, const char *path,
+             int forward)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -193,6 +217,15 @@ handle_check(struct evhttp_request *req, struct rl_worker *w)
         return;
     }
     memset(&ci, 0, sizeof(ci));
+    if (forward) {
+        /* the gateway's body is its client's: never ours to parse */
+        len = 0;
+        if (path[6] == '/') {
+            ci.path = path + 6;
+            ci.path_len = strlen(ci.path);
+        }
+        ci.method = method_name(evhttp_request_get_command(req));
+    }
     ci.body = len ? (const char *)evbuffer_pullup(in, -1) : NULL;
     ci.body_len = len;
     ci.ident.header = find_header;
@@ -282,6 +315,16 @@ bad_framing(struct evhttp_request *req)
     return NULL;
 }
 
+static int
+forward_auth_on(void)
+{
+    struct rl_config *cfg = daemon_config();
+    int on = cfg->forward_auth;
+
+    config_unref(cfg);
+    return on;
+}
+
 static void
 route(struct evhttp_request *req, void *arg)
 {
@@ -300,11 +343,13 @@ route(struct evhttp_request *req, void *arg)
         send_error(req, 400, framing);
         return;
     }
-    if (strcmp(path, "/check") == 0) {
-        if (m == EVHTTP_REQ_POST)
-            handle_check(req, w);
-        else
-            send_405(req, w, "POST");
+    if (strcmp(path, "/check") == 0 && m == EVHTTP_REQ_POST) {
+        handle_check(req, w, path, 0);
+    } else if (strncmp(path, "/check", 6) == 0 && (path[6] == '\0' || path[6] == '/') &&
+               forward_auth_on()) {
+        handle_check(req, w, path, 1);
+    } else if (strcmp(path, "/check") == 0) {
+        send_405(req, w, "POST");
     } else if (strcmp(path, "/healthz") == 0) {
         if (get)
             send_json(req, 200, "OK", "{\"status\":\"ok\"}", 15);

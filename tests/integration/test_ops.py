@@ -1,0 +1,718 @@
+#!/usr/bin/env python3
+"""The operations files, checked with the tools of this machine.
+
+- systemd/ratelimitd.service: `systemd-analyze verify` (with ExecStart pointed
+  at the built binary and Documentation= finding man/ratelimitd.8: no complaint
+  at all; as shipped: no complaint but those two), and
+  `systemd-analyze security --offline=yes` exposure <= 2.0.
+- Dockerfile (static): multi-stage, scripts/test in the build stage, a non-root
+  USER and a HEALTHCHECK in the final stage.
+- man/ratelimitd.8, man/ratelimitd.json.5: render without a warning (groff
+  -ww, man -l); have their sections; document every flag, variable and every
+  option of src/config.c's table (type, default, bounds, restart-only); their
+  JSON examples pass `ratelimitd -t`.
+- conf/*.json pass `ratelimitd -t`.
+- deploy/: every YAML file parses; the Kubernetes sidecar is what its README
+  says; its ConfigMap's ratelimitd.json passes -t; the reloader's script sends
+  SIGHUP to the daemon on a kubelet-style ConfigMap update.
+
+A missing tool (systemd-analyze, groff, man, a YAML parser) is a failure, never
+a skip.  Debian packages: systemd, groff-base, man-db, python3-yaml.
+"""
+
+import ast
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+SRC = H.RL_SRCDIR
+UNIT = os.path.join(SRC, "systemd", "ratelimitd.service")
+MAN8 = os.path.join(SRC, "man", "ratelimitd.8")
+MAN5 = os.path.join(SRC, "man", "ratelimitd.json.5")
+MAX_EXPOSURE = 2.0
+
+
+def need(tool, package):
+    path = shutil.which(tool) or (os.path.join("/usr/bin", tool)
+                                  if os.access(os.path.join("/usr/bin", tool), os.X_OK) else None)
+    if path is None:
+        raise H.Fail("%s not found: it is required (Debian package %s)" % (tool, package))
+    return path
+
+
+def run(argv, env=None, timeout=60, cwd=None):
+    r = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, cwd=cwd,
+                       stdin=subprocess.DEVNULL)
+    return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+
+def scratch(prefix):
+    return tempfile.mkdtemp(prefix=prefix, dir=H.tmpdir())
+
+
+# ------------------------------------------------------------------ systemd
+
+def unit_copy(with_built_binary):
+    """The unit in a scratch dir with a MANPATH holding our man pages."""
+    d = scratch("unit-")
+    for sec, page in (("man8", MAN8), ("man5", MAN5)):
+        os.makedirs(os.path.join(d, "man", sec))
+        shutil.copy(page, os.path.join(d, "man", sec))
+    with open(UNIT) as f:
+        text = f.read()
+    if with_built_binary:
+        check("/usr/local/bin/ratelimitd" in text, "the unit no longer runs /usr/local/bin/ratelimitd")
+        text = text.replace("/usr/local/bin/ratelimitd", os.path.abspath(H.RATELIMITD))
+    path = os.path.join(d, "ratelimitd.service")
+    with open(path, "w") as f:
+        f.write(text)
+    env = dict(os.environ, MANPATH=os.path.join(d, "man"), SYSTEMD_PAGER="", SYSTEMD_COLORS="0")
+    return path, env
+
+
+def t_verify_built():
+    sa = need("systemd-analyze", "systemd")
+    need("man", "man-db")
+    path, env = unit_copy(True)
+    rc, out, err = run([sa, "verify", path], env=env)
+    text = (out + err).strip()
+    check(rc == 0 and text == "", "systemd-analyze verify exit %d:\n%s", rc, text)
+
+
+def t_verify_shipped():
+    sa = need("systemd-analyze", "systemd")
+    rc, out, err = run([sa, "verify", UNIT], env=dict(os.environ, MANPATH="/nonexistent"))
+    known = (re.compile(r"Command /usr/local/bin/ratelimitd is not executable"),
+             re.compile(r"Command 'man ratelimitd\(8\)' failed"))
+    other = [l for l in (out + err).splitlines()
+             if l.strip() and not any(k.search(l) for k in known)]
+    check(not other, "systemd-analyze verify complained of more than the missing binary "
+          "and man page:\n%s", "\n".join(other))
+
+
+def t_security():
+    sa = need("systemd-analyze", "systemd")
+    rc, out, err = run([sa, "security", "--offline=yes", "--no-pager", UNIT],
+                       env=dict(os.environ, SYSTEMD_COLORS="0"))
+    m = re.search(r"Overall exposure level for \S+: ([0-9]+(?:\.[0-9]+)?)", out + err)
+    check(m is not None, "no \"Overall exposure level\" in the output (exit %d):\n%s",
+          rc, (out + err)[-2000:])
+    score = float(m.group(1))
+    print("# systemd-analyze security: overall exposure %.1f (at most %.1f)" % (score, MAX_EXPOSURE))
+    check(score <= MAX_EXPOSURE, "exposure %.1f > %.1f:\n%s", score, MAX_EXPOSURE,
+          "\n".join(l for l in out.splitlines() if l.startswith("✗"))[:3000])
+
+
+# ---------------------------------------------------------------- Dockerfile
+
+def dockerfile_stages():
+    """[(from_line, [instructions])] with continuation lines joined."""
+    with open(os.path.join(SRC, "Dockerfile")) as f:
+        raw = f.read()
+    lines, cur = [], ""
+    for line in raw.splitlines():
+        s = line.strip()
+        if not cur and (not s or s.startswith("#")):
+            continue
+        if s.startswith("#"):
+            continue
+        if s.endswith("\\"):
+            cur += s[:-1] + " "
+            continue
+        lines.append((cur + s).strip())
+        cur = ""
+    stages = []
+    for l in lines:
+        word = l.split(None, 1)[0].upper()
+        if word == "FROM":
+            stages.append((l, []))
+        elif stages:
+            stages[-1][1].append(l)
+    return stages
+
+
+def instr(stage, name):
+    return [l.split(None, 1)[1] if " " in l else "" for l in stage[1]
+            if l.split(None, 1)[0].upper() == name]
+
+
+def t_docker_multistage():
+    st = dockerfile_stages()
+    check(len(st) >= 2, "%d stage(s): the Dockerfile is not multi-stage", len(st))
+    m = re.match(r"FROM\s+\S+\s+AS\s+(\S+)", st[0][0], re.I)
+    check(m is not None, "the first stage has no name: %r", st[0][0])
+    copies = [c for c in instr(st[-1], "COPY") if c.startswith("--from=")]
+    check(any(c.startswith("--from=%s " % m.group(1)) for c in copies),
+          "the final stage copies nothing from the %r stage", m.group(1))
+
+
+def t_docker_tests():
+    st = dockerfile_stages()
+    runs = instr(st[0], "RUN")
+    check(any(re.search(r"(^|[\s;&|])scripts/test(\s|$|;|&)", r) for r in runs),
+          "the build stage does not run scripts/test: %r", runs)
+
+
+def t_docker_user():
+    st = dockerfile_stages()
+    users = instr(st[-1], "USER")
+    check(users, "the final stage has no USER: it would run as root")
+    user = users[-1].split(":")[0].strip()
+    check(user not in ("root", "0", ""), "the final stage's USER is %r", user)
+
+
+def t_docker_healthcheck():
+    st = dockerfile_stages()
+    hc = instr(st[-1], "HEALTHCHECK")
+    check(hc, "the final stage has no HEALTHCHECK")
+    check("CMD" in hc[-1] and not hc[-1].strip().upper().startswith("NONE"),
+          "HEALTHCHECK %r has no command", hc[-1])
+
+
+# --------------------------------------------------------------- man pages
+
+def t_render(page):
+    groff = need("groff", "groff-base")
+    man = need("man", "man-db")
+    rc, out, err = run([groff, "-man", "-Tutf8", "-ww", "-z", page])
+    check(rc == 0 and err.strip() == "", "groff -man -ww exit %d:\n%s", rc, err.strip())
+    rc, out, err = run([man, "-l", page], env=dict(os.environ, MANPAGER="cat", PAGER="cat",
+                                                   MANWIDTH="80"))
+    check(rc == 0 and err.strip() == "", "man -l exit %d:\n%s", rc, err.strip())
+    check(len(out.splitlines()) > 50, "man -l printed %d lines", len(out.splitlines()))
+
+
+ESCAPES = [("\\-", "-"), ("\\e", "\\"), ("\\&", ""), ("\\(aq", "'"), ("\\(lq", '"'),
+           ("\\(rq", '"'), ("\\(bu", "*"), ("\\(em", "--"), ("\\%", ""), ("\\ ", " ")]
+
+
+def unescape(s):
+    out, i = [], 0
+    while i < len(s):
+        for a, b in ESCAPES:
+            if s.startswith(a, i):
+                out.append(b)
+                i += len(a)
+                break
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def roff_args(s):
+    args, i = [], 0
+    while i < len(s):
+        if s[i] in " \t":
+            i += 1
+            continue
+        if s[i] == '"':
+            i += 1
+            a = []
+            while i < len(s):
+                if s[i] == '"':
+                    if s.startswith('""', i):
+                        a.append('"')
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                a.append(s[i])
+                i += 1
+            args.append("".join(a))
+        else:
+            j = i
+            while j < len(s) and s[j] not in " \t":
+                j += 1
+            args.append(s[i:j])
+            i = j
+    return args
+
+
+def man_text_line(line):
+    """One source line as text (None: no text), and whether it ends in \\c."""
+    if line.startswith('.\\"'):
+        return None, False
+    if line.startswith("."):
+        name, _, rest = line[1:].partition(" ")
+        if name in ("B", "I", "SM", "SB"):
+            text = " ".join(roff_args(rest))
+        elif name in ("BR", "RB", "IR", "RI", "BI", "IB"):
+            text = "".join(roff_args(rest))
+        else:
+            return None, False
+    else:
+        text = line
+    joined = text.endswith("\\c")
+    if joined:
+        text = text[:-2]
+    return unescape(text), joined
+
+
+def man_blocks(page):
+    """[(heading, tag, text)] for every .TP of the page; heading is the .SH/.SS."""
+    with open(page) as f:
+        lines = f.read().splitlines()
+    blocks, heading, cur, want_tag, glue = [], "", None, False, False
+
+    def add(text):
+        nonlocal glue
+        if cur is None:
+            return
+        key = "tag" if want_tag else "body"
+        cur[key] = cur[key] + ("" if glue or not cur[key] else " ") + text
+
+    for line in lines:
+        if line.startswith((".SH", ".SS")):
+            heading = " ".join(roff_args(line[3:]))
+            cur, want_tag = None, False
+            continue
+        if line.startswith(".TP"):
+            cur = {"heading": heading, "tag": "", "body": ""}
+            blocks.append(cur)
+            want_tag, glue = True, False
+            continue
+        if line.startswith((".PP", ".IP", ".LP", ".P ")) or line == ".P":
+            cur, want_tag = None, False
+            continue
+        text, joined = man_text_line(line)
+        if text is None:
+            continue
+        add(text)
+        glue = joined
+        if want_tag and not joined:
+            want_tag = False
+    return [(b["heading"], b["tag"].strip(), (b["tag"] + " " + b["body"]).strip()) for b in blocks]
+
+
+def section_names(page):
+    with open(page) as f:
+        return [" ".join(roff_args(l[3:])) for l in f.read().splitlines() if l.startswith(".SH")]
+
+
+def t_sections(page, want):
+    have = section_names(page)
+    missing = [s for s in want if s not in have]
+    check(not missing, "%s lacks the section(s) %s (has %s)", os.path.basename(page), missing, have)
+
+
+def t_man8_sections():
+    t_sections(MAN8, ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ENVIRONMENT", "SIGNALS",
+                      "EXIT STATUS", "FILES", "HTTP API", "EXAMPLES", "SEE ALSO"])
+    with open(MAN8) as f:
+        text = f.read()
+    check(re.search(r"^\.BR ratelimitd\.json \(5\)", text, re.M), "SEE ALSO lacks ratelimitd.json(5)")
+
+
+def t_man5_sections():
+    t_sections(MAN5, ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "THE REDIS OBJECT", "POLICIES",
+                      "THE IDENTITY CHAIN", "FAILURE MODES", "EXAMPLES", "SEE ALSO"])
+    with open(MAN5) as f:
+        text = f.read()
+    for ss in ("THE MATCH OBJECT", "THE LIMIT OBJECT", "THE OVERRIDE OBJECT"):
+        check(".SS %s" % ss in text, "no subsection %s", ss)
+    check(re.search(r"^\.BR forwarded_header\b|^\.B forwarded_header$", text, re.M),
+          "forwarded_header is not documented as an option")
+
+
+def t_man8_flags():
+    rc, out, err = H.run_cli(["-h"])
+    eq(rc, 0, "ratelimitd -h exit code")
+    flags = sorted(set(re.findall(r"^\s+(-[A-Za-z])\s", out, re.M)))
+    check(len(flags) >= 8, "found only %r in -h", flags)
+    tags = [t for h, t, _ in man_blocks(MAN8) if h == "OPTIONS"]
+    missing = [f for f in flags if not any(t.split()[0] == f for t in tags if t)]
+    check(not missing, "OPTIONS of ratelimitd(8) lacks %s (has %s)", missing, tags)
+    with open(os.path.join(SRC, "src", "main.c")) as f:
+        envs = sorted(set(re.findall(r'"(RATELIMITD_[A-Z_]+)"', f.read())))
+    check(envs, "no RATELIMITD_* variable found in src/main.c")
+    etags = [t for h, t, _ in man_blocks(MAN8) if h == "ENVIRONMENT"]
+    missing = [e for e in envs if e not in etags]
+    check(not missing, "ENVIRONMENT of ratelimitd(8) lacks %s", missing)
+
+
+# --- src/config.c's option table
+
+def c_split(s, sep=","):
+    """Split at `sep` outside parentheses, braces and string literals."""
+    out, depth, cur, i, q = [], 0, [], 0, False
+    while i < len(s):
+        c = s[i]
+        if q:
+            cur.append(c)
+            if c == "\\":
+                cur.append(s[i + 1])
+                i += 1
+            elif c == '"':
+                q = False
+        elif c == '"':
+            q = True
+            cur.append(c)
+        elif c in "({":
+            depth += 1
+            cur.append(c)
+        elif c in ")}":
+            depth -= 1
+            cur.append(c)
+        elif c == sep and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def c_int(expr, consts):
+    e = re.sub(r"(\d+)(?:LL|L|U|ULL)\b", r"\1", expr)
+    for k, v in consts.items():
+        e = re.sub(r"\b%s\b" % k, str(v), e)
+    check(re.fullmatch(r"[0-9\s*+()-]+", e), "cannot evaluate %r from src/config.c", expr)
+    return int(eval(e, {"__builtins__": {}}))  # digits and * + - ( ) only
+
+
+def config_table():
+    """{table name: [field dict]} and {names array: [strings]} from src/config.c."""
+    with open(os.path.join(SRC, "src", "config.c")) as f:
+        src = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    consts = {"DAY_MS": 24 * 3600 * 1000}
+    names = {}
+    for m in re.finditer(r"static const char \*const (\w+)\[\] = \{(.*?)\};", src, re.S):
+        names[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    tables = {}
+    for m in re.finditer(r"static const struct field (\w+)\[\] = \{(.*?)\n\};", src, re.S):
+        fields = []
+        for entry in c_split(m.group(2)):
+            entry = entry.strip()
+            if not entry.startswith("{"):
+                continue
+            parts = c_split(entry.strip()[1:-1])
+            check(len(parts) == 11, "unexpected field row in %s: %r", m.group(1), entry[:80])
+            name = ast.literal_eval(parts[0])
+            default = None if parts[3] == "NULL" else ast.literal_eval(parts[3])
+            flags = parts[9]
+            fields.append({
+                "name": name, "type": parts[1], "default": default,
+                "min": c_int(parts[4], consts), "max": c_int(parts[5], consts),
+                "names": names.get(parts[6]) if parts[6] != "NULL" else None,
+                "restart": "F_RESTART" in flags, "required": "F_REQUIRED" in flags,
+            })
+        tables[m.group(1)] = fields
+    return tables
+
+
+def renderings(v, ftype):
+    out = {str(v)}
+    if ftype == "T_DURATION":
+        out.add("%dms" % v)
+        for unit, ms in (("s", 1000), ("m", 60000), ("h", 3600000)):
+            if v % ms == 0:
+                out.add("%d%s" % (v // ms, unit))
+    elif ftype == "T_SIZE":
+        for unit, b in (("k", 1024), ("m", 1024 * 1024)):
+            if v % b == 0:
+                out.add("%d%s" % (v // b, unit))
+    return out
+
+
+def render_default(text):
+    v = json.loads(text)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"%s"' % v
+    if isinstance(v, list):
+        return json.dumps(v)
+    return str(v)
+
+
+SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", "redis."),
+            "sentinel_fields": ("THE REDIS OBJECT", "redis.sentinel."),
+            "policy_fields": ("POLICIES", ""), "match_fields": ("THE MATCH OBJECT", ""),
+            "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", "")}
+
+
+def t_man5_options():
+    tables = config_table()
+    check(set(SECTIONS) == set(tables), "src/config.c's tables are %s, this test knows %s: "
+          "document the new one and map it to its section in SECTIONS",
+          sorted(tables), sorted(SECTIONS))
+    blocks = man_blocks(MAN5)
+    problems, nfields = [], 0
+    for table, (heading, prefix) in SECTIONS.items():
+        for f in tables[table]:
+            nfields += 1
+            name = prefix + f["name"]
+            found = [text for h, tag, text in blocks
+                     if h == heading and name in [t.strip() for t in tag.split(",")]]
+            if not found:
+                problems.append("%s: no entry in section %s" % (name, heading))
+                continue
+            text = found[0]
+            if f["default"] is not None:
+                want = "default " + render_default(f["default"])
+                if want not in text:
+                    problems.append("%s: the default should read %r" % (name, want))
+            if f["type"] in ("T_INT", "T_DURATION", "T_SIZE") and (f["min"], f["max"]) != (0, 0):
+                ok = any("%s..%s" % (a, b) in text for a in renderings(f["min"], f["type"])
+                         for b in renderings(f["max"], f["type"]))
+                if not ok:
+                    problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
+            if table in ("top_fields", "redis_fields", "sentinel_fields"):
+                if f["restart"] != ("restart-only" in text):
+                    problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
+            if f["required"] and "required" not in text:
+                problems.append("%s: not said to be required" % name)
+            for n in f["names"] or []:
+                if not re.search(r"(^|[\s\"(,:])%s($|[\s\",.;)])" % re.escape(n), text):
+                    problems.append("%s: the value %r is not named" % (name, n))
+    check(nfields > 25, "only %d fields read from src/config.c", nfields)
+    check(not problems, "%d problem(s):\n%s", len(problems), "\n".join(problems))
+
+
+def man_examples(page):
+    with open(page) as f:
+        lines = f.read().splitlines()
+    out, cur = [], None
+    for l in lines:
+        if l.startswith(".EX"):
+            cur = []
+        elif l.startswith(".EE"):
+            if cur and cur[0].strip() == "{":      # a JSON object, not the KEYS line
+                out.append("\n".join(unescape(x) for x in cur))
+            cur = None
+        elif cur is not None:
+            cur.append(l)
+    return out
+
+
+def t_man5_examples():
+    ex = man_examples(MAN5)
+    check(len(ex) >= 3, "found %d JSON examples", len(ex))
+    for i, text in enumerate(ex):
+        path = H.write_config(text, name="man5-example-%d-" % i)
+        rc, out, err = H.run_cli(["-t", "-c", path])
+        check(rc == 0, "example %d: -t exit %d:\n%s\n%s", i + 1, rc, err.strip(), text)
+
+
+# --------------------------------------------------------------------- conf
+
+def t_conf():
+    files = sorted(glob.glob(os.path.join(SRC, "conf", "*.json")))
+    check(files, "no conf/*.json")
+    for p in files:
+        rc, out, err = H.run_cli(["-t", "-c", p])
+        check(rc == 0 and "configuration OK" in out, "%s: -t exit %d:\n%s",
+              os.path.relpath(p, SRC), rc, err.strip())
+
+
+# ---------------------------------------------------------------------- YAML
+
+def yaml_load_all(path):
+    try:
+        import yaml
+        with open(path) as f:
+            return list(yaml.safe_load_all(f))
+    except ImportError:
+        pass
+    for py in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(py, os.X_OK) and os.path.realpath(py) != os.path.realpath(sys.executable):
+            rc, out, err = run([py, "-c", "import json, sys, yaml; print(json.dumps(list("
+                                "yaml.safe_load_all(open(sys.argv[1])))))", path])
+            if rc == 0:
+                return json.loads(out)
+            if "No module named" not in err:
+                raise H.Fail("%s: %s" % (os.path.relpath(path, SRC), err.strip().splitlines()[-1]))
+    raise H.Fail("no YAML parser: install the Debian package python3-yaml")
+
+
+def t_yaml():
+    files = sorted(glob.glob(os.path.join(SRC, "deploy", "**", "*.yaml"), recursive=True) +
+                   glob.glob(os.path.join(SRC, "deploy", "**", "*.yml"), recursive=True))
+    check(len(files) >= 6, "found only %d YAML files under deploy/", len(files))
+    for p in files:
+        try:
+            docs = yaml_load_all(p)
+        except H.Fail:
+            raise
+        except Exception as e:
+            raise H.Fail("%s: %s" % (os.path.relpath(p, SRC), e))
+        check(docs and all(isinstance(d, dict) for d in docs), "%s: not a list of mappings",
+              os.path.relpath(p, SRC))
+
+
+def k8s(name):
+    return yaml_load_all(os.path.join(SRC, "deploy", "kubernetes", name))
+
+
+def by_kind(docs, kind):
+    got = [d for d in docs if d.get("kind") == kind]
+    check(got, "no %s" % kind)
+    return got[0]
+
+
+def t_k8s_sidecar():
+    dep = by_kind(k8s("deployment.yaml"), "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    sidecars = [c for c in spec.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+    conts = spec.get("containers", []) + sidecars
+    rl = [c for c in conts if c["name"] == "ratelimitd"]
+    check(rl, "no ratelimitd container")
+    rl = rl[0]
+    check(any(c["name"] != "ratelimitd" for c in spec.get("containers", [])), "no app container")
+    check(re.match(r"^[\w./-]*ratelimitd(:[\w.-]+)?$", rl["image"]), "image %r", rl["image"])
+    env = {e["name"]: e.get("value") for e in rl.get("env", [])}
+    check(env.get("RATELIMITD_REDIS_URL", "").startswith("redis://redis:"),
+          "RATELIMITD_REDIS_URL %r does not point at the redis Service", env.get("RATELIMITD_REDIS_URL"))
+    svc = by_kind(k8s("redis.yaml"), "Service")
+    eq(svc["metadata"]["name"], "redis", "the Redis Service's name")
+    eq(rl["readinessProbe"]["httpGet"]["path"], "/readyz", "readinessProbe path")
+    eq(rl["livenessProbe"]["httpGet"]["path"], "/healthz", "livenessProbe path")
+    sc = rl["securityContext"]
+    eq(sc.get("runAsNonRoot"), True, "runAsNonRoot")
+    check(isinstance(sc.get("runAsUser"), int) and sc["runAsUser"] > 0, "runAsUser %r", sc.get("runAsUser"))
+    eq(sc.get("readOnlyRootFilesystem"), True, "readOnlyRootFilesystem")
+    eq(sc.get("allowPrivilegeEscalation"), False, "allowPrivilegeEscalation")
+    eq(sc.get("capabilities", {}).get("drop"), ["ALL"], "capabilities.drop")
+    res = rl["resources"]
+    for kind in ("requests", "limits"):
+        for what in ("cpu", "memory"):
+            check(what in res.get(kind, {}), "no resources.%s.%s", kind, what)
+    mem = res["limits"]["memory"]
+    check(re.fullmatch(r"\d+Mi", mem) and int(mem[:-2]) <= 64, "memory limit %r: a few MiB are used", mem)
+    mounts = [m for m in rl.get("volumeMounts", []) if m["mountPath"] == "/etc/ratelimitd"]
+    check(mounts, "nothing mounted at /etc/ratelimitd")
+    check("subPath" not in mounts[0], "the config is mounted with subPath: the kubelet never updates it")
+    vol = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]]
+    check(vol and vol[0].get("configMap", {}).get("name") == "ratelimitd-config",
+          "the mounted volume is not the ratelimitd-config ConfigMap")
+    cm = by_kind(k8s("configmap.yaml"), "ConfigMap")
+    eq(cm["metadata"]["name"], "ratelimitd-config", "the ConfigMap's name")
+    check("ratelimitd.json" in cm["data"], "the ConfigMap has no ratelimitd.json")
+    cfg = env.get("RATELIMITD_CONFIG") or "/etc/ratelimitd/ratelimitd.json"
+    eq(cfg, "/etc/ratelimitd/ratelimitd.json", "the config file the sidecar reads")
+
+
+def t_k8s_configmap():
+    cm = by_kind(k8s("configmap.yaml"), "ConfigMap")
+    path = H.write_config(cm["data"]["ratelimitd.json"], name="configmap-")
+    rc, out, err = H.run_cli(["-t", "-c", path], env={"RATELIMITD_REDIS_URL": "redis://redis:6379/0",
+                                                      "RATELIMITD_LISTEN": "0.0.0.0:8080"})
+    check(rc == 0, "-t exit %d:\n%s", rc, err.strip())
+
+
+def t_k8s_reloader():
+    patch = k8s("reloader-patch.yaml")[0]
+    pspec = patch["spec"]["template"]["spec"]
+    eq(pspec.get("shareProcessNamespace"), True, "shareProcessNamespace")
+    c = [c for c in pspec["containers"] if c["name"] == "config-reloader"][0]
+    eq(c["securityContext"].get("runAsUser"), 10001, "the reloader's user (ratelimitd's)")
+    script = c["command"][-1]
+    for old in ("/etc/ratelimitd/ratelimitd.json", "sleep 5"):
+        check(script.count(old) == 1, "the reloader's script no longer has one %r", old)
+
+    # a kubelet-style ConfigMap volume: ratelimitd.json -> ..data/ratelimitd.json,
+    # ..data -> ..<timestamp>, swapped atomically on an update
+    d = scratch("cm-")
+    gen = [0]
+
+    def publish(cfg):
+        gen[0] += 1
+        ts = os.path.join(d, "..2026_%02d" % gen[0])
+        os.mkdir(ts)
+        with open(os.path.join(ts, "ratelimitd.json"), "w") as f:
+            f.write(cfg if isinstance(cfg, str) else json.dumps(cfg))
+        tmp = os.path.join(d, "..data_tmp")
+        os.symlink(os.path.basename(ts), tmp)
+        os.rename(tmp, os.path.join(d, "..data"))
+
+    pol = lambda n: {"name": n, "limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]}
+    publish({"identity": ["body", "peer"], "policies": [pol("first")]})
+    os.symlink("..data/ratelimitd.json", os.path.join(d, "ratelimitd.json"))
+    cfgfile = os.path.join(d, "ratelimitd.json")
+
+    with H.Daemon(None, backend="memory", args=["-c", cfgfile]) as dmn:
+        # pidof must find only this test's daemon: a shim first in PATH
+        shim = scratch("shim-")
+        with open(os.path.join(shim, "pidof"), "w") as f:
+            f.write("#!/bin/sh\n[ \"$1\" = ratelimitd ] && echo %d\n" % dmn.proc.pid)
+        os.chmod(os.path.join(shim, "pidof"), 0o755)
+        script = script.replace("/etc/ratelimitd/ratelimitd.json", cfgfile).replace("sleep 5", "sleep 0.2")
+        logpath = os.path.join(shim, "reloader.log")
+        with open(logpath, "wb") as log:
+            rel = H._track(subprocess.Popen(["/bin/sh", "-c", script], stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL,
+                                            env=dict(os.environ, PATH=shim + ":" + os.environ["PATH"])))
+        try:
+            def wait_for(what, cond, timeout=10):
+                deadline = time.monotonic() + timeout
+                while not cond():
+                    check(rel.poll() is None, "the reloader exited: %s", open(logpath).read())
+                    check(time.monotonic() < deadline, "%s within %ss; reloader log:\n%s\ndaemon log:\n%s",
+                          what, timeout, open(logpath).read(), dmn.log()[-1500:])
+                    time.sleep(0.05)
+
+            def policy_known(name):
+                st, _, _ = H.request(dmn.port, "POST", "/check", {"key": "k", "policy": name})
+                return st == 200
+
+            wait_for("the reloader started", lambda: "watching" in open(logpath).read())
+            time.sleep(0.5)
+            check("configuration reloaded" not in dmn.log(), "a reload without a change")
+            check(policy_known("first") and not policy_known("second"), "the first config is not running")
+            publish({"identity": ["body", "peer"], "policies": [pol("first"), pol("second")]})
+            wait_for("the new policy is served", lambda: policy_known("second"))
+            check("SIGHUP sent" in open(logpath).read(), "the reloader did not log its SIGHUP")
+            publish("{ broken")
+            wait_for("the broken file is rejected", lambda: "reload rejected" in dmn.log())
+            check(policy_known("second"), "the running config was lost on a broken file")
+            eq(dmn.proc.poll(), None, "the daemon's state after the reloads")
+        finally:
+            rel.kill()
+            rel.wait(timeout=5)
+
+
+CASES = [
+    ("systemd-analyze verify: the unit with the built binary and these man pages: no complaint",
+     t_verify_built),
+    ("systemd-analyze verify: the unit as shipped: no complaint but the absent binary and man page",
+     t_verify_shipped),
+    ("systemd-analyze security --offline=yes: overall exposure <= %.1f" % MAX_EXPOSURE, t_security),
+    ("Dockerfile is multi-stage: the final stage copies from the named build stage", t_docker_multistage),
+    ("Dockerfile runs scripts/test in the build stage", t_docker_tests),
+    ("Dockerfile's final stage runs as a non-root USER", t_docker_user),
+    ("Dockerfile's final stage has a HEALTHCHECK", t_docker_healthcheck),
+    ("man/ratelimitd.8 renders without a warning (groff -ww, man -l)", lambda: t_render(MAN8)),
+    ("man/ratelimitd.json.5 renders without a warning (groff -ww, man -l)", lambda: t_render(MAN5)),
+    ("ratelimitd(8) has its sections and SEE ALSO ratelimitd.json(5)", t_man8_sections),
+    ("ratelimitd(8) documents every flag of -h and every RATELIMITD_* variable", t_man8_flags),
+    ("ratelimitd.json(5) has its sections", t_man5_sections),
+    ("ratelimitd.json(5) documents every option of src/config.c: default, bounds, restart-only, values",
+     t_man5_options),
+    ("ratelimitd.json(5)'s JSON examples pass ratelimitd -t", t_man5_examples),
+    ("every conf/*.json passes ratelimitd -t", t_conf),
+    ("every YAML file under deploy/ parses", t_yaml),
+    ("kubernetes: the sidecar has its image, Redis URL, probes, security context, resources, ConfigMap",
+     t_k8s_sidecar),
+    ("kubernetes: the ConfigMap's ratelimitd.json passes ratelimitd -t", t_k8s_configmap),
+    ("kubernetes: the reloader's script sends SIGHUP on a kubelet-style ConfigMap update",
+     t_k8s_reloader),
+]
+
+
+if __name__ == "__main__":
+    t = H.Tests(timeout=180)
+    t.run_cases(CASES)
+    sys.exit(t.finish())
