@@ -59,6 +59,9 @@
 /* Refreshes asked for by errors come at most this often (more after failed
  * refreshes, up to BACKOFF_MAX_MS). */
 #define REFRESH_GAP_MS 100
+/* While a master is down, the map is asked for this often, so that a
+ * promoted replica is found within about a second of its promotion. */
+#define REFRESH_DEGRADED_MS 1000
 /* A check follows at most this many MOVED/ASK, and retries TRYAGAIN and
  * CLUSTERDOWN at most this many times, each bounded by its deadline. */
 #define MAX_REDIRECTS 5
@@ -147,7 +150,7 @@ struct cluster {
     struct cop *ops;            /* every live check */
     struct evdns_base *dns;
     struct event *refresh_ev;   /* start a refresh, or its deadline */
-    struct event *period_ev;    /* the periodic refresh */
+    struct event *period_ev;    /* the periodic refresh (jittered) */
     struct event *tidy_ev;      /* zero timer: drop stalled, free unused */
     int want_refresh;
     int refresh_inflight;
@@ -775,7 +778,16 @@ op_wait_for(struct cop *op, struct cnode *n, int asking)
     op_arm_retry(op, WAIT_POLL_MS);
 }
 
-/* Send to n now, wait for it while it connects, or answer DOWN. */
+/* A node a check may wait for: connecting for the first time (a new owner
+ * named by MOVED, ASK or a new map).  One that lost its connection answers
+ * DOWN at once instead, as backend_redis.c: a dead node never queues work. */
+static int
+node_worth_waiting(const struct cnode *n)
+{
+    return n->state != N_DOWN && !n->was_ready;
+}
+
+/* Send to n now, wait for it while it first connects, or answer DOWN. */
 static void
 op_send_to(struct cop *op, struct cnode *n, int asking)
 {
@@ -784,7 +796,7 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
             answer_status(op, RL_BACKEND_ERROR, "cannot queue the command");
         return;
     }
-    if (n->state != N_DOWN) {
+    if (node_worth_waiting(n)) {
         op_wait_for(op, n, asking);
         return;
     }
@@ -1093,6 +1105,26 @@ refresh_failed(struct cluster *cl, const char *node, const char *why)
     request_refresh(cl);
 }
 
+static int
+master_down(const struct cluster *cl)
+{
+    for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
+        if (n->master && n->state == N_DOWN)
+            return 1;
+    return 0;
+}
+
+/* A refresh in `ms`, unless one is already due or out. */
+static void
+refresh_in(struct cluster *cl, int64_t ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    cl->want_refresh = 1;
+    if (!cl->refresh_inflight && !evtimer_pending(cl->refresh_ev, NULL))
+        evtimer_add(cl->refresh_ev, &tv);
+}
+
 static void
 on_slots(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -1120,6 +1152,8 @@ on_slots(redisAsyncContext *ac, void *reply, void *privdata)
         cl->refresh_gap_ms = REFRESH_GAP_MS;
         if (cl->want_refresh)   /* asked for while this one was out */
             request_refresh(cl);
+        else if (master_down(cl))
+            refresh_in(cl, REFRESH_DEGRADED_MS);
     }
     schedule_tidy(cl);
 }
@@ -1213,10 +1247,24 @@ request_refresh(struct cluster *cl)
     evtimer_add(cl->refresh_ev, &tv);
 }
 
+/* Every REFRESH_PERIOD_MS, give or take 10%: workers and instances started
+ * together do not all ask at the same moment. */
+static void
+arm_period(struct cluster *cl)
+{
+    int64_t ms = REFRESH_PERIOD_MS * 9 / 10 + random() % (REFRESH_PERIOD_MS / 5 + 1);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    evtimer_add(cl->period_ev, &tv);
+}
+
 static void
 on_period(evutil_socket_t fd, short what, void *arg)
 {
-    request_refresh(arg);
+    struct cluster *cl = arg;
+
+    request_refresh(cl);
+    arm_period(cl);
     (void)fd;
     (void)what;
 }
@@ -1290,7 +1338,7 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
         request_refresh(cl);
-    } else if (n->state == N_DOWN) {
+    } else if (n->state != N_READY && !node_worth_waiting(n)) {
         res.error = n->down_reason ? n->down_reason : "cluster master not connected";
     }
     if (res.error != NULL) {
@@ -1370,14 +1418,13 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
 {
     struct cluster *cl = xcalloc(1, sizeof(*cl));
     struct rl_redis_url url;
-    struct timeval period = {REFRESH_PERIOD_MS / 1000, (REFRESH_PERIOD_MS % 1000) * 1000};
 
     cl->base.ops = &rl_backend_cluster_ops;
     cl->evb = evb;
     cl->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     cl->refresh_gap_ms = REFRESH_GAP_MS;
     cl->refresh_ev = evtimer_new(evb, on_refresh_timer, cl);
-    cl->period_ev = event_new(evb, -1, EV_PERSIST, on_period, cl);
+    cl->period_ev = evtimer_new(evb, on_period, cl);
     cl->tidy_ev = evtimer_new(evb, on_tidy, cl);
     /* Credentials as backend_redis.c: the URL's, completed or overridden by
      * redis.username / redis.password.  Its host, port and db are not used. */
@@ -1409,7 +1456,7 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
         cluster_destroy(&cl->base);
         return RL_ERR;
     }
-    evtimer_add(cl->period_ev, &period);
+    arm_period(cl);
     /* Connect every seed; the first ready one is asked for the map. */
     cl->want_refresh = 1;
     refresh_start(cl);

@@ -890,6 +890,16 @@ check_redis(void *obj, const char *path, struct load_ctx *ctx)
     free(fp);
     if (r->cluster.n > 0 && r->sentinel.master != NULL)
         bad(ctx, path, "give redis.cluster or redis.sentinel, not both");
+    if (r->cluster.n > 0 && r->url != NULL && redis_url_parse(r->url, &u, &cause) == RL_OK) {
+        if (u.db != 0) {
+            fp = join_path(path, "url");
+            bad(ctx, fp, "Redis Cluster has only database 0");
+            free(fp);
+        }
+        redis_url_clear(&u);
+    }
+    free(cause);
+    cause = NULL;
 
     if (r->key_prefix != NULL &&
         (strlen(r->key_prefix) > RL_NAME_MAX || strpbrk(r->key_prefix, "{}") != NULL)) {

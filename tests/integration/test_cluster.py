@@ -1,0 +1,1060 @@
+#!/usr/bin/env python3
+"""The Redis Cluster backend against a real cluster.
+
+Starts three cluster-enabled redis-servers on free loopback ports, joins them
+with `redis-cli --cluster create` (3 masters, no replicas), and two daemons
+configured with {"redis": {"cluster": [seed]}}.  Then: readiness, the seed
+article case on keys of every master (their keys found on the master our
+CRC16 says, and no MOVED in steady state), exact limits under concurrency, a
+SCRIPT FLUSH, a slot migrated by hand while checks flow (ASK, TRYAGAIN, then
+MOVED), slots moved by `redis-cli --cluster reshard`, a master restarted, a
+throughput figure with 1 and 3 masters (printed, not asserted), and a clean
+stop.  A missing redis-server or redis-cli is a failure.
+"""
+
+import binascii
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+SUITE_TIMEOUT = 230
+SLOTS = 16384
+PREFIX = "rl:"
+
+POLICIES = [
+    {"name": "demo", "limits": [{"algorithm": "fixed_window", "limit": 3, "window": "60s"}]},
+    {"name": "hot", "limits": [{"algorithm": "fixed_window", "limit": 100, "window": "1h"}]},
+    {"name": "multi", "limits": [{"algorithm": "fixed_window", "limit": 20, "window": "1h"}]},
+    {"name": "flush", "limits": [{"algorithm": "fixed_window", "limit": 10, "window": "1h"}]},
+    {"name": "mig1", "limits": [{"algorithm": "fixed_window", "limit": 100000, "window": "1h"}]},
+    {"name": "mig2", "limits": [{"algorithm": "fixed_window", "limit": 100000, "window": "1h"},
+                                {"algorithm": "sliding_window_counter", "limit": 50000,
+                                 "window": "24h"}]},
+    {"name": "down", "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": "1h"}]},
+    {"name": "bench", "limits": [{"algorithm": "fixed_window", "limit": 1000000000,
+                                  "window": "60s"}]},
+]
+
+
+def daemon_config(seed_port):
+    # failure_mode closed and a generous timeout: a lost or failed check is a
+    # visible 503/degraded answer, never a silent admission
+    return {"identity": ["body", "peer"], "failure_mode": "closed",
+            "redis": {"cluster": ["127.0.0.1:%d" % seed_port], "timeout": "2s"},
+            "policies": POLICIES}
+
+
+# ------------------------------------------------------------------ RESP
+
+class RespError(Exception):
+    pass
+
+
+class Resp:
+    """A minimal RESP2 client on one connection (stdlib only)."""
+
+    def __init__(self, port, timeout=5.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.f = self.sock.makefile("rb")
+
+    def __call__(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(out))
+        return self._read()
+
+    def _read(self):
+        line = self.f.readline()
+        if not line:
+            raise ConnectionError("connection closed by redis")
+        t, rest = line[:1], line[1:-2]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RespError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            return self.f.read(n + 2)[:-2].decode("utf-8", "replace")
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise ConnectionError("bad RESP line %r" % line)
+
+    def close(self):
+        try:
+            self.f.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def rcmd(port, *args):
+    r = Resp(port)
+    try:
+        return r(*args)
+    finally:
+        r.close()
+
+
+def info(port, section):
+    out = {}
+    for line in rcmd(port, "INFO", section).splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v
+    return out
+
+
+def errorstat(port, code):
+    v = info(port, "errorstats").get("errorstat_" + code)
+    return int(v.split("count=")[1].split(",")[0]) if v else 0
+
+
+def cmdstat_calls(port, cmd):
+    v = info(port, "commandstats").get("cmdstat_" + cmd)
+    return int(v.split("calls=")[1].split(",")[0]) if v else 0
+
+
+# ------------------------------------------------------------- slots
+
+def slot_of_tag(tag):
+    return binascii.crc_hqx(tag.encode(), 0) & (SLOTS - 1)
+
+
+def tag(policy, ident):
+    """The hash tag the daemon gives a body key (identity.c)."""
+    return "%s%s:k:%s" % (PREFIX, policy, ident)
+
+
+def slot_of(policy, ident):
+    return slot_of_tag(tag(policy, ident))
+
+
+def idents_in_slot(policy, slot, n, start=0):
+    out, i = [], start
+    while len(out) < n:
+        ident = "s%d-%d" % (slot, i)
+        if slot_of(policy, ident) == slot:
+            out.append(ident)
+        i += 1
+    return out
+
+
+# ----------------------------------------------------------- the cluster
+
+def need(binary):
+    if shutil.which(binary) is None:
+        raise H.HarnessError("%s not found in PATH: it is required (Debian package redis-server "
+                             "/ redis-tools)" % binary)
+
+
+class Node:
+    """One cluster-enabled redis-server in its own directory."""
+
+    def __init__(self, port=None):
+        need(H.REDIS_SERVER)
+        self.port = port
+        self.dir = None
+        self.proc = None
+        for _ in range(5):
+            if port is None:
+                self.port = H.free_port()
+            self.dir = os.path.join(H.tmpdir(), "node-%d" % self.port)
+            os.makedirs(self.dir, exist_ok=True)
+            if self.start():
+                break
+        else:
+            raise H.HarnessError("a cluster node failed to start 5 times; log:\n%s" % self.log())
+        self.id = rcmd(self.port, "CLUSTER", "MYID")
+
+    def log(self):
+        return "\n".join(H._tail(os.path.join(self.dir, "redis.log")))
+
+    def start(self):
+        log = open(os.path.join(self.dir, "redis.log"), "ab")
+        try:
+            self.proc = H._track(subprocess.Popen(
+                [H.REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--dir", self.dir, "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000",
+                 "--cluster-require-full-coverage", "no",
+                 "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+        finally:
+            log.close()
+        deadline = time.monotonic() + H.START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if rcmd(self.port, "PING") == "PONG":
+                    return True
+            except (OSError, RespError, ConnectionError):
+                pass
+            time.sleep(0.02)
+        return False
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def restart(self):
+        self.kill()
+        if not self.start():
+            raise H.HarnessError("node %d did not restart; log:\n%s" % (self.port, self.log()))
+
+
+def cli(*args, timeout=60):
+    need(H.REDIS_CLI)
+    r = subprocess.run([H.REDIS_CLI] + [str(a) for a in args], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=timeout)
+    return r.returncode, (r.stdout + r.stderr).decode("utf-8", "replace")
+
+
+def slot_owners(port):
+    """slot -> master port, from CLUSTER SLOTS on `port`."""
+    owners = {}
+    for rng in rcmd(port, "CLUSTER", "SLOTS"):
+        for s in range(rng[0], rng[1] + 1):
+            owners[s] = rng[2][1]
+    return owners
+
+
+def wait_cluster_ok(nodes, what, timeout=30.0):
+    """Every node says cluster_state:ok, knows every other and agrees on the map."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            states = [info_cluster(n.port) for n in nodes]
+            maps = [slot_owners(n.port) for n in nodes]
+            ok = all(s.get("cluster_state") == "ok" and
+                     int(s.get("cluster_known_nodes", 0)) == len(nodes) for s in states)
+            if ok and all(m == maps[0] for m in maps) and len(maps[0]) == SLOTS:
+                return maps[0]
+            last = repr([(s.get("cluster_state"), s.get("cluster_known_nodes")) for s in states])
+        except (OSError, RespError, ConnectionError) as e:
+            last = repr(e)
+        time.sleep(0.1)
+    raise H.HarnessError("cluster not consistent within %ss (%s): %s" % (timeout, what, last))
+
+
+def info_cluster(port):
+    out = {}
+    for line in rcmd(port, "CLUSTER", "INFO").splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
+def make_cluster(n):
+    nodes = [Node() for _ in range(n)]
+    if n >= 3:
+        rc, out = cli("--cluster", "create", *["127.0.0.1:%d" % x.port for x in nodes],
+                      "--cluster-replicas", "0", "--cluster-yes")
+        if rc != 0:
+            raise H.HarnessError("redis-cli --cluster create failed:\n%s" % out)
+    else:
+        rcmd(nodes[0].port, "CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
+    wait_cluster_ok(nodes, "after create")
+    return nodes
+
+
+class Fx:
+    def __init__(self):
+        self.nodes = []
+        self.daemons = []
+
+    def by_port(self, port):
+        for n in self.nodes:
+            if n.port == port:
+                return n
+        raise KeyError(port)
+
+    def owners(self):
+        return slot_owners(self.nodes[0].port)
+
+    def owner(self, policy, ident):
+        return self.by_port(self.owners()[slot_of(policy, ident)])
+
+    def masters(self):
+        ports = set(self.owners().values())
+        return [n for n in self.nodes if n.port in ports]
+
+    @property
+    def ports(self):
+        return [d.port for d in self.daemons]
+
+
+def ready_everywhere(d, timeout=15.0, streak=12):
+    """/readyz is answered by whichever worker accepted the connection, each
+    with its own backend: wait until `streak` fresh connections in a row
+    (SO_REUSEPORT spreads them over the workers) say 200."""
+    deadline = time.monotonic() + timeout
+    ok, last = 0, None
+    while time.monotonic() < deadline:
+        st, _, body = H.request(d.port, "GET", "/readyz")
+        ok = ok + 1 if st == 200 else 0
+        if ok >= streak:
+            return d
+        last = (st, body)
+        time.sleep(0.01 if st == 200 else 0.05)
+    raise H.Fail("GET /readyz not 200 on every worker within %ss (last %r)" % (timeout, last))
+
+
+def start_daemon(cfg, workers=2):
+    return ready_everywhere(H.Daemon(cfg, workers=workers, ready=True))
+
+
+@contextmanager
+def fixture():
+    fx = Fx()
+    need(H.REDIS_SERVER)
+    need(H.REDIS_CLI)
+    fx.nodes = make_cluster(3)
+    # two daemons with different seeds, two workers each
+    fx.daemons.append(start_daemon(daemon_config(fx.nodes[0].port)))
+    fx.daemons.append(start_daemon(daemon_config(fx.nodes[1].port)))
+    for n in fx.nodes:
+        rcmd(n.port, "CONFIG", "RESETSTAT")
+    try:
+        yield fx
+    finally:
+        for d in fx.daemons:
+            d.kill()
+        for n in fx.nodes:
+            n.kill()
+
+
+# --------------------------------------------------------------- traffic
+
+def post(port, body):
+    return H.request(port, "POST", "/check", body)
+
+
+def clean(st, ans):
+    """'allowed', 'denied', or raise on anything else (degraded, 5xx, ...)."""
+    if isinstance(ans, dict) and ans.get("degraded") is True:
+        raise H.Fail("degraded answer %r %r" % (st, ans))
+    if st == 200 and isinstance(ans, dict) and ans.get("allowed") is True:
+        return "allowed"
+    if st == 429 and isinstance(ans, dict) and ans.get("allowed") is False:
+        return "denied"
+    raise H.Fail("not a clean 200 allowed / 429 denied: %r %r" % (st, ans))
+
+
+def blast(ports, bodies, threads=30):
+    """Every body as POST /check from `threads` keep-alive clients spread over
+    `ports`, all starting together; [(body, status, answer)]."""
+    results, errors = [], []
+    lock = threading.Lock()
+    barrier = threading.Barrier(threads, timeout=H.HTTP_TIMEOUT)
+
+    def worker(i):
+        out = []
+        try:
+            with H.Client(ports[i % len(ports)]) as c:
+                barrier.wait()
+                for b in bodies[i::threads]:
+                    st, _, ans = c.request("POST", "/check", b)
+                    out.append((b, st, ans))
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append("%s: %s" % (type(e).__name__, e))
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+        with lock:
+            results.extend(out)
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    check(not any(t.is_alive() for t in ts), "client threads did not finish within 60 s")
+    check(not errors, "%d client errors, first: %s", len(errors), errors[0] if errors else "")
+    eq(len(results), len(bodies), "answers received")
+    return results
+
+
+class Flow:
+    """Threads sending checks for `bodies` round robin until stop(); every
+    answer is recorded (body index, status, answer)."""
+
+    def __init__(self, ports, bodies, threads=6, pause=0.002):
+        self.bodies = list(bodies)
+        self.results = []
+        self.answered = 0
+        self.errors = []
+        self.lock = threading.Lock()
+        self.halt = threading.Event()
+        self.ts = [threading.Thread(target=self._run, args=(i, ports[i % len(ports)], pause),
+                                    daemon=True) for i in range(threads)]
+        for t in self.ts:
+            t.start()
+
+    def _run(self, i, port, pause):
+        out = []
+        k = i
+        try:
+            with H.Client(port) as c:
+                while not self.halt.is_set():
+                    with self.lock:
+                        idx = k % len(self.bodies)
+                        body = self.bodies[idx]
+                    k += 1
+                    st, _, ans = c.request("POST", "/check", body)
+                    out.append((idx, st, ans))
+                    with self.lock:
+                        self.answered += 1
+                    time.sleep(pause)
+        except Exception as e:  # noqa: BLE001 - reported by stop()
+            with self.lock:
+                self.errors.append("%s: %s" % (type(e).__name__, e))
+        with self.lock:
+            self.results.extend(out)
+
+    def add(self, body):
+        """Checks for `body` too, from now on."""
+        with self.lock:
+            self.bodies.append(body)
+
+    def count(self):
+        with self.lock:
+            return self.answered
+
+    def stop(self):
+        self.halt.set()
+        for t in self.ts:
+            t.join(timeout=30)
+        check(not any(t.is_alive() for t in self.ts), "flow threads did not stop")
+        check(not self.errors, "%d client errors, first: %s", len(self.errors),
+              self.errors[0] if self.errors else "")
+        allowed = [0] * len(self.bodies)
+        bad = []
+        for idx, st, ans in self.results:
+            try:
+                if clean(st, ans) == "allowed":
+                    allowed[idx] += 1
+            except H.Fail as e:
+                bad.append(str(e))
+        check(not bad, "%d of %d answers lost or failed, first: %s", len(bad), len(self.results),
+              bad[0] if bad else "")
+        return allowed
+
+
+def remaining(port, policy, ident):
+    """Ask without consuming (cost 0): the remaining count of every limit."""
+    st, _, ans = post(port, {"key": ident, "policy": policy, "cost": 0})
+    check(st == 200 and isinstance(ans, dict) and not ans.get("degraded"),
+          "cost-0 check: %r %r", st, ans)
+    return [lim["remaining"] for lim in ans["limits"]]
+
+
+def exact_after(port, policy, ident, limits, allowed):
+    """After `allowed` admitted checks of cost 1: the remaining counts are
+    exactly limit - allowed, the rest of the smallest fits, one more does not."""
+    rem = remaining(port, policy, ident)
+    eq(rem, [lim - allowed for lim in limits], "%s/%s remaining after %d allowed"
+       % (policy, ident, allowed))
+    left = min(rem)
+    st, _, ans = post(port, {"key": ident, "policy": policy, "cost": left})
+    check(clean(st, ans) == "allowed", "the last %d units of %s/%s refused: %r", left, policy,
+          ident, ans)
+    st, _, ans = post(port, {"key": ident, "policy": policy})
+    check(clean(st, ans) == "denied", "%s/%s allowed past its limit: %r", policy, ident, ans)
+
+
+# ----------------------------------------------------------------- cases
+
+def case_cluster_up(fx):
+    owners = fx.owners()
+    eq(len(owners), SLOTS, "slots covered")
+    eq(sorted(set(owners.values())), sorted(n.port for n in fx.nodes), "masters owning slots")
+
+
+def case_keyslot(fx):
+    for ident in ("alice", "bob", "10.0.0.7", "x" * 40):
+        key = "{%s}:fw:60000" % tag("demo", ident)
+        got = rcmd(fx.nodes[0].port, "CLUSTER", "KEYSLOT", key)
+        eq(got, slot_of("demo", ident), "CLUSTER KEYSLOT of %r" % key)
+
+
+def case_ready(fx):
+    for d in fx.daemons:
+        st, _, body = H.request(d.port, "GET", "/readyz")
+        eq(st, 200, "GET /readyz (body %r)" % (body,))
+
+
+def case_article(fx):
+    owners = fx.owners()
+    per_master = {n.port: [] for n in fx.nodes}
+    i = 0
+    while any(len(v) < 2 for v in per_master.values()):
+        ident = "user%d" % i
+        i += 1
+        p = owners[slot_of("demo", ident)]
+        if len(per_master[p]) < 2:
+            per_master[p].append(ident)
+    for port, idents in per_master.items():
+        for k, ident in enumerate(idents):
+            d = fx.daemons[k % 2]
+            got = [post(d.port, {"key": ident, "policy": "demo"}) for _ in range(4)]
+            eq([g[0] for g in got], [200, 200, 200, 429], "statuses for %s (master %d)"
+               % (ident, port))
+            eq([g[2]["remaining"] for g in got], [2, 1, 0, 0], "remaining for " + ident)
+            check(all(not g[2].get("degraded") for g in got), "degraded answer for %s", ident)
+            # the counter lives on the master our CRC16 names, and only there
+            slot = slot_of("demo", ident)
+            keys = rcmd(port, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+            check(any(k.startswith("{%s}" % tag("demo", ident)) for k in keys),
+                  "no key of %s in slot %d on master %d: %r", ident, slot, port, keys)
+    for n in fx.nodes:
+        check(rcmd(n.port, "DBSIZE") >= 2, "master %d holds no counters", n.port)
+
+
+def case_no_redirects(fx):
+    # keys on the first and last slot of every master's range: a slot off by
+    # one lands on the wrong master there (and only there)
+    owners = fx.owners()
+    edges = sorted({s for s in range(SLOTS)
+                    if owners.get(s - 1) != owners[s] or owners.get(s + 1) != owners[s]})
+    check(len(edges) >= 6, "range boundaries found: %r", edges)
+    for k, slot in enumerate(edges):
+        (ident,) = idents_in_slot("demo", slot, 1)
+        st, _, ans = post(fx.ports[k % 2], {"key": ident, "policy": "demo"})
+        eq(clean(st, ans), "allowed", "check on slot %d" % slot)
+        keys = rcmd(owners[slot], "CLUSTER", "GETKEYSINSLOT", slot, 10)
+        check(any(x.startswith("{%s}" % tag("demo", ident)) for x in keys),
+              "the counter of slot %d is not on its master %d", slot, owners[slot])
+    # every check so far went straight to the right master
+    for n in fx.nodes:
+        for code in ("MOVED", "ASK", "NOSCRIPT"):
+            eq(errorstat(n.port, code), 0, "errorstat %s on master %d" % (code, n.port))
+        check(cmdstat_calls(n.port, "evalsha") > 0, "no EVALSHA ran on master %d", n.port)
+
+
+def case_hot_key(fx):
+    body = {"key": "hot-1", "policy": "hot"}
+    res = blast(fx.ports, [body] * 300, threads=30)
+    verdicts = [clean(st, ans) for _, st, ans in res]
+    eq(verdicts.count("allowed"), 100, "allowed of 300 checks on one key with limit 100")
+
+
+def case_spread_keys(fx):
+    owners = fx.owners()
+    idents, per = [], {}
+    i = 0
+    while len(idents) < 5:      # 2 + 2 + 1 over the three masters
+        ident = "spread%d" % i
+        i += 1
+        p = owners[slot_of("multi", ident)]
+        if per.get(p, 0) < 2:
+            idents.append(ident)
+            per[p] = per.get(p, 0) + 1
+    masters = set(per)
+    eq(len(masters), 3, "masters holding the 5 keys")
+    bodies = [{"key": k, "policy": "multi"} for k in idents for _ in range(60)]
+    res = blast(fx.ports, bodies, threads=30)
+    allowed = {k: 0 for k in idents}
+    for b, st, ans in res:
+        if clean(st, ans) == "allowed":
+            allowed[b["key"]] += 1
+    eq(allowed, {k: 20 for k in idents}, "allowed per key (limit 20, 60 checks each, "
+       "masters %s)" % sorted(masters))
+
+
+def case_script_flush(fx):
+    idents = ["flush%d" % i for i in range(20)]
+    target = fx.owner("flush", idents[0])
+    mine = [k for k in idents if fx.owner("flush", k) is target][:3]
+    before = errorstat(target.port, "NOSCRIPT")
+    eq(rcmd(target.port, "SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+    eq(info(target.port, "memory").get("number_of_cached_scripts"), "0",
+       "scripts cached right after SCRIPT FLUSH")
+    bodies = [{"key": k, "policy": "flush"} for k in mine for _ in range(15)]
+    res = blast(fx.ports, bodies, threads=6)
+    allowed = {k: 0 for k in mine}
+    for b, st, ans in res:
+        if clean(st, ans) == "allowed":
+            allowed[b["key"]] += 1
+    eq(allowed, {k: 10 for k in mine}, "allowed per key after SCRIPT FLUSH")
+    check(errorstat(target.port, "NOSCRIPT") > before,
+          "the flushed master never answered NOSCRIPT (the fallback was not exercised)")
+    check(cmdstat_calls(target.port, "eval") > 0, "no EVAL ran on the flushed master")
+    eq(info(target.port, "memory").get("number_of_cached_scripts"), "1",
+       "scripts cached again on the flushed master")
+
+
+def case_migrate_ask(fx):
+    """One slot moved by hand (as redis-cli does it) while checks flow: new keys
+    go by ASK to the importing node, a check whose two keys are split between
+    the nodes gets TRYAGAIN, and after the move MOVED.  Nothing lost, exact."""
+    owners = fx.owners()
+    # a slot of the first master, moved to the second
+    src, dst = fx.nodes[0], fx.nodes[1]
+    slot = next(s for s in range(SLOTS) if owners[s] == src.port and s > 100)
+    a1, a2 = idents_in_slot("mig1", slot, 2)
+    (b1,) = idents_in_slot("mig2", slot, 1)
+    # a1 and b1 exist on the source before the migration; a2 is first checked
+    # during it, so it is born on the importing node (by ASK)
+    bodies = [{"key": a1, "policy": "mig1"}, {"key": b1, "policy": "mig2"},
+              {"key": a2, "policy": "mig1"}]
+    for b in bodies[:2]:
+        st, _, ans = post(fx.ports[0], b)
+        check(clean(st, ans) == "allowed", "first check %r: %r", b, ans)
+    ask0, try0, moved0 = (errorstat(src.port, c) for c in ("ASK", "TRYAGAIN", "MOVED"))
+    flow = Flow(fx.ports, bodies[:2], threads=6)
+    try:
+        time.sleep(0.3)
+        rcmd(dst.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.id)
+        rcmd(src.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id)
+        flow.add(bodies[2])
+        time.sleep(0.4)
+        born = [k for k in rcmd(dst.port, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+                if k.startswith("{%s}" % tag("mig1", a2))]
+        check(born, "a key first checked while its slot migrates was not created on the "
+              "importing node")
+        check(not any(k.startswith("{%s}" % tag("mig1", a2))
+                      for k in rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 100)),
+              "a key first checked while its slot migrates was created on the source")
+        # one key at a time, so mig2's two keys spend a while on different nodes
+        moved_keys = 0
+        while True:
+            keys = rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
+            if not keys:
+                break
+            eq(rcmd(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys),
+               "OK", "MIGRATE %r" % keys)
+            moved_keys += len(keys)
+            time.sleep(0.15)
+        time.sleep(0.3)
+        for n in (dst, src) + tuple(x for x in fx.nodes if x not in (src, dst)):
+            rcmd(n.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+        time.sleep(0.5)
+        during = flow.count()
+    finally:
+        allowed = flow.stop()
+    eq(moved_keys, 3, "keys migrated (a1's, b1's two)")
+    check(during > 100, "only %d checks during the migration", during)
+    ask = errorstat(src.port, "ASK") - ask0
+    tryagain = errorstat(src.port, "TRYAGAIN") + errorstat(dst.port, "TRYAGAIN") - try0
+    moved = errorstat(src.port, "MOVED") - moved0
+    print("# migration of slot %d: %d checks, %d migrated keys, ASK %d, TRYAGAIN %d, MOVED %d"
+          % (slot, during, moved_keys, ask, tryagain, moved))
+    check(ask > 0, "no ASK redirection happened (the test did not exercise it)")
+    check(moved > 0, "no MOVED redirection happened after the slot changed owner")
+    wait_cluster_ok(fx.nodes, "after the manual migration")
+    eq(fx.owners()[slot], dst.port, "owner of slot %d" % slot)
+    for b, n in zip(bodies, allowed):
+        check(n > 0, "no check of %r allowed during the migration", b)
+    # the counts, including the ones taken before the flow, are exact
+    exact_after(fx.ports[1], "mig1", a1, [100000], allowed[0] + 1)
+    exact_after(fx.ports[1], "mig2", b1, [100000, 50000], allowed[1] + 1)
+    exact_after(fx.ports[0], "mig1", a2, [100000], allowed[2])
+    for ident, pol in ((a1, "mig1"), (a2, "mig1"), (b1, "mig2")):
+        keys = rcmd(dst.port, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+        check(any(k.startswith("{%s}" % tag(pol, ident)) for k in keys),
+              "the counter of %s is not on the new owner", ident)
+
+
+def case_reshard(fx):
+    """redis-cli --cluster reshard moves the lowest slots of a master while a
+    hot key among them is checked: nothing lost, the count exact."""
+    owners = fx.owners()
+    src, dst = fx.nodes[2], fx.nodes[0]
+    nslots = 20
+    moving = sorted(s for s in range(SLOTS) if owners[s] == src.port)[:nslots]
+    k1 = idents_in_slot("mig1", moving[-1], 1)[0]
+    k2 = idents_in_slot("mig1", moving[0], 1, start=1000)[0]
+    bodies = [{"key": k1, "policy": "mig1"}, {"key": k2, "policy": "mig1"}]
+    for b in bodies:        # the counters exist on the source beforehand
+        st, _, ans = post(fx.ports[0], b)
+        check(clean(st, ans) == "allowed", "first check %r: %r", b, ans)
+    moved0 = errorstat(src.port, "MOVED")
+    flow = Flow(fx.ports, bodies, threads=6)
+    try:
+        time.sleep(0.3)
+        rc, out = cli("--cluster", "reshard", "127.0.0.1:%d" % src.port,
+                      "--cluster-from", src.id, "--cluster-to", dst.id,
+                      "--cluster-slots", nslots, "--cluster-yes")
+        check(rc == 0, "redis-cli --cluster reshard failed:\n%s", out[-2000:])
+        time.sleep(0.5)
+        during = flow.count()
+    finally:
+        allowed = flow.stop()
+    moved = errorstat(src.port, "MOVED") - moved0
+    print("# reshard of %d slots: %d checks, MOVED %d" % (nslots, during, moved))
+    owners = wait_cluster_ok(fx.nodes, "after the reshard")
+    eq([owners[s] for s in (moving[0], moving[-1])], [dst.port] * 2, "owners of the moved slots")
+    check(moved > 0, "no MOVED redirection happened after the reshard")
+    exact_after(fx.ports[0], "mig1", k1, [100000], allowed[0] + 1)
+    exact_after(fx.ports[1], "mig1", k2, [100000], allowed[1] + 1)
+
+
+def wait_readyz(port, status, timeout):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        st, _, body = H.request(port, "GET", "/readyz")
+        if st == status:
+            return body
+        last = (st, body)
+        time.sleep(0.05)
+    raise H.Fail("GET /readyz did not become %d within %ss (last %r)" % (status, timeout, last))
+
+
+def case_master_restart(fx):
+    victim = fx.nodes[1]
+    owners = fx.owners()
+    theirs = next("d%d" % i for i in range(1000) if owners[slot_of("down", "d%d" % i)] == victim.port)
+    ours = next("d%d" % i for i in range(1000) if owners[slot_of("down", "d%d" % i)] != victim.port)
+    victim.kill()
+    for d in fx.daemons:
+        body = wait_readyz(d.port, 503, 5)
+        check("cluster master" in str(body), "/readyz reason does not say why: %r", body)
+    # its keys: answered at once by failure_mode (closed: 503), never queued
+    t0 = time.monotonic()
+    st, _, ans = post(fx.ports[0], {"key": theirs, "policy": "down"})
+    eq(st, 503, "a check on the dead master (%r)" % (ans,))
+    check(time.monotonic() - t0 < 1.0, "the check on a dead master waited %.2fs",
+          time.monotonic() - t0)
+    # the other masters' keys are served meanwhile
+    st, _, ans = post(fx.ports[0], {"key": ours, "policy": "down"})
+    eq(clean(st, ans), "allowed", "a check on a live master")
+    victim.restart()
+    wait_cluster_ok(fx.nodes, "after the restart")
+    for d in fx.daemons:
+        ready_everywhere(d)
+    for d in fx.daemons:
+        st, _, ans = post(d.port, {"key": theirs, "policy": "down"})
+        eq(clean(st, ans), "allowed", "a check on the restarted master")
+    for d in fx.daemons:
+        st, _, text = H.request(d.port, "GET", "/metrics")
+        m = re.search(r"^ratelimitd_\w*reconnect\w* (\d+)", str(text), re.M)
+        check(m is not None and int(m.group(1)) >= 1, "no reconnect counted in /metrics")
+
+
+def role(port):
+    return info(port, "replication").get("role")
+
+
+def daemon_clients(port):
+    """Client connections on a node that are neither replication links nor
+    this very CLIENT LIST: the daemons'."""
+    out = []
+    for line in rcmd(port, "CLIENT", "LIST").splitlines():
+        f = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
+        if "M" in f.get("flags", "") or "S" in f.get("flags", "") or f.get("cmd") == "client|list":
+            continue
+        out.append(line)
+    return out
+
+
+def case_failover(fx):
+    """A replica promoted by CLUSTER FAILOVER while its master's keys are
+    checked: nothing lost, the counts exact (the replica had every write), and
+    the daemons close their connections to the demoted master."""
+    old = fx.nodes[2]
+    rep = Node()
+    rc, out = cli("--cluster", "add-node", "127.0.0.1:%d" % rep.port, "127.0.0.1:%d" % old.port,
+                  "--cluster-slave", "--cluster-master-id", old.id)
+    check(rc == 0, "redis-cli --cluster add-node failed:\n%s", out[-2000:])
+    fx.nodes.append(rep)
+    wait_cluster_ok(fx.nodes, "after adding a replica")
+    deadline = time.monotonic() + 20
+    while info(rep.port, "replication").get("master_link_status") != "up":
+        check(time.monotonic() < deadline, "the replica never synced")
+        time.sleep(0.1)
+    owners = fx.owners()
+    idents = [i for i in ("fo%d" % k for k in range(200))
+              if owners[slot_of("mig1", i)] == old.port][:3]
+    bodies = [{"key": i, "policy": "mig1"} for i in idents]
+    for b in bodies:
+        st, _, ans = post(fx.ports[0], b)
+        check(clean(st, ans) == "allowed", "first check %r: %r", b, ans)
+    check(daemon_clients(old.port), "no daemon connection on the master before the failover")
+    moved0 = errorstat(old.port, "MOVED")
+    flow = Flow(fx.ports, bodies, threads=6)
+    try:
+        time.sleep(0.3)
+        eq(rcmd(rep.port, "CLUSTER", "FAILOVER"), "OK", "CLUSTER FAILOVER")
+        deadline = time.monotonic() + 15
+        while not (role(rep.port) == "master" and role(old.port) == "slave"):
+            check(time.monotonic() < deadline, "the failover did not complete")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        during = flow.count()
+    finally:
+        allowed = flow.stop()
+    print("# failover: %d checks, MOVED from the demoted master %d"
+          % (during, errorstat(old.port, "MOVED") - moved0))
+    owners = wait_cluster_ok(fx.nodes, "after the failover")
+    check(all(owners[slot_of("mig1", i)] == rep.port for i in idents),
+          "the promoted replica does not own the keys' slots")
+    for port, (ident, n) in zip([fx.ports[0], fx.ports[1], fx.ports[0]], zip(idents, allowed)):
+        exact_after(port, "mig1", ident, [100000], n + 1)
+    # Redis tells no client about a failover: a worker learns it from a MOVED
+    # or its periodic refresh.  The flow's few connections may all have gone to
+    # one worker per daemon; fresh connections (cost 0) reach every worker.
+    for d in fx.daemons:
+        for k in range(24):
+            st, _, ans = post(d.port, {"key": idents[k % len(idents)], "policy": "mig1", "cost": 0})
+            clean(st, ans)
+    deadline = time.monotonic() + 5
+    while daemon_clients(old.port):
+        check(time.monotonic() < deadline, "connections to the demoted master stay open: %s",
+              daemon_clients(old.port)[:2])
+        time.sleep(0.05)
+    for d in fx.daemons:
+        ready_everywhere(d)
+
+
+def case_auto_failover(fx):
+    """A master with a replica killed: after cluster-node-timeout the replica
+    is promoted; the daemons find it (reconnect attempts to the dead master ask
+    for a refresh), and its keys are served again with their counts."""
+    victim = next(n for n in fx.masters()
+                  if int(info(n.port, "replication").get("connected_slaves", 0)) > 0)
+    heir = next(n for n in fx.nodes if n is not victim and role(n.port) == "slave" and
+                info(n.port, "replication").get("master_port") == str(victim.port))
+    owners = fx.owners()
+    idents = [i for i in ("af%d" % k for k in range(300))
+              if owners[slot_of("down", i)] == victim.port][:2]
+    for i in idents:
+        for _ in range(5):
+            st, _, ans = post(fx.ports[0], {"key": i, "policy": "down"})
+            eq(clean(st, ans), "allowed", "check before the kill")
+    deadline = time.monotonic() + 10
+    while (int(info(heir.port, "replication").get("master_repl_offset", 0)) <
+           int(info(victim.port, "replication").get("master_repl_offset", 0))):
+        check(time.monotonic() < deadline, "the replica did not catch up")
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    victim.kill()
+    while role(heir.port) != "master":
+        check(time.monotonic() - t0 < 20, "the replica was not promoted within 20 s")
+        time.sleep(0.05)
+    promoted = time.monotonic() - t0
+    for d in fx.daemons:
+        ready_everywhere(d, timeout=20)
+    ready = time.monotonic() - t0
+    print("# automatic failover: replica promoted %.1f s after the kill "
+          "(cluster-node-timeout 3 s), both daemons ready on every worker at %.1f s"
+          % (promoted, ready))
+    for k, i in enumerate(idents):
+        st, _, ans = post(fx.ports[k % 2], {"key": i, "policy": "down"})
+        eq(clean(st, ans), "allowed", "check after the failover")
+        eq(ans["remaining"], 1000 - 6, "remaining of %s after the failover (counts kept)" % i)
+    victim.restart()            # back as a replica of its heir
+    wait_cluster_ok(fx.nodes, "after the old master came back")
+
+
+def case_auth(fx):
+    user, good_pw, bad_pw = "rluser", "s3cret-pw-0xC0FFEE", "wr0ng-pw-0xBADBAD"
+    for n in fx.nodes:
+        eq(rcmd(n.port, "ACL", "SETUSER", user, "on", ">" + good_pw, "~*", "+@all"), "OK",
+           "ACL SETUSER on %d" % n.port)
+    try:
+        cfg = daemon_config(fx.nodes[0].port)
+        cfg["redis"] = dict(cfg["redis"], username=user, password=good_pw)
+        with start_daemon(cfg, workers=1) as d:
+            st, _, ans = post(d.port, {"key": "auth-1", "policy": "demo"})
+            eq(clean(st, ans), "allowed", "a check with AUTH")
+            for n in fx.masters():
+                clients = rcmd(n.port, "CLIENT", "LIST")
+                check("user=%s " % user in clients, "no connection authenticated as %s on "
+                      "master %d", user, n.port)
+            check(good_pw not in d.log(), "the password reached the log")
+        cfg["redis"] = dict(cfg["redis"], password=bad_pw)
+        with H.Daemon(cfg, ready=False) as d:
+            deadline = time.monotonic() + 5
+            while "handshake failed" not in d.log() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            check("handshake failed" in d.log(), "a refused AUTH was not logged")
+            st, _, body = H.request(d.port, "GET", "/readyz")
+            eq(st, 503, "GET /readyz with a wrong password (%r)" % (body,))
+            st, _, ans = post(d.port, {"key": "auth-2", "policy": "demo"})
+            eq(st, 503, "a check with a wrong password (%r)" % (ans,))
+            check(bad_pw not in d.log(), "the password reached the log")
+    finally:
+        for n in fx.nodes:
+            rcmd(n.port, "ACL", "DELUSER", user)
+
+
+WRK_LUA = r"""
+local counter = 0
+function setup(thread)
+    thread:set("tid", counter)
+    counter = counter + 1
+end
+local reqs, i = {}, 0
+function init(args)
+    local headers = { ["Content-Type"] = "application/json" }
+    for k = 0, 4999 do
+        reqs[#reqs + 1] = wrk.format("POST", "/check", headers,
+            string.format('{"key":"t%d-%d","policy":"bench"}', tid, k))
+    end
+end
+function request()
+    i = i % #reqs + 1
+    return reqs[i]
+end
+"""
+
+
+def measure(port, seconds=3):
+    """Checks per second answered 200 on distinct keys: wrk when installed,
+    else Python threads.  (rate, tool, non-2xx)."""
+    if shutil.which("wrk"):
+        path = os.path.join(H.tmpdir(), "bench.lua")
+        with open(path, "w") as f:
+            f.write(WRK_LUA)
+        r = subprocess.run(["wrk", "-t2", "-c32", "-d%ds" % seconds, "-s", path,
+                            "http://127.0.0.1:%d" % port], capture_output=True,
+                           timeout=seconds + 30)
+        out = r.stdout.decode("utf-8", "replace")
+        m = re.search(r"Requests/sec:\s*([\d.]+)", out)
+        check(m is not None, "wrk printed no rate:\n%s", out + r.stderr.decode())
+        bad = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", out)
+        return float(m.group(1)), "wrk -t2 -c32", int(bad.group(1)) if bad else 0
+    done, bad = [0], [0]
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def worker(i):
+        n = b = 0
+        with H.Client(port) as c:
+            while time.monotonic() < stop:
+                st, _, _ = c.request("POST", "/check", {"key": "p%d-%d" % (i, n),
+                                                        "policy": "bench"})
+                n += 1
+                b += st != 200
+        with lock:
+            done[0] += n
+            bad[0] += b
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=seconds + 30)
+    return done[0] / seconds, "python 16 threads", bad[0]
+
+
+def evalsha_usec(nodes):
+    calls = usec = 0
+    for n in nodes:
+        v = info(n.port, "commandstats").get("cmdstat_evalsha", "")
+        m = re.search(r"calls=(\d+),usec=(\d+)", v)
+        if m:
+            calls += int(m.group(1))
+            usec += int(m.group(2))
+    return usec / calls if calls else 0.0
+
+
+def case_throughput(fx):
+    """Checks/s on distinct keys through one daemon (-w 2): the standalone
+    backend on one plain Redis (the baseline), the cluster backend on a
+    1-master cluster and on the 3-master one; rounds interleaved, means
+    printed.  Everything shares this host's cores: not asserted."""
+    single = make_cluster(1)
+    plain = H.Redis()
+    daemons = []
+    try:
+        cfg = daemon_config(0)
+        del cfg["redis"]["cluster"]
+        # the baseline: backend "redis" (-r URL), the same policies
+        daemons.append(ready_everywhere(H.Daemon(cfg, redis=plain, workers=2, ready=True)))
+        daemons.append(start_daemon(daemon_config(single[0].port)))
+        daemons.append(start_daemon(daemon_config(fx.masters()[0].port)))
+        setups = [("standalone", daemons[0], [plain]), ("1 master", daemons[1], single),
+                  ("3 masters", daemons[2], fx.masters())]
+        rates = {label: [] for label, _, _ in setups}
+        usec = {label: [] for label, _, _ in setups}
+        tool = ""
+        for _ in range(2):
+            for label, d, nodes in setups:
+                for n in nodes:
+                    rcmd(n.port, "CONFIG", "RESETSTAT")
+                rate, tool, bad = measure(d.port)
+                eq(bad, 0, "non-2xx answers under load (%s)" % label)
+                rates[label].append(rate)
+                usec[label].append(evalsha_usec(nodes))
+        for label, _, _ in setups:
+            r = rates[label]
+            print("# throughput %-10s: %6.0f checks/s (mean of %s; %s, daemon -w 2, distinct "
+                  "keys, 2 shared cores); Redis EVALSHA %.1f us/call" % (
+                      label, sum(r) / len(r), "/".join("%.0f" % x for x in r), tool,
+                      sum(usec[label]) / len(usec[label])))
+        check(all(min(v) > 0 for v in rates.values()), "no throughput measured")
+    finally:
+        for d in daemons:
+            d.kill()
+        for n in single:
+            n.kill()
+        plain.kill()
+
+
+def case_clean_stop(fx):
+    # in-flight checks answered, every connection and timer freed: exit 0
+    # (a sanitizer build exits non-zero on a leak)
+    flow = Flow(fx.ports, [{"key": "stop%d" % i, "policy": "bench"} for i in range(10)],
+                threads=4, pause=0)
+    time.sleep(0.3)
+    codes = [d.stop() for d in fx.daemons]
+    flow.halt.set()
+    for t in flow.ts:
+        t.join(timeout=30)
+    eq(codes, [0, 0], "exit codes after SIGTERM with checks in flight")
+
+
+CASES = [
+    ("3-master cluster covers every slot", case_cluster_up),
+    ("the test's CRC16 matches CLUSTER KEYSLOT", case_keyslot),
+    ("GET /readyz 200 on both daemons (cluster backend)", case_ready),
+    ("limit 3: 3 allowed then 429, for keys on each of the 3 masters", case_article),
+    ("slot-range edges too: no MOVED/ASK/NOSCRIPT in steady state (our slot = the cluster's)",
+     case_no_redirects),
+    ("one key, limit 100: 300 checks, 30 threads, 2 daemons -> exactly 100", case_hot_key),
+    ("5 keys over 3 masters, limit 20: exactly 20 each", case_spread_keys),
+    ("SCRIPT FLUSH on one master: no error, limit exact (EVAL fallback)", case_script_flush),
+    ("slot migrated by hand under load (ASK, TRYAGAIN, MOVED): none lost, exact",
+     case_migrate_ask),
+    ("redis-cli --cluster reshard under load: none lost, exact", case_reshard),
+    ("a master killed: /readyz 503, its keys fail fast; restarted: ready again",
+     case_master_restart),
+    ("replica promoted (CLUSTER FAILOVER) under load: none lost, exact, old master closed",
+     case_failover),
+    ("master killed, replica promoted by the cluster: daemons follow, counts kept",
+     case_auto_failover),
+    ("AUTH with redis.username/password on every node; a wrong one: 503, not logged",
+     case_auth),
+    ("throughput with 1 and 3 masters (printed)", case_throughput),
+    ("SIGTERM with checks in flight: both daemons exit 0", case_clean_stop),
+]
+
+
+if __name__ == "__main__":
+    from harness import suite
+    suite(CASES, fixture, timeout=SUITE_TIMEOUT)
