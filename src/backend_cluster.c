@@ -45,6 +45,7 @@
 #include "backend.h"
 #include "log.h"
 #include "lua_scripts.h"
+#include "script.h"
 #include "metrics.h"
 #include "redis_url.h"
 #include "util.h"
@@ -626,28 +627,11 @@ static void
 answer_reply(struct cop *op, const redisReply *r)
 {
     struct rl_check_res res;
-    size_t n = op->req->policy->nlimits;
+    const char *why;
 
-    memset(&res, 0, sizeof(res));
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 3 * n) {
-        answer_status(op, RL_BACKEND_ERROR, "unexpected reply from the check script");
+    if (script_reply_parse(r, op->req->policy->nlimits, &res, &why) != RL_OK) {
+        answer_status(op, RL_BACKEND_ERROR, why);
         return;
-    }
-    for (size_t i = 0; i < r->elements; i++) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
-            answer_status(op, RL_BACKEND_ERROR, "non-integer in the check script's reply");
-            return;
-        }
-    }
-    res.status = RL_BACKEND_OK;
-    res.allowed = r->element[0]->integer == 1;
-    res.nlimits = n;
-    for (size_t i = 0; i < n; i++) {
-        struct rl_limit_result *l = &res.limits[i];
-        l->remaining = r->element[1 + 3 * i]->integer;
-        l->reset_ms = r->element[2 + 3 * i]->integer;
-        l->retry_after_ms = r->element[3 + 3 * i]->integer;
-        l->allowed = l->retry_after_ms == 0;
     }
     op->answered = 1;
     op->req = NULL;
@@ -705,49 +689,16 @@ on_aux(redisAsyncContext *ac, void *reply, void *privdata)
 static int
 op_send(struct cop *op, struct cnode *n, int asking)
 {
-    const struct rl_check_req *req = op->req;
-    const struct rl_policy *p = req->policy;
-    const char *argv[5 + RL_LIMITS_MAX * 5];
-    size_t lens[RL_ARRAY_LEN(argv)];
-    char keys[RL_LIMITS_MAX][RL_LIMIT_KEY_MAX];
-    char nums[2 + RL_LIMITS_MAX * 3][24];
-    int argc = 0, k = 0, eval = op->sent_eval;
+    struct rl_script_call c;
 
-    argv[argc] = eval ? "EVAL" : "EVALSHA";
-    lens[argc++] = strlen(argv[0]);
-    argv[argc] = eval ? rl_lua_check : rl_lua_check_sha;
-    lens[argc++] = eval ? rl_lua_check_len : strlen(rl_lua_check_sha);
-    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%zu", p->nlimits);
-    argv[argc++] = nums[k++];
-    for (size_t i = 0; i < p->nlimits; i++) {
-        int len = backend_limit_key(req, i, keys[i], sizeof(keys[i]));
-        if (len < 0)
-            return RL_ERR;
-        argv[argc] = keys[i];
-        lens[argc++] = (size_t)len;
-    }
-    argv[argc] = "";            /* now: the script reads Redis TIME */
-    lens[argc++] = 0;
-    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)req->cost);
-    argv[argc++] = nums[k++];
-    for (size_t i = 0; i < p->nlimits; i++) {
-        const struct rl_limit *l = &p->limits[i];
-        argv[argc] = algo_def(l->algo)->tag;
-        lens[argc] = strlen(argv[argc]);
-        argc++;
-        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->limit);
-        argv[argc++] = nums[k++];
-        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->window_ms);
-        argv[argc++] = nums[k++];
-        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->burst);
-        argv[argc++] = nums[k++];
-    }
+    if (script_call_build(&c, op->req, op->sent_eval) != RL_OK)
+        return RL_ERR;
     if (n->pending == 0)
         n->last_reply_us = now_monotonic_us();
     /* Both on one connection, so they arrive back to back. */
     if (asking && node_command(n, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (redisAsyncCommandArgv(n->ac, on_reply, op, argc, argv, lens) != REDIS_OK)
+    if (redisAsyncCommandArgv(n->ac, on_reply, op, c.argc, c.argv, c.lens) != REDIS_OK)
         return RL_ERR;
     n->pending++;
     op->inflight++;

@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "log.h"
 #include "lua_scripts.h"
+#include "script.h"
 #include "metrics.h"
 #include "redis_url.h"
 #include "util.h"
@@ -154,28 +155,11 @@ static void
 answer_reply(struct redis_op *op, const redisReply *r)
 {
     struct rl_check_res res;
-    size_t n = op->req->policy->nlimits;
+    const char *why;
 
-    memset(&res, 0, sizeof(res));
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 3 * n) {
-        answer_status(op, RL_BACKEND_ERROR, "unexpected reply from the check script");
+    if (script_reply_parse(r, op->req->policy->nlimits, &res, &why) != RL_OK) {
+        answer_status(op, RL_BACKEND_ERROR, why);
         return;
-    }
-    for (size_t i = 0; i < r->elements; i++) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
-            answer_status(op, RL_BACKEND_ERROR, "non-integer in the check script's reply");
-            return;
-        }
-    }
-    res.status = RL_BACKEND_OK;
-    res.allowed = r->element[0]->integer == 1;
-    res.nlimits = n;
-    for (size_t i = 0; i < n; i++) {
-        struct rl_limit_result *l = &res.limits[i];
-        l->remaining = r->element[1 + 3 * i]->integer;
-        l->reset_ms = r->element[2 + 3 * i]->integer;
-        l->retry_after_ms = r->element[3 + 3 * i]->integer;
-        l->allowed = l->retry_after_ms == 0;
     }
     op->answered = 1;
     op->req = NULL;
@@ -255,44 +239,11 @@ static void schedule_reconnect(struct redis_backend *rb);
 static int
 send_check(struct redis_op *op, int eval)
 {
-    const struct rl_check_req *req = op->req;
-    const struct rl_policy *p = req->policy;
-    const char *argv[5 + RL_LIMITS_MAX * 5];
-    size_t lens[RL_ARRAY_LEN(argv)];
-    char keys[RL_LIMITS_MAX][RL_LIMIT_KEY_MAX];
-    char nums[2 + RL_LIMITS_MAX * 3][24];
-    int argc = 0, k = 0;
+    struct rl_script_call c;
 
-    argv[argc] = eval ? "EVAL" : "EVALSHA";
-    lens[argc++] = strlen(argv[0]);
-    argv[argc] = eval ? rl_lua_check : rl_lua_check_sha;
-    lens[argc++] = eval ? rl_lua_check_len : strlen(rl_lua_check_sha);
-    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%zu", p->nlimits);
-    argv[argc++] = nums[k++];
-    for (size_t i = 0; i < p->nlimits; i++) {
-        int n = backend_limit_key(req, i, keys[i], sizeof(keys[i]));
-        if (n < 0)
-            return RL_ERR;
-        argv[argc] = keys[i];
-        lens[argc++] = (size_t)n;
-    }
-    argv[argc] = "";            /* now: the script reads Redis TIME */
-    lens[argc++] = 0;
-    lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)req->cost);
-    argv[argc++] = nums[k++];
-    for (size_t i = 0; i < p->nlimits; i++) {
-        const struct rl_limit *l = &p->limits[i];
-        argv[argc] = algo_def(l->algo)->tag;
-        lens[argc] = strlen(argv[argc]);
-        argc++;
-        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->limit);
-        argv[argc++] = nums[k++];
-        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->window_ms);
-        argv[argc++] = nums[k++];
-        lens[argc] = (size_t)snprintf(nums[k], sizeof(nums[k]), "%lld", (long long)l->burst);
-        argv[argc++] = nums[k++];
-    }
-    return send_argv(op->rb, on_reply, op, argc, argv, lens);
+    if (script_call_build(&c, op->req, eval) != RL_OK)
+        return RL_ERR;
+    return send_argv(op->rb, on_reply, op, c.argc, c.argv, c.lens);
 }
 
 static void
