@@ -42,7 +42,10 @@
  * even when no check is waiting. */
 #define HEARTBEAT_MS 250
 #define IDLE_PING_MS 1000
-/* Requests outstanding on one connection at most; past it, fail fast. */
+/* The ring of send times holds this many; redis.max_pending (<= it) is the
+ * real cap: past it a check fails fast instead of joining a queue that Redis
+ * would only reach after the check's deadline (a timed-out request still runs
+ * in Redis, so an unbounded queue means working for nobody). */
 #define PENDING_MAX 65536
 
 enum conn_state { S_DOWN, S_CONNECTING, S_HANDSHAKE, S_READY };
@@ -53,6 +56,7 @@ struct redis_backend {
     struct rl_redis_url url;
     char *display;              /* the URL without credentials, for logs */
     int64_t connect_timeout_ms;
+    unsigned max_pending;
     redisAsyncContext *ac;
     enum conn_state state;
     struct event *retry_ev;     /* reconnect after backoff */
@@ -210,7 +214,7 @@ static int
 send_argv(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int argc,
           const char **argv, const size_t *lens)
 {
-    if (rb->ac == NULL || rb->pending >= PENDING_MAX ||
+    if (rb->ac == NULL || rb->pending >= rb->max_pending ||
         redisAsyncCommandArgv(rb->ac, fn, priv, argc, argv, lens) != REDIS_OK)
         return RL_ERR;
     sent_push(rb);
@@ -864,6 +868,7 @@ redis_create(struct rl_backend **out, struct event_base *evb,
                   ? xasprintf("sentinel:%s", rb->sentinel_master)
                   : redis_url_display(&rb->url);
     rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
+    rb->max_pending = (unsigned)cfg->redis.max_pending;
     rb->backoff_ms = BACKOFF_MIN_MS;
     rb->down_reason = "not connected yet";
     rb->retry_ev = evtimer_new(evb, on_retry, rb);

@@ -98,6 +98,7 @@ struct rl_redis_conf {
     struct rl_sentinel_conf sentinel;   /* master != NULL: Sentinel */
     int64_t timeout_ms;
     int64_t connect_timeout_ms;
+    int64_t max_pending;        /* requests outstanding per connection */
     char *key_prefix;
     char *username;
     char *password;
