@@ -308,6 +308,8 @@ static const struct field top_fields[] = {
      64 * 1024 * 1024, NULL, NULL, 0, F_RESTART, SIZE_HINT},
     {"max_inflight", T_INT, offsetof(struct rl_config, max_inflight), "10000", 1,
      10000000, NULL, NULL, 0, 0, NULL},
+    {"access_log", T_INT, offsetof(struct rl_config, access_log), "0", 0, 1000000,
+     NULL, NULL, 0, 0, NULL},
     {"forward_auth", T_BOOL, offsetof(struct rl_config, forward_auth), "false", 0, 0,
      NULL, NULL, 0, 0, NULL},
     {"deny_cache", T_BOOL, offsetof(struct rl_config, deny_cache), "true", 0, 0,

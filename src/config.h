@@ -118,6 +118,7 @@ struct rl_config {
     int64_t max_inflight;       /* per worker; past it a fast 503 */
     int deny_cache;             /* answer known denials locally */
     int forward_auth;           /* any method on /check and /check/... */
+    int64_t access_log;         /* log one check in N; 0: off */
     int64_t deny_cache_size;    /* slots per worker */
     int64_t shutdown_grace_ms;
     enum rl_log_level log_level;

@@ -28,7 +28,26 @@
 struct http_check {
     struct evhttp_request *req;
     struct rl_worker *w;
+    int64_t start_us;               /* access log only: 0 when not logged */
 };
+
+/* One line per sampled check: what was decided, never who by key (a key
+ * may be a secret); the peer address is the connection's, not the caller's. */
+static void
+access_log(const struct http_check *hc, const struct rl_decision *d)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(hc->req);
+    char *peer = NULL;
+    ev_uint16_t port = 0;
+
+    if (evcon != NULL)
+        evhttp_connection_get_peer(evcon, &peer, &port);
+    log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
+             "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
+             hc->w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
+             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded,
+             d->shadow, peer ? peer : "-", (long long)(now_monotonic_us() - hc->start_us));
+}
 
 static void
 send_json(struct evhttp_request *req, int code, const char *reason,
@@ -94,6 +113,8 @@ on_check_done(const struct rl_decision *d, void *arg)
     char body[2048];
     size_t n;
 
+    if (hc->start_us != 0)
+        access_log(hc, d);
     if (d->status == 503) {
         send_error(req, 503, "backend unavailable");
     } else {
@@ -236,6 +257,8 @@ handle_check(struct evhttp_request *req, struct rl_worker *w, const char *path,
     hc = xmalloc(sizeof(*hc));
     hc->req = req;
     hc->w = w;
+    hc->start_us = cfg->access_log > 0 && ++w->access_seq % (uint64_t)cfg->access_log == 0
+                   ? now_monotonic_us() : 0;
     worker_check_begin(w);
     if (check_start(&w->env, cfg, &ci, on_check_done, hc, &status, &error) != RL_OK) {
         metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);

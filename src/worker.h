@@ -33,6 +33,7 @@ struct rl_worker {
     struct rl_metrics *metrics;     /* this worker's counters */
     int draining;
     int64_t grace_ms;
+    uint64_t access_seq;            /* checks seen, for access_log sampling */
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */

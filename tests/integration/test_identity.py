@@ -507,6 +507,19 @@ def t_api_key_not_logged(dt, du, r):
               "\n".join(l for l in log.splitlines() if SECRET in l)[:2000])
 
 
+def t_access_log(dt, du, r):
+    # access_log samples one check in N and never writes the key
+    cfg = dict(CONFIG_TRUSTED, access_log=2)
+    with H.Daemon(cfg, redis=r) as d:
+        for i in range(6):
+            H.request(d.port, "POST", "/check", {"policy": "apikey"}, {"X-Api-Key": SECRET})
+        lines = [l for l in d.log().splitlines() if "msg=check " in l]
+        eq(len(lines), 3, "access log lines for 6 checks sampled 1 in 2")
+        check(all("policy=apikey" in l and "status=" in l for l in lines),
+              "access log lines name the policy and status: %r", lines)
+        check(SECRET not in d.log(), "the API key is in the log")
+
+
 CASES = [
     ("source body: the body key names the caller", t_source_body),
     ("source header:X-Api-Key: the header names the caller", t_source_header),
@@ -531,6 +544,7 @@ CASES = [
      t_injection_redis_keys),
     ("key of 513 bytes (or empty) is 400 naming key", t_key_513_bytes),
     ("the X-Api-Key value never appears in the log (level debug)", t_api_key_not_logged),
+    ("access_log: one check in N, no key", t_access_log),
 ]
 
 
