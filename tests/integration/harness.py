@@ -10,6 +10,14 @@ Environment:
                relative to this file, i.e. an in-tree build)
   RL_SRCDIR    absolute path of the source tree (unused by most tests)
   REDIS_SERVER / REDIS_CLI  override the redis binaries' names
+  RL_TOPOLOGY  standalone (default) | cluster | sentinel: what `Redis()` starts.
+               cluster: 3 masters (no replicas) joined by `redis-cli --cluster
+               create`; sentinel: a master, one replica and 3 sentinels.  A
+               Daemon given redis=r then gets r.daemon_config() merged into its
+               config ({"redis": {"cluster": [...]}} / {"redis": {"sentinel":
+               {...}}}) instead of `-r URL`, and r.cli() answers for the whole
+               topology (see ClusterRedis.cli).  scripts/test-topologies runs
+               the core suites under each.
   RL_VALGRIND  1: run every Daemon under valgrind (memcheck, definite leaks are
                errors) with generous timeouts; Daemon.stop() and wait() then
                fail on valgrind's exit code 99, and a daemon that valgrind
@@ -41,6 +49,8 @@ REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 REDIS_CLI = os.environ.get("REDIS_CLI", "redis-cli")
 
 VALGRIND = os.environ.get("RL_VALGRIND", "") == "1"
+TOPOLOGIES = ("standalone", "cluster", "sentinel")
+TOPOLOGY = os.environ.get("RL_TOPOLOGY", "") or "standalone"
 # RL_SANITIZED=1: the daemon is an ASan/UBSan build; every daemon still
 # running at the end of its block is stopped with SIGTERM, and an exit code
 # other than 0 (a leak report, an error) fails the file with its log.
@@ -176,9 +186,26 @@ class Redis:
 
         with Redis() as r:
             r.port, r.url, r.cli("DBSIZE")
+
+    Under RL_TOPOLOGY=cluster / sentinel, Redis() builds a ClusterRedis /
+    SentinelRedis instead (Redis(topology="standalone") forces this class).
     """
 
-    def __init__(self):
+    topology = "standalone"
+
+    def __new__(cls, *args, topology=None, **kw):
+        if cls is Redis:
+            topo = topology or TOPOLOGY
+            if topo not in TOPOLOGIES:
+                raise HarnessError("RL_TOPOLOGY=%r: expected one of %s" % (topo, "|".join(TOPOLOGIES)))
+            cls = {"standalone": Redis, "cluster": ClusterRedis, "sentinel": SentinelRedis}[topo]
+        return super().__new__(cls)
+
+    def daemon_config(self):
+        """What a Daemon given redis=self merges into its config (None: pass -r URL)."""
+        return None
+
+    def __init__(self, topology=None):
         self.port = None
         self.proc = None
         self.paused = False
@@ -286,6 +313,364 @@ class Redis:
         return False
 
 
+def _resp(port, *args, timeout=2.0):
+    """One command on a fresh connection (minimal RESP2): str, int, list, None;
+    an error reply is raised as HarnessError."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        sock.sendall(b"".join(out))
+        f = sock.makefile("rb")
+        try:
+            return _resp_read(f)
+        finally:
+            f.close()
+
+
+def _resp_read(f):
+    line = f.readline()
+    if not line.endswith(b"\r\n"):
+        raise OSError("connection closed by redis")
+    t, rest = line[:1], line[1:-2]
+    if t == b"+":
+        return rest.decode()
+    if t == b"-":
+        raise HarnessError("redis error: %s" % rest.decode())
+    if t == b":":
+        return int(rest)
+    if t == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2].decode("utf-8", "replace")
+    if t == b"*":
+        n = int(rest)
+        return None if n < 0 else [_resp_read(f) for _ in range(n)]
+    raise OSError("bad RESP line %r" % line)
+
+
+def _cli_at(port, args):
+    if shutil.which(REDIS_CLI) is None:
+        raise HarnessError("redis-cli not found in PATH")
+    r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port)] + [str(a) for a in args],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=HTTP_TIMEOUT)
+    return r.stdout.decode("utf-8", "replace").strip()
+
+
+def _wait_until(cond, what, timeout=START_TIMEOUT * 2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return
+        except (OSError, HarnessError) as e:
+            last = e
+        time.sleep(0.05)
+    raise HarnessError("timed out after %ss waiting for %s%s"
+                       % (timeout, what, " (last: %s)" % last if last else ""))
+
+
+class _Server:
+    """One redis-server (or sentinel) with a config file in its own directory."""
+
+    def __init__(self, name, lines, sentinel=False):
+        if shutil.which(REDIS_SERVER) is None:
+            raise HarnessError("redis-server not found in PATH (%r): it is required, "
+                               "install the Debian package redis-server" % REDIS_SERVER)
+        self.name = name
+        for _ in range(5):           # the free port may be taken meanwhile
+            self.port = free_port()
+            self.dir = os.path.join(tmpdir(), "%s-%d" % (name, self.port))
+            os.makedirs(self.dir, exist_ok=True)
+            self.logfile = os.path.join(self.dir, "redis.log")
+            conf = os.path.join(self.dir, "redis.conf")
+            with open(conf, "w") as f:
+                f.write("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\ndaemonize no\n"
+                        % (self.port, self.dir))
+                for line in lines:
+                    f.write(line + "\n")
+            log = open(self.logfile, "ab")
+            try:
+                self.proc = _track(subprocess.Popen(
+                    [REDIS_SERVER, conf] + (["--sentinel"] if sentinel else []),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+            finally:
+                log.close()
+            deadline = time.monotonic() + START_TIMEOUT
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    if _resp(self.port, "PING", timeout=1.0) == "PONG":
+                        return
+                except (OSError, HarnessError):
+                    pass
+                time.sleep(0.02)
+            self.kill()
+        raise HarnessError("%s failed to start 5 times; last log:\n%s"
+                           % (name, "\n".join(_tail(self.logfile))))
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+            except OSError:
+                pass
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+def _sum_stat_fields(acc, text):
+    """'calls=3,usec=10,...' added into the dict acc (numbers summed)."""
+    for kv in text.split(","):
+        k, _, v = kv.partition("=")
+        try:
+            n = float(v) if "." in v else int(v)
+        except ValueError:
+            acc.setdefault(k, v)
+            continue
+        acc[k] = acc.get(k, 0) + n
+
+
+def _merge_info(outputs):
+    """INFO of every master as one: cmdstat_*, errorstat_* and dbN lines summed
+    (usec_per_call recomputed), every other line as the first master says."""
+    summed, order, base = {}, [], []
+    for i, text in enumerate(outputs):
+        for line in text.splitlines():
+            key, sep, val = line.partition(":")
+            if sep and (key.startswith(("cmdstat_", "errorstat_")) or
+                        (key.startswith("db") and key[2:].isdigit())):
+                if key not in summed:
+                    summed[key] = {}
+                    order.append(key)
+                    if i == 0:
+                        base.append(("stat", key))
+                _sum_stat_fields(summed[key], val)
+            elif i == 0:
+                base.append(("line", line))
+    placed = {v for t, v in base if t == "stat"}
+    out = []
+
+    def fmt(key):
+        d = summed[key]
+        if "usec_per_call" in d and d.get("calls"):
+            d["usec_per_call"] = "%.2f" % (d["usec"] / d["calls"])
+        return "%s:%s" % (key, ",".join("%s=%s" % kv for kv in d.items()))
+    for t, v in base:
+        out.append(fmt(v) if t == "stat" else v)
+    out += [fmt(k) for k in order if k not in placed]
+    return "\n".join(out)
+
+
+class _TopologyRedis(Redis):
+    """What ClusterRedis and SentinelRedis share: .port/.url/.proc name the
+    first node (the master); kill()/stop() end every process of the topology;
+    pause/resume/restart are standalone-only (HarnessError)."""
+
+    def _base_init(self):
+        self.port = None
+        self.proc = None
+        self.paused = False
+        self.logfile = None
+        self.servers = []
+
+    def ping(self):
+        try:
+            return _resp(self.port, "PING", timeout=1.0) == "PONG"
+        except (OSError, HarnessError):
+            return False
+
+    def _unsupported(self, what):
+        raise HarnessError("Redis.%s() is standalone-only; RL_TOPOLOGY=%s has no such fault yet"
+                           % (what, self.topology))
+
+    def pause(self):
+        self._unsupported("pause")
+
+    def resume(self):
+        self._unsupported("resume")
+
+    def restart(self):
+        self._unsupported("restart")
+
+    def stop(self):
+        self.kill()
+
+    def kill(self):
+        for s in self.servers:
+            try:
+                s.kill()
+            except Exception:
+                pass
+
+
+class ClusterRedis(_TopologyRedis):
+    """Three cluster-enabled masters (no replicas) on free loopback ports.
+
+    daemon_config(): {"redis": {"cluster": [every node]}}.  cli() answers for
+    the cluster: --scan / KEYS list every master's keys, DBSIZE sums, INFO sums
+    the cmdstat_/errorstat_/dbN lines, FLUSHALL/FLUSHDB/SCRIPT/CONFIG go to
+    every master (the first's answer returned), an option-led call goes to the
+    first node as is, and any other command is routed by key (`redis-cli -c`).
+    """
+
+    topology = "cluster"
+    NODES = 3
+    ALL_MASTERS = ("flushall", "flushdb", "script", "config", "function")
+
+    def __init__(self, topology=None):
+        self._base_init()
+        try:
+            for _ in range(self.NODES):
+                self.servers.append(_Server("cluster-node", [
+                    "cluster-enabled yes", "cluster-config-file nodes.conf",
+                    "cluster-node-timeout 5000", "cluster-require-full-coverage no"]))
+            self.port, self.proc = self.servers[0].port, self.servers[0].proc
+            self.logfile = self.servers[0].logfile
+            if shutil.which(REDIS_CLI) is None:
+                raise HarnessError("redis-cli not found in PATH (Debian package redis-tools)")
+            r = subprocess.run([REDIS_CLI, "--cluster", "create"] +
+                               ["127.0.0.1:%d" % s.port for s in self.servers] +
+                               ["--cluster-replicas", "0", "--cluster-yes"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+            if r.returncode != 0:
+                raise HarnessError("redis-cli --cluster create failed:\n%s"
+                                   % (r.stdout + r.stderr).decode("utf-8", "replace"))
+            _wait_until(self._consistent, "cluster_state:ok and one slot map on every node")
+        except BaseException:
+            self.kill()
+            raise
+
+    def _consistent(self):
+        maps = []
+        for s in self.servers:
+            info = _resp(s.port, "CLUSTER", "INFO")
+            if "cluster_state:ok" not in info or \
+                    "cluster_known_nodes:%d" % self.NODES not in info:
+                return False
+            maps.append(sorted((r[0], r[1], r[2][1]) for r in _resp(s.port, "CLUSTER", "SLOTS")))
+        covered = sum(e - b + 1 for b, e, _ in maps[0])
+        return covered == 16384 and all(m == maps[0] for m in maps)
+
+    def master_ports(self):
+        return [s.port for s in self.servers]
+
+    def daemon_config(self):
+        return {"redis": {"cluster": ["127.0.0.1:%d" % p for p in self.master_ports()]}}
+
+    def cli(self, *args):
+        a = [str(x) for x in args]
+        head = a[0].lower() if a else ""
+        ports = self.master_ports()
+        if head == "--scan" or head == "keys":
+            return "\n".join(o for o in (_cli_at(p, a) for p in ports) if o)
+        if head == "dbsize":
+            outs = [_cli_at(p, a) for p in ports]
+            try:
+                return str(sum(int(o) for o in outs))
+            except ValueError:
+                return "\n".join(outs)
+        if head == "info":
+            return _merge_info([_cli_at(p, a) for p in ports])
+        if head in self.ALL_MASTERS:
+            outs = [_cli_at(p, a) for p in ports]
+            return outs[0]
+        if head.startswith("-"):
+            return _cli_at(self.port, a)
+        return _cli_at(self.port, ["-c"] + a)
+
+
+class SentinelRedis(_TopologyRedis):
+    """A master, one replica and three sentinels (quorum 2) on loopback.
+
+    .port/.url/.proc are the master's, so cli() talks to the master;
+    daemon_config(): {"redis": {"sentinel": {"master": MASTER, "nodes": [...]}}}.
+    """
+
+    topology = "sentinel"
+    MASTER = "rlmaster"
+
+    def __init__(self, topology=None):
+        self._base_init()
+        try:
+            self.master = _Server("sentinel-master", [])
+            self.servers.append(self.master)
+            self.port, self.proc = self.master.port, self.master.proc
+            self.logfile = self.master.logfile
+            self.replica = _Server("sentinel-replica", ["replicaof 127.0.0.1 %d" % self.port])
+            self.servers.append(self.replica)
+            self.sentinels = []
+            for _ in range(3):
+                # down-after generous: a loaded host must not cause a failover
+                s = _Server("sentinel", [
+                    "sentinel monitor %s 127.0.0.1 %d 2" % (self.MASTER, self.port),
+                    "sentinel down-after-milliseconds %s 10000" % self.MASTER,
+                    "sentinel failover-timeout %s 20000" % self.MASTER,
+                    "sentinel parallel-syncs %s 1" % self.MASTER], sentinel=True)
+                self.servers.append(s)
+                self.sentinels.append(s)
+            _wait_until(lambda: "master_link_status:up" in _resp(self.replica.port, "INFO", "replication"),
+                        "the replica to sync")
+            _wait_until(lambda: all(self._named_master(s) == self.port for s in self.sentinels),
+                        "every sentinel to name the master")
+        except BaseException:
+            self.kill()
+            raise
+
+    def _named_master(self, s):
+        r = _resp(s.port, "SENTINEL", "get-master-addr-by-name", self.MASTER)
+        return int(r[1]) if r else None
+
+    def daemon_config(self):
+        return {"redis": {"sentinel": {"master": self.MASTER,
+                                       "nodes": ["127.0.0.1:%d" % s.port for s in self.sentinels]}}}
+
+
+def merge_redis_config(cfg, redis):
+    """cfg (a dict, JSON text or None) with redis.daemon_config() deep-merged
+    into its "redis" object (the test's timeout, key_prefix... kept).  Returns
+    (config, merged?): text that is not a JSON object is returned unmerged."""
+    extra = redis.daemon_config() if redis is not None else None
+    if not extra:
+        return cfg, False
+    if cfg is None:
+        base = {}
+    elif isinstance(cfg, dict):
+        base = cfg
+    else:
+        try:
+            base = json.loads(cfg.decode() if isinstance(cfg, bytes) else cfg)
+        except ValueError:
+            return cfg, False
+        if not isinstance(base, dict):
+            return cfg, False
+    out = dict(base)
+    rc = out.get("redis")
+    rc = dict(rc) if isinstance(rc, dict) else {}
+    rc.update(extra["redis"])
+    out["redis"] = rc
+    return out, True
+
+
+def ready_everywhere(port, timeout=START_TIMEOUT, streak=12):
+    """GET /readyz 200 on `streak` fresh connections in a row: every worker
+    (each with its own backend) has connected."""
+    deadline = time.monotonic() + timeout
+    ok, last = 0, None
+    while time.monotonic() < deadline:
+        try:
+            st, _, body = request(port, "GET", "/readyz", timeout=1.0)
+        except (OSError, http.client.HTTPException) as e:
+            st, body = None, str(e)
+        ok = ok + 1 if st == 200 else 0
+        if ok >= streak:
+            return
+        last = (st, body)
+        time.sleep(0.01 if st == 200 else 0.05)
+    raise DaemonError("GET /readyz not 200 on every worker within %ss (last %r)" % (timeout, last))
+
+
+
 # -------------------------------------------------------------------- Daemon
 
 class DaemonError(HarnessError):
@@ -336,6 +721,9 @@ class Daemon:
     def __init__(self, config=None, redis=None, backend=None, args=(), env=None,
                  listen=True, port=None, wait=True, workers=None, ready=None):
         self.want_ready = ready if ready is not None else (redis is not None or backend == "memory")
+        # RL_TOPOLOGY cluster/sentinel: the Redis's seeds/sentinels go in the
+        # config instead of -r (standalone: config untouched, -r URL)
+        config, self.redis_in_config = merge_redis_config(config, redis)
         self.config_path = write_config(config) if config is not None else None
         self.redis = redis
         self.backend = backend
@@ -362,6 +750,12 @@ class Daemon:
             if not (bind_race and i + 1 < attempts):
                 raise DaemonError("daemon %s exited with %s before answering /healthz; stderr:\n%s"
                                   % (self.argv, self.exit_code, log))
+        if wait and self.want_ready and self.redis_in_config:
+            try:
+                ready_everywhere(self.port)
+            except DaemonError as e:
+                self.kill()
+                raise DaemonError("%s; daemon %s log:\n%s" % (e, self.argv, self.log()))
         with _lock:
             _daemons.append(self)
 
@@ -371,7 +765,7 @@ class Daemon:
             argv += ["-c", self.config_path]
         if self.listen:
             argv += ["-l", "127.0.0.1:%d" % self.port]
-        if self.redis is not None:
+        if self.redis is not None and not self.redis_in_config:
             argv += ["-r", self.redis.url]
         if self.backend:
             argv += ["-b", self.backend]
@@ -508,6 +902,8 @@ class Daemon:
 
     def rewrite_config(self, cfg):
         """Replace the config file's content (then call reload())."""
+        if self.redis_in_config:
+            cfg, _ = merge_redis_config(cfg, self.redis)
         with open(self.config_path, "wb") as f:
             f.write(cfg if isinstance(cfg, bytes) else
                     cfg.encode() if isinstance(cfg, str) else json.dumps(cfg, indent=2).encode())

@@ -979,7 +979,7 @@ def case_throughput(fx):
     1-master cluster and on the 3-master one; rounds interleaved, means
     printed.  Everything shares this host's cores: not asserted."""
     single = make_cluster(1)
-    plain = H.Redis()
+    plain = H.Redis(topology="standalone")
     daemons = []
     try:
         cfg = daemon_config(0)
