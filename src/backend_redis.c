@@ -34,9 +34,10 @@
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
-/* A connection whose oldest outstanding request is this old is presumed hung
- * (SIGSTOP, a dead network path, a server too slow to keep up) and dropped:
- * late answers are worthless and the queue behind them must not grow. */
+/* A connection whose oldest outstanding request is this old (or older than
+ * its own deadline, when longer) is presumed hung (SIGSTOP, a dead network
+ * path, a server too slow to keep up) and dropped: late answers are worthless
+ * and the queue behind them must not grow. */
 #define STALL_MIN_MS 1000
 /* An idle connection is PINGed this often, so /readyz notices a hung Redis
  * even when no check is waiting. */
@@ -179,10 +180,20 @@ op_free(struct redis_op *op)
 
 /* ---- the outstanding-request queue -------------------------------------------- */
 
+/*
+ * Remember when waiting for this reply stops making sense: its own deadline
+ * (a check's redis.timeout), but never sooner than a second or the connect
+ * timeout, so one slow script does not cost the connection.
+ */
 static void
-sent_push(struct redis_backend *rb)
+sent_push(struct redis_backend *rb, int64_t wait_ms)
 {
-    rb->sent[(rb->sent_head + rb->pending) % PENDING_MAX] = now_monotonic_us();
+    int64_t floor_ms = rb->connect_timeout_ms > STALL_MIN_MS ? rb->connect_timeout_ms
+                                                             : STALL_MIN_MS;
+
+    if (wait_ms < floor_ms)
+        wait_ms = floor_ms;
+    rb->sent[(rb->sent_head + rb->pending) % PENDING_MAX] = now_monotonic_us() + wait_ms * 1000;
     rb->pending++;
 }
 
@@ -195,29 +206,22 @@ sent_pop(struct redis_backend *rb)
     rb->pending--;
 }
 
-static int64_t
-stall_us(const struct redis_backend *rb)
-{
-    int64_t ms = rb->connect_timeout_ms > STALL_MIN_MS ? rb->connect_timeout_ms : STALL_MIN_MS;
-    return ms * 1000;
-}
-
-/* The oldest outstanding request has waited too long. */
+/* The oldest outstanding request is past the point of waiting for it. */
 static int
 stalled(const struct redis_backend *rb, int64_t now)
 {
-    return rb->pending > 0 && now - rb->sent[rb->sent_head] > stall_us(rb);
+    return rb->pending > 0 && now > rb->sent[rb->sent_head];
 }
 
 /* Every command goes through here so the queue stays in step with hiredis. */
 static int
-send_argv(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int argc,
-          const char **argv, const size_t *lens)
+send_argv(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int64_t wait_ms,
+          int argc, const char **argv, const size_t *lens)
 {
     if (rb->ac == NULL || rb->pending >= rb->max_pending ||
         redisAsyncCommandArgv(rb->ac, fn, priv, argc, argv, lens) != REDIS_OK)
         return RL_ERR;
-    sent_push(rb);
+    sent_push(rb, wait_ms);
     return RL_OK;
 }
 
@@ -231,7 +235,7 @@ send_fmt(struct redis_backend *rb, redisCallbackFn *fn, void *priv, const char *
     rc = redisvAsyncCommand(rb->ac, fn, priv, fmt, ap);
     va_end(ap);
     if (rc == REDIS_OK)
-        sent_push(rb);
+        sent_push(rb, 0);
 }
 
 /* ---- sending --------------------------------------------------------------- */
@@ -247,7 +251,7 @@ send_check(struct redis_op *op, int eval)
 
     if (script_call_build(&c, op->req, eval) != RL_OK)
         return RL_ERR;
-    return send_argv(op->rb, on_reply, op, c.argc, c.argv, c.lens);
+    return send_argv(op->rb, on_reply, op, op->req->timeout_ms, c.argc, c.argv, c.lens);
 }
 
 static void
@@ -340,7 +344,7 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
                now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
         static const char *ping[] = {"PING"};
         static const size_t ping_len[] = {4};
-        if (send_argv(rb, on_ping, NULL, 1, ping, ping_len) == RL_OK)
+        if (send_argv(rb, on_ping, NULL, 0, 1, ping, ping_len) == RL_OK)
             rb->last_reply_us = now;    /* one PING at a time */
     }
     (void)fd;
