@@ -114,9 +114,7 @@ struct cnode {
 struct cop {
     struct cluster *cl;
     struct cop *prev, *next;
-    const struct rl_check_req *req;     /* valid until answered */
-    rl_check_cb cb;
-    void *arg;
+    struct rl_script_wait w;    /* the check: req, cb, answered */
     struct event *deadline;
     struct event *retry_ev;     /* created on first use */
     struct cnode *sent;         /* the node owing the reply, while inflight */
@@ -124,7 +122,6 @@ struct cop {
     int wait_asking;
     int slot;
     int inflight;               /* replies hiredis owes this check: 0 or 1 */
-    int answered;
     int asking;                 /* the last send was preceded by ASKING */
     int sent_eval;              /* EVAL sent on the current node */
     int redirects;
@@ -608,37 +605,6 @@ node_free(struct cnode *n)
 /* ---- answering checks ------------------------------------------------------ */
 
 static void
-answer_status(struct cop *op, enum rl_backend_status st, const char *why)
-{
-    struct rl_check_res res;
-
-    if (op->answered)
-        return;
-    op->answered = 1;
-    memset(&res, 0, sizeof(res));
-    res.status = st;
-    res.error = why;
-    op->req = NULL;
-    op->cb(&res, op->arg);
-}
-
-/* Same reply shape as backend_redis.c's answer_reply (the one script). */
-static void
-answer_reply(struct cop *op, const redisReply *r)
-{
-    struct rl_check_res res;
-    const char *why;
-
-    if (script_reply_parse(r, op->req->policy->nlimits, &res, &why) != RL_OK) {
-        answer_status(op, RL_BACKEND_ERROR, why);
-        return;
-    }
-    op->answered = 1;
-    op->req = NULL;
-    op->cb(&res, op->arg);
-}
-
-static void
 op_free(struct cop *op)
 {
     struct cluster *cl = op->cl;
@@ -665,7 +631,7 @@ op_free(struct cop *op)
 static void
 op_release(struct cop *op)
 {
-    if (op->answered && op->inflight == 0)
+    if (op->w.answered && op->inflight == 0)
         op_free(op);
 }
 
@@ -691,7 +657,7 @@ op_send(struct cop *op, struct cnode *n, int asking)
 {
     struct rl_script_call c;
 
-    if (script_call_build(&c, op->req, op->sent_eval) != RL_OK)
+    if (script_call_build(&c, op->w.req, op->sent_eval) != RL_OK)
         return RL_ERR;
     if (n->pending == 0)
         n->last_reply_us = now_monotonic_us();
@@ -744,14 +710,14 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
 {
     if (n->state == N_READY && n->ac != NULL) {
         if (op_send(op, n, asking) != RL_OK)
-            answer_status(op, RL_BACKEND_ERROR, "cannot queue the command");
+            script_answer_status(&op->w, RL_BACKEND_ERROR, "cannot queue the command");
         return;
     }
     if (node_worth_waiting(n)) {
         op_wait_for(op, n, asking);
         return;
     }
-    answer_status(op, RL_BACKEND_DOWN, n->down_reason ? n->down_reason : "node not connected");
+    script_answer_status(&op->w, RL_BACKEND_DOWN, n->down_reason ? n->down_reason : "node not connected");
 }
 
 /* Send per the slot map. */
@@ -763,7 +729,7 @@ op_route(struct cop *op)
 
     if (n == NULL) {
         request_refresh(cl);
-        answer_status(op, RL_BACKEND_DOWN, "cluster slot not covered");
+        script_answer_status(&op->w, RL_BACKEND_DOWN, "cluster slot not covered");
         return;
     }
     op_send_to(op, n, 0);
@@ -833,11 +799,11 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         if (parse_redirect(msg, n, &slot, host, sizeof(host), &port) != RL_OK) {
             log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
                      n->name, msg);
-            answer_status(op, RL_BACKEND_ERROR, "bad redirection from redis cluster");
+            script_answer_status(&op->w, RL_BACKEND_ERROR, "bad redirection from redis cluster");
             return;
         }
         if (++op->redirects > MAX_REDIRECTS) {
-            answer_status(op, RL_BACKEND_ERROR, "too many cluster redirections");
+            script_answer_status(&op->w, RL_BACKEND_ERROR, "too many cluster redirections");
             return;
         }
         to = node_get(cl, host, port);
@@ -860,7 +826,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         int64_t ms;
 
         if (++op->retries > MAX_RETRIES) {
-            answer_status(op, RL_BACKEND_ERROR, "redis cluster kept asking to retry");
+            script_answer_status(&op->w, RL_BACKEND_ERROR, "redis cluster kept asking to retry");
             return;
         }
         if (msg[0] == 'C')
@@ -883,7 +849,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         return;
     }
     log_warn("msg=\"check script failed\" node=%s error=\"%.200s\"", n->name, msg);
-    answer_status(op, RL_BACKEND_ERROR, "error reply from redis");
+    script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
 }
 
 static void
@@ -899,15 +865,15 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r == NULL) {
         /* The connection died or is being freed.  Not resent anywhere: the
          * script may have run. */
-        answer_status(op, RL_BACKEND_DOWN, "connection lost");
+        script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
     } else {
         n->last_reply_us = now_monotonic_us();
-        if (op->answered)
+        if (op->w.answered)
             ;                   /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
         else
-            answer_reply(op, r);
+            script_answer_reply(&op->w, r);
     }
     node_settle(n);
     op_release(op);
@@ -919,7 +885,7 @@ on_op_retry(evutil_socket_t fd, short what, void *arg)
     struct cop *op = arg;
     struct cnode *n = op->wait;
 
-    if (!op->answered) {
+    if (!op->w.answered) {
         if (n != NULL) {
             op->wait = NULL;    /* our ref moves to this frame */
             op_send_to(op, n, op->wait_asking);
@@ -939,7 +905,7 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
     struct cop *op = arg;
     struct cnode *n = op->sent;
 
-    answer_status(op, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+    script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
     if (op->inflight && n != NULL && n->ac != NULL &&
         now_monotonic_us() - n->last_reply_us > STALL_MIN_MS * 1000LL) {
         /* Not here: this frame belongs to a check the drop answers. */
@@ -1298,9 +1264,9 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     }
     op = xcalloc(1, sizeof(*op));
     op->cl = cl;
-    op->req = req;
-    op->cb = cb;
-    op->arg = arg;
+    op->w.req = req;
+    op->w.cb = cb;
+    op->w.arg = arg;
     op->slot = slot;
     op->next = cl->ops;
     if (cl->ops != NULL)
@@ -1436,7 +1402,7 @@ cluster_destroy(struct rl_backend *be)
     /* 2. Checks waiting for a node or a retry: answered now. */
     while (cl->ops != NULL) {
         struct cop *op = cl->ops;
-        answer_status(op, RL_BACKEND_DOWN, "shutting down");
+        script_answer_status(&op->w, RL_BACKEND_DOWN, "shutting down");
         op_free(op);
     }
     /* 3. The nodes, nobody refers to them any more. */

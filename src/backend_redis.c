@@ -97,11 +97,8 @@ struct rl_hostport {
 
 struct redis_op {
     struct redis_backend *rb;
-    const struct rl_check_req *req;  /* valid until answered */
-    rl_check_cb cb;
-    void *arg;
+    struct rl_script_wait w;    /* the check: req, cb, answered */
     struct event *timer;
-    int answered;
     int sent_eval;
 };
 
@@ -140,36 +137,6 @@ set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
 }
 
 /* ---- answering checks ---------------------------------------------------- */
-
-static void
-answer_status(struct redis_op *op, enum rl_backend_status st, const char *why)
-{
-    struct rl_check_res res;
-
-    if (op->answered)
-        return;
-    op->answered = 1;
-    memset(&res, 0, sizeof(res));
-    res.status = st;
-    res.error = why;
-    op->req = NULL;
-    op->cb(&res, op->arg);
-}
-
-static void
-answer_reply(struct redis_op *op, const redisReply *r)
-{
-    struct rl_check_res res;
-    const char *why;
-
-    if (script_reply_parse(r, op->req->policy->nlimits, &res, &why) != RL_OK) {
-        answer_status(op, RL_BACKEND_ERROR, why);
-        return;
-    }
-    op->answered = 1;
-    op->req = NULL;
-    op->cb(&res, op->arg);
-}
 
 static void
 op_free(struct redis_op *op)
@@ -249,9 +216,9 @@ send_check(struct redis_op *op, int eval)
 {
     struct rl_script_call c;
 
-    if (script_call_build(&c, op->req, eval) != RL_OK)
+    if (script_call_build(&c, op->w.req, eval) != RL_OK)
         return RL_ERR;
-    return send_argv(op->rb, on_reply, op, op->req->timeout_ms, c.argc, c.argv, c.lens);
+    return send_argv(op->rb, on_reply, op, op->w.req->timeout_ms, c.argc, c.argv, c.lens);
 }
 
 static void
@@ -265,26 +232,26 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r == NULL) {
         /* The connection died or is being freed: every pending callback
          * runs once with NULL. */
-        answer_status(op, RL_BACKEND_DOWN, "connection lost");
+        script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
         op_free(op);
         return;
     }
     rb->last_reply_us = now_monotonic_us();
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
-        !op->answered && !op->sent_eval) {
+        !op->w.answered && !op->sent_eval) {
         /* The server forgot the script (restart, SCRIPT FLUSH): send it
          * whole once; EVAL also caches it for the next EVALSHA. */
         op->sent_eval = 1;
         if (rb->state == S_READY && send_check(op, 1) == RL_OK)
             return;
-        answer_status(op, RL_BACKEND_ERROR, "cannot resend the check script");
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "cannot resend the check script");
     } else if (r->type == REDIS_REPLY_ERROR) {
-        if (!op->answered)
+        if (!op->w.answered)
             log_warn("msg=\"check script failed\" redis=%s error=\"%.200s\"",
                      rb->display, r->str);
-        answer_status(op, RL_BACKEND_ERROR, "error reply from redis");
-    } else if (!op->answered) {
-        answer_reply(op, r);
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
+    } else if (!op->w.answered) {
+        script_answer_reply(&op->w, r);
     }
     (void)ac;
     op_free(op);
@@ -315,7 +282,9 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
 {
     /* op stays until hiredis hands back its reply (or NULL); the heartbeat
      * drops a connection whose replies stopped coming. */
-    answer_status(arg, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+    struct redis_op *op = arg;
+
+    script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
     (void)fd;
     (void)what;
 }
@@ -366,9 +335,9 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     }
     op = xcalloc(1, sizeof(*op));
     op->rb = rb;
-    op->req = req;
-    op->cb = cb;
-    op->arg = arg;
+    op->w.req = req;
+    op->w.cb = cb;
+    op->w.arg = arg;
     if (send_check(op, 0) != RL_OK) {
         struct rl_check_res res = {.status = RL_BACKEND_ERROR,
                                    .error = "cannot queue the command"};

@@ -80,3 +80,35 @@ script_reply_parse(const redisReply *r, size_t n, struct rl_check_res *res,
     }
     return RL_OK;
 }
+
+void
+script_answer_status(struct rl_script_wait *w, enum rl_backend_status st, const char *why)
+{
+    struct rl_check_res res;
+
+    if (w->answered)
+        return;
+    w->answered = 1;
+    memset(&res, 0, sizeof(res));
+    res.status = st;
+    res.error = why;
+    w->req = NULL;
+    w->cb(&res, w->arg);
+}
+
+void
+script_answer_reply(struct rl_script_wait *w, const redisReply *r)
+{
+    struct rl_check_res res;
+    const char *why;
+
+    if (w->answered)
+        return;
+    if (script_reply_parse(r, w->req->policy->nlimits, &res, &why) != RL_OK) {
+        script_answer_status(w, RL_BACKEND_ERROR, why);
+        return;
+    }
+    w->answered = 1;
+    w->req = NULL;
+    w->cb(&res, w->arg);
+}

@@ -31,4 +31,22 @@ int script_call_build(struct rl_script_call *c, const struct rl_check_req *req,
 int script_reply_parse(const redisReply *r, size_t nlimits, struct rl_check_res *res,
                        const char **why) RL_WUR;
 
+/*
+ * A check waiting for the script, answered exactly once: by its reply, by
+ * its deadline or by the connection's end, whichever comes first.  After the
+ * answer, req is NULL (the caller may free it); the waiting struct itself
+ * lives on until hiredis hands back the reply it owes.
+ */
+struct rl_script_wait {
+    const struct rl_check_req *req;
+    rl_check_cb cb;
+    void *arg;
+    int answered;
+};
+
+void script_answer_status(struct rl_script_wait *w, enum rl_backend_status st,
+                          const char *why);
+/* The script's reply, or RL_BACKEND_ERROR when it is not the script's shape. */
+void script_answer_reply(struct rl_script_wait *w, const redisReply *r);
+
 #endif
