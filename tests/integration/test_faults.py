@@ -817,7 +817,7 @@ def burst(port, total, body_fn, threads=THREADS):
 
 def t_memory():
     """(g) RSS bounded over 20k checks during an outage and after recovery."""
-    cfg = config("open", timeout="250ms")
+    cfg = config("open", timeout="2s")
     lim = 10 * 1024 if H.RSS_MEANINGFUL else 1 << 30   # KiB; a tool's own memory is no measure
     with H.Redis() as r, H.Daemon(cfg, redis=r, workers=2) as d:
         pid = d.proc.pid
