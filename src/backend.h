@@ -27,7 +27,13 @@ struct rl_check_req {
     size_t key_len;
     int64_t cost;
     int64_t timeout_ms;     /* answer by then, whatever happens */
+    unsigned flags;         /* RL_CHECK_* */
 };
+
+/* Consume `cost` even when it does not fit (the answer still says whether it
+ * did): a hybrid policy's sync reports counts already admitted locally, and
+ * they must land whatever the limit says. */
+#define RL_CHECK_FORCE 0x1u
 
 struct rl_check_res {
     enum rl_backend_status status;

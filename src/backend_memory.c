@@ -500,7 +500,7 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req,
         if (!res.limits[i].allowed)
             res.allowed = 0;
     }
-    if (res.allowed && req->cost > 0) {
+    if ((res.allowed || (req->flags & RL_CHECK_FORCE)) && req->cost > 0) {
         for (size_t i = 0; i < n; i++) {
             struct mem_shard *sh = &s->shards[shard[i]];
             const struct rl_limit *lim = &pol->limits[i];
