@@ -9,7 +9,11 @@
  *
  * A decision is two-phase so that all limits of a policy can be decided
  * together: peek() every limit without changing anything, and only when every
- * limit allows (and cost > 0) commit() each one.
+ * limit allows (and cost > 0) commit() each one.  A forced check (a hybrid
+ * policy reporting counts it already admitted) commits whatever peek() said,
+ * so commit() must take a cost that does not fit, even one above the limit:
+ * counters go over the limit, a bucket into debt, GCRA's TAT further out, and
+ * the sliding log keeps its newest `limit` entries.
  */
 #ifndef RL_ALGO_H
 #define RL_ALGO_H
@@ -58,7 +62,12 @@ struct rl_algo_def {
     /* Fill *res as things stand at now_us for a check of `cost`; no change. */
     void (*peek)(const struct rl_limit *lim, const struct rl_algo_state *st,
                  int64_t now_us, int64_t cost, struct rl_limit_result *res);
-    /* Consume `cost` (> 0) at now_us; *res gets the numbers after it. */
+    /*
+     * Consume `cost` (> 0) at now_us, whether it fits or not (see above).
+     * *res holds peek()'s answer for this check: remaining and reset_ms
+     * become the numbers after the commit; allowed and retry_after_ms keep
+     * the decision (for a forced check that did not fit, it still did not).
+     */
     void (*commit)(const struct rl_limit *lim, struct rl_algo_state *st,
                    int64_t now_us, int64_t cost, struct rl_limit_result *res);
     /* Microseconds from now_us after which the state is worthless (its TTL). */

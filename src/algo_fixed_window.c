@@ -45,10 +45,8 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
         st->b = now;
     }
     st->a += cost;
-    res->allowed = 1;
     res->remaining = lim->limit > st->a ? lim->limit - st->a : 0;
     res->reset_ms = algo_us_to_ms_ceil(st->b + lim->window_ms * 1000 - now);
-    res->retry_after_ms = 0;
 }
 
 static int64_t

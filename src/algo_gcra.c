@@ -117,10 +117,8 @@ gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 
     st->a = now + n.i;
     st->b = n.f;
-    res->allowed = 1;
     res->remaining = room > 0 ? room : 0;
     res->reset_ms = algo_us_to_ms_ceil(gcra_ceil(n));
-    res->retry_after_ms = 0;
 }
 
 static int64_t

@@ -99,10 +99,8 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     st->a = v.cur;
     st->b = v.curr + cost;
     st->c = v.prev;
-    res->allowed = 1;
     res->remaining = v.room - cost > 0 ? v.room - cost : 0;
     res->reset_ms = algo_us_to_ms_ceil((v.cur + 2) * W - now);
-    res->retry_after_ms = 0;
 }
 
 static int64_t

@@ -10,6 +10,13 @@
  * and dropped by the next commit().  Times in the ring never decrease: a
  * clock that stepped back (possible with Redis TIME) logs at the newest time,
  * exactly as the script does, so both keep index order = time order.
+ *
+ * Memory stays bounded by `limit` entries.  An allowed commit cannot pass it
+ * (every entry holds at least one unit), but a forced one can (a hybrid sync
+ * reporting counts admitted elsewhere): it keeps only the newest `limit`
+ * entries, like the script's ZREMRANGEBYRANK.  The units of the entries it
+ * forgets stop counting early; that is the price of the bound, paid only
+ * when a key is already over its limit.
  */
 #include <stdlib.h>
 
@@ -78,7 +85,19 @@ swl_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     }
 }
 
-/* Room for one more entry; the ring never holds more entries than units. */
+/* Forget the k oldest entries and their units. */
+static void
+swl_drop(struct rl_algo_state *st, uint32_t k)
+{
+    if (k == 0)
+        return;
+    for (uint32_t i = 0; i < k; i++)
+        st->a -= swl_cost(st, i);
+    st->ring_head = (st->ring_head + k) % st->ring_cap;
+    st->ring_len -= k;
+}
+
+/* Room for one more entry; swl_commit keeps ring_len below limit first. */
 static void
 swl_reserve(const struct rl_limit *lim, struct rl_algo_state *st)
 {
@@ -115,12 +134,12 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     uint32_t slot;
 
     swl_view(lim, st, now, &v);
-    if (v.first > 0) {
-        st->ring_head = (st->ring_head + v.first) % st->ring_cap;
-        st->ring_len -= v.first;
-        st->a = v.n;
-    }
+    swl_drop(st, v.first);
     ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
+    /* only a forced commit finds `limit` entries here (an allowed one adds
+     * to at most limit - cost units): keep the newest limit - 1, then this */
+    if (st->ring_len >= lim->limit)
+        swl_drop(st, st->ring_len - (uint32_t)lim->limit + 1);
     swl_reserve(lim, st);
     slot = (st->ring_head + st->ring_len) % st->ring_cap;
     st->ring[2 * (size_t)slot] = ts;
@@ -128,10 +147,8 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     st->ring_len++;
     st->a += cost;
 
-    res->allowed = 1;
     res->remaining = lim->limit > st->a ? lim->limit - st->a : 0;
     res->reset_ms = algo_us_to_ms_ceil(ts + W - now);
-    res->retry_after_ms = 0;
 }
 
 static int64_t

@@ -96,11 +96,9 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     st->b = v.f;
     st->c = v.at;
     room = v.room - cost;
-    res->allowed = 1;
     res->remaining = room > 0 ? room : 0;
     res->reset_ms = algo_us_to_ms_ceil(
         tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);
-    res->retry_after_ms = 0;
 }
 
 static int64_t

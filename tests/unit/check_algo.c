@@ -38,16 +38,37 @@ peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
     return r;
 }
 
-/* One check of one limit, as the backends do it: peek, commit if allowed. */
+/* One check of one limit, as the backends do it: peek, then commit if it
+ * was allowed or is forced (a hybrid sync), and cost > 0. */
+static struct rl_limit_result
+check_one(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+          int64_t cost, int forced)
+{
+    struct rl_limit_result r = peek(lim, st, now, cost);
+
+    if ((r.allowed || forced) && cost > 0)
+        algo_def(lim->algo)->commit(lim, st, now, cost, &r);
+    return r;
+}
+
 static struct rl_limit_result
 step(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
      int64_t cost)
 {
-    struct rl_limit_result r = peek(lim, st, now, cost);
+    return check_one(lim, st, now, cost, 0);
+}
 
-    if (r.allowed && cost > 0)
-        algo_def(lim->algo)->commit(lim, st, now, cost, &r);
-    return r;
+static struct rl_limit_result
+force(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+      int64_t cost)
+{
+    return check_one(lim, st, now, cost, 1);
+}
+
+static int64_t
+ttl_us(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
+{
+    return algo_def(lim->algo)->ttl_us(lim, st, now);
 }
 
 #define EXPECT(r, al, rem, rst, rty)                                          \
@@ -350,6 +371,137 @@ START_TEST(gcra_fractional_interval_is_exact)
 }
 END_TEST
 
+/* ---- forced commits: counts admitted elsewhere land whatever the limit says -- */
+
+/*
+ * A forced check answers what peek() decided (allowed 0 and its
+ * retry_after_ms when it did not fit) with the numbers after the commit.
+ */
+START_TEST(fw_forced_goes_over_the_limit)
+{
+    struct rl_limit l = mklimit(RL_ALGO_FIXED_WINDOW, 10, 1000, 0);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 4), 1, 6, 1000, 0);
+    EXPECT(force(&l, &st, T0 + 100 * MS, 9), 0, 0, 900, 900);
+    ck_assert_int_eq(st.a, 13);
+    /* more than the limit: denied for ever, counted all the same */
+    EXPECT(force(&l, &st, T0 + 200 * MS, 15), 0, 0, 800, -1);
+    ck_assert_int_eq(st.a, 28);
+    EXPECT(peek(&l, &st, T0 + 300 * MS, 1), 0, 0, 700, 700);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 300 * MS), 700 * MS);
+    /* a forced check that fits is an ordinary one */
+    EXPECT(force(&l, &st, T0 + S, 10), 1, 0, 1000, 0);
+    EXPECT(peek(&l, &st, T0 + 2 * S, 0), 1, 10, 0, 0);
+}
+END_TEST
+
+START_TEST(swc_forced_goes_over_the_limit)
+{
+    struct rl_limit l = mklimit(RL_ALGO_SLIDING_WINDOW_COUNTER, 10, 1000, 0);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 6), 1, 4, 2000, 0);
+    /* 6 + 8 > 10: it would fit in the next window once 6 x (1 - e) <= 2,
+     * from e = 1 s - floor(2 s / 6) = 666667 us: T0 + 1666667 */
+    EXPECT(force(&l, &st, T0 + 500 * MS, 8), 0, 0, 1500, 1167);
+    ck_assert_int_eq(st.b, 14);
+    /* 14 x (1 - e) <= 9 from e = 1 s - floor(9 s / 14) = 357143 us */
+    EXPECT(peek(&l, &st, T0 + 500 * MS, 1), 0, 0, 1500, 858);
+    ck_assert(!peek(&l, &st, T0 + 1357142, 1).allowed);
+    ck_assert(peek(&l, &st, T0 + 1357143, 1).allowed);
+    /* half way through the next window 14 x 0.5 = 7 count: room for 3 */
+    EXPECT(peek(&l, &st, T0 + 1500 * MS, 3), 1, 3, 500, 0);
+    /* 14 x (1 - e) <= 6 from e = 1 s - floor(6 s / 14) = 571429 us */
+    EXPECT(peek(&l, &st, T0 + 1500 * MS, 4), 0, 3, 500, 72);
+    ck_assert(!peek(&l, &st, T0 + 1571428, 4).allowed);
+    ck_assert(peek(&l, &st, T0 + 1571429, 4).allowed);
+    EXPECT(force(&l, &st, T0 + 1500 * MS, 11), 0, 0, 1500, -1);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1500 * MS), 1500 * MS);
+    EXPECT(peek(&l, &st, T0 + 3 * S, 10), 1, 10, 0, 0);
+}
+END_TEST
+
+START_TEST(tb_forced_runs_into_debt)
+{
+    /* 5 per second, 10 of capacity: one token per 200 ms */
+    struct rl_limit l = mklimit(RL_ALGO_TOKEN_BUCKET, 5, 1000, 10);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 8), 1, 2, 1600, 0);
+    /* 5 would fit once 3 more tokens are back; taken now: 3 owed */
+    EXPECT(force(&l, &st, T0, 5), 0, 0, 2600, 600);
+    ck_assert_int_eq(st.a, 13);
+    /* the debt is paid first: one token is 3 + 1 refills away */
+    EXPECT(peek(&l, &st, T0, 1), 0, 0, 2600, 800);
+    /* 12.5 missing, 12 more taken: 24.5 to refill, 4.9 s */
+    EXPECT(force(&l, &st, T0 + 100 * MS, 12), 0, 0, 4900, -1);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 100 * MS), 4900 * MS);
+    /* 14.5 refilled by T0 + 3 s: the bucket is empty, not in debt */
+    EXPECT(peek(&l, &st, T0 + 3 * S, 1), 0, 0, 2000, 200);
+    EXPECT(peek(&l, &st, T0 + 3200 * MS - 1, 1), 0, 0, 1801, 1);
+    EXPECT(peek(&l, &st, T0 + 3200 * MS, 1), 1, 1, 1800, 0);
+    EXPECT(peek(&l, &st, T0 + 5 * S, 0), 1, 10, 0, 0);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 5 * S), 0);
+}
+END_TEST
+
+START_TEST(gcra_forced_pushes_tat_out)
+{
+    /* T = 100 ms, tolerance = 5 x T */
+    struct rl_limit l = mklimit(RL_ALGO_GCRA, 10, 1000, 5);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 3), 1, 2, 300, 0);
+    EXPECT(force(&l, &st, T0, 4), 0, 0, 700, 200);
+    ck_assert_int_eq(st.a, T0 + 700 * MS);
+    EXPECT(force(&l, &st, T0, 6), 0, 0, 1300, -1);
+    ck_assert_int_eq(st.a, T0 + 1300 * MS);
+    ck_assert_int_eq(ttl_us(&l, &st, T0), 1300 * MS);
+    EXPECT(peek(&l, &st, T0 + 800 * MS, 1), 0, 0, 500, 100);
+    EXPECT(peek(&l, &st, T0 + 900 * MS - 1, 1), 0, 0, 401, 1);
+    EXPECT(peek(&l, &st, T0 + 900 * MS, 1), 1, 1, 400, 0);
+    EXPECT(peek(&l, &st, T0 + 1300 * MS, 0), 1, 5, 0, 0);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1300 * MS), 0);
+}
+END_TEST
+
+START_TEST(swl_forced_keeps_the_newest_limit_entries)
+{
+    struct rl_limit l = mklimit(RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 0);
+    struct rl_algo_state st = {0};
+
+    for (int k = 0; k < 3; k++)
+        EXPECT(step(&l, &st, T0 + k * 100 * MS, 1), 1, 4 - k, 1000, 0);
+    /* 3 + 4 > 5: the two oldest must leave first (T0 + 1.1 s) */
+    EXPECT(force(&l, &st, T0 + 300 * MS, 4), 0, 0, 1000, 800);
+    ck_assert_int_eq(st.a, 7);
+    /* 7 + 1 > 5: three must leave, the third at T0 + 1.2 s */
+    EXPECT(force(&l, &st, T0 + 400 * MS, 1), 0, 0, 1000, 800);
+    ck_assert_int_eq(st.ring_len, 5);
+    ck_assert_int_eq(st.a, 8);
+    /* a sixth entry: the oldest (T0, 1 unit) is forgotten to make room */
+    EXPECT(force(&l, &st, T0 + 500 * MS, 2), 0, 0, 1000, 800);
+    ck_assert_int_eq(st.ring_len, 5);
+    ck_assert_int_eq(st.a, 9);
+    EXPECT(force(&l, &st, T0 + 600 * MS, 7), 0, 0, 1000, -1);
+    ck_assert_int_eq(st.ring_len, 5);
+    ck_assert_int_eq(st.a, 15);
+    ck_assert_uint_le(st.ring_cap, 5);
+    /* live at 1.2 s: 300 ms x 4, 400 ms x 1, 500 ms x 2, 600 ms x 7 (the
+     * 200 ms one has left); for one more unit 14 + 1 - 5 = 10 must leave,
+     * the last of them the 600 ms entry, at T0 + 1.6 s */
+    EXPECT(peek(&l, &st, T0 + 1200 * MS, 1), 0, 0, 400, 400);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1200 * MS), 400 * MS);
+    EXPECT(peek(&l, &st, T0 + 1600 * MS - 1, 1), 0, 0, 1, 1);
+    EXPECT(peek(&l, &st, T0 + 1600 * MS, 5), 1, 5, 0, 0);
+    /* and it is a log again */
+    EXPECT(step(&l, &st, T0 + 1600 * MS, 5), 1, 0, 1000, 0);
+    ck_assert_int_eq(st.ring_len, 1);
+    algo_state_release(&st);
+}
+END_TEST
+
 /* ---- every algorithm: invariants over random sequences --------------------- */
 
 static uint64_t
@@ -476,7 +628,15 @@ START_TEST(every_algorithm_keeps_its_promises)
                      algo_def(algo)->name, k, n, (long long)now, (long long)cost);
             check_promises(&l, &st, now, cost, where);
             check_promises(&l, &st, now, 1, where);
-            step(&l, &st, now, cost);
+            /* now and then a forced check: over the limit, into debt */
+            if (rnd(&seed) % 8 == 0) {
+                force(&l, &st, now, cost);
+                if (algo == RL_ALGO_SLIDING_WINDOW_LOG)
+                    ck_assert_msg(st.ring_len <= l.limit, "%s: %u entries",
+                                  where, st.ring_len);
+            } else {
+                step(&l, &st, now, cost);
+            }
         }
         algo_state_release(&st);
     }
@@ -497,11 +657,13 @@ START_TEST(token_bucket_and_gcra_decide_alike)
         for (int n = 0; n < 5000; n++) {
             int64_t cost = rnd(&seed) % 4 == 0 ? rnd_upto(&seed, tb.burst + 1) : 1;
             struct rl_limit_result x, y;
+            int forced;
 
             now += rnd(&seed) % 16 == 0 ? rnd_upto(&seed, tb.window_ms * MS)
                                          : rnd_upto(&seed, 2 * gap);
-            x = step(&tb, &a, now, cost);
-            y = step(&gc, &b, now, cost);
+            forced = rnd(&seed) % 16 == 0;
+            x = check_one(&tb, &a, now, cost, forced);
+            y = check_one(&gc, &b, now, cost, forced);
             ck_assert_msg(same(x, y), "shape %zu step %d: tb %d %lld %lld %lld, "
                           "gcra %d %lld %lld %lld", k, n, x.allowed,
                           (long long)x.remaining, (long long)x.reset_ms,
@@ -829,6 +991,11 @@ algo_suite(void)
     tcase_add_test(tc, tb_fractional_rate_is_exact);
     tcase_add_test(tc, gcra_burst_then_interval);
     tcase_add_test(tc, gcra_fractional_interval_is_exact);
+    tcase_add_test(tc, fw_forced_goes_over_the_limit);
+    tcase_add_test(tc, swc_forced_goes_over_the_limit);
+    tcase_add_test(tc, tb_forced_runs_into_debt);
+    tcase_add_test(tc, gcra_forced_pushes_tat_out);
+    tcase_add_test(tc, swl_forced_keeps_the_newest_limit_entries);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("promises");
