@@ -121,6 +121,7 @@ struct cop {
     struct cnode *wait;         /* waiting for this node (holds a ref) */
     int wait_asking;
     int slot;
+    size_t nlimits;             /* its part of a reply, once req is gone */
     int inflight;               /* replies hiredis owes this check: 0 or 1 */
     int asking;                 /* the last send was preceded by ASKING */
     int sent_eval;              /* EVAL sent on the current node */
@@ -146,6 +147,13 @@ struct cluster {
     int map_loaded;
     int covered;                /* slots with an owner */
     struct cop *ops;            /* every live check */
+    /* Checks of this event-loop pass, sent by flush_ev in one script call per
+     * hash slot (Redis runs a script only on keys of one slot). */
+    struct cop **queue;
+    size_t nqueued, coalesce;
+    struct event *flush_ev;
+    struct rl_script_call call; /* scratch argv, reused */
+    const struct rl_check_req **reqs;
     struct evdns_base *dns;
     struct event *refresh_ev;   /* start a refresh, or its deadline */
     struct event *period_ev;    /* the periodic refresh (jittered) */
@@ -650,21 +658,20 @@ on_aux(redisAsyncContext *ac, void *reply, void *privdata)
     (void)privdata;
 }
 
-/* EVALSHA (or EVAL) of the check script on n, after ASKING when asked to;
- * the argument layout of backend_redis.c's send_check. */
+/* EVALSHA (or EVAL) of the check script on n, after ASKING when asked to. */
 static int
 op_send(struct cop *op, struct cnode *n, int asking)
 {
-    struct rl_script_call c;
+    struct rl_script_call *c = &op->cl->call;
 
-    if (script_call_build(&c, op->w.req, op->sent_eval) != RL_OK)
+    if (script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
         return RL_ERR;
     if (n->pending == 0)
         n->last_reply_us = now_monotonic_us();
     /* Both on one connection, so they arrive back to back. */
     if (asking && node_command(n, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (redisAsyncCommandArgv(n->ac, on_reply, op, c.argc, c.argv, c.lens) != REDIS_OK)
+    if (redisAsyncCommandArgv(n->ac, on_reply, op, c->argc, c->argv, c->lens) != REDIS_OK)
         return RL_ERR;
     n->pending++;
     op->inflight++;
@@ -858,6 +865,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct cop *op = privdata;
     struct cnode *n = ac->data;
     redisReply *r = reply;
+    const char *why;
 
     n->pending--;
     op->inflight--;
@@ -872,11 +880,158 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             ;                   /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
+        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK)
+            script_answer_status(&op->w, RL_BACKEND_ERROR, why);
         else
-            script_answer_reply(&op->w, r);
+            script_answer_reply(&op->w, r, 0, op->nlimits);
     }
     node_settle(n);
     op_release(op);
+}
+
+/* ---- coalescing ------------------------------------------------------------- */
+
+/* Checks of one slot sent as one script call; each stays a check of its own
+ * (deadline, redirections, retries) the moment the call is answered. */
+struct cbatch {
+    size_t n;
+    struct cop *ops[];
+};
+
+static void
+on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct cbatch *b = privdata;
+    struct cnode *n = ac->data;
+    redisReply *r = reply;
+    const char *why = NULL;
+    size_t len = 0, at = 0;
+
+    n->pending--;
+    for (size_t i = 0; i < b->n; i++) {
+        b->ops[i]->inflight--;
+        b->ops[i]->sent = NULL;
+        len += script_reply_len(b->ops[i]->nlimits);
+    }
+    if (r != NULL) {
+        n->last_reply_us = now_monotonic_us();
+        if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK)
+            log_warn("msg=\"check script failed\" node=%s checks=%zu error=\"%s\"", n->name,
+                     b->n, why);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        struct cop *op = b->ops[i];
+
+        if (r == NULL)
+            script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
+        else if (op->w.answered)
+            ;                   /* late: the deadline answered it */
+        else if (r->type == REDIS_REPLY_ERROR)
+            op_on_error(op, n, r->str);     /* one slot: the same for each */
+        else if (why != NULL)
+            script_answer_status(&op->w, RL_BACKEND_ERROR, why);
+        else
+            script_answer_reply(&op->w, r, at, op->nlimits);
+        at += script_reply_len(op->nlimits);
+    }
+    node_settle(n);
+    for (size_t i = 0; i < b->n; i++)
+        op_release(b->ops[i]);
+    free(b);
+}
+
+/* ops[0..k), all of one slot owned by the ready node n, as one call. */
+static void
+batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
+{
+    struct cbatch *b;
+
+    if (k == 1) {
+        op_send_to(ops[0], n, 0);
+        return;
+    }
+    for (size_t i = 0; i < k; i++)
+        cl->reqs[i] = ops[i]->w.req;
+    if (script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
+        goto fail;
+    b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
+    if (n->pending == 0)
+        n->last_reply_us = now_monotonic_us();
+    if (redisAsyncCommandArgv(n->ac, on_batch_reply, b, cl->call.argc, cl->call.argv,
+                              cl->call.lens) != REDIS_OK) {
+        free(b);
+        goto fail;
+    }
+    n->pending++;
+    b->n = k;
+    for (size_t i = 0; i < k; i++) {
+        b->ops[i] = ops[i];
+        ops[i]->inflight++;
+        ops[i]->sent = n;
+        ops[i]->asking = 0;
+    }
+    return;
+fail:
+    for (size_t i = 0; i < k; i++)
+        script_answer_status(&ops[i]->w, RL_BACKEND_ERROR, "cannot queue the command");
+}
+
+/*
+ * Send the checks queued in this pass: those of one slot whose owner is ready
+ * together, in their order; any other goes its own way (waiting for a node
+ * that is connecting, or answered DOWN).  The queue holds each check
+ * (inflight), so a deadline in the same pass cannot free it under us.
+ */
+static void
+flush(struct cluster *cl)
+{
+    size_t n = cl->nqueued;
+    /* Our own copy: answering a check runs its callback, which may queue
+     * (and flush) new checks. */
+    struct cop **q = xcalloc(2 * n + 1, sizeof(*q)), **group = q + n;
+
+    memcpy(q, cl->queue, n * sizeof(*q));
+    cl->nqueued = 0;
+    for (size_t i = 0; i < n; i++)
+        q[i]->inflight--;
+    for (size_t i = 0; i < n; i++) {
+        struct cop *op = q[i];
+        struct cnode *node;
+        size_t k = 1;
+
+        if (op == NULL)
+            continue;
+        if (op->w.answered) {
+            op_release(op);
+            continue;
+        }
+        node = cl->map_loaded ? cl->slots[op->slot] : NULL;
+        if (node == NULL || node->state != N_READY || node->ac == NULL) {
+            op_route(op);
+            op_release(op);
+            continue;
+        }
+        /* gather the rest of this slot behind op, keeping their order */
+        group[0] = op;
+        for (size_t j = i + 1; j < n; j++) {
+            if (q[j] != NULL && q[j]->slot == op->slot && !q[j]->w.answered) {
+                group[k++] = q[j];
+                q[j] = NULL;
+            }
+        }
+        batch_send(cl, node, group, k);
+        for (size_t j = 0; j < k; j++)
+            op_release(group[j]);
+    }
+    free(q);
+}
+
+static void
+on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    flush(arg);
+    (void)fd;
+    (void)what;
 }
 
 static void
@@ -1268,6 +1423,7 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     op->w.cb = cb;
     op->w.arg = arg;
     op->slot = slot;
+    op->nlimits = req->policy->nlimits;
     op->next = cl->ops;
     if (cl->ops != NULL)
         cl->ops->prev = op;
@@ -1277,8 +1433,15 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     tv.tv_sec = req->timeout_ms / 1000;
     tv.tv_usec = (req->timeout_ms % 1000) * 1000;
     evtimer_add(op->deadline, &tv);
-    op_send_to(op, n, 0);
-    op_release(op);
+    /* Held by the queue until the flush at the end of this pass; event_active
+     * puts the flush behind the callbacks already active, so the other
+     * requests read in this pass join it. */
+    op->inflight++;
+    cl->queue[cl->nqueued++] = op;
+    if (cl->nqueued == cl->coalesce)
+        flush(cl);
+    else if (cl->nqueued == 1)
+        event_active(cl->flush_ev, EV_TIMEOUT, 1);
 }
 
 static int
@@ -1343,6 +1506,10 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
     cl->refresh_ev = evtimer_new(evb, on_refresh_timer, cl);
     cl->period_ev = evtimer_new(evb, on_period, cl);
     cl->tidy_ev = evtimer_new(evb, on_tidy, cl);
+    cl->coalesce = (size_t)cfg->redis.coalesce;
+    cl->queue = xcalloc(cl->coalesce, sizeof(*cl->queue));
+    cl->reqs = xcalloc(cl->coalesce, sizeof(*cl->reqs));
+    cl->flush_ev = event_new(evb, -1, 0, on_flush, cl);
     /* Credentials as backend_redis.c: the URL's, completed or overridden by
      * redis.username / redis.password.  Its host, port and db are not used. */
     memset(&url, 0, sizeof(url));
@@ -1416,6 +1583,11 @@ cluster_destroy(struct rl_backend *be)
         event_free(cl->period_ev);
     if (cl->tidy_ev != NULL)
         event_free(cl->tidy_ev);
+    if (cl->flush_ev != NULL)
+        event_free(cl->flush_ev);
+    free(cl->queue);
+    free(cl->reqs);
+    script_call_free(&cl->call);
     if (cl->dns != NULL)
         evdns_base_free(cl->dns, 0);
     for (size_t i = 0; i < cl->nseeds; i++)

@@ -1,11 +1,13 @@
 /*
  * backend_redis.c — counts in Redis, decided by the embedded check script.
  *
- * One async hiredis connection per worker, on the worker's event_base; every
- * check is one EVALSHA (EVAL once when the server answers NOSCRIPT, e.g.
- * after a restart or SCRIPT FLUSH) and hiredis pipelines them.  hiredis 0.14
- * has no async timeouts, so each check owns a timer: when it fires the check
- * is answered TIMEOUT and the late reply, when it comes, is dropped.
+ * One async hiredis connection per worker, on the worker's event_base.  The
+ * checks that arrive in one pass of the event loop are coalesced into one
+ * EVALSHA of the check script (EVAL once when the server answers NOSCRIPT,
+ * e.g. after a restart or SCRIPT FLUSH), up to redis.coalesce of them, and
+ * hiredis pipelines the calls.  hiredis 0.14 has no async timeouts, so each
+ * check owns a timer: when it fires the check is answered TIMEOUT and its part
+ * of the late reply, when it comes, is dropped.
  *
  * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT
  * LOAD) -> READY.  Lost connections come back with exponential backoff and
@@ -58,6 +60,13 @@ struct redis_backend {
     char *display;              /* the URL without credentials, for logs */
     int64_t connect_timeout_ms;
     unsigned max_pending;
+    /* Checks waiting for the end of this event-loop pass (flush_ev), to go
+     * to Redis as one script call. */
+    struct redis_op **queue;
+    size_t nqueued, coalesce;
+    struct event *flush_ev;
+    struct rl_script_call call;     /* scratch argv, reused */
+    const struct rl_check_req **reqs;
     redisAsyncContext *ac;
     enum conn_state state;
     struct event *retry_ev;     /* reconnect after backoff */
@@ -96,10 +105,17 @@ struct rl_hostport {
 };
 
 struct redis_op {
-    struct redis_backend *rb;
     struct rl_script_wait w;    /* the check: req, cb, answered */
     struct event *timer;
+    size_t nlimits;             /* its part of the reply, once req is gone */
+};
+
+/* One script call: the checks coalesced into it, answered in order. */
+struct redis_batch {
+    struct redis_backend *rb;
     int sent_eval;
+    size_t n;
+    struct redis_op *ops[];
 };
 
 static void redis_connect(struct redis_backend *rb);
@@ -210,51 +226,140 @@ send_fmt(struct redis_backend *rb, redisCallbackFn *fn, void *priv, const char *
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 static void schedule_reconnect(struct redis_backend *rb);
 
-/* Queue the check script for op; RL_ERR when the connection refused it. */
-static int
-send_check(struct redis_op *op, int eval)
+static void
+batch_free(struct redis_batch *b)
 {
-    struct rl_script_call c;
+    for (size_t i = 0; i < b->n; i++)
+        op_free(b->ops[i]);
+    free(b);
+}
 
-    if (script_call_build(&c, op->w.req, eval) != RL_OK)
+/* Answer every check of b that still waits. */
+static void
+batch_answer_status(struct redis_batch *b, enum rl_backend_status st, const char *why)
+{
+    for (size_t i = 0; i < b->n; i++)
+        script_answer_status(&b->ops[i]->w, st, why);
+}
+
+/* Drop the checks already answered (their deadline passed): they have no
+ * request left to send again. */
+static void
+batch_compact(struct redis_batch *b)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->ops[i]->w.answered)
+            op_free(b->ops[i]);
+        else
+            b->ops[k++] = b->ops[i];
+    }
+    b->n = k;
+}
+
+/* Queue the check script for the batch; RL_ERR when the connection refused it. */
+static int
+send_batch(struct redis_batch *b, int eval)
+{
+    struct redis_backend *rb = b->rb;
+    int64_t wait_ms = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        rb->reqs[i] = b->ops[i]->w.req;
+        if (rb->reqs[i]->timeout_ms > wait_ms)
+            wait_ms = rb->reqs[i]->timeout_ms;
+    }
+    if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK)
         return RL_ERR;
-    return send_argv(op->rb, on_reply, op, op->w.req->timeout_ms, c.argc, c.argv, c.lens);
+    return send_argv(rb, on_reply, b, wait_ms, rb->call.argc, rb->call.argv, rb->call.lens);
 }
 
 static void
 on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct redis_op *op = privdata;
-    struct redis_backend *rb = op->rb;
+    struct redis_batch *b = privdata;
+    struct redis_backend *rb = b->rb;
     redisReply *r = reply;
+    const char *why;
+    size_t len = 0;
 
     sent_pop(rb);
     if (r == NULL) {
         /* The connection died or is being freed: every pending callback
          * runs once with NULL. */
-        script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
-        op_free(op);
+        batch_answer_status(b, RL_BACKEND_DOWN, "connection lost");
+        batch_free(b);
         return;
     }
     rb->last_reply_us = now_monotonic_us();
+    for (size_t i = 0; i < b->n; i++)
+        len += script_reply_len(b->ops[i]->nlimits);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
-        !op->w.answered && !op->sent_eval) {
+        !b->sent_eval) {
         /* The server forgot the script (restart, SCRIPT FLUSH): send it
          * whole once; EVAL also caches it for the next EVALSHA. */
-        op->sent_eval = 1;
-        if (rb->state == S_READY && send_check(op, 1) == RL_OK)
+        b->sent_eval = 1;
+        batch_compact(b);
+        if (b->n == 0) {
+            free(b);
             return;
-        script_answer_status(&op->w, RL_BACKEND_ERROR, "cannot resend the check script");
+        }
+        if (rb->state == S_READY && send_batch(b, 1) == RL_OK)
+            return;
+        batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
     } else if (r->type == REDIS_REPLY_ERROR) {
-        if (!op->w.answered)
-            log_warn("msg=\"check script failed\" redis=%s error=\"%.200s\"",
-                     rb->display, r->str);
-        script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
-    } else if (!op->w.answered) {
-        script_answer_reply(&op->w, r);
+        log_warn("msg=\"check script failed\" redis=%s checks=%zu error=\"%.200s\"",
+                 rb->display, b->n, r->str);
+        batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
+    } else if (script_reply_check(r, len, &why) != RL_OK) {
+        log_warn("msg=\"check script failed\" redis=%s checks=%zu error=\"%s\"",
+                 rb->display, b->n, why);
+        batch_answer_status(b, RL_BACKEND_ERROR, why);
+    } else {
+        size_t at = 0;
+
+        for (size_t i = 0; i < b->n; i++) {
+            script_answer_reply(&b->ops[i]->w, r, at, b->ops[i]->nlimits);
+            at += script_reply_len(b->ops[i]->nlimits);
+        }
     }
     (void)ac;
-    op_free(op);
+    batch_free(b);
+}
+
+/* Send what the queue holds as one script call. */
+static void
+flush(struct redis_backend *rb)
+{
+    size_t n = rb->nqueued;
+    struct redis_batch *b;
+
+    if (n == 0)
+        return;
+    b = xcalloc(1, sizeof(*b) + n * sizeof(b->ops[0]));
+    b->rb = rb;
+    b->n = n;
+    memcpy(b->ops, rb->queue, n * sizeof(b->ops[0]));
+    rb->nqueued = 0;
+    batch_compact(b);       /* a check may have timed out in this same pass */
+    if (b->n == 0) {
+        free(b);
+    } else if (rb->state != S_READY) {
+        batch_answer_status(b, RL_BACKEND_DOWN, rb->down_reason);
+        batch_free(b);
+    } else if (send_batch(b, 0) != RL_OK) {
+        batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
+        batch_free(b);
+    }
+}
+
+static void
+on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    flush(arg);
+    (void)fd;
+    (void)what;
 }
 
 static void
@@ -334,21 +439,22 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
         return;
     }
     op = xcalloc(1, sizeof(*op));
-    op->rb = rb;
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
-    if (send_check(op, 0) != RL_OK) {
-        struct rl_check_res res = {.status = RL_BACKEND_ERROR,
-                                   .error = "cannot queue the command"};
-        free(op);
-        cb(&res, arg);
-        return;
-    }
+    op->nlimits = req->policy->nlimits;
     op->timer = evtimer_new(rb->evb, on_op_timeout, op);
     tv.tv_sec = req->timeout_ms / 1000;
     tv.tv_usec = (req->timeout_ms % 1000) * 1000;
     evtimer_add(op->timer, &tv);
+    /* The first check of this pass schedules the flush; event_active puts it
+     * behind the callbacks already active, so the other requests read in
+     * this pass join the same call. */
+    rb->queue[rb->nqueued++] = op;
+    if (rb->nqueued == rb->coalesce)
+        flush(rb);
+    else if (rb->nqueued == 1)
+        event_active(rb->flush_ev, EV_TIMEOUT, 1);
 }
 
 /* ---- connection ------------------------------------------------------------- */
@@ -842,6 +948,10 @@ redis_create(struct rl_backend **out, struct event_base *evb,
                   : redis_url_display(&rb->url);
     rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     rb->max_pending = (unsigned)cfg->redis.max_pending;
+    rb->coalesce = (size_t)cfg->redis.coalesce;
+    rb->queue = xcalloc(rb->coalesce, sizeof(*rb->queue));
+    rb->reqs = xcalloc(rb->coalesce, sizeof(*rb->reqs));
+    rb->flush_ev = event_new(evb, -1, 0, on_flush, rb);
     rb->backoff_ms = BACKOFF_MIN_MS;
     rb->down_reason = "not connected yet";
     rb->retry_ev = evtimer_new(evb, on_retry, rb);
@@ -864,6 +974,12 @@ redis_destroy(struct rl_backend *be)
     struct redis_backend *rb = (struct redis_backend *)be;
 
     rb->destroying = 1;
+    /* checks not sent yet end like those in flight: answered, then freed */
+    for (size_t i = 0; i < rb->nqueued; i++) {
+        script_answer_status(&rb->queue[i]->w, RL_BACKEND_DOWN, "shutting down");
+        op_free(rb->queue[i]);
+    }
+    rb->nqueued = 0;
     if (rb->dns_req != NULL) {
         struct evdns_getaddrinfo_request *req = rb->dns_req;
         rb->dns_req = NULL;
@@ -893,6 +1009,10 @@ redis_destroy(struct rl_backend *be)
     event_free(rb->connect_ev);
     event_free(rb->drop_ev);
     event_free(rb->heartbeat_ev);
+    event_free(rb->flush_ev);
+    free(rb->queue);
+    free(rb->reqs);
+    script_call_free(&rb->call);
     free(rb->sent);
     if (rb->dns != NULL)
         evdns_base_free(rb->dns, 0);

@@ -275,6 +275,8 @@ static const struct field redis_fields[] = {
      "\"1s\"", 1, 600000, NULL, NULL, 0, F_RESTART, DURATION_HINT},
     {"max_pending", T_INT, offsetof(struct rl_redis_conf, max_pending), "1000", 16,
      65536, NULL, NULL, 0, F_RESTART, NULL},
+    {"coalesce", T_INT, offsetof(struct rl_redis_conf, coalesce), "64", 1, 1024, NULL,
+     NULL, 0, F_RESTART, NULL},
     {"key_prefix", T_STRING, offsetof(struct rl_redis_conf, key_prefix), "\"rl:\"",
      0, 0, NULL, NULL, 0, 0, NULL},
     {"username", T_STRING, offsetof(struct rl_redis_conf, username), NULL, 0, 0,

@@ -10,26 +10,42 @@
 
 #include "backend.h"
 
-/* EVALSHA (or EVAL) argv for one check; the strings live in the struct. */
+/*
+ * The argv of one script call deciding a batch of checks (coalescing: the
+ * checks that arrive in one event-loop pass share one call).  Reused from
+ * call to call; hiredis copies the arguments out before the next build.
+ */
 struct rl_script_call {
     int argc;
-    const char *argv[5 + RL_LIMITS_MAX * 5];
-    size_t lens[5 + RL_LIMITS_MAX * 5];
-    char keys[RL_LIMITS_MAX][RL_LIMIT_KEY_MAX];
-    char nums[2 + RL_LIMITS_MAX * 3][24];
+    const char **argv;
+    size_t *lens;
+    char *store;                /* the keys and numbers argv points into */
+    size_t argv_cap, store_cap;
 };
 
-/*
- * EVALSHA sha n key... '' cost (tag limit window_ms burst)... — or EVAL with
- * the script's text.  The empty "now" makes the script read Redis TIME.
- */
-int script_call_build(struct rl_script_call *c, const struct rl_check_req *req,
-                      int eval) RL_WUR;
+void script_call_free(struct rl_script_call *c);
 
-/* { allowed, remaining_i, reset_ms_i, retry_after_ms_i ... } into *res;
- * RL_ERR and a static *why for any other shape. */
-int script_reply_parse(const redisReply *r, size_t nlimits, struct rl_check_res *res,
-                       const char **why) RL_WUR;
+/*
+ * EVALSHA sha nkeys key... '' n (nlimits cost flags (tag limit window_ms
+ * burst)...)... for reqs[0..n) — or EVAL with the script's text.  The empty
+ * "now" makes the script read Redis TIME.
+ */
+int script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
+                      size_t n, int eval) RL_WUR;
+
+/*
+ * The reply to a batch is one flat array of integers: per check, allowed
+ * then (remaining, reset_ms, retry_after_ms) per limit.  RL_OK when r has
+ * exactly `len` integer elements, else RL_ERR and a static *why.
+ */
+int script_reply_check(const redisReply *r, size_t len, const char **why) RL_WUR;
+
+/* Elements of a batch reply that answer one check of `nlimits` limits. */
+static inline size_t
+script_reply_len(size_t nlimits)
+{
+    return 1 + 3 * nlimits;
+}
 
 /*
  * A check waiting for the script, answered exactly once: by its reply, by
@@ -46,7 +62,9 @@ struct rl_script_wait {
 
 void script_answer_status(struct rl_script_wait *w, enum rl_backend_status st,
                           const char *why);
-/* The script's reply, or RL_BACKEND_ERROR when it is not the script's shape. */
-void script_answer_reply(struct rl_script_wait *w, const redisReply *r);
+/* The check's part of a reply script_reply_check() accepted: its elements
+ * from `at` on, for `nlimits` limits. */
+void script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
+                         size_t nlimits);
 
 #endif

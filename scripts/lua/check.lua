@@ -1,14 +1,22 @@
--- check.lua: decide every limit of one policy in one atomic call.
+-- check.lua: decide a batch of checks, each with every limit of its policy,
+-- in one atomic call.  The daemon coalesces the checks that arrive in one
+-- event-loop pass into one call, so the script's fixed cost (defining the
+-- modules above, reading TIME) is paid once per batch, not once per check.
 --
--- KEYS[i]  the key of limit i (all keys share one Cluster hash tag)
+-- KEYS     the keys of every check, in order (a check's keys share one
+--          Cluster hash tag)
 -- ARGV[1]  now in microseconds, or '' to read Redis TIME (the daemon always
 --          sends ''; tests drive time explicitly)
--- ARGV[2]  cost (0 asks without consuming)
--- ARGV[3 + 4(i-1) ..]  limit i: algorithm tag, limit, window_ms, burst
+-- ARGV[2]  n, the number of checks
+-- then per check: nlimits, cost (0 asks without consuming), flags ('' or
+-- 'f': force, consume the cost even when it does not fit), then per limit:
+-- algorithm tag, limit, window_ms, burst.
 --
--- Returns { allowed, remaining_1, reset_ms_1, retry_after_ms_1, ... }.
--- The check is allowed only when every limit allows it; a denied check
--- consumes nothing from any limit.
+-- Returns one flat array: per check, allowed (1 or 0), then per limit
+-- remaining, reset_ms, retry_after_ms.  A check is allowed only when every
+-- limit allows it; a denied check consumes nothing from any limit (unless
+-- forced).  Checks run in order, so two checks of one key in a batch see
+-- each other exactly as two calls would.
 
 local now
 if ARGV[1] ~= '' then
@@ -17,32 +25,40 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local cost = tonumber(ARGV[2])
 
-local n = #KEYS
-local args, res = {}, {}
-local allowed = true
-for i = 1, n do
-  local b = 3 + (i - 1) * 4
-  local a = { algo = ALGOS[ARGV[b]], limit = tonumber(ARGV[b + 1]),
-              window_ms = tonumber(ARGV[b + 2]), burst = tonumber(ARGV[b + 3]) }
-  if a.algo == nil then return redis.error_reply('unknown algorithm ' .. ARGV[b]) end
-  args[i] = a
-  res[i] = a.algo.peek(KEYS[i], now, a.limit, a.window_ms, a.burst, cost)
-  if not res[i].ok then allowed = false end
-end
-
-if allowed and cost > 0 then
+local out, o = {}, 0
+local k, b = 0, 3
+local res, algos = {}, {}
+for _ = 1, tonumber(ARGV[2]) do
+  local n, cost, force = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2] == 'f'
+  local allowed = true
+  b = b + 3
   for i = 1, n do
-    local a = args[i]
-    res[i] = a.algo.commit(KEYS[i], now, a.limit, a.window_ms, a.burst, cost, res[i])
+    local algo = ALGOS[ARGV[b]]
+    if algo == nil then return redis.error_reply('unknown algorithm ' .. ARGV[b]) end
+    algos[i] = algo
+    local r = algo.peek(KEYS[k + i], now, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+                        tonumber(ARGV[b + 3]), cost)
+    res[i] = r
+    if not r.ok then allowed = false end
+    b = b + 4
   end
-end
-
-local out = { allowed and 1 or 0 }
-for i = 1, n do
-  out[#out + 1] = res[i].remaining
-  out[#out + 1] = res[i].reset_ms
-  out[#out + 1] = res[i].retry_after_ms
+  b = b - 4 * n
+  local commit = (allowed or force) and cost > 0
+  o = o + 1
+  out[o] = allowed and 1 or 0
+  for i = 1, n do
+    local r = res[i]
+    if commit then
+      r = algos[i].commit(KEYS[k + i], now, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+                          tonumber(ARGV[b + 3]), cost, r)
+    elseif r.repair then
+      repair_ttl(KEYS[k + i], r.repair)
+    end
+    out[o + 1], out[o + 2], out[o + 3] = r.remaining, r.reset_ms, r.retry_after_ms
+    o = o + 3
+    b = b + 4
+  end
+  k = k + n
 end
 return out
