@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Coalescing: the checks a worker reads in one event-loop pass go to Redis as
+one script call (redis.coalesce, default 64), decided in order inside it.
+
+What must hold: fewer script calls than checks under concurrency, limits still
+exact (the remaining values of one key's allowed checks are all different,
+as with one call per check), and `redis.coalesce: 1` means one call per check.
+Runs under every RL_TOPOLOGY (on Cluster a call holds the checks of one hash
+slot, so the hot key is what coalesces there).
+"""
+
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+THREADS = 32
+LIMIT = 200
+PER_THREAD = 20
+
+
+def config(coalesce=None):
+    # the deny cache off: a denial it answers would also spare a script call
+    c = {"identity": ["body"], "failure_mode": "closed", "redis": {"timeout": "5s"},
+         "deny_cache": False,
+         "policies": [{"name": "p", "limits": [
+             {"algorithm": "sliding_window_log", "limit": LIMIT, "window": "1h"}]}]}
+    if coalesce is not None:
+        c["redis"]["coalesce"] = coalesce
+    return c
+
+
+def note(fmt, *args):
+    print("# " + (fmt % args if args else fmt), flush=True)
+
+
+def script_calls(r):
+    """EVALSHA + EVAL calls Redis ran since the last CONFIG RESETSTAT."""
+    total = 0
+    for line in r.cli("INFO", "commandstats").splitlines():
+        for cmd in ("cmdstat_evalsha:", "cmdstat_eval:"):
+            if line.startswith(cmd):
+                fields = dict(kv.split("=") for kv in line[len(cmd):].split(","))
+                total += int(fields["calls"])
+    return total
+
+
+def blast(port, body_fn):
+    """THREADS keep-alive clients, PER_THREAD checks each, all at once."""
+    out, errors = [], []
+    lock = threading.Lock()
+    barrier = threading.Barrier(THREADS, timeout=H.HTTP_TIMEOUT)
+
+    def worker(i):
+        mine = []
+        try:
+            with H.Client(port) as c:
+                barrier.wait()
+                for n in range(PER_THREAD):
+                    body = body_fn(i, n)
+                    st, _, ans = c.request("POST", "/check", body)
+                    mine.append((body, st, ans))
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append("%s: %s" % (type(e).__name__, e))
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+        with lock:
+            out.extend(mine)
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(THREADS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    check(not any(t.is_alive() for t in ts), "client threads did not finish within 60 s")
+    check(not errors, "%d client errors, first: %s", len(errors), errors[:1])
+    eq(len(out), THREADS * PER_THREAD, "answers")
+    return out
+
+
+def allowed_remaining(results):
+    rems, other = [], []
+    for _, st, ans in results:
+        if st == 200 and ans.get("allowed") is True and "degraded" not in ans:
+            rems.append(ans["remaining"])
+        elif not (st == 429 and ans.get("allowed") is False):
+            other.append((st, ans))
+    check(not other, "%d answers neither 200 allowed nor 429 denied, first %r", len(other), other[:1])
+    return sorted(rems)
+
+
+def t_hot_key(r, d, key):
+    """One key from every client: exact, and the checks share calls."""
+    r.cli("CONFIG", "RESETSTAT")
+    res = blast(d.port, lambda i, n: {"key": key, "policy": "p"})
+    calls = script_calls(r)
+    rems = allowed_remaining(res)
+    eq(rems, list(range(LIMIT)), "remaining values of the %d allowed checks" % LIMIT)
+    note("%d checks of one key in %d script calls (%.1f checks per call)",
+           len(res), calls, len(res) / max(calls, 1))
+    check(0 < calls < len(res), "%d script calls for %d concurrent checks: nothing coalesced",
+          calls, len(res))
+
+
+def t_many_keys(r, d, prefix):
+    """Distinct keys (a few checks each): every key exact, never more calls than checks."""
+    nkeys = THREADS * 2
+    r.cli("CONFIG", "RESETSTAT")
+    res = blast(d.port, lambda i, n: {"key": "%s-%d" % (prefix, (i * PER_THREAD + n) % nkeys),
+                                      "policy": "p"})
+    calls = script_calls(r)
+    per = {}
+    for body, st, ans in res:
+        check(st == 200 and ans.get("allowed") is True, "key %s: %r %r", body["key"], st, ans)
+        per.setdefault(body["key"], []).append(ans["remaining"])
+    want = THREADS * PER_THREAD // nkeys
+    for k, rems in per.items():
+        eq(sorted(rems), list(range(LIMIT - want, LIMIT)), "remaining values of %s" % k)
+    note("%d checks over %d keys in %d script calls", len(res), nkeys, calls)
+    check(0 < calls <= len(res), "%d script calls for %d checks", calls, len(res))
+
+
+def t_off(r, key):
+    """redis.coalesce 1: exactly one script call per check."""
+    with H.Daemon(config(coalesce=1), redis=r) as d:
+        r.cli("CONFIG", "RESETSTAT")
+        res = blast(d.port, lambda i, n: {"key": key, "policy": "p"})
+        calls = script_calls(r)
+        eq(allowed_remaining(res), list(range(LIMIT)), "remaining values (coalescing off)")
+        eq(calls, len(res), "script calls with redis.coalesce 1")
+
+
+def t_config():
+    path = H.write_config(config(coalesce=0))
+    rc, out, err = H.run_cli(["-t", "-c", path])
+    check(rc != 0 and "redis.coalesce" in out + err, "-t accepted redis.coalesce 0: %r", out + err)
+
+
+def main():
+    t = H.Tests(timeout=180)
+    t.run("-t refuses redis.coalesce 0", t_config)
+    with H.Redis() as r:
+        with H.Daemon(config(), redis=r) as d:
+            t.run("one hot key, %d clients: exact, fewer script calls than checks" % THREADS,
+                  t_hot_key, r, d, "hot")
+            t.run("%d keys at once: each exact" % (THREADS * 2), t_many_keys, r, d, "many")
+        t.run("redis.coalesce 1: one script call per check, exact", t_off, r, "hot-off")
+    sys.exit(t.finish())
+
+
+if __name__ == "__main__":
+    main()
