@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "util.h"
 
 const struct rl_backend_ops *
 backend_ops(const struct rl_config *cfg)
@@ -16,7 +17,13 @@ int
 backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size)
 {
     const struct rl_limit *l = &req->policy->limits[i];
-    int n = snprintf(buf, size, "%.*s:%s:%lld", (int)req->key_len, req->key,
-                     algo_def(l->algo)->tag, (long long)l->window_ms);
-    return n < 0 || (size_t)n >= size ? -1 : n;
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    sb_mem(&sb, req->key, req->key_len);
+    sb_str(&sb, ":");
+    sb_str(&sb, algo_def(l->algo)->tag);
+    sb_str(&sb, ":");
+    sb_i64(&sb, l->window_ms);
+    return sb_ok(&sb) ? (int)sb.len : -1;
 }

@@ -21,6 +21,7 @@
 
 #include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <event2/util.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -106,7 +107,7 @@ struct rl_hostport {
 
 struct redis_op {
     struct rl_script_wait w;    /* the check: req, cb, answered */
-    struct event *timer;
+    struct event timer;         /* inline: one allocation per check, not two */
     size_t nlimits;             /* its part of the reply, once req is gone */
 };
 
@@ -157,7 +158,7 @@ set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
 static void
 op_free(struct redis_op *op)
 {
-    event_free(op->timer);
+    event_del(&op->timer);
     free(op);
 }
 
@@ -443,10 +444,10 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     op->w.cb = cb;
     op->w.arg = arg;
     op->nlimits = req->policy->nlimits;
-    op->timer = evtimer_new(rb->evb, on_op_timeout, op);
+    evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
     tv.tv_sec = req->timeout_ms / 1000;
     tv.tv_usec = (req->timeout_ms % 1000) * 1000;
-    evtimer_add(op->timer, &tv);
+    evtimer_add(&op->timer, &tv);
     /* The first check of this pass schedules the flush; event_active puts it
      * behind the callbacks already active, so the other requests read in
      * this pass join the same call. */

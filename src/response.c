@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "response.h"
+#include "util.h"
 
 int64_t
 response_seconds(int64_t ms)
@@ -83,51 +84,84 @@ decision_degraded_open(struct rl_decision *d, const struct rl_policy *policy)
     d->shadow = policy->shadow;
 }
 
-#define APPEND(...)                                                    \
-    do {                                                               \
-        if (o < size) {                                                \
-            int n_ = snprintf(buf + o, size - o, __VA_ARGS__);         \
-            o += n_ > 0 ? (size_t)n_ : 0;                              \
-        }                                                              \
-    } while (0)
+/* Policy names and algorithm names are [A-Za-z0-9_.-]: no escaping. */
+static void
+sb_field(struct strbuf *sb, const char *name, int64_t v)
+{
+    sb_str(sb, name);
+    sb_i64(sb, v);
+}
 
 size_t
 response_body(const struct rl_decision *d, char *buf, size_t size)
 {
-    size_t o = 0;
+    struct strbuf sb;
 
-    /* Policy names and algorithm names are [A-Za-z0-9_.-]: no escaping. */
+    sb_init(&sb, buf, size);
     if (d->policy == NULL) {
-        APPEND("{\"allowed\":true,\"policy\":null}");
-        return o < size ? o : size - 1;
+        sb_str(&sb, "{\"allowed\":true,\"policy\":null}");
+        goto out;
     }
-    APPEND("{\"allowed\":%s,\"policy\":\"%s\"", d->allowed ? "true" : "false",
-           d->policy->name);
+    sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\"" : "{\"allowed\":false,\"policy\":\"");
+    sb_str(&sb, d->policy->name);
+    sb_str(&sb, "\"");
     if (d->shadow)
-        APPEND(",\"shadow\":true,\"would_deny\":%s", d->would_deny ? "true" : "false");
+        sb_str(&sb, d->would_deny ? ",\"shadow\":true,\"would_deny\":true"
+                                  : ",\"shadow\":true,\"would_deny\":false");
     if (d->degraded)
-        APPEND(",\"degraded\":true");
+        sb_str(&sb, ",\"degraded\":true");
     if (d->nlimits == 0) {      /* allowed without asking anyone */
-        APPEND("}");
-        return o < size ? o : size - 1;
+        sb_str(&sb, "}");
+        goto out;
     }
-    APPEND(",\"limit\":%lld,\"remaining\":%lld,\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
-           "\"limits\":[", (long long)d->limit, (long long)d->remaining,
-           (long long)d->reset_ms, (long long)d->retry_after_ms);
+    sb_field(&sb, ",\"limit\":", d->limit);
+    sb_field(&sb, ",\"remaining\":", d->remaining);
+    sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
+    sb_field(&sb, ",\"retry_after_ms\":", d->retry_after_ms);
+    sb_str(&sb, ",\"limits\":[");
     for (size_t i = 0; i < d->nlimits; i++) {
         const struct rl_limit *l = &d->policy->limits[i];
         const struct rl_limit_result *r = &d->limits[i];
-        APPEND("%s{\"algorithm\":\"%s\",\"limit\":%lld,\"window_ms\":%lld,"
-               "\"remaining\":%lld,\"reset_ms\":%lld", i ? "," : "",
-               algo_def(l->algo)->name, (long long)l->limit,
-               (long long)l->window_ms, (long long)r->remaining,
-               (long long)r->reset_ms);
+
+        sb_str(&sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
+        sb_str(&sb, algo_def(l->algo)->name);
+        sb_field(&sb, "\",\"limit\":", l->limit);
+        sb_field(&sb, ",\"window_ms\":", l->window_ms);
+        sb_field(&sb, ",\"remaining\":", r->remaining);
+        sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
         if (algo_def(l->algo)->uses_burst)
-            APPEND(",\"burst\":%lld", (long long)l->burst);
-        APPEND(",\"retry_after_ms\":%lld}", (long long)r->retry_after_ms);
+            sb_field(&sb, ",\"burst\":", l->burst);
+        sb_field(&sb, ",\"retry_after_ms\":", r->retry_after_ms);
+        sb_str(&sb, "}");
     }
-    APPEND("]}");
-    return o < size ? o : size - 1;
+    sb_str(&sb, "]}");
+out:
+    return sb.len < size ? sb.len : size - 1;
+}
+
+/* "<policy>";<k1>=<v1>;<k2>=<v2> (RateLimit-Policy, RateLimit) */
+static const char *
+sf_item(char *buf, size_t size, const char *name, const char *k1, int64_t v1,
+        const char *k2, int64_t v2)
+{
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    sb_str(&sb, "\"");
+    sb_str(&sb, name);
+    sb_field(&sb, k1, v1);
+    sb_field(&sb, k2, v2);
+    return buf;
+}
+
+static const char *
+num(char *buf, size_t size, int64_t v)
+{
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    sb_i64(&sb, v);
+    return buf;
 }
 
 void
@@ -140,21 +174,15 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     const struct rl_limit *l = &d->policy->limits[d->binding];
     int64_t reset_s = response_seconds(d->reset_ms);
 
-    snprintf(v, sizeof(v), "%lld", (long long)d->limit);
-    add("X-RateLimit-Limit", v, arg);
-    snprintf(v, sizeof(v), "%lld", (long long)d->remaining);
-    add("X-RateLimit-Remaining", v, arg);
-    snprintf(v, sizeof(v), "%lld", (long long)reset_s);
-    add("X-RateLimit-Reset", v, arg);
-    snprintf(v, sizeof(v), "\"%s\";q=%lld;w=%lld", d->policy->name,
-             (long long)l->limit, (long long)response_seconds(l->window_ms));
-    add("RateLimit-Policy", v, arg);
-    snprintf(v, sizeof(v), "\"%s\";r=%lld;t=%lld", d->policy->name,
-             (long long)d->remaining, (long long)reset_s);
-    add("RateLimit", v, arg);
+    add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
+    add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
+    add("X-RateLimit-Reset", num(v, sizeof(v), reset_s), arg);
+    add("RateLimit-Policy", sf_item(v, sizeof(v), d->policy->name, "\";q=", l->limit, ";w=",
+                                    response_seconds(l->window_ms)), arg);
+    add("RateLimit", sf_item(v, sizeof(v), d->policy->name, "\";r=", d->remaining, ";t=",
+                             reset_s), arg);
     if (d->status == 429) {
         int64_t s = response_seconds(d->retry_after_ms);
-        snprintf(v, sizeof(v), "%lld", (long long)(s < 1 ? 1 : s));
-        add("Retry-After", v, arg);
+        add("Retry-After", num(v, sizeof(v), s < 1 ? 1 : s), arg);
     }
 }

@@ -35,10 +35,11 @@ put(struct rl_script_call *c, const char *s, size_t len)
 static void
 put_num(struct rl_script_call *c, size_t *used, long long v)
 {
-    char *p = c->store + *used;
-    int n = snprintf(p, NUM_MAX, "%lld", v);
+    struct strbuf sb;
 
-    put(c, p, (size_t)n);
+    sb_init(&sb, c->store + *used, NUM_MAX);
+    sb_i64(&sb, v);
+    put(c, sb.buf, sb.len);
     *used += NUM_MAX;
 }
 

@@ -94,3 +94,36 @@ str_ieq(const char *a, const char *b)
 {
     return strcasecmp(a, b) == 0;
 }
+
+void
+sb_mem(struct strbuf *sb, const char *s, size_t n)
+{
+    if (sb->len < sb->size) {
+        size_t room = sb->size - 1 - sb->len;
+        memcpy(sb->buf + sb->len, s, n < room ? n : room);
+        sb->buf[sb->len + (n < room ? n : room)] = '\0';
+    }
+    sb->len += n;
+}
+
+void
+sb_str(struct strbuf *sb, const char *s)
+{
+    sb_mem(sb, s, strlen(s));
+}
+
+void
+sb_i64(struct strbuf *sb, int64_t v)
+{
+    char tmp[24], *p = tmp + sizeof(tmp);
+    /* negate as unsigned: INT64_MIN has no positive twin */
+    uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        *--p = '-';
+    sb_mem(sb, p, (size_t)(tmp + sizeof(tmp) - p));
+}

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "response.h"
+#include "util.h"
 
 /* ---- fixtures ------------------------------------------------------------------ */
 
@@ -433,6 +434,40 @@ START_TEST(body_truncation_never_overflows)
 }
 END_TEST
 
+/* The printf-free formatter under the body and headers: every int64, and
+ * a cut that never writes past the buffer and says it cut. */
+START_TEST(strbuf_numbers_and_cuts)
+{
+    static const struct { int64_t v; const char *s; } nums[] = {
+        {0, "0"}, {7, "7"}, {-1, "-1"}, {1000000000, "1000000000"},
+        {INT64_MAX, "9223372036854775807"}, {INT64_MIN, "-9223372036854775808"},
+    };
+    char buf[32];
+    struct strbuf sb;
+
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        sb_init(&sb, buf, sizeof(buf));
+        sb_i64(&sb, nums[i].v);
+        ck_assert_str_eq(buf, nums[i].s);
+        ck_assert(sb_ok(&sb));
+    }
+    memset(buf, 'x', sizeof(buf));
+    sb_init(&sb, buf, 6);
+    sb_str(&sb, "ab");
+    sb_i64(&sb, 12345);
+    ck_assert_str_eq(buf, "ab123");
+    ck_assert(!sb_ok(&sb));
+    ck_assert_uint_eq(sb.len, 7);
+    ck_assert_int_eq(buf[6], 'x');
+    sb_str(&sb, "more");                /* after a cut: nothing written */
+    ck_assert_str_eq(buf, "ab123");
+    sb_init(&sb, buf, 6);
+    sb_str(&sb, "abcde");               /* exactly full */
+    ck_assert(sb_ok(&sb));
+    ck_assert_str_eq(buf, "abcde");
+}
+END_TEST
+
 /*
  * The largest body a valid config can produce (8 limits, 64-byte name, every
  * number at its config bound) fits the 2048-byte buffer http.c writes it to.
@@ -716,6 +751,7 @@ response_suite(void)
     tcase_add_test(tc, body_no_policy);
     tcase_add_test(tc, body_gcra_and_windows);
     tcase_add_test(tc, body_truncation_never_overflows);
+    tcase_add_test(tc, strbuf_numbers_and_cuts);
     tcase_add_test(tc, body_worst_case_fits_http_buffer);
     suite_add_tcase(s, tc);
 
