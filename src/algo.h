@@ -81,6 +81,20 @@ int algo_by_name(const char *name, enum rl_algo *out) RL_WUR;
 const char *algo_names(void);
 void algo_state_release(struct rl_algo_state *st);
 
+/*
+ * The most a token_bucket or gcra key may owe after a forced commit: one
+ * bucket of debt below an empty bucket, i.e. 2 x burst units missing (GCRA:
+ * TAT at most 2 x tau ahead).  Debt past that is not carried: it would keep
+ * the key blocked (and alive) longer than two full refills, and unbounded it
+ * would overflow the exact integer arithmetic of both languages.  Counters
+ * need no such bound: their windows end whatever they hold.
+ */
+static inline int64_t
+algo_most_owed(const struct rl_limit *lim)
+{
+    return 2 * lim->burst;
+}
+
 /* Rounding helpers shared by every algorithm: microseconds to milliseconds. */
 static inline int64_t algo_us_to_ms_ceil(int64_t us)
 {

@@ -10,7 +10,8 @@
  * times are exact pairs i + f / limit (0 <= f < limit): state a = i, b = f
  * of TAT.  An all-zero state is a TAT long past, like a missing Redis key.
  * It decides exactly like the token bucket with the same limit, window and
- * burst; the two differ in what they store.
+ * burst, forced commits included (TAT at most 2 x tau ahead: algo_most_owed);
+ * the two differ in what they store.
  */
 #include "algo.h"
 
@@ -72,13 +73,30 @@ gcra_ahead(const struct rl_limit *lim, const struct rl_algo_state *st,
     return x;
 }
 
-/* Where TAT would be, from now, after a check of `cost` (<= burst). */
+/* T x units, exactly. */
+static struct gcra_t
+gcra_units(const struct rl_limit *lim, int64_t units)
+{
+    struct gcra_t t;
+
+    t.i = algo_muldiv(lim->window_ms * 1000, units, lim->limit, &t.f);
+    return t;
+}
+
+/* a > b */
+static int
+gcra_later(struct gcra_t a, struct gcra_t b)
+{
+    return a.i > b.i || (a.i == b.i && a.f > b.f);
+}
+
+/* Where TAT would be, from now, after a check of `cost` (<= 2 x burst). */
 static struct gcra_t
 gcra_next(const struct rl_limit *lim, struct gcra_t x, int64_t cost)
 {
-    int64_t cf, ci = algo_muldiv(lim->window_ms * 1000, cost, lim->limit, &cf);
+    struct gcra_t c = gcra_units(lim, cost);
 
-    return gcra_norm(x.i + ci, x.f + cf, lim->limit);
+    return gcra_norm(x.i + c.i, x.f + c.f, lim->limit);
 }
 
 static void
@@ -96,8 +114,8 @@ gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
         return;
     }
     n = gcra_next(lim, x, cost);
-    tau.i = algo_muldiv(lim->window_ms * 1000, lim->burst, lim->limit, &tau.f);
-    if (n.i < tau.i || (n.i == tau.i && n.f <= tau.f)) {
+    tau = gcra_units(lim, lim->burst);
+    if (!gcra_later(n, tau)) {
         res->allowed = 1;
         res->retry_after_ms = 0;
     } else {
@@ -112,9 +130,15 @@ static void
 gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
             int64_t cost, struct rl_limit_result *res)
 {
-    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now), cost);
-    int64_t room = gcra_room(lim, n);
+    int64_t most = algo_most_owed(lim), room;
+    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now),
+                                cost < most ? cost : most);
+    struct gcra_t cap = gcra_units(lim, most);
 
+    /* a forced commit: TAT no further than 2 x tau ahead */
+    if (gcra_later(n, cap))
+        n = cap;
+    room = gcra_room(lim, n);
     st->a = now + n.i;
     st->b = n.f;
     res->remaining = room > 0 ? room : 0;

@@ -8,6 +8,11 @@
  * an all-zero state a full bucket, like a missing Redis key.  The fraction is
  * exact, so refilling gives the same bucket however often anyone asks.
  * Products reach limit x window (2^66): 128-bit here, digit-wise in the script.
+ *
+ * A forced commit may take more than the bucket holds: D > burst is a debt
+ * that refill pays back before any token is free again, up to
+ * algo_most_owed() (D <= 2 x burst).  D itself never goes below 0, so every
+ * product stays of non-negative numbers, as intmath.lua needs.
  */
 #include "algo.h"
 
@@ -95,7 +100,11 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     st->a = v.d + cost;
     st->b = v.f;
     st->c = v.at;
-    room = v.room - cost;
+    if (st->a >= algo_most_owed(lim)) {
+        st->a = algo_most_owed(lim);
+        st->b = 0;
+    }
+    room = lim->burst - st->a - (st->b > 0);
     res->remaining = room > 0 ? room : 0;
     res->reset_ms = algo_us_to_ms_ceil(
         tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);

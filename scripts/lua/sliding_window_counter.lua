@@ -5,9 +5,10 @@
 -- Hash fields: w = window index, c = its count, p = the count of window w - 1.
 -- The weighted term is rounded up, which decides exactly like the real-valued
 -- comparison because the rest of it is integer.  Products go through muldiv
--- (intmath.lua).  Mirrors src/algo_sliding_window_counter.c.
+-- (intmath.lua).  A forced commit counts past the limit.
+-- Mirrors src/algo_sliding_window_counter.c.
 
-ALGOS['swc'] = {
+MODULES['swc'] = function() return {
   peek = function(key, now, limit, window_ms, burst, cost)
     local W = window_ms * 1000
     local v = redis.call('HMGET', key, 'w', 'c', 'p')
@@ -33,14 +34,14 @@ ALGOS['swc'] = {
     elseif prev > 0 then
       reset = (cur + 1) * W - now
     end
-    if sw then repair_ttl(key, reset) end
-    local r = { remaining = math.max(room, 0), reset_ms = ceil_ms(reset),
+    local r = { ok = true, remaining = room, reset_ms = ceil_ms(reset),
+                retry_after_ms = 0, repair = nil,
                 cur = cur, curr = curr, prev = prev, room = room }
+    if room < 0 then r.remaining = 0 end
+    if sw then r.repair = reset end
     if cost > limit then
       r.ok, r.retry_after_ms = false, -1
-    elseif cost <= room then
-      r.ok, r.retry_after_ms = true, 0
-    else
+    elseif cost > room then
       -- the first elapsed time e2 at which the estimate leaves room for cost:
       -- x * (W - e2) / W <= R  <=>  e2 >= W - floor(R * W / x)
       local R, t = limit - curr - cost, 0
@@ -57,11 +58,11 @@ ALGOS['swc'] = {
   end,
 
   commit = function(key, now, limit, window_ms, burst, cost, r)
-    local W = window_ms * 1000
     redis.call('HSET', key, 'w', r.cur, 'c', r.curr + cost, 'p', r.prev)
-    local reset = (r.cur + 2) * W - now
+    local reset = (r.cur + 2) * window_ms * 1000 - now
     set_ttl(key, reset)
-    return { remaining = math.max(r.room - cost, 0), reset_ms = ceil_ms(reset),
-             retry_after_ms = 0 }
+    r.remaining, r.reset_ms = r.room - cost, ceil_ms(reset)
+    if r.remaining < 0 then r.remaining = 0 end
+    return r
   end,
-}
+} end

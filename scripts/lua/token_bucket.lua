@@ -4,63 +4,70 @@
 -- D = d + f / W (W = window in us, 0 <= f < W, an exact fraction) as of time
 -- t.  Refill lowers D by limit * elapsed / W, computed exactly with muldiv
 -- (intmath.lua), so the outcome does not depend on how often anyone asks.
+-- A forced commit may take more than the bucket holds: D > burst is a debt,
+-- which refill pays back before any token is free again, of one bucket at
+-- most (D <= 2 x burst, algo_most_owed in src/algo.h); every argument of
+-- muldiv/divmod stays >= 0 (D itself never goes below 0).
 -- Hash fields: d, f, t.  Mirrors src/algo_token_bucket.c.
 
--- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
-local function tb_wait(d, f, x, W, limit)
-  if d < x or (d == x and f == 0) then return 0 end
-  -- ceil(((d - x) * W + f) / limit)
-  local q, r = muldiv(d - x, W, limit)
-  local q2, r2 = divmod(r + f, limit)
-  if r2 > 0 then q2 = q2 + 1 end
-  return q + q2
+MODULES['tb'] = function()
+  -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
+  local function tb_wait(d, f, x, W, limit)
+    if d < x or (d == x and f == 0) then return 0 end
+    -- ceil(((d - x) * W + f) / limit)
+    local q, r = muldiv(d - x, W, limit)
+    local q2, r2 = divmod(r + f, limit)
+    if r2 > 0 then q2 = q2 + 1 end
+    return q + q2
+  end
+
+  return {
+    peek = function(key, now, limit, window_ms, burst, cost)
+      local W = window_ms * 1000
+      local v = redis.call('HMGET', key, 'd', 'f', 't')
+      local d, f, t = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+      -- a clock that stepped back refills nothing until it catches up; every
+      -- duration is still measured from `now` (skew)
+      local at = now
+      if t > now then at = t end
+      local skew = at - now
+      if at - t >= tb_wait(d, f, 0, W, limit) then
+        d, f = 0, 0
+      else
+        local q, r = muldiv(limit, at - t, W)
+        d, f = d - q, f - r
+        if f < 0 then d, f = d - 1, f + W end
+      end
+      local reset = 0
+      if d > 0 or f > 0 then reset = tb_wait(d, f, 0, W, limit) + skew end
+      -- floor(tokens) = burst - ceil(D)
+      local room = burst - d
+      if f > 0 then room = room - 1 end
+      local r = { ok = true, remaining = room, reset_ms = ceil_ms(reset),
+                  retry_after_ms = 0, repair = nil,
+                  d = d, f = f, at = at, skew = skew }
+      if room < 0 then r.remaining = 0 end
+      if v[3] then r.repair = reset end
+      if cost > burst then
+        r.ok, r.retry_after_ms = false, -1
+      elseif cost > room then
+        r.ok = false
+        r.retry_after_ms = ceil_ms(tb_wait(d, f, burst - cost, W, limit) + skew)
+      end
+      return r
+    end,
+
+    commit = function(key, now, limit, window_ms, burst, cost, r)
+      local d, f = r.d + cost, r.f
+      if d >= 2 * burst then d, f = 2 * burst, 0 end
+      redis.call('HSET', key, 'd', d, 'f', f, 't', r.at)
+      local reset = tb_wait(d, f, 0, window_ms * 1000, limit) + r.skew
+      set_ttl(key, reset)
+      local room = burst - d
+      if f > 0 then room = room - 1 end
+      if room < 0 then room = 0 end
+      r.remaining, r.reset_ms = room, ceil_ms(reset)
+      return r
+    end,
+  }
 end
-
-ALGOS['tb'] = {
-  peek = function(key, now, limit, window_ms, burst, cost)
-    local W = window_ms * 1000
-    local v = redis.call('HMGET', key, 'd', 'f', 't')
-    local d, f, t = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-    -- a clock that stepped back refills nothing until it catches up; every
-    -- duration is still measured from `now` (skew)
-    local at = math.max(now, t)
-    local skew = at - now
-    local full = tb_wait(d, f, 0, W, limit)
-    if at - t >= full then
-      d, f = 0, 0
-    else
-      local q, r = muldiv(limit, at - t, W)
-      d, f = d - q, f - r
-      if f < 0 then d, f = d - 1, f + W end
-    end
-    local reset = 0
-    if d > 0 or f > 0 then reset = tb_wait(d, f, 0, W, limit) + skew end
-    if v[3] then repair_ttl(key, reset) end
-    -- floor(tokens) = burst - ceil(D)
-    local room = burst - d
-    if f > 0 then room = room - 1 end
-    local r = { remaining = math.max(room, 0), reset_ms = ceil_ms(reset),
-                d = d, f = f, at = at, skew = skew }
-    if cost > burst then
-      r.ok, r.retry_after_ms = false, -1
-    elseif cost <= room then
-      r.ok, r.retry_after_ms = true, 0
-    else
-      r.ok = false
-      r.retry_after_ms = ceil_ms(tb_wait(d, f, burst - cost, W, limit) + skew)
-    end
-    return r
-  end,
-
-  commit = function(key, now, limit, window_ms, burst, cost, r)
-    local W = window_ms * 1000
-    local d = r.d + cost
-    redis.call('HSET', key, 'd', d, 'f', r.f, 't', r.at)
-    local reset = tb_wait(d, r.f, 0, W, limit) + r.skew
-    set_ttl(key, reset)
-    local room = burst - d
-    if r.f > 0 then room = room - 1 end
-    return { remaining = math.max(room, 0), reset_ms = ceil_ms(reset),
-             retry_after_ms = 0 }
-  end,
-}

@@ -422,7 +422,7 @@ START_TEST(swc_forced_goes_over_the_limit)
 }
 END_TEST
 
-START_TEST(tb_forced_runs_into_debt)
+START_TEST(tb_forced_runs_into_debt_of_one_bucket_at_most)
 {
     /* 5 per second, 10 of capacity: one token per 200 ms */
     struct rl_limit l = mklimit(RL_ALGO_TOKEN_BUCKET, 5, 1000, 10);
@@ -434,15 +434,19 @@ START_TEST(tb_forced_runs_into_debt)
     ck_assert_int_eq(st.a, 13);
     /* the debt is paid first: one token is 3 + 1 refills away */
     EXPECT(peek(&l, &st, T0, 1), 0, 0, 2600, 800);
-    /* 12.5 missing, 12 more taken: 24.5 to refill, 4.9 s */
-    EXPECT(force(&l, &st, T0 + 100 * MS, 12), 0, 0, 4900, -1);
-    ck_assert_int_eq(ttl_us(&l, &st, T0 + 100 * MS), 4900 * MS);
-    /* 14.5 refilled by T0 + 3 s: the bucket is empty, not in debt */
-    EXPECT(peek(&l, &st, T0 + 3 * S, 1), 0, 0, 2000, 200);
-    EXPECT(peek(&l, &st, T0 + 3200 * MS - 1, 1), 0, 0, 1801, 1);
-    EXPECT(peek(&l, &st, T0 + 3200 * MS, 1), 1, 1, 1800, 0);
-    EXPECT(peek(&l, &st, T0 + 5 * S, 0), 1, 10, 0, 0);
-    ck_assert_int_eq(ttl_us(&l, &st, T0 + 5 * S), 0);
+    /* 12.5 missing and 12 more taken would be 24.5: the debt stops at one
+     * bucket, 20 missing, 4 s to refill (algo_most_owed) */
+    EXPECT(force(&l, &st, T0 + 100 * MS, 12), 0, 0, 4000, -1);
+    ck_assert_int_eq(st.a, 20);
+    ck_assert_int_eq(st.b, 0);
+    EXPECT(force(&l, &st, T0 + 100 * MS, 1000000), 0, 0, 4000, -1);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 100 * MS), 4000 * MS);
+    /* 10 refilled by T0 + 2.1 s: the bucket is empty, not in debt */
+    EXPECT(peek(&l, &st, T0 + 2100 * MS, 1), 0, 0, 2000, 200);
+    EXPECT(peek(&l, &st, T0 + 2300 * MS - 1, 1), 0, 0, 1801, 1);
+    EXPECT(peek(&l, &st, T0 + 2300 * MS, 1), 1, 1, 1800, 0);
+    EXPECT(peek(&l, &st, T0 + 4100 * MS, 0), 1, 10, 0, 0);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 4100 * MS), 0);
 }
 END_TEST
 
@@ -455,14 +459,17 @@ START_TEST(gcra_forced_pushes_tat_out)
     EXPECT(step(&l, &st, T0, 3), 1, 2, 300, 0);
     EXPECT(force(&l, &st, T0, 4), 0, 0, 700, 200);
     ck_assert_int_eq(st.a, T0 + 700 * MS);
-    EXPECT(force(&l, &st, T0, 6), 0, 0, 1300, -1);
-    ck_assert_int_eq(st.a, T0 + 1300 * MS);
-    ck_assert_int_eq(ttl_us(&l, &st, T0), 1300 * MS);
-    EXPECT(peek(&l, &st, T0 + 800 * MS, 1), 0, 0, 500, 100);
-    EXPECT(peek(&l, &st, T0 + 900 * MS - 1, 1), 0, 0, 401, 1);
-    EXPECT(peek(&l, &st, T0 + 900 * MS, 1), 1, 1, 400, 0);
-    EXPECT(peek(&l, &st, T0 + 1300 * MS, 0), 1, 5, 0, 0);
-    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1300 * MS), 0);
+    /* 700 + 600 ms would pass 2 x tau: TAT stops 1 s ahead */
+    EXPECT(force(&l, &st, T0, 6), 0, 0, 1000, -1);
+    ck_assert_int_eq(st.a, T0 + 1000 * MS);
+    EXPECT(force(&l, &st, T0, 1000000), 0, 0, 1000, -1);
+    ck_assert_int_eq(st.a, T0 + 1000 * MS);
+    ck_assert_int_eq(ttl_us(&l, &st, T0), 1000 * MS);
+    EXPECT(peek(&l, &st, T0 + 500 * MS, 1), 0, 0, 500, 100);
+    EXPECT(peek(&l, &st, T0 + 600 * MS - 1, 1), 0, 0, 401, 1);
+    EXPECT(peek(&l, &st, T0 + 600 * MS, 1), 1, 1, 400, 0);
+    EXPECT(peek(&l, &st, T0 + 1000 * MS, 0), 1, 5, 0, 0);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1000 * MS), 0);
 }
 END_TEST
 
@@ -662,6 +669,8 @@ START_TEST(token_bucket_and_gcra_decide_alike)
             now += rnd(&seed) % 16 == 0 ? rnd_upto(&seed, tb.window_ms * MS)
                                          : rnd_upto(&seed, 2 * gap);
             forced = rnd(&seed) % 16 == 0;
+            if (forced && rnd(&seed) % 2 == 0)      /* far into debt */
+                cost = rnd_upto(&seed, 4 * tb.burst);
             x = check_one(&tb, &a, now, cost, forced);
             y = check_one(&gc, &b, now, cost, forced);
             ck_assert_msg(same(x, y), "shape %zu step %d: tb %d %lld %lld %lld, "
@@ -993,7 +1002,7 @@ algo_suite(void)
     tcase_add_test(tc, gcra_fractional_interval_is_exact);
     tcase_add_test(tc, fw_forced_goes_over_the_limit);
     tcase_add_test(tc, swc_forced_goes_over_the_limit);
-    tcase_add_test(tc, tb_forced_runs_into_debt);
+    tcase_add_test(tc, tb_forced_runs_into_debt_of_one_bucket_at_most);
     tcase_add_test(tc, gcra_forced_pushes_tat_out);
     tcase_add_test(tc, swl_forced_keeps_the_newest_limit_entries);
     suite_add_tcase(s, tc);

@@ -6,6 +6,9 @@
  * script touched keeps a TTL, exactly as long as its state matters after a
  * commit, and a TTL removed behind the script's back is put back.
  *
+ * Forced checks (a hybrid sync: cost consumed even when it does not fit) are
+ * driven the same way, mixed in at random.
+ *
  * Redis expires keys on its own clock while these tests drive the script's
  * clock, so each step runs as MULTI, EVALSHA, then PTTL and PEXPIRE (or
  * PERSIST, to test the repair) of every key, EXEC: plain commands in a
@@ -122,18 +125,24 @@ get_reply(void)
     return r;
 }
 
+/* How dp_step runs a check. */
+#define DP_PERSIST 0x1  /* then take every key's TTL away behind its back */
+#define DP_FORCE 0x2    /* a forced check: consume cost even if it does not fit */
+
 /*
- * One check at `now` of `cost`, through the script and through C; compares
- * everything and checks every key's TTL.  Returns whether it was allowed.
+ * One check at `now` of `cost`, through the script (a batch of one) and
+ * through C; compares everything and checks every key's TTL.  Returns whether
+ * it was allowed.
  */
 static int
-dp_step(struct dpolicy *p, int64_t now, int64_t cost, int persist,
+dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
         const char *where)
 {
-    const char *argv[3 + RL_LIMITS_MAX + 2 + 4 * RL_LIMITS_MAX];
+    const char *argv[3 + RL_LIMITS_MAX + 5 + 4 * RL_LIMITS_MAX];
     size_t lens[RL_ARRAY_LEN(argv)];
-    char nums[2 + 3 * RL_LIMITS_MAX + 1][24];
+    char nums[5 + 3 * RL_LIMITS_MAX][24];
     struct rl_limit_result cr[RL_LIMITS_MAX];
+    int persist = how & DP_PERSIST, force = how & DP_FORCE;
     int argc = 0, nn = 0, allowed = 1, committed;
     int64_t sent, slack;
     redisReply *r, *ev;
@@ -147,7 +156,10 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int persist,
     for (size_t i = 0; i < p->n; i++)
         ARG(p->l[i].key, strlen(p->l[i].key));
     NUM(now);
+    NUM(1);             /* checks in this batch */
+    NUM(p->n);
     NUM(cost);
+    ARG(force ? "f" : "", force ? 1 : 0);
     for (size_t i = 0; i < p->n; i++) {
         const char *tag = algo_def(p->l[i].lim.algo)->tag;
         ARG(tag, strlen(tag));
@@ -193,15 +205,16 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int persist,
         algo_def(d->lim.algo)->peek(&d->lim, &d->st, now, cost, &cr[i]);
         allowed &= cr[i].allowed;
     }
-    committed = allowed && cost > 0;
+    committed = (allowed || force) && cost > 0;
     if (committed)
         for (size_t i = 0; i < p->n; i++)
             algo_def(p->l[i].lim.algo)->commit(&p->l[i].lim, &p->l[i].st, now,
                                                cost, &cr[i]);
 
     ck_assert_msg(ev->element[0]->integer == allowed,
-                  "%s now %lld cost %lld: allowed lua %lld c %d", where,
-                  (long long)now, (long long)cost, ev->element[0]->integer, allowed);
+                  "%s now %lld cost %lld%s: allowed lua %lld c %d", where,
+                  (long long)now, (long long)cost, force ? " forced" : "",
+                  ev->element[0]->integer, allowed);
     for (size_t i = 0; i < p->n; i++) {
         struct dlimit *d = &p->l[i];
         long long lr = ev->element[1 + 3 * i]->integer;
@@ -213,10 +226,10 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int persist,
 
         ck_assert_msg(lr == cr[i].remaining && ls == cr[i].reset_ms &&
                       lt == cr[i].retry_after_ms,
-                      "%s now %lld cost %lld limit %zu (%s %lld/%lldms burst %lld): "
+                      "%s now %lld cost %lld%s limit %zu (%s %lld/%lldms burst %lld): "
                       "lua remaining %lld reset_ms %lld retry_after_ms %lld, "
                       "c %lld %lld %lld", where, (long long)now, (long long)cost,
-                      i, algo_def(d->lim.algo)->name, (long long)d->lim.limit,
+                      force ? " forced" : "", i, algo_def(d->lim.algo)->name, (long long)d->lim.limit,
                       (long long)d->lim.window_ms, (long long)d->lim.burst,
                       lr, ls, lt, (long long)cr[i].remaining,
                       (long long)cr[i].reset_ms, (long long)cr[i].retry_after_ms);
@@ -308,13 +321,16 @@ drive(struct dpolicy *p, uint64_t seed, int steps, const char *what)
 
     for (int n = 0; n < steps; n++) {
         int64_t cost;
-        int persist;
+        int how = 0;
 
         now = next_time(&seed, now, p);
         cost = next_cost(&seed, p);
-        persist = rnd(&seed) % 25 == 0;
+        if (rnd(&seed) % 25 == 0)
+            how |= DP_PERSIST;
+        if (rnd(&seed) % 8 == 0)
+            how |= DP_FORCE;
         snprintf(where, sizeof(where), "%s step %d", what, n);
-        dp_step(p, now, cost, persist, where);
+        dp_step(p, now, cost, how, where);
     }
 }
 
@@ -326,8 +342,8 @@ START_TEST(script_is_the_embedded_one_and_reads_redis_time)
 
     /* setup() loaded it and compared the SHA1; the daemon's own path: no
      * explicit time, Redis TIME */
-    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 "
-                     "gcra 5 1000 5 swl 5 1000 5", rl_lua_check_sha, "");
+    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 2 1 %s "
+                     "gcra 5 1000 5 swl 5 1000 5", rl_lua_check_sha, "", "");
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 7, "%s",
                   r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
@@ -397,6 +413,19 @@ START_TEST(each_algorithm_matches_on_its_boundaries)
         for (int64_t j = 1; j <= 3; j++)
             for (int64_t d = -1; d <= 1; d++)
                 dp_step(&p, t + j * W + d, j == 2 ? cap : 1, 0, what);
+        /* forced past the limit (and, for the log, past `limit` entries),
+         * then the way back, around the same boundaries */
+        t += 4 * W;
+        dp_step(&p, t, cap, DP_FORCE, what);
+        dp_step(&p, t + 1, cap + 2, DP_FORCE, what);
+        for (int64_t j = 0; j < 3; j++)
+            dp_step(&p, t + 2, 1, DP_FORCE, what);
+        for (int64_t j = 1; j <= 12; j++)
+            for (int64_t d = -1; d <= 1; d++)
+                dp_step(&p, t + j * gap + d, 1, 0, what);
+        for (int64_t j = 1; j <= 4; j++)
+            for (int64_t d = -1; d <= 1; d++)
+                dp_step(&p, t + j * W + d, 1, 0, what);
         dp_free(&p);
     }
 }
@@ -455,6 +484,27 @@ START_TEST(log_entries_in_one_microsecond_are_all_kept)
 }
 END_TEST
 
+START_TEST(log_forced_keeps_the_newest_limit_members)
+{
+    struct dpolicy p = {0};
+    redisReply *r;
+
+    dp_add(&p, "forced-log", RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 0);
+    for (int k = 0; k < 20; k++)
+        dp_step(&p, T0 + k * MS, 1 + k % 3, DP_FORCE, "forced");
+    r = redisCommand(rc, "ZRANGE %s 0 -1", p.l[0].key);
+    ck_assert_uint_eq(r->elements, 5);
+    ck_assert_uint_eq(p.l[0].st.ring_len, 5);
+    /* the newest five: checks 15..19 of costs 1, 2, 3, 1, 2 */
+    ck_assert_str_eq(r->element[0]->str, "0000000000000031:1");
+    ck_assert_str_eq(r->element[4]->str, "0000000000000039:2");
+    freeReplyObject(r);
+    ck_assert(!dp_step(&p, T0 + 1014 * MS, 1, 0, "all 9 still count"));
+    ck_assert(dp_step(&p, T0 + 1018 * MS, 1, 0, "only the last (2 units) is left"));
+    dp_free(&p);
+}
+END_TEST
+
 START_TEST(log_rebases_before_its_running_total_loses_precision)
 {
     struct dpolicy p = {0};
@@ -498,17 +548,17 @@ START_TEST(a_removed_ttl_is_put_back)
         snprintf(id, sizeof(id), "persist:%d", a);
         dp_add(&p, id, (enum rl_algo)a, 10, 60000, 10);
         ck_assert(dp_step(&p, T0, 3, 0, "commit"));
-        ck_assert(dp_step(&p, T0 + MS, 0, 1, "persist"));
+        ck_assert(dp_step(&p, T0 + MS, 0, DP_PERSIST, "persist"));
         /* while the state matters: the exact TTL again (dp_step checks) */
         ck_assert(dp_step(&p, T0 + 2 * MS, 0, 0, "repaired"));
         ck_assert_int_gt(p.pttl[0], 0);
         ck_assert_int_le(p.pttl[0], 2 * 60000);     /* swc: up to 2 windows */
         /* a denied check repairs too */
-        ck_assert(dp_step(&p, T0 + 3 * MS, 0, 1, "persist"));
+        ck_assert(dp_step(&p, T0 + 3 * MS, 0, DP_PERSIST, "persist"));
         ck_assert(!dp_step(&p, T0 + 4 * MS, 11, 0, "denied"));
         ck_assert_int_gt(p.pttl[0], 0);
         /* long after: the state is worthless, the key must still go */
-        ck_assert(dp_step(&p, T0 + 10 * W, 0, 1, "persist"));
+        ck_assert(dp_step(&p, T0 + 10 * W, 0, DP_PERSIST, "persist"));
         dp_step(&p, T0 + 10 * W + 1, 0, 0, "worthless");
         ck_assert_msg(p.pttl[0] == -2 || (p.pttl[0] >= 0 && p.pttl[0] <= 1),
                       "%s: PTTL %lld", algo_def((enum rl_algo)a)->name,
@@ -532,6 +582,7 @@ diff_suite(void)
                         RL_ALGO_COUNT);
     tcase_add_test(tc, mixed_policies_match_and_stay_atomic);
     tcase_add_test(tc, log_entries_in_one_microsecond_are_all_kept);
+    tcase_add_test(tc, log_forced_keeps_the_newest_limit_members);
     tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
     tcase_add_test(tc, a_removed_ttl_is_put_back);
     suite_add_tcase(s, tc);
