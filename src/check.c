@@ -19,6 +19,8 @@ struct check_op {
     void *arg;
     int64_t start_us;
     uint64_t epoch;         /* of the backend when the check was sent */
+    int hybrid;             /* a hybrid policy's key unknown locally */
+    int stale;              /* decided locally after a failed sync */
     char key[RL_REDIS_KEY_MAX];
 };
 
@@ -120,6 +122,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
 
     if (res->status == RL_BACKEND_OK) {
         decision_from_result(&d, op->policy, res);
+        d.degraded = op->stale;
     } else {
         switch (cfg->failure_mode) {
         case RL_FAIL_CLOSED:
@@ -161,6 +164,9 @@ on_backend(const struct rl_check_res *res, void *arg)
         op->cfg->deny_cache)
         deny_cache_put(op->env->deny, op->policy, op->key, op->req.key_len,
                        op->req.cost, op->epoch, op->start_us, res);
+    if (res->status == RL_BACKEND_OK && op->hybrid)
+        hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
+                    op->start_us, res);
     if (res->status != RL_BACKEND_OK)
         log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
                   op->policy->name, res->error ? res->error : "");
@@ -191,6 +197,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     int rc = RL_ERR;
 
     *status = 400;
+    if (env->hybrid != NULL)
+        hybrid_use_config(env->hybrid, cfg);
     if (in->body_len > 0) {
         root = json_loadb(in->body, in->body_len,
                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
@@ -286,6 +294,17 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     op->start_us = now_monotonic_us();
     op->epoch = env->backend->epoch;
     rc = RL_OK;
+    if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
+        struct rl_check_res local;
+        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, f.cost,
+                          &local, &op->stale) == RL_OK) {
+            finish(op, &local);
+            config_unref(op->cfg);
+            free(op);
+            goto out;
+        }
+        op->hybrid = 1;         /* the answer seeds the key's local view */
+    }
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
         if (deny_cache_get(env->deny, policy, op->key, op->req.key_len, f.cost,

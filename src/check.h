@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "config.h"
 #include "deny_cache.h"
+#include "hybrid.h"
 #include "identity.h"
 #include "metrics.h"
 #include "response.h"
@@ -19,6 +20,7 @@ struct rl_check_env {
     struct rl_backend *local;       /* in-process, for failure_mode local */
     struct rl_metrics *metrics;     /* the worker's counters */
     struct rl_deny_cache *deny;     /* NULL: no local cache of denials */
+    struct rl_hybrid *hybrid;       /* NULL: hybrid policies act as exact */
 };
 
 struct rl_check_input {

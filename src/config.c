@@ -176,6 +176,7 @@ log_level_name(enum rl_log_level l)
 static const char *const backend_names[] = {"redis", "memory", NULL};
 static const char *const failure_names[] = {"open", "closed", "local", NULL};
 static const char *const fwd_header_names[] = {"x-forwarded-for", "forwarded", NULL};
+static const char *const mode_names[] = {"exact", "hybrid", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
     "token_bucket", "gcra", NULL
@@ -184,6 +185,7 @@ static const char *const algo_name_list[] = {
 #define DURATION_HINT "a duration like \"500ms\", \"10s\", \"1m\", \"1h\""
 #define SIZE_HINT "a size like \"64k\", \"1m\" or a number of bytes"
 #define DAY_MS (24LL * 3600 * 1000)
+#define HYBRID_SYNC_DEFAULT_MS 250
 
 static void check_limit(void *obj, const char *path, struct load_ctx *ctx);
 static void check_policy(void *obj, const char *path, struct load_ctx *ctx);
@@ -245,6 +247,12 @@ static const struct field policy_fields[] = {
      NULL, NULL, 0, 0, NULL},
     {"overrides", T_ARRAY, offsetof(struct rl_policy, overrides), NULL, 0, 0, NULL,
      &override_schema, offsetof(struct rl_policy, noverrides), 0, NULL},
+    {"mode", T_ENUM, offsetof(struct rl_policy, mode), "\"exact\"", 0, 0,
+     mode_names, NULL, 0, 0, NULL},
+    /* no default here: given without "mode": "hybrid" it is an error, so
+     * check_policy sets HYBRID_SYNC_DEFAULT_MS when it is absent */
+    {"sync_interval", T_DURATION, offsetof(struct rl_policy, sync_interval_ms), NULL,
+     10, 60 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
 };
 static const struct schema policy_schema = {
     FIELDS(policy_fields), sizeof(struct rl_policy), check_policy
@@ -318,6 +326,8 @@ static const struct field top_fields[] = {
      NULL, NULL, 0, 0, NULL},
     {"deny_cache_size", T_INT, offsetof(struct rl_config, deny_cache_size), "65536",
      16, 16 * 1024 * 1024, NULL, NULL, 0, F_RESTART, NULL},
+    {"hybrid_table_size", T_INT, offsetof(struct rl_config, hybrid_table_size),
+     "65536", 16, 16 * 1024 * 1024, NULL, NULL, 0, F_RESTART, NULL},
     {"shutdown_grace", T_DURATION, offsetof(struct rl_config, shutdown_grace_ms),
      "\"10s\"", 0, 3600 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
     {"log_level", T_ENUM, offsetof(struct rl_config, log_level), "\"info\"", 0, 0,
@@ -816,6 +826,13 @@ check_policy(void *obj, const char *path, struct load_ctx *ctx)
         free(fp);
     }
     check_limit_list(p->limits, p->nlimits, path, ctx);
+    if (p->sync_interval_ms != 0 && p->mode != RL_MODE_HYBRID) {
+        char *fp = join_path(path, "sync_interval");
+        bad(ctx, fp, "only a policy with \"mode\": \"hybrid\" syncs");
+        free(fp);
+    }
+    if (p->sync_interval_ms == 0)
+        p->sync_interval_ms = HYBRID_SYNC_DEFAULT_MS;
     /* Each override becomes a policy of its own that shares the parent's
      * name (and so its keys' hash tag and its metrics). */
     for (size_t i = 0; i < p->noverrides; i++) {

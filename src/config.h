@@ -18,6 +18,8 @@
 enum rl_backend_kind { RL_BACKEND_REDIS = 0, RL_BACKEND_MEMORY };
 enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
 enum rl_log_level { RL_LOG_ERROR = 0, RL_LOG_WARN, RL_LOG_INFO, RL_LOG_DEBUG };
+/* exact: every check asks the backend; hybrid: see hybrid.h */
+enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
 
 enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
 
@@ -85,6 +87,8 @@ struct rl_policy {
     struct rl_override *overrides;
     size_t noverrides;
     int metrics_id;             /* set by the daemon: metrics_policy_id() */
+    enum rl_policy_mode mode;
+    int64_t sync_interval_ms;   /* hybrid: counts go to Redis this often */
 };
 
 struct rl_sentinel_conf {
@@ -121,6 +125,7 @@ struct rl_config {
     int forward_auth;           /* any method on /check and /check/... */
     int64_t access_log;         /* log one check in N; 0: off */
     int64_t deny_cache_size;    /* slots per worker */
+    int64_t hybrid_table_size;  /* hybrid keys known per worker, at most */
     int64_t shutdown_grace_ms;
     enum rl_log_level log_level;
     struct rl_policy *policies;

@@ -177,6 +177,21 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_local_cache_hits_total Checks answered from the local cache.\n"
         "# TYPE ratelimitd_local_cache_hits_total counter\n"
         "ratelimitd_local_cache_hits_total %llu\n"
+        "# HELP ratelimitd_hybrid_local_decisions_total Checks of hybrid policies decided in the worker, without Redis.\n"
+        "# TYPE ratelimitd_hybrid_local_decisions_total counter\n"
+        "ratelimitd_hybrid_local_decisions_total %llu\n"
+        "# HELP ratelimitd_hybrid_syncs_total Syncs of hybrid counts sent to the backend.\n"
+        "# TYPE ratelimitd_hybrid_syncs_total counter\n"
+        "ratelimitd_hybrid_syncs_total %llu\n"
+        "# HELP ratelimitd_hybrid_sync_failures_total Syncs that failed or timed out (their counts are sent again).\n"
+        "# TYPE ratelimitd_hybrid_sync_failures_total counter\n"
+        "ratelimitd_hybrid_sync_failures_total %llu\n"
+        "# HELP ratelimitd_hybrid_pending_units Cost units admitted by hybrid policies and not yet acknowledged by the backend.\n"
+        "# TYPE ratelimitd_hybrid_pending_units gauge\n"
+        "ratelimitd_hybrid_pending_units %llu\n"
+        "# HELP ratelimitd_hybrid_keys Keys of hybrid policies known locally.\n"
+        "# TYPE ratelimitd_hybrid_keys gauge\n"
+        "ratelimitd_hybrid_keys %llu\n"
         "# HELP ratelimitd_inflight_checks Checks waiting for the backend.\n"
         "# TYPE ratelimitd_inflight_checks gauge\n"
         "ratelimitd_inflight_checks %llu\n"
@@ -190,7 +205,10 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_config_info The loaded configuration (FNV-1a hash of the file).\n"
         "# TYPE ratelimitd_config_info gauge\n"
         "ratelimitd_config_info{hash=\"%016llx\"} 1\n",
-        (unsigned long long)SUM(local_cache_hits), (unsigned long long)SUM(inflight),
+        (unsigned long long)SUM(local_cache_hits),
+        (unsigned long long)SUM(hybrid_local), (unsigned long long)SUM(hybrid_syncs),
+        (unsigned long long)SUM(hybrid_sync_failures), (unsigned long long)SUM(hybrid_pending),
+        (unsigned long long)SUM(hybrid_entries), (unsigned long long)SUM(inflight),
         (unsigned long long)LOAD(&reconnects), (unsigned long long)LOAD(&reloads_ok),
         (unsigned long long)LOAD(&reloads_failed), (unsigned long long)LOAD(&config_hash));
 }

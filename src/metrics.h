@@ -41,6 +41,11 @@ struct rl_metrics {
     uint64_t backend_status[4];             /* by enum rl_backend_status */
     uint64_t local_cache_hits;
     uint64_t inflight;
+    /* hybrid policies (hybrid.h) */
+    uint64_t hybrid_local;                  /* checks decided from the local view */
+    uint64_t hybrid_syncs, hybrid_sync_failures;
+    uint64_t hybrid_pending;                /* gauge: units not acknowledged yet */
+    uint64_t hybrid_entries;                /* gauge: keys in the table */
 };
 
 /* The stable id of a policy name (registering it on first sight). */

@@ -23,6 +23,23 @@ stop_soon(struct rl_worker *w)
     event_base_loopexit(w->base, &tv);
 }
 
+/* Draining ends when no check waits for the backend and every count a
+ * hybrid policy admitted has reached it (or shutdown_grace is over). */
+static int
+drained(const struct rl_worker *w)
+{
+    return w->metrics->inflight == 0 && hybrid_idle(w->env.hybrid);
+}
+
+static void
+on_hybrid_idle(void *arg)
+{
+    struct rl_worker *w = arg;
+
+    if (drained(w))
+        stop_soon(w);
+}
+
 static void
 on_grace(evutil_socket_t fd, short what, void *arg)
 {
@@ -46,7 +63,9 @@ on_drain(evutil_socket_t fd, short what, void *arg)
         return;
     w->draining = 1;
     http_stop_accepting(w);
-    if (w->metrics->inflight == 0) {
+    if (w->env.hybrid != NULL)
+        hybrid_drain(w->env.hybrid, on_hybrid_idle, w);
+    if (drained(w)) {
         stop_soon(w);
         return;
     }
@@ -87,8 +106,12 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     w->env.local = w->local;
     w->env.metrics = w->metrics;
     /* only worth it when the answer costs a round trip */
-    if (cfg->backend == RL_BACKEND_REDIS)
+    if (cfg->backend == RL_BACKEND_REDIS) {
         w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
+        /* the memory backend is in-process already: nothing to sync */
+        w->env.hybrid = hybrid_new(w->base, w->backend, w->metrics,
+                                   (size_t)cfg->hybrid_table_size);
+    }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     return http_init(w, cfg, cause);
 }
@@ -129,11 +152,14 @@ worker_join(struct rl_worker *w)
 void
 worker_free(struct rl_worker *w)
 {
-    /* Backends first: their pending callbacks may still answer requests. */
+    /* Backends first: their pending callbacks may still answer requests
+     * (and hand back hybrid syncs, which must not be sent again). */
+    hybrid_close(w->env.hybrid);
     if (w->backend != NULL)
         w->backend->ops->destroy(w->backend);
     if (w->local != NULL)
         w->local->ops->destroy(w->local);
+    hybrid_free(w->env.hybrid);      /* its timer lives on the base */
     if (w->http != NULL)
         evhttp_free(w->http);
     if (w->listen_fd >= 0)
@@ -159,6 +185,6 @@ void
 worker_check_done(struct rl_worker *w)
 {
     if (__atomic_sub_fetch(&w->metrics->inflight, 1, __ATOMIC_RELAXED) == 0 &&
-        w->draining)
+        w->draining && hybrid_idle(w->env.hybrid))
         stop_soon(w);
 }

@@ -1,0 +1,594 @@
+/* hybrid.c — see hybrid.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "hybrid.h"
+#include "log.h"
+#include "util.h"
+
+/* An entry untouched for this many of its sync intervals may go. */
+#define IDLE_INTERVALS 2
+/* Busy entries (pending, in flight) one eviction pass may step over. */
+#define EVICT_SCAN_MAX 256
+#define BUCKETS_MIN 64
+/* The tick before any hybrid policy was seen. */
+#define TICK_DEFAULT_MS 250
+/* A sync that timed out may still run in Redis once its connection moves
+ * again.  Sending its units again on that same connection would surely count
+ * them twice, so they wait until the backend has given up the connection
+ * (it does when the oldest request is a second old, or older than its
+ * deadline or connect_timeout): then at most that one sync is counted twice. */
+#define TIMEOUT_HOLD_MIN_MS 1000
+
+#define ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
+#define SET(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+/* What Redis last said about one limit of a key. */
+struct snap {
+    int64_t remaining, reset_ms;
+};
+
+struct sync_op;
+
+struct hentry {
+    struct hentry *hnext;           /* hash chain */
+    struct hentry *newer, *older;   /* by last touch */
+    struct hentry *dirty_next;      /* on the list of keys to sync */
+    struct rl_config *cfg;          /* a reference: the policy lives in it */
+    const struct rl_policy *policy;
+    struct sync_op *op;             /* the sync in flight; pins the entry */
+    uint64_t hash;
+    int64_t snap_us;                /* when the snapshot's answer came */
+    int64_t snap_sent_us;           /* when the request that gave it went */
+    int64_t touch_us, sync_us;
+    int64_t hold_us;                /* no sync before (after a timeout) */
+    int64_t pending, inflight;      /* cost units */
+    int dirty;                      /* on the dirty list */
+    int failed;                     /* the last sync failed */
+    size_t klen;
+    char *key;                      /* after snap[], same allocation */
+    struct snap snap[];
+};
+
+struct sync_op {
+    struct rl_hybrid *h;
+    struct hentry *e;
+    int64_t sent_us;
+    struct rl_check_req req;
+};
+
+struct rl_hybrid {
+    struct event_base *base;
+    struct rl_backend *be;
+    struct rl_metrics *m;
+    struct event *tick;
+    int64_t tick_ms;
+    struct rl_config *cfg;          /* the newest seen (a reference) */
+    struct hentry **buckets;
+    size_t mask, n, max;
+    struct hentry *newest, *oldest;
+    struct hentry *dirty;
+    size_t ops;                     /* syncs in flight */
+    int64_t units;                  /* pending + inflight, every entry */
+    int draining, closing;
+    void (*idle_cb)(void *arg);
+    void *idle_arg;
+};
+
+static void on_tick(evutil_socket_t fd, short what, void *arg);
+
+static uint64_t
+hash_key(const char *k, size_t n)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+static void
+gauges(struct rl_hybrid *h)
+{
+    SET(&h->m->hybrid_entries, (uint64_t)h->n);
+    SET(&h->m->hybrid_pending, (uint64_t)h->units);
+}
+
+struct rl_hybrid *
+hybrid_new(struct event_base *base, struct rl_backend *be, struct rl_metrics *m,
+           size_t max_entries)
+{
+    struct rl_hybrid *h = xcalloc(1, sizeof(*h));
+
+    h->base = base;
+    h->be = be;
+    h->m = m;
+    h->max = max_entries;
+    h->mask = BUCKETS_MIN - 1;
+    h->buckets = xcalloc(BUCKETS_MIN, sizeof(*h->buckets));
+    h->tick_ms = TICK_DEFAULT_MS;
+    h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
+    return h;
+}
+
+/* ---- the table -------------------------------------------------------------- */
+
+static struct hentry *
+find(struct rl_hybrid *h, const struct rl_config *cfg, const struct rl_policy *policy,
+     const char *key, size_t klen, uint64_t hash)
+{
+    for (struct hentry *e = h->buckets[hash & h->mask]; e != NULL; e = e->hnext)
+        if (e->hash == hash && e->cfg == cfg && e->policy == policy &&
+            e->klen == klen && memcmp(e->key, key, klen) == 0)
+            return e;
+    return NULL;
+}
+
+static void
+lru_unlink(struct rl_hybrid *h, struct hentry *e)
+{
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        h->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        h->oldest = e->newer;
+    e->newer = e->older = NULL;
+}
+
+static void
+lru_push(struct rl_hybrid *h, struct hentry *e)
+{
+    e->older = h->newest;
+    e->newer = NULL;
+    if (h->newest != NULL)
+        h->newest->newer = e;
+    h->newest = e;
+    if (h->oldest == NULL)
+        h->oldest = e;
+}
+
+static void
+grow(struct rl_hybrid *h)
+{
+    size_t nb = (h->mask + 1) * 2;
+    struct hentry **b = xcalloc(nb, sizeof(*b));
+
+    for (size_t i = 0; i <= h->mask; i++) {
+        struct hentry *e = h->buckets[i], *next;
+        for (; e != NULL; e = next) {
+            next = e->hnext;
+            e->hnext = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+        }
+    }
+    free(h->buckets);
+    h->buckets = b;
+    h->mask = nb - 1;
+}
+
+/* Only an entry that is not on the dirty list and not pinned by a sync. */
+static void
+entry_free(struct rl_hybrid *h, struct hentry *e)
+{
+    struct hentry **pp = &h->buckets[e->hash & h->mask];
+
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    lru_unlink(h, e);
+    h->n--;
+    config_unref(e->cfg);
+    free(e);
+}
+
+static void
+arm(struct rl_hybrid *h)
+{
+    struct timeval tv = {h->tick_ms / 1000, (h->tick_ms % 1000) * 1000};
+
+    if (!h->closing && !evtimer_pending(h->tick, NULL))
+        evtimer_add(h->tick, &tv);
+}
+
+static void
+mark_dirty(struct rl_hybrid *h, struct hentry *e)
+{
+    if (e->dirty)
+        return;
+    e->dirty = 1;
+    e->dirty_next = h->dirty;
+    h->dirty = e;
+}
+
+static void
+take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
+              int64_t now)
+{
+    for (size_t i = 0; i < e->policy->nlimits; i++) {
+        e->snap[i].remaining = res->limits[i].remaining;
+        e->snap[i].reset_ms = res->limits[i].reset_ms;
+    }
+    /* the answer's times run from when it arrived: never earlier than in
+     * Redis, so a window is never believed over before it is */
+    e->snap_us = now;
+    e->snap_sent_us = sent_us;
+}
+
+/* ---- syncs ---------------------------------------------------------------- */
+
+static int
+idle(const struct rl_hybrid *h)
+{
+    return h->units == 0 && h->ops == 0;
+}
+
+int
+hybrid_idle(const struct rl_hybrid *h)
+{
+    return h == NULL || idle(h);
+}
+
+static void
+on_sync(const struct rl_check_res *res, void *arg)
+{
+    struct sync_op *op = arg;
+    struct rl_hybrid *h = op->h;
+    struct hentry *e = op->e;
+
+    e->op = NULL;
+    h->ops--;
+    if (res->status == RL_BACKEND_OK && res->nlimits == e->policy->nlimits) {
+        /* the answer counts what was in flight */
+        h->units -= e->inflight;
+        e->inflight = 0;
+        e->failed = 0;
+        if (op->sent_us >= e->snap_sent_us)
+            take_snapshot(e, res, op->sent_us, now_monotonic_us());
+    } else {
+        /* never dropped: back to pending, sent again next interval */
+        e->pending += e->inflight;
+        e->inflight = 0;
+        e->failed = 1;
+        if (res->status == RL_BACKEND_TIMEOUT) {
+            const struct rl_redis_conf *rc = &e->cfg->redis;
+            int64_t ms = TIMEOUT_HOLD_MIN_MS;
+            if (rc->timeout_ms > ms)
+                ms = rc->timeout_ms;
+            if (rc->connect_timeout_ms > ms)
+                ms = rc->connect_timeout_ms;
+            e->hold_us = op->sent_us + ms * 1000;
+        }
+        mark_dirty(h, e);
+        ADD(&h->m->hybrid_sync_failures, 1);
+        log_debug("msg=\"hybrid sync failed\" policy=%s pending=%lld error=\"%s\"",
+                  e->policy->name, (long long)e->pending, res->error ? res->error : "");
+    }
+    free(op);
+    gauges(h);
+    if (h->draining && !h->closing && idle(h) && h->idle_cb != NULL)
+        h->idle_cb(h->idle_arg);
+}
+
+/*
+ * Send what is pending (or a cost-0 refresh); the callback may run before
+ * this returns.  RL_ERR when not sent now (a sync in flight, held after a
+ * timeout, the backend not ready): the caller keeps the entry dirty.
+ */
+static int
+sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
+{
+    struct sync_op *op;
+    const char *why;
+
+    if (h->closing || e->op != NULL || now < e->hold_us)
+        return RL_ERR;
+    if (h->be->ops->ready(h->be, &why) != RL_OK) {
+        e->failed = 1;          /* the local view is getting old */
+        return RL_ERR;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->h = h;
+    op->e = e;
+    op->sent_us = now;
+    op->req.policy = e->policy;
+    op->req.key = e->key;
+    op->req.key_len = e->klen;
+    op->req.cost = e->pending;
+    op->req.flags = RL_CHECK_FORCE;
+    op->req.timeout_ms = e->cfg->redis.timeout_ms;
+    e->inflight = e->pending;
+    e->pending = 0;
+    e->op = op;
+    e->sync_us = now;
+    h->ops++;
+    ADD(&h->m->hybrid_syncs, 1);
+    h->be->ops->check(h->be, &op->req, on_sync, op);
+    return RL_OK;
+}
+
+static int64_t
+interval_us(const struct hentry *e)
+{
+    return e->policy->sync_interval_ms * 1000;
+}
+
+static void
+evict(struct rl_hybrid *h, int64_t now)
+{
+    struct hentry *e = h->oldest, *next;
+    int scanned = 0;
+
+    /* oldest touch first; stop at the first entry still in use */
+    for (; e != NULL && scanned < EVICT_SCAN_MAX; e = next) {
+        next = e->newer;
+        if (e->cfg == h->cfg && now - e->touch_us < IDLE_INTERVALS * interval_us(e))
+            break;
+        if (!e->dirty && e->op == NULL && e->pending == 0)
+            entry_free(h, e);
+        else
+            scanned++;
+    }
+}
+
+static void
+on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct rl_hybrid *h = arg;
+    struct hentry *list = h->dirty, *e;
+    int64_t now = now_monotonic_us(), half = h->tick_ms * 500;
+    const char *why;
+
+    h->dirty = NULL;
+    while ((e = list) != NULL) {
+        list = e->dirty_next;
+        e->dirty = 0;
+        e->dirty_next = NULL;
+        if (e->cfg != h->cfg || h->draining) {
+            /* retired or shutting down: counts only, no refresh */
+            if (e->pending > 0 && sync_entry(h, e, now) != RL_OK)
+                mark_dirty(h, e);
+        } else if (now + half < e->sync_us + interval_us(e) ||
+                   sync_entry(h, e, now) != RL_OK) {
+            mark_dirty(h, e);
+        }
+    }
+    /* in an outage a snapshot is all there is to go by: keep them */
+    if (h->be->ops->ready(h->be, &why) == RL_OK)
+        evict(h, now);
+    if (h->n == 0)
+        evtimer_del(h->tick);
+    gauges(h);
+    (void)fd;
+    (void)what;
+}
+
+/* ---- the API ---------------------------------------------------------------- */
+
+/* A new config: the tick follows its shortest sync_interval; the old
+ * config's entries are retired, their pending counts sent now. */
+static void
+use_config(struct rl_hybrid *h, struct rl_config *cfg)
+{
+    struct rl_config *old = h->cfg;
+    int64_t tick = 0;
+    int64_t now = now_monotonic_us();
+    struct hentry *e, *next;
+
+    h->cfg = config_ref(cfg);
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        const struct rl_policy *p = &cfg->policies[i];
+        if (p->mode == RL_MODE_HYBRID && (tick == 0 || p->sync_interval_ms < tick))
+            tick = p->sync_interval_ms;
+    }
+    if (tick != 0 && tick != h->tick_ms) {
+        h->tick_ms = tick;
+        if (evtimer_pending(h->tick, NULL)) {
+            evtimer_del(h->tick);
+            arm(h);
+        }
+    }
+    if (old == NULL)
+        return;
+    for (e = h->oldest; e != NULL; e = next) {
+        next = e->newer;
+        if (e->cfg == cfg)
+            continue;
+        if (e->pending > 0)
+            (void)sync_entry(h, e, now);    /* else the tick retries it */
+        else if (!e->dirty && e->op == NULL)
+            entry_free(h, e);
+    }
+    config_unref(old);
+    gauges(h);
+}
+
+void
+hybrid_use_config(struct rl_hybrid *h, struct rl_config *cfg)
+{
+    if (cfg != h->cfg)
+        use_config(h, cfg);
+}
+
+int
+hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
+              const struct rl_policy *policy, const char *key, size_t klen,
+              int64_t cost, struct rl_check_res *res, int *degraded)
+{
+    struct hentry *e;
+    int64_t now, elapsed_ms, used;
+
+    hybrid_use_config(h, cfg);
+    e = find(h, cfg, policy, key, klen, hash_key(key, klen));
+    if (e == NULL)
+        return RL_ERR;
+    now = now_monotonic_us();
+    elapsed_ms = (now - e->snap_us) / 1000;
+    used = e->pending + e->inflight;
+    memset(res, 0, sizeof(*res));
+    res->status = RL_BACKEND_OK;
+    res->nlimits = policy->nlimits;
+    res->allowed = 1;
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        const struct rl_limit *lim = &policy->limits[i];
+        const struct rl_algo_def *d = algo_def(lim->algo);
+        int64_t cap = d->uses_burst ? lim->burst : lim->limit;
+        struct rl_limit_result *r = &res->limits[i];
+        int64_t avail, left = 0;
+
+        /* a limit past its reset is whole again; no refill is modelled in
+         * between (stricter than Redis for buckets and sliding windows) */
+        if (elapsed_ms >= e->snap[i].reset_ms) {
+            avail = cap - used;
+        } else {
+            avail = e->snap[i].remaining - used;
+            left = e->snap[i].reset_ms - elapsed_ms;
+        }
+        r->remaining = avail;
+        r->reset_ms = left;
+        if (cost > cap) {
+            r->retry_after_ms = -1;
+        } else if (cost <= avail) {
+            r->allowed = 1;
+        } else if (d->uses_burst) {
+            /* the missing units at the refill rate */
+            int64_t rem, ms = algo_muldiv(cost - avail, lim->window_ms, lim->limit, &rem);
+            ms += rem != 0;
+            r->retry_after_ms = ms > 0 ? ms : 1;
+        } else {
+            r->retry_after_ms = left > 0 ? left : lim->window_ms;
+        }
+        if (!r->allowed)
+            res->allowed = 0;
+    }
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        const struct rl_limit *lim = &policy->limits[i];
+        const struct rl_algo_def *d = algo_def(lim->algo);
+        struct rl_limit_result *r = &res->limits[i];
+
+        if (res->allowed && cost > 0) {
+            int64_t cap = d->uses_burst ? lim->burst : lim->limit, rem, ms;
+            r->remaining -= cost;
+            /* until what is now used is back */
+            if (d->uses_burst) {
+                ms = algo_muldiv(cap - r->remaining, lim->window_ms, lim->limit, &rem);
+                ms += rem != 0;
+                if (ms > r->reset_ms)
+                    r->reset_ms = ms;
+            } else if (r->reset_ms == 0) {
+                r->reset_ms = lim->window_ms;
+            }
+        }
+        if (r->remaining < 0)
+            r->remaining = 0;
+    }
+    if (res->allowed && cost > 0) {
+        e->pending += cost;
+        h->units += cost;
+        SET(&h->m->hybrid_pending, (uint64_t)h->units);
+    }
+    e->touch_us = now;
+    lru_unlink(h, e);
+    lru_push(h, e);
+    mark_dirty(h, e);
+    arm(h);
+    *degraded = e->failed;
+    ADD(&h->m->hybrid_local, 1);
+    return RL_OK;
+}
+
+void
+hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
+            const char *key, size_t klen, int64_t sent_us, const struct rl_check_res *res)
+{
+    uint64_t hash = hash_key(key, klen);
+    int64_t now = now_monotonic_us();
+    struct hentry *e;
+
+    /* an answer of a config already replaced seeds nothing */
+    if (cfg != h->cfg || h->closing || h->draining || res->nlimits != policy->nlimits)
+        return;
+    e = find(h, cfg, policy, key, klen, hash);
+    if (e == NULL) {
+        if (h->n >= h->max)
+            return;         /* full: this key stays on the exact path */
+        e = xcalloc(1, sizeof(*e) + policy->nlimits * sizeof(e->snap[0]) + klen);
+        e->key = (char *)(e->snap + policy->nlimits);
+        memcpy(e->key, key, klen);
+        e->klen = klen;
+        e->hash = hash;
+        e->cfg = config_ref(cfg);
+        e->policy = policy;
+        e->touch_us = e->sync_us = now;
+        if (h->n >= h->mask + 1)
+            grow(h);
+        e->hnext = h->buckets[hash & h->mask];
+        h->buckets[hash & h->mask] = e;
+        h->n++;
+        lru_push(h, e);
+        arm(h);
+        gauges(h);
+    } else if (sent_us < e->snap_sent_us) {
+        return;             /* a newer answer is in already */
+    }
+    take_snapshot(e, res, sent_us, now);
+}
+
+void
+hybrid_drain(struct rl_hybrid *h, void (*idle_cb)(void *arg), void *arg)
+{
+    int64_t now = now_monotonic_us();
+    struct hentry *e, *next;
+
+    h->draining = 1;
+    h->idle_cb = idle_cb;
+    h->idle_arg = arg;
+    for (e = h->oldest; e != NULL; e = next) {
+        next = e->newer;
+        if (e->pending > 0)
+            (void)sync_entry(h, e, now);    /* else the tick retries it */
+    }
+}
+
+void
+hybrid_close(struct rl_hybrid *h)
+{
+    if (h == NULL)
+        return;
+    h->closing = 1;
+    evtimer_del(h->tick);
+}
+
+void
+hybrid_free(struct rl_hybrid *h)
+{
+    struct hentry *e, *next;
+    int64_t lost = 0;
+    size_t keys = 0;
+
+    if (h == NULL)
+        return;
+    for (e = h->oldest; e != NULL; e = next) {
+        next = e->newer;
+        /* every backend callback has run by now: nothing is in flight */
+        if (e->pending + e->inflight > 0) {
+            lost += e->pending + e->inflight;
+            keys++;
+        }
+        config_unref(e->cfg);
+        free(e);
+    }
+    if (lost > 0)
+        log_warn("msg=\"hybrid counts not synced before exit\" keys=%zu units=%lld",
+                 keys, (long long)lost);
+    config_unref(h->cfg);
+    event_free(h->tick);
+    free(h->buckets);
+    free(h);
+}

@@ -1,0 +1,83 @@
+/*
+ * hybrid.h — a policy with "mode": "hybrid" is decided in the worker from a
+ * local view of its counts, and the counts reach Redis asynchronously every
+ * sync_interval, so a hot key costs no Redis call on the request path.
+ *
+ * Per worker, no locks (each worker thread owns its table, like the deny
+ * cache).  An entry per check key (the Redis hash tag, which names policy and
+ * identity) holds, for every limit of its policy, the last answer Redis gave
+ * (the snapshot), and for the whole entry `pending` (cost admitted locally,
+ * not sent yet) and `inflight` (sent in a sync, not acknowledged yet).
+ *
+ * - A known key is allowed iff, for every limit, cost <= the snapshot's
+ *   remaining - pending - inflight (a limit whose snapshot has reached its
+ *   reset counts as fully available).  A denial consumes nothing.
+ * - An unknown key goes to Redis on the exact path; that answer seeds the
+ *   entry, so one instance with one worker stays exact.
+ * - Every sync_interval each key touched since its last sync is sent as one
+ *   backend check of cost `pending` with RL_CHECK_FORCE (the units were
+ *   admitted already and must land), or of cost 0 to learn other instances'
+ *   counts.  Success replaces the snapshot and clears inflight; a failure or
+ *   a timeout returns inflight to pending, retried next interval: counts are
+ *   never dropped (a timed-out sync Redis did apply is counted twice: the
+ *   strict side).
+ * - Entries idle for two intervals with nothing pending or in flight are
+ *   evicted; at most hybrid_table_size entries, a new key past that stays on
+ *   the exact path.
+ * - An entry holds a reference to the config its policy lives in.  A reload
+ *   retires the old config's entries at once: their pending counts are sent
+ *   in the same loop pass, before any check of the new config, and they are
+ *   freed when nothing of theirs is pending or in flight.
+ */
+#ifndef RL_HYBRID_H
+#define RL_HYBRID_H
+
+#include "backend.h"
+#include "config.h"
+#include "metrics.h"
+
+struct event_base;
+struct rl_hybrid;
+
+struct rl_hybrid *hybrid_new(struct event_base *base, struct rl_backend *be,
+                             struct rl_metrics *m, size_t max_entries);
+
+/* The config of a check about to start: the first call with a new one
+ * retires the old one's entries (their pending counts are sent at once). */
+void hybrid_use_config(struct rl_hybrid *h, struct rl_config *cfg);
+
+/*
+ * Decide a check of `cost` for (policy, key) under cfg from the local view:
+ * RL_OK and *res filled (*degraded set when the key's last sync failed: the
+ * view may be stale), or RL_ERR when the key is unknown (ask the backend,
+ * then hybrid_seed with its answer).
+ */
+int hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
+                  const struct rl_policy *policy, const char *key, size_t klen,
+                  int64_t cost, struct rl_check_res *res, int *degraded) RL_WUR;
+
+/* The backend's answer to an exact check sent at sent_us (now_monotonic_us)
+ * for a hybrid policy: the key's snapshot from now on. */
+void hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg,
+                 const struct rl_policy *policy, const char *key, size_t klen,
+                 int64_t sent_us, const struct rl_check_res *res);
+
+/*
+ * Shutdown, first step: send every pending count now and nothing but pending
+ * counts from here on; `idle(arg)` is called whenever the table becomes
+ * idle (hybrid_idle) after that.
+ */
+void hybrid_drain(struct rl_hybrid *h, void (*idle)(void *arg), void *arg);
+/* Nothing pending and no sync in flight. */
+int hybrid_idle(const struct rl_hybrid *h);
+
+/*
+ * Shutdown, second step, before the backend is destroyed: no more syncs are
+ * sent (the backend's answers to those in flight are still taken).
+ */
+void hybrid_close(struct rl_hybrid *h);
+/* After the backend is gone: free everything; counts still pending are
+ * logged as lost. */
+void hybrid_free(struct rl_hybrid *h);
+
+#endif

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Hybrid policies (README: "mode": "hybrid"): a known key is decided in the
+worker from its last snapshot of Redis minus what it admitted since, and the
+counts reach Redis every sync_interval as forced checks.  One instance stays
+exact; several admit at most the documented bound; a failed sync, a Redis
+outage, a reload or a shutdown loses no count; the table is bounded."""
+
+import contextlib
+import os
+import re
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+HOUR = "1h"
+INTERVAL_MS = 100
+
+
+def hybrid(name, limits, interval="%dms" % INTERVAL_MS):
+    return {"name": name, "mode": "hybrid", "sync_interval": interval, "limits": limits}
+
+
+def fw(limit, window=HOUR):
+    return [{"algorithm": "fixed_window", "limit": limit, "window": window}]
+
+
+ALGOS = ["fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"]
+
+
+def algo_policy(a, mode):
+    lim = {"algorithm": a, "limit": 10, "window": "24h"}
+    if a in ("token_bucket", "gcra"):
+        lim["burst"] = 10
+    p = {"name": "algo-" + a, "limits": [lim]}
+    if mode == "hybrid":
+        p.update(mode="hybrid", sync_interval="%dms" % INTERVAL_MS)
+    return p
+
+
+CONFIG = {
+    "identity": ["body"],
+    "redis": {"timeout": "2s"},
+    "policies": [
+        hybrid("hot", fw(20)),
+        hybrid("crowd", fw(50)),
+        hybrid("two", [{"algorithm": "fixed_window", "limit": 8, "window": HOUR},
+                       {"algorithm": "token_bucket", "limit": 5, "window": HOUR, "burst": 5}]),
+    ] + [algo_policy(a, "hybrid") for a in ALGOS],
+}
+
+
+def post(d, body):
+    return H.request(d.port, "POST", "/check", body)
+
+
+def rkey(policy, key, window_ms=3600000, tag="fw"):
+    return "{rl:%s:k:%s}:%s:%d" % (policy, key, tag, window_ms)
+
+
+def redis_count(r, policy, key):
+    v = r.cli("HGET", rkey(policy, key), "c")
+    return int(v) if v else 0
+
+
+def evalsha_calls(r):
+    m = re.search(r"cmdstat_evalsha:calls=(\d+)", r.cli("INFO", "commandstats"))
+    return int(m.group(1)) if m else 0
+
+
+def metrics(d):
+    st, h, text = H.request(d.port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    out = {}
+    for name in ("hybrid_local_decisions_total", "hybrid_syncs_total",
+                 "hybrid_sync_failures_total", "hybrid_pending_units", "hybrid_keys"):
+        m = re.search(r"^ratelimitd_%s (\d+)$" % name, text, re.M)
+        check(m, "no ratelimitd_%s in /metrics", name)
+        out[name] = int(m.group(1))
+    m = re.search(r'^ratelimitd_config_reloads_total\{result="ok"\} (\d+)$', text, re.M)
+    out["reloads"] = int(m.group(1)) if m else 0
+    return out
+
+
+def wait_for(cond, what, timeout=5.0):
+    deadline = time.monotonic() + timeout * H.SLOW
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise H.Fail("timed out waiting for %s (last %r)" % (what, last))
+
+
+def hammer(port, bodies, threads):
+    """Send every body once from `threads` keep-alive clients: the statuses."""
+    out, lock, it = [], threading.Lock(), iter(bodies)
+
+    def run():
+        with H.Client(port) as c:
+            while True:
+                with lock:
+                    b = next(it, None)
+                if b is None:
+                    return
+                st = c.request("POST", "/check", b)[0]
+                with lock:
+                    out.append(st)
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+# ------------------------------------------------------------------ cases
+
+def t_single_instance_exact(d, r):
+    calls = evalsha_calls(r)
+    m0 = metrics(d)
+    got = []
+    with H.Client(d.port) as c:
+        t0 = time.monotonic()
+        for i in range(30):
+            st, h, b = c.request("POST", "/check", {"key": "alice", "policy": "hot"})
+            got.append(st)
+            if st == 200:
+                eq(b.get("allowed"), True, "allowed of check %d" % (i + 1))
+                eq(h.get("x-ratelimit-limit"), "20", "X-RateLimit-Limit of check %d" % (i + 1))
+                eq(h.get("x-ratelimit-remaining"), str(19 - i), "X-RateLimit-Remaining of check %d" % (i + 1))
+                check(h.get("ratelimit-policy") == '"hot";q=20;w=3600', "RateLimit-Policy %r",
+                      h.get("ratelimit-policy"))
+                check(0 < b["reset_ms"] <= 3600000 and b["limits"][0]["remaining"] == 19 - i,
+                      "body of check %d: %r", i + 1, b)
+                check("degraded" not in b, "a healthy hybrid answer is not degraded: %r", b)
+            else:
+                eq(b.get("allowed"), False, "allowed of check %d" % (i + 1))
+                check(int(h.get("retry-after", "0")) >= 1, "429 without Retry-After: %r", dict(h))
+                eq(b.get("remaining"), 0, "remaining of a denial")
+        elapsed = time.monotonic() - t0
+    eq(got, [200] * 20 + [429] * 10, "statuses of 30 checks against a limit of 20")
+    check(metrics(d)["hybrid_keys"] >= 1, "hybrid_keys gauge %r", metrics(d)["hybrid_keys"])
+    # the first check asked Redis (unknown key); the rest only the syncs did
+    calls_used = evalsha_calls(r) - calls
+    max_calls = 1 + int(elapsed * 1000 / INTERVAL_MS) + 2
+    check(calls_used <= max_calls, "%d EVALSHA calls for 30 checks in %.3fs (at most %d: the "
+          "first check and one sync per %d ms)", calls_used, elapsed, max_calls, INTERVAL_MS)
+    # one sync interval later Redis holds every admitted unit
+    wait_for(lambda: redis_count(r, "hot", "alice") == 20, "Redis to hold 20 for alice",
+             timeout=INTERVAL_MS * 5 / 1000.0)
+    time.sleep(INTERVAL_MS * 3 / 1000.0)
+    eq(redis_count(r, "hot", "alice"), 20, "Redis count for alice, settled")
+    m1 = metrics(d)
+    check(m1["hybrid_local_decisions_total"] - m0["hybrid_local_decisions_total"] >= 29,
+          "local decisions grew by %d, expected >= 29",
+          m1["hybrid_local_decisions_total"] - m0["hybrid_local_decisions_total"])
+    check(m1["hybrid_syncs_total"] > m0["hybrid_syncs_total"], "no sync counted: %r", m1)
+    eq(m1["hybrid_pending_units"], 0, "pending units once synced")
+
+
+def t_concurrent_exact(d, r):
+    got = hammer(d.port, [{"key": "bob", "policy": "crowd"}] * 160, threads=16)
+    eq(sorted(got).count(200), 50, "allowed of 160 concurrent checks, limit 50")
+    eq(len(got), 160, "answers")
+    wait_for(lambda: redis_count(r, "crowd", "bob") == 50, "Redis to hold 50 for bob")
+
+
+def t_two_limits(d, r):
+    # fixed_window 8 and token_bucket 5: the bucket binds after 5
+    got = [post(d, {"key": "carol", "policy": "two"}) for _ in range(8)]
+    eq([g[0] for g in got], [200] * 5 + [429] * 3, "statuses with two limits")
+    b = got[-1][2]
+    eq(len(b["limits"]), 2, "limits in the body")
+    eq(b["limits"][1]["remaining"], 0, "bucket remaining")
+    eq(b["limits"][0]["remaining"], 3, "window remaining (a denial consumes nothing)")
+    check(b["retry_after_ms"] > 0, "retry_after_ms of a local denial: %r", b)
+    wait_for(lambda: redis_count(r, "two", "carol") == 5, "Redis to hold 5 for carol")
+
+
+def t_algorithms(d, r):
+    for a in ALGOS:
+        got = [post(d, {"key": "dave", "policy": "algo-" + a})[0] for _ in range(15)]
+        eq(got, [200] * 10 + [429] * 5, "%s: statuses of 15 checks, limit 10" % a)
+    time.sleep(INTERVAL_MS * 4 / 1000.0)
+    # the same policies in exact mode read what Redis holds now
+    exact = dict(CONFIG, policies=[algo_policy(a, "exact") for a in ALGOS])
+    with H.Daemon(exact, redis=r) as e:
+        for a in ALGOS:
+            st, h, b = post(e, {"key": "dave", "policy": "algo-" + a, "cost": 0})
+            eq(b.get("remaining"), 0, "%s: remaining in Redis after the hybrid admitted 10" % a)
+            eq(post(e, {"key": "dave", "policy": "algo-" + a})[0], 429,
+               "%s: an exact check after the hybrid admitted the limit" % a)
+
+
+def t_two_instances_bound(d, r):
+    L, rate, secs = 100, 150.0, 1.6      # per daemon, paced
+    cfg = dict(CONFIG, policies=[hybrid("shared", fw(L))])
+    with H.Daemon(cfg, redis=r) as a, H.Daemon(cfg, redis=r) as b:
+        results = {a.port: [], b.port: []}
+
+        def run(port):
+            period = 1.0 / (rate / 2)        # two threads per daemon
+            with H.Client(port) as c:
+                t0 = time.monotonic()
+                n = 0
+                while time.monotonic() - t0 < secs:
+                    st = c.request("POST", "/check", {"key": "erin", "policy": "shared"})[0]
+                    results[port].append((time.monotonic(), st))
+                    n += 1
+                    delay = t0 + n * period - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+        ts = [threading.Thread(target=run, args=(p,)) for p in (a.port, b.port) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        admitted = {p: sum(1 for _, s in v if s == 200) for p, v in results.items()}
+        total = sum(admitted.values())
+        # r: a daemon's admission rate while it admitted, measured as its request rate
+        rmax = max(len(v) / (v[-1][0] - v[0][0]) for v in results.values())
+        span = 2 * INTERVAL_MS / 1000.0 + 0.05      # 2 x sync_interval + a round trip and timer slack
+        bound = L + min(L, int(rmax * span) + 1)
+        sys.stdout.write("# two instances, limit %d: admitted %d (%s), r = %.0f/s, bound %d\n"
+                         % (L, total, "+".join(str(v) for v in admitted.values()), rmax, bound))
+        check(total >= L, "admitted %d < the limit %d", total, L)
+        check(total <= bound, "admitted %d > the documented bound %d (r = %.0f/s)", total, bound, rmax)
+        # no count is lost: Redis ends with every admitted unit, forced past the limit
+        wait_for(lambda: redis_count(r, "shared", "erin") == total,
+                 "Redis to hold the %d admitted units" % total)
+
+
+def t_redis_stopped(d, r):
+    cfg = dict(CONFIG, redis={"timeout": "200ms"}, failure_mode="open",
+               policies=[hybrid("outage", fw(1000))])
+    with H.Daemon(cfg, redis=r) as e:
+        for i in range(10):
+            eq(post(e, {"key": "frank", "policy": "outage"})[0], 200, "warm-up %d" % i)
+        wait_for(lambda: redis_count(r, "outage", "frank") == 10, "Redis to hold the warm-up")
+        # keep the key known (idle keys go after two intervals)
+        eq(post(e, {"key": "frank", "policy": "outage"})[0], 200, "a check right before the outage")
+        log = []                                  # (time, status, latency, degraded)
+        with H.Client(e.port) as c:
+            r.pause()
+            try:
+                t_pause = time.monotonic()
+                while time.monotonic() - t_pause < 2.0:
+                    t = time.monotonic()
+                    st, h, b = c.request("POST", "/check", {"key": "frank", "policy": "outage"})
+                    log.append((t - t_pause, st, time.monotonic() - t, b.get("degraded", False)))
+                    time.sleep(0.02)
+                m = metrics(e)
+                st, h, b = post(e, {"key": "unknown-in-outage", "policy": "outage"})
+                eq((st, b.get("degraded")), (200, True), "an unknown key in the outage (failure_mode open)")
+            finally:
+                r.resume()
+        eq([s for _, s, _, _ in log], [200] * len(log), "statuses of a known key while Redis is stopped")
+        slow = max(lat for _, _, lat, _ in log)
+        check(slow < 0.1 * H.SLOW, "a known key waited %.3fs for an answer while Redis was stopped", slow)
+        check(log[-1][3], "answers after a second of outage are marked degraded: %r", log[-1])
+        check(m["hybrid_pending_units"] >= len(log) - 10,
+              "pending units %d during the outage after %d admitted", m["hybrid_pending_units"], len(log))
+        check(m["hybrid_sync_failures_total"] >= 1, "no failed sync counted: %r", m)
+        admitted = 11 + len(log)
+        # a sync that timed out in the stalled connection still runs when Redis
+        # moves again: its units may be counted twice (the strict side), no
+        # more than what it carried, admitted within about a sync interval
+        # before it went
+        near = 1 + sum(1 for t, _, _, _ in log if t < 3 * INTERVAL_MS / 1000.0)
+        wait_for(lambda: redis_count(r, "outage", "frank") >= admitted,
+                 "Redis to hold the %d admitted units after SIGCONT" % admitted, timeout=10)
+        time.sleep(0.5)
+        got = redis_count(r, "outage", "frank")
+        sys.stdout.write("# outage: admitted %d, Redis holds %d (counted twice at most %d)\n"
+                         % (admitted, got, near))
+        check(admitted <= got <= admitted + near, "Redis holds %d for %d admitted", got, admitted)
+        wait_for(lambda: metrics(e)["hybrid_pending_units"] == 0, "pending units to drain")
+
+
+def t_reload_keeps_pending(d, r):
+    cfg = dict(CONFIG, policies=[hybrid("slow", fw(100), interval="20s")])
+    with H.Daemon(cfg, redis=r) as e:
+        for i in range(21):
+            eq(post(e, {"key": "grace", "policy": "slow"})[0], 200, "check %d" % i)
+        m = metrics(e)
+        eq(m["hybrid_pending_units"], 20, "pending units with a 20 s sync interval")
+        eq(redis_count(r, "slow", "grace"), 1, "Redis count before any sync (the seeding check)")
+        e.rewrite_config(dict(cfg, policies=[hybrid("slow", fw(100), interval="50ms")]))
+        e.reload()
+        wait_for(lambda: metrics(e)["reloads"] > m["reloads"], "the reload")
+        # the first check under the new config sends the old one's counts
+        eq(post(e, {"key": "someone-else", "policy": "slow"})[0], 200, "a check after the reload")
+        wait_for(lambda: redis_count(r, "slow", "grace") == 21, "Redis to hold all 21 after the reload",
+                 timeout=2)
+        st, h, b = post(e, {"key": "grace", "policy": "slow"})
+        eq((st, b["remaining"]), (200, 78), "the key under the new config (seeded from Redis)")
+
+
+def t_shutdown_flushes(d, r):
+    cfg = dict(CONFIG, policies=[hybrid("slow2", fw(100), interval="20s")])
+    e = H.Daemon(cfg, redis=r)
+    with e:
+        for i in range(13):
+            eq(post(e, {"key": "heidi", "policy": "slow2"})[0], 200, "check %d" % i)
+        eq(redis_count(r, "slow2", "heidi"), 1, "Redis count before any sync")
+        t0 = time.monotonic()
+        eq(e.stop(), 0, "exit code")
+        check(time.monotonic() - t0 < 5 * H.SLOW, "stopping took %.1fs", time.monotonic() - t0)
+    eq(redis_count(r, "slow2", "heidi"), 13, "Redis count after SIGTERM (pending sent before exit)")
+
+
+def t_table_cap(d, r):
+    cfg = dict(CONFIG, hybrid_table_size=100, policies=[hybrid("many", fw(3))])
+    with H.Daemon(cfg, redis=r) as e:
+        bodies = [{"key": "k%d" % i, "policy": "many"} for i in range(400)]
+        got = hammer(e.port, bodies, threads=4)
+        eq(got.count(200), 400, "first checks of 400 keys")
+        m = metrics(e)
+        check(0 < m["hybrid_keys"] <= 100, "hybrid_keys %d with hybrid_table_size 100", m["hybrid_keys"])
+        # a key past the cap is decided exactly, in Redis
+        got = [post(e, {"key": "k399", "policy": "many"})[0] for _ in range(4)]
+        eq(got, [200, 200, 429, 429], "statuses of a key that may be past the cap")
+        # idle keys go after two intervals
+        wait_for(lambda: metrics(e)["hybrid_keys"] == 0, "idle keys to be evicted", timeout=3)
+        if H.RSS_MEANINGFUL:
+            rss0 = rss_kib(e)
+            for rnd in range(3):
+                hammer(e.port, [{"key": "r%d-%d" % (rnd, i), "policy": "many"} for i in range(1000)], 4)
+            check(metrics(e)["hybrid_keys"] <= 100, "hybrid_keys past the cap")
+            grew = rss_kib(e) - rss0
+            check(grew < 8 * 1024, "RSS grew %d KiB over 3000 keys with a table of 100", grew)
+
+
+def rss_kib(d):
+    with open("/proc/%d/status" % d.proc.pid) as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def t_config_errors(d, r):
+    bad = {"policies": [
+        {"name": "a", "sync_interval": "1s", "limits": fw(1)},
+        {"name": "b", "mode": "hybrid", "sync_interval": "5ms", "limits": fw(1)},
+        {"name": "c", "mode": "fast", "limits": fw(1)},
+        {"name": "d", "mode": "hybrid", "sync_interval": "2m", "limits": fw(1)},
+    ], "hybrid_table_size": 1}
+    path = H.write_config(bad)
+    rc, out, err = H.run_cli(["-t", "-c", path])
+    eq(rc, 1, "-t exit code")
+    for want in ('policies[0].sync_interval: only a policy with "mode": "hybrid" syncs',
+                 "policies[1].sync_interval: must be between 10ms and 60000ms",
+                 "policies[2].mode: must be one of exact, hybrid",
+                 "policies[3].sync_interval: must be between 10ms and 60000ms",
+                 "hybrid_table_size: must be between 16 and 16777216"):
+        check(want in err, "-t does not report %r:\n%s", want, err)
+    good = {"policies": [hybrid("x", fw(1)), {"name": "y", "mode": "exact", "limits": fw(1)},
+                         {"name": "z", "mode": "hybrid", "limits": fw(1)}]}
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(good)])
+    eq((rc, out.strip()), (0, "configuration OK"), "-t of a valid hybrid config (%s)" % err.strip())
+
+
+CASES = [
+    ("one instance, one worker: exactly the limit, the usual headers, few EVALSHA, Redis holds the count",
+     t_single_instance_exact),
+    ("160 concurrent checks on one worker: exactly the limit of 50", t_concurrent_exact),
+    ("two limits decided together locally; a local denial consumes nothing", t_two_limits),
+    ("every algorithm admits exactly its limit; Redis holds it (read by exact twins)", t_algorithms),
+    ("two instances: admitted between the limit and limit + min(limit, r x (2 x sync_interval + rtt)); "
+     "Redis holds every admitted unit", t_two_instances_bound),
+    ("Redis stopped: a known key answered fast, marked degraded, counts pending; after SIGCONT none lost",
+     t_redis_stopped),
+    ("a reload with counts pending loses none", t_reload_keeps_pending),
+    ("SIGTERM sends pending counts before exit", t_shutdown_flushes),
+    ("hybrid_table_size bounds the table; idle keys evicted; a key past the cap stays exact",
+     t_table_cap),
+    ("-t reports bad mode, sync_interval and hybrid_table_size", t_config_errors),
+]
+
+
+@contextlib.contextmanager
+def fixture():
+    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
+        yield d, r
+
+
+if __name__ == "__main__":
+    H.suite(CASES, fixture, timeout=180)
