@@ -151,6 +151,7 @@ struct cluster {
      * hash slot (Redis runs a script only on keys of one slot). */
     struct cop **queue;
     size_t nqueued, coalesce;
+    unsigned max_pending;       /* requests outstanding per node at most */
     struct event *flush_ev;
     struct rl_script_call call; /* scratch argv, reused */
     const struct rl_check_req **reqs;
@@ -664,7 +665,9 @@ op_send(struct cop *op, struct cnode *n, int asking)
 {
     struct rl_script_call *c = &op->cl->call;
 
-    if (script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
+    /* as backend_redis.c: past redis.max_pending fail fast, do not queue */
+    if (n->pending >= op->cl->max_pending ||
+        script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
         return RL_ERR;
     if (n->pending == 0)
         n->last_reply_us = now_monotonic_us();
@@ -952,7 +955,7 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
     }
     for (size_t i = 0; i < k; i++)
         cl->reqs[i] = ops[i]->w.req;
-    if (script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
+    if (n->pending >= cl->max_pending || script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
         goto fail;
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
     if (n->pending == 0)
@@ -1502,6 +1505,7 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
     cl->base.ops = &rl_backend_cluster_ops;
     cl->evb = evb;
     cl->connect_timeout_ms = cfg->redis.connect_timeout_ms;
+    cl->max_pending = (unsigned)cfg->redis.max_pending;
     cl->refresh_gap_ms = REFRESH_GAP_MS;
     cl->refresh_ev = evtimer_new(evb, on_refresh_timer, cl);
     cl->period_ev = evtimer_new(evb, on_period, cl);

@@ -16,6 +16,7 @@ import binascii
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -755,6 +756,52 @@ def case_master_restart(fx):
         check(m is not None and int(m.group(1)) >= 1, "no reconnect counted in /metrics")
 
 
+def case_max_pending(fx):
+    """redis.max_pending holds per cluster node as it does for one Redis: a
+    stalled master gets at most that many requests queued, and past them a
+    check fails fast instead of waiting for its deadline."""
+    victim = fx.masters()[0]
+    owners = fx.owners()
+    idents = [i for i in ("mp%d" % k for k in range(20000))
+              if owners[slot_of("down", i)] == victim.port][:40]
+    eq(len(idents), 40, "identities on the stalled master")
+    cfg = daemon_config(fx.nodes[0].port)
+    # one check per request, so the cap counts checks here
+    cfg["redis"].update({"timeout": "2s", "max_pending": 16, "coalesce": 1})
+    d = start_daemon(cfg, workers=1)
+    results, lock = [], threading.Lock()
+
+    def one(ident):
+        t0 = time.monotonic()
+        st, _, ans = post(d.port, {"key": ident, "policy": "down"})
+        with lock:
+            results.append((time.monotonic() - t0, st, ans))
+
+    try:
+        os.kill(victim.proc.pid, signal.SIGSTOP)
+        try:
+            ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in idents]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(timeout=10)
+        finally:
+            os.kill(victim.proc.pid, signal.SIGCONT)
+        eq(len(results), len(idents), "answers")
+        check(all(st == 503 for _, st, _ in results), "answers while stalled: %r",
+              sorted({st for _, st, _ in results}))
+        waited = [dt for dt, _, _ in results if dt >= 1.0]
+        check(len(waited) <= 16, "%d checks waited for the stalled master (max_pending 16)",
+              len(waited))
+        check(len(results) - len(waited) >= 24, "only %d checks failed fast",
+              len(results) - len(waited))
+    finally:
+        d.kill()
+    wait_cluster_ok(fx.nodes, "after the stall")
+    for dd in fx.daemons:
+        ready_everywhere(dd)
+
+
 def role(port):
     return info(port, "replication").get("role")
 
@@ -1042,6 +1089,8 @@ CASES = [
     ("slot migrated by hand under load (ASK, TRYAGAIN, MOVED): none lost, exact",
      case_migrate_ask),
     ("redis-cli --cluster reshard under load: none lost, exact", case_reshard),
+    ("redis.max_pending per node: a stalled master queues at most that many, the rest fail fast",
+     case_max_pending),
     ("a master killed: /readyz 503, its keys fail fast; restarted: ready again",
      case_master_restart),
     ("replica promoted (CLUSTER FAILOVER) under load: none lost, exact, old master closed",
