@@ -234,7 +234,28 @@ def t_two_instances_bound(d, r):
                  "Redis to hold the %d admitted units" % total)
 
 
+def t_two_workers(d, r):
+    # two workers, two tables: a burst (r unbounded) may pass up to the bound's
+    # min(limit, ...) = one more limit, never more, and Redis gets every unit
+    cfg = dict(CONFIG, policies=[hybrid("pair", fw(50))])
+    with H.Daemon(cfg, redis=r, workers=2) as e:
+        H.ready_everywhere(e.port)
+        got = hammer(e.port, [{"key": "ivan", "policy": "pair"}] * 300, threads=8)
+        n = got.count(200)
+        sys.stdout.write("# two workers, limit 50, a burst of 300: admitted %d\n" % n)
+        check(50 <= n <= 100, "two workers admitted %d, limit 50 (bound 100)", n)
+        wait_for(lambda: redis_count(r, "pair", "ivan") == n, "Redis to hold the %d admitted" % n)
+
+
 def t_redis_stopped(d, r):
+    # SIGSTOP is a standalone fault (RL_TOPOLOGY=cluster/sentinel: a private one)
+    if r.topology == "standalone":
+        return redis_stopped(r)
+    with H.Redis(topology="standalone") as own:
+        return redis_stopped(own)
+
+
+def redis_stopped(r):
     cfg = dict(CONFIG, redis={"timeout": "200ms"}, failure_mode="open",
                policies=[hybrid("outage", fw(1000))])
     with H.Daemon(cfg, redis=r) as e:
@@ -370,6 +391,7 @@ CASES = [
     ("every algorithm admits exactly its limit; Redis holds it (read by exact twins)", t_algorithms),
     ("two instances: admitted between the limit and limit + min(limit, r x (2 x sync_interval + rtt)); "
      "Redis holds every admitted unit", t_two_instances_bound),
+    ("two workers of one daemon: between the limit and twice it; Redis holds every unit", t_two_workers),
     ("Redis stopped: a known key answered fast, marked degraded, counts pending; after SIGCONT none lost",
      t_redis_stopped),
     ("a reload with counts pending loses none", t_reload_keeps_pending),
