@@ -1016,17 +1016,6 @@ read_file(const char *file, char **text, size_t *len, struct rl_errors *errs)
     return RL_OK;
 }
 
-static uint64_t
-fnv1a(const char *p, size_t n)
-{
-    uint64_t h = 14695981039346656037ULL;
-
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 int
 config_load_file(const char *file, struct rl_config **out, struct rl_errors *errs)
@@ -1052,7 +1041,7 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
     }
     cfg = config_new_defaults();
     cfg->file = xstrdup(file);
-    cfg->hash = fnv1a(text, len);
+    cfg->hash = fnv1a(FNV1A_INIT, text, len);
     free(text);
     if (!json_is_object(root))
         errors_add(errs, "%s: the configuration must be a JSON object", file);

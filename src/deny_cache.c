@@ -25,12 +25,8 @@ struct rl_deny_cache {
 static uint64_t
 hash_key(const void *policy, const char *k, size_t n)
 {
-    uint64_t h = 14695981039346656037ULL ^ (uint64_t)(uintptr_t)policy;
+    uint64_t h = fnv1a(FNV1A_INIT ^ (uint64_t)(uintptr_t)policy, k, n);
 
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)k[i];
-        h *= 1099511628211ULL;
-    }
     return h ^ (h >> 29);
 }
 

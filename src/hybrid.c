@@ -82,12 +82,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg);
 static uint64_t
 hash_key(const char *k, size_t n)
 {
-    uint64_t h = 14695981039346656037ULL;
+    uint64_t h = fnv1a(FNV1A_INIT, k, n);
 
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)k[i];
-        h *= 1099511628211ULL;
-    }
     return h ^ (h >> 29);
 }
 

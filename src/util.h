@@ -26,6 +26,19 @@ int64_t now_monotonic_us(void);
 /* Case-insensitive ASCII comparison of the first n bytes. */
 int str_ieq(const char *a, const char *b);
 
+/* FNV-1a of n bytes, continuing from h (start with FNV1A_INIT): a fast,
+ * well-spread hash for in-process tables and the config's fingerprint. */
+#define FNV1A_INIT 14695981039346656037ULL
+static inline uint64_t
+fnv1a(uint64_t h, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
 /*
  * Appending to a fixed buffer without printf: the hot path formats a dozen
  * integers per check, and snprintf's format parsing was a fifth of the
