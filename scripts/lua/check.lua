@@ -28,36 +28,40 @@ end
 
 local out, o = {}, 0
 local k, b = 0, 3
-local res, algos = {}, {}
+-- per limit of the current check, reused from check to check: the module,
+-- peek's result, and the arguments converted once for peek and commit
+local algos, res, lims, wins, bursts = {}, {}, {}, {}, {}
 for _ = 1, tonumber(ARGV[2]) do
-  local n, cost, force = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2] == 'f'
+  local n, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 1])
+  local force = ARGV[b + 2] == 'f'
   local allowed = true
   b = b + 3
   for i = 1, n do
     local algo = ALGOS[ARGV[b]]
     if algo == nil then return redis.error_reply('unknown algorithm ' .. ARGV[b]) end
-    algos[i] = algo
-    local r = algo.peek(KEYS[k + i], now, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
-                        tonumber(ARGV[b + 3]), cost)
+    local limit, window_ms, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+                                    tonumber(ARGV[b + 3])
+    algos[i], lims[i], wins[i], bursts[i] = algo, limit, window_ms, burst
+    local r = algo.peek(KEYS[k + i], now, limit, window_ms, burst, cost)
     res[i] = r
     if not r.ok then allowed = false end
     b = b + 4
   end
-  b = b - 4 * n
-  local commit = (allowed or force) and cost > 0
   o = o + 1
-  out[o] = allowed and 1 or 0
-  for i = 1, n do
-    local r = res[i]
-    if commit then
-      r = algos[i].commit(KEYS[k + i], now, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
-                          tonumber(ARGV[b + 3]), cost, r)
-    elseif r.repair then
-      repair_ttl(KEYS[k + i], r.repair)
+  if allowed then out[o] = 1 else out[o] = 0 end
+  if (allowed or force) and cost > 0 then
+    for i = 1, n do
+      local r = algos[i].commit(KEYS[k + i], now, lims[i], wins[i], bursts[i], cost, res[i])
+      out[o + 1], out[o + 2], out[o + 3] = r.remaining, r.reset_ms, r.retry_after_ms
+      o = o + 3
     end
-    out[o + 1], out[o + 2], out[o + 3] = r.remaining, r.reset_ms, r.retry_after_ms
-    o = o + 3
-    b = b + 4
+  else
+    for i = 1, n do
+      local r = res[i]
+      if r.repair then repair_ttl(KEYS[k + i], r.repair) end
+      out[o + 1], out[o + 2], out[o + 3] = r.remaining, r.reset_ms, r.retry_after_ms
+      o = o + 3
+    end
   end
   k = k + n
 end

@@ -14,7 +14,8 @@
 --     the key's TTL, and updates r.remaining and r.reset_ms to the numbers
 --     after it (r.ok and r.retry_after_ms stay what peek decided).
 -- The driver calls repair_ttl(key, r.repair) itself when no commit follows,
--- so that an allowed check does not pay for a PTTL its PEXPIRE makes moot.
+-- so that an allowed check does not pay for a PTTL its commit makes moot
+-- (the O(1) algorithms write value and TTL in one SET ... PX).
 --
 -- Redis runs this whole script on every EVALSHA, so every function the
 -- modules define is built again on every call: for all five modules that

@@ -2,7 +2,8 @@
 -- epoch-aligned windows (window index = floor(now / W)), the previous one
 -- weighted by the part of it still inside the sliding window:
 --   estimate = prev * (W - elapsed) / W + curr.
--- Hash fields: w = window index, c = its count, p = the count of window w - 1.
+-- String value "<w>:<c>:<p>": w = window index, c = its count, p = the count
+-- of window w - 1, written with its TTL in one SET ... PX.
 -- The weighted term is rounded up, which decides exactly like the real-valued
 -- comparison because the rest of it is integer.  Products go through muldiv
 -- (intmath.lua).  A forced commit counts past the limit.
@@ -11,17 +12,28 @@
 MODULES['swc'] = function() return {
   peek = function(key, now, limit, window_ms, burst, cost)
     local W = window_ms * 1000
-    local v = redis.call('HMGET', key, 'w', 'c', 'p')
-    local sw = tonumber(v[1])
+    local v = redis.call('GET', key)
     local cur, e = divmod(now, W)
     local curr, prev = 0, 0
-    if sw then
+    if v then
+      local sw, c, p
+      local i = string.find(v, ':', 1, true)
+      if i then
+        local j = string.find(v, ':', i + 1, true)
+        if j then
+          sw = tonumber(string.sub(v, 1, i - 1))
+          c = tonumber(string.sub(v, i + 1, j - 1))
+          p = tonumber(string.sub(v, j + 1))
+        end
+      end
       -- a clock that stepped back sees the stored window from its start
-      if sw > cur then cur, e = sw, 0 end
-      if sw == cur then
-        curr, prev = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-      elseif sw == cur - 1 then
-        prev = tonumber(v[2]) or 0
+      if sw then
+        if sw > cur then cur, e = sw, 0 end
+        if sw == cur then
+          curr, prev = c or 0, p or 0
+        elseif sw == cur - 1 then
+          prev = c or 0
+        end
       end
     end
     local q, rem = muldiv(prev, W - e, W)
@@ -38,7 +50,7 @@ MODULES['swc'] = function() return {
                 retry_after_ms = 0, repair = nil,
                 cur = cur, curr = curr, prev = prev, room = room }
     if room < 0 then r.remaining = 0 end
-    if sw then r.repair = reset end
+    if v then r.repair = reset end
     if cost > limit then
       r.ok, r.retry_after_ms = false, -1
     elseif cost > room then
@@ -58,9 +70,10 @@ MODULES['swc'] = function() return {
   end,
 
   commit = function(key, now, limit, window_ms, burst, cost, r)
-    redis.call('HSET', key, 'w', r.cur, 'c', r.curr + cost, 'p', r.prev)
     local reset = (r.cur + 2) * window_ms * 1000 - now
-    set_ttl(key, reset)
+    -- value and TTL in one command
+    redis.call('SET', key, string.format('%.0f:%.0f:%.0f', r.cur, r.curr + cost, r.prev),
+               'PX', ttl_ms(reset))
     r.remaining, r.reset_ms = r.room - cost, ceil_ms(reset)
     if r.remaining < 0 then r.remaining = 0 end
     return r

@@ -8,7 +8,8 @@
 -- which refill pays back before any token is free again, of one bucket at
 -- most (D <= 2 x burst, algo_most_owed in src/algo.h); every argument of
 -- muldiv/divmod stays >= 0 (D itself never goes below 0).
--- Hash fields: d, f, t.  Mirrors src/algo_token_bucket.c.
+-- String value "<d>:<f>:<t>", written with its TTL in one SET ... PX.
+-- Mirrors src/algo_token_bucket.c.
 
 MODULES['tb'] = function()
   -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
@@ -24,8 +25,19 @@ MODULES['tb'] = function()
   return {
     peek = function(key, now, limit, window_ms, burst, cost)
       local W = window_ms * 1000
-      local v = redis.call('HMGET', key, 'd', 'f', 't')
-      local d, f, t = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+      local v = redis.call('GET', key)
+      local d, f, t = 0, 0, 0
+      if v then
+        local i = string.find(v, ':', 1, true)
+        if i then
+          local j = string.find(v, ':', i + 1, true)
+          if j then
+            d = tonumber(string.sub(v, 1, i - 1)) or 0
+            f = tonumber(string.sub(v, i + 1, j - 1)) or 0
+            t = tonumber(string.sub(v, j + 1)) or 0
+          end
+        end
+      end
       -- a clock that stepped back refills nothing until it catches up; every
       -- duration is still measured from `now` (skew)
       local at = now
@@ -47,7 +59,7 @@ MODULES['tb'] = function()
                   retry_after_ms = 0, repair = nil,
                   d = d, f = f, at = at, skew = skew }
       if room < 0 then r.remaining = 0 end
-      if v[3] then r.repair = reset end
+      if v then r.repair = reset end
       if cost > burst then
         r.ok, r.retry_after_ms = false, -1
       elseif cost > room then
@@ -60,9 +72,10 @@ MODULES['tb'] = function()
     commit = function(key, now, limit, window_ms, burst, cost, r)
       local d, f = r.d + cost, r.f
       if d >= 2 * burst then d, f = 2 * burst, 0 end
-      redis.call('HSET', key, 'd', d, 'f', f, 't', r.at)
       local reset = tb_wait(d, f, 0, window_ms * 1000, limit) + r.skew
-      set_ttl(key, reset)
+      -- value and TTL in one command
+      redis.call('SET', key, string.format('%.0f:%.0f:%.0f', d, f, r.at),
+                 'PX', ttl_ms(reset))
       local room = burst - d
       if f > 0 then room = room - 1 end
       if room < 0 then room = 0 end

@@ -568,6 +568,62 @@ START_TEST(a_removed_ttl_is_put_back)
 }
 END_TEST
 
+/* Calls of one command since CONFIG RESETSTAT, from INFO commandstats. */
+static long long
+cmd_calls(const char *info, const char *cmd)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "cmdstat_%s:calls=", cmd);
+    p = strstr(info, pat);
+    return p != NULL ? strtoll(p + strlen(pat), NULL, 10) : 0;
+}
+
+/*
+ * The O(1) algorithms keep one string per key, value and TTL written by one
+ * SET ... PX: an allowed check is a GET and a SET, nothing else; a check that
+ * commits nothing is a GET and the PTTL of the repair check.
+ */
+START_TEST(o1_state_is_one_string_set_with_its_ttl)
+{
+    static const enum rl_algo o1[] = {
+        RL_ALGO_FIXED_WINDOW, RL_ALGO_SLIDING_WINDOW_COUNTER,
+        RL_ALGO_TOKEN_BUCKET, RL_ALGO_GCRA,
+    };
+
+    for (size_t a = 0; a < RL_ARRAY_LEN(o1); a++) {
+        const char *tag = algo_def(o1[a])->tag;
+        static const long long cost[] = {1, 1, 0, 11};
+        char key[64];
+        redisReply *r;
+
+        snprintf(key, sizeof(key), "{calls:%s}:%s:60000", tag, tag);
+        r = redisCommand(rc, "CONFIG RESETSTAT");
+        freeReplyObject(r);
+        for (int k = 0; k < 4; k++) {
+            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 1 %lld %s %s 10 60000 10",
+                             rl_lua_check_sha, key, (long long)(T0 + k * MS),
+                             cost[k], "", tag);
+            ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY &&
+                          r->element[0]->integer == (k < 3),
+                          "%s check %d", tag, k);
+            freeReplyObject(r);
+        }
+        r = redisCommand(rc, "TYPE %s", key);
+        ck_assert_str_eq(r->str, "string");
+        freeReplyObject(r);
+        r = redisCommand(rc, "INFO commandstats");
+        ck_assert_msg(cmd_calls(r->str, "get") == 4 && cmd_calls(r->str, "set") == 2 &&
+                      cmd_calls(r->str, "pttl") == 2 && cmd_calls(r->str, "pexpire") == 0,
+                      "%s: get %lld set %lld pttl %lld pexpire %lld, want 4 2 2 0", tag,
+                      cmd_calls(r->str, "get"), cmd_calls(r->str, "set"),
+                      cmd_calls(r->str, "pttl"), cmd_calls(r->str, "pexpire"));
+        freeReplyObject(r);
+    }
+}
+END_TEST
+
 static Suite *
 diff_suite(void)
 {
@@ -585,6 +641,7 @@ diff_suite(void)
     tcase_add_test(tc, log_forced_keeps_the_newest_limit_members);
     tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
     tcase_add_test(tc, a_removed_ttl_is_put_back);
+    tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
     suite_add_tcase(s, tc);
     return s;
 }
