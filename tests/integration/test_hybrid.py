@@ -63,8 +63,8 @@ def rkey(policy, key, window_ms=3600000, tag="fw"):
 
 
 def redis_count(r, policy, key):
-    v = r.cli("HGET", rkey(policy, key), "c")
-    return int(v) if v else 0
+    v = r.cli("GET", rkey(policy, key))     # fixed_window: "<count>:<start>"
+    return int(v.split(":")[0]) if v else 0
 
 
 def evalsha_calls(r):
