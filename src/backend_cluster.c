@@ -101,6 +101,7 @@ struct cnode {
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* callbacks hiredis still owes on ac */
+    unsigned pending_checks;    /* checks in those: redis.max_pending counts these */
     unsigned refs;              /* checks waiting for this node */
     int master;                 /* owns slots in the current map */
     int drop;                   /* stalled: the tidy timer drops ac */
@@ -666,7 +667,7 @@ op_send(struct cop *op, struct cnode *n, int asking)
     struct rl_script_call *c = &op->cl->call;
 
     /* as backend_redis.c: past redis.max_pending fail fast, do not queue */
-    if (n->pending >= op->cl->max_pending ||
+    if (n->pending_checks + 1 > op->cl->max_pending ||
         script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
         return RL_ERR;
     if (n->pending == 0)
@@ -677,6 +678,7 @@ op_send(struct cop *op, struct cnode *n, int asking)
     if (redisAsyncCommandArgv(n->ac, on_reply, op, c->argc, c->argv, c->lens) != REDIS_OK)
         return RL_ERR;
     n->pending++;
+    n->pending_checks++;
     op->inflight++;
     op->sent = n;
     op->asking = asking;
@@ -871,6 +873,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     const char *why;
 
     n->pending--;
+    n->pending_checks--;
     op->inflight--;
     op->sent = NULL;
     if (r == NULL) {
@@ -911,6 +914,7 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
     size_t len = 0, at = 0;
 
     n->pending--;
+    n->pending_checks -= (unsigned)b->n;
     for (size_t i = 0; i < b->n; i++) {
         b->ops[i]->inflight--;
         b->ops[i]->sent = NULL;
@@ -955,7 +959,8 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
     }
     for (size_t i = 0; i < k; i++)
         cl->reqs[i] = ops[i]->w.req;
-    if (n->pending >= cl->max_pending || script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
+    if (n->pending_checks + k > cl->max_pending ||
+        script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
         goto fail;
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
     if (n->pending == 0)
@@ -966,6 +971,7 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
         goto fail;
     }
     n->pending++;
+    n->pending_checks += (unsigned)k;
     b->n = k;
     for (size_t i = 0; i < k; i++) {
         b->ops[i] = ops[i];

@@ -89,6 +89,7 @@ struct redis_backend {
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* replies hiredis still owes us */
+    unsigned pending_checks;    /* checks in those replies: max_pending counts these */
     /* Send times of the outstanding requests, oldest first: replies come
      * back in order, so the head is the one that has waited longest. */
     int64_t *sent;
@@ -115,6 +116,7 @@ struct redis_op {
 struct redis_batch {
     struct redis_backend *rb;
     int sent_eval;
+    unsigned counted;           /* its share of rb->pending_checks */
     size_t n;
     struct redis_op *ops[];
 };
@@ -271,9 +273,12 @@ send_batch(struct redis_batch *b, int eval)
         if (rb->reqs[i]->timeout_ms > wait_ms)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
-    if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK)
+    if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK ||
+        send_argv(rb, on_reply, b, wait_ms, rb->call.argc, rb->call.argv, rb->call.lens) != RL_OK)
         return RL_ERR;
-    return send_argv(rb, on_reply, b, wait_ms, rb->call.argc, rb->call.argv, rb->call.lens);
+    b->counted = (unsigned)b->n;
+    rb->pending_checks += b->counted;
+    return RL_OK;
 }
 
 static void
@@ -286,6 +291,8 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     size_t len = 0;
 
     sent_pop(rb);
+    rb->pending_checks -= b->counted;
+    b->counted = 0;
     if (r == NULL) {
         /* The connection died or is being freed: every pending callback
          * runs once with NULL. */
@@ -344,6 +351,14 @@ flush(struct redis_backend *rb)
     memcpy(b->ops, rb->queue, n * sizeof(b->ops[0]));
     rb->nqueued = 0;
     batch_compact(b);       /* a check may have timed out in this same pass */
+    /* redis.max_pending counts checks, not calls: past it the newest fail
+     * fast rather than queue behind work Redis would reach after their
+     * deadline (a timed-out check still runs in Redis). */
+    while (b->n > 0 && rb->pending_checks + b->n > rb->max_pending) {
+        struct redis_op *op = b->ops[--b->n];
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "too many checks waiting for redis");
+        op_free(op);
+    }
     if (b->n == 0) {
         free(b);
     } else if (rb->state != S_READY) {

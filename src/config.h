@@ -102,7 +102,7 @@ struct rl_redis_conf {
     struct rl_sentinel_conf sentinel;   /* master != NULL: Sentinel */
     int64_t timeout_ms;
     int64_t connect_timeout_ms;
-    int64_t max_pending;        /* requests outstanding per connection */
+    int64_t max_pending;        /* checks outstanding per connection */
     int64_t coalesce;           /* checks per script call at most; 1: off */
     char *key_prefix;
     char *username;
