@@ -12,6 +12,7 @@ slot, so the hot key is what coalesces there).
 import os
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
@@ -136,6 +137,38 @@ def t_off(r, key):
         eq(calls, len(res), "script calls with redis.coalesce 1")
 
 
+def t_max_pending():
+    """redis.max_pending counts checks, not script calls: with Redis stopped,
+    40 concurrent checks and a cap of 16, at most 16 wait for their deadline
+    (in however few coalesced calls) and the rest fail fast."""
+    cfg = config()
+    cfg["redis"].update({"timeout": "1500ms", "max_pending": 16})
+    with H.Redis(topology="standalone") as r, H.Daemon(cfg, redis=r) as d:
+        results, lock = [], threading.Lock()
+
+        def one(i):
+            t0 = time.monotonic()
+            st, _, ans = H.request(d.port, "POST", "/check", {"key": "mp-%d" % i, "policy": "p"})
+            with lock:
+                results.append((time.monotonic() - t0, st))
+
+        r.pause()
+        try:
+            ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(40)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(timeout=10)
+        finally:
+            r.resume()
+        eq(len(results), 40, "answers")
+        check(all(st == 503 for _, st in results), "statuses %r", sorted({st for _, st in results}))
+        waited = [dt for dt, _ in results if dt >= 1.0]
+        note("%d of 40 checks waited for the stopped Redis (max_pending 16)", len(waited))
+        check(len(waited) <= 16, "%d checks waited (max_pending 16)", len(waited))
+        check(len(results) - len(waited) >= 24, "only %d failed fast", len(results) - len(waited))
+
+
 def t_config():
     path = H.write_config(config(coalesce=0))
     rc, out, err = H.run_cli(["-t", "-c", path])
@@ -151,6 +184,7 @@ def main():
                   t_hot_key, r, d, "hot")
             t.run("%d keys at once: each exact" % (THREADS * 2), t_many_keys, r, d, "many")
         t.run("redis.coalesce 1: one script call per check, exact", t_off, r, "hot-off")
+    t.run("redis.max_pending counts checks in coalesced calls", t_max_pending)
     sys.exit(t.finish())
 
 
