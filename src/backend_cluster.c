@@ -675,7 +675,7 @@ op_send(struct cop *op, struct cnode *n, int asking)
     /* Both on one connection, so they arrive back to back. */
     if (asking && node_command(n, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (redisAsyncCommandArgv(n->ac, on_reply, op, c->argc, c->argv, c->lens) != REDIS_OK)
+    if (redisAsyncFormattedCommand(n->ac, on_reply, op, c->buf, c->len) != REDIS_OK)
         return RL_ERR;
     n->pending++;
     n->pending_checks++;
@@ -965,8 +965,8 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
     if (n->pending == 0)
         n->last_reply_us = now_monotonic_us();
-    if (redisAsyncCommandArgv(n->ac, on_batch_reply, b, cl->call.argc, cl->call.argv,
-                              cl->call.lens) != REDIS_OK) {
+    if (redisAsyncFormattedCommand(n->ac, on_batch_reply, b, cl->call.buf,
+                                   cl->call.len) != REDIS_OK) {
         free(b);
         goto fail;
     }

@@ -201,11 +201,11 @@ stalled(const struct redis_backend *rb, int64_t now)
 
 /* Every command goes through here so the queue stays in step with hiredis. */
 static int
-send_argv(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int64_t wait_ms,
-          int argc, const char **argv, const size_t *lens)
+send_resp(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int64_t wait_ms,
+          const char *cmd, size_t len)
 {
     if (rb->ac == NULL || rb->pending >= rb->max_pending ||
-        redisAsyncCommandArgv(rb->ac, fn, priv, argc, argv, lens) != REDIS_OK)
+        redisAsyncFormattedCommand(rb->ac, fn, priv, cmd, len) != REDIS_OK)
         return RL_ERR;
     sent_push(rb, wait_ms);
     return RL_OK;
@@ -274,7 +274,7 @@ send_batch(struct redis_batch *b, int eval)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
     if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK ||
-        send_argv(rb, on_reply, b, wait_ms, rb->call.argc, rb->call.argv, rb->call.lens) != RL_OK)
+        send_resp(rb, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
     rb->pending_checks += b->counted;
@@ -432,9 +432,8 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
         event_active(rb->drop_ev, EV_TIMEOUT, 0);
     } else if (rb->state == S_READY && rb->pending == 0 &&
                now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
-        static const char *ping[] = {"PING"};
-        static const size_t ping_len[] = {4};
-        if (send_argv(rb, on_ping, NULL, 0, 1, ping, ping_len) == RL_OK)
+        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+        if (send_resp(rb, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK)
             rb->last_reply_us = now;    /* one PING at a time */
     }
     (void)fd;

@@ -10,45 +10,61 @@
 /* Room for one number in decimal: 20 digits, a sign and a NUL. */
 #define NUM_MAX 24
 
-/* Room for `argc` arguments and `store` bytes of keys and numbers. */
 static void
-reserve(struct rl_script_call *c, size_t argc, size_t store)
+grow(struct rl_script_call *c, size_t more)
 {
-    if (argc > c->argv_cap) {
-        c->argv = xrealloc(c->argv, argc * sizeof(*c->argv));
-        c->lens = xrealloc(c->lens, argc * sizeof(*c->lens));
-        c->argv_cap = argc;
-    }
-    if (store > c->store_cap) {
-        c->store = xrealloc(c->store, store);
-        c->store_cap = store;
+    if (c->len + more > c->cap) {
+        c->cap = (c->len + more) * 2;
+        c->buf = xrealloc(c->buf, c->cap);
     }
 }
 
 static void
-put(struct rl_script_call *c, const char *s, size_t len)
+put_raw(struct rl_script_call *c, const char *s, size_t n)
 {
-    c->argv[c->argc] = s;
-    c->lens[c->argc++] = len;
+    grow(c, n);
+    memcpy(c->buf + c->len, s, n);
+    c->len += n;
 }
 
+/* <prefix><v>\r\n: the array and bulk string headers of the protocol */
 static void
-put_num(struct rl_script_call *c, size_t *used, long long v)
+put_header(struct rl_script_call *c, char prefix, long long v)
 {
+    char tmp[NUM_MAX + 3];
     struct strbuf sb;
 
-    sb_init(&sb, c->store + *used, NUM_MAX);
+    sb_init(&sb, tmp, sizeof(tmp));
+    sb_mem(&sb, &prefix, 1);
     sb_i64(&sb, v);
-    put(c, sb.buf, sb.len);
-    *used += NUM_MAX;
+    sb_mem(&sb, "\r\n", 2);
+    put_raw(c, tmp, sb.len);
+}
+
+/* One argument: $<len>\r\n<bytes>\r\n */
+static void
+put(struct rl_script_call *c, const char *s, size_t n)
+{
+    put_header(c, '$', (long long)n);
+    put_raw(c, s, n);
+    put_raw(c, "\r\n", 2);
+}
+
+static void
+put_num(struct rl_script_call *c, long long v)
+{
+    char tmp[NUM_MAX];
+    struct strbuf sb;
+
+    sb_init(&sb, tmp, sizeof(tmp));
+    sb_i64(&sb, v);
+    put(c, tmp, sb.len);
 }
 
 void
 script_call_free(struct rl_script_call *c)
 {
-    free(c->argv);
-    free(c->lens);
-    free(c->store);
+    free(c->buf);
     memset(c, 0, sizeof(*c));
 }
 
@@ -56,15 +72,15 @@ int
 script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
                   size_t n, int eval)
 {
-    size_t nkeys = 0, nargs = 0, used = 0;
+    size_t nkeys = 0, nargs = 0;
 
     for (size_t j = 0; j < n; j++) {
         nkeys += reqs[j]->policy->nlimits;
         nargs += 3 + 4 * reqs[j]->policy->nlimits;
     }
-    /* every argument that is not a fixed string is a key or a number */
-    reserve(c, 5 + nkeys + nargs, nkeys * RL_LIMIT_KEY_MAX + (2 + nargs) * NUM_MAX);
-    c->argc = 0;
+    c->len = 0;
+    /* command, script, numkeys, keys, now, n, then the checks' arguments */
+    put_header(c, '*', (long long)(5 + nkeys + nargs));
     if (eval) {
         put(c, "EVAL", 4);
         put(c, rl_lua_check, rl_lua_check_len);
@@ -72,25 +88,24 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
         put(c, "EVALSHA", 7);
         put(c, rl_lua_check_sha, strlen(rl_lua_check_sha));
     }
-    put_num(c, &used, (long long)nkeys);
+    put_num(c, (long long)nkeys);
     for (size_t j = 0; j < n; j++) {
         for (size_t i = 0; i < reqs[j]->policy->nlimits; i++) {
-            char *p = c->store + used;
-            int len = backend_limit_key(reqs[j], i, p, RL_LIMIT_KEY_MAX);
+            char key[RL_LIMIT_KEY_MAX];
+            int len = backend_limit_key(reqs[j], i, key, sizeof(key));
 
             if (len < 0)
                 return RL_ERR;
-            put(c, p, (size_t)len);
-            used += RL_LIMIT_KEY_MAX;
+            put(c, key, (size_t)len);
         }
     }
     put(c, "", 0);
-    put_num(c, &used, (long long)n);
+    put_num(c, (long long)n);
     for (size_t j = 0; j < n; j++) {
         const struct rl_policy *p = reqs[j]->policy;
 
-        put_num(c, &used, (long long)p->nlimits);
-        put_num(c, &used, (long long)reqs[j]->cost);
+        put_num(c, (long long)p->nlimits);
+        put_num(c, (long long)reqs[j]->cost);
         if (reqs[j]->flags & RL_CHECK_FORCE)
             put(c, "f", 1);
         else
@@ -100,9 +115,9 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
             const char *tag = algo_def(l->algo)->tag;
 
             put(c, tag, strlen(tag));
-            put_num(c, &used, (long long)l->limit);
-            put_num(c, &used, (long long)l->window_ms);
-            put_num(c, &used, (long long)l->burst);
+            put_num(c, (long long)l->limit);
+            put_num(c, (long long)l->window_ms);
+            put_num(c, (long long)l->burst);
         }
     }
     return RL_OK;
