@@ -1203,6 +1203,48 @@ def eq(got, want, what):
         raise Fail("%s: expected %r, got %r" % (what, want, got))
 
 
+# ---------------------------------------------------------------- traffic
+
+def blast(ports, bodies, threads):
+    """Send every body as POST /check from `threads` threads, each on one keep-alive
+    connection to ports[i % len(ports)], all starting together.
+    Returns [(body, status, answer, port)]; raises on any transport error."""
+    results = []
+    errors = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(threads, timeout=HTTP_TIMEOUT)
+
+    def worker(i):
+        port = ports[i % len(ports)]
+        mine = bodies[i::threads]
+        out = []
+        try:
+            with Client(port) as c:
+                barrier.wait()
+                for b in mine:
+                    st, h, ans = c.request("POST", "/check", b)
+                    out.append((b, st, ans, port))
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append("thread %d (port %d): %s: %s" % (i, port, type(e).__name__, e))
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+        with lock:
+            results.extend(out)
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    check(not any(t.is_alive() for t in ts), "some client threads did not finish within 60 s")
+    check(not errors, "%d client errors, first: %s", len(errors), errors[0] if errors else "")
+    eq(len(results), len(bodies), "answers received")
+    return results
+
+
 def is_int(v):
     return type(v) is int
 

@@ -362,42 +362,6 @@ def clean(st, ans):
     raise H.Fail("not a clean 200 allowed / 429 denied: %r %r" % (st, ans))
 
 
-def blast(ports, bodies, threads=30):
-    """Every body as POST /check from `threads` keep-alive clients spread over
-    `ports`, all starting together; [(body, status, answer)]."""
-    results, errors = [], []
-    lock = threading.Lock()
-    barrier = threading.Barrier(threads, timeout=H.HTTP_TIMEOUT)
-
-    def worker(i):
-        out = []
-        try:
-            with H.Client(ports[i % len(ports)]) as c:
-                barrier.wait()
-                for b in bodies[i::threads]:
-                    st, _, ans = c.request("POST", "/check", b)
-                    out.append((b, st, ans))
-        except Exception as e:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append("%s: %s" % (type(e).__name__, e))
-            try:
-                barrier.abort()
-            except threading.BrokenBarrierError:
-                pass
-        with lock:
-            results.extend(out)
-
-    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=60)
-    check(not any(t.is_alive() for t in ts), "client threads did not finish within 60 s")
-    check(not errors, "%d client errors, first: %s", len(errors), errors[0] if errors else "")
-    eq(len(results), len(bodies), "answers received")
-    return results
-
-
 class Flow:
     """Threads sending checks for `bodies` round robin until stop(); every
     answer is recorded (body index, status, answer)."""
@@ -557,8 +521,8 @@ def case_no_redirects(fx):
 
 def case_hot_key(fx):
     body = {"key": "hot-1", "policy": "hot"}
-    res = blast(fx.ports, [body] * 300, threads=30)
-    verdicts = [clean(st, ans) for _, st, ans in res]
+    res = H.blast(fx.ports, [body] * 300, 30)
+    verdicts = [clean(st, ans) for _, st, ans, _ in res]
     eq(verdicts.count("allowed"), 100, "allowed of 300 checks on one key with limit 100")
 
 
@@ -576,9 +540,9 @@ def case_spread_keys(fx):
     masters = set(per)
     eq(len(masters), 3, "masters holding the 5 keys")
     bodies = [{"key": k, "policy": "multi"} for k in idents for _ in range(60)]
-    res = blast(fx.ports, bodies, threads=30)
+    res = H.blast(fx.ports, bodies, 30)
     allowed = {k: 0 for k in idents}
-    for b, st, ans in res:
+    for b, st, ans, _ in res:
         if clean(st, ans) == "allowed":
             allowed[b["key"]] += 1
     eq(allowed, {k: 20 for k in idents}, "allowed per key (limit 20, 60 checks each, "
@@ -594,9 +558,9 @@ def case_script_flush(fx):
     eq(info(target.port, "memory").get("number_of_cached_scripts"), "0",
        "scripts cached right after SCRIPT FLUSH")
     bodies = [{"key": k, "policy": "flush"} for k in mine for _ in range(15)]
-    res = blast(fx.ports, bodies, threads=6)
+    res = H.blast(fx.ports, bodies, 6)
     allowed = {k: 0 for k in mine}
-    for b, st, ans in res:
+    for b, st, ans, _ in res:
         if clean(st, ans) == "allowed":
             allowed[b["key"]] += 1
     eq(allowed, {k: 10 for k in mine}, "allowed per key after SCRIPT FLUSH")

@@ -50,44 +50,15 @@ def script_calls(r):
 
 
 def blast(port, body_fn):
-    """THREADS keep-alive clients, PER_THREAD checks each, all at once."""
-    out, errors = [], []
-    lock = threading.Lock()
-    barrier = threading.Barrier(THREADS, timeout=H.HTTP_TIMEOUT)
-
-    def worker(i):
-        mine = []
-        try:
-            with H.Client(port) as c:
-                barrier.wait()
-                for n in range(PER_THREAD):
-                    body = body_fn(i, n)
-                    st, _, ans = c.request("POST", "/check", body)
-                    mine.append((body, st, ans))
-        except Exception as e:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append("%s: %s" % (type(e).__name__, e))
-            try:
-                barrier.abort()
-            except threading.BrokenBarrierError:
-                pass
-        with lock:
-            out.extend(mine)
-
-    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(THREADS)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=60)
-    check(not any(t.is_alive() for t in ts), "client threads did not finish within 60 s")
-    check(not errors, "%d client errors, first: %s", len(errors), errors[:1])
-    eq(len(out), THREADS * PER_THREAD, "answers")
-    return out
+    """THREADS keep-alive clients at once, client i sending body_fn(i, n) for
+    n < PER_THREAD; [(body, status, answer, port)]."""
+    bodies = [body_fn(i, n) for n in range(PER_THREAD) for i in range(THREADS)]
+    return H.blast([port], bodies, THREADS)
 
 
 def allowed_remaining(results):
     rems, other = [], []
-    for _, st, ans in results:
+    for _, st, ans, _ in results:
         if st == 200 and ans.get("allowed") is True and "degraded" not in ans:
             rems.append(ans["remaining"])
         elif not (st == 429 and ans.get("allowed") is False):
@@ -117,7 +88,7 @@ def t_many_keys(r, d, prefix):
                                       "policy": "p"})
     calls = script_calls(r)
     per = {}
-    for body, st, ans in res:
+    for body, st, ans, _ in res:
         check(st == 200 and ans.get("allowed") is True, "key %s: %r %r", body["key"], st, ans)
         per.setdefault(body["key"], []).append(ans["remaining"])
     want = THREADS * PER_THREAD // nkeys

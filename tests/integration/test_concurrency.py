@@ -12,7 +12,6 @@ import collections
 import os
 import random
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
@@ -59,46 +58,6 @@ def accepted(algo):
     return rc == 0, (out + err).strip()
 
 
-def blast(ports, bodies, threads=THREADS):
-    """Send every body as POST /check from `threads` threads, each on one keep-alive
-    connection to ports[i % len(ports)], all starting together.
-    Returns [(body, status, answer, port)]; raises on any transport error."""
-    results = []
-    errors = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(threads, timeout=H.HTTP_TIMEOUT)
-
-    def worker(i):
-        port = ports[i % len(ports)]
-        mine = bodies[i::threads]
-        out = []
-        try:
-            with H.Client(port) as c:
-                barrier.wait()
-                for b in mine:
-                    st, h, ans = c.request("POST", "/check", b)
-                    out.append((b, st, ans, port))
-        except Exception as e:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append("thread %d (port %d): %s: %s" % (i, port, type(e).__name__, e))
-            try:
-                barrier.abort()
-            except threading.BrokenBarrierError:
-                pass
-        with lock:
-            results.extend(out)
-
-    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=60)
-    check(not any(t.is_alive() for t in ts), "some client threads did not finish within 60 s")
-    check(not errors, "%d client errors, first: %s", len(errors), errors[0] if errors else "")
-    eq(len(results), len(bodies), "answers received")
-    return results
-
-
 def tally(results):
     allowed, denied, other = [], [], []
     for body, st, ans, port in results:
@@ -120,7 +79,7 @@ def case_one_key(algo, exact, ports, cost, n):
     body = {"key": key, "policy": "one_" + algo}
     if cost != 1:
         body["cost"] = cost
-    allowed, denied = tally(blast(ports, [body] * n))
+    allowed, denied = tally(H.blast(ports, [body] * n, THREADS))
     want = LIMIT // cost
     eq(len(allowed), want, "allowed checks (limit %d, cost %d)" % (LIMIT, cost))
     eq(len(denied), n - want, "denied checks")
@@ -148,7 +107,7 @@ def case_multi_keys(algo, exact, ports):
     keys = ["multi-%s-%d" % (algo, i) for i in range(MULTI_KEYS)]
     bodies = [{"key": k, "policy": "multi_" + algo} for k in keys for _ in range(2 * MULTI_LIMIT)]
     random.Random(len(algo)).shuffle(bodies)
-    allowed, denied = tally(blast(ports, bodies))
+    allowed, denied = tally(H.blast(ports, bodies, THREADS))
     per_key = collections.Counter(b["key"] for b, _, _ in allowed)
     eq({k: per_key.get(k, 0) for k in keys}, {k: MULTI_LIMIT for k in keys}, "allowed checks per key")
     if exact:
