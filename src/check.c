@@ -114,6 +114,7 @@ on_local(const struct rl_check_res *res, void *arg)
     la->answered = 1;
 }
 
+/* Answer the check from res, then free it: every path ends here once. */
 static void
 finish(struct check_op *op, const struct rl_check_res *res)
 {
@@ -152,6 +153,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
                   : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
                   : d.allowed ? RL_OUT_ALLOWED : RL_OUT_DENIED);
     op->done(&d, op->arg);
+    config_unref(op->cfg);
+    free(op);
 }
 
 static void
@@ -171,8 +174,6 @@ on_backend(const struct rl_check_res *res, void *arg)
         log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
                   op->policy->name, res->error ? res->error : "");
     finish(op, res);
-    config_unref(op->cfg);
-    free(op);
 }
 
 static const char *
@@ -299,8 +300,6 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, f.cost,
                           &local, &op->stale) == RL_OK) {
             finish(op, &local);
-            config_unref(op->cfg);
-            free(op);
             goto out;
         }
         op->hybrid = 1;         /* the answer seeds the key's local view */
@@ -311,8 +310,6 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
                            env->backend->epoch, op->start_us, &cached) == RL_OK) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);
-            config_unref(op->cfg);
-            free(op);
             goto out;
         }
     }
