@@ -34,6 +34,13 @@ struct rl_check_req {
  * did): a hybrid policy's sync reports counts already admitted locally, and
  * they must land whatever the limit says. */
 #define RL_CHECK_FORCE 0x1u
+/* No deadline once sent: answered by its reply, however late, or by the loss
+ * of the connection that carried it (DOWN: it may or may not have run).  A
+ * TIMEOUT then means it never reached Redis.  For a caller that must know
+ * whether its request ran (a hybrid sync: a timed-out sync resent on the same
+ * connection would be counted twice, or more); the backend's stall detection
+ * still bounds the wait. */
+#define RL_CHECK_SETTLE 0x2u
 
 struct rl_check_res {
     enum rl_backend_status status;

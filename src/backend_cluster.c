@@ -56,6 +56,8 @@
 /* A connection that has answered nothing for this long while checks wait is
  * presumed hung and is dropped (as in backend_redis.c). */
 #define STALL_MIN_MS 1000
+/* How often a sent RL_CHECK_SETTLE check past its deadline looks for a stall. */
+#define SETTLE_POLL_MS 250
 #define REFRESH_PERIOD_MS 30000
 /* Refreshes asked for by errors come at most this often (more after failed
  * refreshes, up to BACKOFF_MAX_MS). */
@@ -1068,13 +1070,23 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct cop *op = arg;
     struct cnode *n = op->sent;
+    int stalled = op->inflight && n != NULL && n->ac != NULL &&
+                  now_monotonic_us() - n->last_reply_us > STALL_MIN_MS * 1000LL;
 
-    script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
-    if (op->inflight && n != NULL && n->ac != NULL &&
-        now_monotonic_us() - n->last_reply_us > STALL_MIN_MS * 1000LL) {
+    if (stalled) {
         /* Not here: this frame belongs to a check the drop answers. */
         n->drop = 1;
         schedule_tidy(op->cl);
+    }
+    if (n != NULL && !op->w.answered && (op->w.req->flags & RL_CHECK_SETTLE)) {
+        /* Sent: only its reply or the loss of its connection settles it.
+         * Look again until one of them comes. */
+        struct timeval tv = {0, SETTLE_POLL_MS * 1000};
+
+        if (!stalled)
+            evtimer_add(op->deadline, &tv);
+    } else {
+        script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
     }
     /* Still owed a reply: freed when hiredis hands it back (or NULL). */
     op_release(op);

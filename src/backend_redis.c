@@ -459,9 +459,12 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     op->w.arg = arg;
     op->nlimits = req->policy->nlimits;
     evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
-    tv.tv_sec = req->timeout_ms / 1000;
-    tv.tv_usec = (req->timeout_ms % 1000) * 1000;
-    evtimer_add(&op->timer, &tv);
+    if (!(req->flags & RL_CHECK_SETTLE)) {
+        /* else the heartbeat bounds the wait: it drops a stalled connection */
+        tv.tv_sec = req->timeout_ms / 1000;
+        tv.tv_usec = (req->timeout_ms % 1000) * 1000;
+        evtimer_add(&op->timer, &tv);
+    }
     /* The first check of this pass schedules the flush; event_active puts it
      * behind the callbacks already active, so the other requests read in
      * this pass join the same call. */

@@ -15,12 +15,6 @@
 #define BUCKETS_MIN 64
 /* The tick before any hybrid policy was seen. */
 #define TICK_DEFAULT_MS 250
-/* A sync that timed out may still run in Redis once its connection moves
- * again.  Sending its units again on that same connection would surely count
- * them twice, so they wait until the backend has given up the connection
- * (it does when the oldest request is a second old, or older than its
- * deadline or connect_timeout): then at most that one sync is counted twice. */
-#define TIMEOUT_HOLD_MIN_MS 1000
 
 #define ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
 #define SET(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -43,7 +37,6 @@ struct hentry {
     int64_t snap_us;                /* when the snapshot's answer came */
     int64_t snap_sent_us;           /* when the request that gave it went */
     int64_t touch_us, sync_us;
-    int64_t hold_us;                /* no sync before (after a timeout) */
     int64_t pending, inflight;      /* cost units */
     int dirty;                      /* on the dirty list */
     int failed;                     /* the last sync failed */
@@ -252,15 +245,6 @@ on_sync(const struct rl_check_res *res, void *arg)
         e->pending += e->inflight;
         e->inflight = 0;
         e->failed = 1;
-        if (res->status == RL_BACKEND_TIMEOUT) {
-            const struct rl_redis_conf *rc = &e->cfg->redis;
-            int64_t ms = TIMEOUT_HOLD_MIN_MS;
-            if (rc->timeout_ms > ms)
-                ms = rc->timeout_ms;
-            if (rc->connect_timeout_ms > ms)
-                ms = rc->connect_timeout_ms;
-            e->hold_us = op->sent_us + ms * 1000;
-        }
         mark_dirty(h, e);
         ADD(&h->m->hybrid_sync_failures, 1);
         log_debug("msg=\"hybrid sync failed\" policy=%s pending=%lld error=\"%s\"",
@@ -274,8 +258,15 @@ on_sync(const struct rl_check_res *res, void *arg)
 
 /*
  * Send what is pending (or a cost-0 refresh); the callback may run before
- * this returns.  RL_ERR when not sent now (a sync in flight, held after a
- * timeout, the backend not ready): the caller keeps the entry dirty.
+ * this returns.  RL_ERR when not sent now (a sync in flight, the backend not
+ * ready): the caller keeps the entry dirty.
+ *
+ * A sync is RL_CHECK_SETTLE: it is answered only once it is known to have
+ * run (its reply, however late), or not to have been sent, or lost with its
+ * connection.  Until then the entry sends nothing more, so a sync stuck in a
+ * hung Redis is never joined by a second one that would run with it when
+ * Redis moves again: at most the units of the one lost with a dropped
+ * connection can be counted twice.
  */
 static int
 sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
@@ -283,7 +274,7 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     struct sync_op *op;
     const char *why;
 
-    if (h->closing || e->op != NULL || now < e->hold_us)
+    if (h->closing || e->op != NULL)
         return RL_ERR;
     if (h->be->ops->ready(h->be, &why) != RL_OK) {
         e->failed = 1;          /* the local view is getting old */
@@ -297,7 +288,7 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     op->req.key = e->key;
     op->req.key_len = e->klen;
     op->req.cost = e->pending;
-    op->req.flags = RL_CHECK_FORCE;
+    op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE;
     op->req.timeout_ms = e->cfg->redis.timeout_ms;
     e->inflight = e->pending;
     e->pending = 0;
@@ -494,7 +485,9 @@ hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
     lru_push(h, e);
     mark_dirty(h, e);
     arm(h);
-    *degraded = e->failed;
+    /* a failed sync, or one overdue, makes the local view an old one */
+    *degraded = e->failed ||
+                (e->op != NULL && now - e->op->sent_us > e->cfg->redis.timeout_ms * 1000);
     ADD(&h->m->hybrid_local, 1);
     return RL_OK;
 }

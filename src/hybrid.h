@@ -17,10 +17,11 @@
  * - Every sync_interval each key touched since its last sync is sent as one
  *   backend check of cost `pending` with RL_CHECK_FORCE (the units were
  *   admitted already and must land), or of cost 0 to learn other instances'
- *   counts.  Success replaces the snapshot and clears inflight; a failure or
- *   a timeout returns inflight to pending, retried next interval: counts are
- *   never dropped (a timed-out sync Redis did apply is counted twice: the
- *   strict side).
+ *   counts.  Success replaces the snapshot and clears inflight; a failure
+ *   returns inflight to pending, retried next interval: counts are never
+ *   dropped.  Syncs are RL_CHECK_SETTLE (no deadline once sent) and one key
+ *   has one in flight at a time, so only a sync lost with its connection
+ *   can be applied by Redis and sent again: counted twice, the strict side.
  * - Entries idle for two intervals with nothing pending or in flight are
  *   evicted; at most hybrid_table_size entries, a new key past that stays on
  *   the exact path.
@@ -48,9 +49,9 @@ void hybrid_use_config(struct rl_hybrid *h, struct rl_config *cfg);
 
 /*
  * Decide a check of `cost` for (policy, key) under cfg from the local view:
- * RL_OK and *res filled (*degraded set when the key's last sync failed: the
- * view may be stale), or RL_ERR when the key is unknown (ask the backend,
- * then hybrid_seed with its answer).
+ * RL_OK and *res filled (*degraded set when the key's last sync failed or
+ * is overdue: the view may be stale), or RL_ERR when the key is unknown (ask
+ * the backend, then hybrid_seed with its answer).
  */
 int hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
                   const struct rl_policy *policy, const char *key, size_t klen,
