@@ -16,7 +16,10 @@ POLICIES = [
     {"name": "api", "match": {"path_prefix": "/api", "methods": ["GET", "DELETE"]},
      "limits": [{"algorithm": "fixed_window", "limit": 2, "window": "1h"}]},
 ]
-CONFIG = {"forward_auth": True, "identity": ["header:X-Api-Key", "peer"], "policies": POLICIES}
+# redis.timeout: semantics under test, not latency (the default 50 ms would
+# answer a check degraded whenever a loaded host delays Redis that long)
+CONFIG = {"forward_auth": True, "identity": ["header:X-Api-Key", "peer"], "redis": {"timeout": "2s"},
+          "policies": POLICIES}
 
 
 def status(d, method, path, headers=None, body=None):

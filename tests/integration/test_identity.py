@@ -68,10 +68,13 @@ POLICIES = [
 CONFIG_TRUSTED = {
     "identity": ["body", "header:X-Api-Key", "forwarded", "peer"],
     "trusted_proxies": ["127.0.0.0/8", "::1/128"],
-    "redis": {"key_prefix": PREFIX_T},
+    # timeout: semantics under test, not latency (the default 50 ms would
+    # answer a check degraded whenever a loaded host delays Redis that long)
+    "redis": {"key_prefix": PREFIX_T, "timeout": "2s"},
     "policies": POLICIES,
 }
-CONFIG_UNTRUSTED = dict(CONFIG_TRUSTED, trusted_proxies=["10.0.0.0/8"], redis={"key_prefix": PREFIX_U})
+CONFIG_UNTRUSTED = dict(CONFIG_TRUSTED, trusted_proxies=["10.0.0.0/8"],
+                        redis={"key_prefix": PREFIX_U, "timeout": "2s"})
 # The same as the trusted daemon (same Redis, same key prefix, so the same
 # counters) but its proxies write RFC 7239 Forwarded instead of
 # X-Forwarded-For: each daemon believes only the header it is told to.

@@ -158,7 +158,10 @@ def fixture():
         for _ in range(3):
             s = Proc("sentinel", [
                 "sentinel monitor %s 127.0.0.1 %d 2" % (MASTER, master.port),
-                "sentinel down-after-milliseconds %s 1000" % MASTER,
+                # the failover under test is SENTINEL FAILOVER: a loaded host
+                # delaying PING replies past down-after must not start another
+                # one (as in harness.SentinelRedis)
+                "sentinel down-after-milliseconds %s 10000" % MASTER,
                 "sentinel failover-timeout %s 5000" % MASTER,
                 "sentinel parallel-syncs %s 1" % MASTER,
             ], sentinel=True)
@@ -176,7 +179,10 @@ def fixture():
         cfg = {
             "identity": ["body"],
             "failure_mode": "open",
-            "redis": {"timeout": "500ms", "connect_timeout": "1s",
+            # timeout: exact counts are under test (limit 3 -> 200, 200, 200, 429),
+            # not latency; with failure_mode open a check a loaded host delays
+            # past 500 ms would be a 200 degraded where a 429 is due
+            "redis": {"timeout": "2s", "connect_timeout": "1s",
                       "sentinel": {"master": MASTER,
                                    "nodes": ["127.0.0.1:%d" % s.port for s in sentinels]}},
             "policies": [{"name": "p", "limits": [{"algorithm": "fixed_window", "limit": 3,
