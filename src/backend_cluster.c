@@ -30,29 +30,24 @@
  * does: a dead node never queues work.  Replies lost with a connection are
  * never replayed elsewhere, since the script may have run.
  */
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/util.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/adapters/libevent.h>
 
 #include "backend.h"
 #include "log.h"
-#include "lua_scripts.h"
 #include "script.h"
 #include "metrics.h"
+#include "redis_conn.h"
 #include "redis_url.h"
 #include "util.h"
 
 #define CLUSTER_SLOTS 16384
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 5000
 /* A connection that has answered nothing for this long while checks wait is
  * presumed hung and is dropped (as in backend_redis.c). */
 #define STALL_MIN_MS 1000
@@ -60,7 +55,7 @@
 #define SETTLE_POLL_MS 250
 #define REFRESH_PERIOD_MS 30000
 /* Refreshes asked for by errors come at most this often (more after failed
- * refreshes, up to BACKOFF_MAX_MS). */
+ * refreshes, up to RCONN_BACKOFF_MAX_MS). */
 #define REFRESH_GAP_MS 100
 /* While a master is down, the map is asked for this often, so that a
  * promoted replica is found within about a second of its promotion. */
@@ -82,13 +77,6 @@ static const char *const state_names[] = {"down", "connecting", "handshake", "re
 struct cluster;
 struct cnode;
 
-/* A name being resolved; outlives its node when the node gives up on it
- * (libevent calls back later, even after a cancel). */
-struct dns_wait {
-    struct cnode *node;         /* NULL once abandoned */
-    struct evdns_getaddrinfo_request *req;
-};
-
 struct cnode {
     struct cluster *cl;
     struct cnode *next;
@@ -99,7 +87,7 @@ struct cnode {
     enum node_state state;
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
-    struct dns_wait *dns;
+    struct rconn_lookup *lookup;    /* its host name being resolved */
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* callbacks hiredis still owes on ac */
@@ -293,22 +281,19 @@ static void
 node_schedule_reconnect(struct cnode *n)
 {
     struct timeval tv;
-    int64_t d;
 
     if (n->closing || n->cl->destroying || evtimer_pending(n->retry_ev, NULL))
         return;
-    /* Full jitter over the upper half, as backend_redis.c. */
-    d = n->backoff_ms / 2 + random() % (n->backoff_ms / 2 + 1);
-    n->backoff_ms = n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : n->backoff_ms * 2;
-    tv.tv_sec = d / 1000;
-    tv.tv_usec = (d % 1000) * 1000;
+    tv = rconn_backoff(&n->backoff_ms);
     evtimer_add(n->retry_ev, &tv);
 }
 
-/* Queue a command on n's connection, counting the callback it owes. */
+/* Queue a command on n's connection, counting the callback it owes (an
+ * rconn_send_fn). */
 static int
-node_command(struct cnode *n, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+node_command(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
 {
+    struct cnode *n = owner;
     va_list ap;
     int rc;
 
@@ -329,28 +314,29 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     struct cnode *n = ac->data;
     struct cluster *cl = n->cl;
     redisReply *r = reply;
-    const char *step = privdata;
+    const char *step = privdata, *why;
 
     n->pending--;
     if (r == NULL || n->closing || n->state != N_HANDSHAKE)
         return;
     n->last_reply_us = now_monotonic_us();
-    if (r->type == REDIS_REPLY_ERROR) {
+    switch (rconn_step(r, step, n->name, &why)) {
+    case RCONN_STEP_WAIT:
+        break;
+    case RCONN_STEP_FAILED:
         /* never the credentials, only what the server said */
         log_error("msg=\"redis cluster handshake failed\" node=%s step=%s error=\"%.200s\"",
-                  n->name, step, r->str);
-        node_set_state(n, N_DOWN, "handshake failed");
+                  n->name, step, r->type == REDIS_REPLY_ERROR ? r->str : why);
+        node_set_state(n, N_DOWN, why);
         redisAsyncDisconnect(ac);
-        return;
-    }
-    if (strcmp(step, "script") == 0) {
-        if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
-            log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" node=%s", n->name);
+        break;
+    case RCONN_STEP_READY:
         evtimer_del(n->connect_ev);
-        n->backoff_ms = BACKOFF_MIN_MS;
+        n->backoff_ms = RCONN_BACKOFF_MIN_MS;
         node_set_state(n, N_READY, NULL);
         if (cl->want_refresh)
             request_refresh(cl);
+        break;
     }
 }
 
@@ -375,16 +361,12 @@ on_connect(const redisAsyncContext *cac, int status)
     }
     node_set_state(n, N_HANDSHAKE, NULL);
     n->last_reply_us = now_monotonic_us();
-    if (cl->password != NULL) {
-        if (cl->username != NULL)
-            (void)node_command(n, on_handshake, (void *)"auth", "AUTH %s %s",
-                               cl->username, cl->password);
-        else
-            (void)node_command(n, on_handshake, (void *)"auth", "AUTH %s", cl->password);
+    {
+        /* The cluster has database 0 only: no SELECT. */
+        struct rconn_login login = {cl->username, cl->password, 0, 0};
+        /* a command not queued leaves the handshake to its deadline */
+        (void)rconn_handshake(&login, node_command, n, on_handshake);
     }
-    /* The cluster has database 0 only: no SELECT. */
-    (void)node_command(n, on_handshake, (void *)"script", "SCRIPT LOAD %b",
-                       rl_lua_check, rl_lua_check_len);
 }
 
 static void
@@ -406,126 +388,38 @@ on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 static void
-node_connect_to(struct cnode *n, const char *ip)
+node_connect_to(void *arg, const char *ip, const char *why)
 {
-    redisAsyncContext *ac = redisAsyncConnect(ip, n->port);
+    struct cnode *n = arg;
 
-    if (ac == NULL || ac->err) {
-        log_debug("msg=\"redis cluster connect failed\" node=%s error=\"%s\"", n->name,
-                  ac ? ac->errstr : "out of memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        evtimer_del(n->connect_ev);
-        node_set_state(n, N_DOWN, "connect failed");
-        node_schedule_reconnect(n);
-        return;
-    }
-    ac->data = n;
-    n->ac = ac;
-    redisLibeventAttach(ac, n->cl->evb);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-}
-
-/* Stop waiting for a name: the lookup finishes on its own and is ignored. */
-static void
-node_abandon_dns(struct cnode *n)
-{
-    struct dns_wait *w = n->dns;
-
-    if (w == NULL)
-        return;
-    n->dns = NULL;
-    w->node = NULL;
-    if (w->req != NULL)
-        evdns_getaddrinfo_cancel(w->req);
-}
-
-static void
-on_resolved(int result, struct evutil_addrinfo *res, void *arg)
-{
-    struct dns_wait *w = arg;
-    struct cnode *n = w->node;
-    char ip[INET6_ADDRSTRLEN] = "";
-
-    free(w);
-    if (n == NULL) {            /* abandoned: timed out, closed, shut down */
-        if (res != NULL)
-            evutil_freeaddrinfo(res);
-        return;
-    }
-    n->dns = NULL;
-    if (result != 0 || res == NULL) {
+    n->lookup = NULL;
+    if (ip == NULL) {
         log_debug("msg=\"cannot resolve a redis cluster node\" node=%s error=\"%s\"",
-                  n->name, evutil_gai_strerror(result));
-        if (res != NULL)
-            evutil_freeaddrinfo(res);
-        evtimer_del(n->connect_ev);
-        node_set_state(n, N_DOWN, "cannot resolve the node's host");
-        node_schedule_reconnect(n);
+                  n->name, why);
+        why = "cannot resolve the node's host";
+    } else if ((n->ac = rconn_open(n->cl->evb, ip, n->port, NULL, n, on_connect,
+                                   on_disconnect, &why)) != NULL) {
         return;
     }
-    if (res->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
-                  ip, sizeof(ip));
-    else
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
-                  ip, sizeof(ip));
-    evutil_freeaddrinfo(res);
-    node_connect_to(n, ip);
+    evtimer_del(n->connect_ev);
+    node_set_state(n, N_DOWN, why);
+    node_schedule_reconnect(n);
 }
 
-static int
-cluster_dns(struct cluster *cl)
-{
-    if (cl->dns == NULL)
-        cl->dns = evdns_base_new(cl->evb, EVDNS_BASE_INITIALIZE_NAMESERVERS |
-                                 EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (cl->dns == NULL) {
-        /* no resolv.conf at all: /etc/hosts alone still names localhost */
-        cl->dns = evdns_base_new(cl->evb, 0);
-        if (cl->dns != NULL)
-            evdns_base_load_hosts(cl->dns, NULL);
-    }
-    return cl->dns != NULL ? RL_OK : RL_ERR;
-}
-
-/*
- * Literal addresses go straight to hiredis; names are resolved with evdns on
- * the loop (hiredis would block in getaddrinfo), under the connect deadline.
- */
+/* Under the connect deadline; a name is resolved first (rconn_resolve). */
 static void
 node_connect(struct cnode *n)
 {
     struct timeval tv;
-    struct in6_addr a6;
-    struct evutil_addrinfo hints;
-    struct dns_wait *w;
-    struct evdns_getaddrinfo_request *req;
+    struct rconn_lookup *l;
 
     node_set_state(n, N_CONNECTING, NULL);
     tv.tv_sec = n->cl->connect_timeout_ms / 1000;
     tv.tv_usec = (n->cl->connect_timeout_ms % 1000) * 1000;
     evtimer_add(n->connect_ev, &tv);
-    if (inet_pton(AF_INET, n->host, &a6) == 1 || inet_pton(AF_INET6, n->host, &a6) == 1) {
-        node_connect_to(n, n->host);
-        return;
-    }
-    if (cluster_dns(n->cl) != RL_OK) {
-        evtimer_del(n->connect_ev);
-        node_set_state(n, N_DOWN, "no resolver");
-        node_schedule_reconnect(n);
-        return;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    w = xcalloc(1, sizeof(*w));
-    w->node = n;
-    n->dns = w;
-    req = evdns_getaddrinfo(n->cl->dns, n->host, NULL, &hints, on_resolved, w);
-    if (n->dns == w)            /* else it already called back (and freed w) */
-        w->req = req;
+    l = rconn_resolve(&n->cl->dns, n->cl->evb, n->host, node_connect_to, n);
+    if (l != NULL)
+        n->lookup = l;      /* else node_connect_to ran already */
 }
 
 static void
@@ -541,8 +435,9 @@ on_node_connect_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct cnode *n = arg;
 
-    if (n->dns != NULL) {
-        node_abandon_dns(n);
+    if (n->lookup != NULL) {
+        rconn_abandon(n->lookup);
+        n->lookup = NULL;
         log_debug("msg=\"redis cluster node resolution timed out\" node=%s", n->name);
         node_set_state(n, N_DOWN, "resolve timeout");
         node_schedule_reconnect(n);
@@ -585,7 +480,7 @@ node_get(struct cluster *cl, const char *host, int port)
     n->port = port;
     n->name = strchr(host, ':') != NULL ? xasprintf("[%s]:%d", host, port)
                                         : xasprintf("%s:%d", host, port);
-    n->backoff_ms = BACKOFF_MIN_MS;
+    n->backoff_ms = RCONN_BACKOFF_MIN_MS;
     n->down_reason = "not connected yet";
     n->retry_ev = evtimer_new(cl->evb, on_node_retry, n);
     n->connect_ev = evtimer_new(cl->evb, on_node_connect_timeout, n);
@@ -601,7 +496,8 @@ static void
 node_free(struct cnode *n)
 {
     n->closing = 1;
-    node_abandon_dns(n);
+    rconn_abandon(n->lookup);
+    n->lookup = NULL;
     if (n->ac != NULL) {
         redisAsyncContext *ac = n->ac;
         n->ac = NULL;
@@ -1193,8 +1089,8 @@ refresh_failed(struct cluster *cl, const char *node, const char *why)
         log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
                  node, why);
     cl->refresh_failing = 1;
-    cl->refresh_gap_ms = cl->refresh_gap_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                                 : cl->refresh_gap_ms * 2;
+    cl->refresh_gap_ms = cl->refresh_gap_ms * 2 > RCONN_BACKOFF_MAX_MS
+                         ? RCONN_BACKOFF_MAX_MS : cl->refresh_gap_ms * 2;
     request_refresh(cl);
 }
 
@@ -1581,7 +1477,8 @@ cluster_destroy(struct rl_backend *be)
      *    NULL, which answers the checks in flight (DOWN) and frees them. */
     for (n = cl->nodes; n != NULL; n = n->next) {
         n->closing = 1;
-        node_abandon_dns(n);
+        rconn_abandon(n->lookup);
+        n->lookup = NULL;
         if (n->ac != NULL) {
             redisAsyncContext *ac = n->ac;
             n->ac = NULL;
@@ -1610,8 +1507,7 @@ cluster_destroy(struct rl_backend *be)
     free(cl->queue);
     free(cl->reqs);
     script_call_free(&cl->call);
-    if (cl->dns != NULL)
-        evdns_base_free(cl->dns, 0);
+    rconn_dns_free(cl->dns);
     for (size_t i = 0; i < cl->nseeds; i++)
         free(cl->seeds[i].host);
     free(cl->seeds);

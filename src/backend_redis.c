@@ -14,29 +14,24 @@
  * jitter.  Checks that arrive while not READY are answered DOWN at once, so
  * a dead Redis never queues work.
  */
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <event2/util.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/adapters/libevent.h>
 
 #include "backend.h"
 #include "log.h"
-#include "lua_scripts.h"
 #include "script.h"
 #include "metrics.h"
+#include "redis_conn.h"
 #include "redis_url.h"
 #include "util.h"
 
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 5000
 /* A connection whose oldest outstanding request is this old (or older than
  * its own deadline, when longer) is presumed hung (SIGSTOP, a dead network
  * path, a server too slow to keep up) and dropped: late answers are worthless
@@ -74,8 +69,7 @@ struct redis_backend {
     struct event *connect_ev;   /* connect/handshake deadline */
     struct event *drop_ev;      /* drop a stalled connection, off-callback */
     struct evdns_base *dns;     /* only when a host is named, not numbered */
-    struct evdns_getaddrinfo_request *dns_req;
-    void (*dns_then)(struct redis_backend *rb, const char *ip);
+    struct rconn_lookup *lookup;    /* a name being resolved */
     const char *drop_reason;
     /* Sentinel: the master's address comes from the sentinels, asked again
      * before every connection and whenever they announce a switch. */
@@ -211,17 +205,21 @@ send_resp(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int64_t wai
     return RL_OK;
 }
 
-static void
-send_fmt(struct redis_backend *rb, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+/* rconn_send_fn: a handshake command, counted like every other. */
+static int
+send_fmt(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
 {
+    struct redis_backend *rb = owner;
     va_list ap;
     int rc;
 
     va_start(ap, fmt);
     rc = redisvAsyncCommand(rb->ac, fn, priv, fmt, ap);
     va_end(ap);
-    if (rc == REDIS_OK)
-        sent_push(rb, 0);
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    sent_push(rb, 0);
+    return RL_OK;
 }
 
 /* ---- sending --------------------------------------------------------------- */
@@ -481,16 +479,10 @@ static void
 schedule_reconnect(struct redis_backend *rb)
 {
     struct timeval tv;
-    int64_t d;
 
     if (rb->destroying || evtimer_pending(rb->retry_ev, NULL))
         return;
-    /* Full jitter over the upper half: instances that lost Redis together
-     * do not come back together. */
-    d = rb->backoff_ms / 2 + random() % (rb->backoff_ms / 2 + 1);
-    rb->backoff_ms = rb->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rb->backoff_ms * 2;
-    tv.tv_sec = d / 1000;
-    tv.tv_usec = (d % 1000) * 1000;
+    tv = rconn_backoff(&rb->backoff_ms);
     evtimer_add(rb->retry_ev, &tv);
 }
 
@@ -507,10 +499,9 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct redis_backend *rb = arg;
 
-    if (rb->dns_req != NULL) {
-        struct evdns_getaddrinfo_request *req = rb->dns_req;
-        rb->dns_req = NULL;
-        evdns_getaddrinfo_cancel(req);
+    if (rb->lookup != NULL) {
+        rconn_abandon(rb->lookup);
+        rb->lookup = NULL;
         log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
         set_state(rb, S_DOWN, "resolve timeout");
         schedule_reconnect(rb);
@@ -539,39 +530,30 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_backend *rb = ac->data;
     redisReply *r = reply;
-    const char *step = privdata;
+    const char *step = privdata, *why;
 
     sent_pop(rb);
     if (r == NULL || rb->state != S_HANDSHAKE)
         return;
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* never log the credentials, only what the server said */
-        log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
-                  rb->display, step, r->str);
-        set_state(rb, S_DOWN, "handshake failed");
-        redisAsyncDisconnect(ac);
-        return;
-    }
-    if (strcmp(step, "role") == 0) {
-        /* a sentinel's answer can be stale: only a master takes writes */
-        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-            r->element[0]->type != REDIS_REPLY_STRING ||
-            strcmp(r->element[0]->str, "master") != 0) {
+    switch (rconn_step(r, step, rb->display, &why)) {
+    case RCONN_STEP_WAIT:
+        break;
+    case RCONN_STEP_FAILED:
+        if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
+            log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
+                      rb->display, step, r->str);
+        else
             log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
                      rb->display);
-            set_state(rb, S_DOWN, "not a master");
-            redisAsyncDisconnect(ac);
-        }
-        return;
-    }
-    if (strcmp(step, "script") == 0) {
-        if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
-            log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s",
-                      rb->display);
+        set_state(rb, S_DOWN, why);
+        redisAsyncDisconnect(ac);
+        break;
+    case RCONN_STEP_READY:
         evtimer_del(rb->connect_ev);
-        rb->backoff_ms = BACKOFF_MIN_MS;
+        rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
         rb->last_reply_us = now_monotonic_us();
         set_state(rb, S_READY, NULL);
+        break;
     }
 }
 
@@ -592,19 +574,12 @@ on_connect(const redisAsyncContext *cac, int status)
         return;
     }
     set_state(rb, S_HANDSHAKE, NULL);
-    if (rb->url.password != NULL) {
-        if (rb->url.username != NULL)
-            send_fmt(rb, on_handshake, (void *)"auth", "AUTH %s %s",
-                     rb->url.username, rb->url.password);
-        else
-            send_fmt(rb, on_handshake, (void *)"auth", "AUTH %s", rb->url.password);
+    {
+        struct rconn_login login = {rb->url.username, rb->url.password, rb->url.db,
+                                    rb->sentinel_master != NULL};
+        /* a command not queued leaves the handshake to its deadline */
+        (void)rconn_handshake(&login, send_fmt, rb, on_handshake);
     }
-    if (rb->url.db != 0)
-        send_fmt(rb, on_handshake, (void *)"select", "SELECT %d", rb->url.db);
-    if (rb->sentinel_master != NULL)
-        send_fmt(rb, on_handshake, (void *)"role", "ROLE");
-    send_fmt(rb, on_handshake, (void *)"script", "SCRIPT LOAD %b",
-             rl_lua_check, rl_lua_check_len);
 }
 
 static void
@@ -631,97 +606,37 @@ fail_connect(struct redis_backend *rb, const char *why)
 }
 
 static void
-connect_to(struct redis_backend *rb, const char *ip)
+connect_to(void *arg, const char *ip, const char *why)
 {
+    struct redis_backend *rb = arg;
     redisAsyncContext *ac;
 
+    rb->lookup = NULL;
     if (ip == NULL) {
+        log_debug("msg=\"cannot resolve a host\" redis=%s error=\"%s\"", rb->display, why);
         fail_connect(rb, "cannot resolve the redis host");
         return;
     }
-    if (rb->url.path != NULL)
-        ac = redisAsyncConnectUnix(rb->url.path);
-    else
-        ac = redisAsyncConnect(ip, rb->master_host ? rb->master_port : rb->url.port);
-    if (ac == NULL || ac->err) {
-        log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"", rb->display,
-                  ac ? ac->errstr : "out of memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        fail_connect(rb, "connect failed");
+    ac = rconn_open(rb->evb, ip, rb->master_host ? rb->master_port : rb->url.port,
+                    rb->url.path, rb, on_connect, on_disconnect, &why);
+    if (ac == NULL) {
+        fail_connect(rb, why);
         return;
     }
-    ac->data = rb;
     rb->ac = ac;
     rb->pending = 0;        /* the last connection's callbacks all ran */
     rb->sent_head = 0;
-    redisLibeventAttach(ac, rb->evb);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
 }
 
+/* `then` gets an address for host (a name is resolved under the connect
+ * deadline) or NULL. */
 static void
-on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+resolve(struct redis_backend *rb, const char *host, rconn_resolved_cb then)
 {
-    struct redis_backend *rb = arg;
-    char ip[INET6_ADDRSTRLEN] = "";
+    struct rconn_lookup *l = rconn_resolve(&rb->dns, rb->evb, host, then, rb);
 
-    rb->dns_req = NULL;
-    if (result == EVUTIL_EAI_CANCEL)
-        return;             /* connect timeout or shutdown: they decide */
-    if (result != 0 || res == NULL) {
-        log_debug("msg=\"cannot resolve a host\" redis=%s error=\"%s\"",
-                  rb->display, evutil_gai_strerror(result));
-        if (res != NULL)
-            evutil_freeaddrinfo(res);
-        rb->dns_then(rb, NULL);
-        return;
-    }
-    if (res->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
-                  ip, sizeof(ip));
-    else
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
-                  ip, sizeof(ip));
-    evutil_freeaddrinfo(res);
-    rb->dns_then(rb, ip);
-}
-
-/*
- * hiredis resolves names with a blocking getaddrinfo: on the event loop that
- * would stall every check.  Literal addresses go straight on; names are
- * resolved with evdns, on the loop, under the connect deadline.  `then`
- * gets the address, or NULL when there is none.
- */
-static void
-resolve(struct redis_backend *rb, const char *host,
-        void (*then)(struct redis_backend *rb, const char *ip))
-{
-    struct in6_addr a6;
-    struct evutil_addrinfo hints;
-
-    if (inet_pton(AF_INET, host, &a6) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
-        then(rb, host);
-        return;
-    }
-    if (rb->dns == NULL)
-        rb->dns = evdns_base_new(rb->evb, EVDNS_BASE_INITIALIZE_NAMESERVERS |
-                                 EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (rb->dns == NULL) {
-        /* no resolv.conf at all: /etc/hosts alone still names localhost */
-        rb->dns = evdns_base_new(rb->evb, 0);
-        if (rb->dns != NULL)
-            evdns_base_load_hosts(rb->dns, NULL);
-    }
-    if (rb->dns == NULL) {
-        then(rb, NULL);
-        return;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    rb->dns_then = then;
-    rb->dns_req = evdns_getaddrinfo(rb->dns, host, NULL, &hints, on_resolved, rb);
+    if (l != NULL)
+        rb->lookup = l;     /* else `then` ran already, and may have started another */
 }
 
 /* ---- Sentinel ---------------------------------------------------------------- */
@@ -781,21 +696,12 @@ on_sub_disconnect(const redisAsyncContext *ac, int status)
 static void
 sentinel_subscribe(struct redis_backend *rb, const char *ip, int port)
 {
-    redisAsyncContext *ac;
+    const char *why;
 
     if (rb->subac != NULL || rb->destroying)
         return;
-    ac = redisAsyncConnect(ip, port);
-    if (ac == NULL || ac->err) {
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        return;
-    }
-    ac->data = rb;
-    rb->subac = ac;
-    redisLibeventAttach(ac, rb->evb);
-    redisAsyncSetConnectCallback(ac, on_sub_connect);
-    redisAsyncSetDisconnectCallback(ac, on_sub_disconnect);
+    rb->subac = rconn_open(rb->evb, ip, port, NULL, rb, on_sub_connect, on_sub_disconnect,
+                           &why);
 }
 
 static void
@@ -852,28 +758,21 @@ on_sentinel_disconnect(const redisAsyncContext *ac, int status)
 }
 
 static void
-sentinel_connect(struct redis_backend *rb, const char *ip)
+sentinel_connect(void *arg, const char *ip, const char *why)
 {
+    struct redis_backend *rb = arg;
     const struct rl_hostport *node =
         &rb->sentinels[(rb->sentinel_next + rb->nsentinels - 1) % rb->nsentinels];
     redisAsyncContext *ac;
 
-    if (ip == NULL) {
+    rb->lookup = NULL;
+    if (ip == NULL ||
+        (ac = rconn_open(rb->evb, ip, node->port, NULL, rb, on_sentinel_connect,
+                         on_sentinel_disconnect, &why)) == NULL) {
         sentinel_ask_next(rb);
         return;
     }
-    ac = redisAsyncConnect(ip, node->port);
-    if (ac == NULL || ac->err) {
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        sentinel_ask_next(rb);
-        return;
-    }
-    ac->data = rb;
     rb->sac = ac;
-    redisLibeventAttach(ac, rb->evb);
-    redisAsyncSetConnectCallback(ac, on_sentinel_connect);
-    redisAsyncSetDisconnectCallback(ac, on_sentinel_disconnect);
     redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
                       "SENTINEL get-master-addr-by-name %s", rb->sentinel_master);
 }
@@ -908,7 +807,7 @@ redis_connect(struct redis_backend *rb)
     if (rb->sentinel_master != NULL)
         sentinel_ask_next(rb);
     else if (rb->url.path != NULL)
-        connect_to(rb, "");
+        connect_to(rb, "", NULL);
     else
         resolve(rb, rb->url.host, connect_to);
 }
@@ -970,7 +869,7 @@ redis_create(struct rl_backend **out, struct event_base *evb,
     rb->queue = xcalloc(rb->coalesce, sizeof(*rb->queue));
     rb->reqs = xcalloc(rb->coalesce, sizeof(*rb->reqs));
     rb->flush_ev = event_new(evb, -1, 0, on_flush, rb);
-    rb->backoff_ms = BACKOFF_MIN_MS;
+    rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
     rb->down_reason = "not connected yet";
     rb->retry_ev = evtimer_new(evb, on_retry, rb);
     rb->connect_ev = evtimer_new(evb, on_connect_timeout, rb);
@@ -998,11 +897,8 @@ redis_destroy(struct rl_backend *be)
         op_free(rb->queue[i]);
     }
     rb->nqueued = 0;
-    if (rb->dns_req != NULL) {
-        struct evdns_getaddrinfo_request *req = rb->dns_req;
-        rb->dns_req = NULL;
-        evdns_getaddrinfo_cancel(req);
-    }
+    rconn_abandon(rb->lookup);
+    rb->lookup = NULL;
     if (rb->ac != NULL) {
         redisAsyncContext *ac = rb->ac;
         rb->ac = NULL;
@@ -1032,8 +928,7 @@ redis_destroy(struct rl_backend *be)
     free(rb->reqs);
     script_call_free(&rb->call);
     free(rb->sent);
-    if (rb->dns != NULL)
-        evdns_base_free(rb->dns, 0);
+    rconn_dns_free(rb->dns);
     free(rb->display);
     redis_url_clear(&rb->url);
     free(rb);
