@@ -325,6 +325,8 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
             goto out;
         }
         workers[i].exited_ev = event_new(rs.base, -1, 0, on_worker_exit, &rs);
+        workers[i].peers = workers;
+        workers[i].npeers = nworkers;
     }
 
     /* Workers never see these signals: the main loop turns them into events. */

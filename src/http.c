@@ -273,20 +273,17 @@ handle_check(struct evhttp_request *req, struct rl_worker *w, const char *path,
 static void
 handle_readyz(struct evhttp_request *req, struct rl_worker *w)
 {
-    const char *reason = NULL;
+    int which;
+    const char *reason = worker_readiness(w, &which);
     char body[256];
     json_t *o;
     char *s;
 
-    if (w->draining)
-        reason = "shutting down";
-    else if (w->backend->ops->ready(w->backend, &reason) == RL_OK)
-        reason = NULL;
     if (reason == NULL) {
         send_json(req, 200, "OK", "{\"status\":\"ready\"}", 18);
         return;
     }
-    o = json_pack("{s:s,s:s}", "status", "not ready", "reason", reason);
+    o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
     s = json_dumps(o, JSON_COMPACT);
     snprintf(body, sizeof(body), "%s", s ? s : "{\"status\":\"not ready\"}");
     send_json(req, 503, reason_of(503), body, strlen(body));

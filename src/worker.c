@@ -14,6 +14,8 @@
 
 /* After the last in-flight answer, let its bytes reach the socket. */
 #define FLUSH_MS 100
+/* How often a worker tells the others whether its backend is ready. */
+#define READY_PUBLISH_MS 100
 
 static void
 stop_soon(struct rl_worker *w)
@@ -75,6 +77,44 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+static const char *
+own_readiness(struct rl_worker *w)
+{
+    const char *reason = NULL;
+
+    if (w->draining)
+        return "shutting down";
+    if (w->backend->ops->ready(w->backend, &reason) == RL_OK)
+        return NULL;
+    return reason != NULL ? reason : "backend not ready";
+}
+
+static void
+on_ready_publish(evutil_socket_t fd, short what, void *arg)
+{
+    struct rl_worker *w = arg;
+
+    __atomic_store_n(&w->ready_reason, own_readiness(w), __ATOMIC_RELEASE);
+    (void)fd;
+    (void)what;
+}
+
+const char *
+worker_readiness(struct rl_worker *w, int *which)
+{
+    const char *reason = own_readiness(w);
+
+    *which = w->id;
+    __atomic_store_n(&w->ready_reason, reason, __ATOMIC_RELEASE);
+    for (size_t i = 0; reason == NULL && i < w->npeers; i++) {
+        if (&w->peers[i] == w)
+            continue;
+        reason = __atomic_load_n(&w->peers[i].ready_reason, __ATOMIC_ACQUIRE);
+        *which = w->peers[i].id;
+    }
+    return reason;
+}
+
 int
 worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
             char **cause)
@@ -113,6 +153,12 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
                                    (size_t)cfg->hybrid_table_size);
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
+    w->ready_reason = own_readiness(w);
+    w->ready_ev = event_new(w->base, -1, EV_PERSIST, on_ready_publish, w);
+    {
+        struct timeval tv = {0, READY_PUBLISH_MS * 1000};
+        event_add(w->ready_ev, &tv);
+    }
     return http_init(w, cfg, cause);
 }
 
@@ -166,6 +212,8 @@ worker_free(struct rl_worker *w)
         close(w->listen_fd);
     if (w->drain_ev != NULL)
         event_free(w->drain_ev);
+    if (w->ready_ev != NULL)
+        event_free(w->ready_ev);
     if (w->grace_ev != NULL)
         event_free(w->grace_ev);
     if (w->base != NULL)

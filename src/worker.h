@@ -34,6 +34,12 @@ struct rl_worker {
     int draining;
     int64_t grace_ms;
     uint64_t access_seq;            /* checks seen, for access_log sampling */
+    /* Readiness is the daemon's, not one worker's: a probe lands on any
+     * worker, and a check on any other.  Each worker publishes its own. */
+    struct rl_worker *peers;        /* every worker, this one included */
+    size_t npeers;
+    struct event *ready_ev;         /* republishes ready_reason */
+    const char *ready_reason;       /* NULL: ready; static text (atomic) */
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
@@ -44,6 +50,11 @@ int worker_start(struct rl_worker *w) RL_WUR;
 void worker_drain(struct rl_worker *w, int64_t grace_ms);
 void worker_join(struct rl_worker *w);
 void worker_free(struct rl_worker *w);
+
+/* Why the daemon is not ready (static text, and the worker that says so),
+ * or NULL when every worker is: w's own state read now, the others' as they
+ * last published it (at most READY_PUBLISH_MS ago).  On w's thread. */
+const char *worker_readiness(struct rl_worker *w, int *which);
 
 /* Called by the HTTP layer around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);
