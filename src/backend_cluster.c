@@ -70,10 +70,6 @@
 #define WAIT_POLL_MS 2
 #define HOST_MAX 256
 
-enum node_state { N_DOWN, N_CONNECTING, N_HANDSHAKE, N_READY };
-
-static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
-
 struct cluster;
 struct cnode;
 
@@ -84,7 +80,7 @@ struct cnode {
     int port;
     char *name;                 /* "host:port" for logs */
     redisAsyncContext *ac;
-    enum node_state state;
+    struct rconn_status st;     /* state, down_reason, for the log */
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
     struct rconn_lookup *lookup;    /* its host name being resolved */
@@ -96,9 +92,6 @@ struct cnode {
     int master;                 /* owns slots in the current map */
     int drop;                   /* stalled: the tidy timer drops ac */
     int closing;                /* being freed: its callbacks do nothing */
-    int announced_down;
-    int was_ready;
-    const char *down_reason;
 };
 
 /* One check until it is answered and hiredis owes it nothing. */
@@ -231,26 +224,9 @@ key_slot(const char *key, size_t len)
 /* ---- nodes ------------------------------------------------------------------- */
 
 static void
-node_set_state(struct cnode *n, enum node_state s, const char *reason)
+node_set_state(struct cnode *n, enum rconn_state s, const char *reason)
 {
-    if (reason != NULL)
-        n->down_reason = reason;
-    if (n->state == s)
-        return;
-    if (s == N_READY) {
-        log_info("msg=\"redis cluster node ready\" node=%s", n->name);
-        if (n->was_ready)
-            metrics_reconnect();
-        n->was_ready = 1;
-        n->announced_down = 0;
-    } else if (s == N_DOWN && !n->announced_down && !n->closing && !n->cl->destroying) {
-        log_warn("msg=\"redis cluster node unavailable\" node=%s reason=\"%s\"", n->name,
-                 n->down_reason ? n->down_reason : "");
-        n->announced_down = 1;
-    }
-    log_debug("msg=\"redis cluster node state\" node=%s from=%s to=%s", n->name,
-              state_names[n->state], state_names[s]);
-    n->state = s;
+    (void)rconn_set_state(&n->st, s, reason, n->name, n->closing || n->cl->destroying);
 }
 
 static void
@@ -317,7 +293,7 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     const char *step = privdata, *why;
 
     n->pending--;
-    if (r == NULL || n->closing || n->state != N_HANDSHAKE)
+    if (r == NULL || n->closing || n->st.state != RCONN_HANDSHAKE)
         return;
     n->last_reply_us = now_monotonic_us();
     switch (rconn_step(r, step, n->name, &why)) {
@@ -327,13 +303,13 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
         /* never the credentials, only what the server said */
         log_error("msg=\"redis cluster handshake failed\" node=%s step=%s error=\"%.200s\"",
                   n->name, step, r->type == REDIS_REPLY_ERROR ? r->str : why);
-        node_set_state(n, N_DOWN, why);
+        node_set_state(n, RCONN_DOWN, why);
         redisAsyncDisconnect(ac);
         break;
     case RCONN_STEP_READY:
         evtimer_del(n->connect_ev);
         n->backoff_ms = RCONN_BACKOFF_MIN_MS;
-        node_set_state(n, N_READY, NULL);
+        node_set_state(n, RCONN_READY, NULL);
         if (cl->want_refresh)
             request_refresh(cl);
         break;
@@ -353,13 +329,13 @@ on_connect(const redisAsyncContext *cac, int status)
                   ac->errstr);
         n->ac = NULL;
         evtimer_del(n->connect_ev);
-        node_set_state(n, N_DOWN, "connection refused");
+        node_set_state(n, RCONN_DOWN, "connection refused");
         node_schedule_reconnect(n);
         if (n->master)
             request_refresh(cl);
         return;
     }
-    node_set_state(n, N_HANDSHAKE, NULL);
+    node_set_state(n, RCONN_HANDSHAKE, NULL);
     n->last_reply_us = now_monotonic_us();
     {
         /* The cluster has database 0 only: no SELECT. */
@@ -380,7 +356,7 @@ on_disconnect(const redisAsyncContext *ac, int status)
     if (n->closing || n->cl->destroying)
         return;
     evtimer_del(n->connect_ev);
-    node_set_state(n, N_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
+    node_set_state(n, RCONN_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
     node_schedule_reconnect(n);
     if (n->master)
         request_refresh(n->cl);     /* a failover moves masters */
@@ -402,7 +378,7 @@ node_connect_to(void *arg, const char *ip, const char *why)
         return;
     }
     evtimer_del(n->connect_ev);
-    node_set_state(n, N_DOWN, why);
+    node_set_state(n, RCONN_DOWN, why);
     node_schedule_reconnect(n);
 }
 
@@ -413,7 +389,7 @@ node_connect(struct cnode *n)
     struct timeval tv;
     struct rconn_lookup *l;
 
-    node_set_state(n, N_CONNECTING, NULL);
+    node_set_state(n, RCONN_CONNECTING, NULL);
     tv.tv_sec = n->cl->connect_timeout_ms / 1000;
     tv.tv_usec = (n->cl->connect_timeout_ms % 1000) * 1000;
     evtimer_add(n->connect_ev, &tv);
@@ -439,13 +415,13 @@ on_node_connect_timeout(evutil_socket_t fd, short what, void *arg)
         rconn_abandon(n->lookup);
         n->lookup = NULL;
         log_debug("msg=\"redis cluster node resolution timed out\" node=%s", n->name);
-        node_set_state(n, N_DOWN, "resolve timeout");
+        node_set_state(n, RCONN_DOWN, "resolve timeout");
         node_schedule_reconnect(n);
-    } else if (n->ac != NULL && n->state != N_READY) {
+    } else if (n->ac != NULL && n->st.state != RCONN_READY) {
         redisAsyncContext *ac = n->ac;
 
         log_debug("msg=\"redis cluster connect timed out\" node=%s", n->name);
-        node_set_state(n, N_DOWN, "connect timeout");
+        node_set_state(n, RCONN_DOWN, "connect timeout");
         /* A timer, not a hiredis callback: freeing here is safe. */
         n->ac = NULL;
         redisAsyncFree(ac);
@@ -481,7 +457,9 @@ node_get(struct cluster *cl, const char *host, int port)
     n->name = strchr(host, ':') != NULL ? xasprintf("[%s]:%d", host, port)
                                         : xasprintf("%s:%d", host, port);
     n->backoff_ms = RCONN_BACKOFF_MIN_MS;
-    n->down_reason = "not connected yet";
+    n->st.down_reason = "not connected yet";
+    n->st.what = "redis cluster node";
+    n->st.field = "node";
     n->retry_ev = evtimer_new(cl->evb, on_node_retry, n);
     n->connect_ev = evtimer_new(cl->evb, on_node_connect_timeout, n);
     n->next = cl->nodes;
@@ -611,14 +589,14 @@ op_wait_for(struct cop *op, struct cnode *n, int asking)
 static int
 node_worth_waiting(const struct cnode *n)
 {
-    return n->state != N_DOWN && !n->was_ready;
+    return n->st.state != RCONN_DOWN && !n->st.was_ready;
 }
 
 /* Send to n now, wait for it while it first connects, or answer DOWN. */
 static void
 op_send_to(struct cop *op, struct cnode *n, int asking)
 {
-    if (n->state == N_READY && n->ac != NULL) {
+    if (n->st.state == RCONN_READY && n->ac != NULL) {
         if (op_send(op, n, asking) != RL_OK)
             script_answer_status(&op->w, RL_BACKEND_ERROR, "cannot queue the command");
         return;
@@ -627,7 +605,7 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
         op_wait_for(op, n, asking);
         return;
     }
-    script_answer_status(&op->w, RL_BACKEND_DOWN, n->down_reason ? n->down_reason : "node not connected");
+    script_answer_status(&op->w, RL_BACKEND_DOWN, n->st.down_reason ? n->st.down_reason : "node not connected");
 }
 
 /* Send per the slot map. */
@@ -913,7 +891,7 @@ flush(struct cluster *cl)
             continue;
         }
         node = cl->map_loaded ? cl->slots[op->slot] : NULL;
-        if (node == NULL || node->state != N_READY || node->ac == NULL) {
+        if (node == NULL || node->st.state != RCONN_READY || node->ac == NULL) {
             op_route(op);
             op_release(op);
             continue;
@@ -1098,7 +1076,7 @@ static int
 master_down(const struct cluster *cl)
 {
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
-        if (n->master && n->state == N_DOWN)
+        if (n->master && n->st.state == RCONN_DOWN)
             return 1;
     return 0;
 }
@@ -1156,13 +1134,13 @@ pick_node(struct cluster *cl)
         struct cnode *n;
 
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->state == N_READY && n->ac != NULL && (!want_master || n->master))
+            if (n->st.state == RCONN_READY && n->ac != NULL && (!want_master || n->master))
                 count++;
         if (count == 0)
             continue;
         i = cl->rr++ % count;
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->state == N_READY && n->ac != NULL && (!want_master || n->master) &&
+            if (n->st.state == RCONN_READY && n->ac != NULL && (!want_master || n->master) &&
                 i-- == 0)
                 return n;
     }
@@ -1276,7 +1254,7 @@ on_tidy(evutil_socket_t fd, short what, void *arg)
 
                 log_warn("msg=\"redis cluster node stalled, reconnecting\" node=%s pending=%u",
                          n->name, n->pending);
-                node_set_state(n, N_DOWN, "redis stalled");
+                node_set_state(n, RCONN_DOWN, "redis stalled");
                 /* Free, not Disconnect: a hung server never answers.  Every
                  * pending callback runs now with NULL. */
                 n->ac = NULL;
@@ -1327,8 +1305,8 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
         request_refresh(cl);
-    } else if (n->state != N_READY && !node_worth_waiting(n)) {
-        res.error = n->down_reason ? n->down_reason : "cluster master not connected";
+    } else if (n->st.state != RCONN_READY && !node_worth_waiting(n)) {
+        res.error = n->st.down_reason ? n->st.down_reason : "cluster master not connected";
     }
     if (res.error != NULL) {
         cb(&res, arg);
@@ -1375,7 +1353,7 @@ cluster_ready(struct rl_backend *be, const char **reason)
         return RL_ERR;
     }
     for (struct cnode *n = cl->nodes; n != NULL; n = n->next) {
-        if (n->master && n->state != N_READY) {
+        if (n->master && n->st.state != RCONN_READY) {
             *reason = "a cluster master is not connected";
             return RL_ERR;
         }

@@ -47,8 +47,6 @@
  * in Redis, so an unbounded queue means working for nobody). */
 #define PENDING_MAX 65536
 
-enum conn_state { S_DOWN, S_CONNECTING, S_HANDSHAKE, S_READY };
-
 struct redis_backend {
     struct rl_backend base;
     struct event_base *evb;
@@ -64,7 +62,7 @@ struct redis_backend {
     struct rl_script_call call;     /* scratch argv, reused */
     const struct rl_check_req **reqs;
     redisAsyncContext *ac;
-    enum conn_state state;
+    struct rconn_status st;     /* state, down_reason, for the log */
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
     struct event *drop_ev;      /* drop a stalled connection, off-callback */
@@ -90,9 +88,6 @@ struct redis_backend {
     unsigned sent_head;
     struct event *heartbeat_ev;
     int destroying;
-    int announced_down;         /* "unavailable" logged since last ready */
-    int was_ready;              /* a READY now is a reconnect */
-    const char *down_reason;
 };
 
 struct rl_hostport {
@@ -117,36 +112,13 @@ struct redis_batch {
 
 static void redis_connect(struct redis_backend *rb);
 
-static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
-
-/*
- * One log line per change between usable and unusable, never one per retry:
- * a Redis that stays down for an hour writes two lines, not thousands.
- */
 static void
-set_state(struct redis_backend *rb, enum conn_state s, const char *reason)
+set_state(struct redis_backend *rb, enum rconn_state s, const char *reason)
 {
-    if (reason != NULL)
-        rb->down_reason = reason;
-    if (rb->state == s)
-        return;
-    if (s == S_READY) {
-        log_info("msg=\"redis ready\" redis=%s", rb->display);
-        if (rb->was_ready)
-            metrics_reconnect();
-        /* A new connection may be to a server that lost or never had our
-         * keys (restart, failover): what was learnt before is void. */
+    /* A new connection may be to a server that lost or never had our keys
+     * (restart, failover): what was learnt before is void. */
+    if (rconn_set_state(&rb->st, s, reason, rb->display, rb->destroying))
         rb->base.epoch++;
-        rb->was_ready = 1;
-        rb->announced_down = 0;
-    } else if (s == S_DOWN && !rb->announced_down && !rb->destroying) {
-        log_warn("msg=\"redis unavailable\" redis=%s reason=\"%s\"", rb->display,
-                 rb->down_reason ? rb->down_reason : "");
-        rb->announced_down = 1;
-    }
-    log_debug("msg=\"redis connection state\" redis=%s from=%s to=%s", rb->display,
-              state_names[rb->state], state_names[s]);
-    rb->state = s;
 }
 
 /* ---- answering checks ---------------------------------------------------- */
@@ -311,7 +283,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             free(b);
             return;
         }
-        if (rb->state == S_READY && send_batch(b, 1) == RL_OK)
+        if (rb->st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
             return;
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
     } else if (r->type == REDIS_REPLY_ERROR) {
@@ -359,8 +331,8 @@ flush(struct redis_backend *rb)
     }
     if (b->n == 0) {
         free(b);
-    } else if (rb->state != S_READY) {
-        batch_answer_status(b, RL_BACKEND_DOWN, rb->down_reason);
+    } else if (rb->st.state != RCONN_READY) {
+        batch_answer_status(b, RL_BACKEND_DOWN, rb->st.down_reason);
         batch_free(b);
     } else if (send_batch(b, 0) != RL_OK) {
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
@@ -386,7 +358,7 @@ on_drop(evutil_socket_t fd, short what, void *arg)
         return;
     log_warn("msg=\"dropping the redis connection\" redis=%s reason=\"%s\" pending=%u",
              rb->display, rb->drop_reason, rb->pending);
-    set_state(rb, S_DOWN, rb->drop_reason);
+    set_state(rb, RCONN_DOWN, rb->drop_reason);
     /* Free, not Disconnect: Disconnect waits for replies a hung server will
      * never send.  Every pending callback runs now with NULL. */
     rb->ac = NULL;
@@ -428,7 +400,7 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
     if (rb->ac != NULL && stalled(rb, now)) {
         rb->drop_reason = "redis stalled";
         event_active(rb->drop_ev, EV_TIMEOUT, 0);
-    } else if (rb->state == S_READY && rb->pending == 0 &&
+    } else if (rb->st.state == RCONN_READY && rb->pending == 0 &&
                now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
         if (send_resp(rb, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK)
@@ -446,8 +418,8 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     struct redis_op *op;
     struct timeval tv;
 
-    if (rb->state != S_READY) {
-        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->down_reason};
+    if (rb->st.state != RCONN_READY) {
+        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->st.down_reason};
         cb(&res, arg);
         return;
     }
@@ -503,17 +475,17 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
         rconn_abandon(rb->lookup);
         rb->lookup = NULL;
         log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
-        set_state(rb, S_DOWN, "resolve timeout");
+        set_state(rb, RCONN_DOWN, "resolve timeout");
         schedule_reconnect(rb);
     } else if (rb->sac != NULL) {
         redisAsyncContext *ac = rb->sac;
         rb->sac = NULL;
         redisAsyncFree(ac);
-        set_state(rb, S_DOWN, "sentinel did not answer");
+        set_state(rb, RCONN_DOWN, "sentinel did not answer");
         schedule_reconnect(rb);
-    } else if (rb->ac != NULL && rb->state != S_READY) {
+    } else if (rb->ac != NULL && rb->st.state != RCONN_READY) {
         log_debug("msg=\"redis connect timed out\" redis=%s", rb->display);
-        set_state(rb, S_DOWN, "connect timeout");
+        set_state(rb, RCONN_DOWN, "connect timeout");
         /* Not inside a hiredis callback: freeing here is safe, and it runs
          * on_disconnect only for established connections. */
         redisAsyncContext *ac = rb->ac;
@@ -533,7 +505,7 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     const char *step = privdata, *why;
 
     sent_pop(rb);
-    if (r == NULL || rb->state != S_HANDSHAKE)
+    if (r == NULL || rb->st.state != RCONN_HANDSHAKE)
         return;
     switch (rconn_step(r, step, rb->display, &why)) {
     case RCONN_STEP_WAIT:
@@ -545,14 +517,14 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
         else
             log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
                      rb->display);
-        set_state(rb, S_DOWN, why);
+        set_state(rb, RCONN_DOWN, why);
         redisAsyncDisconnect(ac);
         break;
     case RCONN_STEP_READY:
         evtimer_del(rb->connect_ev);
         rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
         rb->last_reply_us = now_monotonic_us();
-        set_state(rb, S_READY, NULL);
+        set_state(rb, RCONN_READY, NULL);
         break;
     }
 }
@@ -569,11 +541,11 @@ on_connect(const redisAsyncContext *cac, int status)
                   rb->display, ac->errstr);
         rb->ac = NULL;
         evtimer_del(rb->connect_ev);
-        set_state(rb, S_DOWN, "connection refused");
+        set_state(rb, RCONN_DOWN, "connection refused");
         schedule_reconnect(rb);
         return;
     }
-    set_state(rb, S_HANDSHAKE, NULL);
+    set_state(rb, RCONN_HANDSHAKE, NULL);
     {
         struct rconn_login login = {rb->url.username, rb->url.password, rb->url.db,
                                     rb->sentinel_master != NULL};
@@ -593,7 +565,7 @@ on_disconnect(const redisAsyncContext *ac, int status)
         return;
     rb->ac = NULL;
     evtimer_del(rb->connect_ev);
-    set_state(rb, S_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
+    set_state(rb, RCONN_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
     schedule_reconnect(rb);
 }
 
@@ -601,7 +573,7 @@ static void
 fail_connect(struct redis_backend *rb, const char *why)
 {
     evtimer_del(rb->connect_ev);
-    set_state(rb, S_DOWN, why);
+    set_state(rb, RCONN_DOWN, why);
     schedule_reconnect(rb);
 }
 
@@ -800,7 +772,7 @@ redis_connect(struct redis_backend *rb)
 {
     struct timeval tv;
 
-    set_state(rb, S_CONNECTING, NULL);
+    set_state(rb, RCONN_CONNECTING, NULL);
     tv.tv_sec = rb->connect_timeout_ms / 1000;
     tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
     evtimer_add(rb->connect_ev, &tv);
@@ -870,7 +842,9 @@ redis_create(struct rl_backend **out, struct event_base *evb,
     rb->reqs = xcalloc(rb->coalesce, sizeof(*rb->reqs));
     rb->flush_ev = event_new(evb, -1, 0, on_flush, rb);
     rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
-    rb->down_reason = "not connected yet";
+    rb->st.down_reason = "not connected yet";
+    rb->st.what = "redis";
+    rb->st.field = "redis";
     rb->retry_ev = evtimer_new(evb, on_retry, rb);
     rb->connect_ev = evtimer_new(evb, on_connect_timeout, rb);
     rb->drop_ev = evtimer_new(evb, on_drop, rb);
@@ -939,13 +913,13 @@ redis_ready(struct rl_backend *be, const char **reason)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
-    if (rb->state == S_READY && !stalled(rb, now_monotonic_us()))
+    if (rb->st.state == RCONN_READY && !stalled(rb, now_monotonic_us()))
         return RL_OK;
-    if (rb->state == S_READY) {
+    if (rb->st.state == RCONN_READY) {
         *reason = "redis stalled";
         return RL_ERR;
     }
-    *reason = rb->down_reason ? rb->down_reason : "redis not connected";
+    *reason = rb->st.down_reason ? rb->st.down_reason : "redis not connected";
     return RL_ERR;
 }
 

@@ -10,8 +10,39 @@
 
 #include "log.h"
 #include "lua_scripts.h"
+#include "metrics.h"
 #include "redis_conn.h"
 #include "util.h"
+
+static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
+
+int
+rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
+                const char *name, int quiet)
+{
+    int became_ready = 0;
+
+    if (reason != NULL)
+        st->down_reason = reason;
+    if (st->state == s)
+        return 0;
+    if (s == RCONN_READY) {
+        log_info("msg=\"%s ready\" %s=%s", st->what, st->field, name);
+        if (st->was_ready)
+            metrics_reconnect();
+        st->was_ready = 1;
+        st->announced_down = 0;
+        became_ready = 1;
+    } else if (s == RCONN_DOWN && !st->announced_down && !quiet) {
+        log_warn("msg=\"%s unavailable\" %s=%s reason=\"%s\"", st->what, st->field, name,
+                 st->down_reason ? st->down_reason : "");
+        st->announced_down = 1;
+    }
+    log_debug("msg=\"%s state\" %s=%s from=%s to=%s", st->what, st->field, name,
+              state_names[st->state], state_names[s]);
+    st->state = s;
+    return became_ready;
+}
 
 struct timeval
 rconn_backoff(int64_t *backoff_ms)

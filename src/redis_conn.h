@@ -23,6 +23,28 @@
 struct event_base;
 struct evdns_base;
 
+/*
+ * A connection's state, and the log lines it owes: one per change between
+ * usable and unusable, never one per retry (a Redis down for an hour writes
+ * two lines, not thousands).
+ */
+enum rconn_state { RCONN_DOWN, RCONN_CONNECTING, RCONN_HANDSHAKE, RCONN_READY };
+
+struct rconn_status {
+    enum rconn_state state;
+    const char *down_reason;    /* static text: the last reason given */
+    int was_ready;              /* a READY now is a reconnect */
+    int announced_down;         /* "unavailable" logged since the last ready */
+    const char *what;           /* the log's words: "redis", "redis cluster node" */
+    const char *field;          /* and the field naming it: "redis", "node" */
+};
+
+/* Move to s (reason, when not NULL, replaces down_reason); `name` for the
+ * log; `quiet`: no "unavailable" line (shutting down).  Returns 1 when this
+ * makes a connection ready: what the caller knew of the server is void. */
+int rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
+                    const char *name, int quiet);
+
 #define RCONN_BACKOFF_MIN_MS 50
 #define RCONN_BACKOFF_MAX_MS 5000
 
