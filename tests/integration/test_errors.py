@@ -199,14 +199,14 @@ def t_readyz_redis_down(d, r):
     r.stop()
     try:
         # /readyz should notice the lost backend; poll (bounded) rather than assume when
-        st, h, b = _poll_readyz(d, 503, 10)
+        st, h, b = _poll_readyz(d, 503, 10 * H.SLOW)
         eq(st, 503, "/readyz with Redis stopped (body %r)" % (b,))
         check(b not in ("", None, {}), "503 from /readyz without a reason")
         st, h, b = H.request(d.port, "GET", "/healthz")
         eq(st, 200, "/healthz while Redis is down")
     finally:
         r.restart()
-    st, h, b = _poll_readyz(d, 200, 15)
+    st, h, b = _poll_readyz(d, 200, 15 * H.SLOW)
     eq(st, 200, "/readyz after Redis came back (body %r)" % (b,))
 
 

@@ -36,6 +36,8 @@ CONFIG = {
 ANSWER_WAIT = 5.0 * H.SLOW       # s a complete hostile request may take to be answered or closed
 RSS_GROWTH_MAX = 32 * 1024       # KiB over the baseline, after everything (not under valgrind)
 WATCH_WORST_MAX = 2.0 * H.SLOW   # s: the normal client's slowest answer
+PROGRESS_WAIT = 3.0 * H.SLOW     # s for the normal client to get 3 more answers
+BIG_WAIT = 10.0 * H.SLOW         # s a socket operation with a big or deep body may take
 
 
 def note(fmt, *args):
@@ -92,7 +94,7 @@ class Normal:
                 return
             self.stop_ev.wait(0.02)
 
-    def progressed_since(self, count, wait=3.0):
+    def progressed_since(self, count, wait=PROGRESS_WAIT):
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.answers >= count + 3 or self.errors:
@@ -199,7 +201,9 @@ def t_ambiguous_framing(ctx):
              b"POST /check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
              b"2\r\n{}\r\n0\r\n\r\n")):
         try:
-            out[what] = refused(ctx.d.port, data, what, wait=3.0)
+            # well under the daemon's 60 s idle timeout: a daemon waiting for
+            # the announced body is not let off by closing the connection
+            out[what] = refused(ctx.d.port, data, what, wait=3.0 * H.SLOW)
         except H.Fail as e:
             out[what] = "FAIL: %s" % str(e)[:120]
     note("ambiguous framing: %r", out)
@@ -290,7 +294,7 @@ def t_half_sent(ctx):
         lat = []
         for i in range(20):
             t1 = time.monotonic()
-            st, _, b = H.request(ctx.d.port, "POST", "/check", {"key": "fresh-%d" % i, "policy": "p"}, timeout=5)
+            st, _, b = H.request(ctx.d.port, "POST", "/check", {"key": "fresh-%d" % i, "policy": "p"})
             lat.append(time.monotonic() - t1)
             eq(st, 200, "a fresh check while 300 half-sent requests are held")
         time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
@@ -310,7 +314,7 @@ def t_slowloris(ctx):
     their request and get a real answer."""
     before = ctx.normal.answers
     req = H.http_bytes("POST", "/check", {"key": "slow", "policy": "p"})
-    socks = [socket.create_connection(("127.0.0.1", ctx.d.port), timeout=5) for _ in range(20)]
+    socks = [socket.create_connection(("127.0.0.1", ctx.d.port), timeout=H.HTTP_TIMEOUT) for _ in range(20)]
     try:
         pos = 0
         t0 = time.monotonic()
@@ -361,7 +365,7 @@ def t_http10_no_host(ctx):
         eq(st, 200, "HTTP/1.0 POST /check without Host (body %r)" % data[:200])
         b = H._decode_body(data)
         check(isinstance(b, dict) and b.get("allowed") is True, "body %r", data[:200])
-        check(c.is_closed(wait=3), "HTTP/1.0 without keep-alive: the connection stayed open")
+        check(c.is_closed(wait=3 * H.SLOW), "HTTP/1.0 without keep-alive: the connection stayed open")
     st, h, data = H.raw_request(ctx.d.port, b"GET /healthz HTTP/1.0\r\n\r\n")
     eq(st, 200, "HTTP/1.0 GET /healthz without Host")
     healthy(ctx, "after HTTP/1.0")
@@ -370,7 +374,7 @@ def t_http10_no_host(ctx):
 def send_big(port, head, total, piece=65536):
     """Stream `head` then `total` body bytes; (bytes sent, status or 'closed', seconds)."""
     t0 = time.monotonic()
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s = socket.create_connection(("127.0.0.1", port), timeout=BIG_WAIT)
     sent = 0
     try:
         try:
@@ -387,7 +391,7 @@ def send_big(port, head, total, piece=65536):
             st, h, body = c.read_response()
             return sent, (st, body[:120]), time.monotonic() - t0
         except socket.timeout:
-            raise H.Fail("a %d-byte body: no answer and no close within 10 s" % total)
+            raise H.Fail("a %d-byte body: no answer and no close within %.0f s" % (total, BIG_WAIT))
         except (EOFError, OSError):
             return sent, "closed", time.monotonic() - t0
     finally:
@@ -403,7 +407,7 @@ def t_big_body(ctx):
                               b"Content-Length: %d\r\n\r\n" % ten, ten)
     rss1 = rss_kib(pid)
     # chunked, no length announced: 10 MB in 64 KiB chunks
-    s = socket.create_connection(("127.0.0.1", ctx.d.port), timeout=10)
+    s = socket.create_connection(("127.0.0.1", ctx.d.port), timeout=BIG_WAIT)
     sent2, st2 = 0, None
     try:
         try:
@@ -443,7 +447,7 @@ def t_big_body(ctx):
 
 
 def post_raw(port, body):
-    return H.request(port, "POST", "/check", body, {"Content-Type": "application/json"}, timeout=10)
+    return H.request(port, "POST", "/check", body, {"Content-Type": "application/json"}, timeout=BIG_WAIT)
 
 
 def t_deep_json(ctx):

@@ -102,7 +102,7 @@ def t_client_close_honoured(d):
         c.send(H.http_bytes("POST", "/check", {"key": "kh"}, {"Connection": "close"}))
         st, h, body = c.read_response()
         eq(st, 200, "status")
-        check(c.is_closed(wait=5), "the server kept the connection open after Connection: close")
+        check(c.is_closed(wait=5 * H.SLOW), "the server kept the connection open after Connection: close")
 
 
 CASES = [
