@@ -44,7 +44,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
 
-MARGIN = 0.5 * H.SLOW     # s over redis.timeout that an answer may take (loaded 2-core box)
+# "Answered within redis.timeout" is timed by the daemon itself: its access
+# log's us= runs from reading a check to deciding it.  The Python callers
+# sharing a loaded 2-core box add their own delays to what they measure (on a
+# box running two test files beside two CPU hogs: ~1 s for answers the daemon
+# gave at once, or in time), so theirs is bounded by CALLER_WORST only, which
+# a daemon whose loop stalls for seconds still exceeds.
+# MARGIN: s over redis.timeout the daemon may take on such a box; 250 ms +
+# MARGIN stays under the 1 s after which the daemon drops a stalled
+# connection, so a check left to that drop instead of its own timer fails.
+MARGIN = 0.7 * H.SLOW
+CALLER_WORST = 3.0 * H.SLOW
 THREADS = 4               # load threads per case
 RECOVERY_MAX = 10.0       # s from a Redis restart to the first non-degraded answer
 SMALL = 4                 # limit of the "small" policy
@@ -59,7 +69,8 @@ def now():
     return time.monotonic()
 
 
-def config(mode, timeout="250ms", connect_timeout="1s", url=None):
+def config(mode, timeout="250ms", connect_timeout="1s", url=None, timed=False):
+    """timed: every check in the access log, for daemon_times()."""
     c = {
         "identity": ["body", "peer"],
         "failure_mode": mode,
@@ -75,6 +86,8 @@ def config(mode, timeout="250ms", connect_timeout="1s", url=None):
     }
     if url is not None:
         c["redis"]["url"] = url
+    if timed:
+        c["access_log"] = 1
     return c
 
 
@@ -228,6 +241,39 @@ def expect_window(answers, t_from, t_to, want, what, at_least=5):
     check(not bad, "%s: expected every answer %s, got %r; e.g. %r", what, want, s,
           [(a.status, a.body, a.err) for a in bad[:3]])
     return win
+
+
+def daemon_times(d):
+    """Seconds the daemon took over each check (access log of a timed config)."""
+    return [int(m) / 1e6 for m in re.findall(r"msg=check .* us=(\d+)$", d.log(), re.M)]
+
+
+def expect_in_time(d, answers, tmo, extra=0):
+    """Every check (answers, plus `extra` sent otherwise) decided by the daemon
+    within tmo + MARGIN; the callers waited no more than CALLER_WORST.
+    Returns the daemon's times."""
+    taken = daemon_times(d)
+    answered = sum(1 for a in answers if a.err is None) + extra
+    check(len(taken) >= answered, "the access log times %d checks, %d were answered", len(taken), answered)
+    slowest = max(taken, default=0.0)
+    check(slowest <= tmo + MARGIN, "the daemon took %.0f ms to decide a check: > redis.timeout %d ms + %d ms",
+          slowest * 1000, tmo * 1000, MARGIN * 1000)
+    check(worst(answers) <= CALLER_WORST, "a caller waited %.0f ms for an answer; slowest %r",
+          worst(answers) * 1000, sorted(answers, key=lambda a: -a.dt)[:2])
+    return taken
+
+
+def expect_redis_answers(answers, tmo, mode, what):
+    """Answers given while Redis was up: every one Redis's own (ok), except that a
+    loaded host may delay a reply past redis.timeout, and such a check rightly
+    gets failure_mode -- but only once its timer has fired (it took >= tmo).
+    A failure answer any sooner, or anything else, is a finding."""
+    fail_kind = "closed" if mode == "closed" else "degraded"
+    check(any(kind(a) == "ok" for a in answers), "%s: no answer from Redis at all (%r)", what,
+          summary(answers))
+    bad = [a for a in answers if kind(a) != "ok" and not (kind(a) == fail_kind and a.dt >= tmo - 0.005)]
+    check(not bad, "%s: %r; e.g. %r", what, summary(answers),
+          [(a.status, a.body, a.err, "%.0f ms" % (a.dt * 1000)) for a in bad[:3]])
 
 
 def expect_kind_one(a, mode, what, allowed=True, remaining=None):
@@ -451,17 +497,20 @@ def t_pause(mode):
     One worker: with several, /readyz is answered by whichever worker accepts
     the probe, and a worker without waiting checks does not notice the hang
     (see t_ready_idle_hang)."""
-    cfg = config(mode, timeout="250ms")
+    cfg = config(mode, timeout="250ms", timed=True)
     tmo = ms(cfg["redis"]["timeout"]) / 1000.0
     with H.Redis() as r, H.Daemon(cfg, redis=r, workers=1) as d:
         load = Load(d.port).start()
         rp = ReadyPoller(d.port)
         try:
             time.sleep(0.5)
+            # a steady state to stall: 20 answers from Redis in a row
+            check(wait_until(lambda: load.ok_tail(20), 10.0) is not None,
+                  "no 20 non-degraded answers in a row before the stall: %r", summary(load.snapshot()))
             t_pause = now()
             r.pause()
             try:
-                local_sequence(d, "seq-pause-" + mode, mode, "during the stall")
+                seq = local_sequence(d, "seq-pause-" + mode, mode, "during the stall")
                 wait_until(lambda: rp.first(503, t_pause) is not None, 5.0)
                 # hang long enough for the daemon to drop and retry the connection
                 time.sleep(max(0.0, t_pause + 2.6 - now()))
@@ -480,17 +529,14 @@ def t_pause(mode):
         t503 = rp.first(503, t_pause)
         t200 = rp.first(200, t_resume)
         stall = [a for a in answers if t_pause + 0.05 <= a.t0 and a.t0 + a.dt <= t_resume]
-        note("%s: redis.timeout %d ms; worst answer %.0f ms over %d checks (%d during the 2.6 s stall: %r); "
-             "readyz 503 %s s after SIGSTOP; 200 again %s s after SIGCONT",
-             mode, tmo * 1000, w * 1000, len(answers), len(stall), summary(stall),
-             "%.2f" % t503 if t503 is not None else "never",
+        note("%s: redis.timeout %d ms; worst answer %.0f ms (the daemon's own time: %.0f ms) over %d checks "
+             "(%d during the 2.6 s stall: %r); readyz 503 %s s after SIGSTOP; 200 again %s s after SIGCONT",
+             mode, tmo * 1000, w * 1000, max(daemon_times(d), default=0.0) * 1000, len(answers), len(stall),
+             summary(stall), "%.2f" % t503 if t503 is not None else "never",
              "%.2f" % t200 if t200 is not None else "never")
-        check(w <= tmo + MARGIN, "worst answer time %.0f ms > redis.timeout %d ms + %d ms; slowest %r",
-              w * 1000, tmo * 1000, MARGIN * 1000,
-              sorted(answers, key=lambda a: -a.dt)[:2])
+        expect_in_time(d, answers, tmo, extra=len(seq))
         before = [a for a in answers if a.t0 + a.dt < t_pause]
-        check(before and all(kind(a) == "ok" for a in before),
-              "before the stall: %r", summary(before))
+        expect_redis_answers(before, tmo, mode, "before the stall")
         expect_window(answers, t_pause + 0.05, t_resume,
                       "closed" if mode == "closed" else "degraded", "during the stall")
         check(t503 is not None, "/readyz never 503 during the stall")
@@ -499,8 +545,7 @@ def t_pause(mode):
         check(t200 is not None, "/readyz not 200 within 10 s of SIGCONT")
         check(t_ok is not None, "the load never got 50 non-degraded answers in a row after SIGCONT")
         after = [a for a in answers if a.t0 >= t_check]
-        check(after and all(kind(a) == "ok" for a in after),
-              "after recovery: %r, e.g. %r", summary(after), samples(after, "degraded"))
+        expect_redis_answers(after, tmo, mode, "after recovery")
         finish_daemon(d)
 
 
@@ -521,8 +566,10 @@ def t_ready_idle_hang():
 
 
 def t_kill(mode):
-    """(b) SIGKILL: answers at once by failure_mode, readyz 503; restart: bounded recovery."""
-    cfg = config(mode, timeout="2s")
+    """(b) SIGKILL: answers at once by failure_mode, readyz 503; restart: bounded recovery.
+    "At once" is told from "after the timer" by half the timeout: a long one
+    (4 s) so that a loaded host's delays cannot reach that bound."""
+    cfg = config(mode, timeout="4s")
     tmo = ms(cfg["redis"]["timeout"]) / 1000.0
     with H.Redis() as r, H.Daemon(cfg, redis=r, workers=2) as d:
         load = Load(d.port).start()
@@ -579,7 +626,9 @@ def commandstat(r, name):
 
 def t_script_flush():
     """(c) SCRIPT FLUSH while checks flow: EVAL retry, no degraded answer, exact limits."""
-    cfg = config("closed", timeout="2s")     # any failure would be a visible 503
+    # any failure would be a visible 503; Redis never stalls here, so a long
+    # timeout keeps a loaded host's delays from passing for one
+    cfg = config("closed", timeout="5s")
     with H.Redis() as r, H.Daemon(cfg, redis=r, workers=2) as d:
         # no traffic: the script is gone, the first check must still be answered
         eq(r.cli("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
@@ -632,7 +681,9 @@ def t_restart_data_lost():
     """(d) Redis restarted with an empty data set: counts start over, no errors
     after.  A partly used key and an exhausted one: README says the local
     cache of denials "never denies longer than Redis would"."""
-    cfg = config("open", timeout="1s")
+    # the exact counts before and after need Redis's answers, not a loaded
+    # host's late ones (a stopped Redis closes its connections: no check waits)
+    cfg = config("open", timeout="2s")
     with H.Redis() as r, H.Daemon(cfg, redis=r) as d:
         used = [post(d, {"key": "dl-part", "policy": "small"}) for _ in range(SMALL - 1)]
         eq([a.body.get("remaining") for a in used], list(range(SMALL - 1, 0, -1)), "using 3 of 4")
@@ -674,7 +725,7 @@ def t_restart_data_lost():
 def t_silent_server():
     """(e) accepts TCP, never answers: every check answered within the timeout, readyz 503."""
     with FakeRedis("silent") as fk:
-        cfg = config("open", timeout="250ms", connect_timeout="500ms", url=fk.url)
+        cfg = config("open", timeout="250ms", connect_timeout="500ms", url=fk.url, timed=True)
         tmo = 0.25
         with H.Daemon(cfg) as d:
             load = Load(d.port).start()
@@ -684,11 +735,12 @@ def t_silent_server():
             finally:
                 answers = load.stop()
             n_acc = len(fk.accepts)
-            note("silent server: %d checks %r, worst %.1f ms (timeout %d ms); %d connections in %.1f s",
-                 len(answers), summary(answers), worst(answers) * 1000, tmo * 1000, n_acc, 3.0)
+            note("silent server: %d checks %r, worst %.1f ms (the daemon's own time: %.1f ms; timeout %d ms); "
+                 "%d connections in %.1f s", len(answers), summary(answers), worst(answers) * 1000,
+                 max(daemon_times(d), default=0.0) * 1000, tmo * 1000, n_acc, 3.0)
             check(len(answers) >= 20, "only %d answers in 3 s", len(answers))
             eq(summary(answers), {"degraded": len(answers)}, "answers (open)")
-            check(worst(answers) <= tmo + MARGIN, "worst answer %.0f ms", worst(answers) * 1000)
+            expect_in_time(d, answers, tmo)
             eq(rz, [503] * 5, "/readyz against a silent server")
             check(1 <= n_acc <= 15, "%d connections to the silent server in ~3 s", n_acc)
             finish_daemon(d)
@@ -698,7 +750,7 @@ def t_handshake_then_silent():
     """(e') answers the handshake, then never again: per-check timers and the
     stalled-connection drop are what answer here."""
     with FakeRedis("handshake") as fk:
-        cfg = config("closed", timeout="250ms", connect_timeout="1s", url=fk.url)
+        cfg = config("closed", timeout="250ms", connect_timeout="1s", url=fk.url, timed=True)
         tmo = 0.25
         with H.Daemon(cfg) as d:
             st = wait_until(lambda: readyz(d.port) == 200, 5.0)
@@ -708,12 +760,13 @@ def t_handshake_then_silent():
                 time.sleep(3.5)
             finally:
                 answers = load.stop()
-            slow = [a for a in answers if a.dt >= tmo * 0.8]
-            note("handshake-then-silent: %d checks %r, worst %.1f ms, %d waited for their timer; "
-                 "%d connections in %.1f s", len(answers), summary(answers), worst(answers) * 1000,
-                 len(slow), len(fk.accepts), 3.5)
+            taken = daemon_times(d)
+            slow = [t for t in taken if t >= tmo * 0.8]
+            note("handshake-then-silent: %d checks %r, worst %.1f ms (the daemon's own time: %.1f ms), %d waited "
+                 "for their timer; %d connections in %.1f s", len(answers), summary(answers),
+                 worst(answers) * 1000, max(taken, default=0.0) * 1000, len(slow), len(fk.accepts), 3.5)
             eq(summary(answers), {"closed": len(answers)}, "answers (closed)")
-            check(worst(answers) <= tmo + MARGIN, "worst answer %.0f ms", worst(answers) * 1000)
+            expect_in_time(d, answers, tmo)
             check(slow, "no check waited for its timer: the server was never READY?")
             check(len(fk.accepts) >= 2, "the stalled connection was never dropped (%d connections)",
                   len(fk.accepts))
@@ -722,9 +775,11 @@ def t_handshake_then_silent():
 
 
 def t_refused():
-    """(f) nothing listening: immediate answers, readyz 503."""
+    """(f) nothing listening: immediate answers, readyz 503.  "Immediate": under
+    half the timeout, a long one (4 s) so that a loaded host cannot reach it."""
     port = H.free_port()
-    cfg = config("open", timeout="2s", url="redis://127.0.0.1:%d/0" % port)
+    tmo = 4.0
+    cfg = config("open", timeout="4s", url="redis://127.0.0.1:%d/0" % port)
     with H.Daemon(cfg) as d:
         load = Load(d.port).start()
         try:
@@ -733,11 +788,12 @@ def t_refused():
         finally:
             answers = load.stop()
         dts = [a.dt for a in answers] or [0.0]
-        note("refused: %d checks %r, worst %.1f ms, median %.2f ms (timeout 2000 ms)",
-             len(answers), summary(answers), max(dts) * 1000, statistics.median(dts) * 1000)
+        note("refused: %d checks %r, worst %.1f ms, median %.2f ms (timeout %d ms)",
+             len(answers), summary(answers), max(dts) * 1000, statistics.median(dts) * 1000, tmo * 1000)
         eq(summary(answers), {"degraded": len(answers)}, "answers")
         check(len(answers) >= 50, "only %d answers in 2 s", len(answers))
-        check(max(dts) < 0.5, "an answer took %.0f ms with nothing listening", max(dts) * 1000)
+        check(max(dts) < tmo / 2, "an answer took %.0f ms with nothing listening (timeout %d ms)",
+              max(dts) * 1000, tmo * 1000)
         eq(rz, [503] * 5, "/readyz")
         finish_daemon(d)
 
@@ -745,7 +801,8 @@ def t_refused():
 def t_accept_close():
     """(f) a server that accepts and closes: connection attempts back off."""
     with FakeRedis("close") as fk:
-        cfg = config("open", timeout="2s", url=fk.url)
+        tmo = 4.0      # answers are immediate: under half of it (see t_refused)
+        cfg = config("open", timeout="4s", url=fk.url)
         with H.Daemon(cfg) as d:
             load = Load(d.port).start()
             try:
@@ -763,7 +820,8 @@ def t_accept_close():
             check(len(allacc) >= 2, "the daemon did not retry (%d attempts)", len(allacc))
             check(len(acc) <= 15, "%d connection attempts in 3 s: no backoff", len(acc))
             eq(summary(answers), {"degraded": len(answers)}, "answers")
-            check(worst(answers) < 0.5, "an answer took %.0f ms", worst(answers) * 1000)
+            check(worst(answers) < tmo / 2, "an answer took %.0f ms (timeout %d ms)", worst(answers) * 1000,
+                  tmo * 1000)
             finish_daemon(d)
 
 
@@ -772,9 +830,11 @@ def t_slow_server():
     ~60 concurrent callers): every check is still answered within the timeout;
     the work queued on the connection must stay bounded, so that once the
     flood is over the daemon answers from Redis again within a few seconds.
-    README: "a hung Redis cannot pile up work"."""
+    README: "a hung Redis cannot pile up work".
+
+    (Timed by the daemon: see MARGIN.)"""
     with FakeRedis("slow", interval=0.05) as fk:
-        cfg = config("open", timeout="250ms", url=fk.url)
+        cfg = config("open", timeout="250ms", url=fk.url, timed=True)
         tmo = 0.25
         with H.Daemon(cfg) as d:
             check(wait_until(lambda: readyz(d.port) == 200, 5.0) is not None, "never ready")
@@ -795,12 +855,14 @@ def t_slow_server():
                 return kind(a) == "ok"
 
             rec = wait_until(recovered, 3.0, interval=0.1)
-            note("slow server (20 replies/s): %d checks in 4 s %r, worst %.0f ms; replies owed by the server "
-                 "at the end %d (connections %d), /readyz %s, RSS %d -> %d KiB; first Redis answer after the "
-                 "flood: %s (%d tries), owed now %d", len(answers), summary(answers), worst(answers) * 1000,
+            taken = daemon_times(d)
+            note("slow server (20 replies/s): %d checks in 4 s %r, worst %.0f ms (daemon's own time: %.0f ms over "
+                 "%d checks); replies owed by the server at the end %d (connections %d), /readyz %s, RSS %d -> "
+                 "%d KiB; first Redis answer after the flood: %s (%d tries), owed now %d", len(answers),
+                 summary(answers), worst(answers) * 1000, max(taken, default=0.0) * 1000, len(taken),
                  owed_peak, len(fk.accepts), rz, rss0, rss1,
                  "%.2f s" % rec if rec is not None else "none within 3 s", len(got), fk.owed())
-            check(worst(answers) <= tmo + MARGIN, "worst answer %.0f ms", worst(answers) * 1000)
+            expect_in_time(d, answers, tmo, extra=len(got))
             check(all(kind(a) in ("ok", "degraded") for a in answers), "answers %r", summary(answers))
             check(rec is not None,
                   "3 s after the flood the daemon still answers degraded (%d tries, last %r): %d replies "
@@ -818,12 +880,13 @@ def burst(port, total, body_fn, threads=THREADS):
 def t_memory():
     """(g) RSS bounded over 20k checks during an outage and after recovery."""
     cfg = config("open", timeout="2s")
+    tmo = ms(cfg["redis"]["timeout"]) / 1000.0
     lim = 10 * 1024 if H.RSS_MEANINGFUL else 1 << 30   # KiB; a tool's own memory is no measure
     with H.Redis() as r, H.Daemon(cfg, redis=r, workers=2) as d:
         pid = d.proc.pid
         keys = lambda i, n: {"key": "m-%d-%d" % (i, n % 50), "policy": "load"}  # noqa: E731
         warm = burst(d.port, 2000, keys)
-        eq(summary(warm), {"ok": len(warm)}, "warm-up with Redis up")
+        expect_redis_answers(warm, tmo, "open", "warm-up with Redis up")
         rss0 = rss_kib(pid)
         r.kill()
         check(wait_until(lambda: readyz(d.port) == 503, 3.0) is not None, "readyz never 503")
@@ -845,7 +908,7 @@ def t_memory():
         check(rec is not None and rec < RECOVERY_MAX, "not ready within %d s of the restart", RECOVERY_MAX)
         eq(summary(out1), {"degraded": len(out1)}, "outage answers")
         eq(summary(out2), {"degraded": len(out2)}, "outage answers (2nd round)")
-        eq(summary(out3), {"ok": len(out3)}, "answers after recovery")
+        expect_redis_answers(out3, tmo, "open", "answers after recovery")
         for what, v in (("after 20k in the outage", rss1), ("after 30k in the outage", rss2),
                         ("after recovery", rss3)):
             check(v - rss0 < lim, "RSS grew %d KiB %s (limit %d KiB)", v - rss0, what, lim)
