@@ -208,7 +208,14 @@ def t_two_instances_bound(d, r):
             period = 1.0 / (rate / 2)        # two threads per daemon
             with H.Client(port) as c:
                 t0 = nxt = time.monotonic()
-                while time.monotonic() - t0 < secs:
+                # at least `secs`, and on until this daemon denies: a slow
+                # host (valgrind, a loaded CI machine) sends fewer per second
+                # and must still reach the limit
+                while True:
+                    el = time.monotonic() - t0
+                    denied = sum(1 for _, s in results[port] if s == 429)
+                    if el >= 30.0 * H.SLOW or (el >= secs and denied >= 3):
+                        break
                     st = c.request("POST", "/check", {"key": "erin", "policy": "shared"})[0]
                     results[port].append((time.monotonic(), st))
                     # paced, and never catching up in a burst when late
@@ -256,7 +263,9 @@ def t_redis_stopped(d, r):
 
 
 def redis_stopped(r):
-    cfg = dict(CONFIG, redis={"timeout": "200ms"}, failure_mode="open",
+    # a 1 s timeout: a known key answered in under half of it did not wait
+    # for Redis, even on a loaded host
+    cfg = dict(CONFIG, redis={"timeout": "1s"}, failure_mode="open",
                policies=[hybrid("outage", fw(1000))])
     with H.Daemon(cfg, redis=r) as e:
         for i in range(10):
@@ -281,7 +290,7 @@ def redis_stopped(r):
                 r.resume()
         eq([s for _, s, _, _ in log], [200] * len(log), "statuses of a known key while Redis is stopped")
         slow = max(lat for _, _, lat, _ in log)
-        check(slow < 0.1 * H.SLOW, "a known key waited %.3fs for an answer while Redis was stopped", slow)
+        check(slow < 0.5 * H.SLOW, "a known key waited %.3fs for an answer while Redis was stopped", slow)
         check(log[-1][3], "answers after a second of outage are marked degraded: %r", log[-1])
         check(m["hybrid_pending_units"] >= len(log) - 10,
               "pending units %d during the outage after %d admitted", m["hybrid_pending_units"], len(log))
