@@ -27,3 +27,19 @@ backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t si
     sb_i64(&sb, l->window_ms);
     return sb_ok(&sb) ? (int)sb.len : -1;
 }
+
+int
+backend_once_key(const struct rl_check_req *req, char *buf, size_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    char w[16];
+    struct strbuf sb;
+
+    for (int i = 0; i < 16; i++)
+        w[i] = hex[(req->writer >> (60 - 4 * i)) & 0xf];
+    sb_init(&sb, buf, size);
+    sb_mem(&sb, req->key, req->key_len);
+    sb_str(&sb, ":once:");
+    sb_mem(&sb, w, sizeof(w));
+    return sb_ok(&sb) ? (int)sb.len : -1;
+}

@@ -28,6 +28,7 @@ struct rl_check_req {
     int64_t cost;
     int64_t timeout_ms;     /* answer by then, whatever happens */
     unsigned flags;         /* RL_CHECK_* */
+    uint64_t writer, seq;   /* RL_CHECK_ONCE */
 };
 
 /* Consume `cost` even when it does not fit (the answer still says whether it
@@ -41,6 +42,12 @@ struct rl_check_req {
  * connection would be counted twice, or more); the backend's stall detection
  * still bounds the wait. */
 #define RL_CHECK_SETTLE 0x2u
+/* Applied at most once: Redis keeps, for this key and `writer`, the last
+ * `seq` it applied (for the policy's longest window), and a check whose seq
+ * is not above it only peeks.  A hybrid sync lost with its connection (it
+ * may have run) is sent again under the same seq, so it cannot count twice.
+ * Redis backends only; a writer's seqs for one key must only grow. */
+#define RL_CHECK_ONCE 0x4u
 
 struct rl_check_res {
     enum rl_backend_status status;
@@ -98,5 +105,8 @@ size_t backend_memory_entries(void);
  */
 int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf,
                       size_t size);
+/* The key of an RL_CHECK_ONCE check's last applied seq:
+ * "<req->key>:once:<writer in hex>" (the same hash tag).  As above. */
+int backend_once_key(const struct rl_check_req *req, char *buf, size_t size);
 
 #endif

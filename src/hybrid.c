@@ -1,6 +1,7 @@
 /* hybrid.c — see hybrid.h. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <event2/event.h>
 
@@ -38,6 +39,7 @@ struct hentry {
     int64_t snap_sent_us;           /* when the request that gave it went */
     int64_t touch_us, sync_us;
     int64_t pending, inflight;      /* cost units */
+    uint64_t seq;                   /* inflight's RL_CHECK_ONCE seq */
     int dirty;                      /* on the dirty list */
     int failed;                     /* the last sync failed */
     size_t klen;
@@ -65,6 +67,7 @@ struct rl_hybrid {
     struct hentry *dirty;
     size_t ops;                     /* syncs in flight */
     int64_t units;                  /* pending + inflight, every entry */
+    uint64_t writer, seq;           /* RL_CHECK_ONCE: who we are, the last seq */
     int draining, closing;
     void (*idle_cb)(void *arg);
     void *idle_arg;
@@ -101,6 +104,10 @@ hybrid_new(struct event_base *base, struct rl_backend *be, struct rl_metrics *m,
     h->buckets = xcalloc(BUCKETS_MIN, sizeof(*h->buckets));
     h->tick_ms = TICK_DEFAULT_MS;
     h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
+    /* Redis tells this table's syncs apart by it: unique per worker and run */
+    if (getrandom(&h->writer, sizeof(h->writer), GRND_NONBLOCK) != sizeof(h->writer))
+        h->writer = ((uint64_t)random() << 32) ^ (uint64_t)random() ^
+                    (uint64_t)now_monotonic_us() ^ (uint64_t)(uintptr_t)h;
     return h;
 }
 
@@ -162,7 +169,7 @@ grow(struct rl_hybrid *h)
     h->mask = nb - 1;
 }
 
-/* Only an entry that is not on the dirty list and not pinned by a sync. */
+/* Only an entry with no units, not on the dirty list and not pinned by a sync. */
 static void
 entry_free(struct rl_hybrid *h, struct hentry *e)
 {
@@ -240,15 +247,19 @@ on_sync(const struct rl_check_res *res, void *arg)
         e->failed = 0;
         if (op->sent_us >= e->snap_sent_us)
             take_snapshot(e, res, op->sent_us, now_monotonic_us());
+        /* a resend carried only the units it had: newer ones go next */
+        if (e->pending > 0) {
+            mark_dirty(h, e);
+            arm(h);
+        }
     } else {
-        /* never dropped: back to pending, sent again next interval */
-        e->pending += e->inflight;
-        e->inflight = 0;
+        /* never dropped: sent again next interval, as they are and under
+         * the same seq (RL_CHECK_ONCE), since they may have been applied */
         e->failed = 1;
         mark_dirty(h, e);
         ADD(&h->m->hybrid_sync_failures, 1);
-        log_debug("msg=\"hybrid sync failed\" policy=%s pending=%lld error=\"%s\"",
-                  e->policy->name, (long long)e->pending, res->error ? res->error : "");
+        log_debug("msg=\"hybrid sync failed\" policy=%s inflight=%lld error=\"%s\"",
+                  e->policy->name, (long long)e->inflight, res->error ? res->error : "");
     }
     free(op);
     gauges(h);
@@ -263,10 +274,11 @@ on_sync(const struct rl_check_res *res, void *arg)
  *
  * A sync is RL_CHECK_SETTLE: it is answered only once it is known to have
  * run (its reply, however late), or not to have been sent, or lost with its
- * connection.  Until then the entry sends nothing more, so a sync stuck in a
- * hung Redis is never joined by a second one that would run with it when
- * Redis moves again: at most the units of the one lost with a dropped
- * connection can be counted twice.
+ * connection.  Until then the entry sends nothing more.  And it is
+ * RL_CHECK_ONCE: units whose sync failed go again as they were, under the
+ * same seq, while newer units wait in pending, so a sync lost with its
+ * connection that Redis still runs when it moves again, beside its resend on
+ * the new connection, is applied once.
  */
 static int
 sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
@@ -287,11 +299,16 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     op->req.policy = e->policy;
     op->req.key = e->key;
     op->req.key_len = e->klen;
-    op->req.cost = e->pending;
-    op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE;
+    if (e->inflight == 0 && e->pending > 0) {
+        e->inflight = e->pending;
+        e->pending = 0;
+        e->seq = ++h->seq;      /* only grows: a new entry for a key too */
+    }
+    op->req.cost = e->inflight;
+    op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE | (e->inflight > 0 ? RL_CHECK_ONCE : 0);
+    op->req.writer = h->writer;
+    op->req.seq = e->seq;
     op->req.timeout_ms = e->cfg->redis.timeout_ms;
-    e->inflight = e->pending;
-    e->pending = 0;
     e->op = op;
     e->sync_us = now;
     h->ops++;
@@ -317,7 +334,7 @@ evict(struct rl_hybrid *h, int64_t now)
         next = e->newer;
         if (e->cfg == h->cfg && now - e->touch_us < IDLE_INTERVALS * interval_us(e))
             break;
-        if (!e->dirty && e->op == NULL && e->pending == 0)
+        if (!e->dirty && e->op == NULL && e->pending + e->inflight == 0)
             entry_free(h, e);
         else
             scanned++;
@@ -339,7 +356,7 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         e->dirty_next = NULL;
         if (e->cfg != h->cfg || h->draining) {
             /* retired or shutting down: counts only, no refresh */
-            if (e->pending > 0 && sync_entry(h, e, now) != RL_OK)
+            if (e->pending + e->inflight > 0 && sync_entry(h, e, now) != RL_OK)
                 mark_dirty(h, e);
         } else if (now + half < e->sync_us + interval_us(e) ||
                    sync_entry(h, e, now) != RL_OK) {
@@ -387,7 +404,7 @@ use_config(struct rl_hybrid *h, struct rl_config *cfg)
         next = e->newer;
         if (e->cfg == cfg)
             continue;
-        if (e->pending > 0)
+        if (e->pending + e->inflight > 0)
             (void)sync_entry(h, e, now);    /* else the tick retries it */
         else if (!e->dirty && e->op == NULL)
             entry_free(h, e);
@@ -540,7 +557,7 @@ hybrid_drain(struct rl_hybrid *h, void (*idle_cb)(void *arg), void *arg)
     h->idle_arg = arg;
     for (e = h->oldest; e != NULL; e = next) {
         next = e->newer;
-        if (e->pending > 0)
+        if (e->pending + e->inflight > 0)
             (void)sync_entry(h, e, now);    /* else the tick retries it */
     }
 }

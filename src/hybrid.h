@@ -17,11 +17,12 @@
  * - Every sync_interval each key touched since its last sync is sent as one
  *   backend check of cost `pending` with RL_CHECK_FORCE (the units were
  *   admitted already and must land), or of cost 0 to learn other instances'
- *   counts.  Success replaces the snapshot and clears inflight; a failure
- *   returns inflight to pending, retried next interval: counts are never
- *   dropped.  Syncs are RL_CHECK_SETTLE (no deadline once sent) and one key
- *   has one in flight at a time, so only a sync lost with its connection
- *   can be applied by Redis and sent again: counted twice, the strict side.
+ *   counts.  Success replaces the snapshot and clears inflight; after a
+ *   failure inflight is sent again next interval, as it was: counts are
+ *   never dropped.  Syncs are RL_CHECK_SETTLE (no deadline once sent; one
+ *   per key at a time) and RL_CHECK_ONCE (Redis applies a writer's seq for
+ *   a key once), so a sync lost with its connection that Redis still runs
+ *   beside its resend is counted once: counts are exact.
  * - Entries idle for two intervals with nothing pending or in flight are
  *   evicted; at most hybrid_table_size entries, a new key past that stays on
  *   the exact path.

@@ -75,8 +75,10 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     size_t nkeys = 0, nargs = 0;
 
     for (size_t j = 0; j < n; j++) {
-        nkeys += reqs[j]->policy->nlimits;
-        nargs += 3 + 4 * reqs[j]->policy->nlimits;
+        int once = (reqs[j]->flags & RL_CHECK_ONCE) != 0;
+
+        nkeys += reqs[j]->policy->nlimits + once;
+        nargs += 3 + once + 4 * reqs[j]->policy->nlimits;
     }
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
@@ -98,6 +100,14 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
                 return RL_ERR;
             put(c, key, (size_t)len);
         }
+        if (reqs[j]->flags & RL_CHECK_ONCE) {
+            char key[RL_LIMIT_KEY_MAX];
+            int len = backend_once_key(reqs[j], key, sizeof(key));
+
+            if (len < 0)
+                return RL_ERR;
+            put(c, key, (size_t)len);
+        }
     }
     put(c, "", 0);
     put_num(c, (long long)n);
@@ -106,10 +116,18 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
 
         put_num(c, (long long)p->nlimits);
         put_num(c, (long long)reqs[j]->cost);
-        if (reqs[j]->flags & RL_CHECK_FORCE)
+        /* "f" force, "o" once (then its seq), "fo" both, "" neither */
+        if (reqs[j]->flags & RL_CHECK_ONCE) {
+            if (reqs[j]->flags & RL_CHECK_FORCE)
+                put(c, "fo", 2);
+            else
+                put(c, "o", 1);
+            put_num(c, (long long)reqs[j]->seq);
+        } else if (reqs[j]->flags & RL_CHECK_FORCE) {
             put(c, "f", 1);
-        else
+        } else {
             put(c, "", 0);
+        }
         for (size_t i = 0; i < p->nlimits; i++) {
             const struct rl_limit *l = &p->limits[i];
             const char *tag = algo_def(l->algo)->tag;
