@@ -39,7 +39,7 @@ struct hentry {
     int64_t snap_sent_us;           /* when the request that gave it went */
     int64_t touch_us, sync_us;
     int64_t pending, inflight;      /* cost units */
-    uint64_t seq;                   /* inflight's RL_CHECK_ONCE seq */
+    uint64_t writer, seq;           /* RL_CHECK_ONCE: inflight's */
     int dirty;                      /* on the dirty list */
     int failed;                     /* the last sync failed */
     size_t klen;
@@ -67,7 +67,11 @@ struct rl_hybrid {
     struct hentry *dirty;
     size_t ops;                     /* syncs in flight */
     int64_t units;                  /* pending + inflight, every entry */
-    uint64_t writer, seq;           /* RL_CHECK_ONCE: who we are, the last seq */
+    /* RL_CHECK_ONCE: a writer's seqs for one key must only grow, so one
+     * entry per (writer, key): a reload's new entries get a new writer while
+     * the retired ones still resend under theirs. */
+    uint64_t writer, seq;           /* this run's id, the last seq */
+    uint64_t gen;                   /* configs seen */
     int draining, closing;
     void (*idle_cb)(void *arg);
     void *idle_arg;
@@ -306,7 +310,7 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     }
     op->req.cost = e->inflight;
     op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE | (e->inflight > 0 ? RL_CHECK_ONCE : 0);
-    op->req.writer = h->writer;
+    op->req.writer = e->writer;
     op->req.seq = e->seq;
     op->req.timeout_ms = e->cfg->redis.timeout_ms;
     e->op = op;
@@ -386,6 +390,7 @@ use_config(struct rl_hybrid *h, struct rl_config *cfg)
     struct hentry *e, *next;
 
     h->cfg = config_ref(cfg);
+    h->gen++;
     for (size_t i = 0; i < cfg->npolicies; i++) {
         const struct rl_policy *p = &cfg->policies[i];
         if (p->mode == RL_MODE_HYBRID && (tick == 0 || p->sync_interval_ms < tick))
@@ -532,6 +537,7 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
         e->cfg = config_ref(cfg);
         e->policy = policy;
         e->touch_us = e->sync_us = now;
+        e->writer = h->writer ^ (h->gen * 0x9e3779b97f4a7c15ULL);
         if (h->n >= h->mask + 1)
             grow(h);
         e->hnext = h->buckets[hash & h->mask];
