@@ -910,10 +910,24 @@ def case_auto_failover(fx):
     """A master with a replica killed: after cluster-node-timeout the replica
     is promoted; the daemons find it (reconnect attempts to the dead master ask
     for a refresh), and its keys are served again with their counts."""
-    victim = next(n for n in fx.masters()
-                  if int(info(n.port, "replication").get("connected_slaves", 0)) > 0)
-    heir = next(n for n in fx.nodes if n is not victim and role(n.port) == "slave" and
-                info(n.port, "replication").get("master_port") == str(victim.port))
+    def pair():
+        """(a master, its replica with the link up), or None while the
+        replication left by the previous case (CLUSTER FAILOVER) settles."""
+        for m in fx.masters():
+            for n in fx.nodes:
+                rep = info(n.port, "replication")
+                if n is not m and rep.get("role") == "slave" and \
+                        rep.get("master_port") == str(m.port) and \
+                        rep.get("master_link_status") == "up":
+                    return m, n
+        return None
+    deadline = time.monotonic() + 15
+    found = pair()
+    while found is None:
+        check(time.monotonic() < deadline, "no master with a connected replica within 15 s")
+        time.sleep(0.1)
+        found = pair()
+    victim, heir = found
     owners = fx.owners()
     idents = [i for i in ("af%d" % k for k in range(300))
               if owners[slot_of("down", i)] == victim.port][:2]
