@@ -308,6 +308,54 @@ def redis_stopped(r):
         eq(got, admitted, "what Redis holds after the outage, for %d admitted" % admitted)
 
 
+def check_script():
+    """The check script as the daemon embeds it: Makefile.am's LUA_CHECK files,
+    in order."""
+    with open(os.path.join(H.RL_SRCDIR, "Makefile.am")) as f:
+        text = f.read().replace("\\\n", " ")
+    names = re.search(r"^LUA_CHECK\s*=(.*)$", text, re.M).group(1).split()
+    out = []
+    for name in names:
+        with open(os.path.join(H.RL_SRCDIR, name)) as f:
+            out.append(f.read())
+    return "".join(out)
+
+
+def t_script_once(d, r):
+    # the script's side of RL_CHECK_ONCE, called directly (a private
+    # standalone Redis: both keys are given by hand)
+    src = check_script()
+    key, once = "{rl:once:k:x}:fw:60000", "{rl:once:k:x}:once:00000000000000ab"
+    with H.Redis(topology="standalone") as own:
+        def call(flags, cost, seq=None):
+            # KEYS: the limit's key (+ the once key); ARGV: now ('' = TIME),
+            # n, then nlimits, cost, flags (+ seq), tag, limit, window, burst
+            keys = [key] + ([once] if seq is not None else [])
+            extra = [seq] if seq is not None else []
+            return H._resp(own.port, "EVAL", src, len(keys), *keys, "", 1, 1, cost, flags,
+                           *extra, "fw", 10, 60000, 0)
+
+        def count():
+            v = own.cli("GET", key)
+            return int(v.split(":")[0]) if v else 0
+
+        eq(call("fo", 3, 5)[:2], [1, 7], "seq 5 applied: [allowed, remaining]")
+        eq((count(), own.cli("GET", once)), (3, "5"), "count and last seq after seq 5")
+        ttl = int(own.cli("PTTL", once))
+        check(55000 < ttl <= 60000, "the once key's TTL %d ms: the policy's longest window", ttl)
+        eq(call("fo", 3, 5)[:2], [1, 7], "seq 5 again: only read")
+        eq(call("fo", 3, 4)[:2], [1, 7], "an older seq: only read")
+        eq(count(), 3, "count after seq 5 twice and seq 4")
+        eq(call("fo", 3, 6)[:2], [1, 4], "seq 6 applied")
+        eq(call("f", 3)[:2], [1, 1], "a forced check without a seq applies as before")
+        eq(count(), 9, "count")
+        # not forced and over the limit: nothing applied, so the seq is not taken
+        eq(call("o", 3, 7)[:2], [0, 1], "seq 7 unforced, 9 + 3 > 10: denied")
+        eq((count(), own.cli("GET", once)), (9, "6"), "a denied seq is not recorded")
+        eq(call("fo", 3, 7)[:2], [0, 0], "seq 7 forced: applied past the limit")
+        eq((count(), own.cli("GET", once)), (12, "7"), "count and last seq after forced seq 7")
+
+
 def t_reload_keeps_pending(d, r):
     cfg = dict(CONFIG, policies=[hybrid("slow", fw(100), interval="20s")])
     with H.Daemon(cfg, redis=r) as e:
@@ -400,6 +448,8 @@ CASES = [
     ("two workers of one daemon: between the limit and twice it; Redis holds every unit", t_two_workers),
     ("Redis stopped: a known key answered fast, marked degraded, counts pending; after SIGCONT exact",
      t_redis_stopped),
+    ("the check script applies a writer's seq once (flag o), forced or not, and only when it commits",
+     t_script_once),
     ("a reload with counts pending loses none", t_reload_keeps_pending),
     ("SIGTERM sends pending counts before exit", t_shutdown_flushes),
     ("hybrid_table_size bounds the table; idle keys evicted; a key past the cap stays exact",
