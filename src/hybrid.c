@@ -252,10 +252,8 @@ on_sync(const struct rl_check_res *res, void *arg)
         if (op->sent_us >= e->snap_sent_us)
             take_snapshot(e, res, op->sent_us, now_monotonic_us());
         /* a resend carried only the units it had: newer ones go next */
-        if (e->pending > 0) {
-            mark_dirty(h, e);
-            arm(h);
-        }
+        if (e->pending > 0)
+            mark_dirty(h, e);       /* the tick runs while there are entries */
     } else {
         /* never dropped: sent again next interval, as they are and under
          * the same seq (RL_CHECK_ONCE), since they may have been applied */

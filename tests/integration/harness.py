@@ -32,6 +32,7 @@ import http.client
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -313,40 +314,79 @@ class Redis:
         return False
 
 
-def _resp(port, *args, timeout=2.0):
-    """One command on a fresh connection (minimal RESP2): str, int, list, None;
-    an error reply is raised as HarnessError."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        sock.sendall(b"".join(out))
-        f = sock.makefile("rb")
-        try:
-            return _resp_read(f)
-        finally:
-            f.close()
+class RespError(HarnessError):
+    """An error reply from Redis."""
 
 
-def _resp_read(f):
+def _resp_read(f, raw=False):
     line = f.readline()
     if not line.endswith(b"\r\n"):
-        raise OSError("connection closed by redis")
+        raise ConnectionError("connection closed by redis")
     t, rest = line[:1], line[1:-2]
     if t == b"+":
         return rest.decode()
     if t == b"-":
-        raise HarnessError("redis error: %s" % rest.decode())
+        raise RespError("redis error: %s" % rest.decode())
     if t == b":":
         return int(rest)
     if t == b"$":
         n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode("utf-8", "replace")
+        if n < 0:
+            return None
+        data = f.read(n + 2)[:-2]
+        return data if raw else data.decode("utf-8", "replace")
     if t == b"*":
         n = int(rest)
-        return None if n < 0 else [_resp_read(f) for _ in range(n)]
-    raise OSError("bad RESP line %r" % line)
+        return None if n < 0 else [_resp_read(f, raw) for _ in range(n)]
+    raise ConnectionError("bad RESP line %r" % line)
+
+
+class Resp:
+    """A minimal RESP2 client on one connection (stdlib only): r(*args) is the
+    reply (str, int, list, None; bulk strings as bytes when raw); an error
+    reply raises RespError."""
+
+    def __init__(self, port, timeout=5.0, raw=False):
+        self.raw = raw
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.f = self.sock.makefile("rb")
+
+    def __call__(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(out))
+        return _resp_read(self.f, self.raw)
+
+    def close(self):
+        try:
+            self.f.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def _resp(port, *args, timeout=2.0, raw=False):
+    """One command on a fresh connection (see Resp)."""
+    r = Resp(port, timeout=timeout, raw=raw)
+    try:
+        return r(*args)
+    finally:
+        r.close()
+
+
+def lua_check_source():
+    """The check script as the daemon embeds it (bytes): Makefile.am's
+    LUA_CHECK files, in order."""
+    with open(os.path.join(RL_SRCDIR, "Makefile.am")) as f:
+        text = f.read().replace("\\\n", " ")
+    m = re.search(r"^LUA_CHECK\s*=(.*)$", text, re.M)
+    out = []
+    for name in m.group(1).split():
+        with open(os.path.join(RL_SRCDIR, name), "rb") as f:
+            out.append(f.read())
+    return b"".join(out)
 
 
 def _cli_at(port, args):

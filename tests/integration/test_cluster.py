@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -55,62 +54,8 @@ def daemon_config(seed_port):
             "policies": POLICIES}
 
 
-# ------------------------------------------------------------------ RESP
-
-class RespError(Exception):
-    pass
-
-
-class Resp:
-    """A minimal RESP2 client on one connection (stdlib only)."""
-
-    def __init__(self, port, timeout=5.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.f = self.sock.makefile("rb")
-
-    def __call__(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        self.sock.sendall(b"".join(out))
-        return self._read()
-
-    def _read(self):
-        line = self.f.readline()
-        if not line:
-            raise ConnectionError("connection closed by redis")
-        t, rest = line[:1], line[1:-2]
-        if t == b"+":
-            return rest.decode()
-        if t == b"-":
-            raise RespError(rest.decode())
-        if t == b":":
-            return int(rest)
-        if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            return self.f.read(n + 2)[:-2].decode("utf-8", "replace")
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._read() for _ in range(n)]
-        raise ConnectionError("bad RESP line %r" % line)
-
-    def close(self):
-        try:
-            self.f.close()
-            self.sock.close()
-        except OSError:
-            pass
-
-
 def rcmd(port, *args):
-    r = Resp(port)
-    try:
-        return r(*args)
-    finally:
-        r.close()
+    return H._resp(port, *args, timeout=5.0)
 
 
 def info(port, section):
@@ -206,7 +151,7 @@ class Node:
             try:
                 if rcmd(self.port, "PING") == "PONG":
                     return True
-            except (OSError, RespError, ConnectionError):
+            except (OSError, H.RespError):
                 pass
             time.sleep(0.02)
         return False
@@ -251,7 +196,7 @@ def wait_cluster_ok(nodes, what, timeout=30.0):
             if ok and all(m == maps[0] for m in maps) and len(maps[0]) == SLOTS:
                 return maps[0]
             last = repr([(s.get("cluster_state"), s.get("cluster_known_nodes")) for s in states])
-        except (OSError, RespError, ConnectionError) as e:
+        except (OSError, H.RespError) as e:
             last = repr(e)
         time.sleep(0.1)
     raise H.HarnessError("cluster not consistent within %ss (%s): %s" % (timeout, what, last))
@@ -720,6 +665,14 @@ def case_master_restart(fx):
         check(m is not None and int(m.group(1)) >= 1, "no reconnect counted in /metrics")
 
 
+def settle_after_stall(fx):
+    """The cluster and both daemons as the next case expects them, after a
+    master was SIGSTOPped and resumed."""
+    wait_cluster_ok(fx.nodes, "after the stall")
+    for d in fx.daemons:
+        ready_everywhere(d)
+
+
 def case_max_pending(fx):
     """redis.max_pending holds per cluster node as it does for one Redis: a
     stalled master gets at most that many requests queued, and past them a
@@ -764,9 +717,7 @@ def case_max_pending(fx):
               len(results) - len(waited))
     finally:
         d.kill()
-    wait_cluster_ok(fx.nodes, "after the stall")
-    for dd in fx.daemons:
-        ready_everywhere(dd)
+    settle_after_stall(fx)
 
 
 def case_hybrid_stall(fx):
@@ -826,9 +777,7 @@ def case_hybrid_stall(fx):
         eq(got, admitted, "what the master holds after the stall, for %d admitted" % admitted)
     finally:
         d.kill()
-    wait_cluster_ok(fx.nodes, "after the stall")
-    for dd in fx.daemons:
-        ready_everywhere(dd)
+    settle_after_stall(fx)
 
 
 def role(port):

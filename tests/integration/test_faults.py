@@ -312,15 +312,8 @@ def finish_daemon(d):
 # ------------------------------------------------------------- fake redis
 
 def script_sha():
-    """The SHA1 of the embedded check script, from Makefile.am's LUA_CHECK list."""
-    with open(os.path.join(H.RL_SRCDIR, "Makefile.am")) as f:
-        text = f.read().replace("\\\n", " ")
-    m = re.search(r"^LUA_CHECK\s*=(.*)$", text, re.M)
-    h = hashlib.sha1()
-    for name in m.group(1).split():
-        with open(os.path.join(H.RL_SRCDIR, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
+    """The SHA1 of the embedded check script."""
+    return hashlib.sha1(H.lua_check_source()).hexdigest()
 
 
 def resp_commands(buf):

@@ -308,23 +308,10 @@ def redis_stopped(r):
         eq(got, admitted, "what Redis holds after the outage, for %d admitted" % admitted)
 
 
-def check_script():
-    """The check script as the daemon embeds it: Makefile.am's LUA_CHECK files,
-    in order."""
-    with open(os.path.join(H.RL_SRCDIR, "Makefile.am")) as f:
-        text = f.read().replace("\\\n", " ")
-    names = re.search(r"^LUA_CHECK\s*=(.*)$", text, re.M).group(1).split()
-    out = []
-    for name in names:
-        with open(os.path.join(H.RL_SRCDIR, name)) as f:
-            out.append(f.read())
-    return "".join(out)
-
-
 def t_script_once(d, r):
     # the script's side of RL_CHECK_ONCE, called directly (a private
     # standalone Redis: both keys are given by hand)
-    src = check_script()
+    src = H.lua_check_source()
     key, once = "{rl:once:k:x}:fw:60000", "{rl:once:k:x}:once:00000000000000ab"
     with H.Redis(topology="standalone") as own:
         def call(flags, cost, seq=None):

@@ -19,7 +19,6 @@ for byte; raw_check() sends a request whose header lines repeat a name.
 import contextlib
 import json
 import os
-import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -85,37 +84,8 @@ PEERS = {}   # the trusted daemon -> its RFC 7239 twin
 # ------------------------------------------------------------ local helpers
 
 def resp(port, *args, timeout=H.HTTP_TIMEOUT):
-    """One Redis command over RESP; the reply with bulk strings as bytes."""
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(out)
-        f = s.makefile("rb")
-
-        def read():
-            line = f.readline()
-            if not line.endswith(b"\r\n"):
-                raise H.HarnessError("short RESP reply %r" % line)
-            t, rest = line[:1], line[1:-2]
-            if t == b"+":
-                return rest.decode()
-            if t == b"-":
-                raise H.HarnessError("redis error: %s" % rest.decode())
-            if t == b":":
-                return int(rest)
-            if t == b"$":
-                n = int(rest)
-                if n < 0:
-                    return None
-                data = f.read(n + 2)
-                return data[:-2]
-            if t == b"*":
-                n = int(rest)
-                return None if n < 0 else [read() for _ in range(n)]
-            raise H.HarnessError("unknown RESP type %r" % line)
-        return read()
+    """One Redis command; the reply with bulk strings as bytes."""
+    return H._resp(port, *args, timeout=timeout, raw=True)
 
 
 def redis_keys(r):

@@ -7,7 +7,6 @@ worker only, so a Kubernetes probe flapped.)"""
 
 import contextlib
 import os
-import socket
 import sys
 import time
 
@@ -19,34 +18,9 @@ WORKERS = 4
 PROBES = 24
 
 
-class Admin:
-    """One RESP connection opened before maxclients is lowered, so that it can
-    raise it again."""
-
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.f = self.sock.makefile("rb")
-
-    def __call__(self, *args):
-        out = b"*%d\r\n" % len(args)
-        for a in args:
-            a = str(a).encode()
-            out += b"$%d\r\n%s\r\n" % (len(a), a)
-        self.sock.sendall(out)
-        line = self.f.readline()
-        if line.startswith(b"$"):
-            return self.f.read(int(line[1:]) + 2)[:-2].decode()
-        if not line.startswith(b"+"):
-            raise H.HarnessError("redis answered %r to %r" % (line, args))
-        return line[1:].strip().decode()
-
-    def clients(self):
-        info = self("INFO", "clients")
-        return int(info.split("connected_clients:")[1].split()[0])
-
-    def close(self):
-        self.f.close()
-        self.sock.close()
+def clients(admin):
+    info = admin("INFO", "clients")
+    return int(info.split("connected_clients:")[1].split()[0])
 
 
 def probes(port):
@@ -56,14 +30,15 @@ def probes(port):
 
 def t_one_worker_down(_):
     with H.Redis(topology="standalone") as r:
-        admin = Admin(r.port)
+        # opened before maxclients is lowered, so that it can raise it again
+        admin = H.Resp(r.port)
         try:
             admin("CONFIG", "SET", "maxclients", WORKERS)     # admin + 3 workers
             cfg = {"identity": ["body"], "redis": {"url": r.url, "timeout": "2s"}}
             with H.Daemon(cfg, workers=WORKERS, ready=False) as d:
                 # the three that got in are ready; the fourth keeps retrying
                 deadline = time.monotonic() + 10 * H.SLOW
-                while admin.clients() < WORKERS:
+                while clients(admin) < WORKERS:
                     check(time.monotonic() < deadline, "three workers did not connect")
                     time.sleep(0.05)
                 time.sleep(0.3)             # past one publishing interval
