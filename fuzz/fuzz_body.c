@@ -10,7 +10,8 @@
  *
  * Oracles besides ASan/UBSan: a check answers exactly once (or is refused
  * with a 400 and a message), the answer is 200/429/503, and the JSON body
- * response.c writes for it parses.
+ * response.c writes for it parses.  And body.c's fast reader is checked
+ * against jansson: a body it accepts, jansson accepts and reads the same.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <jansson.h>
 
 #include "backend.h"
+#include "body.h"
 #include "check.h"
 #include "config.h"
 #include "deny_cache.h"
@@ -193,6 +195,48 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* A string field as jansson reads it equals what body_scan found. */
+static void
+same_string(json_t *root, const char *name, const char *s, size_t n)
+{
+    json_t *v = json_object_get(root, name);
+
+    if (s == NULL) {
+        if (v != NULL && !json_is_null(v))
+            abort();
+        return;
+    }
+    if (!json_is_string(v) || json_string_length(v) != n ||
+        memcmp(json_string_value(v), s, n) != 0)
+        abort();
+}
+
+static void
+fast_path_agrees(const char *body, size_t len)
+{
+    struct rl_body_fields f;
+    json_error_t jerr;
+    json_t *root, *cost;
+
+    if (len == 0 || body_scan(body, len, &f) != RL_OK)
+        return;
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL || !json_is_object(root))
+        abort();
+    same_string(root, "key", f.key, f.key_len);
+    same_string(root, "policy", f.policy, f.policy_len);
+    same_string(root, "path", f.path, f.path_len);
+    same_string(root, "method", f.method, f.method_len);
+    cost = json_object_get(root, "cost");
+    if (cost == NULL || json_is_null(cost)) {
+        if (f.cost != 1)
+            abort();
+    } else if (!json_is_integer(cost) || json_integer_value(cost) != f.cost) {
+        abort();
+    }
+    json_decref(root);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -211,6 +255,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *body = body_len ? xmalloc(body_len) : NULL;
     if (body_len)
         memcpy(body, p, body_len);
+    fast_path_agrees(body, body_len);
     ci.body = body;
     ci.body_len = body_len;
     ci.ident.header = find_header;

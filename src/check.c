@@ -1,9 +1,11 @@
 /* check.c — see check.h. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "body.h"
 #include "check.h"
 #include "log.h"
 #include "policy.h"
@@ -24,17 +26,6 @@ struct check_op {
     char key[RL_REDIS_KEY_MAX];
 };
 
-struct body_fields {
-    const char *key;
-    size_t key_len;
-    const char *policy;
-    size_t policy_len;
-    const char *path;
-    size_t path_len;
-    const char *method;
-    size_t method_len;
-    int64_t cost;
-};
 
 static int
 get_string(json_t *root, const char *name, const char **out, size_t *len,
@@ -56,7 +47,7 @@ get_string(json_t *root, const char *name, const char **out, size_t *len,
 
 /* Fields are looked up by name; unknown fields are ignored (forward compat). */
 static int
-parse_body(json_t *root, struct body_fields *f, char **error)
+fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
 {
     json_t *cost;
 
@@ -69,6 +60,18 @@ parse_body(json_t *root, struct body_fields *f, char **error)
         get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
         get_string(root, "method", &f->method, &f->method_len, error) != RL_OK)
         return RL_ERR;
+    cost = json_object_get(root, "cost");
+    if (cost != NULL && !json_is_null(cost)) {
+        /* not an integer: said by check_fields, after the other fields */
+        f->cost = json_is_integer(cost) ? json_integer_value(cost) : INT64_MIN;
+    }
+    return RL_OK;
+}
+
+/* What the fields may hold, whoever read them. */
+static int
+check_fields(const struct rl_body_fields *f, char **error)
+{
     if (f->key != NULL && (f->key_len == 0 || f->key_len > RL_KEY_MAX)) {
         *error = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
         return RL_ERR;
@@ -84,14 +87,9 @@ parse_body(json_t *root, struct body_fields *f, char **error)
         *error = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
-    cost = json_object_get(root, "cost");
-    if (cost != NULL && !json_is_null(cost)) {
-        if (!json_is_integer(cost) || json_integer_value(cost) < 0 ||
-            json_integer_value(cost) > RL_COST_MAX) {
-            *error = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
-            return RL_ERR;
-        }
-        f->cost = json_integer_value(cost);
+    if (f->cost < 0 || f->cost > RL_COST_MAX) {
+        *error = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+        return RL_ERR;
     }
     return RL_OK;
 }
@@ -188,7 +186,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg,
             int *status, char **error)
 {
-    struct body_fields f = {.cost = 1};
+    struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
     json_t *root = NULL;
     json_error_t jerr;
@@ -200,7 +198,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     *status = 400;
     if (env->hybrid != NULL)
         hybrid_use_config(env->hybrid, cfg);
-    if (in->body_len > 0) {
+    if (in->body_len > 0 && body_scan(in->body, in->body_len, &f) != RL_OK) {
+        memset(&f, 0, sizeof(f));
+        f.cost = 1;
         root = json_loadb(in->body, in->body_len,
                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         if (root == NULL) {
@@ -208,9 +208,11 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
                                jerr.line, jerr.column, jerr.text);
             return RL_ERR;
         }
-        if (parse_body(root, &f, error) != RL_OK)
+        if (fields_from_json(root, &f, error) != RL_OK)
             goto out;
     }
+    if (in->body_len > 0 && check_fields(&f, error) != RL_OK)
+        goto out;
 
     if (f.policy != NULL) {
         /* a NUL inside the JSON string must not shorten the name */
@@ -274,7 +276,10 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         policy = config_policy_for(policy, id + t, idlen - t);
     }
 
-    struct check_op *op = xcalloc(1, sizeof(*op));
+    /* not calloc: the key buffer is most of the op and is written before
+     * it is read */
+    struct check_op *op = xmalloc(sizeof(*op));
+    memset(op, 0, offsetof(struct check_op, key));
     int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen,
                             op->key, sizeof(op->key));
     if (klen < 0) {

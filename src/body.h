@@ -1,0 +1,41 @@
+/*
+ * body.h — the fields of a POST /check body, and a fast reader for the
+ * bodies clients actually send.
+ *
+ * jansson builds a tree, a hash table and a string per member: about a
+ * third of a check's instructions for a body like {"key":"u42"}.  Almost
+ * every body is a flat object of plain ASCII strings and small integers, so
+ * body_scan() reads exactly that shape in place and says RL_ERR for
+ * anything else (escapes, non-ASCII, nesting, fractions, duplicates, any
+ * syntax error): then jansson reads it, and its verdict and error message
+ * are the ones the caller gets.  The fast path never accepts a body jansson
+ * would refuse, and never reads one differently.
+ */
+#ifndef RL_BODY_H
+#define RL_BODY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl.h"
+
+struct rl_body_fields {
+    const char *key;            /* NULL when absent (or null) */
+    size_t key_len;
+    const char *policy;         /* NUL-terminated */
+    size_t policy_len;
+    const char *path;
+    size_t path_len;
+    const char *method;         /* NUL-terminated */
+    size_t method_len;
+    int64_t cost;               /* 1 when absent */
+    /* where body_scan puts the NUL-terminated copies */
+    char policy_buf[RL_NAME_MAX + 1];
+    char method_buf[16];
+};
+
+/* RL_OK: f holds the fields of buf[0..len), their values not checked yet;
+ * RL_ERR: not the simple shape, ask jansson (f holds nothing useful). */
+int body_scan(const char *buf, size_t len, struct rl_body_fields *f) RL_WUR;
+
+#endif
