@@ -381,7 +381,8 @@ http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
                 c->state = CH_TRAILER_START;
                 break;
             }
-            if (c->body + c->left > (uint64_t)max_body)
+            /* body <= max_body always: compared this way, nothing wraps */
+            if (c->left > (uint64_t)max_body - c->body)
                 FAIL(413, "body: larger than max_body");
             c->state = CH_DATA;
             break;
