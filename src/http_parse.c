@@ -7,6 +7,7 @@
 /* The longest chunk-size line (with extensions) or trailer line we read. */
 #define CHUNK_LINE_MAX 4096
 #define TRAILERS_MAX HTTP_HEADERS_MAX
+#define LEADING_EMPTY_MAX 8
 
 /* RFC 9110 5.6.2: tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" /
  * "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA */
@@ -233,9 +234,14 @@ http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan,
     char *p, *eol;
     ssize_t rc;
 
-    /* RFC 9112 2.2: empty lines before a request line are ignored */
-    while (start + 1 < len && buf[start] == '\r' && buf[start + 1] == '\n')
+    /* RFC 9112 2.2: empty lines before a request line are ignored (a client
+     * may end a body with an extra CRLF); a few, so that rescanning them on
+     * every call stays cheap */
+    while (start + 1 < len && buf[start] == '\r' && buf[start + 1] == '\n') {
         start += 2;
+        if (start > 2 * LEADING_EMPTY_MAX)
+            FAIL(400, "too many empty lines before the request line");
+    }
     if (start < len && buf[start] == '\n')
         FAIL(400, "bare LF");
     if (*scan < start)

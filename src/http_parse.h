@@ -59,8 +59,8 @@ struct http_head {
  * *scan carries how far earlier calls looked (start at 0 for each request),
  * so a head that arrives a byte at a time is still read in linear time.
  * A head longer than max_head bytes is refused with 431 as soon as that many
- * bytes are seen without its end.  Leading empty lines (CRLF) before the
- * request line are skipped and counted in the returned length.
+ * bytes are seen without its end.  Up to 8 empty lines (CRLF) before the
+ * request line are skipped and counted in the returned length; more: 400.
  */
 ssize_t http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan,
                         struct http_head *h, const char **why);
