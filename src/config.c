@@ -296,6 +296,24 @@ static const struct schema redis_schema = {
     FIELDS(redis_fields), sizeof(struct rl_redis_conf), check_redis
 };
 
+static const struct field http_fields[] = {
+    {"header_timeout", T_DURATION, offsetof(struct rl_http_conf, header_timeout_ms),
+     "\"10s\"", 10, 3600 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
+    {"body_timeout", T_DURATION, offsetof(struct rl_http_conf, body_timeout_ms),
+     "\"10s\"", 10, 3600 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
+    {"idle_timeout", T_DURATION, offsetof(struct rl_http_conf, idle_timeout_ms),
+     "\"60s\"", 10, 3600 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
+    {"max_header_bytes", T_SIZE, offsetof(struct rl_http_conf, max_header_bytes),
+     "\"16k\"", 256, 1024 * 1024, NULL, NULL, 0, 0, SIZE_HINT},
+    {"max_pipelined", T_INT, offsetof(struct rl_http_conf, max_pipelined), "32", 1,
+     1024, NULL, NULL, 0, 0, NULL},
+    {"max_connections", T_INT, offsetof(struct rl_http_conf, max_connections),
+     "10000", 1, 10000000, NULL, NULL, 0, 0, NULL},
+};
+static const struct schema http_schema = {
+    FIELDS(http_fields), sizeof(struct rl_http_conf), NULL
+};
+
 static const struct field top_fields[] = {
     {"listen", T_STRING, offsetof(struct rl_config, listen), "\"127.0.0.1:8080\"",
      0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
@@ -330,6 +348,8 @@ static const struct field top_fields[] = {
      "65536", 16, 16 * 1024 * 1024, NULL, NULL, 0, F_RESTART, NULL},
     {"shutdown_grace", T_DURATION, offsetof(struct rl_config, shutdown_grace_ms),
      "\"10s\"", 0, 3600 * 1000, NULL, NULL, 0, 0, DURATION_HINT},
+    {"http", T_OBJECT, offsetof(struct rl_config, http), NULL, 0, 0, NULL,
+     &http_schema, 0, 0, NULL},
     {"log_level", T_ENUM, offsetof(struct rl_config, log_level), "\"info\"", 0, 0,
      log_level_names, NULL, 0, 0, NULL},
     {"policies", T_ARRAY, offsetof(struct rl_config, policies), NULL, 0, 0, NULL,

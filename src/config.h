@@ -109,6 +109,16 @@ struct rl_redis_conf {
     char *password;
 };
 
+/* The HTTP layer's bounds (http.c); every one reloadable. */
+struct rl_http_conf {
+    int64_t header_timeout_ms;  /* first byte of a request to its last header */
+    int64_t body_timeout_ms;    /* end of the head to the end of the body */
+    int64_t idle_timeout_ms;    /* keep-alive with nothing pending */
+    int64_t max_header_bytes;   /* request line + header fields */
+    int64_t max_pipelined;      /* requests read ahead of their answers */
+    int64_t max_connections;    /* open at once, the whole daemon */
+};
+
 struct rl_config {
     char *file;                 /* where it came from, NULL for defaults */
     char *listen;
@@ -127,6 +137,7 @@ struct rl_config {
     int64_t deny_cache_size;    /* slots per worker */
     int64_t hybrid_table_size;  /* hybrid keys known per worker, at most */
     int64_t shutdown_grace_ms;
+    struct rl_http_conf http;
     enum rl_log_level log_level;
     struct rl_policy *policies;
     size_t npolicies;

@@ -30,32 +30,21 @@
 
 #define LISTEN_BACKLOG 1024
 
-static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The main thread's config: what reloads compare with and hand over.  Each
+ * worker holds its own reference (worker_set_config), so no lock. */
 static struct rl_config *current;
 
 static struct rl_worker *workers;
 static size_t nworkers;
 
-struct rl_config *
-daemon_config(void)
-{
-    struct rl_config *cfg;
-
-    pthread_mutex_lock(&cfg_lock);
-    cfg = config_ref(current);
-    pthread_mutex_unlock(&cfg_lock);
-    return cfg;
-}
-
 static void
 set_config(struct rl_config *cfg)
 {
-    struct rl_config *old;
+    struct rl_config *old = current;
 
-    pthread_mutex_lock(&cfg_lock);
-    old = current;
     current = cfg;
-    pthread_mutex_unlock(&cfg_lock);
+    for (size_t i = 0; cfg != NULL && i < nworkers; i++)
+        worker_set_config(&workers[i], cfg);
     /* In-flight checks hold their own reference: they finish on the old one. */
     config_unref(old);
 }
@@ -221,13 +210,12 @@ reload(struct run_state *rs)
         notify_systemd("READY=1");
         return;
     }
-    old = daemon_config();
+    old = current;
     config_keep_restart_options(cfg, old, &errs);
     for (size_t i = 0; i < errs.n; i++)
         log_warn("msg=\"option changes only on restart; the running value stays\" "
                  "option=%s", errs.msg[i]);
     errors_free(&errs);
-    config_unref(old);
     log_set_level(cfg->log_level);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
@@ -262,12 +250,10 @@ on_signal(evutil_socket_t sig, short what, void *arg)
     }
     rs->stopping = 1;
     notify_systemd("STOPPING=1");
-    struct rl_config *cfg = daemon_config();
     log_info("msg=\"stopping: draining in-flight checks\" grace_ms=%lld",
-             (long long)cfg->shutdown_grace_ms);
+             (long long)current->shutdown_grace_ms);
     for (size_t i = 0; i < nworkers; i++)
-        worker_drain(&workers[i], cfg->shutdown_grace_ms);
-    config_unref(cfg);
+        worker_drain(&workers[i], current->shutdown_grace_ms);
     /* The workers end on their own; on_worker_exit ends this loop. */
     (void)what;
 }
@@ -376,17 +362,4 @@ out:
     set_config(NULL);
     log_info("msg=\"ratelimitd stopped\" exit=%d", rc);
     return rc;
-}
-
-/* ---- metrics ------------------------------------------------------------------ */
-
-void
-daemon_metrics(struct evbuffer *out)
-{
-    struct rl_metrics *ms[256];
-    size_t n = nworkers < RL_ARRAY_LEN(ms) ? nworkers : RL_ARRAY_LEN(ms);
-
-    for (size_t i = 0; i < n; i++)
-        ms[i] = workers[i].metrics;
-    metrics_format(out, ms, n);
 }

@@ -8,8 +8,6 @@
 
 #include "config.h"
 
-struct evbuffer;
-
 /* An option set outside the file: applied over it, again on every reload. */
 struct rl_setting {
     const char *name;       /* dotted option name, e.g. "redis.url" */
@@ -31,11 +29,5 @@ int daemon_load_config(const struct rl_options *o, struct rl_config **out,
 
 /* Serve until stopped; returns the process exit code (0, or 2 on failure). */
 int daemon_run(const struct rl_options *o, struct rl_config *cfg);
-
-/* A reference to the config in force (config_unref when done). */
-struct rl_config *daemon_config(void);
-
-/* Prometheus text exposition of every worker's counters. */
-void daemon_metrics(struct evbuffer *out);
 
 #endif

@@ -1,401 +1,835 @@
-/* http.c — see http.h. */
+/*
+ * http.c — see http.h.
+ *
+ * The cost model: a keep-alive check is one read() and one write(), read
+ * interest stays registered (no epoll_ctl per request), nothing is formatted
+ * with printf and nothing is allocated per request once a connection has
+ * served its first one (requests come from a free list, buffers stay with
+ * their connection).  Deadlines are one sweep over the connections every
+ * SWEEP_MS with a coarse clock, not a timer per request.
+ */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/http_struct.h>
-#include <sys/queue.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
-#include <jansson.h>
 
-#include "daemon.h"
 #include "http.h"
 #include "log.h"
 #include "util.h"
 
-#define ALL_METHODS (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | \
-                     EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | \
-                     EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
-#define IDLE_TIMEOUT_S 60
-#define MAX_HEADERS_SIZE (16 * 1024)
+#define RBUF_INIT 4096
+/* Unsent answers past this: read no more requests until the client reads. */
+#define WBUF_HIGH (64 * 1024)
+/* A connection we close while the client may still be sending is read and
+ * discarded this long, so it reads our answer instead of a reset. */
+#define LINGER_MS 2000
+#define SWEEP_MS 100
+#define REQ_FREE_MAX 256
+#define ACCEPT_PAUSE_MS 100
 
-/* A check between its request and its answer. */
-struct http_check {
-    struct evhttp_request *req;
-    struct rl_worker *w;
-    int64_t start_us;               /* access log only: 0 when not logged */
+enum conn_state {
+    C_HEAD,         /* reading a request head */
+    C_BODY,         /* reading a Content-Length body */
+    C_CHUNKED,      /* reading a chunked body */
+    C_CLOSING,      /* the last answer is queued: read nothing more */
+    C_LINGER        /* answered and half-closed: discarding input */
 };
 
-/* One line per sampled check: what was decided, never who by key (a key
- * may be a secret); the peer address is the connection's, not the caller's. */
-static void
-access_log(const struct http_check *hc, const struct rl_decision *d)
-{
-    struct evhttp_connection *evcon = evhttp_request_get_connection(hc->req);
-    char *peer = NULL;
-    ev_uint16_t port = 0;
+enum deadline {
+    D_NONE,         /* we owe an answer: the check has its own deadline */
+    D_HEADER, D_BODY, D_IDLE, D_WRITE, D_LINGER
+};
 
-    if (evcon != NULL)
-        evhttp_connection_get_peer(evcon, &peer, &port);
-    log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
-             "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
-             hc->w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
-             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded,
-             d->shadow, peer ? peer : "-", (long long)(now_monotonic_us() - hc->start_us));
+struct http_conn {
+    struct http_server *srv;
+    int fd;
+    struct event *rev, *wev;
+    enum conn_state state;
+    int reading;            /* rev is added */
+    int writing;            /* wev is added */
+    int busy;               /* inside our own callback: not freed there */
+    int dead;               /* free at the next safe point */
+    int eof;                /* the client sent FIN */
+    int linger;             /* bytes may still come: linger before close */
+    int stalled;            /* process() stopped for back-pressure */
+    enum deadline dkind;
+    int64_t deadline_ms;
+    /* input: unconsumed bytes are rbuf[rpos, rlen) */
+    char *rbuf;
+    size_t rcap, rlen, rpos;
+    size_t scan;            /* head bytes already searched for its end */
+    size_t head_len;
+    int64_t need;           /* C_BODY: body bytes */
+    struct http_chunked ch;
+    struct http_head head;
+    /* output: unsent bytes are wbuf[woff, wlen) */
+    char *wbuf;
+    size_t wcap, wlen, woff;
+    /* requests read and not yet written, oldest first */
+    struct http_req *q_head, *q_tail;
+    size_t nq;
+    struct sockaddr_storage peer;
+    struct http_conn *prev, *next;
+};
+
+struct http_server {
+    struct event_base *base;
+    struct evconnlistener *lev;
+    struct event *sweep_ev;
+    const struct rl_http_conf *limits;
+    const int64_t *max_body;
+    http_handler handler;
+    void *arg;
+    struct http_counters *counters;
+    struct http_counters own;       /* when the caller keeps none */
+    struct http_conn *conns;
+    size_t nconns, cap;
+    int paused;                     /* accepting stopped by the cap */
+    int draining;
+    void (*empty)(void *);
+    void *empty_arg;
+    struct http_req *free_reqs;
+    size_t nfree;
+    time_t date_t;
+    char date[40];                  /* "Date: ...\r\n" of date_t */
+};
+
+static void conn_settle(struct http_conn *c);
+static void on_write(evutil_socket_t fd, short what, void *arg);
+
+/* ---- small things ---------------------------------------------------------- */
+
+static int64_t
+coarse_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void
-send_json(struct evhttp_request *req, int code, const char *reason,
-          const char *body, size_t len)
-{
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+#define COUNT(srv, field) __atomic_add_fetch(&(srv)->counters->field, 1, __ATOMIC_RELAXED)
 
-    evhttp_add_header(h, "Content-Type", "application/json");
-    evbuffer_add(evhttp_request_get_output_buffer(req), body, len);
-    evhttp_send_reply(req, code, reason, NULL);
-}
-
-static const char *
-reason_of(int code)
+const char *
+http_reason(int status)
 {
-    switch (code) {
+    switch (status) {
+    case 100: return "Continue";
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
     case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
     default: return "Error";
     }
 }
 
-/* {"error": msg} with msg escaped: it may quote what the caller sent. */
-static void
-send_error(struct evhttp_request *req, int code, const char *msg)
+const char *
+http_method_name(enum http_method m)
 {
-    json_t *o = json_pack("{s:s}", "error", msg);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-    if (s != NULL)
-        send_json(req, code, reason_of(code), s, strlen(s));
-    else
-        send_json(req, code, reason_of(code), "{\"error\":\"internal error\"}", 27);
-    free(s);
-    json_decref(o);
+    static const char *const names[] = {
+        [HTTP_M_GET] = "GET", [HTTP_M_HEAD] = "HEAD", [HTTP_M_POST] = "POST",
+        [HTTP_M_PUT] = "PUT", [HTTP_M_DELETE] = "DELETE", [HTTP_M_OPTIONS] = "OPTIONS",
+        [HTTP_M_TRACE] = "TRACE", [HTTP_M_CONNECT] = "CONNECT", [HTTP_M_PATCH] = "PATCH",
+    };
+    return (size_t)m < RL_ARRAY_LEN(names) ? names[m] : NULL;
 }
 
-static void
-send_405(struct evhttp_request *req, struct rl_worker *w, const char *allow)
-{
-    metrics_reject(w->metrics, RL_REJ_METHOD);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-    send_error(req, 405, "method not allowed");
-}
-
-static void
-add_header(const char *name, const char *value, void *arg)
-{
-    evhttp_add_header(arg, name, value);
-}
-
-static void
-on_check_done(const struct rl_decision *d, void *arg)
-{
-    struct http_check *hc = arg;
-    struct evhttp_request *req = hc->req;
-    struct rl_worker *w = hc->w;
-    char body[2048];
-    size_t n;
-
-    if (hc->start_us != 0)
-        access_log(hc, d);
-    if (d->status == 503) {
-        send_error(req, 503, "backend unavailable");
-    } else {
-        response_headers(d, add_header, evhttp_request_get_output_headers(req));
-        n = response_body(d, body, sizeof(body));
-        send_json(req, d->status, reason_of(d->status), body, n);
-    }
-    free(hc);
-    worker_check_done(w);
-}
-
+/* RFC 9110 6.6.1: an origin server with a clock sends Date; formatted once
+ * a second, not per answer. */
 static const char *
-find_header(void *hctx, const char *name)
+date_line(struct http_server *srv)
 {
-    return evhttp_find_header(evhttp_request_get_input_headers(hctx), name);
+    time_t now = time(NULL);
+
+    if (now != srv->date_t) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(srv->date, sizeof(srv->date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        srv->date_t = now;
+    }
+    return srv->date;
+}
+
+static struct http_req *
+req_get(struct http_server *srv)
+{
+    struct http_req *r = srv->free_reqs;
+
+    if (r != NULL) {
+        srv->free_reqs = r->next;
+        srv->nfree--;
+    } else {
+        r = xmalloc(sizeof(*r));
+    }
+    memset(r, 0, sizeof(*r));
+    r->srv = srv;
+    return r;
+}
+
+static void
+req_put(struct http_server *srv, struct http_req *r)
+{
+    free(r->out);
+    if (srv->nfree >= REQ_FREE_MAX) {
+        free(r);
+        return;
+    }
+    r->next = srv->free_reqs;
+    srv->free_reqs = r;
+    srv->nfree++;
+}
+
+/* ---- reading and writing ----------------------------------------------------- */
+
+static void
+wb_reserve(struct http_conn *c, size_t n)
+{
+    if (c->woff == c->wlen) {
+        c->woff = c->wlen = 0;
+    } else if (c->woff > 0 && c->wlen + n > c->wcap) {
+        memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+        c->wlen -= c->woff;
+        c->woff = 0;
+    }
+    if (c->wlen + n > c->wcap) {
+        size_t cap = c->wcap ? c->wcap : 2048;
+        while (cap < c->wlen + n)
+            cap *= 2;
+        c->wbuf = xrealloc(c->wbuf, cap);
+        c->wcap = cap;
+    }
+}
+
+static void
+wb_add(struct http_conn *c, const char *s, size_t n)
+{
+    wb_reserve(c, n);
+    memcpy(c->wbuf + c->wlen, s, n);
+    c->wlen += n;
+}
+
+static void
+want_write(struct http_conn *c, int on)
+{
+    if (on && !c->writing) {
+        if (c->wev == NULL)
+            c->wev = event_new(c->srv->base, c->fd, EV_WRITE | EV_PERSIST,
+                               on_write, c);
+        event_add(c->wev, NULL);
+        c->writing = 1;
+    } else if (!on && c->writing) {
+        event_del(c->wev);
+        c->writing = 0;
+    }
+}
+
+static void
+want_read(struct http_conn *c, int on)
+{
+    if (on && !c->reading && !c->eof) {
+        event_add(c->rev, NULL);
+        c->reading = 1;
+    } else if (!on && c->reading) {
+        event_del(c->rev);
+        c->reading = 0;
+    }
+}
+
+/* Write what is pending; RL_ERR when the connection broke (then dead). */
+static int
+flush(struct http_conn *c)
+{
+    while (c->woff < c->wlen) {
+        ssize_t n = write(c->fd, c->wbuf + c->woff, c->wlen - c->woff);
+        if (n > 0) {
+            c->woff += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            want_write(c, 1);
+            return RL_OK;
+        }
+        c->dead = 1;        /* the peer is gone: nothing to tell it */
+        return RL_ERR;
+    }
+    c->woff = c->wlen = 0;
+    want_write(c, 0);
+    return RL_OK;
+}
+
+/* Room for `total` unconsumed bytes from rpos on, moving or growing rbuf;
+ * a parsed head's pointers move with it. */
+static void
+make_room(struct http_conn *c, size_t total)
+{
+    char *old = c->rbuf;
+    size_t base = c->rpos, old_cap = c->rcap;
+
+    if (c->rcap - c->rpos >= total && c->rlen < c->rcap)
+        return;
+    if (c->rpos > 0) {
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        if (c->state == C_CHUNKED) {
+            c->ch.in -= c->rpos;
+            c->ch.out -= c->rpos;
+        }
+        c->rpos = 0;
+    }
+    if (c->rcap < total || c->rlen == c->rcap) {
+        size_t cap = c->rcap * 2;
+        while (cap < total)
+            cap *= 2;
+        c->rbuf = xrealloc(c->rbuf, cap);
+        c->rcap = cap;
+    }
+    if ((c->state == C_BODY || c->state == C_CHUNKED) &&
+        (c->rbuf != old || base != 0)) {
+        /* every pointer of the head is into rbuf, but "/" of split_path */
+        struct http_head *h = &c->head;
+        const char *from = old + base;
+#define MOVE(p) do { if ((p) >= from && (p) < old + old_cap) \
+                         (p) = c->rbuf + ((p) - from); } while (0)
+        MOVE(h->method_name);
+        MOVE(h->target);
+        MOVE(h->path);
+        for (size_t i = 0; i < h->nheaders; i++) {
+            MOVE(h->headers[i].name);
+            MOVE(h->headers[i].value);
+        }
+#undef MOVE
+    }
+}
+
+/* ---- answering ------------------------------------------------------------------ */
+
+static void
+enqueue(struct http_conn *c, struct http_req *r)
+{
+    r->conn = c;
+    r->next = NULL;
+    if (c->q_tail != NULL)
+        c->q_tail->next = r;
+    else
+        c->q_head = r;
+    c->q_tail = r;
+    c->nq++;
+}
+
+static struct http_req *
+dequeue(struct http_conn *c)
+{
+    struct http_req *r = c->q_head;
+
+    c->q_head = r->next;
+    if (c->q_head == NULL)
+        c->q_tail = NULL;
+    c->nq--;
+    return r;
+}
+
+/* The whole answer as bytes, into (buf, len) of the caller's choice. */
+static size_t
+answer_size(const struct http_response *resp)
+{
+    return 256 + resp->headers_len + resp->body_len +
+           (resp->content_type ? strlen(resp->content_type) : 0);
 }
 
 static size_t
-join_headers(void *hctx, const char *name, char *buf, size_t size)
+format_answer(struct http_server *srv, const struct http_req *r,
+              const struct http_response *resp, int close, char *out, size_t size)
 {
-    struct evkeyvalq *hs = evhttp_request_get_input_headers(hctx);
-    struct evkeyval *kv;
-    size_t o = 0;
+    struct strbuf sb;
+    const char *reason = http_reason(resp->status);
 
-    TAILQ_FOREACH(kv, hs, next) {
-        if (strcasecmp(kv->key, name) != 0)
-            continue;
-        size_t n = strlen(kv->value);
-        if (o + n + 2 > size)
-            return size;        /* does not fit: say so, never truncate */
-        if (o > 0)
-            buf[o++] = ',';
-        memcpy(buf + o, kv->value, n);
-        o += n;
-        buf[o] = '\0';
-    }
-    return o;
-}
-
-static void
-peer_of(struct evhttp_request *req, struct rl_ident_input *in)
-{
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    const struct sockaddr *sa = evcon ? evhttp_connection_get_addr(evcon) : NULL;
-
-    in->peer_family = 0;
-    if (sa == NULL)
-        return;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)sa;
-        in->peer_family = AF_INET;
-        memcpy(in->peer_addr, &sin->sin_addr, 4);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)sa;
-        const uint8_t *a = sin6->sin6_addr.s6_addr;
-        static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
-        if (memcmp(a, mapped, 12) == 0) {
-            in->peer_family = AF_INET;
-            memcpy(in->peer_addr, a + 12, 4);
-        } else {
-            in->peer_family = AF_INET6;
-            memcpy(in->peer_addr, a, 16);
-        }
-    }
-}
-
-static const char *
-method_name(enum evhttp_cmd_type m)
-{
-    switch (m) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-    default: return NULL;
-    }
-}
-
-/*
- * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
- * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
- * method, no body, the original request in its headers, or in the path after
- * /check/ and the method itself.
- */
-static void
-handle_check(struct evhttp_request *req, struct rl_worker *w, const char *path,
-             int forward)
-{
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    struct rl_config *cfg;
-    struct rl_check_input ci;
-    struct http_check *hc;
-    char *error = NULL;
-    int status;
-
-    if (w->draining) {
-        metrics_reject(w->metrics, RL_REJ_DRAINING);
-        send_error(req, 503, "shutting down");
-        return;
-    }
-    cfg = daemon_config();
-    if ((int64_t)len > cfg->max_body) {
-        metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
-        send_error(req, 413, "body: larger than max_body");
-        config_unref(cfg);
-        return;
-    }
-    /* A backend that slows down must not grow a queue without bound: past
-     * the cap, answer at once and let the caller decide. */
-    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
-        cfg->max_inflight) {
-        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
-        send_error(req, 503, "overloaded: too many checks in flight");
-        config_unref(cfg);
-        return;
-    }
-    memset(&ci, 0, sizeof(ci));
-    if (forward) {
-        /* the gateway's body is its client's: never ours to parse */
-        len = 0;
-        if (path[6] == '/') {
-            ci.path = path + 6;
-            ci.path_len = strlen(ci.path);
-        }
-        ci.method = method_name(evhttp_request_get_command(req));
-    }
-    ci.body = len ? (const char *)evbuffer_pullup(in, -1) : NULL;
-    ci.body_len = len;
-    ci.ident.header = find_header;
-    ci.ident.header_all = join_headers;
-    ci.ident.hctx = req;
-    peer_of(req, &ci.ident);
-
-    hc = xmalloc(sizeof(*hc));
-    hc->req = req;
-    hc->w = w;
-    hc->start_us = cfg->access_log > 0 && ++w->access_seq % (uint64_t)cfg->access_log == 0
-                   ? now_monotonic_us() : 0;
-    worker_check_begin(w);
-    if (check_start(&w->env, cfg, &ci, on_check_done, hc, &status, &error) != RL_OK) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        send_error(req, status, error);
-        free(error);
-        free(hc);
-        worker_check_done(w);
-    }
-    config_unref(cfg);
-}
-
-static void
-handle_readyz(struct evhttp_request *req, struct rl_worker *w)
-{
-    int which;
-    const char *reason = worker_readiness(w, &which);
-    char body[256];
-    json_t *o;
-    char *s;
-
-    if (reason == NULL) {
-        send_json(req, 200, "OK", "{\"status\":\"ready\"}", 18);
-        return;
-    }
-    o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
-    s = json_dumps(o, JSON_COMPACT);
-    snprintf(body, sizeof(body), "%s", s ? s : "{\"status\":\"not ready\"}");
-    send_json(req, 503, reason_of(503), body, strlen(body));
-    free(s);
-    json_decref(o);
-}
-
-static void
-handle_metrics(struct evhttp_request *req, struct rl_worker *w)
-{
-    struct evbuffer *out = evhttp_request_get_output_buffer(req);
-
-    daemon_metrics(out);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, 200, "OK", NULL);
-    (void)w;
-}
-
-/*
- * Framing that two parsers could read two ways is refused and the connection
- * closed (RFC 9112 6.1, 6.3): behind a proxy, the bytes after an ambiguous
- * body would otherwise be read as a request the proxy never saw.  NULL when
- * the request is sound.
- */
-static const char *
-bad_framing(struct evhttp_request *req)
-{
-    struct evkeyvalq *hs = evhttp_request_get_input_headers(req);
-    struct evkeyval *kv;
-    const char *cl = NULL, *te = NULL;
-
-    TAILQ_FOREACH(kv, hs, next) {
-        if (strcasecmp(kv->key, "Content-Length") == 0) {
-            if (cl != NULL && strcmp(cl, kv->value) != 0)
-                return "conflicting Content-Length headers";
-            cl = kv->value;
-        } else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
-            if (te != NULL || strcasecmp(kv->value, "chunked") != 0)
-                return "unsupported Transfer-Encoding";
-            te = kv->value;
-        }
-    }
-    if (cl != NULL && te != NULL)
-        return "both Content-Length and Transfer-Encoding";
-    /* libevent 2.1 has no accessor for the version: http_struct.h it is */
-    if (req->major == 1 && req->minor >= 1 && evhttp_find_header(hs, "Host") == NULL)
-        return "HTTP/1.1 request without Host";
-    return NULL;
-}
-
-static int
-forward_auth_on(void)
-{
-    struct rl_config *cfg = daemon_config();
-    int on = cfg->forward_auth;
-
-    config_unref(cfg);
-    return on;
-}
-
-static void
-route(struct evhttp_request *req, void *arg)
-{
-    struct rl_worker *w = arg;
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    int get = m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD;
-
-    if (path == NULL)
-        path = "";
-    const char *framing = bad_framing(req);
-    if (framing != NULL) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        send_error(req, 400, framing);
-        return;
-    }
-    if (strcmp(path, "/check") == 0 && m == EVHTTP_REQ_POST) {
-        handle_check(req, w, path, 0);
-    } else if (strncmp(path, "/check", 6) == 0 && (path[6] == '\0' || path[6] == '/') &&
-               forward_auth_on()) {
-        handle_check(req, w, path, 1);
-    } else if (strcmp(path, "/check") == 0) {
-        send_405(req, w, "POST");
-    } else if (strcmp(path, "/healthz") == 0) {
-        if (get)
-            send_json(req, 200, "OK", "{\"status\":\"ok\"}", 15);
-        else
-            send_405(req, w, "GET, HEAD");
-    } else if (strcmp(path, "/readyz") == 0) {
-        if (get)
-            handle_readyz(req, w);
-        else
-            send_405(req, w, "GET, HEAD");
-    } else if (strcmp(path, "/metrics") == 0) {
-        if (get)
-            handle_metrics(req, w);
-        else
-            send_405(req, w, "GET, HEAD");
+    sb_init(&sb, out, size);
+    sb_mem(&sb, "HTTP/1.1 ", 9);
+    sb_i64(&sb, resp->status);
+    sb_mem(&sb, " ", 1);
+    sb_str(&sb, reason);
+    sb_mem(&sb, "\r\n", 2);
+    sb_str(&sb, date_line(srv));
+    sb_mem(&sb, "Content-Type: ", 14);
+    sb_str(&sb, resp->content_type ? resp->content_type : "application/json");
+    sb_mem(&sb, "\r\nContent-Length: ", 18);
+    sb_i64(&sb, (int64_t)resp->body_len);
+    sb_mem(&sb, "\r\n", 2);
+    if (resp->headers_len > 0)
+        sb_mem(&sb, resp->headers, resp->headers_len);
+    if (close) {
+        sb_mem(&sb, "Connection: close\r\n", 19);
     } else {
-        metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
-        send_error(req, 404, "no such path: use POST /check, GET /healthz, "
-                   "GET /readyz or GET /metrics");
+        if (r->minor == 0)
+            sb_mem(&sb, "Connection: keep-alive\r\n", 24);
+        sb_mem(&sb, "Keep-Alive: timeout=", 20);
+        sb_i64(&sb, srv->limits->idle_timeout_ms / 1000 > 0
+                    ? srv->limits->idle_timeout_ms / 1000 : 1);
+        sb_mem(&sb, "\r\n", 2);
     }
+    sb_mem(&sb, "\r\n", 2);
+    if (!r->head_only && resp->body_len > 0)
+        sb_mem(&sb, resp->body, resp->body_len);
+    return sb.len < size ? sb.len : size - 1;
+}
+
+/* Answers at the head of the queue go to wbuf, in order. */
+static void
+pop_answered(struct http_conn *c)
+{
+    while (c->q_head != NULL && c->q_head->answered) {
+        struct http_req *r = dequeue(c);
+        wb_add(c, r->out, r->out_len);
+        req_put(c->srv, r);
+    }
+}
+
+void
+http_respond(struct http_req *r, const struct http_response *resp)
+{
+    struct http_conn *c = r->conn;
+    struct http_server *srv = r->srv;
+    int close;
+    size_t n;
+
+    if (c == NULL) {                    /* its connection died meanwhile */
+        req_put(srv, r);
+        return;
+    }
+    /* the last request before a close says so; a request with more behind
+     * it on the connection cannot be the last */
+    close = (resp->close || !r->keep_alive || c->state == C_CLOSING) && r->next == NULL;
+    if (resp->close || !r->keep_alive) {
+        c->state = C_CLOSING;
+        close = 1;
+    }
+    n = answer_size(resp);
+    if (r == c->q_head) {
+        wb_reserve(c, n);
+        c->wlen += format_answer(srv, r, resp, close, c->wbuf + c->wlen, n);
+        req_put(srv, dequeue(c));
+        pop_answered(c);
+    } else {
+        r->out = xmalloc(n);
+        r->out_len = format_answer(srv, r, resp, close, r->out, n);
+        r->answered = 1;
+    }
+    if (!c->busy)
+        conn_settle(c);
+}
+
+/* A JSON error for a request we refuse ourselves; the connection closes
+ * after it (what follows on the stream cannot be trusted). */
+static void
+refuse(struct http_conn *c, int status, const char *why)
+{
+    struct http_req *r = req_get(c->srv);
+    struct http_response resp = {.status = status, .close = 1};
+    char body[256];
+    struct strbuf sb;
+
+    if (status == 408)
+        COUNT(c->srv, timeouts);
+    else if (status == 413 || status == 431)
+        COUNT(c->srv, too_large);
+    else
+        COUNT(c->srv, bad_request);
+    /* `why` is our own static text: no escaping needed */
+    sb_init(&sb, body, sizeof(body));
+    sb_str(&sb, "{\"error\":\"");
+    sb_str(&sb, why);
+    sb_str(&sb, "\"}");
+    resp.body = body;
+    resp.body_len = sb.len;
+    r->keep_alive = 0;
+    r->minor = 1;
+    enqueue(c, r);
+    c->state = C_CLOSING;
+    c->linger = 1;
+    http_respond(r, &resp);
+}
+
+/* ---- one request ---------------------------------------------------------------- */
+
+static void
+dispatch(struct http_conn *c, const char *body, size_t len)
+{
+    struct http_server *srv = c->srv;
+    struct http_req *r = req_get(srv);
+
+    r->head = &c->head;
+    r->body = body;
+    r->body_len = len;
+    r->head_only = c->head.method == HTTP_M_HEAD;
+    r->keep_alive = c->head.keep_alive && !srv->draining;
+    r->minor = c->head.minor;
+    enqueue(c, r);
+    if (!r->keep_alive)
+        c->state = C_CLOSING;
+    srv->handler(r, srv->arg);
+    r->head = NULL;         /* r may be answered (and reused) already: */
+    r = NULL;               /* touch it no more */
+}
+
+/* The head is in: decide how its body is framed. */
+static int
+start_body(struct http_conn *c, size_t head_len)
+{
+    struct http_head *h = &c->head;
+    int64_t max = *c->srv->max_body;
+
+    c->head_len = head_len;
+    /* RFC 9110 10.1.1: a length we will refuse is refused before any
+     * "100 Continue", so the client never sends it */
+    if (h->content_length > max) {
+        refuse(c, 413, "body: larger than max_body");
+        return RL_ERR;
+    }
+    if (h->chunked) {
+        memset(&c->ch, 0, sizeof(c->ch));
+        c->ch.in = c->ch.out = c->rpos + head_len;
+        c->state = C_CHUNKED;
+    } else {
+        c->need = h->content_length > 0 ? h->content_length : 0;
+        c->state = C_BODY;
+    }
+    if (h->expect_continue && c->nq == 0 &&
+        (h->chunked || (size_t)c->need > c->rlen - c->rpos - head_len))
+        wb_add(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    return RL_OK;
+}
+
+/* Read every complete request that is buffered, as far as back-pressure
+ * allows. */
+static void
+process(struct http_conn *c)
+{
+    const struct rl_http_conf *lim = c->srv->limits;
+    const char *why;
+    ssize_t n;
+    int rc;
+
+    while (!c->dead && c->state <= C_CHUNKED) {
+        if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
+            want_read(c, 0);            /* back-pressure: the client reads first */
+            c->stalled = 1;
+            return;
+        }
+        if (c->state == C_HEAD) {
+            size_t avail = c->rlen - c->rpos;
+            if (avail == 0)
+                break;
+            n = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
+                                &c->scan, &c->head, &why);
+            if (n < 0) {
+                refuse(c, (int)-n, why);
+                break;
+            }
+            if (n == 0) {
+                make_room(c, avail + 1);
+                break;
+            }
+            if (start_body(c, (size_t)n) != RL_OK)
+                break;
+        }
+        if (c->state == C_BODY) {
+            size_t total = c->head_len + (size_t)c->need;
+            if (c->rlen - c->rpos < total) {
+                make_room(c, total);
+                break;
+            }
+            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need);
+            c->rpos += total;
+        } else {
+            size_t body_at = c->rpos + c->head_len;
+            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &why);
+            if (rc < 0) {
+                refuse(c, -rc, why);
+                break;
+            }
+            if (rc == 0) {
+                /* decoded bytes stay; the raw tail moves down onto the
+                 * framing already read */
+                if (c->ch.in > c->ch.out) {
+                    memmove(c->rbuf + c->ch.out, c->rbuf + c->ch.in, c->rlen - c->ch.in);
+                    c->rlen -= c->ch.in - c->ch.out;
+                    c->ch.in = c->ch.out;
+                }
+                make_room(c, c->rlen - c->rpos + 1);
+                break;
+            }
+            dispatch(c, c->rbuf + body_at, c->ch.out - body_at);
+            c->rpos = c->ch.in;
+        }
+        if (c->state != C_CLOSING)
+            c->state = C_HEAD;
+        c->scan = 0;
+        if (c->rpos == c->rlen)
+            c->rpos = c->rlen = 0;
+    }
+}
+
+/* ---- the connection's life -------------------------------------------------------- */
+
+static void
+conn_free(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+
+    while (c->q_head != NULL) {
+        struct http_req *r = dequeue(c);
+        if (r->answered)
+            req_put(srv, r);
+        else
+            r->conn = NULL;     /* its handler answers into the void */
+    }
+    if (c->rev != NULL)
+        event_free(c->rev);
+    if (c->wev != NULL)
+        event_free(c->wev);
+    close(c->fd);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    srv->nconns--;
+    __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
+    free(c->rbuf);
+    free(c->wbuf);
+    free(c);
+    if (srv->paused && !srv->draining && srv->nconns < srv->cap) {
+        evconnlistener_enable(srv->lev);
+        srv->paused = 0;
+    }
+    if (srv->draining && srv->nconns == 0 && srv->empty != NULL)
+        srv->empty(srv->empty_arg);
+}
+
+static void
+set_deadline(struct http_conn *c, enum deadline kind, int64_t ms)
+{
+    if (c->dkind == kind)
+        return;             /* measured from when the phase began */
+    c->dkind = kind;
+    c->deadline_ms = kind == D_NONE ? 0 : coarse_ms() + ms;
+}
+
+/* After anything happened: write, close when done, pick the deadline, and
+ * free a dead connection.  c may be gone when this returns. */
+static void
+conn_settle(struct http_conn *c)
+{
+    const struct rl_http_conf *lim = c->srv->limits;
+
+    if (!c->dead && c->wlen > c->woff)
+        (void)flush(c);
+    /* back-pressure released: read the requests already buffered */
+    while (!c->dead && c->stalled && c->nq < (size_t)lim->max_pipelined &&
+           c->wlen - c->woff <= WBUF_HIGH) {
+        c->stalled = 0;
+        c->busy++;
+        process(c);
+        c->busy--;
+        if (!c->dead && c->wlen > c->woff)
+            (void)flush(c);
+    }
+    if (c->dead) {
+        conn_free(c);
+        return;
+    }
+    if (c->wlen > c->woff) {
+        set_deadline(c, D_WRITE, lim->idle_timeout_ms);
+        return;
+    }
+    if (c->nq > 0) {
+        set_deadline(c, D_NONE, 0);
+        return;
+    }
+    if (c->state == C_CLOSING || (c->eof && c->state != C_LINGER)) {
+        /* all answered: a client that may still be sending gets time to
+         * read the answer before the close */
+        if (!c->linger && c->rlen == c->rpos) {
+            conn_free(c);
+            return;
+        }
+        shutdown(c->fd, SHUT_WR);
+        c->state = C_LINGER;
+        c->rpos = c->rlen = 0;
+        want_read(c, 1);
+        set_deadline(c, D_LINGER, LINGER_MS);
+        if (c->eof)
+            conn_free(c);
+        return;
+    }
+    if (c->state == C_LINGER)
+        return;
+    if (c->state == C_HEAD && c->rlen == c->rpos) {
+        if (c->srv->draining) {
+            conn_free(c);
+            return;
+        }
+        set_deadline(c, D_IDLE, lim->idle_timeout_ms);
+    } else if (c->state == C_HEAD) {
+        set_deadline(c, D_HEADER, lim->header_timeout_ms);
+    } else {
+        set_deadline(c, D_BODY, lim->body_timeout_ms);
+    }
+    if (!c->reading && !c->stalled)
+        want_read(c, 1);
+}
+
+static void
+on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    ssize_t n;
+
+    if (c->state == C_LINGER || c->state == C_CLOSING) {
+        char sink[4096];
+        n = read(fd, sink, sizeof(sink));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            if (c->state == C_LINGER) {
+                conn_free(c);
+                return;
+            }
+            c->eof = 1;
+            want_read(c, 0);
+        } else if (n > 0) {
+            c->linger = 1;
+        }
+        return;
+    }
+    if (c->rlen == c->rcap)
+        make_room(c, c->rlen - c->rpos + 1);
+    n = read(fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return;
+        c->dead = 1;
+    } else if (n == 0) {
+        c->eof = 1;
+        want_read(c, 0);
+        /* a request cut short is not answered; earlier ones are */
+        if (c->state != C_HEAD || c->rlen > c->rpos)
+            c->state = C_CLOSING;
+    } else {
+        c->rlen += (size_t)n;
+        c->busy++;
+        process(c);
+        c->busy--;
+    }
+    conn_settle(c);
+    (void)what;
+}
+
+static void
+on_write(evutil_socket_t fd, short what, void *arg)
+{
+    conn_settle(arg);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+          int salen, void *arg)
+{
+    struct http_server *srv = arg;
+    struct http_conn *c = xcalloc(1, sizeof(*c));
+
+    c->srv = srv;
+    c->fd = fd;
+    if (sa != NULL && salen > 0 && (size_t)salen <= sizeof(c->peer))
+        memcpy(&c->peer, sa, (size_t)salen);
+    c->rbuf = xmalloc(RBUF_INIT);
+    c->rcap = RBUF_INIT;
+    c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    want_read(c, 1);
+    c->next = srv->conns;
+    if (srv->conns != NULL)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+    COUNT(srv, accepted);
+    COUNT(srv, open);
+    /* a fresh connection owes us a request head */
+    set_deadline(c, D_HEADER, srv->limits->header_timeout_ms);
+    if (srv->nconns >= srv->cap && !srv->paused) {
+        evconnlistener_disable(lev);
+        srv->paused = 1;
+    }
+}
+
+static void
+on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_server *srv = arg;
+    int64_t now = coarse_ms();
+    struct http_conn *c, *next;
+
+    for (c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->dkind == D_NONE || now < c->deadline_ms)
+            continue;
+        switch (c->dkind) {
+        case D_HEADER:
+            if (c->rlen == c->rpos) {   /* never said a word: just go */
+                COUNT(srv, timeouts);
+                conn_free(c);
+                continue;
+            }
+            c->busy++;
+            refuse(c, 408, "request head not received within http.header_timeout");
+            c->busy--;
+            conn_settle(c);
+            break;
+        case D_BODY:
+            c->busy++;
+            refuse(c, 408, "request body not received within http.body_timeout");
+            c->busy--;
+            conn_settle(c);
+            break;
+        case D_IDLE:
+            COUNT(srv, timeouts);
+            conn_free(c);
+            break;
+        default:                        /* D_WRITE, D_LINGER */
+            conn_free(c);
+            break;
+        }
+    }
+    (void)fd;
+    (void)what;
 }
 
 static void
 on_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
-    evconnlistener_enable(arg);
+    struct http_server *srv = arg;
+
+    if (!srv->draining && !srv->paused)
+        evconnlistener_enable(srv->lev);
     (void)fd;
     (void)what;
 }
@@ -405,61 +839,143 @@ on_accept_resume(evutil_socket_t fd, short what, void *arg)
 static void
 on_accept_error(struct evconnlistener *lev, void *arg)
 {
+    struct http_server *srv = arg;
     int err = EVUTIL_SOCKET_ERROR();
-    struct timeval tv = {0, 100 * 1000};
+    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
 
     log_warn("msg=\"accept failed, pausing 100ms\" error=\"%s\"",
              evutil_socket_error_to_string(err));
     evconnlistener_disable(lev);
-    event_base_once(evconnlistener_get_base(lev), -1, EV_TIMEOUT,
-                    on_accept_resume, lev, &tv);
-    (void)arg;
+    event_base_once(srv->base, -1, EV_TIMEOUT, on_accept_resume, srv, &tv);
 }
 
+/* ---- the server ----------------------------------------------------------------- */
+
 int
-http_init(struct rl_worker *w, struct rl_config *cfg, char **cause)
+http_server_new(struct http_server **out, struct event_base *base, int fd,
+                const struct rl_http_conf *limits, const int64_t *max_body,
+                http_handler handler, void *arg, struct http_counters *counters,
+                char **cause)
 {
-    struct evconnlistener *lev;
-    int64_t cap;
+    struct http_server *srv = xcalloc(1, sizeof(*srv));
+    struct timeval tv = {0, SWEEP_MS * 1000};
 
-    w->http = evhttp_new(w->base);
-    if (w->http == NULL) {
-        *cause = xstrdup("evhttp_new failed");
-        return RL_ERR;
-    }
-    evhttp_set_allowed_methods(w->http, ALL_METHODS);
-    evhttp_set_timeout(w->http, IDLE_TIMEOUT_S);
-    evhttp_set_max_headers_size(w->http, MAX_HEADERS_SIZE);
-    /* Bodies up to a few times max_body are read and refused with a JSON
-     * 413 on a live connection; beyond that evhttp refuses them itself and
-     * closes, so a client cannot make us buffer an unbounded body. */
-    cap = cfg->max_body * 4 < 1024 * 1024 ? 1024 * 1024 : cfg->max_body * 4;
-    evhttp_set_max_body_size(w->http, cap);
-    evhttp_set_gencb(w->http, route, w);
-
-    lev = evconnlistener_new(w->base, NULL, NULL,
-                             LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0,
-                             w->listen_fd);
-    if (lev == NULL) {
+    srv->base = base;
+    srv->limits = limits;
+    srv->max_body = max_body;
+    srv->handler = handler;
+    srv->arg = arg;
+    srv->counters = counters != NULL ? counters : &srv->own;
+    srv->cap = (size_t)limits->max_connections;
+    srv->lev = evconnlistener_new(base, on_accept, srv,
+                                  LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+    if (srv->lev == NULL) {
         *cause = xstrdup("cannot listen on the socket");
+        free(srv);
         return RL_ERR;
     }
-    w->listen_fd = -1;      /* the listener owns it now */
-    evconnlistener_set_error_cb(lev, on_accept_error);
-    w->bound = evhttp_bind_listener(w->http, lev);
-    if (w->bound == NULL) {
-        evconnlistener_free(lev);
-        *cause = xstrdup("evhttp_bind_listener failed");
-        return RL_ERR;
-    }
+    evconnlistener_set_error_cb(srv->lev, on_accept_error);
+    srv->sweep_ev = event_new(base, -1, EV_PERSIST, on_sweep, srv);
+    event_add(srv->sweep_ev, &tv);
+    *out = srv;
     return RL_OK;
 }
 
 void
-http_stop_accepting(struct rl_worker *w)
+http_server_set_conn_cap(struct http_server *srv, size_t cap)
 {
-    if (w->bound != NULL) {
-        evhttp_del_accept_socket(w->http, w->bound);
-        w->bound = NULL;
+    srv->cap = cap > 0 ? cap : 1;
+    if (srv->draining || srv->lev == NULL)
+        return;
+    if (srv->paused && srv->nconns < srv->cap) {
+        evconnlistener_enable(srv->lev);
+        srv->paused = 0;
+    } else if (!srv->paused && srv->nconns >= srv->cap) {
+        evconnlistener_disable(srv->lev);
+        srv->paused = 1;
     }
+}
+
+void
+http_server_set_limits(struct http_server *srv, const struct rl_http_conf *limits,
+                       const int64_t *max_body)
+{
+    srv->limits = limits;
+    srv->max_body = max_body;
+}
+
+static void
+stop_listening(struct http_server *srv)
+{
+    if (srv->lev != NULL) {
+        evconnlistener_free(srv->lev);
+        srv->lev = NULL;
+    }
+}
+
+void
+http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
+{
+    struct http_conn *c, *next;
+
+    srv->draining = 1;
+    srv->empty = empty;
+    srv->empty_arg = arg;
+    stop_listening(srv);
+    for (c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->state != C_HEAD || c->rlen > c->rpos)
+            continue;           /* a request is coming in: it gets its answer */
+        if (c->nq == 0) {
+            if (c->wlen == c->woff)
+                conn_free(c);   /* idle: nothing owed either way */
+            continue;
+        }
+        c->state = C_CLOSING;   /* the last answer owed says close */
+    }
+    if (srv->nconns == 0 && empty != NULL)
+        empty(arg);
+}
+
+int
+http_server_draining(const struct http_server *srv)
+{
+    return srv->draining;
+}
+
+size_t
+http_server_connections(const struct http_server *srv)
+{
+    return srv->nconns;
+}
+
+void
+http_server_free(struct http_server *srv)
+{
+    if (srv == NULL)
+        return;
+    srv->empty = NULL;
+    while (srv->conns != NULL)
+        conn_free(srv->conns);
+    stop_listening(srv);
+    if (srv->sweep_ev != NULL)
+        event_free(srv->sweep_ev);
+    while (srv->free_reqs != NULL) {
+        struct http_req *r = srv->free_reqs;
+        srv->free_reqs = r->next;
+        free(r);
+    }
+    free(srv);
+}
+
+void *
+http_req_arg(const struct http_req *r)
+{
+    return r->srv->arg;
+}
+
+const struct sockaddr_storage *
+http_req_peer(const struct http_req *r)
+{
+    return r->conn != NULL ? &r->conn->peer : NULL;
 }

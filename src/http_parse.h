@@ -74,12 +74,15 @@ const struct http_header *http_head_find(const struct http_head *h,
  * buf[c->in..len) become body bytes at buf[c->out..), and c->out <= c->in
  * always, so the body ends up contiguous where the raw data began.  Start
  * with c zeroed and c->in = c->out = the offset of the body's first byte.
- * Chunk extensions and trailer fields are read and ignored.
+ * Chunk extensions and trailer fields are read and ignored; whitespace may
+ * follow the size (BWS before an extension, RFC 9112 7.1.1), nothing else.
  */
 struct http_chunked {
     int state;
     uint64_t left;          /* bytes of the current chunk still to copy */
+    uint64_t body;          /* body bytes decoded so far */
     size_t line;            /* bytes of the current size/trailer line */
+    size_t trailers;        /* trailer lines read */
     size_t in, out;         /* raw input read up to, decoded body end */
 };
 

@@ -148,9 +148,24 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     evbuffer_add_printf(out,
         "# HELP ratelimitd_requests_rejected_total Requests refused before a check ran.\n"
         "# TYPE ratelimitd_requests_rejected_total counter\n");
-    for (int r = 0; r < RL_REJ_COUNT; r++)
+    for (int r = 0; r < RL_REJ_COUNT; r++) {
+        /* the HTTP layer refuses malformed and oversize requests itself */
+        uint64_t v = SUM(rejected[r]) +
+                     (r == RL_REJ_BAD_REQUEST ? SUM(http.bad_request)
+                      : r == RL_REJ_TOO_LARGE ? SUM(http.too_large) : 0);
         evbuffer_add_printf(out, "ratelimitd_requests_rejected_total{reason=\"%s\"} %llu\n",
-                            rejects[r], (unsigned long long)SUM(rejected[r]));
+                            rejects[r], (unsigned long long)v);
+    }
+    evbuffer_add_printf(out,
+        "ratelimitd_requests_rejected_total{reason=\"timeout\"} %llu\n"
+        "# HELP ratelimitd_connections_accepted_total Connections accepted on the check listener.\n"
+        "# TYPE ratelimitd_connections_accepted_total counter\n"
+        "ratelimitd_connections_accepted_total %llu\n"
+        "# HELP ratelimitd_connections_open Connections open on the check listener.\n"
+        "# TYPE ratelimitd_connections_open gauge\n"
+        "ratelimitd_connections_open %llu\n",
+        (unsigned long long)SUM(http.timeouts), (unsigned long long)SUM(http.accepted),
+        (unsigned long long)SUM(http.open));
     evbuffer_add_printf(out,
         "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
         "# TYPE ratelimitd_backend_requests_total counter\n");

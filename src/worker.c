@@ -5,41 +5,34 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <event2/http.h>
 
+#include "api.h"
 #include "http.h"
 #include "log.h"
 #include "util.h"
 #include "worker.h"
 
-/* After the last in-flight answer, let its bytes reach the socket. */
-#define FLUSH_MS 100
 /* How often a worker tells the others whether its backend is ready. */
 #define READY_PUBLISH_MS 100
 
-static void
-stop_soon(struct rl_worker *w)
-{
-    struct timeval tv = {0, FLUSH_MS * 1000};
-
-    event_base_loopexit(w->base, &tv);
-}
-
-/* Draining ends when no check waits for the backend and every count a
- * hybrid policy admitted has reached it (or shutdown_grace is over). */
+/* Draining ends when every connection got its answers and closed, no check
+ * waits for the backend, and every count a hybrid policy admitted has
+ * reached it (or shutdown_grace is over).  A connection closes only after
+ * its last answer was written, so nothing is left to flush. */
 static int
 drained(const struct rl_worker *w)
 {
-    return w->metrics->inflight == 0 && hybrid_idle(w->env.hybrid);
+    return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
+           hybrid_idle(w->env.hybrid);
 }
 
 static void
-on_hybrid_idle(void *arg)
+stop_if_drained(void *arg)
 {
     struct rl_worker *w = arg;
 
-    if (drained(w))
-        stop_soon(w);
+    if (w->draining && drained(w))
+        event_base_loopexit(w->base, NULL);
 }
 
 static void
@@ -64,11 +57,11 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     if (w->draining)
         return;
     w->draining = 1;
-    http_stop_accepting(w);
     if (w->env.hybrid != NULL)
-        hybrid_drain(w->env.hybrid, on_hybrid_idle, w);
+        hybrid_drain(w->env.hybrid, stop_if_drained, w);
+    http_server_drain(w->http, stop_if_drained, w);
     if (drained(w)) {
-        stop_soon(w);
+        event_base_loopexit(w->base, NULL);
         return;
     }
     w->grace_ev = evtimer_new(w->base, on_grace, w);
@@ -115,6 +108,47 @@ worker_readiness(struct rl_worker *w, int *which)
     return reason;
 }
 
+/* The config handed over by worker_set_config, swapped in on this thread. */
+static void
+on_config(evutil_socket_t fd, short what, void *arg)
+{
+    struct rl_worker *w = arg;
+    struct rl_config *cfg = __atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL);
+    struct rl_config *old = w->cfg;
+    size_t n = w->npeers > 0 ? w->npeers : 1;
+
+    if (cfg == NULL)
+        return;
+    w->cfg = cfg;
+    http_server_set_limits(w->http, &cfg->http, &cfg->max_body);
+    http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
+    config_unref(old);
+    (void)fd;
+    (void)what;
+}
+
+void
+worker_set_config(struct rl_worker *w, struct rl_config *cfg)
+{
+    struct rl_config *stale = __atomic_exchange_n(&w->next_cfg, config_ref(cfg),
+                                                  __ATOMIC_ACQ_REL);
+
+    config_unref(stale);        /* one the worker never took: superseded */
+    /* thread-safe: evthread_use_pthreads() was called before any base */
+    event_active(w->cfg_ev, EV_READ, 0);
+}
+
+void
+worker_metrics(struct rl_worker *w, struct evbuffer *out)
+{
+    struct rl_metrics *ms[256];
+    size_t n = w->npeers < RL_ARRAY_LEN(ms) ? w->npeers : RL_ARRAY_LEN(ms);
+
+    for (size_t i = 0; i < n; i++)
+        ms[i] = w->peers[i].metrics;
+    metrics_format(out, ms, n);
+}
+
 int
 worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
             char **cause)
@@ -122,6 +156,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->listen_fd = listen_fd;
+    w->cfg = config_ref(cfg);
     w->metrics = xcalloc(1, sizeof(*w->metrics));
     /* The changelist folds the add/del pairs evhttp makes around each
      * request into one epoll_ctl: measured 4.2 -> 2.5 per check. */
@@ -153,13 +188,18 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
                                    (size_t)cfg->hybrid_table_size);
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
+    w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
     w->ready_reason = own_readiness(w);
     w->ready_ev = event_new(w->base, -1, EV_PERSIST, on_ready_publish, w);
     {
         struct timeval tv = {0, READY_PUBLISH_MS * 1000};
         event_add(w->ready_ev, &tv);
     }
-    return http_init(w, cfg, cause);
+    if (http_server_new(&w->http, w->base, listen_fd, &w->cfg->http, &w->cfg->max_body,
+                        api_handle, w, &w->metrics->http, cause) != RL_OK)
+        return RL_ERR;
+    w->listen_fd = -1;      /* the server owns it now */
+    return RL_OK;
 }
 
 static void *
@@ -178,6 +218,10 @@ worker_main(void *arg)
 int
 worker_start(struct rl_worker *w)
 {
+    size_t n = w->npeers > 0 ? w->npeers : 1;
+
+    /* the daemon's max_connections, shared by its workers */
+    http_server_set_conn_cap(w->http, ((size_t)w->cfg->http.max_connections + n - 1) / n);
     return pthread_create(&w->thread, NULL, worker_main, w) == 0 ? RL_OK : RL_ERR;
 }
 
@@ -206,12 +250,13 @@ worker_free(struct rl_worker *w)
     if (w->local != NULL)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid);      /* its timer lives on the base */
-    if (w->http != NULL)
-        evhttp_free(w->http);
+    http_server_free(w->http);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)
         event_free(w->drain_ev);
+    if (w->cfg_ev != NULL)
+        event_free(w->cfg_ev);
     if (w->ready_ev != NULL)
         event_free(w->ready_ev);
     if (w->grace_ev != NULL)
@@ -220,6 +265,8 @@ worker_free(struct rl_worker *w)
         event_base_free(w->base);
     free(w->metrics);
     deny_cache_free(w->env.deny);
+    config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
+    config_unref(w->cfg);
 }
 
 void
@@ -232,7 +279,6 @@ worker_check_begin(struct rl_worker *w)
 void
 worker_check_done(struct rl_worker *w)
 {
-    if (__atomic_sub_fetch(&w->metrics->inflight, 1, __ATOMIC_RELAXED) == 0 &&
-        w->draining && hybrid_idle(w->env.hybrid))
-        stop_soon(w);
+    if (__atomic_sub_fetch(&w->metrics->inflight, 1, __ATOMIC_RELAXED) == 0)
+        stop_if_drained(w);
 }

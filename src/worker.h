@@ -1,7 +1,8 @@
 /*
  * worker.h — one thread, one event_base, one listener, one backend
- * connection.  Workers share nothing mutable but the config pointer (see
- * daemon.h) and the memory backend's store, so N of them scale across cores.
+ * connection.  Workers share nothing mutable but the memory backend's store:
+ * each holds its own reference to the config, handed over by an event on
+ * reload, so no check takes a lock and N workers scale across cores.
  */
 #ifndef RL_WORKER_H
 #define RL_WORKER_H
@@ -14,18 +15,21 @@
 
 struct event_base;
 struct event;
-struct evhttp;
-struct evhttp_bound_socket;
+struct evbuffer;
+struct http_server;
 
 struct rl_worker {
     int id;
     pthread_t thread;
     struct event_base *base;
-    struct evhttp *http;
-    struct evhttp_bound_socket *bound;
+    struct http_server *http;       /* the check listener */
+    struct rl_config *cfg;          /* in force on this worker (a reference) */
+    struct rl_config *next_cfg;     /* handed over by worker_set_config (atomic) */
+    struct event *cfg_ev;
     int listen_fd;
     struct rl_backend *backend;
-    struct rl_backend *local;       /* failure_mode local; NULL otherwise */
+    struct rl_backend *local;       /* the memory backend for failure_mode
+                                     * local, with the redis backend only */
     struct rl_check_env env;
     struct event *drain_ev;         /* activated by the main thread */
     struct event *grace_ev;         /* end of shutdown_grace */
@@ -45,7 +49,11 @@ struct rl_worker {
 /* Set up a worker on an already listening socket (it takes the fd). */
 int worker_init(struct rl_worker *w, int id, int listen_fd,
                 struct rl_config *cfg, char **cause) RL_WUR;
+/* After worker_init of every worker: peers set, threads started. */
 int worker_start(struct rl_worker *w) RL_WUR;
+/* From any thread: the worker takes its own reference to cfg and swaps it
+ * in on its own thread; checks in flight finish on the one they started on. */
+void worker_set_config(struct rl_worker *w, struct rl_config *cfg);
 /* From any thread: stop accepting, finish in-flight checks within grace. */
 void worker_drain(struct rl_worker *w, int64_t grace_ms);
 void worker_join(struct rl_worker *w);
@@ -56,8 +64,11 @@ void worker_free(struct rl_worker *w);
  * last published it (at most READY_PUBLISH_MS ago).  On w's thread. */
 const char *worker_readiness(struct rl_worker *w, int *which);
 
-/* Called by the HTTP layer around each check; the end may finish a drain. */
+/* Called by the API around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);
 void worker_check_done(struct rl_worker *w);
+
+/* Prometheus text of every worker's counters, summed (on w's thread). */
+void worker_metrics(struct rl_worker *w, struct evbuffer *out);
 
 #endif

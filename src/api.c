@@ -1,0 +1,314 @@
+/* api.c — see api.h. */
+#include <string.h>
+#include <strings.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "api.h"
+#include "check.h"
+#include "log.h"
+#include "util.h"
+#include "worker.h"
+
+/* Room for every quota header of a decision. */
+#define HEADERS_MAX 1024
+#define BODY_MAX 2048
+
+static void
+respond(struct http_req *r, int status, const char *headers, size_t hlen,
+        const char *body, size_t blen)
+{
+    struct http_response resp = {
+        .status = status, .headers = headers, .headers_len = hlen,
+        .body = body, .body_len = blen,
+    };
+    http_respond(r, &resp);
+}
+
+/* {"error": msg} with msg escaped: it may quote what the caller sent. */
+static void
+respond_error(struct http_req *r, int status, const char *extra, const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    size_t elen = extra ? strlen(extra) : 0;
+
+    if (s != NULL)
+        respond(r, status, extra, elen, s, strlen(s));
+    else
+        respond(r, status, extra, elen, "{\"error\":\"internal error\"}", 27);
+    free(s);
+    json_decref(o);
+}
+
+static void
+respond_405(struct http_req *r, struct rl_worker *w, const char *allow)
+{
+    metrics_reject(w->metrics, RL_REJ_METHOD);
+    respond_error(r, 405, allow, "method not allowed");
+}
+
+static void
+peer_text(const struct http_req *r, char *buf, size_t size)
+{
+    const struct sockaddr_storage *ss = http_req_peer(r);
+
+    snprintf(buf, size, "-");
+    if (ss == NULL)
+        return;
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr,
+                  buf, (socklen_t)size);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr,
+                  buf, (socklen_t)size);
+}
+
+/* One line per sampled check: what was decided, never who by key (a key
+ * may be a secret); the peer address is the connection's, not the caller's. */
+static void
+access_log(const struct http_req *r, const struct rl_worker *w,
+           const struct rl_decision *d)
+{
+    char peer[INET6_ADDRSTRLEN];
+
+    peer_text(r, peer, sizeof(peer));
+    log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
+             "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
+             w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
+             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded,
+             d->shadow, peer, (long long)(now_monotonic_us() - r->start_us));
+}
+
+static void
+add_header(const char *name, const char *value, void *arg)
+{
+    struct strbuf *sb = arg;
+
+    sb_str(sb, name);
+    sb_mem(sb, ": ", 2);
+    sb_str(sb, value);
+    sb_mem(sb, "\r\n", 2);
+}
+
+static void
+on_check_done(const struct rl_decision *d, void *arg)
+{
+    struct http_req *r = arg;
+    struct rl_worker *w = http_req_arg(r);
+    char headers[HEADERS_MAX], body[BODY_MAX];
+    struct strbuf sb;
+    size_t n;
+
+    if (r->start_us != 0)
+        access_log(r, w, d);
+    if (d->status == 503) {
+        respond_error(r, 503, NULL, "backend unavailable");
+    } else {
+        sb_init(&sb, headers, sizeof(headers));
+        response_headers(d, add_header, &sb);
+        n = response_body(d, body, sizeof(body));
+        respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
+    }
+    worker_check_done(w);
+}
+
+static const char *
+find_header(void *hctx, const char *name)
+{
+    const struct http_header *h = http_head_find(hctx, name);
+
+    return h != NULL ? h->value : NULL;
+}
+
+static size_t
+join_headers(void *hctx, const char *name, char *buf, size_t size)
+{
+    const struct http_head *head = hctx;
+    size_t o = 0;
+
+    for (size_t i = 0; i < head->nheaders; i++) {
+        const struct http_header *h = &head->headers[i];
+        if (strcasecmp(h->name, name) != 0)
+            continue;
+        if (o + h->value_len + 2 > size)
+            return size;        /* does not fit: say so, never truncate */
+        if (o > 0)
+            buf[o++] = ',';
+        memcpy(buf + o, h->value, h->value_len);
+        o += h->value_len;
+        buf[o] = '\0';
+    }
+    return o;
+}
+
+static void
+peer_of(const struct http_req *r, struct rl_ident_input *in)
+{
+    const struct sockaddr_storage *ss = http_req_peer(r);
+
+    in->peer_family = 0;
+    if (ss == NULL)
+        return;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)ss;
+        in->peer_family = AF_INET;
+        memcpy(in->peer_addr, &sin->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)ss;
+        const uint8_t *a = sin6->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
+        if (memcmp(a, mapped, 12) == 0) {
+            in->peer_family = AF_INET;
+            memcpy(in->peer_addr, a + 12, 4);
+        } else {
+            in->peer_family = AF_INET6;
+            memcpy(in->peer_addr, a, 16);
+        }
+    }
+}
+
+/*
+ * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
+ * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
+ * method, no body, the original request in its headers, or in the path after
+ * /check/ and the method itself.
+ */
+static void
+handle_check(struct http_req *r, struct rl_worker *w, int forward)
+{
+    struct rl_config *cfg = w->cfg;
+    const struct http_head *h = r->head;
+    struct rl_check_input ci;
+    char *error = NULL;
+    int status;
+
+    if (w->draining) {
+        metrics_reject(w->metrics, RL_REJ_DRAINING);
+        respond_error(r, 503, NULL, "shutting down");
+        return;
+    }
+    if ((int64_t)r->body_len > cfg->max_body) {     /* chunked bodies end here */
+        metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
+        respond_error(r, 413, NULL, "body: larger than max_body");
+        return;
+    }
+    /* A backend that slows down must not grow a queue without bound: past
+     * the cap, answer at once and let the caller decide. */
+    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
+        cfg->max_inflight) {
+        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
+        respond_error(r, 503, NULL, "overloaded: too many checks in flight");
+        return;
+    }
+    memset(&ci, 0, sizeof(ci));
+    ci.body = r->body_len ? r->body : NULL;
+    ci.body_len = r->body_len;
+    if (forward) {
+        /* the gateway's body is its client's: never ours to parse */
+        ci.body = NULL;
+        ci.body_len = 0;
+        if (h->path_len > 6) {          /* "/check/<the original path>" */
+            ci.path = h->path + 6;
+            ci.path_len = h->path_len - 6;
+        }
+        ci.method = http_method_name(h->method);
+    }
+    ci.ident.header = find_header;
+    ci.ident.header_all = join_headers;
+    ci.ident.hctx = (void *)(uintptr_t)h;
+    peer_of(r, &ci.ident);
+
+    r->start_us = cfg->access_log > 0 && ++w->access_seq % (uint64_t)cfg->access_log == 0
+                  ? now_monotonic_us() : 0;
+    worker_check_begin(w);
+    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &error) != RL_OK) {
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+        respond_error(r, status, NULL, error);
+        free(error);
+        worker_check_done(w);
+    }
+}
+
+static void
+handle_readyz(struct http_req *r, struct rl_worker *w)
+{
+    int which;
+    const char *reason = worker_readiness(w, &which);
+    json_t *o;
+    char *s;
+
+    if (reason == NULL) {
+        respond(r, 200, NULL, 0, "{\"status\":\"ready\"}", 18);
+        return;
+    }
+    o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
+    s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (s != NULL)
+        respond(r, 503, NULL, 0, s, strlen(s));
+    else
+        respond(r, 503, NULL, 0, "{\"status\":\"not ready\"}", 22);
+    free(s);
+    json_decref(o);
+}
+
+static void
+handle_metrics(struct http_req *r, struct rl_worker *w)
+{
+    struct evbuffer *out = evbuffer_new();
+    struct http_response resp = {
+        .status = 200, .content_type = "text/plain; version=0.0.4; charset=utf-8",
+    };
+
+    worker_metrics(w, out);
+    resp.body_len = evbuffer_get_length(out);
+    resp.body = (const char *)evbuffer_pullup(out, -1);
+    http_respond(r, &resp);
+    evbuffer_free(out);
+}
+
+static int
+path_is(const struct http_head *h, const char *p, size_t n)
+{
+    return h->path_len == n && memcmp(h->path, p, n) == 0;
+}
+
+void
+api_handle(struct http_req *r, void *arg)
+{
+    struct rl_worker *w = arg;
+    const struct http_head *h = r->head;
+    int get = h->method == HTTP_M_GET || h->method == HTTP_M_HEAD;
+    int check_tree = h->path_len >= 6 && memcmp(h->path, "/check", 6) == 0 &&
+                     (h->path_len == 6 || h->path[6] == '/');
+
+    if (path_is(h, "/check", 6) && h->method == HTTP_M_POST) {
+        handle_check(r, w, 0);
+    } else if (check_tree && w->cfg->forward_auth) {
+        handle_check(r, w, 1);
+    } else if (path_is(h, "/check", 6)) {
+        respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/healthz", 8)) {
+        if (get)
+            respond(r, 200, NULL, 0, "{\"status\":\"ok\"}", 15);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else if (path_is(h, "/readyz", 7)) {
+        if (get)
+            handle_readyz(r, w);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else if (path_is(h, "/metrics", 8)) {
+        if (get)
+            handle_metrics(r, w);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else {
+        metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
+        respond_error(r, 404, NULL, "no such path: use POST /check, GET /healthz, "
+                      "GET /readyz or GET /metrics");
+    }
+}

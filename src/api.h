@@ -1,0 +1,15 @@
+/*
+ * api.h — the check listener's routes (API.md): POST /check (and, with
+ * forward_auth, any method on /check and /check/<path>), GET|HEAD /healthz,
+ * /readyz and /metrics.  Every answer, errors included, is JSON but
+ * /metrics'.  The HTTP layer (http.c) calls api_handle for each request.
+ */
+#ifndef RL_API_H
+#define RL_API_H
+
+#include "http.h"
+
+/* An http_handler; arg is the struct rl_worker that serves the listener. */
+void api_handle(struct http_req *r, void *arg);
+
+#endif
