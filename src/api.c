@@ -17,6 +17,9 @@
 #define HEADERS_MAX 1024
 #define BODY_MAX 2048
 
+/* http_req.flags: answer with status and headers only (auth subrequests). */
+#define API_NO_BODY 0x1u
+
 static void
 respond(struct http_req *r, int status, const char *headers, size_t hlen,
         const char *body, size_t blen)
@@ -105,12 +108,14 @@ on_check_done(const struct rl_decision *d, void *arg)
 
     if (r->start_us != 0)
         access_log(r, w, d);
-    if (d->status == 503) {
+    if (d->status == 503 && !(r->flags & API_NO_BODY)) {
         respond_error(r, 503, NULL, "backend unavailable");
     } else {
         sb_init(&sb, headers, sizeof(headers));
         response_headers(d, add_header, &sb);
-        n = response_body(d, body, sizeof(body));
+        /* nginx and Caddy keep an auth subrequest's connection only when
+         * its answer has no body: there, status and headers say it all */
+        n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
         respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
     }
     worker_check_done(w);
@@ -171,6 +176,25 @@ peer_of(const struct http_req *r, struct rl_ident_input *in)
     }
 }
 
+/* Is `param` ("name=value") one of the target's query parameters? */
+static int
+query_has(const struct http_head *h, const char *param)
+{
+    const char *q = h->path + h->path_len, *end = h->target + h->target_len;
+    size_t n = strlen(param);
+
+    if (q >= end || *q != '?')
+        return 0;
+    for (q++; q < end; ) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *e = amp != NULL ? amp : end;
+        if ((size_t)(e - q) == n && memcmp(q, param, n) == 0)
+            return 1;
+        q = e + 1;
+    }
+    return 0;
+}
+
 /*
  * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
  * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
@@ -207,6 +231,8 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     memset(&ci, 0, sizeof(ci));
     ci.body = r->body_len ? r->body : NULL;
     ci.body_len = r->body_len;
+    if (forward || query_has(h, "body=none"))
+        r->flags |= API_NO_BODY;
     if (forward) {
         /* the gateway's body is its client's: never ours to parse */
         ci.body = NULL;

@@ -165,7 +165,7 @@ on_backend(const struct rl_check_res *res, void *arg)
     metrics_backend(op->env->metrics, res->status, now_monotonic_us() - op->start_us);
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
         op->cfg->deny_cache)
-        deny_cache_put(op->env->deny, op->policy, op->key, op->req.key_len,
+        deny_cache_put(op->env->deny, op->policy->uid, op->key, op->req.key_len,
                        op->req.cost, op->epoch, op->start_us, res);
     if (res->status == RL_BACKEND_OK && op->hybrid)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
@@ -306,7 +306,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     }
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
-        if (deny_cache_get(env->deny, policy, op->key, op->req.key_len, f.cost,
+        if (deny_cache_get(env->deny, policy->uid, op->key, op->req.key_len, f.cost,
                            env->backend->epoch, op->start_us, &cached) == RL_OK) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);

@@ -835,10 +835,22 @@ check_override(void *obj, const char *path, struct load_ctx *ctx)
     check_limit_list(o->limits, o->nlimits, path, ctx);
 }
 
+/* A policy's identity for caches that outlive a reload: its address may be
+ * reused by the next config, its uid never. */
+static uint64_t
+next_uid(void)
+{
+    static uint64_t last;
+
+    return __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
+}
+
 static void
 check_policy(void *obj, const char *path, struct load_ctx *ctx)
 {
     struct rl_policy *p = obj;
+
+    p->uid = next_uid();
 
     if (p->name != NULL && !valid_name(p->name)) {
         char *fp = join_path(path, "name");
@@ -864,6 +876,7 @@ check_policy(void *obj, const char *path, struct load_ctx *ctx)
         o->as_policy->nlimits = o->nlimits;
         o->as_policy->overrides = NULL;
         o->as_policy->noverrides = 0;
+        o->as_policy->uid = next_uid();
     }
 }
 

@@ -87,6 +87,8 @@ struct rl_policy {
     struct rl_override *overrides;
     size_t noverrides;
     int metrics_id;             /* set by the daemon: metrics_policy_id() */
+    uint64_t uid;               /* never the same for two policies of one
+                                 * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
     int64_t sync_interval_ms;   /* hybrid: counts go to Redis this often */
 };

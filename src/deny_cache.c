@@ -7,7 +7,7 @@
 
 struct slot {
     uint64_t hash;
-    const void *policy;     /* a reload makes new policies: no stale hit */
+    uint64_t policy;        /* its uid: a reload makes new policies, no stale hit */
     char *key;
     size_t klen;
     int64_t cost;
@@ -23,9 +23,9 @@ struct rl_deny_cache {
 };
 
 static uint64_t
-hash_key(const void *policy, const char *k, size_t n)
+hash_key(uint64_t policy, const char *k, size_t n)
 {
-    uint64_t h = fnv1a(FNV1A_INIT ^ (uint64_t)(uintptr_t)policy, k, n);
+    uint64_t h = fnv1a(FNV1A_INIT ^ policy, k, n);
 
     return h ^ (h >> 29);
 }
@@ -61,7 +61,7 @@ less(int64_t ms, int64_t elapsed_ms)
 }
 
 int
-deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
+deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
                size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
                struct rl_check_res *res)
 {
@@ -85,7 +85,7 @@ deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
 }
 
 void
-deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
+deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key,
                size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
                const struct rl_check_res *res)
 {

@@ -25,14 +25,16 @@ void deny_cache_free(struct rl_deny_cache *c);
 
 /*
  * A cached denial for (policy, key) that covers `cost` at now_us: RL_OK and
- * *res filled (times shortened by what has elapsed), else RL_ERR.
+ * *res filled (times shortened by what has elapsed), else RL_ERR.  The
+ * policy is named by its uid (config.h): after a reload a new policy may sit
+ * at an old one's address, never under its uid.
  */
-int deny_cache_get(struct rl_deny_cache *c, const void *policy, const char *key,
+int deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
                    size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
                    struct rl_check_res *res) RL_WUR;
 
 /* Remember a denial the backend gave for a check sent at sent_us. */
-void deny_cache_put(struct rl_deny_cache *c, const void *policy, const char *key,
+void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
                     size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
                     const struct rl_check_res *res);
 

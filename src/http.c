@@ -30,12 +30,17 @@
 #define LINGER_MS 2000
 #define SWEEP_MS 100
 #define REQ_FREE_MAX 256
+/* A body over max_body but under this is read and dropped after its 413, so
+ * the connection lives on; a longer one is refused with a close. */
+#define DISCARD_MIN (1024 * 1024)
+#define DISCARD_FACTOR 4
 #define ACCEPT_PAUSE_MS 100
 
 enum conn_state {
     C_HEAD,         /* reading a request head */
     C_BODY,         /* reading a Content-Length body */
     C_CHUNKED,      /* reading a chunked body */
+    C_DISCARD,      /* reading a body we refused, to keep the connection */
     C_CLOSING,      /* the last answer is queued: read nothing more */
     C_LINGER        /* answered and half-closed: discarding input */
 };
@@ -437,13 +442,13 @@ http_respond(struct http_req *r, const struct http_response *resp)
         conn_settle(c);
 }
 
-/* A JSON error for a request we refuse ourselves; the connection closes
- * after it (what follows on the stream cannot be trusted). */
+/* A JSON error for a request we refuse ourselves.  The connection closes
+ * after it (what follows on the stream cannot be trusted) unless `keep`. */
 static void
-refuse(struct http_conn *c, int status, const char *why)
+refuse_keep(struct http_conn *c, int status, const char *why, int keep)
 {
     struct http_req *r = req_get(c->srv);
-    struct http_response resp = {.status = status, .close = 1};
+    struct http_response resp = {.status = status, .close = !keep};
     char body[256];
     struct strbuf sb;
 
@@ -460,12 +465,20 @@ refuse(struct http_conn *c, int status, const char *why)
     sb_str(&sb, "\"}");
     resp.body = body;
     resp.body_len = sb.len;
-    r->keep_alive = 0;
-    r->minor = 1;
+    r->keep_alive = keep;
+    r->minor = keep ? c->head.minor : 1;
     enqueue(c, r);
-    c->state = C_CLOSING;
-    c->linger = 1;
+    if (!keep) {
+        c->state = C_CLOSING;
+        c->linger = 1;
+    }
     http_respond(r, &resp);
+}
+
+static void
+refuse(struct http_conn *c, int status, const char *why)
+{
+    refuse_keep(c, status, why, 0);
 }
 
 /* ---- one request ---------------------------------------------------------------- */
@@ -498,10 +511,19 @@ start_body(struct http_conn *c, size_t head_len)
     int64_t max = *c->srv->max_body;
 
     c->head_len = head_len;
-    /* RFC 9110 10.1.1: a length we will refuse is refused before any
-     * "100 Continue", so the client never sends it */
     if (h->content_length > max) {
-        refuse(c, 413, "body: larger than max_body");
+        int64_t cap = max * DISCARD_FACTOR > DISCARD_MIN ? max * DISCARD_FACTOR : DISCARD_MIN;
+        /* RFC 9110 10.1.1: refused before any "100 Continue", so the client
+         * never sends it, and we cannot wait for it either: close */
+        if (h->expect_continue || h->content_length > cap || !h->keep_alive ||
+            c->srv->draining) {
+            refuse(c, 413, "body: larger than max_body");
+            return RL_ERR;
+        }
+        refuse_keep(c, 413, "body: larger than max_body", 1);
+        c->rpos += head_len;
+        c->need = h->content_length;
+        c->state = C_DISCARD;
         return RL_ERR;
     }
     if (h->chunked) {
@@ -528,11 +550,25 @@ process(struct http_conn *c)
     ssize_t n;
     int rc;
 
-    while (!c->dead && c->state <= C_CHUNKED) {
+    while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
             want_read(c, 0);            /* back-pressure: the client reads first */
             c->stalled = 1;
             return;
+        }
+        if (c->state == C_DISCARD) {
+            size_t drop = c->rlen - c->rpos;
+            if ((int64_t)drop > c->need)
+                drop = (size_t)c->need;
+            c->rpos += drop;
+            c->need -= (int64_t)drop;
+            if (c->rpos == c->rlen)
+                c->rpos = c->rlen = 0;
+            if (c->need > 0)
+                break;
+            c->state = C_HEAD;
+            c->scan = 0;
+            continue;
         }
         if (c->state == C_HEAD) {
             size_t avail = c->rlen - c->rpos;
@@ -549,7 +585,7 @@ process(struct http_conn *c)
                 break;
             }
             if (start_body(c, (size_t)n) != RL_OK)
-                break;
+                continue;       /* refused: closing, or discarding its body */
         }
         if (c->state == C_BODY) {
             size_t total = c->head_len + (size_t)c->need;
@@ -805,6 +841,11 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
             conn_settle(c);
             break;
         case D_BODY:
+            if (c->state == C_DISCARD) {    /* its 413 is out already */
+                COUNT(srv, timeouts);
+                conn_free(c);
+                continue;
+            }
             c->busy++;
             refuse(c, 408, "request body not received within http.body_timeout");
             c->busy--;

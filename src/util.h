@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "rl.h"
 
@@ -60,8 +61,27 @@ sb_init(struct strbuf *sb, char *buf, size_t size)
         buf[0] = '\0';
 }
 
-void sb_mem(struct strbuf *sb, const char *s, size_t n);
-void sb_str(struct strbuf *sb, const char *s);
+void sb_cut(struct strbuf *sb, const char *s, size_t n);
+
+/* Inline: a check appends some fifty pieces, most of a few bytes. */
+static inline void
+sb_mem(struct strbuf *sb, const char *s, size_t n)
+{
+    if (sb->len + n < sb->size) {
+        memcpy(sb->buf + sb->len, s, n);
+        sb->len += n;
+        sb->buf[sb->len] = '\0';
+    } else {
+        sb_cut(sb, s, n);
+    }
+}
+
+static inline void
+sb_str(struct strbuf *sb, const char *s)
+{
+    sb_mem(sb, s, strlen(s));
+}
+
 void sb_i64(struct strbuf *sb, int64_t v);
 
 /* Everything appended fitted. */

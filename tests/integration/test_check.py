@@ -251,6 +251,36 @@ def t_keys_have_ttl(d, r):
         check(0 < int(pttl) <= 3600 * 1000, "key %r has PTTL %s (must be 1..window)", k, pttl)
 
 
+def t_body_none(d, r):
+    """?body=none (auth subrequests): status and every quota header, no body."""
+    import http.client
+    import json
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+    try:
+        statuses = []
+        for _ in range(3):
+            c.request("POST", "/check?body=none", json.dumps({"key": "quiet", "policy": "login"}),
+                      {"Content-Type": "application/json"})
+            resp = c.getresponse()
+            body = resp.read()
+            statuses.append(resp.status)
+            eq(resp.getheader("Content-Length"), "0", "Content-Length with ?body=none")
+            eq(body, b"", "the body with ?body=none")
+            for name in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "RateLimit-Policy", "RateLimit"):
+                check(resp.getheader(name), "%s missing with ?body=none", name)
+            if resp.status == 429:
+                check(resp.getheader("Retry-After"), "Retry-After missing on a 429 with ?body=none")
+        eq(statuses, [200, 200, 429], "login allows 2 then denies, with ?body=none")
+        # the same connection still carries a normal check with its body
+        c.request("POST", "/check", json.dumps({"key": "quiet2", "policy": "login"}),
+                  {"Content-Type": "application/json"})
+        resp = c.getresponse()
+        b = json.loads(resp.read())
+        eq(b.get("allowed"), True, "a normal check after ?body=none on the same connection")
+    finally:
+        c.close()
+
+
 CASES = [
     ("seed: limit 3 -> 200, 200, 200, 429 with every header", t_seed_three_then_429),
     ("seed: further denials consume nothing and keep the window", t_seed_denial_consumes_nothing),
@@ -268,6 +298,7 @@ CASES = [
     ("two limits: denied by the first consumes nothing from the second", t_two_limits_first_denies),
     ("two limits: denied by the second consumes nothing from the first", t_two_limits_second_denies),
     ("every Redis key has a TTL within its window", t_keys_have_ttl),
+    ("?body=none: status and quota headers, no body, connection kept", t_body_none),
 ]
 
 

@@ -441,7 +441,8 @@ def render_default(text):
 SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", "redis."),
             "sentinel_fields": ("THE REDIS OBJECT", "redis.sentinel."),
             "policy_fields": ("POLICIES", ""), "match_fields": ("THE MATCH OBJECT", ""),
-            "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", "")}
+            "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", ""),
+            "http_fields": ("THE HTTP OBJECT", "http.")}
 
 
 def t_man5_options():
@@ -470,7 +471,7 @@ def t_man5_options():
                          for b in renderings(f["max"], f["type"]))
                 if not ok:
                     problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
-            if table in ("top_fields", "redis_fields", "sentinel_fields"):
+            if table in ("top_fields", "redis_fields", "sentinel_fields", "http_fields"):
                 if f["restart"] != ("restart-only" in text):
                     problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
             if f["required"] and "required" not in text:

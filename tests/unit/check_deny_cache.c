@@ -1,0 +1,145 @@
+/*
+ * check_deny_cache.c — the local cache of denials on its own, with the clock
+ * handed in: a denial is answered until its retry time (taken from when the
+ * check was sent), only for the same policy, key, cost and backend epoch; a
+ * policy of a reloaded config never sees an old policy's denial, even at
+ * the same address; a cost that can never fit is not cached.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "config.h"
+#include "deny_cache.h"
+
+#define SEC 1000000LL
+
+static struct rl_check_res
+denial(int64_t retry_ms, int64_t reset_ms)
+{
+    struct rl_check_res r;
+
+    memset(&r, 0, sizeof(r));
+    r.status = RL_BACKEND_OK;
+    r.allowed = 0;
+    r.nlimits = 1;
+    r.limits[0].allowed = 0;
+    r.limits[0].remaining = 0;
+    r.limits[0].retry_after_ms = retry_ms;
+    r.limits[0].reset_ms = reset_ms;
+    return r;
+}
+
+START_TEST(hit_until_retry_then_miss)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res in = denial(2000, 5000), out;
+
+    deny_cache_put(c, 7, "k", 1, 1, 1, 10 * SEC, &in);
+    ck_assert_int_eq(deny_cache_get(c, 7, "k", 1, 1, 1, 10 * SEC, &out), RL_OK);
+    ck_assert_int_eq(out.allowed, 0);
+    ck_assert_int_eq(out.limits[0].retry_after_ms, 2000);
+    /* half a second later the numbers are half a second shorter */
+    ck_assert_int_eq(deny_cache_get(c, 7, "k", 1, 1, 1, 10 * SEC + SEC / 2, &out), RL_OK);
+    ck_assert_int_eq(out.limits[0].retry_after_ms, 1500);
+    ck_assert_int_eq(out.limits[0].reset_ms, 4500);
+    /* the denial ends 1 ms early, never late */
+    ck_assert_int_eq(deny_cache_get(c, 7, "k", 1, 1, 1, 12 * SEC - 1000, &out), RL_ERR);
+    ck_assert_int_eq(deny_cache_get(c, 7, "k", 1, 1, 1, 12 * SEC, &out), RL_ERR);
+    deny_cache_free(c);
+}
+END_TEST
+
+START_TEST(only_the_same_check)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res in = denial(60000, 60000), out;
+
+    deny_cache_put(c, 7, "key", 3, 2, 5, 0, &in);
+    ck_assert_int_eq(deny_cache_get(c, 7, "key", 3, 2, 5, SEC, &out), RL_OK);
+    ck_assert_int_eq(deny_cache_get(c, 7, "key", 3, 1, 5, SEC, &out), RL_ERR);    /* cost */
+    ck_assert_int_eq(deny_cache_get(c, 7, "key", 3, 2, 6, SEC, &out), RL_ERR);    /* epoch */
+    ck_assert_int_eq(deny_cache_get(c, 7, "kez", 3, 2, 5, SEC, &out), RL_ERR);    /* key */
+    ck_assert_int_eq(deny_cache_get(c, 7, "ke", 2, 2, 5, SEC, &out), RL_ERR);     /* length */
+    deny_cache_free(c);
+}
+END_TEST
+
+/* The bug this guards: keyed by the policy's address, a reloaded config's
+ * policy allocated where an old one was found the old policy's denials.  Now
+ * the key is the uid, which two loads never share (uids_differ_across_loads). */
+START_TEST(reloaded_policy_is_another_policy)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res in = denial(60000, 60000), out;
+
+    deny_cache_put(c, 41, "k", 1, 1, 1, 0, &in);
+    ck_assert_int_eq(deny_cache_get(c, 41, "k", 1, 1, 1, SEC, &out), RL_OK);
+    ck_assert_int_eq(deny_cache_get(c, 42, "k", 1, 1, 1, SEC, &out), RL_ERR);
+    deny_cache_free(c);
+}
+END_TEST
+
+START_TEST(uids_differ_across_loads)
+{
+    static const char json[] =
+        "{\"policies\":[{\"name\":\"p\",\"limits\":[{\"algorithm\":\"fixed_window\","
+        "\"limit\":1,\"window\":\"1s\"}],\"overrides\":[{\"identities\":[\"x\"],"
+        "\"limits\":[{\"algorithm\":\"fixed_window\",\"limit\":2,\"window\":\"1s\"}]}]}]}";
+    char path[] = "/tmp/rl-deny-XXXXXX";
+    int fd = mkstemp(path);
+    struct rl_errors errs = {0};
+    struct rl_config *a = NULL, *b = NULL;
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, json, sizeof(json) - 1), (ssize_t)(sizeof(json) - 1));
+    close(fd);
+    ck_assert_int_eq(config_load_file(path, &a, &errs), RL_OK);
+    ck_assert_int_eq(config_load_file(path, &b, &errs), RL_OK);
+    unlink(path);
+    ck_assert_uint_ne(a->policies[0].uid, 0);
+    ck_assert_uint_ne(a->policies[0].uid, b->policies[0].uid);
+    ck_assert_uint_ne(a->policies[0].uid, a->policies[0].overrides[0].as_policy->uid);
+    ck_assert_uint_ne(a->policies[0].overrides[0].as_policy->uid,
+                      b->policies[0].overrides[0].as_policy->uid);
+    config_unref(a);
+    config_unref(b);
+    errors_free(&errs);
+}
+END_TEST
+
+START_TEST(never_fits_and_short_waits_not_cached)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res never = denial(-1, 3000), brief = denial(1, 1), out;
+
+    deny_cache_put(c, 7, "a", 1, 1, 1, 0, &never);
+    ck_assert_int_eq(deny_cache_get(c, 7, "a", 1, 1, 1, 1000, &out), RL_ERR);
+    deny_cache_put(c, 7, "b", 1, 1, 1, 0, &brief);
+    ck_assert_int_eq(deny_cache_get(c, 7, "b", 1, 1, 1, 0, &out), RL_ERR);
+    deny_cache_free(c);
+}
+END_TEST
+
+int
+main(void)
+{
+    Suite *s = suite_create("deny_cache");
+    TCase *tc = tcase_create("cache");
+    SRunner *sr;
+    int failures;
+
+    tcase_add_test(tc, hit_until_retry_then_miss);
+    tcase_add_test(tc, only_the_same_check);
+    tcase_add_test(tc, reloaded_policy_is_another_policy);
+    tcase_add_test(tc, uids_differ_across_loads);
+    tcase_add_test(tc, never_fits_and_short_waits_not_cached);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
