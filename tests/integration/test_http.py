@@ -489,6 +489,33 @@ def t_expect_continue(ctx):
         eq(b.get("remaining"), SMUG_LIMIT - 1, "remaining (the body was read)")
 
 
+def t_over_max_body_kept(ctx):
+    """A body over max_body but small enough to drop: JSON 413, the body read
+    and dropped, and the connection goes on (API.md: keep-alive preserved
+    where HTTP allows)."""
+    d = ctx.main
+    body = b"x" * (3 * MAX_BODY)
+    with H.RawConn(d.port) as c:
+        c.send(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body) + body +
+               b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        st, h, b = c.read_response()
+        H.expect_error(st, h, json.loads(b), 413, None, "a body of 3x max_body")
+        check(h.get("connection", "").lower() != "close", "Connection: close on a droppable body")
+        st, h, b = c.read_response()
+        eq((st, json.loads(b)), (200, {"status": "ok"}), "the request after the dropped body")
+        no_more(c, "after the dropped body")
+    # a request hidden in a dropped body is not one
+    body = hidden("hidden-dropped")
+    body += b" " * (MAX_BODY + 1 - len(body))
+    with H.RawConn(d.port) as c:
+        c.send(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        st, h, b = c.read_response()
+        H.expect_error(st, h, json.loads(b), 413, None, "a body just over max_body")
+        no_more(c, "after a dropped body holding a request")
+    not_counted(d.port, "hidden-dropped")
+
+
 def _send_in_thread(sock, data, piece=None, pause=0.0):
     out = {"sent": 0, "error": None}
 
@@ -510,10 +537,11 @@ def _send_in_thread(sock, data, piece=None, pause=0.0):
 
 
 def t_lingering_close(ctx):
-    """A body over max_body: a JSON 413 the client reads, not a reset, both when
-    it has sent everything before reading and while it is still sending."""
+    """A body too large to drop and go on (over 4x max_body and over 1 MiB):
+    a JSON 413 the client reads, then a close, not a reset, both when it has
+    sent everything before reading and while it is still sending."""
     d = ctx.main
-    size = 512 * 1024
+    size = 3 * 512 * 1024
     head = (b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % size)
     body = b"x" * size
@@ -530,6 +558,8 @@ def t_lingering_close(ctx):
             except ConnectionResetError:
                 raise H.Fail("%s: connection reset before the answer was read (sent %d bytes, %s)"
                              % (how, out["sent"], out["error"]))
+            if how == "still sending":
+                check(out["sent"] < size, "the client had sent everything before the answer came")
             H.expect_error(st, h, json.loads(b), 413, None, "body over max_body, %s" % how)
             eq(h.get("connection", "").lower(), "close", "%s: Connection header" % how)
             t.join(30 * H.SLOW)
@@ -685,7 +715,9 @@ CASES = [
     ("chunked POST /check: body read (with extension, trailer)", t_chunked_check),
     ("Expect: 100-continue over max_body: 413 at once, no 100", t_expect_too_large),
     ("Expect: 100-continue: 100, then the answer", t_expect_continue),
-    ("body over max_body: JSON 413 read by the client, no reset (lingering close)", t_lingering_close),
+    ("body over max_body, droppable: JSON 413, the body skipped, the connection kept", t_over_max_body_kept),
+    ("body over max_body, too large: JSON 413 read by the client, no reset (lingering close)",
+     t_lingering_close),
     ("a client that pipelines and never reads: back-pressure, RSS bounded", t_pipelined_flood),
     ("header_timeout: 408 JSON and close", t_header_timeout),
     ("header_timeout holds against a byte every 200 ms", t_header_timeout_dribble),
