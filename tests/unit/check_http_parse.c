@@ -158,6 +158,9 @@ static const struct good_head good_heads[] = {
      HTTP_M_HEAD, "HEAD", "/readyz", "/readyz", 1, 1, 0, 0, -1, 1},
     {"TRACE / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n", "hello",
      HTTP_M_TRACE, "TRACE", "/", "/", 1, 1, 0, 0, 5, 2},
+    /* a higher 1.x minor is answered as 1.1 (RFC 9110 2.5) */
+    {"GET /x HTTP/1.2\r\nHost: x\r\n\r\n", "",
+     HTTP_M_GET, "GET", "/x", "/x", 1, 1, 0, 0, -1, 1},
     {"DELETE /x HTTP/1.1\r\nHost: x\r\n\r\n", "",
      HTTP_M_DELETE, "DELETE", "/x", "/x", 1, 1, 0, 0, -1, 1},
     {"PUT /x HTTP/1.1\r\nHost: x\r\n\r\n", "",
@@ -497,6 +500,8 @@ static const struct good_chunked good_chunks[] = {
     {B("5;name=val\r\nhello\r\n0;last\r\n\r\n"), 0, B("hello"), "extensions"},
     {B("5;a=\"q;\\\"x\";b\r\nhello\r\n0\r\n\r\n"), 0, B("hello"), "quoted extension"},
     {B("5 ;a=b\r\nhello\r\n0\r\n\r\n"), 0, B("hello"), "BWS before an extension"},
+    /* http_parse.h: "whitespace may follow the size" (with or without an extension) */
+    {B("5 \r\nhello\r\n0\t\r\n\r\n"), 0, B("hello"), "whitespace after the size"},
     {B("5\r\nhello\r\n0\r\nX-T: 1\r\nX-U: two words\r\n\r\n"), 0, B("hello"), "trailers"},
     {B("5\r\nhe\r\nl\r\n0\r\n\r\n"), 0, B("he\r\nl"), "CRLF inside chunk data"},
     {B("5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n"), 16, B("hello"), "the next request after"},
