@@ -312,6 +312,37 @@ def t_head_routes(ctx):
             else:
                 eq(int(h["content-length"]), len(b2), "HEAD %s Content-Length (the GET body's)" % path)
             no_more(c, "HEAD %s: bytes after the GET answer" % path)
+    # error answers to HEAD: the GET's status and length, no body either
+    for path in ("/check", "/no/such/path"):
+        with H.RawConn(d.port) as c:
+            c.send(b"HEAD %s HTTP/1.1\r\nHost: x\r\n\r\nGET %s HTTP/1.1\r\nHost: x\r\n\r\n"
+                   b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" % (path.encode(), path.encode()))
+            st, h, _ = c.read_response(head=True)
+            st2, h2, b2 = c.read_response()
+            eq(st, st2, "HEAD %s status (the GET's)" % path)
+            check(st in (404, 405), "HEAD %s: status %r", path, st)
+            eq(int(h.get("content-length", "-1")), len(b2), "HEAD %s Content-Length (the GET body's)" % path)
+            eq(h.get("allow"), h2.get("allow"), "HEAD %s Allow" % path)
+            st3, _, b3 = c.read_response()
+            eq((st3, json.loads(b3)), (200, {"status": "ok"}), "the request after HEAD %s" % path)
+            no_more(c, "HEAD %s: bytes after the last answer" % path)
+
+
+def t_http10(ctx):
+    """HTTP/1.0: closed after the answer unless it asks for keep-alive."""
+    d = ctx.main
+    with H.RawConn(d.port) as c:
+        c.send(b"GET /healthz HTTP/1.0\r\n\r\n")
+        st, h, b = c.read_response()
+        eq((st, json.loads(b)), (200, {"status": "ok"}), "HTTP/1.0 GET /healthz")
+        closed_after(c, "HTTP/1.0 without keep-alive")
+    with H.RawConn(d.port) as c:
+        for i in range(3):
+            c.send(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            st, h, b = c.read_response()
+            eq((st, json.loads(b)), (200, {"status": "ok"}), "HTTP/1.0 keep-alive request %d" % i)
+            eq(h.get("connection", "").lower(), "keep-alive", "Connection header to an HTTP/1.0 keep-alive")
+        no_more(c, "after HTTP/1.0 keep-alive requests")
 
 
 # ---------------------------------------------------------- pipelining
@@ -429,6 +460,7 @@ def t_max_pipelined(ctx):
             seen = 0
             while time.monotonic() < deadline and seen == 0:
                 seen = metric(d.port, "ratelimitd_inflight_checks")
+                time.sleep(0.02)
             check(seen >= 1, "no check in flight with Redis stopped")
             worst = seen
             for _ in range(10):               # a while: read-ahead that grows would show
@@ -621,6 +653,33 @@ def t_body_timeout(ctx):
         closed_after(c, "after the 408")
 
 
+def t_body_timeout_dribble(ctx):
+    # the body deadline is for the whole body: a byte every 200 ms is not enough
+    d = ctx.deadlines
+    with H.RawConn(d.port, timeout=BODY_S + LATE) as c:
+        stop = threading.Event()
+        c.send(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 10000\r\n\r\n")
+
+        def dribble():
+            while not stop.wait(0.2):
+                try:
+                    c.sock.send(b" ")
+                except OSError:
+                    return
+        t = threading.Thread(target=dribble, daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        try:
+            st, h, b = c.read_response()
+        finally:
+            stop.set()
+            t.join(5)
+        dt = time.monotonic() - t0
+        H.expect_error(st, h, json.loads(b), 408, None, "a body sent a byte every 200 ms")
+        check(dt >= EARLY * BODY_S, "408 after %.2f s, before body_timeout %d s", dt, BODY_S)
+
+
 def t_idle_timeout(ctx):
     d = ctx.deadlines
     with H.RawConn(d.port, timeout=IDLE_S + LATE) as c:
@@ -709,7 +768,9 @@ CASES = [
     ("TRACE/GET/DELETE with a body: read as a body, never as a request", t_trace_get_body_is_body),
     ("malformed framing and syntax: JSON 400 (501, 505) and close, hidden check not counted", t_malformed),
     ("max_header_bytes and header count: JSON 431", t_header_bytes),
-    ("HEAD /healthz /readyz /metrics: headers only, the GET's Content-Length", t_head_routes),
+    ("HEAD /healthz /readyz /metrics (and 404/405): headers only, the GET's Content-Length",
+     t_head_routes),
+    ("HTTP/1.0: close unless keep-alive asked, then kept", t_http10),
     ("30 pipelined requests in one write: 30 answers in order", t_pipelined_in_order),
     ("max_pipelined bounds the checks in flight on one connection", t_max_pipelined),
     ("chunked POST /check: body read (with extension, trailer)", t_chunked_check),
@@ -722,6 +783,7 @@ CASES = [
     ("header_timeout: 408 JSON and close", t_header_timeout),
     ("header_timeout holds against a byte every 200 ms", t_header_timeout_dribble),
     ("body_timeout: 408 JSON and close", t_body_timeout),
+    ("body_timeout holds against a byte every 200 ms", t_body_timeout_dribble),
     ("idle_timeout: Keep-Alive announced, silent close", t_idle_timeout),
     ("max_connections: the next waits in the backlog, served once one closes", t_max_connections),
     ("drain on SIGTERM: in-flight answered with close, idle closed at once", t_drain),
