@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <check.h>
 
@@ -326,6 +327,52 @@ START_TEST(head_max_head_bytes)
     /* ... even when its bytes arrive all at once */
     ck_assert_int_eq(parse_whole(raw, sizeof(raw), max, &h, &why, &buf), -431);
     free(buf);
+}
+END_TEST
+
+/* CPU seconds of feeding `n` bytes of `b` a byte at a time, *scan carried. */
+static double
+feed_cpu(char *b, size_t n, ssize_t *r)
+{
+    static struct http_head h;
+    struct timespec t0, t1;
+    const char *why;
+    size_t scan = 0;
+
+    *r = 0;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    for (size_t k = 1; k <= n && *r == 0; k++)
+        *r = http_parse_head(b, k, n, &scan, &h, &why);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+}
+
+/*
+ * http_parse.h: "a head that arrives a byte at a time is still read in
+ * linear time" - also when it starts with empty lines, which a client may
+ * send up to max_head of.  Quadratic, 64 KiB of CRLFs fed a byte at a time
+ * cost 0.46 s of CPU at -O2 and 2.4 s under ASan; linear, about what one long
+ * header line of the same size costs (1 ms).  CPU time of this thread, so a
+ * loaded machine does not count.
+ */
+START_TEST(head_leading_crlfs_linear)
+{
+    size_t n = 64 * 1024;
+    char *b = malloc(n);
+    double line, crlfs;
+    ssize_t r;
+
+    memset(b, 'a', n);
+    memcpy(b, "GET / HTTP/1.1\r\nX: ", 19);
+    line = feed_cpu(b, n, &r);
+    ck_assert_int_eq(r, 0);
+    for (size_t i = 0; i < n; i++)
+        b[i] = i % 2 ? '\n' : '\r';
+    crlfs = feed_cpu(b, n, &r);
+    ck_assert_int_eq(r, 0);
+    ck_assert_msg(crlfs < 20 * line + 0.05, "64 KiB of leading CRLFs a byte at a time: %.3f s of CPU, "
+                  "one long line: %.3f s", crlfs, line);
+    free(b);
 }
 END_TEST
 
@@ -709,6 +756,7 @@ http_parse_suite(void)
     tcase_add_test(tc, head_fields_in_place);
     tcase_add_test(tc, head_max_headers);
     tcase_add_test(tc, head_max_head_bytes);
+    tcase_add_test(tc, head_leading_crlfs_linear);
     tcase_add_loop_test(tc, head_bad, 0, N_OF(bad_heads));
     tcase_add_test(tc, head_then_garbage);
     tcase_add_test(tc, head_pipelined);
