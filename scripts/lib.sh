@@ -11,9 +11,10 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
              redis-server redis-tools python3 curl)
 # What only the tests need: nginx (the auth_request recipe), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
-# (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk.
+# (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk,
+# python3-h11 (test_http_h11's independent HTTP/1.1 parser).
 RL_TEST_PACKAGES=(nginx systemd man-db groff-base python3-yaml
-                  valgrind clang libclang-rt-14-dev wrk)
+                  valgrind clang libclang-rt-14-dev wrk python3-h11)
 
 say() { printf '==> %s\n' "$*" >&2; }
 
