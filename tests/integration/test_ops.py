@@ -844,6 +844,50 @@ def t_in_tree_configure():
     check(not os.path.exists(os.path.join(top, "config.status")), "the in-tree configuration is still there")
 
 
+# ------------------------------------------------------------ bench --plot
+
+BENCH_TABLE = """some text before
+target         req/s  p50 ms  p99 ms  non2xx sockerr srv us/req EVALSHA/req redis us/req evalsha us   RSS kB   HWM kB idle% steal% other%
+bare           60000    0.74    2.50       0       0      15.00       0.00         0.09       0.00     2620     2620    20      0      0
+rl-keys        30000    1.65    3.10       0       0      27.00       0.07        14.00     197.60     4260     4260    25      0      0
+redis-keys     50000    0.88    1.65       -       -          -       1.00        17.00      15.05        -        -    51      0      0
+
+req/s of each run (spread):
+"""
+
+
+def t_bench_plot():
+    need("gnuplot", "gnuplot-nox")
+    import xml.dom.minidom
+    d = scratch("plot-")
+    table = os.path.join(d, "run.txt")
+    with open(table, "w") as f:
+        f.write(BENCH_TABLE)
+    svg = os.path.join(d, "bench.svg")
+    rc, out, err = run([os.path.join(SRC, "scripts", "bench"), "--plot-table", table, svg])
+    eq(rc, 0, "scripts/bench --plot-table (%s)" % (out + err))
+    doc = xml.dom.minidom.parse(svg)
+    eq(doc.documentElement.tagName, "svg", "the chart's root element")
+    def text_of(n):
+        return "".join(c.data if c.nodeType == c.TEXT_NODE else text_of(c) for c in n.childNodes)
+    texts = " ".join(text_of(n) for n in doc.getElementsByTagName("text"))
+    for want in ("bare", "rl-keys", "redis-keys", "requests per second", "p99 latency", "Redis"):
+        check(want in texts, "%r is not in the chart's text: %r", want, texts[:400])
+    check("req/s of each run" not in texts and "some text" not in texts, "the chart drew more than the table")
+    # the docs' chart is the docs' table
+    rc, out, err = run([os.path.join(SRC, "scripts", "bench"), "--plot-table",
+                        os.path.join(SRC, "docs", "BENCHMARKS.md"), os.path.join(d, "docs.svg")])
+    eq(rc, 0, "--plot-table on docs/BENCHMARKS.md (%s)" % (out + err))
+    check(os.path.exists(os.path.join(SRC, "docs", "benchmarks.svg")), "docs/benchmarks.svg is missing")
+    # no table: an error that says so, no chart
+    with open(table, "w") as f:
+        f.write("nothing here\n")
+    rc, out, err = run([os.path.join(SRC, "scripts", "bench"), "--plot-table", table, os.path.join(d, "x.svg")])
+    check(rc != 0 and "no results table" in out + err, "a file without a table: exit %d, %r", rc, out + err)
+    check(not os.path.exists(os.path.join(d, "x.svg")) or os.path.getsize(os.path.join(d, "x.svg")) == 0,
+          "a chart was drawn without a table")
+
+
 CASES = [
     ("systemd-analyze verify: the unit with the built binary and these man pages: no complaint",
      t_verify_built),
@@ -876,6 +920,7 @@ CASES = [
     (".dockerignore keeps build dirs and in-tree build output out, every tracked file in",
      t_dockerignore),
     ("an in-tree ./configure does not break scripts/run's out-of-tree configure", t_in_tree_configure),
+    ("scripts/bench --plot-table draws the results table as an SVG (gnuplot)", t_bench_plot),
 ]
 
 
