@@ -12,9 +12,12 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 # What only the tests need: nginx (the auth_request recipe), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
 # (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk,
-# python3-h11 (test_http_h11's independent HTTP/1.1 parser).
+# haproxy (its recipe), prometheus (promtool: the alert rules), gnuplot-nox
+# (scripts/bench --plot), nodejs (examples/node), python3-h11 (test_http_h11's
+# independent HTTP/1.1 parser).
 RL_TEST_PACKAGES=(nginx systemd man-db groff-base python3-yaml
-                  valgrind clang libclang-rt-14-dev wrk python3-h11)
+                  valgrind clang libclang-rt-14-dev wrk
+                  haproxy prometheus gnuplot-nox nodejs python3-h11)
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -39,9 +42,15 @@ rl_install_deps() {
         "${missing[@]}" >/dev/null
 }
 
-# Configure (once) and build under $RL_BUILD with extra configure flags.
-rl_build() {
+# Configure (once) under build dir $1 with extra configure flags.
+rl_configure() {
     local dir=$1; shift
+    # An in-tree ./configure blocks every out-of-tree one ("source directory
+    # already configured"): its output is generated, so clean it away.
+    if [ -f "$RL_TOP/config.status" ] && [ "$(cd "$dir" 2>/dev/null && pwd)" != "$RL_TOP" ]; then
+        say "the source tree was configured in place: make distclean there first"
+        make -C "$RL_TOP" distclean >/dev/null 2>&1 || rm -f "$RL_TOP/config.status"
+    fi
     if [ ! -x "$RL_TOP/configure" ] || [ "$RL_TOP/configure.ac" -nt "$RL_TOP/configure" ] ||
        [ "$RL_TOP/Makefile.am" -nt "$RL_TOP/Makefile.in" ]; then
         say "autoreconf"
@@ -52,6 +61,12 @@ rl_build() {
         say "configure $*"
         (cd "$dir" && "$RL_TOP/configure" -q "$@")
     fi
+}
+
+# Configure (once) and build under $RL_BUILD with extra configure flags.
+rl_build() {
+    local dir=$1; shift
+    rl_configure "$dir" "$@"
     say "make in $dir"
     make -C "$dir" -j"$(nproc)" >/dev/null
 }

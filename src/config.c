@@ -31,6 +31,8 @@ enum ftype {
 #define F_RESTART 0x2   /* a reload cannot change it; logged when it differs */
 #define F_NONEMPTY 0x4  /* T_STRING: "" is not a value */
 
+#define SECRET_MAX 4096 /* bytes of a password read from a file */
+
 struct schema;
 
 struct field {
@@ -290,7 +292,8 @@ static const struct field redis_fields[] = {
     {"username", T_STRING, offsetof(struct rl_redis_conf, username), NULL, 0, 0,
      NULL, NULL, 0, F_RESTART, NULL},
     {"password", T_STRING, offsetof(struct rl_redis_conf, password), NULL, 0, 0,
-     NULL, NULL, 0, F_RESTART, NULL},
+     NULL, NULL, 0, F_RESTART, NULL},    {"password_file", T_STRING, offsetof(struct rl_redis_conf, password_file), NULL,
+     0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
 };
 static const struct schema redis_schema = {
     FIELDS(redis_fields), sizeof(struct rl_redis_conf), check_redis
@@ -933,6 +936,46 @@ check_sentinel(void *obj, const char *path, struct load_ctx *ctx)
     free(fp);
 }
 
+/*
+ * A secret kept in a file only the daemon reads (systemd's LoadCredential=, a
+ * Kubernetes Secret volume), read at every load so a reload sees a rotated
+ * file.  One trailing newline is dropped (editors and `echo` add one).  The
+ * errors name the file, never its content.
+ */
+static char *
+read_secret_file(const char *file, const char *path, struct load_ctx *ctx)
+{
+    char buf[SECRET_MAX + 2];
+    size_t n;
+    FILE *f = fopen(file, "re");
+
+    if (f == NULL) {
+        bad(ctx, path, "cannot read %s: %s", file, strerror(errno));
+        return NULL;
+    }
+    n = fread(buf, 1, sizeof(buf), f);
+    if (ferror(f)) {
+        bad(ctx, path, "cannot read %s: %s", file, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    if (n == 0 || n > SECRET_MAX || memchr(buf, '\0', n) != NULL ||
+        memchr(buf, '\n', n) != NULL) {
+        explicit_bzero(buf, sizeof(buf));
+        bad(ctx, path, "%s must hold one line of 1..%d bytes (the password)", file,
+            SECRET_MAX);
+        return NULL;
+    }
+    char *secret = xstrndup(buf, n);
+    explicit_bzero(buf, sizeof(buf));
+    return secret;
+}
+
 static void
 check_redis(void *obj, const char *path, struct load_ctx *ctx)
 {
@@ -961,6 +1004,18 @@ check_redis(void *obj, const char *path, struct load_ctx *ctx)
         (strlen(r->key_prefix) > RL_NAME_MAX || strpbrk(r->key_prefix, "{}") != NULL)) {
         fp = join_path(path, "key_prefix");
         bad(ctx, fp, "must be at most %d bytes without '{' or '}'", RL_NAME_MAX);
+        free(fp);
+    }
+    if (r->password_file != NULL) {
+        fp = join_path(path, "password_file");
+        /* checked again after each command-line override: read again then */
+        if (r->password != NULL && !r->password_from_file) {
+            bad(ctx, fp, "give redis.password or redis.password_file, not both");
+        } else {
+            free(r->password);
+            r->password = read_secret_file(r->password_file, fp, ctx);
+            r->password_from_file = 1;
+        }
         free(fp);
     }
     if (r->url == NULL)

@@ -109,6 +109,8 @@ struct rl_redis_conf {
     char *key_prefix;
     char *username;
     char *password;
+    char *password_file;        /* read into password at every load */
+    int password_from_file;     /* password came from password_file */
 };
 
 /* The HTTP layer's bounds (http.c); every one reloadable. */

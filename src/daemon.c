@@ -138,9 +138,17 @@ probe_tcp(const struct rl_listen_addr *a, char **cause)
 static int
 open_unix(const struct rl_listen_addr *a, char **cause)
 {
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct stat st;
+    int fd;
 
-    if (fd < 0)
+    /* connect() to a regular file says ECONNREFUSED too: without this a
+     * mistyped -l would delete whatever file it named. */
+    if (lstat(a->path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+        *cause = xasprintf("%s exists and is not a socket: refusing to replace it",
+                           a->path);
+        return -1;
+    }
+    if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) < 0)
         goto fail;
     /* A stale socket file from a dead daemon is replaced; a live one is not. */
     if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {

@@ -10,6 +10,7 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "log.h"
 #include "util.h"
 
 static void
@@ -102,6 +103,14 @@ main(int argc, char **argv)
         printf("configuration OK\n");
         config_unref(cfg);
         return 0;
+    }
+    if (cfg->npolicies == 0) {
+        /* The built-in defaults have no policy: every check would be a 200
+         * with "policy": null, which looks like a working limiter. */
+        log_set_level(cfg->log_level);
+        log_warn("msg=\"no policies: every check is allowed, nothing is limited\" "
+                 "config=%s hint=\"give a file with policies: -c FILE or RATELIMITD_CONFIG\"",
+                 opts.config_file != NULL ? opts.config_file : "(built-in defaults)");
     }
     return daemon_run(&opts, cfg);
 }

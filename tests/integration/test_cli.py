@@ -385,6 +385,95 @@ def t_sighup_reload(r):
         eq(d.stop(), 0, "exit code on SIGTERM after reloads")
 
 
+# ---------------------------------------------------------------- papercuts
+
+def t_unix_refuses_regular_file(r):
+    d = H.tmpdir()
+    path = os.path.join(d, "precious.txt")
+    with open(path, "w") as f:
+        f.write("not a socket\n")
+    daemon = H.Daemon(simple(), backend="memory", listen=False, port=0,
+                      args=["-l", "unix:" + path], wait=False)
+    eq(daemon.wait(timeout=15), 2, "exit code for -l unix:<regular file> (log %r)" % daemon.log()[-300:])
+    with open(path) as f:
+        eq(f.read(), "not a socket\n", "the regular file at the -l path")
+    check("not a socket" in daemon.log() and path in daemon.log(),
+          "the refusal does not name the file: %r", daemon.log()[-300:])
+    # a stale socket of a dead daemon is still replaced
+    sock_path = os.path.join(d, "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(sock_path)
+    s.close()
+    with H.Daemon(simple(), backend="memory", listen=False, port=0, args=["-l", "unix:" + sock_path],
+                  wait=False) as daemon:
+        def answers():
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(2)
+            try:
+                c.connect(sock_path)
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                return c.recv(64).startswith(b"HTTP/1.1 200")
+            except OSError:
+                return False
+            finally:
+                c.close()
+        check(poll(lambda: not daemon.alive() or answers(), 20, "serving on the stale socket's path")
+              and daemon.alive(), "not serving on a stale socket's path: %r", daemon.log()[-300:])
+
+
+def t_no_policies_warns(r):
+    with H.Daemon(None, backend="memory") as d:
+        st, _, body = post(d.port, {"key": "alice"})
+        eq((st, body.get("policy", "missing")), (200, None), "a check with no policies")
+        check(re.search(r"level=warn msg=\"no policies: every check is allowed", d.log()),
+              "no warning that nothing is limited: %r", d.log()[:600])
+    with H.Daemon(simple(), backend="memory") as d:
+        check("no policies" not in d.log(), "warned with policies: %r", d.log()[:600])
+
+
+def acl_user(r, user, pw):
+    r.cli("ACL", "SETUSER", user, "on", ">" + pw, "~*", "+@all")
+
+
+def t_password_file(r):
+    user, pw = "rl-file", "s3cret-from-a-file"
+    acl_user(r, user, pw)
+    pwfile = os.path.join(H.tmpdir(), "redis-password")
+    with open(pwfile, "w") as f:
+        f.write(pw + "\n")             # as `echo` writes it
+    cfg = dict(simple("pf", 2), redis={"timeout": "2s", "username": user,
+                                            "password_file": pwfile})
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(cfg)])
+    eq(rc, 0, "-t with a readable password_file (%r)" % (out + err))
+    both = dict(cfg, redis={"username": user, "password": pw, "password_file": pwfile})
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(both)])
+    check(rc == 1 and "not both" in out + err, "password and password_file together: %r", (rc, out + err))
+    missing = dict(cfg, redis={"username": user, "password_file": pwfile + ".nope"})
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(missing)])
+    check(rc == 1 and "redis.password_file" in out + err and pwfile + ".nope" in out + err,
+          "a missing password_file is not named: %r", (rc, out + err))
+
+    with H.Daemon(cfg, redis=r) as d:
+        eq([post(d.port, {"key": "k"})[0] for _ in range(3)], [200, 200, 429],
+           "checks authenticated with the password from the file")
+        # a reload reads the file again: gone, the reload is refused and names it
+        os.rename(pwfile, pwfile + ".moved")
+        d.reload()
+        check(poll(lambda: "reload rejected" in d.log(), 20, "the reload refused"),
+              "no refused reload in the log: %r", d.log()[-500:])
+        check(pwfile in d.log(), "the refused reload does not name the file: %r", d.log()[-500:])
+        eq(post(d.port, {"key": "k2"})[0], 200, "a check after the refused reload")
+        check(pw not in d.log(), "the password reached the log")
+        os.rename(pwfile + ".moved", pwfile)
+
+    with open(pwfile, "w") as f:
+        f.write("wrong")
+    with H.Daemon(cfg, redis=r, ready=False) as d:
+        st, _, body = H.request(d.port, "GET", "/readyz")
+        eq(st, 503, "GET /readyz with a wrong password in the file (%r)" % (body,))
+        check("wrong" not in d.log(), "the wrong password reached the log")
+
+
 CASES = [
     ("-t on a valid config: 'configuration OK', exit 0", t_test_valid),
     ("-t reports every problem as FILE: path: message, exit 1", t_test_every_problem),
@@ -408,6 +497,11 @@ CASES = [
     ("SIGTERM finishes an in-flight check, then exits 0", t_sigterm_drains),
     ("shutdown_grace bounds the drain, exit 0", t_grace_bounds_drain),
     ("a second SIGTERM exits at once", t_second_signal),
+    ("-l unix:PATH refuses a regular file, keeps it; a stale socket is replaced",
+     t_unix_refuses_regular_file),
+    ("no policies: a warning that nothing is limited", t_no_policies_warns),
+    ("redis.password_file: read at start and reload, named in errors, never logged",
+     t_password_file),
 ]
 
 

@@ -685,6 +685,210 @@ def t_k8s_reloader():
             rel.wait(timeout=5)
 
 
+# ---------------------------------------------------------------- papercuts
+
+def t_k8s_uid():
+    user = instr(dockerfile_stages()[-1], "USER")[-1].split(":")[0].strip()
+    check(user.isdigit(), "the image's USER %r is not numeric: runAsNonRoot cannot check a name", user)
+    dep = by_kind(k8s("deployment.yaml"), "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    rl = [c for c in spec.get("containers", []) + spec.get("initContainers", [])
+          if c["name"] == "ratelimitd"][0]
+    eq(rl["securityContext"]["runAsUser"], int(user), "the sidecar's runAsUser against the image's USER")
+    with open(os.path.join(SRC, "deploy", "kubernetes", "README.md")) as f:
+        readme = f.read()
+    check("uid %s" % user in readme, "deploy/kubernetes/README.md does not give the image's uid %s", user)
+    check(not re.search(r"runs as the user `\w+`, a name", readme),
+          "deploy/kubernetes/README.md still says the image user is a name")
+
+
+def t_unit_credential():
+    with open(UNIT) as f:
+        unit = f.read()
+    m = re.search(r"^LoadCredential=([\w.-]+):([\w.-]+)$", unit, re.M)
+    check(m, "the unit has no LoadCredential=ID:NAME (a relative name: a missing one is no error)")
+    path = "/run/credentials/ratelimitd.service/%s" % m.group(1)
+    for doc in (MAN5, UNIT, os.path.join(SRC, "README.md")):
+        with open(doc) as f:
+            text = f.read().replace("\\-", "-")
+        check(m.group(1) in text and ("password_file" in text), "%s does not show password_file with "
+              "the credential %s", doc, m.group(1))
+    with open(MAN5) as f:
+        check(path in f.read().replace("\\-", "-"), "ratelimitd.json(5) does not give %s", path)
+    # the daemon reads a credential-style file (the path swapped for a scratch one)
+    d = scratch("cred-")
+    pw = os.path.join(d, m.group(1))
+    with open(pw, "w") as f:
+        f.write("from-a-credential\n")
+    cfg = H.write_config({"redis": {"password_file": pw}, "policies": []})
+    rc, out, err = H.run_cli(["-t", "-c", cfg])
+    eq(rc, 0, "-t with a password_file (%s)" % (out + err))
+    check("from-a-credential" not in out + err, "-t printed the password")
+
+
+def builddir():
+    return os.path.dirname(os.path.dirname(os.path.abspath(H.RATELIMITD)))
+
+
+def make_env():
+    env = dict(os.environ)
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+        env.pop(k, None)
+    return env
+
+
+def t_make_install():
+    dest = scratch("destdir-")
+    rc, out, err = run(["make", "-C", builddir(), "install", "DESTDIR=" + dest], env=make_env(), timeout=300)
+    eq(rc, 0, "make install DESTDIR (%s)" % (out + err)[-1500:])
+    confs = glob.glob(os.path.join(dest, "**", "ratelimitd", "ratelimitd.json"), recursive=True)
+    eq(len(confs), 1, "installed configurations %r" % confs)
+    bins = glob.glob(os.path.join(dest, "**", "bin", "ratelimitd"), recursive=True)
+    eq(len(bins), 1, "installed binaries %r" % bins)
+    with open(confs[0]) as f, open(os.path.join(SRC, "conf", "ratelimitd.json")) as g:
+        eq(f.read(), g.read(), "the installed configuration against conf/ratelimitd.json")
+    rc, out, err = run([bins[0], "-t", "-c", confs[0]])
+    eq((rc, out.strip()), (0, "configuration OK"), "the installed binary on the installed configuration")
+    # an operator's edit survives a second install and an uninstall
+    with open(confs[0], "a") as f:
+        f.write("\n")
+    for target in ("install", "uninstall"):
+        rc, out, err = run(["make", "-C", builddir(), target, "DESTDIR=" + dest], env=make_env(), timeout=300)
+        eq(rc, 0, "make %s over an edited configuration (%s)" % (target, (out + err)[-1500:]))
+        check(os.path.exists(confs[0]), "make %s removed an edited configuration", target)
+    with open(confs[0]) as f:
+        check(f.read().endswith("}\n\n"), "make install replaced an edited configuration")
+    check(not os.path.exists(bins[0]), "make uninstall left the binary")
+
+
+def dockerignore_rules():
+    rules = []
+    with open(os.path.join(SRC, ".dockerignore")) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                rules.append((line.startswith("!"), line.lstrip("!").strip("/")))
+    return rules
+
+
+def glob_re(pat):
+    """Docker's patterns (Go filepath.Match per segment, ** across them) as a regex."""
+    out, i = "", 0
+    while i < len(pat):
+        if pat.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif pat.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pat[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif pat[i] == "?":
+            out += "[^/]"
+            i += 1
+        else:
+            out += re.escape(pat[i])
+            i += 1
+    return re.compile(out + "(?:/.*)?$")
+
+
+def docker_ignored(path, rules):
+    ignored = False
+    for negate, pat in rules:
+        if glob_re(pat).match(path):
+            ignored = not negate
+    return ignored
+
+
+def t_dockerignore():
+    rules = dockerignore_rules()
+    # what scripts/run, an in-tree ./configure && make, and the tests leave behind
+    for junk in ("build/Makefile", "build/src/ratelimitd", "build-asan/config.status", "build-ops/x",
+                 "config.status", "config.log", "Makefile", "ac_config.h", "src/main.o", "src/.deps/main.Po",
+                 "src/librl.a", "src/ratelimitd", "src/lua_scripts.c", "tests/unit/check_log",
+                 "tests/unit/check_log.o", "tests/integration/test_ops.log", ".git/HEAD",
+                 "configure", "src/Makefile.in", "build-aux/install-sh",
+                 "scripts/peers/node/node_modules/ioredis/index.js"):
+        check(docker_ignored(junk, rules), ".dockerignore lets %s into the image build", junk)
+    # and every file git tracks is sent (the build stage runs scripts/test on them)
+    rc, out, err = run(["git", "-C", SRC, "ls-files"])
+    files = out.split() if rc == 0 else []
+    if not files:       # a release tarball: the files on disk
+        files = [os.path.relpath(os.path.join(dp, f), SRC) for dp, _, fs in os.walk(SRC) for f in fs]
+        files = [f for f in files if f.endswith((".c", ".h", ".py", ".lua", ".am", ".ac", ".json"))
+                 and not f.startswith("build")]
+    check(len(files) > 50, "too few files to check: %d", len(files))
+    lost = [f for f in files if docker_ignored(f, rules)]
+    check(not lost, ".dockerignore leaves out tracked files: %s", lost[:10])
+
+
+def t_in_tree_configure():
+    src = scratch("tree-")
+    top = os.path.join(src, "ratelimitd")
+    junk = shutil.ignore_patterns(".git", "*.o", "*.a", ".deps", "node_modules", "__pycache__")
+
+    def keep(d, names):
+        return set(junk(d, names)) | {n for n in names if d == SRC and n.startswith("build")
+                                      and n != "build-aux"}
+    shutil.copytree(SRC, top, ignore=keep, symlinks=True)
+    for stale in ("config.status", "Makefile", "config.log"):
+        if os.path.exists(os.path.join(top, stale)):
+            os.remove(os.path.join(top, stale))
+    rc, out, err = run(["./configure", "-q"], cwd=top, env=make_env(), timeout=300)
+    eq(rc, 0, "an in-tree ./configure (%s)" % (out + err)[-800:])
+    bdir = os.path.join(src, "out-of-tree")
+    script = '. "$1/scripts/lib.sh" && rl_configure "$2" && test -f "$2/Makefile"'
+    rc, out, err = run(["bash", "-c", script, "-", top, bdir], env=dict(make_env(), BUILD_DIR=bdir),
+                       timeout=300)
+    eq(rc, 0, "scripts/lib.sh's configure step after an in-tree ./configure (%s)" % (out + err)[-1500:])
+    check(not os.path.exists(os.path.join(top, "config.status")), "the in-tree configuration is still there")
+
+
+# ------------------------------------------------------------ bench --plot
+
+BENCH_TABLE = """some text before
+target         req/s  p50 ms  p99 ms  non2xx sockerr srv us/req EVALSHA/req redis us/req evalsha us   RSS kB   HWM kB idle% steal% other%
+bare           60000    0.74    2.50       0       0      15.00       0.00         0.09       0.00     2620     2620    20      0      0
+rl-keys        30000    1.65    3.10       0       0      27.00       0.07        14.00     197.60     4260     4260    25      0      0
+redis-keys     50000    0.88    1.65       -       -          -       1.00        17.00      15.05        -        -    51      0      0
+
+req/s of each run (spread):
+"""
+
+
+def t_bench_plot():
+    need("gnuplot", "gnuplot-nox")
+    import xml.dom.minidom
+    d = scratch("plot-")
+    table = os.path.join(d, "run.txt")
+    with open(table, "w") as f:
+        f.write(BENCH_TABLE)
+    svg = os.path.join(d, "bench.svg")
+    rc, out, err = run([os.path.join(SRC, "scripts", "bench"), "--plot-table", table, svg])
+    eq(rc, 0, "scripts/bench --plot-table (%s)" % (out + err))
+    doc = xml.dom.minidom.parse(svg)
+    eq(doc.documentElement.tagName, "svg", "the chart's root element")
+    def text_of(n):
+        return "".join(c.data if c.nodeType == c.TEXT_NODE else text_of(c) for c in n.childNodes)
+    texts = " ".join(text_of(n) for n in doc.getElementsByTagName("text"))
+    for want in ("bare", "rl-keys", "redis-keys", "requests per second", "p99 latency", "Redis"):
+        check(want in texts, "%r is not in the chart's text: %r", want, texts[:400])
+    check("req/s of each run" not in texts and "some text" not in texts, "the chart drew more than the table")
+    # the docs' chart is the docs' table
+    rc, out, err = run([os.path.join(SRC, "scripts", "bench"), "--plot-table",
+                        os.path.join(SRC, "docs", "BENCHMARKS.md"), os.path.join(d, "docs.svg")])
+    eq(rc, 0, "--plot-table on docs/BENCHMARKS.md (%s)" % (out + err))
+    check(os.path.exists(os.path.join(SRC, "docs", "benchmarks.svg")), "docs/benchmarks.svg is missing")
+    # no table: an error that says so, no chart
+    with open(table, "w") as f:
+        f.write("nothing here\n")
+    rc, out, err = run([os.path.join(SRC, "scripts", "bench"), "--plot-table", table, os.path.join(d, "x.svg")])
+    check(rc != 0 and "no results table" in out + err, "a file without a table: exit %d, %r", rc, out + err)
+    check(not os.path.exists(os.path.join(d, "x.svg")) or os.path.getsize(os.path.join(d, "x.svg")) == 0,
+          "a chart was drawn without a table")
+
+
 CASES = [
     ("systemd-analyze verify: the unit with the built binary and these man pages: no complaint",
      t_verify_built),
@@ -710,6 +914,14 @@ CASES = [
     ("kubernetes: the ConfigMap's ratelimitd.json passes ratelimitd -t", t_k8s_configmap),
     ("kubernetes: the reloader's script sends SIGHUP on a kubelet-style ConfigMap update",
      t_k8s_reloader),
+    ("kubernetes: README and runAsUser give the image's numeric uid", t_k8s_uid),
+    ("systemd: the Redis password as a credential (LoadCredential=, redis.password_file), documented",
+     t_unit_credential),
+    ("make install puts the example configuration under sysconfdir, keeps an edited one", t_make_install),
+    (".dockerignore keeps build dirs and in-tree build output out, every tracked file in",
+     t_dockerignore),
+    ("an in-tree ./configure does not break scripts/run's out-of-tree configure", t_in_tree_configure),
+    ("scripts/bench --plot-table draws the results table as an SVG (gnuplot)", t_bench_plot),
 ]
 
 

@@ -1,0 +1,27 @@
+'use strict';
+// A tiny app behind the middleware, the way tests/integration/test_examples.py
+// runs it:  RATELIMITD_URL=http://127.0.0.1:8080 PORT=3000 node server.js
+// Env: FAIL_OPEN=0 fails closed; TIMEOUT_MS; CLIENT_HEADER names a request
+// header that carries the client's address (a trusted proxy's, in this demo).
+const http = require('node:http');
+const { rateLimit } = require('./ratelimit');
+
+const clientHeader = (process.env.CLIENT_HEADER || '').toLowerCase();
+const limiter = rateLimit({
+  url: process.env.RATELIMITD_URL || 'http://127.0.0.1:8080',
+  timeout: Number(process.env.TIMEOUT_MS || 200),
+  failOpen: process.env.FAIL_OPEN !== '0',
+  key: (req) => req.headers['x-api-key'],
+  clientIp: clientHeader ? (req) => req.headers[clientHeader] : undefined,
+});
+
+const server = http.createServer((req, res) => {
+  limiter(req, res, () => {
+    res.writeHead(200, { 'Content-Type': 'text/plain' });
+    res.end('hello from the app\n');
+  });
+});
+server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
+  console.log(`listening ${server.address().port}`);
+});
+process.on('SIGTERM', () => { limiter.client.close(); server.close(() => process.exit(0)); });

@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""examples/: the client snippets, run against the real daemon and a real Redis.
+
+Each example — the Python WSGI and ASGI middleware (examples/python), the Node
+middleware (examples/node, run by node with examples/node/server.js) and the
+shell helper (examples/shell/ratelimit.sh, run by /bin/sh) — must:
+
+  - let `limit` requests through, then answer 429 with the daemon's
+    Retry-After and quota headers;
+  - forward the client's address, so two anonymous clients are two callers
+    (and the Redis key names the forwarded address);
+  - keep its connection: checks in a row go over one TCP connection (counted
+    by a relay between the example and the daemon), and a kept-alive
+    connection the daemon closed is replaced without a failed check;
+  - fail open by default when the daemon is down (refused), hung (timeout,
+    bounded in time) or answers 503; fail closed (503, or the shell's exit 3)
+    when told to; never read a 400 as "limited".
+
+A missing node is a failure, never a skip (Debian package nodejs).
+"""
+
+import asyncio
+import contextlib
+import http.client
+import importlib.util
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+EX = os.path.join(H.RL_SRCDIR, "examples")
+LIMIT = 3
+CONFIG = {
+    "identity": ["body", "header:X-Api-Key", "forwarded", "peer"],
+    "redis": {"timeout": "2s"},
+    "policies": [{"name": "ex", "limits": [{"algorithm": "fixed_window", "limit": LIMIT,
+                                            "window": "60s"}]}],
+}
+TIMEOUT_S = 0.3          # the examples' timeout towards a hung daemon, in the tests
+OK_TIMEOUT = 2.0 * H.SLOW  # towards a working one: a loaded host must not make it fail open
+SLOW = H.SLOW
+
+
+def load_client():
+    spec = importlib.util.spec_from_file_location(
+        "ratelimit_client", os.path.join(EX, "python", "ratelimit_client.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RL = load_client()
+
+
+def fresh(prefix="k"):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+
+
+def fresh_ip():
+    b = uuid.uuid4().bytes
+    return "198.51.%d.%d" % (b[0], b[1] or 1)
+
+
+# ------------------------------------------------------------- loopback helpers
+
+class Relay:
+    """A TCP relay to `target` port that counts the connections it accepted.
+
+    drop_all() closes every relayed connection, as the daemon does with idle
+    keep-alive connections."""
+
+    def __init__(self, target):
+        self.target = target
+        self.accepted = 0
+        self.conns = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.accepted += 1
+                self.conns += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def drop_all(self):
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self):
+        self.closed = True
+        self.sock.close()
+        self.drop_all()
+
+
+class Blackhole:
+    """Accepts connections and never answers: a hung daemon."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def dead_port():
+    """A loopback port nothing listens on (connection refused)."""
+    return H.free_port()
+
+
+def keys_naming(r, text):
+    return [k for k in r.cli("KEYS", "*").split() if text in k]
+
+
+# --------------------------------------------------------------------- Python
+
+def wsgi_call(app, path="/orders", method="GET", remote="203.0.113.7", headers=None):
+    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "REMOTE_ADDR": remote}
+    for k, v in (headers or {}).items():
+        environ["HTTP_" + k.upper().replace("-", "_")] = v
+    got = {}
+
+    def start_response(status, hdrs, exc_info=None):
+        got["status"], got["headers"] = status, hdrs
+
+    body = b"".join(app(environ, start_response))
+    return int(got["status"].split()[0]), H.Headers(got["headers"]), body
+
+
+def hello_wsgi(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"hello from the app\n"]
+
+
+def expect_denied(st, hd, body, what):
+    eq(st, 429, what)
+    ra = hd.get("retry-after", "")
+    check(ra.isdigit() and 1 <= int(ra) <= 60, "%s: Retry-After %r, want 1..60 (the daemon's)", what, ra)
+    eq(hd.get("x-ratelimit-remaining"), "0", what + ": X-RateLimit-Remaining")
+    check(hd.get("ratelimit-policy", "").startswith('"ex"'), "%s: RateLimit-Policy %r", what,
+          hd.get("ratelimit-policy"))
+
+
+def t_py_wsgi(fx):
+    relay = Relay(fx.daemon.port)
+    try:
+        client = RL.RateLimitClient("http://127.0.0.1:%d" % relay.port, timeout=OK_TIMEOUT)
+        app = RL.RateLimitWSGI(hello_wsgi, client)
+        ip, other = fresh_ip(), fresh_ip()
+        for i in range(LIMIT):
+            st, _, body = wsgi_call(app, remote=ip)
+            eq((st, body), (200, b"hello from the app\n"), "request %d of an anonymous client" % (i + 1))
+        st, hd, body = wsgi_call(app, remote=ip)
+        expect_denied(st, hd, body, "request %d of that client" % (LIMIT + 1))
+        check(b"too many requests" in body, "the 429's body %r", body)
+        # the address was forwarded: another client is another caller, and Redis names it
+        eq(wsgi_call(app, remote=other)[0], 200, "another client's first request")
+        check(keys_naming(fx.redis, ip), "no Redis key names the forwarded address %s", ip)
+        eq(relay.accepted, 1, "TCP connections for %d checks in a row" % (LIMIT + 2))
+        # the daemon (here: the relay) closes a kept-alive connection: the next
+        # check goes through on a fresh one, not through the failure policy
+        relay.drop_all()
+        time.sleep(0.05)
+        d = client.check(key=fresh(), path="/x")
+        check(d.allowed and not d.degraded, "a check after the connection was closed: %r", d)
+        eq(relay.accepted, 2, "TCP connections after the daemon closed the first")
+        # keys are callers too (an API key, a user id)
+        key = fresh()
+        app = RL.RateLimitWSGI(hello_wsgi, client, key=lambda env: env.get("HTTP_X_API_KEY"))
+        sts = [wsgi_call(app, remote=fresh_ip(), headers={"X-Api-Key": key})[0] for _ in range(LIMIT + 1)]
+        eq(sts, [200] * LIMIT + [429], "one API key from several addresses")
+    finally:
+        relay.close()
+
+
+def t_py_asgi(fx):
+    relay = Relay(fx.daemon.port)
+    try:
+        client = RL.RateLimitClient("http://127.0.0.1:%d" % relay.port, timeout=OK_TIMEOUT)
+
+        async def hello(scope, receive, send):
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"hello from the app\n"})
+
+        app = RL.RateLimitASGI(hello, client, threads=2)
+        ip = fresh_ip()
+
+        async def one(client_ip):
+            sent = []
+
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(msg):
+                sent.append(msg)
+            scope = {"type": "http", "method": "POST", "path": "/orders", "client": (client_ip, 50000),
+                     "headers": []}
+            await app(scope, receive, send)
+            start = sent[0]
+            hd = H.Headers([(k.decode(), v.decode()) for k, v in start.get("headers", [])])
+            return start["status"], hd, b"".join(m.get("body", b"") for m in sent[1:])
+
+        async def run():
+            res = [await one(ip) for _ in range(LIMIT + 1)]
+            # concurrent checks of other clients, all on the loop at once
+            res2 = await asyncio.gather(*(one(fresh_ip()) for _ in range(6)))
+            return res, res2
+
+        res, res2 = asyncio.run(run())
+        eq([r[0] for r in res], [200] * LIMIT + [429], "statuses through the ASGI middleware")
+        eq(res[0][2], b"hello from the app\n", "the app's body")
+        expect_denied(*res[-1], what="the ASGI 429")
+        eq([r[0] for r in res2], [200] * 6, "six concurrent clients")
+        check(relay.accepted <= 2, "%d connections for %d checks from a pool of 2 threads",
+              relay.accepted, LIMIT + 7)
+    finally:
+        relay.close()
+
+
+def t_py_failure_policy(fx):
+    # refused
+    for fail_open in (True, False):
+        client = RL.RateLimitClient("http://127.0.0.1:%d" % dead_port(), timeout=TIMEOUT_S,
+                                    fail_open=fail_open)
+        app = RL.RateLimitWSGI(hello_wsgi, client)
+        st, hd, body = wsgi_call(app, remote=fresh_ip())
+        eq(st, 200 if fail_open else 503, "daemon down, fail_open=%s" % fail_open)
+        if not fail_open:
+            eq(hd.get("retry-after"), "1", "Retry-After of the fail-closed 503")
+    # hung: answered by the policy within the timeout, not after it
+    hole = Blackhole()
+    try:
+        client = RL.RateLimitClient("http://127.0.0.1:%d" % hole.port, timeout=TIMEOUT_S)
+        t0 = time.monotonic()
+        d = client.check(key="k")
+        took = time.monotonic() - t0
+        check(d.allowed and d.degraded, "a hung daemon, fail open: %r", d)
+        check(took < TIMEOUT_S + 1.0 * SLOW, "a hung daemon took %.2fs to fail open (timeout %.1fs)",
+              took, TIMEOUT_S)
+    finally:
+        hole.close()
+    # the daemon itself says 503 (failure_mode closed, its Redis unreachable)
+    with H.Daemon(dict(CONFIG, failure_mode="closed"), args=["-r", "redis://127.0.0.1:%d/0" % dead_port()],
+                  ready=False) as d503:
+        st, _, _ = H.request(d503.port, "POST", "/check", {"key": "k", "policy": "ex"})
+        eq(st, 503, "the daemon's own answer with its Redis unreachable")
+        for fail_open, want in ((True, 200), (False, 503)):
+            client = RL.RateLimitClient("http://127.0.0.1:%d" % d503.port, fail_open=fail_open, timeout=2)
+            eq(wsgi_call(RL.RateLimitWSGI(hello_wsgi, client))[0], want,
+               "the daemon answering 503, fail_open=%s" % fail_open)
+    # a 400 (unknown policy) is a bug, not "limited": the failure policy, logged
+    client = RL.RateLimitClient("http://127.0.0.1:%d" % fx.daemon.port, policy="no-such-policy",
+                                timeout=OK_TIMEOUT)
+    d = client.check(key="k")
+    check(d.allowed and d.degraded and "400" in (d.reason or ""), "a 400 through the client: %r", d)
+
+
+# ----------------------------------------------------------------------- Node
+
+class NodeApp:
+    def __init__(self, daemon_port, **env):
+        node = shutil.which("node") or shutil.which("nodejs")
+        if node is None:
+            raise H.Fail("node not found: it is required (Debian package nodejs)")
+        e = dict(os.environ, RATELIMITD_URL="http://127.0.0.1:%d" % daemon_port, PORT="0")
+        e.update({k: str(v) for k, v in env.items()})
+        self.logpath = os.path.join(H.tmpdir(), "node-%s.log" % uuid.uuid4().hex[:6])
+        self.log = open(self.logpath, "w")
+        self.proc = subprocess.Popen([node, os.path.join(EX, "node", "server.js")], env=e,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = ""
+        deadline = time.monotonic() + 20 * SLOW
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("listening ") or not line:
+                break
+        m = re.match(r"listening (\d+)", line)
+        if not m:
+            self.close()
+            raise H.Fail("node server.js did not start (%r): %s" % (line, open(self.logpath).read()))
+        self.port = int(m.group(1))
+
+    def get(self, headers=None, conn=None):
+        c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=10 * SLOW)
+        c.request("GET", "/orders?x=1", headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        hd = H.Headers(r.getheaders())
+        if conn is None:
+            c.close()
+        return r.status, hd, body
+
+    def stderr(self):
+        return open(self.logpath).read()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def t_node(fx):
+    relay = Relay(fx.daemon.port)
+    try:
+        with NodeApp(relay.port, CLIENT_HEADER="x-client", TIMEOUT_MS=int(OK_TIMEOUT * 1000)) as app:
+            ip = fresh_ip()
+            res = [app.get({"X-Client": ip}) for _ in range(LIMIT + 1)]
+            eq([r[0] for r in res], [200] * LIMIT + [429], "statuses through the Node middleware")
+            eq(res[0][2], b"hello from the app\n", "the app's body")
+            expect_denied(*res[-1], what="the Node 429")
+            eq(app.get({"X-Client": fresh_ip()})[0], 200, "another client's first request")
+            check(keys_naming(fx.redis, ip), "no Redis key names the forwarded address %s", ip)
+            key = fresh()
+            sts = [app.get({"X-Api-Key": key, "X-Client": fresh_ip()})[0] for _ in range(LIMIT + 1)]
+            eq(sts, [200] * LIMIT + [429], "one API key from several addresses")
+            eq(relay.accepted, 1, "TCP connections for %d checks in a row (keep-alive Agent)"
+               % (2 * LIMIT + 3))
+            relay.drop_all()
+            time.sleep(0.05)
+            eq(app.get({"X-Client": fresh_ip()})[0], 200, "a check after the daemon closed the connection")
+            check("unavailable" not in app.stderr(), "the closed connection went to the failure policy: %s",
+                  app.stderr())
+            eq(relay.accepted, 2, "TCP connections after the daemon closed the first")
+    finally:
+        relay.close()
+
+
+def t_node_failure_policy(fx):
+    for fail_open, want in (("1", 200), ("0", 503)):
+        with NodeApp(dead_port(), FAIL_OPEN=fail_open) as app:
+            st, hd, body = app.get()
+            eq(st, want, "daemon down, FAIL_OPEN=%s (%s)" % (fail_open, app.stderr()))
+            if want == 503:
+                eq(hd.get("retry-after"), "1", "Retry-After of the fail-closed 503")
+            check("unavailable" in app.stderr(), "no warning logged: %r", app.stderr())
+    hole = Blackhole()
+    try:
+        with NodeApp(hole.port, TIMEOUT_MS=int(TIMEOUT_S * 1000)) as app:
+            t0 = time.monotonic()
+            st, _, _ = app.get()
+            took = time.monotonic() - t0
+            eq(st, 200, "a hung daemon, fail open")
+            check(took < TIMEOUT_S + 1.0 * SLOW, "a hung daemon took %.2fs (timeout %.1fs)", took, TIMEOUT_S)
+    finally:
+        hole.close()
+    with H.Daemon(dict(CONFIG, failure_mode="closed"), args=["-r", "redis://127.0.0.1:%d/0" % dead_port()],
+                  ready=False) as d503:
+        with NodeApp(d503.port, TIMEOUT_MS=2000) as app:
+            eq(app.get()[0], 200, "the daemon answering 503, fail open")
+            check("503" in app.stderr(), "the 503 is not logged: %r", app.stderr())
+
+
+# ---------------------------------------------------------------------- shell
+
+def sh(args, port, **env):
+    e = dict(os.environ, RATELIMITD_URL="http://127.0.0.1:%d" % port, RATELIMIT_TIMEOUT=str(OK_TIMEOUT))
+    e.update({k: str(v) for k, v in env.items()})
+    r = subprocess.run(["sh", os.path.join(EX, "shell", "ratelimit.sh")] + list(args), env=e,
+                       capture_output=True, text=True, timeout=30 * SLOW)
+    return r.returncode, r.stdout, r.stderr
+
+
+def t_shell(fx):
+    port = fx.daemon.port
+    key = fresh()
+    codes = [sh([key], port)[0] for _ in range(LIMIT)]
+    eq(codes, [0] * LIMIT, "exit codes of the allowed checks")
+    rc, out, err = sh([key], port)
+    eq(rc, 1, "exit code of the limited check (%s)" % err)
+    m = re.search(r"retry after (\d+)s", out)
+    check(m and 1 <= int(m.group(1)) <= 60, "no Retry-After in %r", out)
+    # a 400 (a key over 512 bytes) is not "limited"
+    rc, out, err = sh(["x" * 600], port)
+    eq(rc, 2, "exit code of an oversized key (400)")
+    check("bad request" in err, "stderr of a 400: %r", err)
+    # an anonymous caller ("-") is named by the forwarded address
+    ip = fresh_ip()
+    codes = [sh(["-"], port, RATELIMIT_CLIENT_IP=ip)[0] for _ in range(LIMIT + 1)]
+    eq(codes, [0] * LIMIT + [1], "exit codes of an anonymous caller with RATELIMIT_CLIENT_IP")
+    check(keys_naming(fx.redis, ip), "no Redis key names the forwarded address %s", ip)
+    eq(sh(["-"], port, RATELIMIT_CLIENT_IP=fresh_ip())[0], 0, "another anonymous caller")
+    # several keys: one connection, one line each, the worst status
+    relay = Relay(port)
+    try:
+        a, b = fresh(), fresh()
+        rc, out, err = sh([a, a, a, a, b], relay.port)
+        eq(rc, 1, "exit code of five checks, one limited (%s)" % err)
+        lines = [l.split() for l in out.splitlines()]
+        eq([(l[0], l[1]) for l in lines], [(a, "200")] * 3 + [(a, "429"), (b, "200")], "per-key lines")
+        check(lines[3][2].isdigit(), "no Retry-After on the limited line: %r", lines[3])
+        eq(relay.accepted, 1, "TCP connections for five checks in one call")
+    finally:
+        relay.close()
+
+
+def t_shell_failure_policy(fx):
+    port = dead_port()
+    rc, out, err = sh(["k"], port)
+    eq(rc, 0, "daemon down: fail open (%s)" % err)
+    check("failing open" in err, "no warning when failing open: %r", err)
+    rc, out, err = sh(["k"], port, RATELIMIT_FAIL="closed")
+    eq(rc, 3, "daemon down, RATELIMIT_FAIL=closed")
+    hole = Blackhole()
+    try:
+        t0 = time.monotonic()
+        rc, _, err = sh(["k"], hole.port, RATELIMIT_TIMEOUT=TIMEOUT_S)
+        took = time.monotonic() - t0
+        eq(rc, 0, "a hung daemon: fail open (%s)" % err)
+        check(took < TIMEOUT_S + 2.0 * SLOW, "a hung daemon took %.2fs", took)
+    finally:
+        hole.close()
+    with H.Daemon(dict(CONFIG, failure_mode="closed"), args=["-r", "redis://127.0.0.1:%d/0" % dead_port()],
+                  ready=False) as d503:
+        rc, _, err = sh(["k"], d503.port, RATELIMIT_TIMEOUT=2)
+        eq(rc, 0, "the daemon answering 503: fail open (%s)" % err)
+        check("503" in err, "the 503 is not named: %r", err)
+        eq(sh(["k"], d503.port, RATELIMIT_TIMEOUT=2, RATELIMIT_FAIL="closed")[0], 3,
+           "the daemon answering 503, RATELIMIT_FAIL=closed")
+
+
+class Fx:
+    pass
+
+
+@contextlib.contextmanager
+def fixture():
+    with H.Redis(topology="standalone") as r, H.Daemon(CONFIG, redis=r) as d:
+        fx = Fx()
+        fx.redis, fx.daemon = r, d
+        yield fx
+
+
+CASES = [
+    ("python WSGI: limit then 429 + Retry-After, client address forwarded, one connection, reconnects",
+     t_py_wsgi),
+    ("python ASGI: limit then 429, concurrent clients, connections bounded by the pool", t_py_asgi),
+    ("python: refused / hung / 503 fail open by default, 503 when closed; a 400 is not 'limited'",
+     t_py_failure_policy),
+    ("node: limit then 429 + Retry-After, address forwarded, one keep-alive connection, reconnects",
+     t_node),
+    ("node: refused / hung / 503 fail open by default, 503 when closed", t_node_failure_policy),
+    ("shell: exit 0 / 1 with Retry-After / 2 on a 400; many keys over one connection", t_shell),
+    ("shell: refused / hung / 503 fail open by default, exit 3 when closed", t_shell_failure_policy),
+]
+
+
+if __name__ == "__main__":
+    H.suite(CASES, fixture, timeout=240)
