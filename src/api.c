@@ -231,7 +231,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     memset(&ci, 0, sizeof(ci));
     ci.body = r->body_len ? r->body : NULL;
     ci.body_len = r->body_len;
-    if (forward || query_has(h, "body=none"))
+    if (query_has(h, "body=none"))
         r->flags |= API_NO_BODY;
     if (forward) {
         /* the gateway's body is its client's: never ours to parse */
