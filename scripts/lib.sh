@@ -12,7 +12,7 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 # What only the tests need: nginx (the auth_request recipe), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
 # (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk.
-RL_TEST_PACKAGES=(nginx systemd man-db groff-base python3-yaml
+RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk)
 
 say() { printf '==> %s\n' "$*" >&2; }
