@@ -150,6 +150,10 @@ finish(struct check_op *op, const struct rl_check_res *res)
         }
     }
     d.reset_epoch = cfg->reset_format == RL_RESET_EPOCH;
+    if (cfg->partition_key != NULL) {
+        d.has_pk = 1;
+        d.pk = siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len);
+    }
     metrics_check(op->env->metrics, op->policy->metrics_id,
                   d.status == 503 ? RL_OUT_ERROR
                   : d.degraded ? RL_OUT_DEGRADED

@@ -326,6 +326,8 @@ static const struct field top_fields[] = {
      0, 0, badpath_names, NULL, 0, 0, NULL},
     {"x_ratelimit_reset", T_ENUM, offsetof(struct rl_config, reset_format), "\"delta\"",
      0, 0, reset_names, NULL, 0, 0, NULL},
+    {"partition_key", T_STRING, offsetof(struct rl_config, partition_key), NULL, 0, 0,
+     NULL, NULL, 0, F_NONEMPTY, NULL},
     {"max_body", T_SIZE, offsetof(struct rl_config, max_body), "\"64k\"", 2,
      64 * 1024 * 1024, NULL, NULL, 0, F_RESTART, SIZE_HINT},
     {"max_inflight", T_INT, offsetof(struct rl_config, max_inflight), "10000", 1,
@@ -1251,6 +1253,15 @@ check_top(void *obj, const char *path, struct load_ctx *ctx)
         }
     }
     normalise_patterns(cfg, ctx);
+    /* Every instance with the same secret names a caller's partition the
+     * same way; without the secret no pk leads back to its identity. */
+    if (cfg->partition_key != NULL) {
+        size_t n = strlen(cfg->partition_key);
+        cfg->pk_k0 = fnv1a(FNV1A_INIT, cfg->partition_key, n);
+        cfg->pk_k1 = fnv1a(cfg->pk_k0 ^ 0x9e3779b97f4a7c15ULL, cfg->partition_key, n);
+        if (n < 16)
+            bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
+    }
     (void)path;
 }
 

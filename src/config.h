@@ -136,6 +136,8 @@ struct rl_config {
     int merge_slashes;          /* "//" is "/" in paths before matching */
     enum rl_bad_path bad_path;  /* unnormalizable_path */
     enum rl_reset_format reset_format;  /* x_ratelimit_reset */
+    char *partition_key;        /* the secret of the pk parameter; NULL: no pk */
+    uint64_t pk_k0, pk_k1;      /* the SipHash key made from it; not a field */
     int64_t max_body;
     int64_t max_inflight;       /* per worker; past it a fast 503 */
     int deny_cache;             /* answer known denials locally */

@@ -168,19 +168,47 @@ out:
     return sb.len < size ? sb.len : size - 1;
 }
 
-/* "<policy>";<k1>=<v1>[;<k2>=<v2>] (RateLimit-Policy, RateLimit); k2 NULL: none */
+/* ;pk=:<base64 of the 8 bytes>: (a Structured Fields Byte Sequence) */
+static void
+sb_pk(struct strbuf *sb, uint64_t pk)
+{
+    static const char b64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned char in[9] = {0};
+    char out[13];
+
+    for (int i = 0; i < 8; i++)
+        in[i] = (unsigned char)(pk >> (56 - 8 * i));
+    for (int i = 0, o = 0; i < 9; i += 3, o += 4) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        out[o] = b64[v >> 18 & 63];
+        out[o + 1] = b64[v >> 12 & 63];
+        out[o + 2] = b64[v >> 6 & 63];
+        out[o + 3] = b64[v & 63];
+    }
+    out[11] = '=';          /* 8 bytes: the last group holds 2 */
+    out[12] = '\0';
+    sb_str(sb, ";pk=:");
+    sb_str(sb, out);
+    sb_str(sb, ":");
+}
+
+/* "<policy>";<k1>=<v1>[;<k2>=<v2>][;pk=...] (RateLimit-Policy, RateLimit);
+ * k2 NULL: none */
 static const char *
-sf_item(char *buf, size_t size, const char *name, const char *k1, int64_t v1,
+sf_item(char *buf, size_t size, const struct rl_decision *d, const char *k1, int64_t v1,
         const char *k2, int64_t v2)
 {
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
     sb_str(&sb, "\"");
-    sb_str(&sb, name);
+    sb_str(&sb, d->policy->name);
     sb_field(&sb, k1, v1);
     if (k2 != NULL)
         sb_field(&sb, k2, v2);
+    if (d->has_pk)
+        sb_pk(&sb, d->pk);
     return buf;
 }
 
@@ -204,6 +232,8 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     const struct rl_limit *l = &d->policy->limits[d->binding];
     int64_t reset_s = response_seconds(d->reset_ms);
     int64_t period_ms = response_capacity_ms(l);
+    /* the draft: with Retry-After, t SHOULD name the same moment */
+    int64_t t_s = d->status == 429 ? response_seconds(d->retry_after_ms) : reset_s;
 
     add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
     add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
@@ -211,11 +241,10 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
                                  ? (int64_t)time(NULL) + reset_s : reset_s), arg);
     /* w is whole seconds in the draft: a window it cannot state exactly
      * (500ms, 1500ms) is left out rather than rounded into a wrong promise */
-    add("RateLimit-Policy", sf_item(v, sizeof(v), d->policy->name, "\";q=", d->limit,
+    add("RateLimit-Policy", sf_item(v, sizeof(v), d, "\";q=", d->limit,
                                     period_ms % 1000 == 0 ? ";w=" : NULL,
                                     period_ms / 1000), arg);
-    add("RateLimit", sf_item(v, sizeof(v), d->policy->name, "\";r=", d->remaining, ";t=",
-                             reset_s), arg);
+    add("RateLimit", sf_item(v, sizeof(v), d, "\";r=", d->remaining, ";t=", t_s), arg);
     if (d->status == 429)
         add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
 }

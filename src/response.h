@@ -17,6 +17,8 @@ struct rl_decision {
     int degraded;                   /* the backend failed; failure_mode decided */
     int never_fits;                 /* denied: the cost exceeds the capacity */
     int reset_epoch;                /* X-RateLimit-Reset as a Unix time */
+    int has_pk;                     /* the pk parameter is sent: */
+    uint64_t pk;                    /* the caller's partition, hashed */
     size_t binding;                 /* index of the binding limit */
     /* Of the binding limit.  limit is what a caller can spend at once (the
      * burst of token_bucket and gcra), so remaining never exceeds it;

@@ -166,7 +166,10 @@ def verify(resp, policy, confs, allowed, rems, binding, cost, what=""):
     eq(h["x-ratelimit-reset"], str(ceil_s(b["reset_ms"])), "X-RateLimit-Reset (ceil reset_ms %d)" % b["reset_ms"])
     eq(h["ratelimit-policy"], '"%s";q=%d' % (policy, bcap) +
        (";w=%d" % (bperiod // 1000) if bperiod % 1000 == 0 else ""), "RateLimit-Policy")
-    eq(h["ratelimit"], '"%s";r=%d;t=%d' % (policy, rems[binding], ceil_s(b["reset_ms"])), "RateLimit")
+    # t: the reset, or on a 429 the moment Retry-After names (the draft's SHOULD)
+    eq(h["ratelimit"], '"%s";r=%d;t=%d' % (policy, rems[binding],
+                                           ceil_s(b["reset_ms"] if allowed else b["retry_after_ms"])),
+       "RateLimit")
     if allowed:
         check("retry-after" not in h, "Retry-After %r on a 200", h.get("retry-after"))
     else:

@@ -18,13 +18,15 @@ rewritten), each in front of a tiny upstream app and its own real ratelimitd
 Then the quota answers, straight from ratelimitd, for every algorithm: limit
 is what can be spent at once (the burst), remaining never above it, w exact
 or absent for sub-second windows, a denial never says retry in 0, and
-X-RateLimit-Reset as a Unix time on request.
+X-RateLimit-Reset as a Unix time on request, and pk (the caller's partition,
+keyed-hashed, never the identity) when partition_key is set.
 
 A missing nginx or caddy is a failure, never a skip (Debian packages nginx,
 caddy).  CADDY overrides the binary.
 """
 
 import atexit
+import base64
 import os
 import shutil
 import subprocess
@@ -422,6 +424,34 @@ def t_quota_reset_epoch(fx):
         check(h["ratelimit"].endswith(";t=%d" % reset_s), "RateLimit %r", h["ratelimit"])
 
 
+def pk_of(hdrs):
+    v = hdrs.get("ratelimit", "")
+    return v[v.index(";pk=") + 4:] if ";pk=" in v else None
+
+
+def t_quota_partition_key(fx):
+    secret = "a-secret-of-some-length"
+    with H.Daemon(quota_config(partition_key=secret), redis=fx.redis) as d1, \
+            H.Daemon(quota_config(partition_key=secret), redis=fx.redis) as d2, \
+            H.Daemon(quota_config(partition_key=secret + "2"), redis=fx.redis) as d3, \
+            H.Daemon(quota_config(), redis=fx.redis) as d0:
+        ident = "alice@example.com"
+        a1 = quota_check(d1, "gcra_hour", ident, 0)[1]
+        pk = pk_of(a1)
+        check(pk is not None and pk.startswith(":") and pk.endswith(":") and len(pk) == 14,
+              "RateLimit %r: no pk Byte Sequence of 8 bytes", a1.get("ratelimit"))
+        check(a1["ratelimit-policy"].endswith(";pk=" + pk), "RateLimit-Policy %r without pk %s",
+              a1["ratelimit-policy"], pk)
+        raw = base64.b64decode(pk[1:-1])
+        check(ident.encode() not in raw and b"alice" not in raw, "pk %s holds the identity", pk)
+        # one caller, one partition, on every instance sharing the secret
+        eq(pk_of(quota_check(d2, "gcra_hour", ident, 0)[1]), pk, "pk of the same caller on another instance")
+        eq(pk_of(quota_check(d1, "gcra_hour", ident, 1)[1]), pk, "pk of the same caller again")
+        check(pk_of(quota_check(d1, "gcra_hour", "bob", 0)[1]) != pk, "bob has alice's pk")
+        check(pk_of(quota_check(d3, "gcra_hour", ident, 0)[1]) != pk, "another secret gives the same pk")
+        eq(pk_of(quota_check(d0, "gcra_hour", ident, 0)[1]), None, "pk without partition_key")
+
+
 CASES = [
     ("nginx -t and caddy validate accept the recipes", t_recipes_valid),
     ("every path form of /api/items counts against api (nginx, Caddy)", t_path_forms_each),
@@ -440,6 +470,8 @@ CASES = [
      t_quota_never_fits),
     ("x_ratelimit_reset epoch: X-RateLimit-Reset is the Unix time of the reset",
      t_quota_reset_epoch),
+    ("partition_key: pk is the caller's partition, hashed with the secret, the same on every instance",
+     t_quota_partition_key),
 ]
 
 

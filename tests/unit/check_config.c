@@ -499,7 +499,7 @@ START_TEST(patterns_unnormalisable)
         "  { \"name\": \"d\", \"match\": { \"path\": \"//d\" },\n"
         "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] } ],\n"
         "  \"forwarded_request_headers\": \"x-original\", \"unnormalizable_path\": \"keep\",\n"
-        "  \"x_ratelimit_reset\": \"unix\" }\n";
+        "  \"x_ratelimit_reset\": \"unix\", \"partition_key\": \"short\" }\n";
     static const struct want w[] = {
         {"policies[0].match.path", "\"/a%2Fb\" cannot be normalised: an encoded '/' (%2F)"},
         {"policies[1].match.path_prefix", "cannot be normalised: a \"..\" above the root"},
@@ -507,6 +507,7 @@ START_TEST(patterns_unnormalisable)
         {"forwarded_request_headers", "must be one of original, forwarded"},
         {"unnormalizable_path", "must be one of reject, raw"},
         {"x_ratelimit_reset", "must be one of delta, epoch"},
+        {"partition_key", "must be a secret of at least 16 bytes"},
     };
     struct rl_config *cfg;
     struct rl_errors errs = {0};

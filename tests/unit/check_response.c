@@ -591,7 +591,8 @@ END_TEST
 
 START_TEST(headers_round_up)
 {
-    /* the fixed window binds: w = 3600; 2001 ms is 3 s, 1001 ms is 2 s */
+    /* the fixed window binds: w = 3600; 2001 ms is 3 s, 1001 ms is 2 s; on a
+     * 429 t names the moment Retry-After does (the draft's SHOULD) */
     struct rl_limit_result r[] = {ok(3, 100), no(0, 2001, 1001)};
     struct rl_decision d;
     static const char *const want[] = {
@@ -599,7 +600,7 @@ START_TEST(headers_round_up)
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "3",
         "RateLimit-Policy", "\"login\";q=100;w=3600",
-        "RateLimit", "\"login\";r=0;t=3",
+        "RateLimit", "\"login\";r=0;t=2",
         "Retry-After", "2",
         NULL,
     };
@@ -635,7 +636,7 @@ START_TEST(headers_retry_after_never_zero)
         "X-RateLimit-Remaining", "5",
         "X-RateLimit-Reset", "0",
         "RateLimit-Policy", "\"login\";q=10;w=2",
-        "RateLimit", "\"login\";r=5;t=0",
+        "RateLimit", "\"login\";r=5;t=2",
         "Retry-After", "2",
         NULL,
     };
@@ -823,6 +824,32 @@ START_TEST(headers_reset_epoch)
 }
 END_TEST
 
+/* partition_key: pk, the caller's partition hashed, as a Byte Sequence */
+START_TEST(headers_partition_key)
+{
+    struct rl_limit_result r[] = {ok(4, 200), ok(93, 1204000)};
+    struct rl_decision d;
+    struct headers h;
+
+    decide(&d, &login, 1, 2, r);
+    d.has_pk = 1;
+    d.pk = 0x0123456789abcdefULL;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    /* base64 of 01 23 45 67 89 ab cd ef */
+    ck_assert_str_eq(h.value[3], "\"login\";q=10;w=2;pk=:ASNFZ4mrze8=:");
+    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=:ASNFZ4mrze8=:");
+    d.pk = 0;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=:AAAAAAAAAAA=:");
+    d.pk = UINT64_MAX;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=://////////8=:");
+}
+END_TEST
+
 START_TEST(seconds_round_up)
 {
     ck_assert_int_eq(response_seconds(0), 0);
@@ -882,6 +909,7 @@ response_suite(void)
     tcase_add_test(tc, headers_every_algorithm);
     tcase_add_test(tc, denials_never_say_zero);
     tcase_add_test(tc, headers_reset_epoch);
+    tcase_add_test(tc, headers_partition_key);
     tcase_add_test(tc, seconds_round_up);
     suite_add_tcase(s, tc);
 
