@@ -43,7 +43,7 @@ static const char config_json[] =
     "  {\"name\": \"login\", \"match\": {\"path_prefix\": \"/login\", \"methods\": [\"POST\"]},\n"
     "   \"limits\": [{\"algorithm\": \"token_bucket\", \"limit\": 5, \"window\": \"1s\", \"burst\": 10},\n"
     "              {\"algorithm\": \"fixed_window\", \"limit\": 100, \"window\": \"1h\"}],\n"
-    "   \"overrides\": [{\"identities\": [\"vip\", \"203.0.113.7\"],\n"
+    "   \"overrides\": [{\"identities\": [\"key:vip\", \"ip:203.0.113.7\"],\n"
     "                  \"limits\": [{\"algorithm\": \"gcra\", \"limit\": 50, \"window\": \"1s\"}]}]},\n"
     "  {\"name\": \"api\", \"match\": {\"path_glob\": \"/api/*/items?\"},\n"
     "   \"identity\": [\"header:X-Api-Key\", \"peer\"],\n"

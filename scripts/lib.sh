@@ -9,13 +9,13 @@ export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
 RL_PACKAGES=(build-essential autoconf automake pkg-config
              libevent-dev libhiredis-dev libjansson-dev check
              redis-server redis-tools python3 curl)
-# What only the tests need: nginx (the auth_request recipe), systemd
+# What only the tests need: nginx and caddy (the gateway recipes), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
 # (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk,
 # haproxy (its recipe), prometheus (promtool: the alert rules), gnuplot-nox
 # (scripts/bench --plot), nodejs (examples/node), python3-h11 (test_http_h11's
 # independent HTTP/1.1 parser).
-RL_TEST_PACKAGES=(nginx systemd man-db groff-base python3-yaml
+RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
                   haproxy prometheus gnuplot-nox nodejs python3-h11)
 

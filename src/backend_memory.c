@@ -88,48 +88,6 @@ static size_t max_entries = MEM_MAX_ENTRIES_DEFAULT;
  * `memory.max_keys` option) and the number of entries held (tests, metrics).
  */
 
-/* ---- SipHash-2-4: a keyed hash, so callers cannot aim at one chain ------- */
-
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                        \
-    do {                                                                \
-        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);       \
-        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                          \
-        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                          \
-        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);       \
-    } while (0)
-
-static uint64_t
-siphash(uint64_t k0, uint64_t k1, const unsigned char *p, size_t len)
-{
-    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
-    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
-    uint64_t m, b = (uint64_t)len << 56;
-    size_t i, tail = len & 7;
-
-    for (i = 0; i + 8 <= len; i += 8) {
-        m = 0;
-        for (int j = 7; j >= 0; j--)
-            m = m << 8 | p[i + (size_t)j];
-        v3 ^= m;
-        SIPROUND;
-        SIPROUND;
-        v0 ^= m;
-    }
-    for (size_t j = 0; j < tail; j++)
-        b |= (uint64_t)p[i + j] << (8 * j);
-    v3 ^= b;
-    SIPROUND;
-    SIPROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
-}
-
 static void
 random_key(uint64_t k[2])
 {
@@ -458,7 +416,7 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req,
             return;
         }
         klen[i] = (size_t)len;
-        hash[i] = siphash(s->k0, s->k1, (const unsigned char *)kbuf + i * per,
+        hash[i] = siphash24(s->k0, s->k1, (const unsigned char *)kbuf + i * per,
                           klen[i]);
         shard[i] = (unsigned)(hash[i] >> 32) & (s->nshards - 1);
     }

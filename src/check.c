@@ -8,6 +8,8 @@
 #include "body.h"
 #include "check.h"
 #include "log.h"
+#include "netaddr.h"
+#include "pathnorm.h"
 #include "policy.h"
 #include "util.h"
 
@@ -145,6 +147,11 @@ finish(struct check_op *op, const struct rl_check_res *res)
             break;
         }
     }
+    d.reset_epoch = cfg->reset_format == RL_RESET_EPOCH;
+    if (cfg->partition_key != NULL) {
+        d.has_pk = 1;
+        d.pk = siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len);
+    }
     metrics_check(op->env->metrics, op->policy->metrics_id,
                   d.status == 503 ? RL_OUT_ERROR
                   : d.degraded ? RL_OUT_DEGRADED
@@ -174,11 +181,55 @@ on_backend(const struct rl_check_res *res, void *arg)
     finish(op, res);
 }
 
+/*
+ * An original-request header, only from a trusted proxy and only of the
+ * family the proxies write: the other family, and every header of an
+ * untrusted peer, may be the client's own (Caddy's forward_auth and Traefik
+ * copy the client's headers into the check).
+ */
 static const char *
-header_or(const struct rl_ident_input *in, const char *a, const char *b)
+request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
+               const char *original, const char *forwarded)
 {
-    const char *v = in->header(in->hctx, a);
-    return v != NULL ? v : in->header(in->hctx, b);
+    if (in->peer_family == 0 ||
+        !cidr_list_contains(&cfg->trusted_proxies, in->peer_family, in->peer_addr))
+        return NULL;
+    return in->header(in->hctx, cfg->request_headers == RL_REQHDR_FORWARDED
+                                ? forwarded : original);
+}
+
+/*
+ * The path the policy is matched against: normalised as the application
+ * will see it.  RL_ERR (a 400) when it cannot be and the config says reject;
+ * *norm is the caller's to free.
+ */
+static int
+match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **norm,
+           char **error)
+{
+    const char *cause;
+    size_t n;
+
+    /* the query string and fragment are not part of the path */
+    for (size_t i = 0; i < *plen; i++) {
+        if (path[i] == '?' || path[i] == '#') {
+            *plen = i;
+            break;
+        }
+    }
+    *norm = xmalloc(*plen + 1);
+    if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES,
+                 *norm, &n, &cause) == RL_OK) {
+        *plen = n;
+        return RL_OK;
+    }
+    if (cfg->bad_path == RL_BADPATH_RAW) {
+        memcpy(*norm, path, *plen);
+        (*norm)[*plen] = '\0';
+        return RL_OK;
+    }
+    *error = xasprintf("path: cannot be normalised: %s", cause);
+    return RL_ERR;
 }
 
 int
@@ -193,6 +244,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     struct rl_ident_input ident = in->ident;
     char id[RL_IDENTITY_MAX];
     size_t idlen;
+    char *norm = NULL;
     int rc = RL_ERR;
 
     *status = 400;
@@ -225,7 +277,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         const char *path = f.path, *method = f.method;
         size_t plen = f.path_len;
         if (path == NULL) {
-            path = header_or(&ident, "X-Original-URI", "X-Forwarded-Uri");
+            path = request_header(cfg, &ident, "X-Original-URI", "X-Forwarded-Uri");
             if (path != NULL && path[0] == '/') {
                 plen = strlen(path);
             } else if (in->path != NULL) {
@@ -236,19 +288,14 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
                 plen = 1;
             }
         }
-        /* the query string and fragment are not part of the path */
-        for (size_t i = 0; i < plen; i++) {
-            if (path[i] == '?' || path[i] == '#') {
-                plen = i;
-                break;
-            }
-        }
+        if (match_path(cfg, path, &plen, &norm, error) != RL_OK)
+            goto out;
         if (method == NULL) {
-            method = header_or(&ident, "X-Original-Method", "X-Forwarded-Method");
+            method = request_header(cfg, &ident, "X-Original-Method", "X-Forwarded-Method");
             if (method == NULL || config_method_bit(method) == 0)
                 method = in->method != NULL ? in->method : "GET";
         }
-        policy = policy_match(cfg, path, plen, config_method_bit(method));
+        policy = policy_match(cfg, norm, plen, config_method_bit(method));
     }
 
     if (policy == NULL) {
@@ -270,11 +317,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         goto out;
     }
 
-    if (policy->noverrides > 0) {
-        const char *colon = memchr(id, ':', idlen);
-        size_t t = colon ? (size_t)(colon - id) + 1 : 0;
-        policy = config_policy_for(policy, id + t, idlen - t);
-    }
+    if (policy->noverrides > 0)
+        policy = config_policy_for(policy, id, idlen);
 
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
@@ -320,6 +364,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     }
     env->backend->ops->check(env->backend, &op->req, on_backend, op);
 out:
+    free(norm);
     json_decref(root);
     return rc;
 }

@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "netaddr.h"
+#include "pathnorm.h"
 #include "redis_url.h"
 #include "util.h"
 
@@ -179,6 +180,9 @@ static const char *const backend_names[] = {"redis", "memory", NULL};
 static const char *const failure_names[] = {"open", "closed", "local", NULL};
 static const char *const fwd_header_names[] = {"x-forwarded-for", "forwarded", NULL};
 static const char *const mode_names[] = {"exact", "hybrid", NULL};
+static const char *const reqhdr_names[] = {"original", "forwarded", NULL};
+static const char *const badpath_names[] = {"reject", "raw", NULL};
+static const char *const reset_names[] = {"delta", "epoch", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
     "token_bucket", "gcra", NULL
@@ -335,6 +339,16 @@ static const struct field top_fields[] = {
      "[\"127.0.0.0/8\", \"::1/128\"]", 0, 0, NULL, NULL, 0, 0, NULL},
     {"forwarded_header", T_ENUM, offsetof(struct rl_config, forwarded_rfc7239),
      "\"x-forwarded-for\"", 0, 0, fwd_header_names, NULL, 0, 0, NULL},
+    {"forwarded_request_headers", T_ENUM, offsetof(struct rl_config, request_headers),
+     "\"original\"", 0, 0, reqhdr_names, NULL, 0, 0, NULL},
+    {"merge_slashes", T_BOOL, offsetof(struct rl_config, merge_slashes), "true", 0, 0,
+     NULL, NULL, 0, 0, NULL},
+    {"unnormalizable_path", T_ENUM, offsetof(struct rl_config, bad_path), "\"reject\"",
+     0, 0, badpath_names, NULL, 0, 0, NULL},
+    {"x_ratelimit_reset", T_ENUM, offsetof(struct rl_config, reset_format), "\"delta\"",
+     0, 0, reset_names, NULL, 0, 0, NULL},
+    {"partition_key", T_STRING, offsetof(struct rl_config, partition_key), NULL, 0, 0,
+     NULL, NULL, 0, F_NONEMPTY, NULL},
     {"max_body", T_SIZE, offsetof(struct rl_config, max_body), "\"64k\"", 2,
      64 * 1024 * 1024, NULL, NULL, 0, F_RESTART, SIZE_HINT},
     {"max_inflight", T_INT, offsetof(struct rl_config, max_inflight), "10000", 1,
@@ -368,6 +382,7 @@ static const struct schema top_schema = {
 #define AT(obj, off, type) ((type *)(void *)((char *)(obj) + (off)))
 
 static void free_object(const struct schema *s, void *obj);
+static void override_clear(struct rl_override *o);
 static void parse_object(const struct schema *s, void *obj, json_t *j,
                          const char *path, struct load_ctx *ctx);
 static void set_defaults(const struct schema *s, void *obj);
@@ -425,7 +440,7 @@ free_field(const struct field *f, void *obj)
         size_t *n = AT(obj, f->count_off, size_t);
         for (size_t i = 0; i < *n; i++) {
             if (f->sub == &override_schema)
-                free(((struct rl_override *)(void *)(*arr + i * f->sub->size))->as_policy);
+                override_clear((struct rl_override *)(void *)(*arr + i * f->sub->size));
             free_object(f->sub, *arr + i * f->sub->size);
         }
         free(*arr);
@@ -436,6 +451,20 @@ free_field(const struct field *f, void *obj)
     default:
         break;
     }
+}
+
+/* What check_override builds from the identities; not fields. */
+static void
+override_clear(struct rl_override *o)
+{
+    free(o->as_policy);
+    o->as_policy = NULL;
+    free(o->ips.v);
+    o->ips.v = NULL;
+    o->ips.n = 0;
+    free(o->keys);
+    o->keys = NULL;
+    o->nkeys = 0;
 }
 
 static void
@@ -830,12 +859,40 @@ check_limit_list(const struct rl_limit *l, size_t n, const char *path,
     }
 }
 
+/*
+ * Identities are typed, as the identity chain types them: an override for
+ * the address 10.0.0.7 must not be claimed by an API key "10.0.0.7".
+ */
 static void
 check_override(void *obj, const char *path, struct load_ctx *ctx)
 {
     struct rl_override *o = obj;
+    struct rl_policy *keep = o->as_policy;
 
     check_limit_list(o->limits, o->nlimits, path, ctx);
+    o->as_policy = NULL;
+    override_clear(o);
+    o->as_policy = keep;
+    o->keys = xcalloc(o->identities.n ? o->identities.n : 1, sizeof(*o->keys));
+    o->ips.v = xcalloc(o->identities.n ? o->identities.n : 1, sizeof(*o->ips.v));
+    for (size_t i = 0; i < o->identities.n; i++) {
+        const char *v = o->identities.v[i];
+        char *fp = xasprintf("%s.identities[%zu]", path, i);
+        if (strncmp(v, "key:", 4) == 0 && v[4] != '\0') {
+            o->keys[o->nkeys++] = o->identities.v[i] + 4;
+        } else if (strncmp(v, "ip:", 3) == 0) {
+            if (cidr_parse(v + 3, &o->ips.v[o->ips.n]) == RL_OK)
+                o->ips.n++;
+            else
+                bad(ctx, fp, "\"%s\" is not an address or CIDR: write \"ip:10.0.0.7\", "
+                    "\"ip:10.1.0.0/16\" or \"ip:2001:db8::/32\"", v + 3);
+        } else {
+            bad(ctx, fp, "\"%s\" has no type: write \"key:%s\" for an API key (from "
+                "the body or a header) or \"ip:%s\" for a client address or CIDR",
+                v, v, v);
+        }
+        free(fp);
+    }
 }
 
 /* A policy's identity for caches that outlive a reload: its address may be
@@ -886,12 +943,23 @@ check_policy(void *obj, const char *path, struct load_ctx *ctx)
 const struct rl_policy *
 config_policy_for(const struct rl_policy *p, const char *id, size_t idlen)
 {
+    int family;
+    uint8_t addr[16];
+
     /* Linear: overrides are for a handful of tiers or partners, not for a
      * customer database. */
-    for (size_t i = 0; i < p->noverrides; i++) {
-        const struct rl_strlist *l = &p->overrides[i].identities;
-        for (size_t j = 0; j < l->n; j++)
-            if (strlen(l->v[j]) == idlen && memcmp(l->v[j], id, idlen) == 0)
+    if (idlen > 2 && memcmp(id, "k:", 2) == 0) {
+        for (size_t i = 0; i < p->noverrides; i++) {
+            const struct rl_override *o = &p->overrides[i];
+            for (size_t j = 0; j < o->nkeys; j++)
+                if (strlen(o->keys[j]) == idlen - 2 &&
+                    memcmp(o->keys[j], id + 2, idlen - 2) == 0)
+                    return o->as_policy;
+        }
+    } else if (idlen > 3 && memcmp(id, "ip:", 3) == 0 &&
+               ip_parse(id + 3, idlen - 3, &family, addr) == RL_OK) {
+        for (size_t i = 0; i < p->noverrides; i++)
+            if (cidr_list_contains(&p->overrides[i].ips, family, addr))
                 return p->overrides[i].as_policy;
     }
     return p;
@@ -1198,6 +1266,55 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
     return errs->n == before ? RL_OK : RL_ERR;
 }
 
+/*
+ * A pattern is matched against normalised paths, so it is normalised the
+ * same way: "/%61pi/" and "/api/" are one pattern.  Run again after flags
+ * (config_validate): normalising a normalised pattern changes nothing.
+ */
+static void
+normalise_pattern(char **pat, unsigned flags, const char *path, struct load_ctx *ctx)
+{
+    const char *cause;
+    size_t len, n;
+    char *out;
+
+    /* a glob may start with '*': it is not a path, and is matched as written */
+    if (*pat == NULL || (*pat)[0] != '/')
+        return;
+    len = strlen(*pat);
+    out = xmalloc(len + 1);
+    if (pathnorm(*pat, len, flags, out, &n, &cause) != RL_OK) {
+        bad(ctx, path, "\"%s\" cannot be normalised: %s", *pat, cause);
+        free(out);
+        return;
+    }
+    free(*pat);
+    *pat = out;
+}
+
+static void
+normalise_patterns(struct rl_config *cfg, struct load_ctx *ctx)
+{
+    unsigned flags = cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES;
+
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        struct rl_match *m = &cfg->policies[i].match;
+        char *p = xasprintf("policies[%zu].match.path", i);
+        normalise_pattern(&m->path, flags, p, ctx);
+        free(p);
+        p = xasprintf("policies[%zu].match.path_prefix", i);
+        normalise_pattern(&m->path_prefix, flags, p, ctx);
+        free(p);
+        p = xasprintf("policies[%zu].match.path_glob", i);
+        normalise_pattern(&m->path_glob, flags, p, ctx);
+        free(p);
+        /* the overrides' policies share the parent's match strings */
+        for (size_t k = 0; k < cfg->policies[i].noverrides; k++)
+            if (cfg->policies[i].overrides[k].as_policy != NULL)
+                cfg->policies[i].overrides[k].as_policy->match = *m;
+    }
+}
+
 /* What involves several top-level options, or an address to parse. */
 static void
 check_top(void *obj, const char *path, struct load_ctx *ctx)
@@ -1222,6 +1339,16 @@ check_top(void *obj, const char *path, struct load_ctx *ctx)
                 free(p);
             }
         }
+    }
+    normalise_patterns(cfg, ctx);
+    /* Every instance with the same secret names a caller's partition the
+     * same way; without the secret no pk leads back to its identity. */
+    if (cfg->partition_key != NULL) {
+        size_t n = strlen(cfg->partition_key);
+        cfg->pk_k0 = fnv1a(FNV1A_INIT, cfg->partition_key, n);
+        cfg->pk_k1 = fnv1a(cfg->pk_k0 ^ 0x9e3779b97f4a7c15ULL, cfg->partition_key, n);
+        if (n < 16)
+            bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
     }
     (void)path;
 }

@@ -21,6 +21,14 @@ enum rl_log_level { RL_LOG_ERROR = 0, RL_LOG_WARN, RL_LOG_INFO, RL_LOG_DEBUG };
 /* exact: every check asks the backend; hybrid: see hybrid.h */
 enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
 
+/* forwarded_request_headers: which family of original-request headers the
+ * trusted proxies write (the other may be the client's, passed through). */
+enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED };
+/* unnormalizable_path: what a path that cannot be normalised gets */
+enum rl_bad_path { RL_BADPATH_REJECT = 0, RL_BADPATH_RAW };
+/* x_ratelimit_reset: seconds from now, or the Unix time of the reset */
+enum rl_reset_format { RL_RESET_DELTA = 0, RL_RESET_EPOCH };
+
 enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
 
 struct rl_id_source {
@@ -71,7 +79,12 @@ struct rl_policy;
  * keys' hash tag, so the rest of the daemon sees just another policy.
  */
 struct rl_override {
-    struct rl_strlist identities;   /* identity values: "alice", "10.0.0.7" */
+    /* typed, as written: "key:alice", "ip:10.0.0.7", "ip:10.1.0.0/16" */
+    struct rl_strlist identities;
+    /* built from identities after parsing; not fields */
+    struct rl_cidr_list ips;
+    char **keys;                    /* the values of "key:" entries (not owned) */
+    size_t nkeys;
     struct rl_limit *limits;
     size_t nlimits;
     struct rl_policy *as_policy;    /* built after parsing; not a field */
@@ -133,6 +146,12 @@ struct rl_config {
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
     int forwarded_rfc7239;      /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    enum rl_request_headers request_headers;   /* forwarded_request_headers */
+    int merge_slashes;          /* "//" is "/" in paths before matching */
+    enum rl_bad_path bad_path;  /* unnormalizable_path */
+    enum rl_reset_format reset_format;  /* x_ratelimit_reset */
+    char *partition_key;        /* the secret of the pk parameter; NULL: no pk */
+    uint64_t pk_k0, pk_k1;      /* the SipHash key made from it; not a field */
     int64_t max_body;
     int64_t max_inflight;       /* per worker; past it a fast 503 */
     int deny_cache;             /* answer known denials locally */
@@ -192,8 +211,9 @@ void config_unref(struct rl_config *cfg);
 /* The RL_M_* bit of a method name (any case), 0 when unknown. */
 unsigned config_method_bit(const char *name);
 
-/* The policy for a caller: an override listing `id` (the identity value,
- * without its type), else p itself. */
+/* The policy for a caller: an override listing `id` (the typed identity of
+ * identity_resolve: "k:alice", "ip:10.0.0.7"), else p itself.  A key never
+ * matches an address entry, nor an address a key entry. */
 const struct rl_policy *config_policy_for(const struct rl_policy *p,
                                           const char *id, size_t idlen);
 

@@ -1,6 +1,7 @@
 /* response.c — see response.h. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "response.h"
 #include "util.h"
@@ -9,6 +10,23 @@ int64_t
 response_seconds(int64_t ms)
 {
     return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
+}
+
+int64_t
+response_capacity(const struct rl_limit *l)
+{
+    return algo_def(l->algo)->uses_burst ? l->burst : l->limit;
+}
+
+int64_t
+response_capacity_ms(const struct rl_limit *l)
+{
+    if (!algo_def(l->algo)->uses_burst || l->limit <= 0)
+        return l->window_ms;
+    /* a bucket refills limit per window: burst takes burst/limit windows
+     * (bounded at load to 366 days, so this fits) */
+    return (int64_t)(((unsigned __int128)l->burst * (unsigned __int128)l->window_ms +
+                      (unsigned __int128)l->limit - 1) / (unsigned __int128)l->limit);
 }
 
 /*
@@ -49,15 +67,24 @@ decision_from_result(struct rl_decision *d, const struct rl_policy *policy,
     d->binding = pick_binding(d->limits, d->nlimits, res->allowed);
 
     const struct rl_limit_result *b = &d->limits[d->binding];
-    d->limit = policy->limits[d->binding].limit;
-    d->remaining = b->remaining;
+    const struct rl_limit *l = &policy->limits[d->binding];
+    d->limit = response_capacity(l);
+    d->remaining = b->remaining > d->limit ? d->limit : b->remaining;
     d->reset_ms = b->reset_ms;
-    if (res->allowed)
+    if (res->allowed) {
         d->retry_after_ms = 0;
-    else if (b->retry_after_ms < 0)
-        d->retry_after_ms = b->reset_ms;   /* no promise we cannot keep */
-    else
+    } else if (b->retry_after_ms < 0) {
+        /* No wait makes it fit: say so, and give the longest wait that
+         * means anything (the limit full again), never 0, which a client
+         * would take as "now" and loop on. */
+        int64_t full = response_capacity_ms(l);
+        d->never_fits = 1;
+        d->retry_after_ms = b->reset_ms > full ? b->reset_ms : full;
+    } else {
         d->retry_after_ms = b->retry_after_ms;
+    }
+    if (!res->allowed && d->retry_after_ms < 1)
+        d->retry_after_ms = 1;
 
     d->would_deny = !res->allowed;
     d->shadow = policy->shadow;
@@ -110,6 +137,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
                                   : ",\"shadow\":true,\"would_deny\":false");
     if (d->degraded)
         sb_str(&sb, ",\"degraded\":true");
+    if (d->never_fits)
+        sb_str(&sb, ",\"never_fits\":true");
     if (d->nlimits == 0) {      /* allowed without asking anyone */
         sb_str(&sb, "}");
         goto out;
@@ -139,18 +168,47 @@ out:
     return sb.len < size ? sb.len : size - 1;
 }
 
-/* "<policy>";<k1>=<v1>;<k2>=<v2> (RateLimit-Policy, RateLimit) */
+/* ;pk=:<base64 of the 8 bytes>: (a Structured Fields Byte Sequence) */
+static void
+sb_pk(struct strbuf *sb, uint64_t pk)
+{
+    static const char b64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned char in[9] = {0};
+    char out[13];
+
+    for (int i = 0; i < 8; i++)
+        in[i] = (unsigned char)(pk >> (56 - 8 * i));
+    for (int i = 0, o = 0; i < 9; i += 3, o += 4) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        out[o] = b64[v >> 18 & 63];
+        out[o + 1] = b64[v >> 12 & 63];
+        out[o + 2] = b64[v >> 6 & 63];
+        out[o + 3] = b64[v & 63];
+    }
+    out[11] = '=';          /* 8 bytes: the last group holds 2 */
+    out[12] = '\0';
+    sb_str(sb, ";pk=:");
+    sb_str(sb, out);
+    sb_str(sb, ":");
+}
+
+/* "<policy>";<k1>=<v1>[;<k2>=<v2>][;pk=...] (RateLimit-Policy, RateLimit);
+ * k2 NULL: none */
 static const char *
-sf_item(char *buf, size_t size, const char *name, const char *k1, int64_t v1,
+sf_item(char *buf, size_t size, const struct rl_decision *d, const char *k1, int64_t v1,
         const char *k2, int64_t v2)
 {
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
     sb_str(&sb, "\"");
-    sb_str(&sb, name);
+    sb_str(&sb, d->policy->name);
     sb_field(&sb, k1, v1);
-    sb_field(&sb, k2, v2);
+    if (k2 != NULL)
+        sb_field(&sb, k2, v2);
+    if (d->has_pk)
+        sb_pk(&sb, d->pk);
     return buf;
 }
 
@@ -173,16 +231,20 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
         return;
     const struct rl_limit *l = &d->policy->limits[d->binding];
     int64_t reset_s = response_seconds(d->reset_ms);
+    int64_t period_ms = response_capacity_ms(l);
+    /* the draft: with Retry-After, t SHOULD name the same moment */
+    int64_t t_s = d->status == 429 ? response_seconds(d->retry_after_ms) : reset_s;
 
     add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
     add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
-    add("X-RateLimit-Reset", num(v, sizeof(v), reset_s), arg);
-    add("RateLimit-Policy", sf_item(v, sizeof(v), d->policy->name, "\";q=", l->limit, ";w=",
-                                    response_seconds(l->window_ms)), arg);
-    add("RateLimit", sf_item(v, sizeof(v), d->policy->name, "\";r=", d->remaining, ";t=",
-                             reset_s), arg);
-    if (d->status == 429) {
-        int64_t s = response_seconds(d->retry_after_ms);
-        add("Retry-After", num(v, sizeof(v), s < 1 ? 1 : s), arg);
-    }
+    add("X-RateLimit-Reset", num(v, sizeof(v), d->reset_epoch
+                                 ? (int64_t)time(NULL) + reset_s : reset_s), arg);
+    /* w is whole seconds in the draft: a window it cannot state exactly
+     * (500ms, 1500ms) is left out rather than rounded into a wrong promise */
+    add("RateLimit-Policy", sf_item(v, sizeof(v), d, "\";q=", d->limit,
+                                    period_ms % 1000 == 0 ? ";w=" : NULL,
+                                    period_ms / 1000), arg);
+    add("RateLimit", sf_item(v, sizeof(v), d, "\";r=", d->remaining, ";t=", t_s), arg);
+    if (d->status == 429)
+        add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
 }

@@ -15,8 +15,15 @@ struct rl_decision {
     int allowed;                    /* what the caller is told */
     int shadow, would_deny;         /* shadow policy and what it would do */
     int degraded;                   /* the backend failed; failure_mode decided */
+    int never_fits;                 /* denied: the cost exceeds the capacity */
+    int reset_epoch;                /* X-RateLimit-Reset as a Unix time */
+    int has_pk;                     /* the pk parameter is sent: */
+    uint64_t pk;                    /* the caller's partition, hashed */
     size_t binding;                 /* index of the binding limit */
-    int64_t limit, remaining, reset_ms, retry_after_ms;   /* of the binding limit */
+    /* Of the binding limit.  limit is what a caller can spend at once (the
+     * burst of token_bucket and gcra), so remaining never exceeds it;
+     * retry_after_ms is > 0 on every denial. */
+    int64_t limit, remaining, reset_ms, retry_after_ms;
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };
@@ -38,5 +45,10 @@ void response_headers(const struct rl_decision *d, rl_header_fn add, void *arg);
 
 /* Seconds for headers: rounded up; Retry-After is never 0. */
 int64_t response_seconds(int64_t ms);
+
+/* What a limit lets a caller spend at once: its burst, or its limit. */
+int64_t response_capacity(const struct rl_limit *l);
+/* The time in which that capacity is granted (in full, from empty), ms. */
+int64_t response_capacity_ms(const struct rl_limit *l);
 
 #endif

@@ -135,3 +135,46 @@ sb_i64(struct strbuf *sb, int64_t v)
         *--p = '-';
     sb_mem(sb, p, (size_t)(tmp + sizeof(tmp) - p));
 }
+
+/* SipHash-2-4 (Aumasson and Bernstein), little-endian words. */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                        \
+    do {                                                                \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);       \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                          \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                          \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);       \
+    } while (0)
+
+uint64_t
+siphash24(uint64_t k0, uint64_t k1, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+    uint64_t m, b = (uint64_t)len << 56;
+    size_t i, tail = len & 7;
+
+    for (i = 0; i + 8 <= len; i += 8) {
+        m = 0;
+        for (int j = 7; j >= 0; j--)
+            m = m << 8 | p[i + (size_t)j];
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    for (size_t j = 0; j < tail; j++)
+        b |= (uint64_t)p[i + j] << (8 * j);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}

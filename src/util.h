@@ -27,6 +27,10 @@ int64_t now_monotonic_us(void);
 /* Case-insensitive ASCII comparison of the first n bytes. */
 int str_ieq(const char *a, const char *b);
 
+/* SipHash-2-4 of len bytes under the key (k0, k1): a keyed hash, for values
+ * a caller must not be able to aim at (hash chains) or to invert. */
+uint64_t siphash24(uint64_t k0, uint64_t k1, const void *p, size_t len);
+
 /* FNV-1a of n bytes, continuing from h (start with FNV1A_INIT): a fast,
  * well-spread hash for in-process tables and the config's fingerprint. */
 #define FNV1A_INIT 14695981039346656037ULL

@@ -133,37 +133,50 @@ def verify(resp, policy, confs, allowed, rems, binding, cost, what=""):
             check(1 <= e["retry_after_ms"] <= e["reset_ms"],
                   "limits[%d].retry_after_ms %d outside 1..reset_ms %d (cost %d, remaining %d)",
                   i, e["retry_after_ms"], e["reset_ms"], cost, e["remaining"])
-    # top level: the binding limit's numbers
+    # top level: the binding limit's numbers; its limit is what can be spent
+    # at once (a bucket's burst), so remaining is never above it
     bc, be = confs[binding], ls[binding]
+    bcap = bc.get("burst", bc["limit"])
+    # the time in which that is granted: w of RateLimit-Policy, whole seconds
+    bperiod = window_ms(bc) if bc["algorithm"] not in BUCKETS else \
+        -(-bcap * window_ms(bc) // bc["limit"])
     for f in ("limit", "remaining", "reset_ms", "retry_after_ms"):
         check(H.is_int(b.get(f)), "%s is not an integer: %r", f, b.get(f))
-    eq(b["limit"], bc["limit"], "top-level limit (binding limits[%d])" % binding)
+    eq(b["limit"], bcap, "top-level limit (binding limits[%d], burst or limit)" % binding)
+    check(b["remaining"] <= b["limit"], "top-level remaining %d above limit %d", b["remaining"], b["limit"])
     eq(b["remaining"], rems[binding], "top-level remaining (binding limits[%d])" % binding)
     eq(b["reset_ms"], be["reset_ms"], "top-level reset_ms vs limits[%d].reset_ms (binding)" % binding)
     if allowed:
         eq(b["retry_after_ms"], 0, "top-level retry_after_ms when allowed")
     elif be["retry_after_ms"] == -1:
-        eq(b["retry_after_ms"], b["reset_ms"],
-           "top-level retry_after_ms when the binding limit can never fit (uses reset_ms)")
+        # never 0: the longest wait that means anything, the limit full again
+        eq(b["retry_after_ms"], max(b["reset_ms"], bperiod),
+           "top-level retry_after_ms when the binding limit can never fit")
+        eq(b.get("never_fits"), True, "never_fits when the binding limit can never fit")
     else:
+        check("never_fits" not in b, "never_fits on a check that can fit: %r", b)
         eq(b["retry_after_ms"], be["retry_after_ms"], "top-level retry_after_ms vs the binding limit's")
         check(b["retry_after_ms"] >= 1, "retry_after_ms %d on a 429", b["retry_after_ms"])
     # headers
     for name in ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy",
                  "ratelimit"):
         eq(h.count(name), 1, "number of %s headers" % name)
-    eq(h["x-ratelimit-limit"], str(bc["limit"]), "X-RateLimit-Limit")
+    eq(h["x-ratelimit-limit"], str(bcap), "X-RateLimit-Limit")
     eq(h["x-ratelimit-remaining"], str(rems[binding]), "X-RateLimit-Remaining")
     eq(h["x-ratelimit-reset"], str(ceil_s(b["reset_ms"])), "X-RateLimit-Reset (ceil reset_ms %d)" % b["reset_ms"])
-    eq(h["ratelimit-policy"], '"%s";q=%d;w=%d' % (policy, bc["limit"], window_ms(bc) // 1000),
-       "RateLimit-Policy")
-    eq(h["ratelimit"], '"%s";r=%d;t=%d' % (policy, rems[binding], ceil_s(b["reset_ms"])), "RateLimit")
+    eq(h["ratelimit-policy"], '"%s";q=%d' % (policy, bcap) +
+       (";w=%d" % (bperiod // 1000) if bperiod % 1000 == 0 else ""), "RateLimit-Policy")
+    # t: the reset, or on a 429 the moment Retry-After names (the draft's SHOULD)
+    eq(h["ratelimit"], '"%s";r=%d;t=%d' % (policy, rems[binding],
+                                           ceil_s(b["reset_ms"] if allowed else b["retry_after_ms"])),
+       "RateLimit")
     if allowed:
         check("retry-after" not in h, "Retry-After %r on a 200", h.get("retry-after"))
     else:
         eq(h.count("retry-after"), 1, "number of Retry-After headers on a 429")
-        eq(h["retry-after"], str(max(1, ceil_s(b["retry_after_ms"]))),
-           "Retry-After (ceil of retry_after_ms %d, at least 1)" % b["retry_after_ms"])
+        check(b["retry_after_ms"] >= 1, "retry_after_ms %d on a 429", b["retry_after_ms"])
+        eq(h["retry-after"], str(ceil_s(b["retry_after_ms"])),
+           "Retry-After (ceil of retry_after_ms %d)" % b["retry_after_ms"])
     return b
 
 

@@ -190,7 +190,8 @@ def t_policy_by_body_path_method(d, r):
 def t_policy_by_headers(d, r):
     verify(post(d, {"key": "hp1"}, {"X-Original-URI": "/login", "X-Original-Method": "POST"}),
            "login", True, [(2, 60, 1)])
-    verify(post(d, {"key": "hp1"}, {"X-Forwarded-Uri": "/login", "X-Forwarded-Method": "POST"}),
+    verify(post(d, {"key": "hp1"}, {"X-Original-URI": "/login", "X-Original-Method": "POST",
+                                    "X-Forwarded-Uri": "/api/x", "X-Forwarded-Method": "GET"}),
            "login", True, [(2, 60, 0)])
     verify(post(d, {"key": "hp1"}, {"X-Original-URI": "/api/x"}), "api", True, [(5, 60, 4)])
     # the method header alone: path "/" and DELETE match nothing
@@ -291,7 +292,8 @@ CASES = [
     ("cost above the limit is denied and consumes nothing", t_cost_over_limit),
     ("policy selected by name skips matching", t_policy_by_name),
     ("policy selected by path/method in the body, file order", t_policy_by_body_path_method),
-    ("policy selected by X-Original-*/X-Forwarded-* headers", t_policy_by_headers),
+    ("policy selected by X-Original-* headers (forwarded_request_headers original)",
+     t_policy_by_headers),
     ("body path/method beat the headers", t_body_beats_headers),
     ("no matching policy -> 200 with policy null", t_no_policy),
     ("POST /check without a body", t_no_body),

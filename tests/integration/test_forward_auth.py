@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """forward_auth (README): a gateway's own request is a check — any method on
 /check or /check/<original path>, no body, the original request from the
-X-Forwarded-*/X-Original-* headers — while with the option off /check stays
-POST only (API.md: 405 with Allow)."""
+X-Original-* headers (Envoy's recipe) or X-Forwarded-* ones (Traefik, Caddy:
+forwarded_request_headers "forwarded"), never both — while with the option off
+/check stays POST only (API.md: 405 with Allow)."""
 
 import contextlib
 import os
@@ -28,11 +29,18 @@ def status(d, method, path, headers=None, body=None):
 
 
 def t_traefik_style(on, off, r):
-    h = {"X-Api-Key": "t1", "X-Forwarded-Uri": "/api/items?page=2", "X-Forwarded-Method": "GET"}
-    got = [status(on, "GET", "/check", h)[0] for _ in range(3)]
-    eq(got, [200, 200, 429], "GET /check with X-Forwarded-Uri /api/items (limit 2)")
-    st, b = status(on, "GET", "/check", dict(h, **{"X-Forwarded-Uri": "/elsewhere"}))
-    eq((st, b.get("policy")), (200, None), "a path no policy matches")
+    with H.Daemon(dict(CONFIG, forwarded_request_headers="forwarded"), redis=r) as tr:
+        h = {"X-Api-Key": "t1", "X-Forwarded-Uri": "/api/items?page=2", "X-Forwarded-Method": "GET"}
+        got = [status(tr, "GET", "/check", h)[0] for _ in range(3)]
+        eq(got, [200, 200, 429], "GET /check with X-Forwarded-Uri /api/items (limit 2)")
+        st, b = status(tr, "GET", "/check", dict(h, **{"X-Forwarded-Uri": "/elsewhere"}))
+        eq((st, b.get("policy")), (200, None), "a path no policy matches")
+        # Traefik passes the client's own X-Original-URI through: not read
+        st, b = status(tr, "GET", "/check", dict(h, **{"X-Original-URI": "/elsewhere"}))
+        eq((st, b.get("policy")), (429, "api"), "a client's X-Original-URI beside X-Forwarded-Uri")
+    # and the Envoy/nginx family does not read X-Forwarded-Uri at all
+    st, b = status(on, "GET", "/check", {"X-Api-Key": "t2", "X-Forwarded-Uri": "/api/items"})
+    eq((st, b.get("policy")), (200, None), "X-Forwarded-Uri to a forwarded_request_headers original daemon")
 
 
 def t_envoy_style(on, off, r):
@@ -46,7 +54,7 @@ def t_envoy_style(on, off, r):
 
 def t_body_ignored(on, off, r):
     # a gateway forwards its client's body: it must not be read as ours
-    st, b = status(on, "PUT", "/check/api/y", {"X-Api-Key": "b1", "X-Forwarded-Method": "GET"},
+    st, b = status(on, "PUT", "/check/api/y", {"X-Api-Key": "b1", "X-Original-Method": "GET"},
                    body={"key": "someone-else", "cost": 1000})
     eq((st, b.get("policy"), b.get("remaining")), (200, "api", 1), "the body of a forwarded request")
 

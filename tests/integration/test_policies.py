@@ -2,8 +2,10 @@
 """Which policy decides a check (API.md "Policies are matched in file order"):
 exact path, path_prefix, path_glob ('*' any run of bytes, '?' one byte), methods,
 first match in file order, explicit "policy" by name, where path and method come
-from (body > X-Original-* > X-Forwarded-* > "/" GET), query strings, no match,
-shadow mode with its metrics, and every shipped conf/*.json passing -t.
+from (body > the one family of X-Original-* or X-Forwarded-* that
+forwarded_request_headers names, from trusted proxies only > "/" GET), paths
+normalised before matching, query strings, no match, shadow mode with its
+metrics, typed overrides, and every shipped conf/*.json passing -t.
 """
 
 import contextlib
@@ -44,7 +46,12 @@ CONFIG = {
         {"name": "only-trace", "match": {"methods": ["TRACE"]}, "limits": [BIG]},
         {"name": "shadowpol", "match": {"path": "/shadow"}, "shadow": True, "limits": [fw(2)]},
         {"name": "tiered", "match": {"path": "/tiered"}, "limits": [fw(2)],
-         "overrides": [{"identities": ["gold", "203.0.113.9"], "limits": [fw(4)]}]},
+         "overrides": [{"identities": ["key:gold", "ip:203.0.113.9"], "limits": [fw(4)]}]},
+        {"name": "iptier", "match": {"path": "/iptier"}, "limits": [fw(2)],
+         "identity": ["body", "forwarded", "peer"],
+         "overrides": [{"identities": ["ip:203.0.113.0/24"], "limits": [fw(4)]}]},
+        # written un-normalised: matched as its normal form
+        {"name": "weird", "match": {"path_prefix": "/w%65ird//./x/../y"}, "limits": [BIG]},
     ],
 }
 
@@ -114,7 +121,8 @@ def t_path_glob(d, r):
         ({"path": "/g/a/xyz"}, "glob"),
         ({"path": "/g/abc/x1z"}, "glob"),
         ({"path": "/g/a/b/c/xyz"}, "glob"),       # '*' is any run of bytes, '/' too
-        ({"path": "/g//xyz"}, "glob"),            # '*' may be empty
+        ({"path": "/g/-/xyz"}, "glob"),
+        ({"path": "/g//xyz"}, None),              # is /g/xyz: slashes are merged
         ({"path": "/g/a/xz"}, None),              # '?' is exactly one byte
         ({"path": "/g/a/xyyz"}, None),
         ({"path": "/g/a/xyz/"}, None),            # anchored at the end
@@ -181,11 +189,12 @@ def t_policy_by_name(d, r):
 
 def t_path_sources(d, r):
     table(d, [
-        # body beats X-Original-URI beats X-Forwarded-Uri
+        # body beats X-Original-URI; X-Forwarded-Uri is not the family this
+        # daemon is told its proxies write (forwarded_request_headers: original)
         ({"path": "/exact", "_headers": {"X-Original-URI": "/pre", "X-Forwarded-Uri": "/g/a/xyz"}}, "exact"),
         ({"path": "/exact", "_headers": {"X-Forwarded-Uri": "/pre"}}, "exact"),
         ({"_headers": {"X-Original-URI": "/pre", "X-Forwarded-Uri": "/exact"}}, "prefix"),
-        ({"_headers": {"X-Forwarded-Uri": "/exact"}}, "exact"),
+        ({"_headers": {"X-Forwarded-Uri": "/exact"}}, "root"),
         ({"_headers": {"X-Original-URI": "/exact"}}, "exact"),
         # nothing: "/" and GET
         ({}, "root"),
@@ -200,23 +209,116 @@ def t_method_sources(d, r):
           "_headers": {"X-Original-Method": "PUT", "X-Forwarded-Method": "DELETE"}}, "m-any"),
         ({"path": "/m", "_headers": {"X-Original-Method": "DELETE", "X-Forwarded-Method": "GET"}}, "m-write"),
         ({"path": "/m", "_headers": {"X-Original-Method": "GET", "X-Forwarded-Method": "PUT"}}, "m-any"),
-        ({"path": "/m", "_headers": {"X-Forwarded-Method": "PUT"}}, "m-write"),
+        ({"path": "/m", "_headers": {"X-Forwarded-Method": "PUT"}}, "m-any"),
         ({"_headers": {"X-Original-Method": "POST"}}, None),     # POST / matches nothing
-        ({"_headers": {"X-Forwarded-Method": "TRACE"}}, "only-trace"),
+        ({"_headers": {"X-Original-Method": "TRACE"}}, "only-trace"),
+        ({"_headers": {"X-Forwarded-Method": "TRACE"}}, "root"),
         # headers for both at once
         ({"_headers": {"X-Original-URI": "/m/1", "X-Original-Method": "PUT",
                        "X-Forwarded-Uri": "/exact", "X-Forwarded-Method": "GET"}}, "m-write"),
     ])
 
 
+def t_forwarded_family(d, r):
+    # forwarded_request_headers "forwarded" (Caddy, Traefik): X-Forwarded-*
+    # only, whatever X-Original-* a client smuggles through
+    cfg = dict(CONFIG, forwarded_request_headers="forwarded")
+    with H.Daemon(cfg, redis=r) as d2:
+        table(d2, [
+            ({"_headers": {"X-Forwarded-Uri": "/exact"}}, "exact"),
+            ({"_headers": {"X-Original-URI": "/pre", "X-Forwarded-Uri": "/exact"}}, "exact"),
+            ({"_headers": {"X-Original-URI": "/exact"}}, "root"),
+            ({"path": "/pre", "_headers": {"X-Forwarded-Uri": "/exact"}}, "prefix"),
+            ({"path": "/m", "_headers": {"X-Forwarded-Method": "PUT", "X-Original-Method": "GET"}}, "m-write"),
+            ({"path": "/m", "_headers": {"X-Original-Method": "PUT"}}, "m-any"),
+            ({"_headers": {"X-Forwarded-Uri": "//./exact?x"}}, "exact"),
+        ])
+
+
+def t_untrusted_peer_headers(d, r):
+    # a caller that is not a trusted proxy is no proxy: its X-Original-* and
+    # X-Forwarded-* are its own claims, and are not believed
+    for fam in ("original", "forwarded"):
+        cfg = dict(CONFIG, forwarded_request_headers=fam, trusted_proxies=["192.0.2.0/24"])
+        with H.Daemon(cfg, redis=r) as d2:
+            table(d2, [
+                ({"_headers": {"X-Original-URI": "/exact", "X-Forwarded-Uri": "/exact"}}, "root"),
+                ({"_headers": {"X-Original-Method": "TRACE", "X-Forwarded-Method": "TRACE"}}, "root"),
+                # its own body, though, is what it says it checks
+                ({"path": "/exact"}, "exact"),
+            ])
+
+
+def t_paths_normalised(d, r):
+    # RFC 3986 6.2.2 plus merged slashes, from every source: the path forms
+    # an application behind nginx or Caddy receives as /exact
+    forms = ["//exact", "/./exact", "/%65xact", "/%65%78%61%63%74", "/pre/../exact",
+             "/x/y/../../exact", "///exact?q=/pre", "/%2e/exact", "/a/%2E%2E/exact"]
+    rows = []
+    for f in forms:
+        rows.append(({"path": f}, "exact"))
+        rows.append(({"_headers": {"X-Original-URI": f}}, "exact"))
+    rows += [
+        ({"path": "/exact/."}, None),           # "/exact/" is another path
+        ({"path": "/pre//x"}, "prefix"),
+        ({"path": "/%70re"}, "prefix"),
+        ({"path": "/%50re"}, None),             # %50 is 'P': case matters
+        ({"path": "/g/a/../b/xyz"}, "glob"),
+        ({"path": "/m/./1", "method": "PUT"}, "m-write"),
+        # the policy's own pattern is normalised at load: /weird/y
+        ({"path": "/weird/y/z"}, "weird"),
+        ({"path": "/w%65ird//y"}, "weird"),
+    ]
+    table(d, rows)
+    # /check/<path> (forward_auth) goes through the same normaliser
+    cfg = dict(CONFIG, forward_auth=True)
+    with H.Daemon(cfg, redis=r) as d2:
+        for f in ("//exact", "/./exact", "/%65xact", "/pre/../exact"):
+            st, h, b = H.request(d2.port, "GET", "/check" + f, None, {"X-Api-Key": "k"})
+            H.expect_json(st, h, b, 200, "GET /check%s" % f)
+            eq(b.get("policy"), "exact", "policy of GET /check%s" % f)
+
+
+def t_paths_unnormalisable(d, r):
+    # paths whose meaning depends on the application are refused, not guessed
+    for f, why in (("/exact%2Fx", "%2F"), ("/exact%2fx", "%2F"), ("/../exact", "above the root"),
+                   ("/a/../../exact", "above the root"), ("/exact%00", "%00"),
+                   ("/ex%zzact", "hex")):
+        for body, hdrs in (({"key": "k", "path": f}, None),
+                           ({"key": "k"}, {"X-Original-URI": f})):
+            st, h, b = post(d, body, hdrs)
+            H.expect_error(st, h, b, 400, field="path", what="path %r (%r %r)" % (f, body, hdrs))
+            check(why in b["error"], "error for %r does not say %r: %r", f, why, b["error"])
+    # unnormalizable_path "raw": matched as it came, never normalised
+    cfg = dict(CONFIG, unnormalizable_path="raw")
+    with H.Daemon(cfg, redis=r) as d2:
+        table(d2, [
+            ({"path": "/exact%2Fx"}, None),
+            ({"path": "/pre%2Fx"}, "prefix"),
+            ({"path": "/../exact"}, None),
+            ({"path": "//exact"}, "exact"),     # normalisable ones still are
+        ])
+
+
+def t_merge_slashes_off(d, r):
+    cfg = dict(CONFIG, merge_slashes=False)
+    with H.Daemon(cfg, redis=r) as d2:
+        table(d2, [
+            ({"path": "//exact"}, None),
+            ({"path": "/./exact"}, "exact"),
+            ({"path": "/g//xyz"}, "glob"),
+        ])
+
+
 def t_query_not_in_path_headers(d, r):
     table(d, [
         ({"_headers": {"X-Original-URI": "/exact?x=1"}}, "exact"),
         ({"_headers": {"X-Original-URI": "/exact?"}}, "exact"),
-        ({"_headers": {"X-Forwarded-Uri": "/exact?a=b&c=/exact"}}, "exact"),
+        ({"_headers": {"X-Original-URI": "/exact?a=b&c=/exact"}}, "exact"),
         ({"_headers": {"X-Original-URI": "/g/a/xyz?q=1"}}, "glob"),
         ({"_headers": {"X-Original-URI": "/?x=/exact"}}, "root"),
         ({"_headers": {"X-Original-URI": "/exactly?x"}}, None),
+        ({"_headers": {"X-Original-URI": "/exact?x=%2F&y=/../.."}}, "exact"),
     ])
 
 
@@ -303,12 +405,15 @@ def t_shadow(d, r):
 
 def t_overrides(d, r):
     # listed identities get the override's limits, everyone else the policy's
-    def run(key, n):
+    def run(key, n, headers=None, path="/tiered", policy="tiered"):
         out = []
         for _ in range(n):
-            st, h, b = post(d, {"key": key, "path": "/tiered"})
-            H.expect_json(st, h, b, st, "tiered check for %r" % key)
-            eq(b.get("policy"), "tiered", "body.policy for %r" % key)
+            body = {"path": path}
+            if key is not None:
+                body["key"] = key
+            st, h, b = post(d, body, headers)
+            H.expect_json(st, h, b, st, "%s check for %r %r" % (policy, key, headers))
+            eq(b.get("policy"), policy, "body.policy for %r" % key)
             out.append((st, b.get("limit"), b.get("remaining")))
         return out
     eq(run("gold", 5), [(200, 4, 3), (200, 4, 2), (200, 4, 1), (200, 4, 0), (429, 4, 0)],
@@ -316,6 +421,28 @@ def t_overrides(d, r):
     eq(run("silver", 3), [(200, 2, 1), (200, 2, 0), (429, 2, 0)], "silver (policy limit 2)")
     # the identity must match whole: a prefix or a longer string is not listed
     eq(run("gold2", 3), [(200, 2, 1), (200, 2, 0), (429, 2, 0)], "gold2 is not gold")
+    # a key that spells the listed address is a key, not that address
+    eq(run("203.0.113.9", 3), [(200, 2, 1), (200, 2, 0), (429, 2, 0)],
+       "body key 203.0.113.9 (the override is for ip:203.0.113.9)")
+    # the address itself, vouched for by a trusted proxy: the override
+    xff = {"X-Forwarded-For": "203.0.113.77"}
+    eq(run(None, 5, xff, "/iptier", "iptier"),
+       [(200, 4, 3), (200, 4, 2), (200, 4, 1), (200, 4, 0), (429, 4, 0)],
+       "address 203.0.113.77 inside ip:203.0.113.0/24")
+    eq(run("203.0.113.78", 3, None, "/iptier", "iptier"), [(200, 2, 1), (200, 2, 0), (429, 2, 0)],
+       "body key 203.0.113.78 claiming the CIDR override")
+    eq(run(None, 3, {"X-Forwarded-For": "198.51.100.1"}, "/iptier", "iptier"),
+       [(200, 2, 1), (200, 2, 0), (429, 2, 0)], "address outside the CIDR")
+
+
+def t_untyped_override_refused(d, r):
+    cfg = dict(CONFIG, policies=[{"name": "t", "limits": [BIG],
+                                  "overrides": [{"identities": ["10.0.0.7"], "limits": [fw(4)]}]}])
+    path = H.write_config(cfg)
+    rc, out, err = H.run_cli(["-t", "-c", path])
+    check(rc != 0, "an untyped override identity passed -t: %r", out + err)
+    check('"10.0.0.7" has no type: write "key:10.0.0.7"' in out + err and '"ip:10.0.0.7"' in out + err,
+          "the message does not say how to write it: %r", (out + err).strip())
 
 
 def t_metrics_by_policy(d, r):
@@ -354,13 +481,23 @@ CASES = [
     ("first match in file order wins", t_file_order),
     ("a policy without match matches everything", t_catch_all),
     ("explicit policy by name skips matching; unknown name is 400", t_policy_by_name),
-    ("path: body > X-Original-URI > X-Forwarded-Uri > \"/\"", t_path_sources),
-    ("method: body > X-Original-Method > X-Forwarded-Method > GET", t_method_sources),
+    ("path: body > X-Original-URI > \"/\"; X-Forwarded-Uri not read by default", t_path_sources),
+    ("method: body > X-Original-Method > GET; X-Forwarded-Method not read by default",
+     t_method_sources),
+    ("forwarded_request_headers forwarded: X-Forwarded-* only", t_forwarded_family),
+    ("an untrusted peer's X-Original-*/X-Forwarded-* are not believed", t_untrusted_peer_headers),
+    ("paths normalised (RFC 3986 6.2.2, merged slashes) from body, header, /check/<path>",
+     t_paths_normalised),
+    ("unnormalisable paths: 400 naming path, or matched raw on request", t_paths_unnormalisable),
+    ("merge_slashes false keeps empty segments", t_merge_slashes_off),
     ("query string is not part of the path (headers)", t_query_not_in_path_headers),
     ("query string is not part of the path (body path)", t_query_not_in_path_body),
     ("no match: 200, policy null, no quota headers", t_no_match),
     ("shadow: 200 with would_deny false, false, true, true; metrics shadow_denied +2", t_shadow),
-    ("overrides: listed identities get their own limits", t_overrides),
+    ("overrides: listed typed identities get their own limits; keys cannot claim addresses",
+     t_overrides),
+    ("an untyped override identity is a config error saying how to write it",
+     t_untyped_override_refused),
     ("metrics: checks counted by policy (API.md)", t_metrics_by_policy),
     ("conf/*.json exist", t_conf_files_exist),
 ] + [("conf/%s passes -t" % os.path.basename(p), conf_case(p)) for p in CONF_FILES]

@@ -387,10 +387,10 @@ START_TEST(overrides_parsed)
         "{ \"policies\": [ { \"name\": \"api\", \"match\": { \"path_prefix\": \"/api\" },\n"
         "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ],\n"
         "    \"overrides\": [\n"
-        "      { \"identities\": [\"gold-key\", \"10.0.0.7\"],\n"
+        "      { \"identities\": [\"key:gold-key\", \"ip:10.0.0.7\", \"ip:2001:db8::/32\"],\n"
         "        \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 100, \"window\": \"1s\" },\n"
         "                    { \"algorithm\": \"fixed_window\", \"limit\": 5000, \"window\": \"1h\" } ] },\n"
-        "      { \"identities\": [\"free\"],\n"
+        "      { \"identities\": [\"key:free\", \"ip:10.1.0.0/16\", \"key:10.0.0.7\"],\n"
         "        \"limits\": [ { \"algorithm\": \"token_bucket\", \"limit\": 1, \"window\": \"1m\", \"burst\": 3 } ] } ] } ] }\n";
     struct rl_config *cfg;
     struct rl_errors errs = {0};
@@ -402,11 +402,12 @@ START_TEST(overrides_parsed)
     ck_assert_ptr_nonnull(cfg);
     p = &cfg->policies[0];
     ck_assert_uint_eq(p->noverrides, 2);
-    ck_assert_uint_eq(p->overrides[0].identities.n, 2);
-    ck_assert_str_eq(p->overrides[0].identities.v[0], "gold-key");
-    ck_assert_str_eq(p->overrides[0].identities.v[1], "10.0.0.7");
+    ck_assert_uint_eq(p->overrides[0].identities.n, 3);
+    ck_assert_str_eq(p->overrides[0].identities.v[0], "key:gold-key");
+    ck_assert_str_eq(p->overrides[0].identities.v[1], "ip:10.0.0.7");
 
-    o = config_policy_for(p, "gold-key", 8);
+    /* looked up by the typed identity of identity_resolve */
+    o = config_policy_for(p, "k:gold-key", 10);
     ck_assert_ptr_ne(o, p);
     ck_assert_str_eq(o->name, "api");                   /* same name, same hash tag */
     ck_assert_str_eq(o->match.path_prefix, "/api");
@@ -414,21 +415,107 @@ START_TEST(overrides_parsed)
     expect_limit(&o->limits[0], RL_ALGO_GCRA, 100, 1000, 100);
     expect_limit(&o->limits[1], RL_ALGO_FIXED_WINDOW, 5000, 3600000, 5000);
     ck_assert_uint_eq(o->noverrides, 0);
-    ck_assert_ptr_eq(config_policy_for(p, "10.0.0.7", 8), o);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:10.0.0.7", 11), o);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:2001:db8:1::5", 16), o);
 
-    o = config_policy_for(p, "free", 4);
-    ck_assert_uint_eq(o->nlimits, 1);
-    expect_limit(&o->limits[0], RL_ALGO_TOKEN_BUCKET, 1, 60000, 3);
+    const struct rl_policy *free_tier = config_policy_for(p, "k:free", 6);
+    ck_assert_ptr_ne(free_tier, p);
+    ck_assert_ptr_ne(free_tier, o);
+    ck_assert_uint_eq(free_tier->nlimits, 1);
+    expect_limit(&free_tier->limits[0], RL_ALGO_TOKEN_BUCKET, 1, 60000, 3);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:10.1.200.3", 13), free_tier);
+
+    /* a key that looks like an address is a key: the address's override is
+     * not its to claim (nor the other way round) */
+    ck_assert_ptr_eq(config_policy_for(p, "k:10.0.0.7", 10), free_tier);
+    ck_assert_ptr_eq(config_policy_for(p, "k:ip:10.0.0.7", 13), p);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:10.0.0.8", 11), p);
+    ck_assert_ptr_eq(config_policy_for(p, "k:10.1.2.3", 10), p);
+    ck_assert_ptr_eq(config_policy_for(p, "gold-key", 8), p);
 
     /* exact bytes only */
-    ck_assert_ptr_eq(config_policy_for(p, "gold-ke", 7), p);
-    ck_assert_ptr_eq(config_policy_for(p, "gold-keys", 9), p);
-    ck_assert_ptr_eq(config_policy_for(p, "GOLD-KEY", 8), p);
-    ck_assert_ptr_eq(config_policy_for(p, "free\0x", 6), p);
+    ck_assert_ptr_eq(config_policy_for(p, "k:gold-ke", 9), p);
+    ck_assert_ptr_eq(config_policy_for(p, "k:gold-keys", 11), p);
+    ck_assert_ptr_eq(config_policy_for(p, "k:GOLD-KEY", 10), p);
+    ck_assert_ptr_eq(config_policy_for(p, "k:free\0x", 8), p);
+    ck_assert_ptr_eq(config_policy_for(p, "k:", 2), p);
     ck_assert_ptr_eq(config_policy_for(p, "", 0), p);
     /* the parent keeps its own limits */
     ck_assert_uint_eq(p->nlimits, 1);
     expect_limit(&p->limits[0], RL_ALGO_GCRA, 10, 1000, 10);
+    config_unref(cfg);
+    free(file);
+}
+END_TEST
+
+/* Patterns are matched against normalised paths: normalised at load too. */
+START_TEST(patterns_normalised)
+{
+    static const char json[] =
+        "{ \"policies\": [\n"
+        "  { \"name\": \"a\", \"match\": { \"path\": \"//%61pi/./v1/x/../items\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ],\n"
+        "    \"overrides\": [ { \"identities\": [\"key:k\"],\n"
+        "      \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 1, \"window\": \"1s\" } ] } ] },\n"
+        "  { \"name\": \"b\", \"match\": { \"path_prefix\": \"/v%31//\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] },\n"
+        "  { \"name\": \"c\", \"match\": { \"path_glob\": \"/%7e*/x\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] },\n"
+        "  { \"name\": \"d\", \"match\": { \"path_glob\": \"*.png\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] } ] }\n";
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    if (load_and_validate(json, &cfg, &errs, &file) != RL_OK)
+        dump_errors(&errs);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_str_eq(cfg->policies[0].match.path, "/api/v1/items");
+    /* the override's policy shares the normalised pattern */
+    ck_assert_str_eq(cfg->policies[0].overrides[0].as_policy->match.path, "/api/v1/items");
+    ck_assert_str_eq(cfg->policies[1].match.path_prefix, "/v1/");
+    ck_assert_str_eq(cfg->policies[2].match.path_glob, "/~*/x");
+    ck_assert_str_eq(cfg->policies[3].match.path_glob, "*.png");   /* not a path */
+    /* the defaults of the request options */
+    ck_assert_int_eq(cfg->request_headers, RL_REQHDR_ORIGINAL);
+    ck_assert_int_eq(cfg->merge_slashes, 1);
+    ck_assert_int_eq(cfg->bad_path, RL_BADPATH_REJECT);
+    ck_assert_int_eq(cfg->reset_format, RL_RESET_DELTA);
+    config_unref(cfg);
+    free(file);
+}
+END_TEST
+
+START_TEST(patterns_unnormalisable)
+{
+    static const char json[] =
+        "{ \"merge_slashes\": false, \"policies\": [\n"
+        "  { \"name\": \"a\", \"match\": { \"path\": \"/a%2Fb\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] },\n"
+        "  { \"name\": \"b\", \"match\": { \"path_prefix\": \"/../b\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] },\n"
+        "  { \"name\": \"c\", \"match\": { \"path_glob\": \"/c%\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] },\n"
+        "  { \"name\": \"d\", \"match\": { \"path\": \"//d\" },\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] } ],\n"
+        "  \"forwarded_request_headers\": \"x-original\", \"unnormalizable_path\": \"keep\",\n"
+        "  \"x_ratelimit_reset\": \"unix\", \"partition_key\": \"short\" }\n";
+    static const struct want w[] = {
+        {"policies[0].match.path", "\"/a%2Fb\" cannot be normalised: an encoded '/' (%2F)"},
+        {"policies[1].match.path_prefix", "cannot be normalised: a \"..\" above the root"},
+        {"policies[2].match.path_glob", "cannot be normalised: a '%' not followed by two hex"},
+        {"forwarded_request_headers", "must be one of original, forwarded"},
+        {"unnormalizable_path", "must be one of reject, raw"},
+        {"x_ratelimit_reset", "must be one of delta, epoch"},
+        {"partition_key", "must be a secret of at least 16 bytes"},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_ERR);
+    expect_errors(&errs, file, w, N_OF(w));
+    errors_free(&errs);
     config_unref(cfg);
     free(file);
 }
@@ -440,14 +527,22 @@ START_TEST(overrides_problems)
         "{ \"policies\": [ { \"name\": \"api\",\n"
         "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ],\n"
         "    \"overrides\": [\n"
-        "      { \"identities\": [\"ok\", \"\", 7] },\n"
+        "      { \"identities\": [\"key:ok\", \"\", 7] },\n"
         "      { \"identities\": [],\n"
         "        \"limits\": [ { \"algorithm\": \"fixed_window\", \"limit\": 1, \"window\": \"1s\", \"burst\": 2 },\n"
         "                    { \"algorithm\": \"fixed_window\", \"limit\": 2, \"window\": 1000 } ] },\n"
-        "      { \"limits\": [], \"colour\": 1 } ] } ] }\n";
+        "      { \"limits\": [], \"colour\": 1 },\n"
+        "      { \"identities\": [\"key:ok\", \"10.0.0.7\", \"ip:10.0.0.300\", \"key:\", \"ip:\"],\n"
+        "        \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] } ] } ] }\n";
     static const struct want w[] = {
         {"policies[0].overrides[0].identities[1]", "must be a string of 1..512 bytes"},
         {"policies[0].overrides[0].identities[2]", "must be a string of 1..512 bytes"},
+        {"policies[0].overrides[3].identities[1]",
+         "\"10.0.0.7\" has no type: write \"key:10.0.0.7\" for an API key (from the body "
+         "or a header) or \"ip:10.0.0.7\" for a client address or CIDR"},
+        {"policies[0].overrides[3].identities[2]", "\"10.0.0.300\" is not an address or CIDR"},
+        {"policies[0].overrides[3].identities[3]", "\"key:\" has no type"},
+        {"policies[0].overrides[3].identities[4]", "\"\" is not an address or CIDR"},
         {"policies[0].overrides[0].limits", "is required"},
         {"policies[0].overrides[1].identities", "must be a non-empty list of strings"},
         {"policies[0].overrides[1].limits[0].burst", "only token_bucket and gcra"},
@@ -958,6 +1053,8 @@ config_suite(void)
     tcase_add_test(tc, comment_keys_skipped);
     tcase_add_test(tc, overrides_parsed);
     tcase_add_test(tc, overrides_problems);
+    tcase_add_test(tc, patterns_normalised);
+    tcase_add_test(tc, patterns_unnormalisable);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("problems");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <check.h>
 #include <jansson.h>
@@ -115,7 +116,8 @@ START_TEST(binding_all_allow_equal_is_first)
     struct rl_limit_result r2[] = {ok(9, 100), ok(8, 200), ok(1, 300), ok(1, 400)};
     decide(&d, &four, 1, 4, r2);
     ck_assert_uint_eq(d.binding, 2);
-    ck_assert_int_eq(d.limit, 30);
+    /* gcra 30 per 1.5 s with a burst of 45: 45 can be spent at once */
+    ck_assert_int_eq(d.limit, 45);
     ck_assert_int_eq(d.remaining, 1);
     ck_assert_int_eq(d.reset_ms, 300);
 }
@@ -129,7 +131,7 @@ START_TEST(binding_the_denying_one)
 
     decide(&d, &four, 0, 4, r);
     ck_assert_uint_eq(d.binding, 2);
-    ck_assert_int_eq(d.limit, 30);
+    ck_assert_int_eq(d.limit, 45);
     ck_assert_int_eq(d.remaining, 4);
     ck_assert_int_eq(d.reset_ms, 800);
     ck_assert_int_eq(d.retry_after_ms, 650);
@@ -179,7 +181,9 @@ START_TEST(binding_never_fits_outranks)
     ck_assert_int_eq(d.limit, 20);
     ck_assert_int_eq(d.remaining, 7);
     ck_assert_int_eq(d.reset_ms, 5000);
-    /* no promise that cannot be kept: the top level says reset_ms */
+    /* no wait makes it fit: said so, with the longest wait that means
+     * anything (here the reset, longer than the 2 s window), never 0 */
+    ck_assert_int_eq(d.never_fits, 1);
     ck_assert_int_eq(d.retry_after_ms, 5000);
     ck_assert_int_eq(d.status, 429);
 
@@ -188,13 +192,14 @@ START_TEST(binding_never_fits_outranks)
     decide(&d, &four, 0, 2, r2);
     ck_assert_uint_eq(d.binding, 0);
     ck_assert_int_eq(d.limit, 10);
-    ck_assert_int_eq(d.retry_after_ms, 100);
+    /* the whole 1 s window, not the 100 ms until the reset */
+    ck_assert_int_eq(d.retry_after_ms, 1000);
 
     /* two that never fit: the first */
     struct rl_limit_result r3[] = {ok(5, 1), no(1, 111, -1), no(2, 222, -1)};
     decide(&d, &four, 0, 3, r3);
     ck_assert_uint_eq(d.binding, 1);
-    ck_assert_int_eq(d.retry_after_ms, 111);
+    ck_assert_int_eq(d.retry_after_ms, 2000);
 }
 END_TEST
 
@@ -205,7 +210,8 @@ START_TEST(binding_single_limit)
 
     decide(&d, &login, 0, 2, r);
     ck_assert_uint_eq(d.binding, 0);
-    ck_assert_int_eq(d.limit, 5);
+    /* token bucket 5 per second, burst 10: the burst is what can be spent */
+    ck_assert_int_eq(d.limit, 10);
     ck_assert_int_eq(d.remaining, 0);
     ck_assert_int_eq(d.reset_ms, 740);
     ck_assert_int_eq(d.retry_after_ms, 740);
@@ -261,7 +267,7 @@ END_TEST
 /* ---- bodies ------------------------------------------------------------------------------- */
 
 static const char allowed_body[] =
-    "{\"allowed\":true,\"policy\":\"login\",\"limit\":5,\"remaining\":4,\"reset_ms\":200,"
+    "{\"allowed\":true,\"policy\":\"login\",\"limit\":10,\"remaining\":4,\"reset_ms\":200,"
     "\"retry_after_ms\":0,\"limits\":["
     "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":4,"
     "\"reset_ms\":200,\"burst\":10,\"retry_after_ms\":0},"
@@ -270,7 +276,7 @@ static const char allowed_body[] =
 
 /* API.md's example answer, with the fields this implementation adds */
 static const char denied_body[] =
-    "{\"allowed\":false,\"policy\":\"login\",\"limit\":5,\"remaining\":0,\"reset_ms\":740,"
+    "{\"allowed\":false,\"policy\":\"login\",\"limit\":10,\"remaining\":0,\"reset_ms\":740,"
     "\"retry_after_ms\":740,\"limits\":["
     "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":0,"
     "\"reset_ms\":740,\"burst\":10,\"retry_after_ms\":740},"
@@ -279,7 +285,7 @@ static const char denied_body[] =
 
 static const char shadow_denied_body[] =
     "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,\"would_deny\":true,"
-    "\"limit\":5,\"remaining\":0,\"reset_ms\":740,\"retry_after_ms\":740,\"limits\":["
+    "\"limit\":10,\"remaining\":0,\"reset_ms\":740,\"retry_after_ms\":740,\"limits\":["
     "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":0,"
     "\"reset_ms\":740,\"burst\":10,\"retry_after_ms\":740},"
     "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
@@ -287,7 +293,7 @@ static const char shadow_denied_body[] =
 
 static const char shadow_allowed_body[] =
     "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,\"would_deny\":false,"
-    "\"limit\":5,\"remaining\":4,\"reset_ms\":200,\"retry_after_ms\":0,\"limits\":["
+    "\"limit\":10,\"remaining\":4,\"reset_ms\":200,\"retry_after_ms\":0,\"limits\":["
     "{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,\"remaining\":4,"
     "\"reset_ms\":200,\"burst\":10,\"retry_after_ms\":0},"
     "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
@@ -335,11 +341,12 @@ START_TEST(body_denied_never_fits)
     struct rl_limit_result r[] = {no(1, 4000, -1)};
     struct rl_decision d;
 
-    /* the cost can never fit: the top level promises only the reset */
+    /* the cost can never fit: said so, and the longest wait that means
+     * anything, a whole window, never 0 */
     decide(&d, &p, 0, 1, r);
     expect_body(&d,
-        "{\"allowed\":false,\"policy\":\"upload\",\"limit\":3,\"remaining\":1,"
-        "\"reset_ms\":4000,\"retry_after_ms\":4000,\"limits\":["
+        "{\"allowed\":false,\"policy\":\"upload\",\"never_fits\":true,\"limit\":3,"
+        "\"remaining\":1,\"reset_ms\":4000,\"retry_after_ms\":10000,\"limits\":["
         "{\"algorithm\":\"sliding_window_log\",\"limit\":3,\"window_ms\":10000,"
         "\"remaining\":1,\"reset_ms\":4000,\"retry_after_ms\":-1}]}");
 }
@@ -550,10 +557,10 @@ START_TEST(headers_allowed)
     struct rl_limit_result r[] = {ok(4, 200), ok(93, 1204000)};
     struct rl_decision d;
     static const char *const want[] = {
-        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "4",
         "X-RateLimit-Reset", "1",
-        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit-Policy", "\"login\";q=10;w=2",
         "RateLimit", "\"login\";r=4;t=1",
         NULL,
     };
@@ -568,10 +575,10 @@ START_TEST(headers_denied)
     struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
     struct rl_decision d;
     static const char *const want[] = {
-        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "1",
-        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit-Policy", "\"login\";q=10;w=2",
         "RateLimit", "\"login\";r=0;t=1",
         "Retry-After", "1",
         NULL,
@@ -584,7 +591,8 @@ END_TEST
 
 START_TEST(headers_round_up)
 {
-    /* the fixed window binds: w = 3600; 2001 ms is 3 s, 1001 ms is 2 s */
+    /* the fixed window binds: w = 3600; 2001 ms is 3 s, 1001 ms is 2 s; on a
+     * 429 t names the moment Retry-After does (the draft's SHOULD) */
     struct rl_limit_result r[] = {ok(3, 100), no(0, 2001, 1001)};
     struct rl_decision d;
     static const char *const want[] = {
@@ -592,7 +600,7 @@ START_TEST(headers_round_up)
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "3",
         "RateLimit-Policy", "\"login\";q=100;w=3600",
-        "RateLimit", "\"login\";r=0;t=3",
+        "RateLimit", "\"login\";r=0;t=2",
         "Retry-After", "2",
         NULL,
     };
@@ -600,13 +608,14 @@ START_TEST(headers_round_up)
     decide(&d, &login, 0, 2, r);
     expect_headers(&d, want);
 
-    /* gcra over 1500 ms: w rounds up to 2; exactly 3000 ms is 3 s */
+    /* gcra 30 per 1500 ms, burst 45: 45 granted in 2250 ms, which w (whole
+     * seconds) cannot say: left out, not rounded; exactly 3000 ms is 3 s */
     struct rl_limit_result r2[] = {ok(9, 0), ok(9, 0), no(0, 3000, 3000), ok(9, 0)};
     static const char *const want2[] = {
-        "X-RateLimit-Limit", "30",
+        "X-RateLimit-Limit", "45",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "3",
-        "RateLimit-Policy", "\"four\";q=30;w=2",
+        "RateLimit-Policy", "\"four\";q=45",
         "RateLimit", "\"four\";r=0;t=3",
         "Retry-After", "3",
         NULL,
@@ -618,16 +627,17 @@ END_TEST
 
 START_TEST(headers_retry_after_never_zero)
 {
-    /* denied with nothing to wait for (cost never fits, already reset) */
+    /* denied with nothing to wait for (cost never fits, already reset):
+     * the time the bucket takes to fill (10 at 5 per second), not 0 */
     struct rl_limit_result r[] = {no(5, 0, -1), ok(93, 1204000)};
     struct rl_decision d;
     static const char *const want[] = {
-        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "5",
         "X-RateLimit-Reset", "0",
-        "RateLimit-Policy", "\"login\";q=5;w=1",
-        "RateLimit", "\"login\";r=5;t=0",
-        "Retry-After", "1",
+        "RateLimit-Policy", "\"login\";q=10;w=2",
+        "RateLimit", "\"login\";r=5;t=2",
+        "Retry-After", "2",
         NULL,
     };
 
@@ -651,10 +661,10 @@ START_TEST(headers_shadow_has_no_retry_after)
     struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
     struct rl_decision d;
     static const char *const want[] = {
-        "X-RateLimit-Limit", "5",
+        "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "1",
-        "RateLimit-Policy", "\"login\";q=5;w=1",
+        "RateLimit-Policy", "\"login\";q=10;w=2",
         "RateLimit", "\"login\";r=0;t=1",
         NULL,
     };
@@ -704,6 +714,139 @@ START_TEST(headers_longest_values_whole)
         NULL,
     };
     expect_headers(&d, want);
+}
+END_TEST
+
+/* Every algorithm: remaining never above the advertised quota, w exact or
+ * absent, q what can be spent at once. */
+START_TEST(headers_every_algorithm)
+{
+    static const struct {
+        struct rl_limit l;
+        int64_t remaining;
+        const char *limit, *remaining_s, *policy;
+    } cases[] = {
+        {{RL_ALGO_FIXED_WINDOW, 5, 1000, 5}, 5, "5", "5", "\"p\";q=5;w=1"},
+        {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5}, 2, "5", "2", "\"p\";q=5;w=60"},
+        {{RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 2000, 5}, 0, "5", "0", "\"p\";q=5;w=2"},
+        /* the case: 5 per second, burst 10, 9 left: said as 10 */
+        {{RL_ALGO_TOKEN_BUCKET, 5, 1000, 10}, 9, "10", "9", "\"p\";q=10;w=2"},
+        {{RL_ALGO_GCRA, 5, 1000, 10}, 10, "10", "10", "\"p\";q=10;w=2"},
+        /* sub-second and non-whole windows: no w, rather than a wrong one */
+        {{RL_ALGO_FIXED_WINDOW, 5, 500, 5}, 4, "5", "4", "\"p\";q=5"},
+        {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 1500, 5}, 4, "5", "4", "\"p\";q=5"},
+        {{RL_ALGO_TOKEN_BUCKET, 4, 500, 4}, 4, "4", "4", "\"p\";q=4"},
+        {{RL_ALGO_GCRA, 2, 500, 4}, 3, "4", "3", "\"p\";q=4;w=1"},
+        /* a backend answer above the quota (never expected) is capped */
+        {{RL_ALGO_TOKEN_BUCKET, 5, 1000, 5}, 7, "5", "5", "\"p\";q=5;w=1"},
+    };
+    static char pname[] = "p";
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(cases); i++) {
+        struct rl_limit l = cases[i].l;
+        struct rl_policy p = {.name = pname, .limits = &l, .nlimits = 1};
+        struct rl_limit_result r[] = {ok(cases[i].remaining, 100)};
+        struct rl_decision d;
+        const char *const want[] = {
+            "X-RateLimit-Limit", cases[i].limit,
+            "X-RateLimit-Remaining", cases[i].remaining_s,
+            "X-RateLimit-Reset", "1",
+            "RateLimit-Policy", cases[i].policy,
+            "RateLimit", NULL,
+        };
+        struct headers h;
+
+        decide(&d, &p, 1, 1, r);
+        memset(&h, 0, sizeof(h));
+        response_headers(&d, collect, &h);
+        ck_assert_uint_eq(h.n, 5);
+        for (size_t k = 0; k < 4; k++) {
+            ck_assert_str_eq(h.name[k], want[2 * k]);
+            ck_assert_msg(strcmp(h.value[k], want[2 * k + 1]) == 0, "case %zu: %s: %s, not %s",
+                          i, h.name[k], h.value[k], want[2 * k + 1]);
+        }
+        ck_assert_int_le(d.remaining, d.limit);
+    }
+}
+END_TEST
+
+/* Denials of every algorithm: Retry-After >= 1 and retry_after_ms > 0. */
+START_TEST(denials_never_say_zero)
+{
+    static const struct rl_limit ls[] = {
+        {RL_ALGO_FIXED_WINDOW, 5, 500, 5},
+        {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5},
+        {RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 1000, 5},
+        {RL_ALGO_TOKEN_BUCKET, 5, 1000, 10},
+        {RL_ALGO_GCRA, 5, 200, 1},
+    };
+    static const int64_t waits[] = {-1, 0, 1};
+    static char pname[] = "p";
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(ls); i++) {
+        for (size_t w = 0; w < RL_ARRAY_LEN(waits); w++) {
+            struct rl_limit l = ls[i];
+            struct rl_policy p = {.name = pname, .limits = &l, .nlimits = 1};
+            struct rl_limit_result r[] = {no(0, 0, waits[w])};
+            struct rl_decision d;
+            struct headers h;
+            decide(&d, &p, 0, 1, r);
+            ck_assert_int_gt(d.retry_after_ms, 0);
+            ck_assert_int_eq(d.never_fits, waits[w] < 0);
+            memset(&h, 0, sizeof(h));
+            response_headers(&d, collect, &h);
+            ck_assert_uint_eq(h.n, 6);
+            ck_assert_str_eq(h.name[5], "Retry-After");
+            ck_assert_int_ge(atoll(h.value[5]), 1);
+        }
+    }
+}
+END_TEST
+
+/* x_ratelimit_reset "epoch": the Unix time of the reset, as GitHub says it */
+START_TEST(headers_reset_epoch)
+{
+    struct rl_limit_result r[] = {no(0, 2500, 2500), ok(93, 1204000)};
+    struct rl_decision d;
+    struct headers h;
+
+    decide(&d, &login, 0, 2, r);
+    d.reset_epoch = 1;
+    int64_t before = (int64_t)time(NULL);
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    int64_t after = (int64_t)time(NULL);
+    ck_assert_str_eq(h.name[2], "X-RateLimit-Reset");
+    ck_assert_int_ge(atoll(h.value[2]), before + 3);
+    ck_assert_int_le(atoll(h.value[2]), after + 3);
+    /* the draft's t stays delta seconds */
+    ck_assert_str_eq(h.value[4], "\"login\";r=0;t=3");
+}
+END_TEST
+
+/* partition_key: pk, the caller's partition hashed, as a Byte Sequence */
+START_TEST(headers_partition_key)
+{
+    struct rl_limit_result r[] = {ok(4, 200), ok(93, 1204000)};
+    struct rl_decision d;
+    struct headers h;
+
+    decide(&d, &login, 1, 2, r);
+    d.has_pk = 1;
+    d.pk = 0x0123456789abcdefULL;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    /* base64 of 01 23 45 67 89 ab cd ef */
+    ck_assert_str_eq(h.value[3], "\"login\";q=10;w=2;pk=:ASNFZ4mrze8=:");
+    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=:ASNFZ4mrze8=:");
+    d.pk = 0;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=:AAAAAAAAAAA=:");
+    d.pk = UINT64_MAX;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=://////////8=:");
 }
 END_TEST
 
@@ -763,6 +906,10 @@ response_suite(void)
     tcase_add_test(tc, headers_shadow_has_no_retry_after);
     tcase_add_test(tc, headers_none_without_limits);
     tcase_add_test(tc, headers_longest_values_whole);
+    tcase_add_test(tc, headers_every_algorithm);
+    tcase_add_test(tc, denials_never_say_zero);
+    tcase_add_test(tc, headers_reset_epoch);
+    tcase_add_test(tc, headers_partition_key);
     tcase_add_test(tc, seconds_round_up);
     suite_add_tcase(s, tc);
 

@@ -1,0 +1,139 @@
+/* pathnorm.c — see pathnorm.h. */
+#include <string.h>
+
+#include "pathnorm.h"
+
+static int
+hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* RFC 3986 §2.3: the only bytes whose escapes mean the same as themselves. */
+static int
+unreserved(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/*
+ * Step 1, §6.2.2.1 and §6.2.2.2: escapes of unreserved bytes decoded, the
+ * hex digits of the others upper-cased.  In place is safe: never longer.
+ */
+static int
+decode(const char *in, size_t len, char *out, size_t *olen, const char **cause)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (c == '\0') {
+            *cause = "a NUL byte";
+            return RL_ERR;
+        }
+        if (c != '%') {
+            out[o++] = (char)c;
+            continue;
+        }
+        int hi = i + 2 < len ? hexval((unsigned char)in[i + 1]) : -1;
+        int lo = i + 2 < len ? hexval((unsigned char)in[i + 2]) : -1;
+        if (hi < 0 || lo < 0) {
+            *cause = "a '%' not followed by two hex digits";
+            return RL_ERR;
+        }
+        unsigned char v = (unsigned char)(hi << 4 | lo);
+        if (v == '\0') {
+            *cause = "an encoded NUL (%00)";
+            return RL_ERR;
+        }
+        /* The application may or may not decode it into a separator, so
+         * which segments it routes on cannot be known. */
+        if (v == '/') {
+            *cause = "an encoded '/' (%2F)";
+            return RL_ERR;
+        }
+        if (unreserved(v)) {
+            out[o++] = (char)v;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[v >> 4];
+            out[o++] = hex[v & 15];
+        }
+        i += 2;
+    }
+    *olen = o;
+    return RL_OK;
+}
+
+/*
+ * Steps 2 and 3, §6.2.2.3 (the algorithm of §5.2.4) with runs of '/'
+ * merged, segment by segment.  Unlike §5.2.4 a ".." above the root is an
+ * error: servers disagree on it (nginx refuses it, others clamp it).
+ */
+static int
+segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
+{
+    size_t i = 0, o = 0;
+
+    while (i < len) {
+        /* p[i] is '/': the segment is p[i+1 .. e) */
+        size_t s = i + 1, e = s;
+        while (e < len && p[e] != '/')
+            e++;
+        size_t n = e - s;
+        int last = e == len;
+
+        if (n == 0 && !(flags & RL_PATHNORM_KEEP_SLASHES) && !last) {
+            i = e;                      /* "//": one '/' is enough */
+        } else if (n == 1 && p[s] == '.') {
+            if (last)
+                p[o++] = '/';           /* "/a/." is "/a/" */
+            i = e;
+        } else if (n == 2 && p[s] == '.' && p[s + 1] == '.') {
+            if (o == 0) {
+                *cause = "a \"..\" above the root";
+                return RL_ERR;
+            }
+            while (o > 0 && p[o - 1] != '/')
+                o--;
+            o--;                        /* the '/' before the removed segment */
+            if (last)
+                p[o++] = '/';           /* "/a/b/.." is "/a/" */
+            i = e;
+        } else {
+            memmove(p + o, p + i, n + 1);
+            o += n + 1;
+            i = e;
+        }
+    }
+    if (o == 0)
+        p[o++] = '/';
+    *olen = o;
+    return RL_OK;
+}
+
+int
+pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen,
+         const char **cause)
+{
+    size_t n;
+
+    if (len == 0 || in[0] != '/') {
+        *cause = "not starting with '/'";
+        return RL_ERR;
+    }
+    if (decode(in, len, out, &n, cause) != RL_OK ||
+        segments(out, n, flags, &n, cause) != RL_OK)
+        return RL_ERR;
+    out[n] = '\0';
+    *outlen = n;
+    return RL_OK;
+}
