@@ -86,7 +86,7 @@ START_TEST(uids_differ_across_loads)
 {
     static const char json[] =
         "{\"policies\":[{\"name\":\"p\",\"limits\":[{\"algorithm\":\"fixed_window\","
-        "\"limit\":1,\"window\":\"1s\"}],\"overrides\":[{\"identities\":[\"x\"],"
+        "\"limit\":1,\"window\":\"1s\"}],\"overrides\":[{\"identities\":[\"key:x\"],"
         "\"limits\":[{\"algorithm\":\"fixed_window\",\"limit\":2,\"window\":\"1s\"}]}]}]}";
     char path[] = "/tmp/rl-deny-XXXXXX";
     int fd = mkstemp(path);
