@@ -26,6 +26,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -457,8 +458,32 @@ def t_down(fx):
     check("connect() failed" in fx.nginx.log(), "nginx logged no failed connect to ratelimitd")
 
 
+def accepted(fx):
+    """Connections the daemon has accepted, from its own /metrics."""
+    st, _, text = H.request(fx.daemon.port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    m = re.search(r"^ratelimitd_connections_accepted_total (\d+)$", text, re.M)
+    check(m, "no ratelimitd_connections_accepted_total in /metrics")
+    return int(m.group(1))
+
+
+def t_keepalive(fx):
+    """The recipe's subrequests ask for ?body=none, so nginx keeps its upstream
+    connections: 40 checks (one client connection after another) cost at most
+    2 new connections to ratelimitd, plus the one /metrics read itself uses."""
+    before = accepted(fx)
+    for i in range(40):
+        st, hdrs, body = get(fx, "/api/keepalive-%d" % i, key="kathy-%d" % i)
+        expect_app(fx, st, hdrs, body, "GET", "/api/keepalive-%d" % i, "keep-alive request %d" % (i + 1))
+        check(hdrs.get("x-ratelimit-remaining"), "request %d: no quota headers", i + 1)
+    new = accepted(fx) - before - 1     # the second /metrics read's own connection
+    check(new <= 2, "40 checks through nginx opened %d connections to ratelimitd (at most 2 expected)", new)
+    print("# 40 checks through the nginx recipe: %d new connection(s) to ratelimitd" % new, flush=True)
+
+
 CASES = [
     ("nginx -t accepts the recipe", t_nginx_t),
+    ("the recipe keeps its connections to ratelimitd (?body=none): 40 checks, at most 2 connections", t_keepalive),
     ("allowed requests reach the app, with the quota headers", t_allowed),
     ("the (limit+1)th request gets 429 from nginx with Retry-After; the app never sees it", t_denied),
     ("the API key header is the identity: another key has its own quota", t_other_key),
