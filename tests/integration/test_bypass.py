@@ -28,6 +28,7 @@ caddy).  CADDY overrides the binary.
 import atexit
 import base64
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -452,8 +453,29 @@ def t_quota_partition_key(fx):
         eq(pk_of(quota_check(d0, "gcra_hour", ident, 0)[1]), None, "pk without partition_key")
 
 
+def accepted(port):
+    """Connections a daemon has accepted, from its own /metrics."""
+    st, _, text = H.request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    m = re.search(r"^ratelimitd_connections_accepted_total (\d+)$", text, re.M)
+    check(m, "no ratelimitd_connections_accepted_total in /metrics")
+    return int(m.group(1))
+
+
+def t_caddy_keepalive(fx):
+    """The Caddy recipe asks for ?body=none, so Caddy keeps its connection to
+    ratelimitd: 30 checks cost at most 2 new connections (30 without it)."""
+    before = accepted(fx.caddy_daemon.port)
+    for i in range(30):
+        st, _, _ = send(fx.caddy.port, "/other/keepalive-%d" % i, key="kim-%d" % i)
+        check(st in (200, 404), "request %d through Caddy: status %r", i + 1, st)
+    new = accepted(fx.caddy_daemon.port) - before - 1   # this /metrics read's own
+    check(new <= 2, "30 checks through Caddy opened %d connections to ratelimitd (at most 2)", new)
+
+
 CASES = [
     ("nginx -t and caddy validate accept the recipes", t_recipes_valid),
+    ("Caddy keeps its connections to ratelimitd (?body=none)", t_caddy_keepalive),
     ("every path form of /api/items counts against api (nginx, Caddy)", t_path_forms_each),
     ("one key cycling through path forms gets the limit, no more", t_path_forms_cycled),
     ("unnormalisable paths (%2F, .. above root, %00) never reach the app", t_unnormalisable),
