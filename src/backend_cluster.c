@@ -81,6 +81,7 @@ struct cnode {
     char *name;                 /* "host:port" for logs */
     redisAsyncContext *ac;
     struct rconn_status st;     /* state, down_reason, for the log */
+    struct rconn_errlog errs;   /* error replies, logged once per distinct one */
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
     struct rconn_lookup *lookup;    /* its host name being resolved */
@@ -226,6 +227,8 @@ key_slot(const char *key, size_t len)
 static void
 node_set_state(struct cnode *n, enum rconn_state s, const char *reason)
 {
+    if (s == RCONN_DOWN)
+        rconn_errlog_end(&n->errs, &n->st, n->name);
     (void)rconn_set_state(&n->st, s, reason, n->name, n->closing || n->cl->destroying);
 }
 
@@ -679,6 +682,8 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
     struct cluster *cl = op->cl;
     int moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
 
+    rconn_error(&n->errs, &n->st, n->name, msg, 1);
+
     if (moved || ask) {
         char host[HOST_MAX];
         int slot, port;
@@ -736,7 +741,6 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         op_send_to(op, n, op->asking);
         return;
     }
-    log_warn("msg=\"check script failed\" node=%s error=\"%.200s\"", n->name, msg);
     script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
 }
 
@@ -762,10 +766,13 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             ;                   /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
-        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK)
+        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
+            rconn_bad_reply(&n->errs, &n->st, n->name, why, 1);
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
-        else
+        } else {
+            rconn_errlog_end(&n->errs, &n->st, n->name);
             script_answer_reply(&op->w, r, 0, op->nlimits);
+        }
     }
     node_settle(n);
     op_release(op);
@@ -799,8 +806,9 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r != NULL) {
         n->last_reply_us = now_monotonic_us();
         if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK)
-            log_warn("msg=\"check script failed\" node=%s checks=%zu error=\"%s\"", n->name,
-                     b->n, why);
+            rconn_bad_reply(&n->errs, &n->st, n->name, why, b->n);
+        else if (r->type != REDIS_REPLY_ERROR)
+            rconn_errlog_end(&n->errs, &n->st, n->name);
     }
     for (size_t i = 0; i < b->n; i++) {
         struct cop *op = b->ops[i];

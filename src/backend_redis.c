@@ -63,6 +63,7 @@ struct redis_backend {
     const struct rl_check_req **reqs;
     redisAsyncContext *ac;
     struct rconn_status st;     /* state, down_reason, for the log */
+    struct rconn_errlog errs;   /* error replies, logged once per distinct one */
     struct event *retry_ev;     /* reconnect after backoff */
     struct event *connect_ev;   /* connect/handshake deadline */
     struct event *drop_ev;      /* drop a stalled connection, off-callback */
@@ -117,6 +118,8 @@ set_state(struct redis_backend *rb, enum rconn_state s, const char *reason)
 {
     /* A new connection may be to a server that lost or never had our keys
      * (restart, failover): what was learnt before is void. */
+    if (s == RCONN_DOWN)
+        rconn_errlog_end(&rb->errs, &rb->st, rb->display);
     if (rconn_set_state(&rb->st, s, reason, rb->display, rb->destroying))
         rb->base.epoch++;
 }
@@ -273,6 +276,8 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     rb->last_reply_us = now_monotonic_us();
     for (size_t i = 0; i < b->n; i++)
         len += script_reply_len(b->ops[i]->nlimits);
+    if (r->type == REDIS_REPLY_ERROR)
+        rconn_error(&rb->errs, &rb->st, rb->display, r->str, b->n);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
         !b->sent_eval) {
         /* The server forgot the script (restart, SCRIPT FLUSH): send it
@@ -287,15 +292,14 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             return;
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
     } else if (r->type == REDIS_REPLY_ERROR) {
-        log_warn("msg=\"check script failed\" redis=%s checks=%zu error=\"%.200s\"",
-                 rb->display, b->n, r->str);
         batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
     } else if (script_reply_check(r, len, &why) != RL_OK) {
-        log_warn("msg=\"check script failed\" redis=%s checks=%zu error=\"%s\"",
-                 rb->display, b->n, why);
+        rconn_bad_reply(&rb->errs, &rb->st, rb->display, why, b->n);
         batch_answer_status(b, RL_BACKEND_ERROR, why);
     } else {
         size_t at = 0;
+
+        rconn_errlog_end(&rb->errs, &rb->st, rb->display);
 
         for (size_t i = 0; i < b->n; i++) {
             script_answer_reply(&b->ops[i]->w, r, at, b->ops[i]->nlimits);

@@ -1,5 +1,6 @@
 /* redis_conn.c — see redis_conn.h. */
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,8 +191,10 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
         rc |= send(owner, fn, (void *)"auth", "AUTH %s", login->password);
     if (login->db != 0)
         rc |= send(owner, fn, (void *)"select", "SELECT %d", login->db);
-    if (login->role)
+    if (login->role == RCONN_ROLE_MUST)
         rc |= send(owner, fn, (void *)"role", "ROLE");
+    else if (login->role == RCONN_ROLE_IF_ALLOWED)
+        rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
     rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check,
                rl_lua_check_len);
     return rc == RL_OK ? RL_OK : RL_ERR;
@@ -200,11 +203,14 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
 enum rconn_step
 rconn_step(const redisReply *r, const char *step, const char *who, const char **why)
 {
+    if (r->type == REDIS_REPLY_ERROR && strcmp(step, "role-if-allowed") == 0 &&
+        strncmp(r->str, "NOPERM", 6) == 0)
+        return RCONN_STEP_WAIT;
     if (r->type == REDIS_REPLY_ERROR) {
         *why = "handshake failed";
         return RCONN_STEP_FAILED;
     }
-    if (strcmp(step, "role") == 0 &&
+    if (strncmp(step, "role", 4) == 0 &&
         (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
          r->element[0]->type != REDIS_REPLY_STRING ||
          strcmp(r->element[0]->str, "master") != 0)) {
@@ -217,4 +223,132 @@ rconn_step(const redisReply *r, const char *step, const char *who, const char **
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
         log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s", who);
     return RCONN_STEP_READY;
+}
+
+/* ---- error replies ---------------------------------------------------------- */
+
+static const struct {
+    const char *code;
+    enum rl_redis_error kind;
+    const char *unusable;       /* not NULL: the connection cannot serve checks */
+} error_codes[] = {
+    {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
+    {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)"},
+    {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)"},
+    {"OOM", RL_RERR_OOM, NULL},
+    {"BUSY", RL_RERR_BUSY, NULL},
+    {"NOSCRIPT", RL_RERR_NOSCRIPT, NULL},
+    {"WRONGTYPE", RL_RERR_WRONGTYPE, NULL},
+    {"MOVED", RL_RERR_CLUSTER, NULL},
+    {"ASK", RL_RERR_CLUSTER, NULL},
+    {"TRYAGAIN", RL_RERR_CLUSTER, NULL},
+    {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL},
+};
+
+/* The entry for the error code that starts err, or -1. */
+static int
+error_code(const char *err)
+{
+    for (size_t i = 0; i < RL_ARRAY_LEN(error_codes); i++) {
+        size_t n = strlen(error_codes[i].code);
+        if (strncmp(err, error_codes[i].code, n) == 0 && (err[n] == ' ' || err[n] == '\0'))
+            return (int)i;
+    }
+    return -1;
+}
+
+const char *
+rconn_unusable(const char *err)
+{
+    int i = error_code(err);
+
+    return i >= 0 ? error_codes[i].unusable : NULL;
+}
+
+/* Log the repeats of every slot not logged yet; `last`: the run is over. */
+static void
+errlog_summary(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+               int last)
+{
+    for (size_t i = 0; i < RCONN_ERRLOG_SLOTS; i++) {
+        if (el->e[i].count == 0)
+            continue;
+        if (el->e[i].count != el->e[i].logged)
+            log_warn("msg=\"%s errors %s\" %s=%s error=\"%s\" count=%llu", st->what,
+                     last ? "ended" : "go on", st->field, name, el->e[i].text,
+                     (unsigned long long)el->e[i].count);
+        el->e[i].logged = el->e[i].count;
+        if (last)
+            el->e[i].count = el->e[i].logged = 0;
+    }
+    if (last)
+        el->active = 0;
+    el->last_summary_us = now_monotonic_us();
+}
+
+static void
+errlog_add(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+           const char *text, size_t nchecks)
+{
+    size_t i, free_slot = RCONN_ERRLOG_SLOTS;
+
+    for (i = 0; i < RCONN_ERRLOG_SLOTS; i++) {
+        if (el->e[i].count == 0 && free_slot == RCONN_ERRLOG_SLOTS)
+            free_slot = i;
+        if (el->e[i].count > 0 && strncmp(el->e[i].text, text, RCONN_ERRLOG_TEXT - 1) == 0)
+            break;
+    }
+    if (i == RCONN_ERRLOG_SLOTS) {
+        if (free_slot == RCONN_ERRLOG_SLOTS) {
+            /* more distinct errors than slots: close this run, start another */
+            errlog_summary(el, st, name, 1);
+            free_slot = 0;
+        }
+        i = free_slot;
+        snprintf(el->e[i].text, sizeof(el->e[i].text), "%s", text);
+        /* the log's quotes must stay balanced */
+        for (char *c = el->e[i].text; *c != '\0'; c++)
+            if (*c == '"' || *c == '\n' || *c == '\r')
+                *c = '\'';
+        log_warn("msg=\"%s error\" %s=%s error=\"%s\" checks=%zu", st->what, st->field, name,
+                 el->e[i].text, nchecks);
+        if (!el->active)
+            el->last_summary_us = now_monotonic_us();
+        el->active = 1;
+        el->e[i].count = el->e[i].logged = nchecks;
+        return;
+    }
+    el->e[i].count += nchecks;
+    if (now_monotonic_us() - el->last_summary_us >= RCONN_ERRLOG_REPEAT_MS * 1000LL)
+        errlog_summary(el, st, name, 0);
+}
+
+void
+rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+            const char *msg, size_t nchecks)
+{
+    int i = error_code(msg);
+
+    metrics_redis_error(i >= 0 ? error_codes[i].kind : RL_RERR_OTHER, nchecks);
+    /* NOSCRIPT is answered by sending the script (a restart, SCRIPT FLUSH),
+     * a redirection by following it: counted, nothing for an operator to do */
+    if (i >= 0 && (error_codes[i].kind == RL_RERR_NOSCRIPT ||
+                   error_codes[i].kind == RL_RERR_CLUSTER))
+        return;
+    errlog_add(el, st, name, msg, nchecks);
+}
+
+void
+rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+                const char *why, size_t nchecks)
+{
+    metrics_redis_error(RL_RERR_BAD_REPLY, nchecks);
+    errlog_add(el, st, name, why, nchecks);
+}
+
+void
+rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const char *name)
+{
+    if (el->active)
+        errlog_summary(el, st, name, 1);
 }

@@ -87,8 +87,14 @@ struct rconn_login {
     const char *username;       /* NULL: AUTH <password> */
     const char *password;       /* NULL: no AUTH */
     int db;                     /* 0: no SELECT */
-    int role;                   /* ask ROLE: the server must be a master */
+    int role;                   /* RCONN_ROLE_*: must the server be a master */
 };
+
+#define RCONN_ROLE_NONE 0       /* not asked (Cluster: a replica answers MOVED) */
+#define RCONN_ROLE_MUST 1       /* a server that cannot say it is a master is refused */
+/* Asked, and a replica refused, but an ACL that denies ROLE (NOPERM) is no
+ * reason to refuse a server: READONLY replies still tell a replica. */
+#define RCONN_ROLE_IF_ALLOWED 2
 
 /* How the caller queues one command and counts the reply it is owed. */
 typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv,
@@ -113,5 +119,47 @@ enum rconn_step {
  * in the log line of a script digest we did not expect. */
 enum rconn_step rconn_step(const redisReply *r, const char *step, const char *who,
                            const char **why);
+
+/*
+ * The error replies that say this server cannot run checks for now, whatever
+ * the check: a replica (READONLY, e.g. a master demoted by a failover, or a
+ * URL naming a replica), a replica without its master (MASTERDOWN), a server
+ * loading its data set (LOADING).  The connection is then as good as lost:
+ * dropped, the server named again (DNS, Sentinel, the slot map) and the
+ * backend not ready meanwhile.  Returns the static reason, or NULL.
+ */
+const char *rconn_unusable(const char *err);
+
+/*
+ * Error replies, logged once per distinct error with counts: the first one at
+ * once, repeats as one line per RCONN_ERRLOG_REPEAT_MS while they go on, and a
+ * last line with the total when a reply succeeds again (or the connection
+ * ends).  Under OOM thousands of checks a second fail alike; the log gets a
+ * few lines, /metrics counts every one (ratelimitd_redis_errors_total).
+ */
+#define RCONN_ERRLOG_SLOTS 4
+#define RCONN_ERRLOG_TEXT 96
+#define RCONN_ERRLOG_REPEAT_MS 10000
+
+struct rconn_errlog {
+    struct {
+        char text[RCONN_ERRLOG_TEXT];   /* the error, cut: what makes it distinct */
+        uint64_t count;                 /* checks it answered since it first came */
+        uint64_t logged;                /* of those, already in the log */
+    } e[RCONN_ERRLOG_SLOTS];
+    int64_t last_summary_us;
+    int active;                         /* some slot in use */
+};
+
+/* An error reply `msg` that answered `nchecks` checks of the server `name`
+ * (st names it in the log).  Counted in /metrics by kind. */
+void rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+                 const char *msg, size_t nchecks);
+/* Not an error reply: a script answer we could not read (`why`, static). */
+void rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+                     const char *why, size_t nchecks);
+/* A reply that was no error, or the connection's end: the errors seen since
+ * the last such call are over, and their totals logged. */
+void rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const char *name);
 
 #endif
