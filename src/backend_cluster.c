@@ -91,7 +91,8 @@ struct cnode {
     unsigned pending_checks;    /* checks in those: redis.max_pending counts these */
     unsigned refs;              /* checks waiting for this node */
     int master;                 /* owns slots in the current map */
-    int drop;                   /* stalled: the tidy timer drops ac */
+    int drop;                   /* the tidy timer drops ac, for drop_reason */
+    const char *drop_reason;
     int closing;                /* being freed: its callbacks do nothing */
 };
 
@@ -734,6 +735,19 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         op_arm_retry(op, ms);   /* then by the map again */
         return;
     }
+    if (rconn_unusable(msg) != NULL) {
+        /* Nothing ran, and nothing will there until it is a master again:
+         * drop the connection, ask for the map (a failover moves masters) */
+        script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
+        if (n->ac != NULL && !n->drop) {
+            n->drop = 1;
+            n->drop_reason = rconn_unusable(msg);
+            node_set_state(n, RCONN_DOWN, n->drop_reason);
+            schedule_tidy(cl);
+        }
+        request_refresh(cl);
+        return;
+    }
     if (is_error(msg, "NOSCRIPT") && !op->sent_eval) {
         /* This node forgot the script (restart, SCRIPT FLUSH): send it whole
          * once; EVAL also caches it for the next EVALSHA. */
@@ -958,6 +972,7 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
     if (stalled) {
         /* Not here: this frame belongs to a check the drop answers. */
         n->drop = 1;
+        n->drop_reason = "redis stalled";
         schedule_tidy(op->cl);
     }
     if (n != NULL && !op->w.answered && (op->w.req->flags & RL_CHECK_SETTLE)) {
@@ -1260,9 +1275,9 @@ on_tidy(evutil_socket_t fd, short what, void *arg)
             if (n->ac != NULL) {
                 redisAsyncContext *ac = n->ac;
 
-                log_warn("msg=\"redis cluster node stalled, reconnecting\" node=%s pending=%u",
-                         n->name, n->pending);
-                node_set_state(n, RCONN_DOWN, "redis stalled");
+                log_warn("msg=\"dropping the redis cluster node's connection\" node=%s "
+                         "reason=\"%s\" pending=%u", n->name, n->drop_reason, n->pending);
+                node_set_state(n, RCONN_DOWN, n->drop_reason);
                 /* Free, not Disconnect: a hung server never answers.  Every
                  * pending callback runs now with NULL. */
                 n->ac = NULL;

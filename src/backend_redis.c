@@ -88,6 +88,7 @@ struct redis_backend {
     int64_t *sent;
     unsigned sent_head;
     struct event *heartbeat_ev;
+    int ping_plain;             /* ROLE denied by an ACL: heartbeats PING */
     int destroying;
 };
 
@@ -112,6 +113,8 @@ struct redis_batch {
 };
 
 static void redis_connect(struct redis_backend *rb);
+static void fail_connect(struct redis_backend *rb, const char *why);
+static void drop_soon(struct redis_backend *rb, const char *why);
 
 static void
 set_state(struct redis_backend *rb, enum rconn_state s, const char *reason)
@@ -291,6 +294,11 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (rb->st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
             return;
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
+    } else if (r->type == REDIS_REPLY_ERROR && rconn_unusable(r->str) != NULL) {
+        /* Nothing ran, and nothing will on this server: leave it */
+        batch_answer_status(b, RL_BACKEND_DOWN, rconn_unusable(r->str));
+        if (rb->ac == ac)
+            drop_soon(rb, rconn_unusable(r->str));
     } else if (r->type == REDIS_REPLY_ERROR) {
         batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
     } else if (script_reply_check(r, len, &why) != RL_OK) {
@@ -306,7 +314,6 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             at += script_reply_len(b->ops[i]->nlimits);
         }
     }
-    (void)ac;
     batch_free(b);
 }
 
@@ -372,6 +379,16 @@ on_drop(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+/* Drop the connection from a fresh stack (never inside its own callback);
+ * checks that arrive meanwhile fail fast with `why`. */
+static void
+drop_soon(struct redis_backend *rb, const char *why)
+{
+    rb->drop_reason = why;
+    set_state(rb, RCONN_DOWN, why);
+    event_active(rb->drop_ev, EV_TIMEOUT, 0);
+}
+
 static void
 on_op_timeout(evutil_socket_t fd, short what, void *arg)
 {
@@ -388,10 +405,23 @@ static void
 on_ping(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_backend *rb = ac->data;
+    redisReply *r = reply;
 
     sent_pop(rb);
-    if (reply != NULL)
-        rb->last_reply_us = now_monotonic_us();
+    if (r == NULL)
+        return;
+    rb->last_reply_us = now_monotonic_us();
+    if (r->type == REDIS_REPLY_ERROR) {
+        rb->ping_plain = 1;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+               r->element[0]->type == REDIS_REPLY_STRING &&
+               strcmp(r->element[0]->str, "master") != 0 && rb->ac == ac &&
+               rb->st.state == RCONN_READY) {
+        /* demoted while idle: PING would still answer, checks would not */
+        log_warn("msg=\"redis is no longer a master\" redis=%s role=%.20s", rb->display,
+                 r->element[0]->str);
+        drop_soon(rb, "redis is no longer a master");
+    }
     (void)privdata;
 }
 
@@ -407,8 +437,11 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
     } else if (rb->st.state == RCONN_READY && rb->pending == 0 &&
                now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-        if (send_resp(rb, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK)
-            rb->last_reply_us = now;    /* one PING at a time */
+        static const char role[] = "*1\r\n$4\r\nROLE\r\n";
+        /* ROLE: also tells a master demoted since the handshake */
+        if (rb->ping_plain ? send_resp(rb, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK
+                           : send_resp(rb, on_ping, NULL, 0, role, sizeof(role) - 1) == RL_OK)
+            rb->last_reply_us = now;    /* one at a time */
     }
     (void)fd;
     (void)what;
@@ -518,11 +551,16 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
         if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
             log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
                       rb->display, step, r->str);
-        else
+        else if (rb->sentinel_master != NULL)
             log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
                      rb->display);
-        set_state(rb, RCONN_DOWN, why);
+        else if (!rb->st.announced_down)
+            log_warn("msg=\"redis is not a master, retrying\" redis=%s", rb->display);
+        /* ours no more: its on_disconnect must not say "disconnected"
+         * where /readyz should say why */
+        rb->ac = NULL;
         redisAsyncDisconnect(ac);
+        fail_connect(rb, why);
         break;
     case RCONN_STEP_READY:
         evtimer_del(rb->connect_ev);
@@ -551,8 +589,10 @@ on_connect(const redisAsyncContext *cac, int status)
     }
     set_state(rb, RCONN_HANDSHAKE, NULL);
     {
+        /* a sentinel's answer can be stale, and a URL can name a replica */
         struct rconn_login login = {rb->url.username, rb->url.password, rb->url.db,
-                                    rb->sentinel_master != NULL};
+                                    rb->sentinel_master != NULL ? RCONN_ROLE_MUST
+                                                                : RCONN_ROLE_IF_ALLOWED};
         /* a command not queued leaves the handshake to its deadline */
         (void)rconn_handshake(&login, send_fmt, rb, on_handshake);
     }

@@ -8,10 +8,7 @@ standalone, cluster or sentinel where a case applies to all three):
 - a master demoted to a replica by a real REPLICAOF (or a URL naming a
   replica) is left: READONLY drops the connection, /readyz says 503 while
   the server is not a master, and checks are decided again once it is
-  (before: READONLY on every check, forever, /readyz 200);
-- checks that arrive while the first connection is being made wait for it
-  (up to redis.timeout) instead of failing at once (before: in closed mode,
-  hundreds of 503s in the first milliseconds of a fresh start)."""
+  (before: READONLY on every check, forever, /readyz 200)."""
 
 import contextlib
 import os
@@ -144,8 +141,116 @@ def t_error_flood(_):
             check(max(counts) > 1, "the ending lines count no repeats: %r", ended)
 
 
+def readyz(d):
+    st, _, b = H.request(d.port, "GET", "/readyz", timeout=5.0)
+    return st, (b.get("reason") if isinstance(b, dict) else b)
+
+
+def role(port):
+    return H.Resp(port)("ROLE")[0]
+
+
+def wait_role(port, want):
+    wait_for(lambda: role(port) == want, "redis on %d to be a %s" % (port, want))
+
+
+def stays(d, status, seconds, what):
+    """/readyz answers `status` on every probe for `seconds` (the bound of a
+    state the daemon must hold, not a wait for one)."""
+    end = time.monotonic() + seconds
+    seen = []
+    while time.monotonic() < end:
+        seen.append(readyz(d))
+        time.sleep(0.05)
+    bad = [x for x in seen if x[0] != status]
+    check(not bad, "/readyz %s: %d of %d probes not %d: %r", what, len(bad), len(seen), status,
+          bad[:3])
+    return seen
+
+
+def t_demoted_master(_):
+    """A real REPLICAOF turns our master into a replica: the daemon notices
+    (idle: its heartbeat asks ROLE; busy: READONLY), says not ready, answers
+    checks at once, and comes back when the server is a master again."""
+    with H.Redis(topology="standalone") as a, H.Redis(topology="standalone") as b:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
+               "redis": {"timeout": "2s", "connect_timeout": "1s"}}
+        with H.Daemon(cfg, redis=a, workers=WORKERS) as d:
+            eq([post(d, "k1")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 on the master")
+            H.ready_everywhere(d.port)
+            # 1. idle: no check tells, the heartbeat must
+            eq(a.cli("REPLICAOF", "127.0.0.1", b.port), "OK", "REPLICAOF")
+            t0 = time.monotonic()
+            wait_for(lambda: readyz(d)[0] == 503, "/readyz 503 once our master is a replica")
+            print("# idle: /readyz 503 %.2f s after REPLICAOF" % (time.monotonic() - t0))
+            seen = stays(d, 503, 1.5, "while the server is a replica")
+            check(any("master" in str(r) or "READONLY" in str(r) for _, r in seen),
+                  "no probe says why: %r", seen[:3])
+            # checks fail at once (closed: 503), never with Redis' error
+            t1 = time.monotonic()
+            got = [post(d, "k2-%d" % i)[0] for i in range(20)]
+            eq(set(got), {503}, "checks while the server is a replica (closed)")
+            check(time.monotonic() - t1 < 2.0 * H.SLOW, "20 checks took %.2f s: not failing fast",
+                  time.monotonic() - t1)
+            # a master again: decided again, on the same server
+            eq(a.cli("REPLICAOF", "NO", "ONE"), "OK", "REPLICAOF NO ONE")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            eq([post(d, "k3")[0] for _ in range(4)], [200, 200, 200, 429],
+               "limit 3 once a master again")
+            eq(a.cli("EXISTS", "{rl:p:k:k3}:fw:3600000"), "1", "the key is on our server")
+
+            # 2. busy: READONLY while checks flow
+            load = Load(d.port, prefix="busy")
+            try:
+                wait_for(lambda: load.count() >= 50, "checks flowing")
+                eq(a.cli("REPLICAOF", "127.0.0.1", b.port), "OK", "REPLICAOF under load")
+                t0 = time.monotonic()
+                wait_for(lambda: readyz(d)[0] == 503, "/readyz 503 under load")
+                print("# busy: /readyz 503 %.2f s after REPLICAOF" % (time.monotonic() - t0))
+                stays(d, 503, 1.0, "under load while the server is a replica")
+                n0 = load.count()
+                wait_for(lambda: load.count() >= n0 + 100, "checks answered while a replica")
+            finally:
+                answers = load.stop()
+            late = answers[n0:]
+            eq({st for st, _ in late}, {503}, "checks under load while a replica (closed)")
+            readonly = metric(d.port, "ratelimitd_redis_errors_total", 'kind="readonly"')
+            check(readonly < len(answers) // 2,
+                  "%d checks met READONLY of %d: the connection was not left", readonly,
+                  len(answers))
+            eq(a.cli("REPLICAOF", "NO", "ONE"), "OK", "REPLICAOF NO ONE")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            eq(post(d, "k4")[0], 200, "a check once a master again")
+            lines = [ln for ln in d.log().splitlines() if "READONLY" in ln or "not a master" in ln
+                     or "no longer a master" in ln]
+            check(len(lines) <= 8 * WORKERS, "%d log lines about the replica:\n%s", len(lines),
+                  "\n".join(lines[:12]))
+
+
+def t_url_names_replica(_):
+    """A URL naming a replica: never ready, checks fail at once; promoted: ready."""
+    with H.Redis(topology="standalone") as m, H.Redis(topology="standalone") as r:
+        eq(r.cli("REPLICAOF", "127.0.0.1", m.port), "OK", "REPLICAOF")
+        wait_role(r.port, "slave")
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
+               "redis": {"url": r.url, "timeout": "2s", "connect_timeout": "1s"}}
+        with H.Daemon(cfg, workers=WORKERS, ready=False) as d:
+            wait_for(lambda: "not a master" in d.log(), "the handshake to refuse the replica")
+            seen = stays(d, 503, 1.5, "against a replica")
+            check(all("not a master" in str(rz) for _, rz in seen), "reasons: %r",
+                  sorted({str(rz) for _, rz in seen}))
+            eq({post(d, "k%d" % i)[0] for i in range(10)}, {503}, "checks against a replica")
+            eq(r.cli("EXISTS", "{rl:p:k:k0}:fw:3600000"), "0", "nothing written")
+            eq(r.cli("REPLICAOF", "NO", "ONE"), "OK", "REPLICAOF NO ONE")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            eq([post(d, "k")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 once promoted")
+
+
 CASES = [
     ("OOM for 3 s: a handful of log lines with counts, every error in /metrics", t_error_flood),
+    ("REPLICAOF (idle, then under load): readyz 503, checks fail fast; a master again: decided",
+     t_demoted_master),
+    ("a URL naming a replica: never ready, checks fail fast; promoted: ready", t_url_names_replica),
 ]
 
 
