@@ -587,13 +587,30 @@ op_wait_for(struct cop *op, struct cnode *n, int asking)
     op_arm_retry(op, WAIT_POLL_MS);
 }
 
-/* A node a check may wait for: connecting for the first time (a new owner
- * named by MOVED, ASK or a new map).  One that lost its connection answers
- * DOWN at once instead, as backend_redis.c: a dead node never queues work. */
+/* A node a check may wait for: a connection being made (the first one, a
+ * new owner named by MOVED, ASK or a new map, or a reconnect attempt under
+ * way).  One known down (between attempts) answers DOWN at once instead, as
+ * backend_redis.c: a dead node never queues work. */
 static int
 node_worth_waiting(const struct cnode *n)
 {
-    return n->st.state != RCONN_DOWN && !n->st.was_ready;
+    return n->st.state == RCONN_CONNECTING || n->st.state == RCONN_HANDSHAKE;
+}
+
+/* No map yet, but one is on its way: a seed connecting, asked, or about to
+ * be asked (not after failed refreshes: then the cluster is known down). */
+static int
+map_coming(const struct cluster *cl)
+{
+    if (cl->map_loaded)
+        return 0;
+    if (cl->refresh_inflight ||
+        (!cl->refresh_failing && evtimer_pending(cl->refresh_ev, NULL)))
+        return 1;
+    for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
+        if (node_worth_waiting(n))
+            return 1;
+    return 0;
 }
 
 /* Send to n now, wait for it while it first connects, or answer DOWN. */
@@ -619,6 +636,10 @@ op_route(struct cop *op)
     struct cluster *cl = op->cl;
     struct cnode *n = cl->map_loaded ? cl->slots[op->slot] : NULL;
 
+    if (n == NULL && map_coming(cl)) {
+        op_arm_retry(op, WAIT_POLL_MS);     /* then by the map, when it comes */
+        return;
+    }
     if (n == NULL) {
         request_refresh(cl);
         script_answer_status(&op->w, RL_BACKEND_DOWN, "cluster slot not covered");
@@ -1323,8 +1344,10 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     if (klen < 0) {
         res.status = RL_BACKEND_ERROR;
         res.error = "key too long";
-    } else if (!cl->map_loaded) {
+    } else if (!cl->map_loaded && !map_coming(cl)) {
         res.error = "cluster slot map not loaded";
+    } else if (!cl->map_loaded) {
+        ;                       /* waits for the map under its deadline */
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
         request_refresh(cl);

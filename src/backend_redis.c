@@ -11,8 +11,10 @@
  *
  * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT
  * LOAD) -> READY.  Lost connections come back with exponential backoff and
- * jitter.  Checks that arrive while not READY are answered DOWN at once, so
- * a dead Redis never queues work.
+ * jitter.  Checks that arrive while a connection is being made (CONNECTING,
+ * HANDSHAKE: the first one, or a reconnect attempt under way) wait for it,
+ * each under its own deadline; checks that arrive while DOWN (between
+ * attempts) are answered DOWN at once, so a dead Redis never queues work.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -88,6 +90,10 @@ struct redis_backend {
     int64_t *sent;
     unsigned sent_head;
     struct event *heartbeat_ev;
+    /* Checks that came while the connection was being made: sent when it is
+     * ready, answered DOWN when it fails.  At most max_pending. */
+    struct redis_op **waiting;
+    size_t nwaiting, waiting_cap;
     int ping_plain;             /* ROLE denied by an ACL: heartbeats PING */
     int destroying;
 };
@@ -113,6 +119,7 @@ struct redis_batch {
 };
 
 static void redis_connect(struct redis_backend *rb);
+static void waiting_end(struct redis_backend *rb, int ready, const char *why);
 static void fail_connect(struct redis_backend *rb, const char *why);
 static void drop_soon(struct redis_backend *rb, const char *why);
 
@@ -125,6 +132,8 @@ set_state(struct redis_backend *rb, enum rconn_state s, const char *reason)
         rconn_errlog_end(&rb->errs, &rb->st, rb->display);
     if (rconn_set_state(&rb->st, s, reason, rb->display, rb->destroying))
         rb->base.epoch++;
+    if (rb->nwaiting > 0 && (s == RCONN_READY || s == RCONN_DOWN))
+        waiting_end(rb, s == RCONN_READY, rb->st.down_reason);
 }
 
 /* ---- answering checks ---------------------------------------------------- */
@@ -448,15 +457,87 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
+enqueue(struct redis_backend *rb, struct redis_op *op)
+{
+    /* The first check of this pass schedules the flush; event_active puts it
+     * behind the callbacks already active, so the other requests read in
+     * this pass join the same call. */
+    rb->queue[rb->nqueued++] = op;
+    if (rb->nqueued == rb->coalesce)
+        flush(rb);
+    else if (rb->nqueued == 1)
+        event_active(rb->flush_ev, EV_TIMEOUT, 1);
+}
+
+/* Room for one more waiting check: those their deadline answered go first. */
+static int
+waiting_room(struct redis_backend *rb)
+{
+    size_t k = 0;
+
+    if (rb->nwaiting < rb->waiting_cap)
+        return 1;
+    for (size_t i = 0; i < rb->nwaiting; i++) {
+        if (rb->waiting[i]->w.answered)
+            op_free(rb->waiting[i]);
+        else
+            rb->waiting[k++] = rb->waiting[i];
+    }
+    rb->nwaiting = k;
+    if (k < rb->waiting_cap)
+        return 1;
+    if (rb->waiting_cap >= rb->max_pending)
+        return 0;
+    rb->waiting_cap = rb->waiting_cap == 0 ? 16 : rb->waiting_cap * 2;
+    if (rb->waiting_cap > rb->max_pending)
+        rb->waiting_cap = rb->max_pending;
+    rb->waiting = xrealloc(rb->waiting, rb->waiting_cap * sizeof(*rb->waiting));
+    return 1;
+}
+
+/* The connection the waiting checks waited for is ready (send them) or
+ * failed (answer them DOWN with `why`). */
+static void
+waiting_end(struct redis_backend *rb, int ready, const char *why)
+{
+    struct redis_op **w = rb->waiting;
+    size_t n = rb->nwaiting;
+
+    /* Answers run callbacks that may check again: those see the new state
+     * and never this list. */
+    rb->waiting = NULL;
+    rb->nwaiting = rb->waiting_cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct redis_op *op = w[i];
+
+        if (op->w.answered) {
+            op_free(op);
+        } else if (!ready) {
+            script_answer_status(&op->w, RL_BACKEND_DOWN, why ? why : "redis not connected");
+            op_free(op);
+        } else {
+            /* sent now: from here on only its reply settles it */
+            if (op->w.req->flags & RL_CHECK_SETTLE)
+                event_del(&op->timer);
+            enqueue(rb, op);
+        }
+    }
+    free(w);
+}
+
+static void
 redis_check(struct rl_backend *be, const struct rl_check_req *req,
             rl_check_cb cb, void *arg)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
     struct redis_op *op;
     struct timeval tv;
+    int wait = rb->st.state == RCONN_CONNECTING || rb->st.state == RCONN_HANDSHAKE;
 
-    if (rb->st.state != RCONN_READY) {
+    if (rb->st.state == RCONN_DOWN || (wait && !waiting_room(rb))) {
         struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->st.down_reason};
+        if (wait)
+            res.error = "too many checks waiting for redis";
         cb(&res, arg);
         return;
     }
@@ -466,20 +547,18 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     op->w.arg = arg;
     op->nlimits = req->policy->nlimits;
     evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
-    if (!(req->flags & RL_CHECK_SETTLE)) {
-        /* else the heartbeat bounds the wait: it drops a stalled connection */
+    /* A settling check has no deadline once sent (the heartbeat bounds that
+     * wait: it drops a stalled connection), but one while it waits for a
+     * connection: a TIMEOUT then says it never reached Redis. */
+    if (wait || !(req->flags & RL_CHECK_SETTLE)) {
         tv.tv_sec = req->timeout_ms / 1000;
         tv.tv_usec = (req->timeout_ms % 1000) * 1000;
         evtimer_add(&op->timer, &tv);
     }
-    /* The first check of this pass schedules the flush; event_active puts it
-     * behind the callbacks already active, so the other requests read in
-     * this pass join the same call. */
-    rb->queue[rb->nqueued++] = op;
-    if (rb->nqueued == rb->coalesce)
-        flush(rb);
-    else if (rb->nqueued == 1)
-        event_active(rb->flush_ev, EV_TIMEOUT, 1);
+    if (wait)
+        rb->waiting[rb->nwaiting++] = op;
+    else
+        enqueue(rb, op);
 }
 
 /* ---- connection ------------------------------------------------------------- */
@@ -915,6 +994,7 @@ redis_destroy(struct rl_backend *be)
         op_free(rb->queue[i]);
     }
     rb->nqueued = 0;
+    waiting_end(rb, 0, "shutting down");
     rconn_abandon(rb->lookup);
     rb->lookup = NULL;
     if (rb->ac != NULL) {

@@ -8,11 +8,16 @@ standalone, cluster or sentinel where a case applies to all three):
 - a master demoted to a replica by a real REPLICAOF (or a URL naming a
   replica) is left: READONLY drops the connection, /readyz says 503 while
   the server is not a master, and checks are decided again once it is
-  (before: READONLY on every check, forever, /readyz 200)."""
+  (before: READONLY on every check, forever, /readyz 200);
+- checks that arrive while the first connection is being made wait for it
+  (up to redis.timeout) instead of failing at once (before: in closed mode,
+  hundreds of 503s in the first milliseconds of a fresh start)."""
 
 import contextlib
+import functools
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -93,11 +98,120 @@ class Load:
         return list(self.answers)
 
 
+class DelayProxy:
+    """A TCP relay on a free loopback port to a Redis: each connection is
+    held `delay` s before its upstream connection is made, so every
+    connection to Redis through it takes that long to become usable (a
+    distant or busy server, deterministically)."""
+
+    def __init__(self, upstream_port, delay):
+        self.upstream, self.delay = upstream_port, delay
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.socks = []
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port
+
+    def _accept(self):
+        while not self.closed.is_set():
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            self.socks.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        if self.closed.wait(self.delay):
+            return
+        try:
+            u = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+        except OSError:
+            c.close()
+            return
+        self.socks.append(u)
+        threading.Thread(target=self._pump, args=(u, c), daemon=True).start()
+        self._pump(c, u)
+
+    def _pump(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed.set()
+        self.ls.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def first_checks(port, threads=4, seconds=0.5):
+    """POST /check from `threads` threads from the moment the daemon's port
+    accepts, for `seconds` after that: [(status, degraded, seconds taken)]."""
+    out, lock = [], threading.Lock()
+    listening = threading.Event()
+    end = [None]
+
+    def run(i):
+        n = 0
+        deadline = time.monotonic() + H.START_TIMEOUT
+        while end[0] is None or time.monotonic() < end[0]:
+            t = time.monotonic()
+            try:
+                st, _, b = H.request(port, "POST", "/check",
+                                     {"key": "first-%d-%d" % (i, n), "policy": "p"})
+            except ConnectionRefusedError:
+                # not listening yet: the first check goes the moment it is
+                check(time.monotonic() < deadline, "the daemon never listened on %d", port)
+                time.sleep(0.001)
+                continue
+            if not listening.is_set():
+                end[0] = time.monotonic() + seconds
+                listening.set()
+            with lock:
+                out.append((st, isinstance(b, dict) and b.get("degraded", False),
+                            time.monotonic() - t))
+            n += 1
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=30)
+    return out
+
+
 # ------------------------------------------------------------------ cases
 
-def t_error_flood(_):
+def t_error_flood(topology, _):
     """Under OOM every check fails alike: a few log lines, every check counted."""
-    with H.Redis() as r:
+    with H.Redis(topology=topology) as r:
         cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
                "redis": {"timeout": "2s"}}
         with H.Daemon(cfg, redis=r, workers=WORKERS) as d:
@@ -178,6 +292,7 @@ def t_demoted_master(_):
         with H.Daemon(cfg, redis=a, workers=WORKERS) as d:
             eq([post(d, "k1")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 on the master")
             H.ready_everywhere(d.port)
+            a.cli("CONFIG", "SET", "dir", H.tmpdir())     # where a replica writes its RDB
             # 1. idle: no check tells, the heartbeat must
             eq(a.cli("REPLICAOF", "127.0.0.1", b.port), "OK", "REPLICAOF")
             t0 = time.monotonic()
@@ -230,6 +345,7 @@ def t_demoted_master(_):
 def t_url_names_replica(_):
     """A URL naming a replica: never ready, checks fail at once; promoted: ready."""
     with H.Redis(topology="standalone") as m, H.Redis(topology="standalone") as r:
+        r.cli("CONFIG", "SET", "dir", H.tmpdir())         # where a replica writes its RDB
         eq(r.cli("REPLICAOF", "127.0.0.1", m.port), "OK", "REPLICAOF")
         wait_role(r.port, "slave")
         cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
@@ -246,12 +362,138 @@ def t_url_names_replica(_):
             eq([post(d, "k")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 once promoted")
 
 
-CASES = [
-    ("OOM for 3 s: a handful of log lines with counts, every error in /metrics", t_error_flood),
+def t_connecting_waits(_):
+    """Every connection to Redis takes 400 ms (a relay holds it): checks that
+    come meanwhile wait for it and are decided, in closed mode too; /readyz
+    says 503 until then.  Before: 503 at once, until the handshake."""
+    delay = 0.4
+    with H.Redis(topology="standalone") as r, DelayProxy(r.port, delay) as px:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+               "redis": {"url": px.url, "timeout": "3s", "connect_timeout": "2s"}}
+        d = H.Daemon(cfg, workers=WORKERS, wait=False)
+        try:
+            got = first_checks(d.port)
+            st = [a[0] for a in got]
+            print("# %d checks in the first 0.5 s, %d 200, slowest %.0f ms (connection %.0f ms)"
+                  % (len(got), st.count(200), max(a[2] for a in got) * 1000, delay * 1000))
+            check(len(got) >= WORKERS, "only %d checks", len(got))
+            eq(sorted(set(st)), [200], "statuses of the checks made while connecting")
+            check(not any(a[1] for a in got), "a check answered degraded")
+            eq(r.cli("EXISTS", "{rl:p:k:first-0-0}:fw:3600000"), "1", "the first check counted")
+        finally:
+            d.stop()
+
+
+def t_fresh_starts(topology, _):
+    """Fresh starts, checks from the first moment: none answered by
+    failure_mode (closed: no 503).  Sentinel and Cluster take longer to
+    connect (a sentinel asked first, the slot map loaded first)."""
+    starts = 6
+    with H.Redis(topology=topology) as r:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+               "redis": {"timeout": "3s", "connect_timeout": "2s"}}
+        bad, total = [], 0
+        for i in range(starts):
+            d = H.Daemon(cfg, redis=r, workers=WORKERS, wait=False)
+            try:
+                got = first_checks(d.port, seconds=0.2)
+            finally:
+                d.stop()
+            total += len(got)
+            bad += [(i, a) for a in got if a[0] != 200 or a[1]]
+        print("# %d fresh starts, %d checks, %d not decided" % (starts, total, len(bad)))
+        eq(bad, [], "checks not decided by Redis in the first 0.2 s of %d fresh starts" % starts)
+
+
+class NotifySocket:
+    """The systemd notification socket: a Unix datagram socket in the temp
+    dir; wait(msg) returns the monotonic time a datagram containing msg came."""
+
+    def __init__(self):
+        self.path = os.path.join(H.tmpdir(), "notify-%d.sock" % H.free_port())
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.s.bind(self.path)
+        self.s.settimeout(0.05)
+
+    def wait(self, msg, timeout):
+        deadline = time.monotonic() + timeout * H.SLOW
+        while time.monotonic() < deadline:
+            try:
+                data = self.s.recv(4096).decode()
+            except socket.timeout:
+                continue
+            if msg in data.split("\n"):
+                return time.monotonic()
+        raise H.Fail("no %s on NOTIFY_SOCKET within %ss" % (msg, timeout))
+
+    def close(self):
+        self.s.close()
+        os.unlink(self.path)
+
+
+def t_ready_after_handshake(_):
+    """READY=1 to systemd comes after the backend's first handshake (here
+    400 ms late through the relay): /readyz is 200 when it comes.  Before:
+    READY=1 as soon as the sockets were bound.  With no Redis at all it still
+    comes, after connect_timeout."""
+    delay = 0.4
+    with H.Redis(topology="standalone") as r, DelayProxy(r.port, delay) as px:
+        ns = NotifySocket()
+        try:
+            cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+                   "redis": {"url": px.url, "timeout": "3s", "connect_timeout": "5s"}}
+            t0 = time.monotonic()
+            d = H.Daemon(cfg, workers=WORKERS, wait=False, env={"NOTIFY_SOCKET": ns.path})
+            try:
+                t_ready = ns.wait("READY=1", 15)
+                st = [readyz(d)[0] for _ in range(2 * WORKERS)]
+                print("# READY=1 %.0f ms after the start (connections take %.0f ms)"
+                      % ((t_ready - t0) * 1000, delay * 1000))
+                check(t_ready - t0 >= delay, "READY=1 %.3f s after the start, before the "
+                      "first connection could be made (%.1f s)", t_ready - t0, delay)
+                eq(set(st), {200}, "/readyz right after READY=1")
+            finally:
+                d.stop()
+        finally:
+            ns.close()
+    # nothing listening: READY=1 anyway, after connect_timeout
+    ns = NotifySocket()
+    try:
+        cfg = {"identity": ["body"], "policies": policy(),
+               "redis": {"url": "redis://127.0.0.1:%d/0" % H.free_port(), "connect_timeout": "1s"}}
+        t0 = time.monotonic()
+        d = H.Daemon(cfg, workers=WORKERS, wait=False, env={"NOTIFY_SOCKET": ns.path})
+        try:
+            took = ns.wait("READY=1", 15) - t0
+            check(0.9 <= took <= 10 * H.SLOW, "READY=1 %.2f s after the start with no Redis "
+                  "(connect_timeout 1 s)", took)
+            check("not ready within connect_timeout" in d.log(), "the late READY=1 not logged")
+        finally:
+            d.stop()
+    finally:
+        ns.close()
+
+
+# make check runs these on every topology (scripts/test-topologies runs only
+# the core suites under the others); RL_TOPOLOGY picks one.
+TOPOLOGIES = [os.environ["RL_TOPOLOGY"]] if os.environ.get("RL_TOPOLOGY") else list(H.TOPOLOGIES)
+
+
+def per_topology(name, fn):
+    return [("%s (%s)" % (name, t), functools.partial(fn, t)) for t in TOPOLOGIES]
+
+
+CASES = per_topology("OOM for 3 s: a handful of log lines with counts, every error in /metrics",
+                     t_error_flood) + [
     ("REPLICAOF (idle, then under load): readyz 503, checks fail fast; a master again: decided",
      t_demoted_master),
     ("a URL naming a replica: never ready, checks fail fast; promoted: ready", t_url_names_replica),
-]
+    ("checks while the first connection is made (400 ms): they wait and are decided",
+     t_connecting_waits),
+    ("READY=1 after the first handshake (400 ms late); with no Redis, after connect_timeout",
+     t_ready_after_handshake),
+] + per_topology("6 fresh starts, checks from the first moment: all decided by Redis (closed mode)",
+                 t_fresh_starts)
 
 
 @contextlib.contextmanager
