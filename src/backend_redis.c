@@ -31,6 +31,7 @@
 #include "script.h"
 #include "metrics.h"
 #include "redis_conn.h"
+#include "redis_sentinel.h"
 #include "redis_url.h"
 #include "util.h"
 
@@ -74,13 +75,8 @@ struct redis_backend {
     const char *drop_reason;
     /* Sentinel: the master's address comes from the sentinels, asked again
      * before every connection and whenever they announce a switch. */
-    char *sentinel_master;
-    struct rl_hostport *sentinels;
-    size_t nsentinels, sentinel_next, sentinel_tries;
-    redisAsyncContext *sac;     /* asking a sentinel for the master */
-    redisAsyncContext *subac;   /* subscribed to +switch-master */
-    char *master_host;          /* as the sentinels last said */
-    int master_port;
+    struct rsentinel *sentinel;
+    int master_port;            /* as the sentinels last said */
     int64_t backoff_ms;
     int64_t last_reply_us;
     unsigned pending;           /* replies hiredis still owes us */
@@ -96,11 +92,6 @@ struct redis_backend {
     size_t nwaiting, waiting_cap;
     int ping_plain;             /* ROLE denied by an ACL: heartbeats PING */
     int destroying;
-};
-
-struct rl_hostport {
-    char *host;
-    int port;
 };
 
 struct redis_op {
@@ -593,10 +584,7 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
         log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
         set_state(rb, RCONN_DOWN, "resolve timeout");
         schedule_reconnect(rb);
-    } else if (rb->sac != NULL) {
-        redisAsyncContext *ac = rb->sac;
-        rb->sac = NULL;
-        redisAsyncFree(ac);
+    } else if (rb->sentinel != NULL && rsentinel_cancel(rb->sentinel)) {
         set_state(rb, RCONN_DOWN, "sentinel did not answer");
         schedule_reconnect(rb);
     } else if (rb->ac != NULL && rb->st.state != RCONN_READY) {
@@ -630,7 +618,7 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
         if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
             log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
                       rb->display, step, r->str);
-        else if (rb->sentinel_master != NULL)
+        else if (rb->sentinel != NULL)
             log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
                      rb->display);
         else if (!rb->st.announced_down)
@@ -670,7 +658,7 @@ on_connect(const redisAsyncContext *cac, int status)
     {
         /* a sentinel's answer can be stale, and a URL can name a replica */
         struct rconn_login login = {rb->url.username, rb->url.password, rb->url.db,
-                                    rb->sentinel_master != NULL ? RCONN_ROLE_MUST
+                                    rb->sentinel != NULL ? RCONN_ROLE_MUST
                                                                 : RCONN_ROLE_IF_ALLOWED};
         /* a command not queued leaves the handshake to its deadline */
         (void)rconn_handshake(&login, send_fmt, rb, on_handshake);
@@ -712,7 +700,7 @@ connect_to(void *arg, const char *ip, const char *why)
         fail_connect(rb, "cannot resolve the redis host");
         return;
     }
-    ac = rconn_open(rb->evb, ip, rb->master_host ? rb->master_port : rb->url.port,
+    ac = rconn_open(rb->evb, ip, rb->sentinel ? rb->master_port : rb->url.port,
                     rb->url.path, rb, on_connect, on_disconnect, &why);
     if (ac == NULL) {
         fail_connect(rb, why);
@@ -736,158 +724,30 @@ resolve(struct redis_backend *rb, const char *host, rconn_resolved_cb then)
 
 /* ---- Sentinel ---------------------------------------------------------------- */
 
-static void sentinel_ask_next(struct redis_backend *rb);
-
+/* rsentinel_found_cb */
 static void
-on_switch_master(redisAsyncContext *ac, void *reply, void *privdata)
+sentinel_found(void *arg, const char *host, int port, const char *why)
 {
-    struct redis_backend *rb = ac->data;
-    redisReply *r = reply;
-    size_t n;
+    struct redis_backend *rb = arg;
 
-    /* ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"] */
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[2]->type != REDIS_REPLY_STRING)
+    if (host == NULL) {
+        fail_connect(rb, why);
         return;
-    n = strlen(rb->sentinel_master);
-    if (strncmp(r->element[2]->str, rb->sentinel_master, n) != 0 ||
-        r->element[2]->str[n] != ' ')
-        return;
-    log_info("msg=\"sentinel switched the master\" redis=%s switch=\"%.200s\"",
-             rb->display, r->element[2]->str);
+    }
+    rb->master_port = port;
+    resolve(rb, host, connect_to);
+}
+
+/* rsentinel_switch_cb */
+static void
+sentinel_switched(void *arg)
+{
+    struct redis_backend *rb = arg;
+
     if (rb->ac != NULL) {
         rb->drop_reason = "sentinel switched the master";
         event_active(rb->drop_ev, EV_TIMEOUT, 0);
     }
-    (void)privdata;
-}
-
-static void
-on_sub_connect(const redisAsyncContext *cac, int status)
-{
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct redis_backend *rb = ac->data;
-
-    if (status != REDIS_OK) {
-        if (rb->subac == ac)
-            rb->subac = NULL;
-        return;
-    }
-    redisAsyncCommand(ac, on_switch_master, NULL, "SUBSCRIBE +switch-master");
-}
-
-static void
-on_sub_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct redis_backend *rb = ac->data;
-
-    /* resubscribed at the next answer from a sentinel */
-    if (rb->subac == ac)
-        rb->subac = NULL;
-    (void)status;
-}
-
-/* Listen for failovers on the sentinel that just answered. */
-static void
-sentinel_subscribe(struct redis_backend *rb, const char *ip, int port)
-{
-    const char *why;
-
-    if (rb->subac != NULL || rb->destroying)
-        return;
-    rb->subac = rconn_open(rb->evb, ip, port, NULL, rb, on_sub_connect, on_sub_disconnect,
-                           &why);
-}
-
-static void
-on_sentinel_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct redis_backend *rb = ac->data;
-    redisReply *r = reply;
-    const struct rl_hostport *node = privdata;
-
-    if (rb->sac != ac)
-        return;             /* an answer that no longer matters */
-    rb->sac = NULL;
-    redisAsyncDisconnect(ac);   /* deferred by hiredis until we return */
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
-        log_debug("msg=\"a sentinel did not name the master\" redis=%s sentinel=%s:%d",
-                  rb->display, node->host, node->port);
-        sentinel_ask_next(rb);
-        return;
-    }
-    free(rb->master_host);
-    rb->master_host = xstrdup(r->element[0]->str);
-    rb->master_port = atoi(r->element[1]->str);
-    log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%d", rb->display,
-              rb->master_host, rb->master_port);
-    sentinel_subscribe(rb, ac->c.tcp.host, node->port);
-    rb->sentinel_tries = 0;
-    resolve(rb, rb->master_host, connect_to);
-}
-
-static void
-on_sentinel_connect(const redisAsyncContext *cac, int status)
-{
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct redis_backend *rb = ac->data;
-
-    if (status != REDIS_OK && rb->sac == ac) {
-        rb->sac = NULL;     /* hiredis frees it after this returns */
-        sentinel_ask_next(rb);
-    }
-}
-
-static void
-on_sentinel_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct redis_backend *rb = ac->data;
-
-    if (rb->sac == ac) {    /* lost before it answered */
-        rb->sac = NULL;
-        sentinel_ask_next(rb);
-    }
-    (void)status;
-}
-
-static void
-sentinel_connect(void *arg, const char *ip, const char *why)
-{
-    struct redis_backend *rb = arg;
-    const struct rl_hostport *node =
-        &rb->sentinels[(rb->sentinel_next + rb->nsentinels - 1) % rb->nsentinels];
-    redisAsyncContext *ac;
-
-    rb->lookup = NULL;
-    if (ip == NULL ||
-        (ac = rconn_open(rb->evb, ip, node->port, NULL, rb, on_sentinel_connect,
-                         on_sentinel_disconnect, &why)) == NULL) {
-        sentinel_ask_next(rb);
-        return;
-    }
-    rb->sac = ac;
-    redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
-                      "SENTINEL get-master-addr-by-name %s", rb->sentinel_master);
-}
-
-/* Ask the sentinels in turn; when every one failed, back off. */
-static void
-sentinel_ask_next(struct redis_backend *rb)
-{
-    const struct rl_hostport *node;
-
-    if (rb->destroying)
-        return;
-    if (rb->sentinel_tries++ >= rb->nsentinels) {
-        rb->sentinel_tries = 0;
-        fail_connect(rb, "no sentinel named the master");
-        return;
-    }
-    node = &rb->sentinels[rb->sentinel_next];
-    rb->sentinel_next = (rb->sentinel_next + 1) % rb->nsentinels;
-    resolve(rb, node->host, sentinel_connect);
 }
 
 static void
@@ -899,27 +759,12 @@ redis_connect(struct redis_backend *rb)
     tv.tv_sec = rb->connect_timeout_ms / 1000;
     tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
     evtimer_add(rb->connect_ev, &tv);
-    if (rb->sentinel_master != NULL)
-        sentinel_ask_next(rb);
+    if (rb->sentinel != NULL)
+        rsentinel_ask(rb->sentinel);
     else if (rb->url.path != NULL)
         connect_to(rb, "", NULL);
     else
         resolve(rb, rb->url.host, connect_to);
-}
-
-static int
-parse_hostport(const char *s, struct rl_hostport *out)
-{
-    const char *colon = strrchr(s, ':');
-
-    if (colon == NULL)
-        return RL_ERR;
-    if (s[0] == '[')
-        out->host = xstrndup(s + 1, (size_t)(colon - s - 2));
-    else
-        out->host = xstrndup(s, (size_t)(colon - s));
-    out->port = atoi(colon + 1);
-    return RL_OK;
 }
 
 /* ---- the backend interface ---------------------------------------------------- */
@@ -943,21 +788,14 @@ redis_create(struct rl_backend **out, struct event_base *evb,
         free(rb->url.password);
         rb->url.password = xstrdup(cfg->redis.password);
     }
-    if (cfg->redis.sentinel.master != NULL) {
-        rb->sentinel_master = xstrdup(cfg->redis.sentinel.master);
-        rb->nsentinels = cfg->redis.sentinel.nodes.n;
-        rb->sentinels = xcalloc(rb->nsentinels, sizeof(*rb->sentinels));
-        for (size_t i = 0; i < rb->nsentinels; i++)
-            if (parse_hostport(cfg->redis.sentinel.nodes.v[i], &rb->sentinels[i]) != RL_OK) {
-                *cause = xasprintf("bad sentinel address %s", cfg->redis.sentinel.nodes.v[i]);
-                return RL_ERR;  /* config validation makes this unreachable */
-            }
-    }
     rb->base.ops = &rl_backend_redis_ops;
     rb->evb = evb;
-    rb->display = rb->sentinel_master
-                  ? xasprintf("sentinel:%s", rb->sentinel_master)
+    rb->display = cfg->redis.sentinel.master != NULL
+                  ? xasprintf("sentinel:%s", cfg->redis.sentinel.master)
                   : redis_url_display(&rb->url);
+    if (cfg->redis.sentinel.master != NULL)
+        rb->sentinel = rsentinel_new(evb, &rb->dns, &cfg->redis.sentinel, rb->display,
+                                     sentinel_found, sentinel_switched, rb);
     rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     rb->max_pending = (unsigned)cfg->redis.max_pending;
     rb->coalesce = (size_t)cfg->redis.coalesce;
@@ -1002,21 +840,7 @@ redis_destroy(struct rl_backend *be)
         rb->ac = NULL;
         redisAsyncFree(ac);     /* pending callbacks run with NULL */
     }
-    if (rb->sac != NULL) {
-        redisAsyncContext *ac = rb->sac;
-        rb->sac = NULL;
-        redisAsyncFree(ac);
-    }
-    if (rb->subac != NULL) {
-        redisAsyncContext *ac = rb->subac;
-        rb->subac = NULL;
-        redisAsyncFree(ac);
-    }
-    for (size_t i = 0; i < rb->nsentinels; i++)
-        free(rb->sentinels[i].host);
-    free(rb->sentinels);
-    free(rb->sentinel_master);
-    free(rb->master_host);
+    rsentinel_free(rb->sentinel);
     event_free(rb->retry_ev);
     event_free(rb->connect_ev);
     event_free(rb->drop_ev);
