@@ -241,6 +241,10 @@ def t_error_flood(topology, _):
             # worker (per node on a cluster): a handful, never one per check
             def oom_lines():
                 return [ln for ln in d.log().splitlines() if "OOM" in ln]
+            # a run ends with the next good reply on that connection: checks on
+            # fresh connections reach every worker (SO_REUSEPORT), and every node
+            for i in range(20 * WORKERS):
+                eq(post(d, "recovered-%d" % i)[0], 200, "a check after OOM")
             ended = wait_for(lambda: [ln for ln in oom_lines() if "errors ended" in ln],
                              "the line that ends the run of OOM errors")
             lines = oom_lines()
@@ -249,8 +253,6 @@ def t_error_flood(topology, _):
             nodes = 3 if r.topology == "cluster" else 1
             check(len(lines) <= 2 * WORKERS * nodes,
                   "%d log lines for %d OOM errors:\n%s", len(lines), failed, "\n".join(lines[:10]))
-            # a worker's run ends with its next good reply: the one that
-            # answered the check above has said how many it saw
             counts = [int(re.search(r"count=(\d+)", ln).group(1)) for ln in ended]
             check(max(counts) > 1, "the ending lines count no repeats: %r", ended)
 
