@@ -48,9 +48,6 @@
 #include "redis_url.h"
 #include "util.h"
 
-/* A connection that has answered nothing for this long while checks wait is
- * presumed hung and is dropped (as in backend_redis.c). */
-#define STALL_MIN_MS 1000
 /* How often a sent RL_CHECK_SETTLE check past its deadline looks for a stall. */
 #define SETTLE_POLL_MS 250
 #define REFRESH_PERIOD_MS 30000
@@ -78,21 +75,10 @@ struct cnode {
     char *host;                 /* IP or name, without brackets */
     int port;
     char *name;                 /* "host:port" for logs */
-    redisAsyncContext *ac;
-    struct rconn_status st;     /* state, down_reason, for the log */
-    struct rconn_errlog errs;   /* error replies, logged once per distinct one */
-    struct event *retry_ev;     /* reconnect after backoff */
-    struct event *connect_ev;   /* connect/handshake deadline */
-    struct rconn_lookup *lookup;    /* its host name being resolved */
-    int64_t backoff_ms;
-    int64_t last_reply_us;
-    unsigned pending;           /* callbacks hiredis still owes on ac */
-    unsigned pending_checks;    /* checks in those: redis.max_pending counts these */
+    struct rconn c;             /* the connection, its state and replies owed */
+    unsigned pending_checks;    /* checks in those replies: redis.max_pending counts these */
     unsigned refs;              /* checks waiting for this node */
     int master;                 /* owns slots in the current map */
-    int drop;                   /* the tidy timer drops ac, for drop_reason */
-    const char *drop_reason;
-    int closing;                /* being freed: its callbacks do nothing */
 };
 
 /* One check until it is answered and hiredis owes it nothing. */
@@ -152,19 +138,10 @@ struct cluster {
     int destroying;
 };
 
-static void node_connect(struct cnode *n);
 static void request_refresh(struct cluster *cl);
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* ---- nodes ------------------------------------------------------------------- */
-
-static void
-node_set_state(struct cnode *n, enum rconn_state s, const char *reason)
-{
-    if (s == RCONN_DOWN)
-        rconn_errlog_end(&n->errs, &n->st, n->name);
-    (void)rconn_set_state(&n->st, s, reason, n->name, n->closing || n->cl->destroying);
-}
 
 static void
 schedule_tidy(struct cluster *cl)
@@ -179,7 +156,7 @@ schedule_tidy(struct cluster *cl)
 static void
 node_settle(struct cnode *n)
 {
-    if (!n->master && n->pending == 0 && n->refs == 0)
+    if (!n->master && n->c.pending == 0 && n->refs == 0)
         schedule_tidy(n->cl);
 }
 
@@ -190,185 +167,37 @@ node_unref(struct cnode *n)
     node_settle(n);
 }
 
-static void
-node_schedule_reconnect(struct cnode *n)
+/* The node of a hiredis callback. */
+static struct cnode *
+of(const redisAsyncContext *ac)
 {
-    struct timeval tv;
-
-    if (n->closing || n->cl->destroying || evtimer_pending(n->retry_ev, NULL))
-        return;
-    tv = rconn_backoff(&n->backoff_ms);
-    evtimer_add(n->retry_ev, &tv);
-}
-
-/* Queue a command on n's connection, counting the callback it owes (an
- * rconn_send_fn). */
-static int
-node_command(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
-{
-    struct cnode *n = owner;
-    va_list ap;
-    int rc;
-
-    if (n->ac == NULL)
-        return RL_ERR;
-    va_start(ap, fmt);
-    rc = redisvAsyncCommand(n->ac, fn, priv, fmt, ap);
-    va_end(ap);
-    if (rc != REDIS_OK)
-        return RL_ERR;
-    n->pending++;
-    return RL_OK;
+    return ((struct rconn *)ac->data)->owner;
 }
 
 static void
-on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+node_ready(struct rconn *c, int again)
 {
-    struct cnode *n = ac->data;
-    struct cluster *cl = n->cl;
-    redisReply *r = reply;
-    const char *step = privdata, *why;
+    struct cnode *n = c->owner;
 
-    n->pending--;
-    if (r == NULL || n->closing || n->st.state != RCONN_HANDSHAKE)
-        return;
-    n->last_reply_us = now_monotonic_us();
-    switch (rconn_step(r, step, n->name, &why)) {
-    case RCONN_STEP_WAIT:
-        break;
-    case RCONN_STEP_FAILED:
-        /* never the credentials, only what the server said */
-        log_error("msg=\"redis cluster handshake failed\" node=%s step=%s error=\"%.200s\"",
-                  n->name, step, r->type == REDIS_REPLY_ERROR ? r->str : why);
-        node_set_state(n, RCONN_DOWN, why);
-        redisAsyncDisconnect(ac);
-        break;
-    case RCONN_STEP_READY:
-        evtimer_del(n->connect_ev);
-        n->backoff_ms = RCONN_BACKOFF_MIN_MS;
-        node_set_state(n, RCONN_READY, NULL);
-        if (cl->want_refresh)
-            request_refresh(cl);
-        break;
-    }
+    if (n->cl->want_refresh)
+        request_refresh(n->cl);
+    (void)again;
 }
 
 static void
-on_connect(const redisAsyncContext *cac, int status)
+node_down(struct rconn *c)
 {
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct cnode *n = ac->data;
-    struct cluster *cl = n->cl;
+    struct cnode *n = c->owner;
 
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this returns */
-        log_debug("msg=\"redis cluster connect failed\" node=%s error=\"%s\"", n->name,
-                  ac->errstr);
-        n->ac = NULL;
-        evtimer_del(n->connect_ev);
-        node_set_state(n, RCONN_DOWN, "connection refused");
-        node_schedule_reconnect(n);
-        if (n->master)
-            request_refresh(cl);
-        return;
-    }
-    node_set_state(n, RCONN_HANDSHAKE, NULL);
-    n->last_reply_us = now_monotonic_us();
-    {
-        /* The cluster has database 0 only: no SELECT. */
-        struct rconn_login login = {cl->username, cl->password, 0, 0};
-        /* a command not queued leaves the handshake to its deadline */
-        (void)rconn_handshake(&login, node_command, n, on_handshake);
-    }
-}
-
-static void
-on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct cnode *n = ac->data;
-
-    /* hiredis frees the context after this returns */
-    if (n->ac == ac)
-        n->ac = NULL;
-    if (n->closing || n->cl->destroying)
-        return;
-    evtimer_del(n->connect_ev);
-    node_set_state(n, RCONN_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
-    node_schedule_reconnect(n);
     if (n->master)
         request_refresh(n->cl);     /* a failover moves masters */
     node_settle(n);
 }
 
-static void
-node_connect_to(void *arg, const char *ip, const char *why)
-{
-    struct cnode *n = arg;
-
-    n->lookup = NULL;
-    if (ip == NULL) {
-        log_debug("msg=\"cannot resolve a redis cluster node\" node=%s error=\"%s\"",
-                  n->name, why);
-        why = "cannot resolve the node's host";
-    } else if ((n->ac = rconn_open(n->cl->evb, ip, n->port, NULL, n, on_connect,
-                                   on_disconnect, &why)) != NULL) {
-        return;
-    }
-    evtimer_del(n->connect_ev);
-    node_set_state(n, RCONN_DOWN, why);
-    node_schedule_reconnect(n);
-}
-
-/* Under the connect deadline; a name is resolved first (rconn_resolve). */
-static void
-node_connect(struct cnode *n)
-{
-    struct timeval tv;
-    struct rconn_lookup *l;
-
-    node_set_state(n, RCONN_CONNECTING, NULL);
-    tv.tv_sec = n->cl->connect_timeout_ms / 1000;
-    tv.tv_usec = (n->cl->connect_timeout_ms % 1000) * 1000;
-    evtimer_add(n->connect_ev, &tv);
-    l = rconn_resolve(&n->cl->dns, n->cl->evb, n->host, node_connect_to, n);
-    if (l != NULL)
-        n->lookup = l;      /* else node_connect_to ran already */
-}
-
-static void
-on_node_retry(evutil_socket_t fd, short what, void *arg)
-{
-    node_connect(arg);
-    (void)fd;
-    (void)what;
-}
-
-static void
-on_node_connect_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    struct cnode *n = arg;
-
-    if (n->lookup != NULL) {
-        rconn_abandon(n->lookup);
-        n->lookup = NULL;
-        log_debug("msg=\"redis cluster node resolution timed out\" node=%s", n->name);
-        node_set_state(n, RCONN_DOWN, "resolve timeout");
-        node_schedule_reconnect(n);
-    } else if (n->ac != NULL && n->st.state != RCONN_READY) {
-        redisAsyncContext *ac = n->ac;
-
-        log_debug("msg=\"redis cluster connect timed out\" node=%s", n->name);
-        node_set_state(n, RCONN_DOWN, "connect timeout");
-        /* A timer, not a hiredis callback: freeing here is safe. */
-        n->ac = NULL;
-        redisAsyncFree(ac);
-        node_schedule_reconnect(n);
-        if (n->master)
-            request_refresh(n->cl);
-    }
-    (void)fd;
-    (void)what;
-}
+static const struct rconn_hooks node_hooks = {
+    .ready = node_ready,
+    .down = node_down,
+};
 
 static struct cnode *
 node_find(struct cluster *cl, const char *host, int port)
@@ -393,15 +222,21 @@ node_get(struct cluster *cl, const char *host, int port)
     n->port = port;
     n->name = strchr(host, ':') != NULL ? xasprintf("[%s]:%d", host, port)
                                         : xasprintf("%s:%d", host, port);
-    n->backoff_ms = RCONN_BACKOFF_MIN_MS;
-    n->st.down_reason = "not connected yet";
-    n->st.what = "redis cluster node";
-    n->st.field = "node";
-    n->retry_ev = evtimer_new(cl->evb, on_node_retry, n);
-    n->connect_ev = evtimer_new(cl->evb, on_node_connect_timeout, n);
+    {
+        /* The cluster has database 0 only: no SELECT; a replica answers
+         * MOVED, so no ROLE either. */
+        struct rconn_conf conf = {
+            .evb = cl->evb, .dns = &cl->dns, .host = n->host, .port = port,
+            .name = n->name, .what = "redis cluster node", .field = "node",
+            .login = {cl->username, cl->password, 0, RCONN_ROLE_NONE},
+            .connect_timeout_ms = cl->connect_timeout_ms, .max_pending = cl->max_pending,
+            .hooks = &node_hooks, .owner = n,
+        };
+        rconn_init(&n->c, &conf);
+    }
     n->next = cl->nodes;
     cl->nodes = n;
-    node_connect(n);
+    rconn_start(&n->c);
     return n;
 }
 
@@ -410,16 +245,7 @@ node_get(struct cluster *cl, const char *host, int port)
 static void
 node_free(struct cnode *n)
 {
-    n->closing = 1;
-    rconn_abandon(n->lookup);
-    n->lookup = NULL;
-    if (n->ac != NULL) {
-        redisAsyncContext *ac = n->ac;
-        n->ac = NULL;
-        redisAsyncFree(ac);
-    }
-    event_free(n->retry_ev);
-    event_free(n->connect_ev);
+    rconn_close(&n->c);
     free(n->host);
     free(n->name);
     free(n);
@@ -464,11 +290,9 @@ op_release(struct cop *op)
 static void
 on_aux(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
 
-    n->pending--;
-    if (reply != NULL)
-        n->last_reply_us = now_monotonic_us();
+    rconn_replied(&n->c, ac, reply);
     node_settle(n);
     (void)privdata;
 }
@@ -483,14 +307,11 @@ op_send(struct cop *op, struct cnode *n, int asking)
     if (n->pending_checks + 1 > op->cl->max_pending ||
         script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
         return RL_ERR;
-    if (n->pending == 0)
-        n->last_reply_us = now_monotonic_us();
     /* Both on one connection, so they arrive back to back. */
-    if (asking && node_command(n, on_aux, NULL, "ASKING") != RL_OK)
+    if (asking && rconn_sendf(&n->c, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (redisAsyncFormattedCommand(n->ac, on_reply, op, c->buf, c->len) != REDIS_OK)
+    if (rconn_send(&n->c, on_reply, op, op->w.req->timeout_ms, c->buf, c->len) != RL_OK)
         return RL_ERR;
-    n->pending++;
     n->pending_checks++;
     op->inflight++;
     op->sent = n;
@@ -527,7 +348,7 @@ op_wait_for(struct cop *op, struct cnode *n, int asking)
 static int
 node_worth_waiting(const struct cnode *n)
 {
-    return n->st.state == RCONN_CONNECTING || n->st.state == RCONN_HANDSHAKE;
+    return n->c.st.state == RCONN_CONNECTING || n->c.st.state == RCONN_HANDSHAKE;
 }
 
 /* No map yet, but one is on its way: a seed connecting, asked, or about to
@@ -550,7 +371,7 @@ map_coming(const struct cluster *cl)
 static void
 op_send_to(struct cop *op, struct cnode *n, int asking)
 {
-    if (n->st.state == RCONN_READY && n->ac != NULL) {
+    if (n->c.st.state == RCONN_READY && n->c.ac != NULL) {
         if (op_send(op, n, asking) != RL_OK)
             script_answer_status(&op->w, RL_BACKEND_ERROR, "cannot queue the command");
         return;
@@ -559,7 +380,7 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
         op_wait_for(op, n, asking);
         return;
     }
-    script_answer_status(&op->w, RL_BACKEND_DOWN, n->st.down_reason ? n->st.down_reason : "node not connected");
+    script_answer_status(&op->w, RL_BACKEND_DOWN, n->c.st.down_reason ? n->c.st.down_reason : "node not connected");
 }
 
 /* Send per the slot map. */
@@ -596,7 +417,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
     struct cluster *cl = op->cl;
     int moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
 
-    rconn_error(&n->errs, &n->st, n->name, msg, 1);
+    rconn_error(&n->c.errs, &n->c.st, n->name, msg, 1);
 
     if (moved || ask) {
         char host[CLUSTER_HOST_MAX];
@@ -652,12 +473,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         /* Nothing ran, and nothing will there until it is a master again:
          * drop the connection, ask for the map (a failover moves masters) */
         script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
-        if (n->ac != NULL && !n->drop) {
-            n->drop = 1;
-            n->drop_reason = rconn_unusable(msg);
-            node_set_state(n, RCONN_DOWN, n->drop_reason);
-            schedule_tidy(cl);
-        }
+        rconn_drop(&n->c, rconn_unusable(msg));
         request_refresh(cl);
         return;
     }
@@ -675,11 +491,11 @@ static void
 on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct cop *op = privdata;
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
     redisReply *r = reply;
     const char *why;
 
-    n->pending--;
+    rconn_replied(&n->c, ac, reply);
     n->pending_checks--;
     op->inflight--;
     op->sent = NULL;
@@ -688,16 +504,15 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
          * script may have run. */
         script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
     } else {
-        n->last_reply_us = now_monotonic_us();
         if (op->w.answered)
             ;                   /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
         else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
-            rconn_bad_reply(&n->errs, &n->st, n->name, why, 1);
+            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
         } else {
-            rconn_errlog_end(&n->errs, &n->st, n->name);
+            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
             script_answer_reply(&op->w, r, 0, op->nlimits);
         }
     }
@@ -718,12 +533,12 @@ static void
 on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct cbatch *b = privdata;
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
     redisReply *r = reply;
     const char *why = NULL;
     size_t len = 0, at = 0;
 
-    n->pending--;
+    rconn_replied(&n->c, ac, reply);
     n->pending_checks -= (unsigned)b->n;
     for (size_t i = 0; i < b->n; i++) {
         b->ops[i]->inflight--;
@@ -731,11 +546,10 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         len += script_reply_len(b->ops[i]->nlimits);
     }
     if (r != NULL) {
-        n->last_reply_us = now_monotonic_us();
         if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK)
-            rconn_bad_reply(&n->errs, &n->st, n->name, why, b->n);
+            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, b->n);
         else if (r->type != REDIS_REPLY_ERROR)
-            rconn_errlog_end(&n->errs, &n->st, n->name);
+            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
     }
     for (size_t i = 0; i < b->n; i++) {
         struct cop *op = b->ops[i];
@@ -763,6 +577,7 @@ static void
 batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
 {
     struct cbatch *b;
+    int64_t wait_ms = 0;
 
     if (k == 1) {
         op_send_to(ops[0], n, 0);
@@ -774,14 +589,13 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
         script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
         goto fail;
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
-    if (n->pending == 0)
-        n->last_reply_us = now_monotonic_us();
-    if (redisAsyncFormattedCommand(n->ac, on_batch_reply, b, cl->call.buf,
-                                   cl->call.len) != REDIS_OK) {
+    for (size_t i = 0; i < k; i++)
+        if (ops[i]->w.req->timeout_ms > wait_ms)
+            wait_ms = ops[i]->w.req->timeout_ms;
+    if (rconn_send(&n->c, on_batch_reply, b, wait_ms, cl->call.buf, cl->call.len) != RL_OK) {
         free(b);
         goto fail;
     }
-    n->pending++;
     n->pending_checks += (unsigned)k;
     b->n = k;
     for (size_t i = 0; i < k; i++) {
@@ -826,7 +640,7 @@ flush(struct cluster *cl)
             continue;
         }
         node = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
-        if (node == NULL || node->st.state != RCONN_READY || node->ac == NULL) {
+        if (node == NULL || node->c.st.state != RCONN_READY || node->c.ac == NULL) {
             op_route(op);
             op_release(op);
             continue;
@@ -879,15 +693,10 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct cop *op = arg;
     struct cnode *n = op->sent;
-    int stalled = op->inflight && n != NULL && n->ac != NULL &&
-                  now_monotonic_us() - n->last_reply_us > STALL_MIN_MS * 1000LL;
+    int stalled = op->inflight && n != NULL && rconn_stalled(&n->c, now_monotonic_us());
 
-    if (stalled) {
-        /* Not here: this frame belongs to a check the drop answers. */
-        n->drop = 1;
-        n->drop_reason = "redis stalled";
-        schedule_tidy(op->cl);
-    }
+    if (stalled)
+        rconn_drop(&n->c, "redis stalled");     /* from a fresh stack: it answers op */
     if (n != NULL && !op->w.answered && (op->w.req->flags & RL_CHECK_SETTLE)) {
         /* Sent: only its reply or the loss of its connection settles it.
          * Look again until one of them comes. */
@@ -957,7 +766,7 @@ static int
 master_down(const struct cluster *cl)
 {
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
-        if (n->master && n->st.state == RCONN_DOWN)
+        if (n->master && n->c.st.state == RCONN_DOWN)
             return 1;
     return 0;
 }
@@ -976,15 +785,13 @@ refresh_in(struct cluster *cl, int64_t ms)
 static void
 on_slots(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
     struct cluster *cl = n->cl;
     redisReply *r = reply;
     const char *why = "connection lost";
 
-    n->pending--;
-    if (r != NULL)
-        n->last_reply_us = now_monotonic_us();
-    if (cl->destroying || n->closing || !cl->refresh_inflight ||
+    rconn_replied(&n->c, ac, reply);
+    if (cl->destroying || n->c.closing || !cl->refresh_inflight ||
         (uintptr_t)privdata != cl->refresh_gen) {
         node_settle(n);         /* a refresh given up on: ignored */
         return;
@@ -1015,13 +822,13 @@ pick_node(struct cluster *cl)
         struct cnode *n;
 
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->st.state == RCONN_READY && n->ac != NULL && (!want_master || n->master))
+            if (n->c.st.state == RCONN_READY && n->c.ac != NULL && (!want_master || n->master))
                 count++;
         if (count == 0)
             continue;
         i = cl->rr++ % count;
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->st.state == RCONN_READY && n->ac != NULL && (!want_master || n->master) &&
+            if (n->c.st.state == RCONN_READY && n->c.ac != NULL && (!want_master || n->master) &&
                 i-- == 0)
                 return n;
     }
@@ -1043,7 +850,7 @@ refresh_start(struct cluster *cl)
         return;
     }
     cl->refresh_gen++;
-    if (node_command(n, on_slots, (void *)cl->refresh_gen, "CLUSTER SLOTS") != RL_OK) {
+    if (rconn_sendf(&n->c, on_slots, (void *)cl->refresh_gen, "CLUSTER SLOTS") != RL_OK) {
         refresh_failed(cl, n->name, "cannot queue CLUSTER SLOTS");
         return;
     }
@@ -1117,8 +924,8 @@ on_period(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
-/* Off every hiredis callback: drop stalled connections, free nodes that are
- * no longer masters and that nothing waits for. */
+/* Off every hiredis callback: free the nodes that are no longer masters and
+ * that nothing waits for. */
 static void
 on_tidy(evutil_socket_t fd, short what, void *arg)
 {
@@ -1128,24 +935,7 @@ on_tidy(evutil_socket_t fd, short what, void *arg)
     int keep_others = !cl->map.loaded || cl->want_refresh || cl->refresh_inflight;
 
     while ((n = *pp) != NULL) {
-        if (n->drop) {
-            n->drop = 0;
-            if (n->ac != NULL) {
-                redisAsyncContext *ac = n->ac;
-
-                log_warn("msg=\"dropping the redis cluster node's connection\" node=%s "
-                         "reason=\"%s\" pending=%u", n->name, n->drop_reason, n->pending);
-                node_set_state(n, RCONN_DOWN, n->drop_reason);
-                /* Free, not Disconnect: a hung server never answers.  Every
-                 * pending callback runs now with NULL. */
-                n->ac = NULL;
-                redisAsyncFree(ac);
-                node_schedule_reconnect(n);
-                if (n->master)
-                    request_refresh(cl);
-            }
-        }
-        if (!keep_others && !n->master && n->pending == 0 && n->refs == 0) {
+        if (!keep_others && !n->master && n->c.pending == 0 && n->refs == 0) {
             log_debug("msg=\"redis cluster node closed\" node=%s", n->name);
             *pp = n->next;
             node_free(n);
@@ -1188,8 +978,8 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
         request_refresh(cl);
-    } else if (n->st.state != RCONN_READY && !node_worth_waiting(n)) {
-        res.error = n->st.down_reason ? n->st.down_reason : "cluster master not connected";
+    } else if (n->c.st.state != RCONN_READY && !node_worth_waiting(n)) {
+        res.error = n->c.st.down_reason ? n->c.st.down_reason : "cluster master not connected";
     }
     if (res.error != NULL) {
         cb(&res, arg);
@@ -1236,7 +1026,7 @@ cluster_ready(struct rl_backend *be, const char **reason)
         return RL_ERR;
     }
     for (struct cnode *n = cl->nodes; n != NULL; n = n->next) {
-        if (n->master && n->st.state != RCONN_READY) {
+        if (n->master && n->c.st.state != RCONN_READY) {
             *reason = "a cluster master is not connected";
             return RL_ERR;
         }
@@ -1336,16 +1126,8 @@ cluster_destroy(struct rl_backend *be)
     cl->destroying = 1;
     /* 1. Close every connection: hiredis runs each pending callback once with
      *    NULL, which answers the checks in flight (DOWN) and frees them. */
-    for (n = cl->nodes; n != NULL; n = n->next) {
-        n->closing = 1;
-        rconn_abandon(n->lookup);
-        n->lookup = NULL;
-        if (n->ac != NULL) {
-            redisAsyncContext *ac = n->ac;
-            n->ac = NULL;
-            redisAsyncFree(ac);
-        }
-    }
+    for (n = cl->nodes; n != NULL; n = n->next)
+        rconn_close(&n->c);
     /* 2. Checks waiting for a node or a retry: answered now. */
     while (cl->ops != NULL) {
         struct cop *op = cl->ops;

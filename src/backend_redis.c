@@ -35,27 +35,19 @@
 #include "redis_url.h"
 #include "util.h"
 
-/* A connection whose oldest outstanding request is this old (or older than
- * its own deadline, when longer) is presumed hung (SIGSTOP, a dead network
- * path, a server too slow to keep up) and dropped: late answers are worthless
- * and the queue behind them must not grow. */
-#define STALL_MIN_MS 1000
-/* An idle connection is PINGed this often, so /readyz notices a hung Redis
- * even when no check is waiting. */
+/* The heartbeat: a connection whose oldest outstanding request is overdue
+ * (rconn_stalled: SIGSTOP, a dead network path, a server too slow to keep
+ * up) is dropped, since late answers are worthless and the queue behind them
+ * must not grow; an idle one is asked ROLE every IDLE_PING_MS, so /readyz
+ * notices a hung Redis, or a demoted master, even when no check is waiting. */
 #define HEARTBEAT_MS 250
 #define IDLE_PING_MS 1000
-/* The ring of send times holds this many; redis.max_pending (<= it) is the
- * real cap: past it a check fails fast instead of joining a queue that Redis
- * would only reach after the check's deadline (a timed-out request still runs
- * in Redis, so an unbounded queue means working for nobody). */
-#define PENDING_MAX 65536
 
 struct redis_backend {
     struct rl_backend base;
     struct event_base *evb;
     struct rl_redis_url url;
     char *display;              /* the URL without credentials, for logs */
-    int64_t connect_timeout_ms;
     unsigned max_pending;
     /* Checks waiting for the end of this event-loop pass (flush_ev), to go
      * to Redis as one script call. */
@@ -64,34 +56,18 @@ struct redis_backend {
     struct event *flush_ev;
     struct rl_script_call call;     /* scratch argv, reused */
     const struct rl_check_req **reqs;
-    redisAsyncContext *ac;
-    struct rconn_status st;     /* state, down_reason, for the log */
-    struct rconn_errlog errs;   /* error replies, logged once per distinct one */
-    struct event *retry_ev;     /* reconnect after backoff */
-    struct event *connect_ev;   /* connect/handshake deadline */
-    struct event *drop_ev;      /* drop a stalled connection, off-callback */
+    struct rconn c;             /* the connection, its state and replies owed */
     struct evdns_base *dns;     /* only when a host is named, not numbered */
-    struct rconn_lookup *lookup;    /* a name being resolved */
-    const char *drop_reason;
     /* Sentinel: the master's address comes from the sentinels, asked again
      * before every connection and whenever they announce a switch. */
     struct rsentinel *sentinel;
-    int master_port;            /* as the sentinels last said */
-    int64_t backoff_ms;
-    int64_t last_reply_us;
-    unsigned pending;           /* replies hiredis still owes us */
-    unsigned pending_checks;    /* checks in those replies: max_pending counts these */
-    /* Send times of the outstanding requests, oldest first: replies come
-     * back in order, so the head is the one that has waited longest. */
-    int64_t *sent;
-    unsigned sent_head;
+    unsigned pending_checks;    /* checks in the replies owed: max_pending counts these */
     struct event *heartbeat_ev;
     /* Checks that came while the connection was being made: sent when it is
      * ready, answered DOWN when it fails.  At most max_pending. */
     struct redis_op **waiting;
     size_t nwaiting, waiting_cap;
     int ping_plain;             /* ROLE denied by an ACL: heartbeats PING */
-    int destroying;
 };
 
 struct redis_op {
@@ -109,22 +85,13 @@ struct redis_batch {
     struct redis_op *ops[];
 };
 
-static void redis_connect(struct redis_backend *rb);
 static void waiting_end(struct redis_backend *rb, int ready, const char *why);
-static void fail_connect(struct redis_backend *rb, const char *why);
-static void drop_soon(struct redis_backend *rb, const char *why);
 
-static void
-set_state(struct redis_backend *rb, enum rconn_state s, const char *reason)
+/* The backend of a hiredis callback. */
+static struct redis_backend *
+of(const redisAsyncContext *ac)
 {
-    /* A new connection may be to a server that lost or never had our keys
-     * (restart, failover): what was learnt before is void. */
-    if (s == RCONN_DOWN)
-        rconn_errlog_end(&rb->errs, &rb->st, rb->display);
-    if (rconn_set_state(&rb->st, s, reason, rb->display, rb->destroying))
-        rb->base.epoch++;
-    if (rb->nwaiting > 0 && (s == RCONN_READY || s == RCONN_DOWN))
-        waiting_end(rb, s == RCONN_READY, rb->st.down_reason);
+    return ((struct rconn *)ac->data)->owner;
 }
 
 /* ---- answering checks ---------------------------------------------------- */
@@ -136,74 +103,9 @@ op_free(struct redis_op *op)
     free(op);
 }
 
-/* ---- the outstanding-request queue -------------------------------------------- */
-
-/*
- * Remember when waiting for this reply stops making sense: its own deadline
- * (a check's redis.timeout), but never sooner than a second or the connect
- * timeout, so one slow script does not cost the connection.
- */
-static void
-sent_push(struct redis_backend *rb, int64_t wait_ms)
-{
-    int64_t floor_ms = rb->connect_timeout_ms > STALL_MIN_MS ? rb->connect_timeout_ms
-                                                             : STALL_MIN_MS;
-
-    if (wait_ms < floor_ms)
-        wait_ms = floor_ms;
-    rb->sent[(rb->sent_head + rb->pending) % PENDING_MAX] = now_monotonic_us() + wait_ms * 1000;
-    rb->pending++;
-}
-
-static void
-sent_pop(struct redis_backend *rb)
-{
-    if (rb->pending == 0)
-        return;
-    rb->sent_head = (rb->sent_head + 1) % PENDING_MAX;
-    rb->pending--;
-}
-
-/* The oldest outstanding request is past the point of waiting for it. */
-static int
-stalled(const struct redis_backend *rb, int64_t now)
-{
-    return rb->pending > 0 && now > rb->sent[rb->sent_head];
-}
-
-/* Every command goes through here so the queue stays in step with hiredis. */
-static int
-send_resp(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int64_t wait_ms,
-          const char *cmd, size_t len)
-{
-    if (rb->ac == NULL || rb->pending >= rb->max_pending ||
-        redisAsyncFormattedCommand(rb->ac, fn, priv, cmd, len) != REDIS_OK)
-        return RL_ERR;
-    sent_push(rb, wait_ms);
-    return RL_OK;
-}
-
-/* rconn_send_fn: a handshake command, counted like every other. */
-static int
-send_fmt(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
-{
-    struct redis_backend *rb = owner;
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = redisvAsyncCommand(rb->ac, fn, priv, fmt, ap);
-    va_end(ap);
-    if (rc != REDIS_OK)
-        return RL_ERR;
-    sent_push(rb, 0);
-    return RL_OK;
-}
-
 /* ---- sending --------------------------------------------------------------- */
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
-static void schedule_reconnect(struct redis_backend *rb);
 
 static void
 batch_free(struct redis_batch *b)
@@ -250,7 +152,7 @@ send_batch(struct redis_batch *b, int eval)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
     if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK ||
-        send_resp(rb, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
+        rconn_send(&rb->c, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
     rb->pending_checks += b->counted;
@@ -266,7 +168,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     const char *why;
     size_t len = 0;
 
-    sent_pop(rb);
+    rconn_replied(&rb->c, ac, reply);
     rb->pending_checks -= b->counted;
     b->counted = 0;
     if (r == NULL) {
@@ -276,11 +178,10 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         batch_free(b);
         return;
     }
-    rb->last_reply_us = now_monotonic_us();
     for (size_t i = 0; i < b->n; i++)
         len += script_reply_len(b->ops[i]->nlimits);
     if (r->type == REDIS_REPLY_ERROR)
-        rconn_error(&rb->errs, &rb->st, rb->display, r->str, b->n);
+        rconn_error(&rb->c.errs, &rb->c.st, rb->display, r->str, b->n);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
         !b->sent_eval) {
         /* The server forgot the script (restart, SCRIPT FLUSH): send it
@@ -291,23 +192,23 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             free(b);
             return;
         }
-        if (rb->st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
+        if (rb->c.st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
             return;
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
     } else if (r->type == REDIS_REPLY_ERROR && rconn_unusable(r->str) != NULL) {
         /* Nothing ran, and nothing will on this server: leave it */
         batch_answer_status(b, RL_BACKEND_DOWN, rconn_unusable(r->str));
-        if (rb->ac == ac)
-            drop_soon(rb, rconn_unusable(r->str));
+        if (rb->c.ac == ac)
+            rconn_drop(&rb->c, rconn_unusable(r->str));
     } else if (r->type == REDIS_REPLY_ERROR) {
         batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
     } else if (script_reply_check(r, len, &why) != RL_OK) {
-        rconn_bad_reply(&rb->errs, &rb->st, rb->display, why, b->n);
+        rconn_bad_reply(&rb->c.errs, &rb->c.st, rb->display, why, b->n);
         batch_answer_status(b, RL_BACKEND_ERROR, why);
     } else {
         size_t at = 0;
 
-        rconn_errlog_end(&rb->errs, &rb->st, rb->display);
+        rconn_errlog_end(&rb->c.errs, &rb->c.st, rb->display);
 
         for (size_t i = 0; i < b->n; i++) {
             script_answer_reply(&b->ops[i]->w, r, at, b->ops[i]->nlimits);
@@ -342,8 +243,8 @@ flush(struct redis_backend *rb)
     }
     if (b->n == 0) {
         free(b);
-    } else if (rb->st.state != RCONN_READY) {
-        batch_answer_status(b, RL_BACKEND_DOWN, rb->st.down_reason);
+    } else if (rb->c.st.state != RCONN_READY) {
+        batch_answer_status(b, RL_BACKEND_DOWN, rb->c.st.down_reason);
         batch_free(b);
     } else if (send_batch(b, 0) != RL_OK) {
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
@@ -357,36 +258,6 @@ on_flush(evutil_socket_t fd, short what, void *arg)
     flush(arg);
     (void)fd;
     (void)what;
-}
-
-static void
-on_drop(evutil_socket_t fd, short what, void *arg)
-{
-    struct redis_backend *rb = arg;
-    redisAsyncContext *ac = rb->ac;
-
-    if (ac == NULL)
-        return;
-    log_warn("msg=\"dropping the redis connection\" redis=%s reason=\"%s\" pending=%u",
-             rb->display, rb->drop_reason, rb->pending);
-    set_state(rb, RCONN_DOWN, rb->drop_reason);
-    /* Free, not Disconnect: Disconnect waits for replies a hung server will
-     * never send.  Every pending callback runs now with NULL. */
-    rb->ac = NULL;
-    redisAsyncFree(ac);
-    schedule_reconnect(rb);
-    (void)fd;
-    (void)what;
-}
-
-/* Drop the connection from a fresh stack (never inside its own callback);
- * checks that arrive meanwhile fail fast with `why`. */
-static void
-drop_soon(struct redis_backend *rb, const char *why)
-{
-    rb->drop_reason = why;
-    set_state(rb, RCONN_DOWN, why);
-    event_active(rb->drop_ev, EV_TIMEOUT, 0);
 }
 
 static void
@@ -404,23 +275,22 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
 static void
 on_ping(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct redis_backend *rb = ac->data;
+    struct redis_backend *rb = of(ac);
     redisReply *r = reply;
 
-    sent_pop(rb);
+    rconn_replied(&rb->c, ac, reply);
     if (r == NULL)
         return;
-    rb->last_reply_us = now_monotonic_us();
     if (r->type == REDIS_REPLY_ERROR) {
         rb->ping_plain = 1;
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
                r->element[0]->type == REDIS_REPLY_STRING &&
-               strcmp(r->element[0]->str, "master") != 0 && rb->ac == ac &&
-               rb->st.state == RCONN_READY) {
+               strcmp(r->element[0]->str, "master") != 0 && rb->c.ac == ac &&
+               rb->c.st.state == RCONN_READY) {
         /* demoted while idle: PING would still answer, checks would not */
         log_warn("msg=\"redis is no longer a master\" redis=%s role=%.20s", rb->display,
                  r->element[0]->str);
-        drop_soon(rb, "redis is no longer a master");
+        rconn_drop(&rb->c, "redis is no longer a master");
     }
     (void)privdata;
 }
@@ -431,17 +301,16 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
     struct redis_backend *rb = arg;
     int64_t now = now_monotonic_us();
 
-    if (rb->ac != NULL && stalled(rb, now)) {
-        rb->drop_reason = "redis stalled";
-        event_active(rb->drop_ev, EV_TIMEOUT, 0);
-    } else if (rb->st.state == RCONN_READY && rb->pending == 0 &&
-               now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
+    if (rconn_stalled(&rb->c, now)) {
+        rconn_drop(&rb->c, "redis stalled");
+    } else if (rb->c.st.state == RCONN_READY && rb->c.pending == 0 &&
+               now - rb->c.last_reply_us > IDLE_PING_MS * 1000LL) {
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
         static const char role[] = "*1\r\n$4\r\nROLE\r\n";
         /* ROLE: also tells a master demoted since the handshake */
-        if (rb->ping_plain ? send_resp(rb, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK
-                           : send_resp(rb, on_ping, NULL, 0, role, sizeof(role) - 1) == RL_OK)
-            rb->last_reply_us = now;    /* one at a time */
+        if (rb->ping_plain ? rconn_send(&rb->c, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK
+                           : rconn_send(&rb->c, on_ping, NULL, 0, role, sizeof(role) - 1) == RL_OK)
+            rb->c.last_reply_us = now;  /* one at a time */
     }
     (void)fd;
     (void)what;
@@ -523,10 +392,10 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     struct redis_backend *rb = (struct redis_backend *)be;
     struct redis_op *op;
     struct timeval tv;
-    int wait = rb->st.state == RCONN_CONNECTING || rb->st.state == RCONN_HANDSHAKE;
+    int wait = rb->c.st.state == RCONN_CONNECTING || rb->c.st.state == RCONN_HANDSHAKE;
 
-    if (rb->st.state == RCONN_DOWN || (wait && !waiting_room(rb))) {
-        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->st.down_reason};
+    if (rb->c.st.state == RCONN_DOWN || (wait && !waiting_room(rb))) {
+        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->c.st.down_reason};
         if (wait)
             res.error = "too many checks waiting for redis";
         cb(&res, arg);
@@ -552,177 +421,38 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
         enqueue(rb, op);
 }
 
-/* ---- connection ------------------------------------------------------------- */
+/* ---- the connection's hooks ------------------------------------------------- */
 
 static void
-schedule_reconnect(struct redis_backend *rb)
+conn_ready(struct rconn *c, int again)
 {
-    struct timeval tv;
+    struct redis_backend *rb = c->owner;
 
-    if (rb->destroying || evtimer_pending(rb->retry_ev, NULL))
-        return;
-    tv = rconn_backoff(&rb->backoff_ms);
-    evtimer_add(rb->retry_ev, &tv);
+    /* A new connection may be to a server that lost or never had our keys
+     * (restart, failover): what was learnt before is void. */
+    rb->base.epoch++;
+    waiting_end(rb, 1, NULL);
+    (void)again;
 }
 
 static void
-on_retry(evutil_socket_t fd, short what, void *arg)
+conn_down(struct rconn *c)
 {
-    redis_connect(arg);
-    (void)fd;
-    (void)what;
+    waiting_end(c->owner, 0, c->st.down_reason);
 }
 
+/* Sentinel: where to connect is asked before every attempt. */
 static void
-on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+sentinel_locate(struct rconn *c)
 {
-    struct redis_backend *rb = arg;
-
-    if (rb->lookup != NULL) {
-        rconn_abandon(rb->lookup);
-        rb->lookup = NULL;
-        log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
-        set_state(rb, RCONN_DOWN, "resolve timeout");
-        schedule_reconnect(rb);
-    } else if (rb->sentinel != NULL && rsentinel_cancel(rb->sentinel)) {
-        set_state(rb, RCONN_DOWN, "sentinel did not answer");
-        schedule_reconnect(rb);
-    } else if (rb->ac != NULL && rb->st.state != RCONN_READY) {
-        log_debug("msg=\"redis connect timed out\" redis=%s", rb->display);
-        set_state(rb, RCONN_DOWN, "connect timeout");
-        /* Not inside a hiredis callback: freeing here is safe, and it runs
-         * on_disconnect only for established connections. */
-        redisAsyncContext *ac = rb->ac;
-        rb->ac = NULL;
-        redisAsyncFree(ac);
-        schedule_reconnect(rb);
-    }
-    (void)fd;
-    (void)what;
+    rsentinel_ask(((struct redis_backend *)c->owner)->sentinel);
 }
 
-static void
-on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+static int
+sentinel_abandon(struct rconn *c)
 {
-    struct redis_backend *rb = ac->data;
-    redisReply *r = reply;
-    const char *step = privdata, *why;
-
-    sent_pop(rb);
-    if (r == NULL || rb->st.state != RCONN_HANDSHAKE)
-        return;
-    switch (rconn_step(r, step, rb->display, &why)) {
-    case RCONN_STEP_WAIT:
-        break;
-    case RCONN_STEP_FAILED:
-        if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
-            log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
-                      rb->display, step, r->str);
-        else if (rb->sentinel != NULL)
-            log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
-                     rb->display);
-        else if (!rb->st.announced_down)
-            log_warn("msg=\"redis is not a master, retrying\" redis=%s", rb->display);
-        /* ours no more: its on_disconnect must not say "disconnected"
-         * where /readyz should say why */
-        rb->ac = NULL;
-        redisAsyncDisconnect(ac);
-        fail_connect(rb, why);
-        break;
-    case RCONN_STEP_READY:
-        evtimer_del(rb->connect_ev);
-        rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
-        rb->last_reply_us = now_monotonic_us();
-        set_state(rb, RCONN_READY, NULL);
-        break;
-    }
+    return rsentinel_cancel(((struct redis_backend *)c->owner)->sentinel);
 }
-
-static void
-on_connect(const redisAsyncContext *cac, int status)
-{
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct redis_backend *rb = ac->data;
-
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this returns */
-        log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"",
-                  rb->display, ac->errstr);
-        rb->ac = NULL;
-        evtimer_del(rb->connect_ev);
-        set_state(rb, RCONN_DOWN, "connection refused");
-        schedule_reconnect(rb);
-        return;
-    }
-    set_state(rb, RCONN_HANDSHAKE, NULL);
-    {
-        /* a sentinel's answer can be stale, and a URL can name a replica */
-        struct rconn_login login = {rb->url.username, rb->url.password, rb->url.db,
-                                    rb->sentinel != NULL ? RCONN_ROLE_MUST
-                                                                : RCONN_ROLE_IF_ALLOWED};
-        /* a command not queued leaves the handshake to its deadline */
-        (void)rconn_handshake(&login, send_fmt, rb, on_handshake);
-    }
-}
-
-static void
-on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct redis_backend *rb = ac->data;
-
-    /* hiredis frees the context after this returns.  A context we dropped
-     * on purpose is no longer rb->ac: whoever dropped it set the state. */
-    if (rb->ac != ac)
-        return;
-    rb->ac = NULL;
-    evtimer_del(rb->connect_ev);
-    set_state(rb, RCONN_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
-    schedule_reconnect(rb);
-}
-
-static void
-fail_connect(struct redis_backend *rb, const char *why)
-{
-    evtimer_del(rb->connect_ev);
-    set_state(rb, RCONN_DOWN, why);
-    schedule_reconnect(rb);
-}
-
-static void
-connect_to(void *arg, const char *ip, const char *why)
-{
-    struct redis_backend *rb = arg;
-    redisAsyncContext *ac;
-
-    rb->lookup = NULL;
-    if (ip == NULL) {
-        log_debug("msg=\"cannot resolve a host\" redis=%s error=\"%s\"", rb->display, why);
-        fail_connect(rb, "cannot resolve the redis host");
-        return;
-    }
-    ac = rconn_open(rb->evb, ip, rb->sentinel ? rb->master_port : rb->url.port,
-                    rb->url.path, rb, on_connect, on_disconnect, &why);
-    if (ac == NULL) {
-        fail_connect(rb, why);
-        return;
-    }
-    rb->ac = ac;
-    rb->pending = 0;        /* the last connection's callbacks all ran */
-    rb->sent_head = 0;
-}
-
-/* `then` gets an address for host (a name is resolved under the connect
- * deadline) or NULL. */
-static void
-resolve(struct redis_backend *rb, const char *host, rconn_resolved_cb then)
-{
-    struct rconn_lookup *l = rconn_resolve(&rb->dns, rb->evb, host, then, rb);
-
-    if (l != NULL)
-        rb->lookup = l;     /* else `then` ran already, and may have started another */
-}
-
-/* ---- Sentinel ---------------------------------------------------------------- */
 
 /* rsentinel_found_cb */
 static void
@@ -730,12 +460,10 @@ sentinel_found(void *arg, const char *host, int port, const char *why)
 {
     struct redis_backend *rb = arg;
 
-    if (host == NULL) {
-        fail_connect(rb, why);
-        return;
-    }
-    rb->master_port = port;
-    resolve(rb, host, connect_to);
+    if (host == NULL)
+        rconn_fail(&rb->c, why);
+    else
+        rconn_connect_host(&rb->c, host, port);
 }
 
 /* rsentinel_switch_cb */
@@ -744,28 +472,20 @@ sentinel_switched(void *arg)
 {
     struct redis_backend *rb = arg;
 
-    if (rb->ac != NULL) {
-        rb->drop_reason = "sentinel switched the master";
-        event_active(rb->drop_ev, EV_TIMEOUT, 0);
-    }
+    rconn_drop(&rb->c, "sentinel switched the master");
 }
 
-static void
-redis_connect(struct redis_backend *rb)
-{
-    struct timeval tv;
+static const struct rconn_hooks direct_hooks = {
+    .ready = conn_ready,
+    .down = conn_down,
+};
 
-    set_state(rb, RCONN_CONNECTING, NULL);
-    tv.tv_sec = rb->connect_timeout_ms / 1000;
-    tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
-    evtimer_add(rb->connect_ev, &tv);
-    if (rb->sentinel != NULL)
-        rsentinel_ask(rb->sentinel);
-    else if (rb->url.path != NULL)
-        connect_to(rb, "", NULL);
-    else
-        resolve(rb, rb->url.host, connect_to);
-}
+static const struct rconn_hooks sentinel_hooks = {
+    .locate = sentinel_locate,
+    .abandon = sentinel_abandon,
+    .ready = conn_ready,
+    .down = conn_down,
+};
 
 /* ---- the backend interface ---------------------------------------------------- */
 
@@ -796,26 +516,30 @@ redis_create(struct rl_backend **out, struct event_base *evb,
     if (cfg->redis.sentinel.master != NULL)
         rb->sentinel = rsentinel_new(evb, &rb->dns, &cfg->redis.sentinel, rb->display,
                                      sentinel_found, sentinel_switched, rb);
-    rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     rb->max_pending = (unsigned)cfg->redis.max_pending;
     rb->coalesce = (size_t)cfg->redis.coalesce;
     rb->queue = xcalloc(rb->coalesce, sizeof(*rb->queue));
     rb->reqs = xcalloc(rb->coalesce, sizeof(*rb->reqs));
     rb->flush_ev = event_new(evb, -1, 0, on_flush, rb);
-    rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
-    rb->st.down_reason = "not connected yet";
-    rb->st.what = "redis";
-    rb->st.field = "redis";
-    rb->retry_ev = evtimer_new(evb, on_retry, rb);
-    rb->connect_ev = evtimer_new(evb, on_connect_timeout, rb);
-    rb->drop_ev = evtimer_new(evb, on_drop, rb);
-    rb->sent = xcalloc(PENDING_MAX, sizeof(*rb->sent));
+    {
+        /* a sentinel's answer can be stale, and a URL can name a replica */
+        struct rconn_conf conf = {
+            .evb = evb, .dns = &rb->dns, .host = rb->url.host, .port = rb->url.port,
+            .path = rb->url.path, .name = rb->display, .what = "redis", .field = "redis",
+            .login = {rb->url.username, rb->url.password, rb->url.db,
+                      rb->sentinel != NULL ? RCONN_ROLE_MUST : RCONN_ROLE_IF_ALLOWED},
+            .connect_timeout_ms = cfg->redis.connect_timeout_ms,
+            .max_pending = rb->max_pending,
+            .hooks = rb->sentinel != NULL ? &sentinel_hooks : &direct_hooks, .owner = rb,
+        };
+        rconn_init(&rb->c, &conf);
+    }
     rb->heartbeat_ev = event_new(evb, -1, EV_PERSIST, on_heartbeat, rb);
     {
         struct timeval hb = {0, HEARTBEAT_MS * 1000};
         event_add(rb->heartbeat_ev, &hb);
     }
-    redis_connect(rb);
+    rconn_start(&rb->c);
     *out = &rb->base;
     return RL_OK;
 }
@@ -825,7 +549,6 @@ redis_destroy(struct rl_backend *be)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
-    rb->destroying = 1;
     /* checks not sent yet end like those in flight: answered, then freed */
     for (size_t i = 0; i < rb->nqueued; i++) {
         script_answer_status(&rb->queue[i]->w, RL_BACKEND_DOWN, "shutting down");
@@ -833,23 +556,13 @@ redis_destroy(struct rl_backend *be)
     }
     rb->nqueued = 0;
     waiting_end(rb, 0, "shutting down");
-    rconn_abandon(rb->lookup);
-    rb->lookup = NULL;
-    if (rb->ac != NULL) {
-        redisAsyncContext *ac = rb->ac;
-        rb->ac = NULL;
-        redisAsyncFree(ac);     /* pending callbacks run with NULL */
-    }
+    rconn_close(&rb->c);        /* pending callbacks run with NULL */
     rsentinel_free(rb->sentinel);
-    event_free(rb->retry_ev);
-    event_free(rb->connect_ev);
-    event_free(rb->drop_ev);
     event_free(rb->heartbeat_ev);
     event_free(rb->flush_ev);
     free(rb->queue);
     free(rb->reqs);
     script_call_free(&rb->call);
-    free(rb->sent);
     rconn_dns_free(rb->dns);
     free(rb->display);
     redis_url_clear(&rb->url);
@@ -861,13 +574,13 @@ redis_ready(struct rl_backend *be, const char **reason)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
-    if (rb->st.state == RCONN_READY && !stalled(rb, now_monotonic_us()))
+    if (rb->c.st.state == RCONN_READY && !rconn_stalled(&rb->c, now_monotonic_us()))
         return RL_OK;
-    if (rb->st.state == RCONN_READY) {
+    if (rb->c.st.state == RCONN_READY) {
         *reason = "redis stalled";
         return RL_ERR;
     }
-    *reason = rb->st.down_reason ? rb->st.down_reason : "redis not connected";
+    *reason = rb->c.st.down_reason ? rb->c.st.down_reason : "redis not connected";
     return RL_ERR;
 }
 

@@ -1,5 +1,6 @@
 /* redis_conn.c — see redis_conn.h. */
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,4 +352,374 @@ rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const c
 {
     if (el->active)
         errlog_summary(el, st, name, 1);
+}
+
+/* ---- the connection object -------------------------------------------------- */
+
+static void start_attempt(struct rconn *c);
+
+/* When waiting for a reply sent now stops making sense: its own deadline,
+ * never sooner than RCONN_STALL_MIN_MS or the connect timeout. */
+static int64_t
+due_us(const struct rconn *c, int64_t wait_ms)
+{
+    if (wait_ms < RCONN_STALL_MIN_MS)
+        wait_ms = RCONN_STALL_MIN_MS;
+    if (wait_ms < c->conf.connect_timeout_ms)
+        wait_ms = c->conf.connect_timeout_ms;
+    return now_monotonic_us() + wait_ms * 1000;
+}
+
+static void
+set_state(struct rconn *c, enum rconn_state s, const char *reason)
+{
+    int again = c->st.was_ready;
+
+    if (s == RCONN_DOWN)
+        rconn_errlog_end(&c->errs, &c->st, c->conf.name);
+    if (rconn_set_state(&c->st, s, reason, c->conf.name, c->closing) &&
+        c->conf.hooks->ready != NULL)
+        c->conf.hooks->ready(c, again);
+}
+
+static void
+schedule_reconnect(struct rconn *c)
+{
+    struct timeval tv;
+
+    if (c->closing || evtimer_pending(c->retry_ev, NULL))
+        return;
+    tv = rconn_backoff(&c->backoff_ms);
+    evtimer_add(c->retry_ev, &tv);
+}
+
+/* The attempt or the connection is over (c->ac is not ours any more): DOWN,
+ * the owner told, the next attempt scheduled. */
+static void
+went_down(struct rconn *c, const char *why)
+{
+    evtimer_del(c->connect_ev);
+    c->pending = 0;             /* the last connection's callbacks all ran */
+    c->sent_head = 0;
+    set_state(c, RCONN_DOWN, why);
+    if (c->closing)
+        return;
+    schedule_reconnect(c);
+    if (c->conf.hooks->down != NULL)
+        c->conf.hooks->down(c);
+}
+
+/* Not from one of ac's callbacks: every pending one runs now with NULL. */
+static void
+free_ac(struct rconn *c)
+{
+    redisAsyncContext *ac = c->ac;
+
+    if (ac == NULL)
+        return;
+    c->ac = NULL;
+    redisAsyncFree(ac);
+}
+
+static void
+on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+    redisReply *r = reply;
+    const char *step = privdata, *why;
+
+    rconn_replied(c, ac, reply);
+    if (r == NULL || c->ac != ac || c->st.state != RCONN_HANDSHAKE)
+        return;
+    switch (rconn_step(r, step, c->conf.name, &why)) {
+    case RCONN_STEP_WAIT:
+        break;
+    case RCONN_STEP_FAILED:
+        if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
+            log_error("msg=\"%s handshake failed\" %s=%s step=%s error=\"%.200s\"",
+                      c->conf.what, c->conf.field, c->conf.name, step, r->str);
+        else if (!c->st.announced_down)
+            log_warn("msg=\"%s is not a master, retrying\" %s=%s", c->conf.what,
+                     c->conf.field, c->conf.name);
+        rconn_drop(c, why);
+        break;
+    case RCONN_STEP_READY:
+        evtimer_del(c->connect_ev);
+        c->backoff_ms = RCONN_BACKOFF_MIN_MS;
+        c->last_reply_us = now_monotonic_us();
+        set_state(c, RCONN_READY, NULL);
+        break;
+    }
+}
+
+static int
+handshake_send(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+{
+    struct rconn *c = owner;
+    va_list ap;
+    int rc;
+
+    if (c->ac == NULL)
+        return RL_ERR;
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, 0);
+    c->pending++;
+    return RL_OK;
+}
+
+static void
+on_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct rconn *c = ac->data;
+
+    if (c->ac != ac)
+        return;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this returns */
+        log_debug("msg=\"%s connect failed\" %s=%s error=\"%s\"", c->conf.what, c->conf.field,
+                  c->conf.name, ac->errstr);
+        c->ac = NULL;
+        went_down(c, "connection refused");
+        return;
+    }
+    c->last_reply_us = now_monotonic_us();
+    set_state(c, RCONN_HANDSHAKE, NULL);
+    /* a command not queued leaves the handshake to its deadline */
+    (void)rconn_handshake(&c->conf.login, handshake_send, c, on_handshake);
+}
+
+static void
+on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct rconn *c = ac->data;
+
+    /* hiredis frees the context after this returns.  A context we dropped
+     * on purpose is no longer c->ac: whoever dropped it set the state. */
+    if (c->ac != ac)
+        return;
+    c->ac = NULL;
+    went_down(c, status == REDIS_OK ? "disconnected" : "connection lost");
+}
+
+static void
+connect_ip(void *arg, const char *ip, const char *why)
+{
+    struct rconn *c = arg;
+
+    c->lookup = NULL;
+    if (ip == NULL) {
+        log_debug("msg=\"cannot resolve a host\" %s=%s error=\"%s\"", c->conf.field,
+                  c->conf.name, why);
+        went_down(c, "cannot resolve the host");
+        return;
+    }
+    c->pending = 0;
+    c->sent_head = 0;
+    c->ac = rconn_open(c->conf.evb, ip, c->port, c->conf.path, c, on_connect, on_disconnect,
+                       &why);
+    if (c->ac == NULL)
+        went_down(c, why);
+}
+
+void
+rconn_connect_host(struct rconn *c, const char *host, int port)
+{
+    struct rconn_lookup *l;
+
+    if (host != c->host) {
+        free(c->host);
+        c->host = xstrdup(host);
+    }
+    c->port = port;
+    l = rconn_resolve(c->conf.dns, c->conf.evb, c->host, connect_ip, c);
+    if (l != NULL)
+        c->lookup = l;      /* else connect_ip ran already */
+}
+
+void
+rconn_fail(struct rconn *c, const char *why)
+{
+    went_down(c, why);
+}
+
+static void
+start_attempt(struct rconn *c)
+{
+    struct timeval tv = {c->conf.connect_timeout_ms / 1000,
+                         (c->conf.connect_timeout_ms % 1000) * 1000};
+
+    set_state(c, RCONN_CONNECTING, NULL);
+    evtimer_add(c->connect_ev, &tv);
+    if (c->conf.hooks->locate != NULL)
+        c->conf.hooks->locate(c);
+    else if (c->conf.path != NULL)
+        connect_ip(c, "", NULL);
+    else
+        rconn_connect_host(c, c->host, c->port);
+}
+
+static void
+on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    start_attempt(arg);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct rconn *c = arg;
+
+    if (c->lookup != NULL) {
+        rconn_abandon(c->lookup);
+        c->lookup = NULL;
+        log_debug("msg=\"%s resolution timed out\" %s=%s", c->conf.what, c->conf.field,
+                  c->conf.name);
+        went_down(c, "resolve timeout");
+    } else if (c->conf.hooks->abandon != NULL && c->conf.hooks->abandon(c)) {
+        went_down(c, "no answer in time");
+    } else if (c->ac != NULL && c->st.state != RCONN_READY) {
+        log_debug("msg=\"%s connect timed out\" %s=%s", c->conf.what, c->conf.field,
+                  c->conf.name);
+        /* a timer, not a hiredis callback: freeing here is safe */
+        free_ac(c);
+        went_down(c, "connect timeout");
+    }
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_drop(evutil_socket_t fd, short what, void *arg)
+{
+    struct rconn *c = arg;
+
+    if (c->ac == NULL)
+        return;
+    if (c->drop_was_ready)
+        log_warn("msg=\"dropping the %s connection\" %s=%s reason=\"%s\" pending=%u",
+                 c->conf.what, c->conf.field, c->conf.name, c->drop_reason, c->pending);
+    /* Free, not Disconnect: Disconnect waits for replies a hung server will
+     * never send.  Every pending callback runs now with NULL. */
+    free_ac(c);
+    went_down(c, c->drop_reason);
+    (void)fd;
+    (void)what;
+}
+
+void
+rconn_drop(struct rconn *c, const char *why)
+{
+    if (c->ac == NULL || c->closing)
+        return;
+    c->drop_reason = why;
+    c->drop_was_ready = c->st.state == RCONN_READY;
+    /* checks that come before the drop runs fail fast */
+    if (c->st.state != RCONN_DOWN)
+        set_state(c, RCONN_DOWN, why);
+    event_active(c->drop_ev, EV_TIMEOUT, 0);
+}
+
+int
+rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, const char *cmd,
+           size_t len)
+{
+    if (c->ac == NULL || c->pending >= c->sent_cap ||
+        redisAsyncFormattedCommand(c->ac, fn, priv, cmd, len) != REDIS_OK)
+        return RL_ERR;
+    if (c->pending == 0)
+        c->last_reply_us = now_monotonic_us();
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, wait_ms);
+    c->pending++;
+    return RL_OK;
+}
+
+int
+rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    if (c->ac == NULL || c->pending >= c->sent_cap)
+        return RL_ERR;
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    if (c->pending == 0)
+        c->last_reply_us = now_monotonic_us();
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, 0);
+    c->pending++;
+    return RL_OK;
+}
+
+void
+rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply)
+{
+    /* a context given up: its count went with it */
+    if (ac != c->ac || c->pending == 0)
+        return;
+    c->sent_head = (c->sent_head + 1) % c->sent_cap;
+    c->pending--;
+    if (reply != NULL)
+        c->last_reply_us = now_monotonic_us();
+}
+
+int
+rconn_stalled(const struct rconn *c, int64_t now_us)
+{
+    return c->ac != NULL && c->pending > 0 && now_us > c->sent[c->sent_head];
+}
+
+void
+rconn_init(struct rconn *c, const struct rconn_conf *conf)
+{
+    memset(c, 0, sizeof(*c));
+    c->conf = *conf;
+    c->owner = conf->owner;
+    c->host = conf->host != NULL ? xstrdup(conf->host) : NULL;
+    c->port = conf->port;
+    c->backoff_ms = RCONN_BACKOFF_MIN_MS;
+    c->st.down_reason = "not connected yet";
+    c->st.what = conf->what;
+    c->st.field = conf->field;
+    /* room for the handshake and a heartbeat besides max_pending requests */
+    c->sent_cap = conf->max_pending + 16;
+    c->sent = xcalloc(c->sent_cap, sizeof(*c->sent));
+    c->retry_ev = evtimer_new(conf->evb, on_retry, c);
+    c->connect_ev = evtimer_new(conf->evb, on_connect_timeout, c);
+    c->drop_ev = evtimer_new(conf->evb, on_drop, c);
+}
+
+void
+rconn_start(struct rconn *c)
+{
+    start_attempt(c);
+}
+
+void
+rconn_close(struct rconn *c)
+{
+    c->closing = 1;
+    rconn_abandon(c->lookup);
+    c->lookup = NULL;
+    free_ac(c);
+    if (c->retry_ev != NULL)
+        event_free(c->retry_ev);
+    if (c->connect_ev != NULL)
+        event_free(c->connect_ev);
+    if (c->drop_ev != NULL)
+        event_free(c->drop_ev);
+    c->retry_ev = c->connect_ev = c->drop_ev = NULL;
+    free(c->sent);
+    c->sent = NULL;
+    free(c->host);
+    c->host = NULL;
 }
