@@ -8,13 +8,13 @@
  *
  * Per worker (one instance on the worker's event_base):
  *
- *   - a slot map, slot -> node, loaded with CLUSTER SLOTS from any node that
- *     answers (the seeds at first), refreshed every 30 s, after a MOVED and
- *     when a master's connection is lost; at most one refresh in flight.
- *   - one async hiredis connection per node we talk to (the masters, and the
- *     seeds until the first map names the masters), each with its own state
- *     (DOWN -> CONNECTING -> HANDSHAKE: AUTH, SCRIPT LOAD -> READY), connect
- *     deadline, and reconnect backoff with jitter.  Nodes that are no longer
+ *   - a slot map, slot -> node (cluster_slots.c: loaded with CLUSTER SLOTS
+ *     from any node that answers, the seeds at first, refreshed every 30 s,
+ *     after a MOVED and when a master's connection is lost).
+ *   - one connection per node we talk to (the masters, and the seeds until
+ *     the first map names the masters), a struct rconn (redis_conn.c) with
+ *     its own state, handshake, reconnect backoff and replies owed; a node
+ *     whose oldest reply is overdue is dropped.  Nodes that are no longer
  *     masters are closed from a zero timer, never inside their own callback.
  *   - one struct cop per check: its deadline timer (req->timeout_ms) and the
  *     state of its redirections.  MOVED updates that slot, asks for a
@@ -26,9 +26,11 @@
  *     happens, the check is answered exactly once and its request is never
  *     touched afterwards; a late reply is dropped.
  *
- * A check whose master is down is answered DOWN at once, as backend_redis
- * does: a dead node never queues work.  Replies lost with a connection are
- * never replayed elsewhere, since the script may have run.
+ * A check whose master is known down (between reconnect attempts) is
+ * answered DOWN at once, as backend_redis does: a dead node never queues
+ * work; one whose master is connecting waits for it, under its deadline.
+ * Replies lost with a connection are never replayed elsewhere, since the
+ * script may have run.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -50,13 +52,6 @@
 
 /* How often a sent RL_CHECK_SETTLE check past its deadline looks for a stall. */
 #define SETTLE_POLL_MS 250
-#define REFRESH_PERIOD_MS 30000
-/* Refreshes asked for by errors come at most this often (more after failed
- * refreshes, up to RCONN_BACKOFF_MAX_MS). */
-#define REFRESH_GAP_MS 100
-/* While a master is down, the map is asked for this often, so that a
- * promoted replica is found within about a second of its promotion. */
-#define REFRESH_DEGRADED_MS 1000
 /* A check follows at most this many MOVED/ASK, and retries TRYAGAIN and
  * CLUSTERDOWN at most this many times, each bounded by its deadline. */
 #define MAX_REDIRECTS 5
@@ -125,20 +120,11 @@ struct cluster {
     struct rl_script_call call; /* scratch argv, reused */
     const struct rl_check_req **reqs;
     struct evdns_base *dns;
-    struct event *refresh_ev;   /* start a refresh, or its deadline */
-    struct event *period_ev;    /* the periodic refresh (jittered) */
     struct event *tidy_ev;      /* zero timer: drop stalled, free unused */
-    int want_refresh;
-    int refresh_inflight;
-    uintptr_t refresh_gen;      /* tells a late CLUSTER SLOTS reply */
-    int64_t last_refresh_us;
-    int64_t refresh_gap_ms;
-    int refresh_failing;        /* logged once per run of failures */
     unsigned rr;                /* spreads refreshes over nodes */
     int destroying;
 };
 
-static void request_refresh(struct cluster *cl);
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* ---- nodes ------------------------------------------------------------------- */
@@ -179,8 +165,7 @@ node_ready(struct rconn *c, int again)
 {
     struct cnode *n = c->owner;
 
-    if (n->cl->want_refresh)
-        request_refresh(n->cl);
+    cluster_map_ready(&n->cl->map);
     (void)again;
 }
 
@@ -190,7 +175,7 @@ node_down(struct rconn *c)
     struct cnode *n = c->owner;
 
     if (n->master)
-        request_refresh(n->cl);     /* a failover moves masters */
+        cluster_map_refresh(&n->cl->map);     /* a failover moves masters */
     node_settle(n);
 }
 
@@ -358,8 +343,7 @@ map_coming(const struct cluster *cl)
 {
     if (cl->map.loaded)
         return 0;
-    if (cl->refresh_inflight ||
-        (!cl->refresh_failing && evtimer_pending(cl->refresh_ev, NULL)))
+    if (cluster_map_coming(&cl->map))
         return 1;
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
         if (node_worth_waiting(n))
@@ -395,7 +379,7 @@ op_route(struct cop *op)
         return;
     }
     if (n == NULL) {
-        request_refresh(cl);
+        cluster_map_refresh(&cl->map);
         script_answer_status(&op->w, RL_BACKEND_DOWN, "cluster slot not covered");
         return;
     }
@@ -444,7 +428,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
                 cl->map.covered++;
             cl->map.owner[slot] = to;
             to->master = 1;
-            request_refresh(cl);
+            cluster_map_refresh(&cl->map);
         }
         op->sent_eval = 0;      /* a new connection: EVALSHA first */
         op_send_to(op, to, ask);
@@ -458,7 +442,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             return;
         }
         if (msg[0] == 'C')
-            request_refresh(cl);
+            cluster_map_refresh(&cl->map);
         ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
         if (ms > RETRY_MAX_MS)
             ms = RETRY_MAX_MS;
@@ -474,7 +458,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
          * drop the connection, ask for the map (a failover moves masters) */
         script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
         rconn_drop(&n->c, rconn_unusable(msg));
-        request_refresh(cl);
+        cluster_map_refresh(&cl->map);
         return;
     }
     if (is_error(msg, "NOSCRIPT") && !op->sent_eval) {
@@ -713,7 +697,7 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
-/* ---- the slot map ----------------------------------------------------------- */
+/* ---- the slot map's hooks ------------------------------------------------------ */
 
 /* cluster_node_fn */
 static void *
@@ -722,16 +706,13 @@ map_node(void *arg, const char *host, int port)
     return node_get(arg, host, port);
 }
 
-/* A CLUSTER SLOTS reply from node `from` (cluster_map_apply); the nodes that
- * own slots are the masters. */
-static int
-apply_slots(struct cluster *cl, struct cnode *from, const redisReply *r, const char **why)
+/* The nodes that own slots are the masters. */
+static void
+map_applied(void *arg, const char *from, int changed)
 {
-    int applied, changed, masters = 0, rc;
+    struct cluster *cl = arg;
+    int masters = 0;
 
-    rc = cluster_map_apply(&cl->map, r, from->host, map_node, cl, &applied, &changed, why);
-    if (!applied)
-        return rc;
     for (struct cnode *n = cl->nodes; n != NULL; n = n->next)
         n->master = 0;
     for (int s = 0; s < CLUSTER_SLOTS; s++) {
@@ -744,79 +725,28 @@ apply_slots(struct cluster *cl, struct cnode *from, const redisReply *r, const c
     }
     if (changed)
         log_info("msg=\"redis cluster slot map loaded\" from=%s masters=%d slots_covered=%d",
-                 from->name, masters, cl->map.covered);
+                 from, masters, cl->map.covered);
     else
-        log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from->name);
-    return rc;                  /* RL_ERR: in use, but asked again soon */
-}
-
-static void
-refresh_failed(struct cluster *cl, const char *node, const char *why)
-{
-    if (!cl->refresh_failing)
-        log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
-                 node, why);
-    cl->refresh_failing = 1;
-    cl->refresh_gap_ms = cl->refresh_gap_ms * 2 > RCONN_BACKOFF_MAX_MS
-                         ? RCONN_BACKOFF_MAX_MS : cl->refresh_gap_ms * 2;
-    request_refresh(cl);
+        log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from);
 }
 
 static int
-master_down(const struct cluster *cl)
+map_master_down(void *arg)
 {
+    struct cluster *cl = arg;
+
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
         if (n->master && n->c.st.state == RCONN_DOWN)
             return 1;
     return 0;
 }
 
-/* A refresh in `ms`, unless one is already due or out. */
-static void
-refresh_in(struct cluster *cl, int64_t ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-
-    cl->want_refresh = 1;
-    if (!cl->refresh_inflight && !evtimer_pending(cl->refresh_ev, NULL))
-        evtimer_add(cl->refresh_ev, &tv);
-}
-
-static void
-on_slots(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct cnode *n = of(ac);
-    struct cluster *cl = n->cl;
-    redisReply *r = reply;
-    const char *why = "connection lost";
-
-    rconn_replied(&n->c, ac, reply);
-    if (cl->destroying || n->c.closing || !cl->refresh_inflight ||
-        (uintptr_t)privdata != cl->refresh_gen) {
-        node_settle(n);         /* a refresh given up on: ignored */
-        return;
-    }
-    cl->refresh_inflight = 0;
-    evtimer_del(cl->refresh_ev);
-    if (r == NULL || apply_slots(cl, n, r, &why) != RL_OK) {
-        refresh_failed(cl, n->name, why);
-    } else {
-        if (cl->refresh_failing)
-            log_info("msg=\"redis cluster slot map loaded again\" from=%s", n->name);
-        cl->refresh_failing = 0;
-        cl->refresh_gap_ms = REFRESH_GAP_MS;
-        if (cl->want_refresh)   /* asked for while this one was out */
-            request_refresh(cl);
-        else if (master_down(cl))
-            refresh_in(cl, REFRESH_DEGRADED_MS);
-    }
-    schedule_tidy(cl);
-}
-
 /* A ready node to ask, masters first, taking turns. */
-static struct cnode *
-pick_node(struct cluster *cl)
+static struct rconn *
+map_pick(void *arg)
 {
+    struct cluster *cl = arg;
+
     for (int want_master = 1; want_master >= 0; want_master--) {
         unsigned count = 0, i = 0;
         struct cnode *n;
@@ -830,99 +760,36 @@ pick_node(struct cluster *cl)
         for (n = cl->nodes; n != NULL; n = n->next)
             if (n->c.st.state == RCONN_READY && n->c.ac != NULL && (!want_master || n->master) &&
                 i-- == 0)
-                return n;
+                return &n->c;
     }
     return NULL;
 }
 
 static void
-refresh_start(struct cluster *cl)
-{
-    struct cnode *n = pick_node(cl);
-    int64_t ms = cl->connect_timeout_ms;
-    struct timeval tv;
-
-    if (n == NULL) {
-        /* Nobody to ask: (re)connect the seeds; the first node to become
-         * ready asks (want_refresh stays set). */
-        for (size_t i = 0; i < cl->nseeds; i++)
-            (void)node_get(cl, cl->seeds[i].host, cl->seeds[i].port);
-        return;
-    }
-    cl->refresh_gen++;
-    if (rconn_sendf(&n->c, on_slots, (void *)cl->refresh_gen, "CLUSTER SLOTS") != RL_OK) {
-        refresh_failed(cl, n->name, "cannot queue CLUSTER SLOTS");
-        return;
-    }
-    cl->want_refresh = 0;
-    cl->refresh_inflight = 1;
-    cl->last_refresh_us = now_monotonic_us();
-    /* refresh_ev is now this request's deadline */
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    evtimer_add(cl->refresh_ev, &tv);
-}
-
-static void
-on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+map_connect_seeds(void *arg)
 {
     struct cluster *cl = arg;
 
-    if (cl->refresh_inflight) {
-        /* The node never answered: forget that request, ask another. */
-        cl->refresh_inflight = 0;
-        cl->refresh_gen++;
-        cl->want_refresh = 1;
-        refresh_failed(cl, "-", "CLUSTER SLOTS timed out");
-        return;
-    }
-    if (cl->want_refresh)
-        refresh_start(cl);
-    (void)fd;
-    (void)what;
+    for (size_t i = 0; i < cl->nseeds; i++)
+        (void)node_get(cl, cl->seeds[i].host, cl->seeds[i].port);
 }
 
-/* Ask for a refresh: soon, at most one in flight, not more often than the gap. */
+/* Old masters nobody waits for go at the next tidy. */
 static void
-request_refresh(struct cluster *cl)
+map_replied(void *arg, struct rconn *c)
 {
-    struct timeval tv;
-    int64_t wait_us;
-
-    if (cl->destroying)
-        return;
-    cl->want_refresh = 1;
-    if (cl->refresh_inflight || evtimer_pending(cl->refresh_ev, NULL))
-        return;
-    wait_us = cl->last_refresh_us + cl->refresh_gap_ms * 1000 - now_monotonic_us();
-    if (wait_us < 0)
-        wait_us = 0;
-    tv.tv_sec = wait_us / 1000000;
-    tv.tv_usec = wait_us % 1000000;
-    evtimer_add(cl->refresh_ev, &tv);
+    schedule_tidy(arg);
+    (void)c;
 }
 
-/* Every REFRESH_PERIOD_MS, give or take 10%: workers and instances started
- * together do not all ask at the same moment. */
-static void
-arm_period(struct cluster *cl)
-{
-    int64_t ms = REFRESH_PERIOD_MS * 9 / 10 + random() % (REFRESH_PERIOD_MS / 5 + 1);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-
-    evtimer_add(cl->period_ev, &tv);
-}
-
-static void
-on_period(evutil_socket_t fd, short what, void *arg)
-{
-    struct cluster *cl = arg;
-
-    request_refresh(cl);
-    arm_period(cl);
-    (void)fd;
-    (void)what;
-}
+static const struct cluster_map_hooks map_hooks = {
+    .node = map_node,
+    .pick = map_pick,
+    .connect_seeds = map_connect_seeds,
+    .applied = map_applied,
+    .master_down = map_master_down,
+    .replied = map_replied,
+};
 
 /* Off every hiredis callback: free the nodes that are no longer masters and
  * that nothing waits for. */
@@ -932,7 +799,7 @@ on_tidy(evutil_socket_t fd, short what, void *arg)
     struct cluster *cl = arg;
     struct cnode **pp = &cl->nodes, *n;
     /* While a refresh is wanted, the seeds may be all we can ask. */
-    int keep_others = !cl->map.loaded || cl->want_refresh || cl->refresh_inflight;
+    int keep_others = !cl->map.loaded || cluster_map_busy(&cl->map);
 
     while ((n = *pp) != NULL) {
         if (!keep_others && !n->master && n->c.pending == 0 && n->refs == 0) {
@@ -977,7 +844,7 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
         ;                       /* waits for the map under its deadline */
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
-        request_refresh(cl);
+        cluster_map_refresh(&cl->map);
     } else if (n->c.st.state != RCONN_READY && !node_worth_waiting(n)) {
         res.error = n->c.st.down_reason ? n->c.st.down_reason : "cluster master not connected";
     }
@@ -1071,9 +938,6 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
     cl->evb = evb;
     cl->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     cl->max_pending = (unsigned)cfg->redis.max_pending;
-    cl->refresh_gap_ms = REFRESH_GAP_MS;
-    cl->refresh_ev = evtimer_new(evb, on_refresh_timer, cl);
-    cl->period_ev = evtimer_new(evb, on_period, cl);
     cl->tidy_ev = evtimer_new(evb, on_tidy, cl);
     cl->coalesce = (size_t)cfg->redis.coalesce;
     cl->queue = xcalloc(cl->coalesce, sizeof(*cl->queue));
@@ -1109,10 +973,8 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
         cluster_destroy(&cl->base);
         return RL_ERR;
     }
-    arm_period(cl);
     /* Connect every seed; the first ready one is asked for the map. */
-    cl->want_refresh = 1;
-    refresh_start(cl);
+    cluster_map_init(&cl->map, evb, cl->connect_timeout_ms, &map_hooks, cl);
     *out = &cl->base;
     return RL_OK;
 }
@@ -1139,10 +1001,7 @@ cluster_destroy(struct rl_backend *be)
         cl->nodes = n->next;
         node_free(n);
     }
-    if (cl->refresh_ev != NULL)
-        event_free(cl->refresh_ev);
-    if (cl->period_ev != NULL)
-        event_free(cl->period_ev);
+    cluster_map_close(&cl->map);
     if (cl->tidy_ev != NULL)
         event_free(cl->tidy_ev);
     if (cl->flush_ev != NULL)

@@ -1,7 +1,8 @@
 /*
  * backend_redis.c — counts in Redis, decided by the embedded check script.
  *
- * One async hiredis connection per worker, on the worker's event_base.  The
+ * One connection per worker (a struct rconn, redis_conn.c), on the worker's
+ * event_base; with Sentinel, redis_sentinel.c says where to.  The
  * checks that arrive in one pass of the event loop are coalesced into one
  * EVALSHA of the check script (EVAL once when the server answers NOSCRIPT,
  * e.g. after a restart or SCRIPT FLUSH), up to redis.coalesce of them, and
@@ -9,9 +10,9 @@
  * check owns a timer: when it fires the check is answered TIMEOUT and its part
  * of the late reply, when it comes, is dropped.
  *
- * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT
- * LOAD) -> READY.  Lost connections come back with exponential backoff and
- * jitter.  Checks that arrive while a connection is being made (CONNECTING,
+ * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, ROLE,
+ * SCRIPT LOAD) -> READY.  Lost connections come back with exponential backoff
+ * and jitter.  Checks that arrive while a connection is being made (CONNECTING,
  * HANDSHAKE: the first one, or a reconnect attempt under way) wait for it,
  * each under its own deadline; checks that arrive while DOWN (between
  * attempts) are answered DOWN at once, so a dead Redis never queues work.

@@ -3,9 +3,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+#include <hiredis/async.h>
+
 #include "cluster_slots.h"
+#include "log.h"
+#include "redis_conn.h"
 #include "rl.h"
 #include "util.h"
+
+#define REFRESH_PERIOD_MS 30000
+/* Refreshes asked for by errors come at most this often (more after failed
+ * refreshes, up to RCONN_BACKOFF_MAX_MS). */
+#define REFRESH_GAP_MS 100
+/* While a master is down, the map is asked for this often, so that a
+ * promoted replica is found within about a second of its promotion. */
+#define REFRESH_DEGRADED_MS 1000
 
 /* CRC16-CCITT (XMODEM), the Redis Cluster key hash. */
 static const uint16_t crc16tab[256] = {
@@ -187,4 +200,209 @@ cluster_map_apply(struct cluster_map *m, const redisReply *r, const char *from_h
         return RL_ERR;
     }
     return RL_OK;
+}
+
+/* ---- keeping it fresh ---------------------------------------------------------- */
+
+static void
+refresh_failed(struct cluster_map *m, const char *node, const char *why)
+{
+    if (!m->failing)
+        log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
+                 node, why);
+    m->failing = 1;
+    m->gap_ms = m->gap_ms * 2 > RCONN_BACKOFF_MAX_MS ? RCONN_BACKOFF_MAX_MS : m->gap_ms * 2;
+    cluster_map_refresh(m);
+}
+
+/* A refresh in `ms`, unless one is already due or out. */
+static void
+refresh_in(struct cluster_map *m, int64_t ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    m->want = 1;
+    if (!m->inflight && !evtimer_pending(m->refresh_ev, NULL))
+        evtimer_add(m->refresh_ev, &tv);
+}
+
+/* A CLUSTER SLOTS request out: which map, and which of its requests (a late
+ * answer to one given up on is ignored).  The router closes its nodes before
+ * the map, so every ticket comes back while the map lives. */
+struct ticket {
+    struct cluster_map *m;
+    uintptr_t gen;
+};
+
+static void
+on_slots(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+    struct ticket t = *(struct ticket *)privdata;
+    struct cluster_map *m = t.m;
+    redisReply *r = reply;
+    const char *why = "connection lost";
+    int applied, changed;
+
+    free(privdata);
+    rconn_replied(c, ac, reply);
+    if (m->closing)
+        return;
+    if (c->closing || !m->inflight || t.gen != m->gen) {
+        m->hooks->replied(m->arg, c);   /* a refresh given up on: ignored */
+        return;
+    }
+    m->inflight = 0;
+    evtimer_del(m->refresh_ev);
+    if (r == NULL ||
+        cluster_map_apply(m, r, c->host, m->hooks->node, m->arg, &applied, &changed,
+                          &why) != RL_OK) {
+        if (r != NULL && applied)       /* in use, but asked again soon */
+            m->hooks->applied(m->arg, c->conf.name, changed);
+        refresh_failed(m, c->conf.name, why);
+    } else {
+        m->hooks->applied(m->arg, c->conf.name, changed);
+        if (m->failing)
+            log_info("msg=\"redis cluster slot map loaded again\" from=%s", c->conf.name);
+        m->failing = 0;
+        m->gap_ms = REFRESH_GAP_MS;
+        if (m->want)            /* asked for while this one was out */
+            cluster_map_refresh(m);
+        else if (m->hooks->master_down(m->arg))
+            refresh_in(m, REFRESH_DEGRADED_MS);
+    }
+    m->hooks->replied(m->arg, c);
+}
+
+static void
+refresh_start(struct cluster_map *m)
+{
+    struct rconn *c = m->hooks->pick(m->arg);
+    struct timeval tv = {m->timeout_ms / 1000, (m->timeout_ms % 1000) * 1000};
+    struct ticket *t;
+
+    if (c == NULL) {
+        /* Nobody to ask: (re)connect the seeds; the first node to become
+         * ready asks (want stays set). */
+        m->hooks->connect_seeds(m->arg);
+        return;
+    }
+    t = xcalloc(1, sizeof(*t));
+    t->m = m;
+    t->gen = ++m->gen;
+    if (rconn_sendf(c, on_slots, t, "CLUSTER SLOTS") != RL_OK) {
+        free(t);
+        refresh_failed(m, c->conf.name, "cannot queue CLUSTER SLOTS");
+        return;
+    }
+    m->want = 0;
+    m->inflight = 1;
+    m->last_us = now_monotonic_us();
+    evtimer_add(m->refresh_ev, &tv);    /* now this request's deadline */
+}
+
+static void
+on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster_map *m = arg;
+
+    if (m->inflight) {
+        /* The node never answered: forget that request, ask another. */
+        m->inflight = 0;
+        m->gen++;
+        m->want = 1;
+        refresh_failed(m, "-", "CLUSTER SLOTS timed out");
+        return;
+    }
+    if (m->want)
+        refresh_start(m);
+    (void)fd;
+    (void)what;
+}
+
+void
+cluster_map_refresh(struct cluster_map *m)
+{
+    struct timeval tv;
+    int64_t wait_us;
+
+    if (m->closing)
+        return;
+    m->want = 1;
+    if (m->inflight || evtimer_pending(m->refresh_ev, NULL))
+        return;
+    wait_us = m->last_us + m->gap_ms * 1000 - now_monotonic_us();
+    if (wait_us < 0)
+        wait_us = 0;
+    tv.tv_sec = wait_us / 1000000;
+    tv.tv_usec = wait_us % 1000000;
+    evtimer_add(m->refresh_ev, &tv);
+}
+
+void
+cluster_map_ready(struct cluster_map *m)
+{
+    if (m->want)
+        cluster_map_refresh(m);
+}
+
+int
+cluster_map_busy(const struct cluster_map *m)
+{
+    return m->want || m->inflight;
+}
+
+int
+cluster_map_coming(const struct cluster_map *m)
+{
+    return !m->loaded &&
+           (m->inflight || (!m->failing && evtimer_pending(m->refresh_ev, NULL)));
+}
+
+/* Every REFRESH_PERIOD_MS, give or take 10%: workers and instances started
+ * together do not all ask at the same moment. */
+static void
+arm_period(struct cluster_map *m)
+{
+    int64_t ms = REFRESH_PERIOD_MS * 9 / 10 + random() % (REFRESH_PERIOD_MS / 5 + 1);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    evtimer_add(m->period_ev, &tv);
+}
+
+static void
+on_period(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster_map *m = arg;
+
+    cluster_map_refresh(m);
+    arm_period(m);
+    (void)fd;
+    (void)what;
+}
+
+void
+cluster_map_init(struct cluster_map *m, struct event_base *evb, int64_t timeout_ms,
+                 const struct cluster_map_hooks *hooks, void *arg)
+{
+    m->hooks = hooks;
+    m->arg = arg;
+    m->timeout_ms = timeout_ms;
+    m->gap_ms = REFRESH_GAP_MS;
+    m->refresh_ev = evtimer_new(evb, on_refresh_timer, m);
+    m->period_ev = evtimer_new(evb, on_period, m);
+    arm_period(m);
+    m->want = 1;
+    refresh_start(m);
+}
+
+void
+cluster_map_close(struct cluster_map *m)
+{
+    m->closing = 1;
+    if (m->refresh_ev != NULL)
+        event_free(m->refresh_ev);
+    if (m->period_ev != NULL)
+        event_free(m->period_ev);
+    m->refresh_ev = m->period_ev = NULL;
 }
