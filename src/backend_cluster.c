@@ -364,7 +364,8 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
         op_wait_for(op, n, asking);
         return;
     }
-    script_answer_status(&op->w, RL_BACKEND_DOWN, n->c.st.down_reason ? n->c.st.down_reason : "node not connected");
+    script_answer_status(&op->w, RL_BACKEND_DOWN,
+                         n->c.st.down_reason ? n->c.st.down_reason : "node not connected");
 }
 
 /* Send per the slot map. */

@@ -39,10 +39,12 @@
 /* The heartbeat: a connection whose oldest outstanding request is overdue
  * (rconn_stalled: SIGSTOP, a dead network path, a server too slow to keep
  * up) is dropped, since late answers are worthless and the queue behind them
- * must not grow; an idle one is asked ROLE every IDLE_PING_MS, so /readyz
- * notices a hung Redis, or a demoted master, even when no check is waiting. */
+ * must not grow.  Every ROLE_EVERY_MS it is asked ROLE, busy or idle: /readyz
+ * notices a hung Redis with no check waiting, and a master demoted under
+ * load where every check is a denial (a script that only reads runs on a
+ * replica too, and would answer from its stale copy). */
 #define HEARTBEAT_MS 250
-#define IDLE_PING_MS 1000
+#define ROLE_EVERY_MS 1000
 
 struct redis_backend {
     struct rl_backend base;
@@ -69,6 +71,8 @@ struct redis_backend {
     struct redis_op **waiting;
     size_t nwaiting, waiting_cap;
     int ping_plain;             /* ROLE denied by an ACL: heartbeats PING */
+    int role_out;               /* a heartbeat's ROLE waits for its reply */
+    int64_t last_role_us;
 };
 
 struct redis_op {
@@ -280,6 +284,7 @@ on_ping(redisAsyncContext *ac, void *reply, void *privdata)
     redisReply *r = reply;
 
     rconn_replied(&rb->c, ac, reply);
+    rb->role_out = 0;
     if (r == NULL)
         return;
     if (r->type == REDIS_REPLY_ERROR) {
@@ -304,14 +309,16 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
 
     if (rconn_stalled(&rb->c, now)) {
         rconn_drop(&rb->c, "redis stalled");
-    } else if (rb->c.st.state == RCONN_READY && rb->c.pending == 0 &&
-               now - rb->c.last_reply_us > IDLE_PING_MS * 1000LL) {
+    } else if (rb->c.st.state == RCONN_READY && !rb->role_out &&
+               now - rb->last_role_us > ROLE_EVERY_MS * 1000LL) {
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
         static const char role[] = "*1\r\n$4\r\nROLE\r\n";
-        /* ROLE: also tells a master demoted since the handshake */
-        if (rb->ping_plain ? rconn_send(&rb->c, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK
-                           : rconn_send(&rb->c, on_ping, NULL, 0, role, sizeof(role) - 1) == RL_OK)
-            rb->c.last_reply_us = now;  /* one at a time */
+        const char *cmd = rb->ping_plain ? ping : role;
+
+        /* one at a time: a hung server gets no pile of them */
+        if (rconn_send(&rb->c, on_ping, NULL, 0, cmd, sizeof(ping) - 1) == RL_OK)
+            rb->role_out = 1;
+        rb->last_role_us = now;
     }
     (void)fd;
     (void)what;
