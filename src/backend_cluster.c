@@ -215,6 +215,7 @@ node_get(struct cluster *cl, const char *host, int port)
             .name = n->name, .what = "redis cluster node", .field = "node",
             .login = {cl->username, cl->password, 0, RCONN_ROLE_NONE},
             .connect_timeout_ms = cl->connect_timeout_ms, .max_pending = cl->max_pending,
+            .heartbeat = 1,
             .hooks = &node_hooks, .owner = n,
         };
         rconn_init(&n->c, &conf);

@@ -36,16 +36,6 @@
 #include "redis_url.h"
 #include "util.h"
 
-/* The heartbeat: a connection whose oldest outstanding request is overdue
- * (rconn_stalled: SIGSTOP, a dead network path, a server too slow to keep
- * up) is dropped, since late answers are worthless and the queue behind them
- * must not grow.  Every ROLE_EVERY_MS it is asked ROLE, busy or idle: /readyz
- * notices a hung Redis with no check waiting, and a master demoted under
- * load where every check is a denial (a script that only reads runs on a
- * replica too, and would answer from its stale copy). */
-#define HEARTBEAT_MS 250
-#define ROLE_EVERY_MS 1000
-
 struct redis_backend {
     struct rl_backend base;
     struct event_base *evb;
@@ -65,14 +55,10 @@ struct redis_backend {
      * before every connection and whenever they announce a switch. */
     struct rsentinel *sentinel;
     unsigned pending_checks;    /* checks in the replies owed: max_pending counts these */
-    struct event *heartbeat_ev;
     /* Checks that came while the connection was being made: sent when it is
      * ready, answered DOWN when it fails.  At most max_pending. */
     struct redis_op **waiting;
     size_t nwaiting, waiting_cap;
-    int ping_plain;             /* ROLE denied by an ACL: heartbeats PING */
-    int role_out;               /* a heartbeat's ROLE waits for its reply */
-    int64_t last_role_us;
 };
 
 struct redis_op {
@@ -91,13 +77,6 @@ struct redis_batch {
 };
 
 static void waiting_end(struct redis_backend *rb, int ready, const char *why);
-
-/* The backend of a hiredis callback. */
-static struct redis_backend *
-of(const redisAsyncContext *ac)
-{
-    return ((struct rconn *)ac->data)->owner;
-}
 
 /* ---- answering checks ---------------------------------------------------- */
 
@@ -273,53 +252,6 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
     struct redis_op *op = arg;
 
     script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
-    (void)fd;
-    (void)what;
-}
-
-static void
-on_ping(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct redis_backend *rb = of(ac);
-    redisReply *r = reply;
-
-    rconn_replied(&rb->c, ac, reply);
-    rb->role_out = 0;
-    if (r == NULL)
-        return;
-    if (r->type == REDIS_REPLY_ERROR) {
-        rb->ping_plain = 1;
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-               r->element[0]->type == REDIS_REPLY_STRING &&
-               strcmp(r->element[0]->str, "master") != 0 && rb->c.ac == ac &&
-               rb->c.st.state == RCONN_READY) {
-        /* demoted while idle: PING would still answer, checks would not */
-        log_warn("msg=\"redis is no longer a master\" redis=%s role=%.20s", rb->display,
-                 r->element[0]->str);
-        rconn_drop(&rb->c, "redis is no longer a master");
-    }
-    (void)privdata;
-}
-
-static void
-on_heartbeat(evutil_socket_t fd, short what, void *arg)
-{
-    struct redis_backend *rb = arg;
-    int64_t now = now_monotonic_us();
-
-    if (rconn_stalled(&rb->c, now)) {
-        rconn_drop(&rb->c, "redis stalled");
-    } else if (rb->c.st.state == RCONN_READY && !rb->role_out &&
-               now - rb->last_role_us > ROLE_EVERY_MS * 1000LL) {
-        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-        static const char role[] = "*1\r\n$4\r\nROLE\r\n";
-        const char *cmd = rb->ping_plain ? ping : role;
-
-        /* one at a time: a hung server gets no pile of them */
-        if (rconn_send(&rb->c, on_ping, NULL, 0, cmd, sizeof(ping) - 1) == RL_OK)
-            rb->role_out = 1;
-        rb->last_role_us = now;
-    }
     (void)fd;
     (void)what;
 }
@@ -537,15 +469,10 @@ redis_create(struct rl_backend **out, struct event_base *evb,
             .login = {rb->url.username, rb->url.password, rb->url.db,
                       rb->sentinel != NULL ? RCONN_ROLE_MUST : RCONN_ROLE_IF_ALLOWED},
             .connect_timeout_ms = cfg->redis.connect_timeout_ms,
-            .max_pending = rb->max_pending,
+            .max_pending = rb->max_pending, .heartbeat = 1,
             .hooks = rb->sentinel != NULL ? &sentinel_hooks : &direct_hooks, .owner = rb,
         };
         rconn_init(&rb->c, &conf);
-    }
-    rb->heartbeat_ev = event_new(evb, -1, EV_PERSIST, on_heartbeat, rb);
-    {
-        struct timeval hb = {0, HEARTBEAT_MS * 1000};
-        event_add(rb->heartbeat_ev, &hb);
     }
     rconn_start(&rb->c);
     *out = &rb->base;
@@ -566,7 +493,6 @@ redis_destroy(struct rl_backend *be)
     waiting_end(rb, 0, "shutting down");
     rconn_close(&rb->c);        /* pending callbacks run with NULL */
     rsentinel_free(rb->sentinel);
-    event_free(rb->heartbeat_ev);
     event_free(rb->flush_ev);
     free(rb->queue);
     free(rb->reqs);

@@ -678,6 +678,53 @@ rconn_stalled(const struct rconn *c, int64_t now_us)
     return c->ac != NULL && c->pending > 0 && now_us > c->sent[c->sent_head];
 }
 
+static void
+on_probe(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+    redisReply *r = reply;
+
+    rconn_replied(c, ac, reply);
+    c->probe_out = 0;
+    if (r == NULL || c->ac != ac)
+        return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        c->probe_plain = 1;
+    } else if (c->conf.login.role != RCONN_ROLE_NONE && r->type == REDIS_REPLY_ARRAY &&
+               r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+               strcmp(r->element[0]->str, "master") != 0 && c->st.state == RCONN_READY) {
+        /* demoted: PING would still answer, checks would not */
+        log_warn("msg=\"%s is no longer a master\" %s=%s role=%.20s", c->conf.what,
+                 c->conf.field, c->conf.name, r->element[0]->str);
+        rconn_drop(c, "redis is no longer a master");
+    }
+    (void)privdata;
+}
+
+static void
+on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    struct rconn *c = arg;
+    int64_t now = now_monotonic_us();
+
+    if (rconn_stalled(c, now)) {
+        rconn_drop(c, "redis stalled");
+    } else if (c->st.state == RCONN_READY && !c->probe_out &&
+               now - c->last_probe_us > RCONN_PROBE_MS * 1000LL) {
+        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+        static const char role[] = "*1\r\n$4\r\nROLE\r\n";
+        const char *cmd = c->probe_plain || c->conf.login.role == RCONN_ROLE_NONE ? ping
+                                                                                   : role;
+
+        /* one at a time: a hung server gets no pile of them */
+        if (rconn_send(c, on_probe, NULL, 0, cmd, sizeof(ping) - 1) == RL_OK)
+            c->probe_out = 1;
+        c->last_probe_us = now;
+    }
+    (void)fd;
+    (void)what;
+}
+
 void
 rconn_init(struct rconn *c, const struct rconn_conf *conf)
 {
@@ -696,6 +743,12 @@ rconn_init(struct rconn *c, const struct rconn_conf *conf)
     c->retry_ev = evtimer_new(conf->evb, on_retry, c);
     c->connect_ev = evtimer_new(conf->evb, on_connect_timeout, c);
     c->drop_ev = evtimer_new(conf->evb, on_drop, c);
+    if (conf->heartbeat) {
+        struct timeval tv = {0, RCONN_HEARTBEAT_MS * 1000};
+
+        c->heartbeat_ev = event_new(conf->evb, -1, EV_PERSIST, on_heartbeat, c);
+        event_add(c->heartbeat_ev, &tv);
+    }
 }
 
 void
@@ -717,7 +770,9 @@ rconn_close(struct rconn *c)
         event_free(c->connect_ev);
     if (c->drop_ev != NULL)
         event_free(c->drop_ev);
-    c->retry_ev = c->connect_ev = c->drop_ev = NULL;
+    if (c->heartbeat_ev != NULL)
+        event_free(c->heartbeat_ev);
+    c->retry_ev = c->connect_ev = c->drop_ev = c->heartbeat_ev = NULL;
     free(c->sent);
     c->sent = NULL;
     free(c->host);

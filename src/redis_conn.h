@@ -160,6 +160,8 @@ struct rconn;
  * cannot keep up) past its own deadline, never sooner than this or the
  * connect timeout, so one slow script does not cost the connection. */
 #define RCONN_STALL_MIN_MS 1000
+#define RCONN_HEARTBEAT_MS 250
+#define RCONN_PROBE_MS 1000
 
 struct rconn_hooks {
     /* Where to connect, for each attempt: call rconn_connect_host() or
@@ -186,6 +188,13 @@ struct rconn_conf {
     struct rconn_login login;           /* strings borrowed for c's life */
     int64_t connect_timeout_ms;
     unsigned max_pending;               /* replies owed at most: rconn_send refuses more */
+    /* The heartbeat: every RCONN_HEARTBEAT_MS a connection whose oldest reply
+     * is overdue is dropped, and every RCONN_PROBE_MS, busy or idle, it is
+     * asked ROLE (PING when login.role is NONE or an ACL denies ROLE): a hung
+     * server is noticed with no request waiting, and a master demoted under
+     * load where every check is a denial (a script that only reads runs on a
+     * replica too, answering from its stale copy). */
+    int heartbeat;
     const struct rconn_hooks *hooks;
     void *owner;
 };
@@ -208,6 +217,9 @@ struct rconn {
     const char *drop_reason;
     int drop_was_ready;                 /* the drop is news for the log */
     int64_t backoff_ms;
+    struct event *heartbeat_ev;
+    int probe_out, probe_plain;         /* a probe waits for its reply; PING, not ROLE */
+    int64_t last_probe_us;
     int64_t *sent;                      /* deadline ring: by when each reply is due */
     unsigned sent_head, sent_cap;
     int closing;
