@@ -8,13 +8,13 @@
  *
  * Per worker (one instance on the worker's event_base):
  *
- *   - a slot map, slot -> node, loaded with CLUSTER SLOTS from any node that
- *     answers (the seeds at first), refreshed every 30 s, after a MOVED and
- *     when a master's connection is lost; at most one refresh in flight.
- *   - one async hiredis connection per node we talk to (the masters, and the
- *     seeds until the first map names the masters), each with its own state
- *     (DOWN -> CONNECTING -> HANDSHAKE: AUTH, SCRIPT LOAD -> READY), connect
- *     deadline, and reconnect backoff with jitter.  Nodes that are no longer
+ *   - a slot map, slot -> node (cluster_slots.c: loaded with CLUSTER SLOTS
+ *     from any node that answers, the seeds at first, refreshed every 30 s,
+ *     after a MOVED and when a master's connection is lost).
+ *   - one connection per node we talk to (the masters, and the seeds until
+ *     the first map names the masters), a struct rconn (redis_conn.c) with
+ *     its own state, handshake, reconnect backoff and replies owed; a node
+ *     whose oldest reply is overdue is dropped.  Nodes that are no longer
  *     masters are closed from a zero timer, never inside their own callback.
  *   - one struct cop per check: its deadline timer (req->timeout_ms) and the
  *     state of its redirections.  MOVED updates that slot, asks for a
@@ -26,9 +26,11 @@
  *     happens, the check is answered exactly once and its request is never
  *     touched afterwards; a late reply is dropped.
  *
- * A check whose master is down is answered DOWN at once, as backend_redis
- * does: a dead node never queues work.  Replies lost with a connection are
- * never replayed elsewhere, since the script may have run.
+ * A check whose master is known down (between reconnect attempts) is
+ * answered DOWN at once, as backend_redis does: a dead node never queues
+ * work; one whose master is connecting waits for it, under its deadline.
+ * Replies lost with a connection are never replayed elsewhere, since the
+ * script may have run.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@
 #include <hiredis/hiredis.h>
 
 #include "backend.h"
+#include "cluster_slots.h"
 #include "log.h"
 #include "script.h"
 #include "metrics.h"
@@ -47,19 +50,8 @@
 #include "redis_url.h"
 #include "util.h"
 
-#define CLUSTER_SLOTS 16384
-/* A connection that has answered nothing for this long while checks wait is
- * presumed hung and is dropped (as in backend_redis.c). */
-#define STALL_MIN_MS 1000
 /* How often a sent RL_CHECK_SETTLE check past its deadline looks for a stall. */
 #define SETTLE_POLL_MS 250
-#define REFRESH_PERIOD_MS 30000
-/* Refreshes asked for by errors come at most this often (more after failed
- * refreshes, up to RCONN_BACKOFF_MAX_MS). */
-#define REFRESH_GAP_MS 100
-/* While a master is down, the map is asked for this often, so that a
- * promoted replica is found within about a second of its promotion. */
-#define REFRESH_DEGRADED_MS 1000
 /* A check follows at most this many MOVED/ASK, and retries TRYAGAIN and
  * CLUSTERDOWN at most this many times, each bounded by its deadline. */
 #define MAX_REDIRECTS 5
@@ -68,7 +60,6 @@
 #define RETRY_MAX_MS 100
 /* How often a check waiting for a connecting node looks again. */
 #define WAIT_POLL_MS 2
-#define HOST_MAX 256
 
 struct cluster;
 struct cnode;
@@ -79,19 +70,10 @@ struct cnode {
     char *host;                 /* IP or name, without brackets */
     int port;
     char *name;                 /* "host:port" for logs */
-    redisAsyncContext *ac;
-    struct rconn_status st;     /* state, down_reason, for the log */
-    struct event *retry_ev;     /* reconnect after backoff */
-    struct event *connect_ev;   /* connect/handshake deadline */
-    struct rconn_lookup *lookup;    /* its host name being resolved */
-    int64_t backoff_ms;
-    int64_t last_reply_us;
-    unsigned pending;           /* callbacks hiredis still owes on ac */
-    unsigned pending_checks;    /* checks in those: redis.max_pending counts these */
+    struct rconn c;             /* the connection, its state and replies owed */
+    unsigned pending_checks;    /* checks in those replies: redis.max_pending counts these */
     unsigned refs;              /* checks waiting for this node */
     int master;                 /* owns slots in the current map */
-    int drop;                   /* stalled: the tidy timer drops ac */
-    int closing;                /* being freed: its callbacks do nothing */
 };
 
 /* One check until it is answered and hiredis owes it nothing. */
@@ -127,9 +109,7 @@ struct cluster {
     struct seed *seeds;
     size_t nseeds;
     struct cnode *nodes;
-    struct cnode *slots[CLUSTER_SLOTS];
-    int map_loaded;
-    int covered;                /* slots with an owner */
+    struct cluster_map map;     /* slot -> master */
     struct cop *ops;            /* every live check */
     /* Checks of this event-loop pass, sent by flush_ev in one script call per
      * hash slot (Redis runs a script only on keys of one slot). */
@@ -140,94 +120,14 @@ struct cluster {
     struct rl_script_call call; /* scratch argv, reused */
     const struct rl_check_req **reqs;
     struct evdns_base *dns;
-    struct event *refresh_ev;   /* start a refresh, or its deadline */
-    struct event *period_ev;    /* the periodic refresh (jittered) */
     struct event *tidy_ev;      /* zero timer: drop stalled, free unused */
-    int want_refresh;
-    int refresh_inflight;
-    uintptr_t refresh_gen;      /* tells a late CLUSTER SLOTS reply */
-    int64_t last_refresh_us;
-    int64_t refresh_gap_ms;
-    int refresh_failing;        /* logged once per run of failures */
     unsigned rr;                /* spreads refreshes over nodes */
     int destroying;
 };
 
-static void node_connect(struct cnode *n);
-static void request_refresh(struct cluster *cl);
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
-/* ---- slots ------------------------------------------------------------------ */
-
-/* CRC16-CCITT (XMODEM), the Redis Cluster key hash. */
-static const uint16_t crc16tab[256] = {
-    0x0000, 0x1021, 0x2042, 0x3063, 0x4084, 0x50a5, 0x60c6, 0x70e7,
-    0x8108, 0x9129, 0xa14a, 0xb16b, 0xc18c, 0xd1ad, 0xe1ce, 0xf1ef,
-    0x1231, 0x0210, 0x3273, 0x2252, 0x52b5, 0x4294, 0x72f7, 0x62d6,
-    0x9339, 0x8318, 0xb37b, 0xa35a, 0xd3bd, 0xc39c, 0xf3ff, 0xe3de,
-    0x2462, 0x3443, 0x0420, 0x1401, 0x64e6, 0x74c7, 0x44a4, 0x5485,
-    0xa56a, 0xb54b, 0x8528, 0x9509, 0xe5ee, 0xf5cf, 0xc5ac, 0xd58d,
-    0x3653, 0x2672, 0x1611, 0x0630, 0x76d7, 0x66f6, 0x5695, 0x46b4,
-    0xb75b, 0xa77a, 0x9719, 0x8738, 0xf7df, 0xe7fe, 0xd79d, 0xc7bc,
-    0x48c4, 0x58e5, 0x6886, 0x78a7, 0x0840, 0x1861, 0x2802, 0x3823,
-    0xc9cc, 0xd9ed, 0xe98e, 0xf9af, 0x8948, 0x9969, 0xa90a, 0xb92b,
-    0x5af5, 0x4ad4, 0x7ab7, 0x6a96, 0x1a71, 0x0a50, 0x3a33, 0x2a12,
-    0xdbfd, 0xcbdc, 0xfbbf, 0xeb9e, 0x9b79, 0x8b58, 0xbb3b, 0xab1a,
-    0x6ca6, 0x7c87, 0x4ce4, 0x5cc5, 0x2c22, 0x3c03, 0x0c60, 0x1c41,
-    0xedae, 0xfd8f, 0xcdec, 0xddcd, 0xad2a, 0xbd0b, 0x8d68, 0x9d49,
-    0x7e97, 0x6eb6, 0x5ed5, 0x4ef4, 0x3e13, 0x2e32, 0x1e51, 0x0e70,
-    0xff9f, 0xefbe, 0xdfdd, 0xcffc, 0xbf1b, 0xaf3a, 0x9f59, 0x8f78,
-    0x9188, 0x81a9, 0xb1ca, 0xa1eb, 0xd10c, 0xc12d, 0xf14e, 0xe16f,
-    0x1080, 0x00a1, 0x30c2, 0x20e3, 0x5004, 0x4025, 0x7046, 0x6067,
-    0x83b9, 0x9398, 0xa3fb, 0xb3da, 0xc33d, 0xd31c, 0xe37f, 0xf35e,
-    0x02b1, 0x1290, 0x22f3, 0x32d2, 0x4235, 0x5214, 0x6277, 0x7256,
-    0xb5ea, 0xa5cb, 0x95a8, 0x8589, 0xf56e, 0xe54f, 0xd52c, 0xc50d,
-    0x34e2, 0x24c3, 0x14a0, 0x0481, 0x7466, 0x6447, 0x5424, 0x4405,
-    0xa7db, 0xb7fa, 0x8799, 0x97b8, 0xe75f, 0xf77e, 0xc71d, 0xd73c,
-    0x26d3, 0x36f2, 0x0691, 0x16b0, 0x6657, 0x7676, 0x4615, 0x5634,
-    0xd94c, 0xc96d, 0xf90e, 0xe92f, 0x99c8, 0x89e9, 0xb98a, 0xa9ab,
-    0x5844, 0x4865, 0x7806, 0x6827, 0x18c0, 0x08e1, 0x3882, 0x28a3,
-    0xcb7d, 0xdb5c, 0xeb3f, 0xfb1e, 0x8bf9, 0x9bd8, 0xabbb, 0xbb9a,
-    0x4a75, 0x5a54, 0x6a37, 0x7a16, 0x0af1, 0x1ad0, 0x2ab3, 0x3a92,
-    0xfd2e, 0xed0f, 0xdd6c, 0xcd4d, 0xbdaa, 0xad8b, 0x9de8, 0x8dc9,
-    0x7c26, 0x6c07, 0x5c64, 0x4c45, 0x3ca2, 0x2c83, 0x1ce0, 0x0cc1,
-    0xef1f, 0xff3e, 0xcf5d, 0xdf7c, 0xaf9b, 0xbfba, 0x8fd9, 0x9ff8,
-    0x6e17, 0x7e36, 0x4e55, 0x5e74, 0x2e93, 0x3eb2, 0x0ed1, 0x1ef0,
-};
-
-static uint16_t
-crc16(const char *buf, size_t len)
-{
-    uint16_t crc = 0;
-
-    for (size_t i = 0; i < len; i++)
-        crc = (uint16_t)((crc << 8) ^ crc16tab[((crc >> 8) ^ (uint8_t)buf[i]) & 0xff]);
-    return crc;
-}
-
-/* The slot of a key: the CRC16 of its hash tag (the bytes between the first
- * '{' and the next '}', when not empty), else of the whole key. */
-static int
-key_slot(const char *key, size_t len)
-{
-    const char *open = memchr(key, '{', len), *close;
-
-    if (open != NULL) {
-        size_t rest = len - (size_t)(open - key) - 1;
-        close = memchr(open + 1, '}', rest);
-        if (close != NULL && close > open + 1)
-            return crc16(open + 1, (size_t)(close - open - 1)) & (CLUSTER_SLOTS - 1);
-    }
-    return crc16(key, len) & (CLUSTER_SLOTS - 1);
-}
-
 /* ---- nodes ------------------------------------------------------------------- */
-
-static void
-node_set_state(struct cnode *n, enum rconn_state s, const char *reason)
-{
-    (void)rconn_set_state(&n->st, s, reason, n->name, n->closing || n->cl->destroying);
-}
 
 static void
 schedule_tidy(struct cluster *cl)
@@ -242,7 +142,7 @@ schedule_tidy(struct cluster *cl)
 static void
 node_settle(struct cnode *n)
 {
-    if (!n->master && n->pending == 0 && n->refs == 0)
+    if (!n->master && n->c.pending == 0 && n->refs == 0)
         schedule_tidy(n->cl);
 }
 
@@ -253,185 +153,36 @@ node_unref(struct cnode *n)
     node_settle(n);
 }
 
-static void
-node_schedule_reconnect(struct cnode *n)
+/* The node of a hiredis callback. */
+static struct cnode *
+of(const redisAsyncContext *ac)
 {
-    struct timeval tv;
-
-    if (n->closing || n->cl->destroying || evtimer_pending(n->retry_ev, NULL))
-        return;
-    tv = rconn_backoff(&n->backoff_ms);
-    evtimer_add(n->retry_ev, &tv);
-}
-
-/* Queue a command on n's connection, counting the callback it owes (an
- * rconn_send_fn). */
-static int
-node_command(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
-{
-    struct cnode *n = owner;
-    va_list ap;
-    int rc;
-
-    if (n->ac == NULL)
-        return RL_ERR;
-    va_start(ap, fmt);
-    rc = redisvAsyncCommand(n->ac, fn, priv, fmt, ap);
-    va_end(ap);
-    if (rc != REDIS_OK)
-        return RL_ERR;
-    n->pending++;
-    return RL_OK;
+    return ((struct rconn *)ac->data)->owner;
 }
 
 static void
-on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+node_ready(struct rconn *c, int again)
 {
-    struct cnode *n = ac->data;
-    struct cluster *cl = n->cl;
-    redisReply *r = reply;
-    const char *step = privdata, *why;
+    struct cnode *n = c->owner;
 
-    n->pending--;
-    if (r == NULL || n->closing || n->st.state != RCONN_HANDSHAKE)
-        return;
-    n->last_reply_us = now_monotonic_us();
-    switch (rconn_step(r, step, n->name, &why)) {
-    case RCONN_STEP_WAIT:
-        break;
-    case RCONN_STEP_FAILED:
-        /* never the credentials, only what the server said */
-        log_error("msg=\"redis cluster handshake failed\" node=%s step=%s error=\"%.200s\"",
-                  n->name, step, r->type == REDIS_REPLY_ERROR ? r->str : why);
-        node_set_state(n, RCONN_DOWN, why);
-        redisAsyncDisconnect(ac);
-        break;
-    case RCONN_STEP_READY:
-        evtimer_del(n->connect_ev);
-        n->backoff_ms = RCONN_BACKOFF_MIN_MS;
-        node_set_state(n, RCONN_READY, NULL);
-        if (cl->want_refresh)
-            request_refresh(cl);
-        break;
-    }
+    cluster_map_ready(&n->cl->map);
+    (void)again;
 }
 
 static void
-on_connect(const redisAsyncContext *cac, int status)
+node_down(struct rconn *c)
 {
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct cnode *n = ac->data;
-    struct cluster *cl = n->cl;
+    struct cnode *n = c->owner;
 
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this returns */
-        log_debug("msg=\"redis cluster connect failed\" node=%s error=\"%s\"", n->name,
-                  ac->errstr);
-        n->ac = NULL;
-        evtimer_del(n->connect_ev);
-        node_set_state(n, RCONN_DOWN, "connection refused");
-        node_schedule_reconnect(n);
-        if (n->master)
-            request_refresh(cl);
-        return;
-    }
-    node_set_state(n, RCONN_HANDSHAKE, NULL);
-    n->last_reply_us = now_monotonic_us();
-    {
-        /* The cluster has database 0 only: no SELECT. */
-        struct rconn_login login = {cl->username, cl->password, 0, 0};
-        /* a command not queued leaves the handshake to its deadline */
-        (void)rconn_handshake(&login, node_command, n, on_handshake);
-    }
-}
-
-static void
-on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct cnode *n = ac->data;
-
-    /* hiredis frees the context after this returns */
-    if (n->ac == ac)
-        n->ac = NULL;
-    if (n->closing || n->cl->destroying)
-        return;
-    evtimer_del(n->connect_ev);
-    node_set_state(n, RCONN_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
-    node_schedule_reconnect(n);
     if (n->master)
-        request_refresh(n->cl);     /* a failover moves masters */
+        cluster_map_refresh(&n->cl->map);     /* a failover moves masters */
     node_settle(n);
 }
 
-static void
-node_connect_to(void *arg, const char *ip, const char *why)
-{
-    struct cnode *n = arg;
-
-    n->lookup = NULL;
-    if (ip == NULL) {
-        log_debug("msg=\"cannot resolve a redis cluster node\" node=%s error=\"%s\"",
-                  n->name, why);
-        why = "cannot resolve the node's host";
-    } else if ((n->ac = rconn_open(n->cl->evb, ip, n->port, NULL, n, on_connect,
-                                   on_disconnect, &why)) != NULL) {
-        return;
-    }
-    evtimer_del(n->connect_ev);
-    node_set_state(n, RCONN_DOWN, why);
-    node_schedule_reconnect(n);
-}
-
-/* Under the connect deadline; a name is resolved first (rconn_resolve). */
-static void
-node_connect(struct cnode *n)
-{
-    struct timeval tv;
-    struct rconn_lookup *l;
-
-    node_set_state(n, RCONN_CONNECTING, NULL);
-    tv.tv_sec = n->cl->connect_timeout_ms / 1000;
-    tv.tv_usec = (n->cl->connect_timeout_ms % 1000) * 1000;
-    evtimer_add(n->connect_ev, &tv);
-    l = rconn_resolve(&n->cl->dns, n->cl->evb, n->host, node_connect_to, n);
-    if (l != NULL)
-        n->lookup = l;      /* else node_connect_to ran already */
-}
-
-static void
-on_node_retry(evutil_socket_t fd, short what, void *arg)
-{
-    node_connect(arg);
-    (void)fd;
-    (void)what;
-}
-
-static void
-on_node_connect_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    struct cnode *n = arg;
-
-    if (n->lookup != NULL) {
-        rconn_abandon(n->lookup);
-        n->lookup = NULL;
-        log_debug("msg=\"redis cluster node resolution timed out\" node=%s", n->name);
-        node_set_state(n, RCONN_DOWN, "resolve timeout");
-        node_schedule_reconnect(n);
-    } else if (n->ac != NULL && n->st.state != RCONN_READY) {
-        redisAsyncContext *ac = n->ac;
-
-        log_debug("msg=\"redis cluster connect timed out\" node=%s", n->name);
-        node_set_state(n, RCONN_DOWN, "connect timeout");
-        /* A timer, not a hiredis callback: freeing here is safe. */
-        n->ac = NULL;
-        redisAsyncFree(ac);
-        node_schedule_reconnect(n);
-        if (n->master)
-            request_refresh(n->cl);
-    }
-    (void)fd;
-    (void)what;
-}
+static const struct rconn_hooks node_hooks = {
+    .ready = node_ready,
+    .down = node_down,
+};
 
 static struct cnode *
 node_find(struct cluster *cl, const char *host, int port)
@@ -456,15 +207,22 @@ node_get(struct cluster *cl, const char *host, int port)
     n->port = port;
     n->name = strchr(host, ':') != NULL ? xasprintf("[%s]:%d", host, port)
                                         : xasprintf("%s:%d", host, port);
-    n->backoff_ms = RCONN_BACKOFF_MIN_MS;
-    n->st.down_reason = "not connected yet";
-    n->st.what = "redis cluster node";
-    n->st.field = "node";
-    n->retry_ev = evtimer_new(cl->evb, on_node_retry, n);
-    n->connect_ev = evtimer_new(cl->evb, on_node_connect_timeout, n);
+    {
+        /* The cluster has database 0 only: no SELECT; a replica answers
+         * MOVED, so no ROLE either. */
+        struct rconn_conf conf = {
+            .evb = cl->evb, .dns = &cl->dns, .host = n->host, .port = port,
+            .name = n->name, .what = "redis cluster node", .field = "node",
+            .login = {cl->username, cl->password, 0, RCONN_ROLE_NONE},
+            .connect_timeout_ms = cl->connect_timeout_ms, .max_pending = cl->max_pending,
+            .heartbeat = 1,
+            .hooks = &node_hooks, .owner = n,
+        };
+        rconn_init(&n->c, &conf);
+    }
     n->next = cl->nodes;
     cl->nodes = n;
-    node_connect(n);
+    rconn_start(&n->c);
     return n;
 }
 
@@ -473,16 +231,7 @@ node_get(struct cluster *cl, const char *host, int port)
 static void
 node_free(struct cnode *n)
 {
-    n->closing = 1;
-    rconn_abandon(n->lookup);
-    n->lookup = NULL;
-    if (n->ac != NULL) {
-        redisAsyncContext *ac = n->ac;
-        n->ac = NULL;
-        redisAsyncFree(ac);
-    }
-    event_free(n->retry_ev);
-    event_free(n->connect_ev);
+    rconn_close(&n->c);
     free(n->host);
     free(n->name);
     free(n);
@@ -527,11 +276,9 @@ op_release(struct cop *op)
 static void
 on_aux(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
 
-    n->pending--;
-    if (reply != NULL)
-        n->last_reply_us = now_monotonic_us();
+    rconn_replied(&n->c, ac, reply);
     node_settle(n);
     (void)privdata;
 }
@@ -546,14 +293,11 @@ op_send(struct cop *op, struct cnode *n, int asking)
     if (n->pending_checks + 1 > op->cl->max_pending ||
         script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
         return RL_ERR;
-    if (n->pending == 0)
-        n->last_reply_us = now_monotonic_us();
     /* Both on one connection, so they arrive back to back. */
-    if (asking && node_command(n, on_aux, NULL, "ASKING") != RL_OK)
+    if (asking && rconn_sendf(&n->c, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (redisAsyncFormattedCommand(n->ac, on_reply, op, c->buf, c->len) != REDIS_OK)
+    if (rconn_send(&n->c, on_reply, op, op->w.req->timeout_ms, c->buf, c->len) != RL_OK)
         return RL_ERR;
-    n->pending++;
     n->pending_checks++;
     op->inflight++;
     op->sent = n;
@@ -583,20 +327,36 @@ op_wait_for(struct cop *op, struct cnode *n, int asking)
     op_arm_retry(op, WAIT_POLL_MS);
 }
 
-/* A node a check may wait for: connecting for the first time (a new owner
- * named by MOVED, ASK or a new map).  One that lost its connection answers
- * DOWN at once instead, as backend_redis.c: a dead node never queues work. */
+/* A node a check may wait for: a connection being made (the first one, a
+ * new owner named by MOVED, ASK or a new map, or a reconnect attempt under
+ * way).  One known down (between attempts) answers DOWN at once instead, as
+ * backend_redis.c: a dead node never queues work. */
 static int
 node_worth_waiting(const struct cnode *n)
 {
-    return n->st.state != RCONN_DOWN && !n->st.was_ready;
+    return n->c.st.state == RCONN_CONNECTING || n->c.st.state == RCONN_HANDSHAKE;
+}
+
+/* No map yet, but one is on its way: a seed connecting, asked, or about to
+ * be asked (not after failed refreshes: then the cluster is known down). */
+static int
+map_coming(const struct cluster *cl)
+{
+    if (cl->map.loaded)
+        return 0;
+    if (cluster_map_coming(&cl->map))
+        return 1;
+    for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
+        if (node_worth_waiting(n))
+            return 1;
+    return 0;
 }
 
 /* Send to n now, wait for it while it first connects, or answer DOWN. */
 static void
 op_send_to(struct cop *op, struct cnode *n, int asking)
 {
-    if (n->st.state == RCONN_READY && n->ac != NULL) {
+    if (n->c.st.state == RCONN_READY && n->c.ac != NULL) {
         if (op_send(op, n, asking) != RL_OK)
             script_answer_status(&op->w, RL_BACKEND_ERROR, "cannot queue the command");
         return;
@@ -605,7 +365,8 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
         op_wait_for(op, n, asking);
         return;
     }
-    script_answer_status(&op->w, RL_BACKEND_DOWN, n->st.down_reason ? n->st.down_reason : "node not connected");
+    script_answer_status(&op->w, RL_BACKEND_DOWN,
+                         n->c.st.down_reason ? n->c.st.down_reason : "node not connected");
 }
 
 /* Send per the slot map. */
@@ -613,55 +374,18 @@ static void
 op_route(struct cop *op)
 {
     struct cluster *cl = op->cl;
-    struct cnode *n = cl->map_loaded ? cl->slots[op->slot] : NULL;
+    struct cnode *n = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
 
+    if (n == NULL && map_coming(cl)) {
+        op_arm_retry(op, WAIT_POLL_MS);     /* then by the map, when it comes */
+        return;
+    }
     if (n == NULL) {
-        request_refresh(cl);
+        cluster_map_refresh(&cl->map);
         script_answer_status(&op->w, RL_BACKEND_DOWN, "cluster slot not covered");
         return;
     }
     op_send_to(op, n, 0);
-}
-
-/* "MOVED 3999 127.0.0.1:6381" / "ASK ..." -> slot, host, port; an empty host
- * (an endpoint the server does not know) means the node that answered. */
-static int
-parse_redirect(const char *msg, const struct cnode *from, int *slot, char *host,
-               size_t hsize, int *port)
-{
-    const char *p = strchr(msg, ' '), *colon;
-    char *end;
-    long v;
-    size_t hlen;
-
-    if (p == NULL)
-        return RL_ERR;
-    v = strtol(p + 1, &end, 10);
-    if (end == p + 1 || *end != ' ' || v < 0 || v >= CLUSTER_SLOTS)
-        return RL_ERR;
-    *slot = (int)v;
-    p = end + 1;
-    colon = strrchr(p, ':');
-    if (colon == NULL)
-        return RL_ERR;
-    v = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0' || v < 1 || v > 65535)
-        return RL_ERR;
-    *port = (int)v;
-    hlen = (size_t)(colon - p);
-    if (hlen >= 2 && p[0] == '[' && p[hlen - 1] == ']') {
-        p++;
-        hlen -= 2;
-    }
-    if (hlen == 0) {
-        p = from->host;
-        hlen = strlen(p);
-    }
-    if (hlen >= hsize)
-        return RL_ERR;
-    memcpy(host, p, hlen);
-    host[hlen] = '\0';
-    return RL_OK;
 }
 
 static int
@@ -679,12 +403,14 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
     struct cluster *cl = op->cl;
     int moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
 
+    rconn_error(&n->c.errs, &n->c.st, n->name, msg, 1);
+
     if (moved || ask) {
-        char host[HOST_MAX];
+        char host[CLUSTER_HOST_MAX];
         int slot, port;
         struct cnode *to;
 
-        if (parse_redirect(msg, n, &slot, host, sizeof(host), &port) != RL_OK) {
+        if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
             log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
                      n->name, msg);
             script_answer_status(&op->w, RL_BACKEND_ERROR, "bad redirection from redis cluster");
@@ -700,11 +426,11 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         if (moved) {
             /* The slot has a new owner for good: use it now, and let a
              * refresh bring the rest of the map up to date. */
-            if (cl->slots[slot] == NULL)
-                cl->covered++;
-            cl->slots[slot] = to;
+            if (cl->map.owner[slot] == NULL)
+                cl->map.covered++;
+            cl->map.owner[slot] = to;
             to->master = 1;
-            request_refresh(cl);
+            cluster_map_refresh(&cl->map);
         }
         op->sent_eval = 0;      /* a new connection: EVALSHA first */
         op_send_to(op, to, ask);
@@ -718,7 +444,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             return;
         }
         if (msg[0] == 'C')
-            request_refresh(cl);
+            cluster_map_refresh(&cl->map);
         ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
         if (ms > RETRY_MAX_MS)
             ms = RETRY_MAX_MS;
@@ -729,6 +455,14 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         op_arm_retry(op, ms);   /* then by the map again */
         return;
     }
+    if (rconn_unusable(msg) != NULL) {
+        /* Nothing ran, and nothing will there until it is a master again:
+         * drop the connection, ask for the map (a failover moves masters) */
+        script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
+        rconn_drop(&n->c, rconn_unusable(msg));
+        cluster_map_refresh(&cl->map);
+        return;
+    }
     if (is_error(msg, "NOSCRIPT") && !op->sent_eval) {
         /* This node forgot the script (restart, SCRIPT FLUSH): send it whole
          * once; EVAL also caches it for the next EVALSHA. */
@@ -736,7 +470,6 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         op_send_to(op, n, op->asking);
         return;
     }
-    log_warn("msg=\"check script failed\" node=%s error=\"%.200s\"", n->name, msg);
     script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
 }
 
@@ -744,11 +477,11 @@ static void
 on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct cop *op = privdata;
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
     redisReply *r = reply;
     const char *why;
 
-    n->pending--;
+    rconn_replied(&n->c, ac, reply);
     n->pending_checks--;
     op->inflight--;
     op->sent = NULL;
@@ -757,15 +490,17 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
          * script may have run. */
         script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
     } else {
-        n->last_reply_us = now_monotonic_us();
         if (op->w.answered)
             ;                   /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
-        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK)
+        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
+            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
-        else
+        } else {
+            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
             script_answer_reply(&op->w, r, 0, op->nlimits);
+        }
     }
     node_settle(n);
     op_release(op);
@@ -784,12 +519,12 @@ static void
 on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct cbatch *b = privdata;
-    struct cnode *n = ac->data;
+    struct cnode *n = of(ac);
     redisReply *r = reply;
     const char *why = NULL;
     size_t len = 0, at = 0;
 
-    n->pending--;
+    rconn_replied(&n->c, ac, reply);
     n->pending_checks -= (unsigned)b->n;
     for (size_t i = 0; i < b->n; i++) {
         b->ops[i]->inflight--;
@@ -797,10 +532,10 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         len += script_reply_len(b->ops[i]->nlimits);
     }
     if (r != NULL) {
-        n->last_reply_us = now_monotonic_us();
         if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK)
-            log_warn("msg=\"check script failed\" node=%s checks=%zu error=\"%s\"", n->name,
-                     b->n, why);
+            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, b->n);
+        else if (r->type != REDIS_REPLY_ERROR)
+            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
     }
     for (size_t i = 0; i < b->n; i++) {
         struct cop *op = b->ops[i];
@@ -828,6 +563,7 @@ static void
 batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
 {
     struct cbatch *b;
+    int64_t wait_ms = 0;
 
     if (k == 1) {
         op_send_to(ops[0], n, 0);
@@ -839,14 +575,13 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
         script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
         goto fail;
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
-    if (n->pending == 0)
-        n->last_reply_us = now_monotonic_us();
-    if (redisAsyncFormattedCommand(n->ac, on_batch_reply, b, cl->call.buf,
-                                   cl->call.len) != REDIS_OK) {
+    for (size_t i = 0; i < k; i++)
+        if (ops[i]->w.req->timeout_ms > wait_ms)
+            wait_ms = ops[i]->w.req->timeout_ms;
+    if (rconn_send(&n->c, on_batch_reply, b, wait_ms, cl->call.buf, cl->call.len) != RL_OK) {
         free(b);
         goto fail;
     }
-    n->pending++;
     n->pending_checks += (unsigned)k;
     b->n = k;
     for (size_t i = 0; i < k; i++) {
@@ -890,8 +625,8 @@ flush(struct cluster *cl)
             op_release(op);
             continue;
         }
-        node = cl->map_loaded ? cl->slots[op->slot] : NULL;
-        if (node == NULL || node->st.state != RCONN_READY || node->ac == NULL) {
+        node = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
+        if (node == NULL || node->c.st.state != RCONN_READY || node->c.ac == NULL) {
             op_route(op);
             op_release(op);
             continue;
@@ -944,14 +679,10 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct cop *op = arg;
     struct cnode *n = op->sent;
-    int stalled = op->inflight && n != NULL && n->ac != NULL &&
-                  now_monotonic_us() - n->last_reply_us > STALL_MIN_MS * 1000LL;
+    int stalled = op->inflight && n != NULL && rconn_stalled(&n->c, now_monotonic_us());
 
-    if (stalled) {
-        /* Not here: this frame belongs to a check the drop answers. */
-        n->drop = 1;
-        schedule_tidy(op->cl);
-    }
+    if (stalled)
+        rconn_drop(&n->c, "redis stalled");     /* from a fresh stack: it answers op */
     if (n != NULL && !op->w.answered && (op->w.req->flags & RL_CHECK_SETTLE)) {
         /* Sent: only its reply or the loss of its connection settles it.
          * Look again until one of them comes. */
@@ -968,303 +699,112 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
-/* ---- the slot map ----------------------------------------------------------- */
+/* ---- the slot map's hooks ------------------------------------------------------ */
 
-static int
-valid_range(const redisReply *e)
+/* cluster_node_fn */
+static void *
+map_node(void *arg, const char *host, int port)
 {
-    const redisReply *m;
-
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
-        return 0;
-    if (e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
-        return 0;
-    if (e->element[0]->integer < 0 || e->element[1]->integer >= CLUSTER_SLOTS ||
-        e->element[0]->integer > e->element[1]->integer)
-        return 0;
-    m = e->element[2];
-    if (m->type != REDIS_REPLY_ARRAY || m->elements < 2)
-        return 0;
-    if (m->element[0]->type != REDIS_REPLY_STRING && m->element[0]->type != REDIS_REPLY_NIL)
-        return 0;
-    if (m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len >= HOST_MAX)
-        return 0;
-    return m->element[1]->type == REDIS_REPLY_INTEGER && m->element[1]->integer >= 1 &&
-           m->element[1]->integer <= 65535;
+    return node_get(arg, host, port);
 }
 
-/*
- * Apply a CLUSTER SLOTS reply from node `from`: [[start, end, [host, port,
- * id, ...], replicas...], ...].  A NULL or empty host means `from`'s host,
- * "?" an endpoint the cluster does not know (those slots stay uncovered).
- */
-static int
-apply_slots(struct cluster *cl, struct cnode *from, const redisReply *r, const char **why)
+/* The nodes that own slots are the masters. */
+static void
+map_applied(void *arg, const char *from, int changed)
 {
-    struct cnode **map;
-    int covered = 0, changed = !cl->map_loaded, masters = 0;
+    struct cluster *cl = arg;
+    int masters = 0;
 
-    if (r->type == REDIS_REPLY_ERROR) {
-        *why = r->str;
-        return RL_ERR;
-    }
-    if (r->type != REDIS_REPLY_ARRAY) {
-        *why = "CLUSTER SLOTS did not answer an array";
-        return RL_ERR;
-    }
-    for (size_t i = 0; i < r->elements; i++) {
-        if (!valid_range(r->element[i])) {
-            *why = "malformed CLUSTER SLOTS reply";
-            return RL_ERR;
-        }
-    }
-    map = xcalloc(CLUSTER_SLOTS, sizeof(*map));
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i], *m = e->element[2];
-        const char *host = m->element[0]->type == REDIS_REPLY_STRING ? m->element[0]->str : "";
-        struct cnode *n;
-
-        if (strcmp(host, "?") == 0)
-            continue;
-        if (host[0] == '\0')
-            host = from->host;
-        n = node_get(cl, host, (int)m->element[1]->integer);
-        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
-            map[s] = n;
-    }
     for (struct cnode *n = cl->nodes; n != NULL; n = n->next)
         n->master = 0;
     for (int s = 0; s < CLUSTER_SLOTS; s++) {
-        if (map[s] != NULL) {
-            covered++;
-            if (!map[s]->master)
-                masters++;
-            map[s]->master = 1;
+        struct cnode *n = cl->map.owner[s];
+
+        if (n != NULL && !n->master) {
+            masters++;
+            n->master = 1;
         }
-        if (map[s] != cl->slots[s])
-            changed = 1;
     }
-    memcpy(cl->slots, map, sizeof(cl->slots));
-    free(map);
-    cl->map_loaded = 1;
-    cl->covered = covered;
     if (changed)
         log_info("msg=\"redis cluster slot map loaded\" from=%s masters=%d slots_covered=%d",
-                 from->name, masters, covered);
+                 from, masters, cl->map.covered);
     else
-        log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from->name);
-    if (covered < CLUSTER_SLOTS) {
-        *why = "not every slot has a master";
-        return RL_ERR;          /* in use, but asked again soon */
-    }
-    return RL_OK;
-}
-
-static void
-refresh_failed(struct cluster *cl, const char *node, const char *why)
-{
-    if (!cl->refresh_failing)
-        log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
-                 node, why);
-    cl->refresh_failing = 1;
-    cl->refresh_gap_ms = cl->refresh_gap_ms * 2 > RCONN_BACKOFF_MAX_MS
-                         ? RCONN_BACKOFF_MAX_MS : cl->refresh_gap_ms * 2;
-    request_refresh(cl);
+        log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from);
 }
 
 static int
-master_down(const struct cluster *cl)
+map_master_down(void *arg)
 {
+    struct cluster *cl = arg;
+
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
-        if (n->master && n->st.state == RCONN_DOWN)
+        if (n->master && n->c.st.state == RCONN_DOWN)
             return 1;
     return 0;
 }
 
-/* A refresh in `ms`, unless one is already due or out. */
-static void
-refresh_in(struct cluster *cl, int64_t ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-
-    cl->want_refresh = 1;
-    if (!cl->refresh_inflight && !evtimer_pending(cl->refresh_ev, NULL))
-        evtimer_add(cl->refresh_ev, &tv);
-}
-
-static void
-on_slots(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct cnode *n = ac->data;
-    struct cluster *cl = n->cl;
-    redisReply *r = reply;
-    const char *why = "connection lost";
-
-    n->pending--;
-    if (r != NULL)
-        n->last_reply_us = now_monotonic_us();
-    if (cl->destroying || n->closing || !cl->refresh_inflight ||
-        (uintptr_t)privdata != cl->refresh_gen) {
-        node_settle(n);         /* a refresh given up on: ignored */
-        return;
-    }
-    cl->refresh_inflight = 0;
-    evtimer_del(cl->refresh_ev);
-    if (r == NULL || apply_slots(cl, n, r, &why) != RL_OK) {
-        refresh_failed(cl, n->name, why);
-    } else {
-        if (cl->refresh_failing)
-            log_info("msg=\"redis cluster slot map loaded again\" from=%s", n->name);
-        cl->refresh_failing = 0;
-        cl->refresh_gap_ms = REFRESH_GAP_MS;
-        if (cl->want_refresh)   /* asked for while this one was out */
-            request_refresh(cl);
-        else if (master_down(cl))
-            refresh_in(cl, REFRESH_DEGRADED_MS);
-    }
-    schedule_tidy(cl);
-}
-
 /* A ready node to ask, masters first, taking turns. */
-static struct cnode *
-pick_node(struct cluster *cl)
+static struct rconn *
+map_pick(void *arg)
 {
+    struct cluster *cl = arg;
+
     for (int want_master = 1; want_master >= 0; want_master--) {
         unsigned count = 0, i = 0;
         struct cnode *n;
 
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->st.state == RCONN_READY && n->ac != NULL && (!want_master || n->master))
+            if (n->c.st.state == RCONN_READY && n->c.ac != NULL && (!want_master || n->master))
                 count++;
         if (count == 0)
             continue;
         i = cl->rr++ % count;
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->st.state == RCONN_READY && n->ac != NULL && (!want_master || n->master) &&
+            if (n->c.st.state == RCONN_READY && n->c.ac != NULL && (!want_master || n->master) &&
                 i-- == 0)
-                return n;
+                return &n->c;
     }
     return NULL;
 }
 
 static void
-refresh_start(struct cluster *cl)
-{
-    struct cnode *n = pick_node(cl);
-    int64_t ms = cl->connect_timeout_ms;
-    struct timeval tv;
-
-    if (n == NULL) {
-        /* Nobody to ask: (re)connect the seeds; the first node to become
-         * ready asks (want_refresh stays set). */
-        for (size_t i = 0; i < cl->nseeds; i++)
-            (void)node_get(cl, cl->seeds[i].host, cl->seeds[i].port);
-        return;
-    }
-    cl->refresh_gen++;
-    if (node_command(n, on_slots, (void *)cl->refresh_gen, "CLUSTER SLOTS") != RL_OK) {
-        refresh_failed(cl, n->name, "cannot queue CLUSTER SLOTS");
-        return;
-    }
-    cl->want_refresh = 0;
-    cl->refresh_inflight = 1;
-    cl->last_refresh_us = now_monotonic_us();
-    /* refresh_ev is now this request's deadline */
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    evtimer_add(cl->refresh_ev, &tv);
-}
-
-static void
-on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+map_connect_seeds(void *arg)
 {
     struct cluster *cl = arg;
 
-    if (cl->refresh_inflight) {
-        /* The node never answered: forget that request, ask another. */
-        cl->refresh_inflight = 0;
-        cl->refresh_gen++;
-        cl->want_refresh = 1;
-        refresh_failed(cl, "-", "CLUSTER SLOTS timed out");
-        return;
-    }
-    if (cl->want_refresh)
-        refresh_start(cl);
-    (void)fd;
-    (void)what;
+    for (size_t i = 0; i < cl->nseeds; i++)
+        (void)node_get(cl, cl->seeds[i].host, cl->seeds[i].port);
 }
 
-/* Ask for a refresh: soon, at most one in flight, not more often than the gap. */
+/* Old masters nobody waits for go at the next tidy. */
 static void
-request_refresh(struct cluster *cl)
+map_replied(void *arg, struct rconn *c)
 {
-    struct timeval tv;
-    int64_t wait_us;
-
-    if (cl->destroying)
-        return;
-    cl->want_refresh = 1;
-    if (cl->refresh_inflight || evtimer_pending(cl->refresh_ev, NULL))
-        return;
-    wait_us = cl->last_refresh_us + cl->refresh_gap_ms * 1000 - now_monotonic_us();
-    if (wait_us < 0)
-        wait_us = 0;
-    tv.tv_sec = wait_us / 1000000;
-    tv.tv_usec = wait_us % 1000000;
-    evtimer_add(cl->refresh_ev, &tv);
+    schedule_tidy(arg);
+    (void)c;
 }
 
-/* Every REFRESH_PERIOD_MS, give or take 10%: workers and instances started
- * together do not all ask at the same moment. */
-static void
-arm_period(struct cluster *cl)
-{
-    int64_t ms = REFRESH_PERIOD_MS * 9 / 10 + random() % (REFRESH_PERIOD_MS / 5 + 1);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+static const struct cluster_map_hooks map_hooks = {
+    .node = map_node,
+    .pick = map_pick,
+    .connect_seeds = map_connect_seeds,
+    .applied = map_applied,
+    .master_down = map_master_down,
+    .replied = map_replied,
+};
 
-    evtimer_add(cl->period_ev, &tv);
-}
-
-static void
-on_period(evutil_socket_t fd, short what, void *arg)
-{
-    struct cluster *cl = arg;
-
-    request_refresh(cl);
-    arm_period(cl);
-    (void)fd;
-    (void)what;
-}
-
-/* Off every hiredis callback: drop stalled connections, free nodes that are
- * no longer masters and that nothing waits for. */
+/* Off every hiredis callback: free the nodes that are no longer masters and
+ * that nothing waits for. */
 static void
 on_tidy(evutil_socket_t fd, short what, void *arg)
 {
     struct cluster *cl = arg;
     struct cnode **pp = &cl->nodes, *n;
     /* While a refresh is wanted, the seeds may be all we can ask. */
-    int keep_others = !cl->map_loaded || cl->want_refresh || cl->refresh_inflight;
+    int keep_others = !cl->map.loaded || cluster_map_busy(&cl->map);
 
     while ((n = *pp) != NULL) {
-        if (n->drop) {
-            n->drop = 0;
-            if (n->ac != NULL) {
-                redisAsyncContext *ac = n->ac;
-
-                log_warn("msg=\"redis cluster node stalled, reconnecting\" node=%s pending=%u",
-                         n->name, n->pending);
-                node_set_state(n, RCONN_DOWN, "redis stalled");
-                /* Free, not Disconnect: a hung server never answers.  Every
-                 * pending callback runs now with NULL. */
-                n->ac = NULL;
-                redisAsyncFree(ac);
-                node_schedule_reconnect(n);
-                if (n->master)
-                    request_refresh(cl);
-            }
-        }
-        if (!keep_others && !n->master && n->pending == 0 && n->refs == 0) {
+        if (!keep_others && !n->master && n->c.pending == 0 && n->refs == 0) {
             log_debug("msg=\"redis cluster node closed\" node=%s", n->name);
             *pp = n->next;
             node_free(n);
@@ -1294,19 +834,21 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     memset(&res, 0, sizeof(res));
     res.status = RL_BACKEND_DOWN;
     if (klen >= 0) {
-        slot = key_slot(key, (size_t)klen);
-        n = cl->slots[slot];
+        slot = cluster_key_slot(key, (size_t)klen);
+        n = cl->map.owner[slot];
     }
     if (klen < 0) {
         res.status = RL_BACKEND_ERROR;
         res.error = "key too long";
-    } else if (!cl->map_loaded) {
+    } else if (!cl->map.loaded && !map_coming(cl)) {
         res.error = "cluster slot map not loaded";
+    } else if (!cl->map.loaded) {
+        ;                       /* waits for the map under its deadline */
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
-        request_refresh(cl);
-    } else if (n->st.state != RCONN_READY && !node_worth_waiting(n)) {
-        res.error = n->st.down_reason ? n->st.down_reason : "cluster master not connected";
+        cluster_map_refresh(&cl->map);
+    } else if (n->c.st.state != RCONN_READY && !node_worth_waiting(n)) {
+        res.error = n->c.st.down_reason ? n->c.st.down_reason : "cluster master not connected";
     }
     if (res.error != NULL) {
         cb(&res, arg);
@@ -1344,16 +886,16 @@ cluster_ready(struct rl_backend *be, const char **reason)
 {
     struct cluster *cl = (struct cluster *)be;
 
-    if (!cl->map_loaded) {
+    if (!cl->map.loaded) {
         *reason = "cluster slot map not loaded";
         return RL_ERR;
     }
-    if (cl->covered < CLUSTER_SLOTS) {
+    if (cl->map.covered < CLUSTER_SLOTS) {
         *reason = "not every cluster slot has a master";
         return RL_ERR;
     }
     for (struct cnode *n = cl->nodes; n != NULL; n = n->next) {
-        if (n->master && n->st.state != RCONN_READY) {
+        if (n->master && n->c.st.state != RCONN_READY) {
             *reason = "a cluster master is not connected";
             return RL_ERR;
         }
@@ -1398,9 +940,6 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
     cl->evb = evb;
     cl->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     cl->max_pending = (unsigned)cfg->redis.max_pending;
-    cl->refresh_gap_ms = REFRESH_GAP_MS;
-    cl->refresh_ev = evtimer_new(evb, on_refresh_timer, cl);
-    cl->period_ev = evtimer_new(evb, on_period, cl);
     cl->tidy_ev = evtimer_new(evb, on_tidy, cl);
     cl->coalesce = (size_t)cfg->redis.coalesce;
     cl->queue = xcalloc(cl->coalesce, sizeof(*cl->queue));
@@ -1436,10 +975,8 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
         cluster_destroy(&cl->base);
         return RL_ERR;
     }
-    arm_period(cl);
     /* Connect every seed; the first ready one is asked for the map. */
-    cl->want_refresh = 1;
-    refresh_start(cl);
+    cluster_map_init(&cl->map, evb, cl->connect_timeout_ms, &map_hooks, cl);
     *out = &cl->base;
     return RL_OK;
 }
@@ -1453,16 +990,8 @@ cluster_destroy(struct rl_backend *be)
     cl->destroying = 1;
     /* 1. Close every connection: hiredis runs each pending callback once with
      *    NULL, which answers the checks in flight (DOWN) and frees them. */
-    for (n = cl->nodes; n != NULL; n = n->next) {
-        n->closing = 1;
-        rconn_abandon(n->lookup);
-        n->lookup = NULL;
-        if (n->ac != NULL) {
-            redisAsyncContext *ac = n->ac;
-            n->ac = NULL;
-            redisAsyncFree(ac);
-        }
-    }
+    for (n = cl->nodes; n != NULL; n = n->next)
+        rconn_close(&n->c);
     /* 2. Checks waiting for a node or a retry: answered now. */
     while (cl->ops != NULL) {
         struct cop *op = cl->ops;
@@ -1474,10 +1003,7 @@ cluster_destroy(struct rl_backend *be)
         cl->nodes = n->next;
         node_free(n);
     }
-    if (cl->refresh_ev != NULL)
-        event_free(cl->refresh_ev);
-    if (cl->period_ev != NULL)
-        event_free(cl->period_ev);
+    cluster_map_close(&cl->map);
     if (cl->tidy_ev != NULL)
         event_free(cl->tidy_ev);
     if (cl->flush_ev != NULL)

@@ -1,7 +1,8 @@
 /*
  * backend_redis.c — counts in Redis, decided by the embedded check script.
  *
- * One async hiredis connection per worker, on the worker's event_base.  The
+ * One connection per worker (a struct rconn, redis_conn.c), on the worker's
+ * event_base; with Sentinel, redis_sentinel.c says where to.  The
  * checks that arrive in one pass of the event loop are coalesced into one
  * EVALSHA of the check script (EVAL once when the server answers NOSCRIPT,
  * e.g. after a restart or SCRIPT FLUSH), up to redis.coalesce of them, and
@@ -9,10 +10,12 @@
  * check owns a timer: when it fires the check is answered TIMEOUT and its part
  * of the late reply, when it comes, is dropped.
  *
- * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, SCRIPT
- * LOAD) -> READY.  Lost connections come back with exponential backoff and
- * jitter.  Checks that arrive while not READY are answered DOWN at once, so
- * a dead Redis never queues work.
+ * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, ROLE,
+ * SCRIPT LOAD) -> READY.  Lost connections come back with exponential backoff
+ * and jitter.  Checks that arrive while a connection is being made (CONNECTING,
+ * HANDSHAKE: the first one, or a reconnect attempt under way) wait for it,
+ * each under its own deadline; checks that arrive while DOWN (between
+ * attempts) are answered DOWN at once, so a dead Redis never queues work.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,30 +32,15 @@
 #include "script.h"
 #include "metrics.h"
 #include "redis_conn.h"
+#include "redis_sentinel.h"
 #include "redis_url.h"
 #include "util.h"
-
-/* A connection whose oldest outstanding request is this old (or older than
- * its own deadline, when longer) is presumed hung (SIGSTOP, a dead network
- * path, a server too slow to keep up) and dropped: late answers are worthless
- * and the queue behind them must not grow. */
-#define STALL_MIN_MS 1000
-/* An idle connection is PINGed this often, so /readyz notices a hung Redis
- * even when no check is waiting. */
-#define HEARTBEAT_MS 250
-#define IDLE_PING_MS 1000
-/* The ring of send times holds this many; redis.max_pending (<= it) is the
- * real cap: past it a check fails fast instead of joining a queue that Redis
- * would only reach after the check's deadline (a timed-out request still runs
- * in Redis, so an unbounded queue means working for nobody). */
-#define PENDING_MAX 65536
 
 struct redis_backend {
     struct rl_backend base;
     struct event_base *evb;
     struct rl_redis_url url;
     char *display;              /* the URL without credentials, for logs */
-    int64_t connect_timeout_ms;
     unsigned max_pending;
     /* Checks waiting for the end of this event-loop pass (flush_ev), to go
      * to Redis as one script call. */
@@ -61,38 +49,16 @@ struct redis_backend {
     struct event *flush_ev;
     struct rl_script_call call;     /* scratch argv, reused */
     const struct rl_check_req **reqs;
-    redisAsyncContext *ac;
-    struct rconn_status st;     /* state, down_reason, for the log */
-    struct event *retry_ev;     /* reconnect after backoff */
-    struct event *connect_ev;   /* connect/handshake deadline */
-    struct event *drop_ev;      /* drop a stalled connection, off-callback */
+    struct rconn c;             /* the connection, its state and replies owed */
     struct evdns_base *dns;     /* only when a host is named, not numbered */
-    struct rconn_lookup *lookup;    /* a name being resolved */
-    const char *drop_reason;
     /* Sentinel: the master's address comes from the sentinels, asked again
      * before every connection and whenever they announce a switch. */
-    char *sentinel_master;
-    struct rl_hostport *sentinels;
-    size_t nsentinels, sentinel_next, sentinel_tries;
-    redisAsyncContext *sac;     /* asking a sentinel for the master */
-    redisAsyncContext *subac;   /* subscribed to +switch-master */
-    char *master_host;          /* as the sentinels last said */
-    int master_port;
-    int64_t backoff_ms;
-    int64_t last_reply_us;
-    unsigned pending;           /* replies hiredis still owes us */
-    unsigned pending_checks;    /* checks in those replies: max_pending counts these */
-    /* Send times of the outstanding requests, oldest first: replies come
-     * back in order, so the head is the one that has waited longest. */
-    int64_t *sent;
-    unsigned sent_head;
-    struct event *heartbeat_ev;
-    int destroying;
-};
-
-struct rl_hostport {
-    char *host;
-    int port;
+    struct rsentinel *sentinel;
+    unsigned pending_checks;    /* checks in the replies owed: max_pending counts these */
+    /* Checks that came while the connection was being made: sent when it is
+     * ready, answered DOWN when it fails.  At most max_pending. */
+    struct redis_op **waiting;
+    size_t nwaiting, waiting_cap;
 };
 
 struct redis_op {
@@ -110,16 +76,7 @@ struct redis_batch {
     struct redis_op *ops[];
 };
 
-static void redis_connect(struct redis_backend *rb);
-
-static void
-set_state(struct redis_backend *rb, enum rconn_state s, const char *reason)
-{
-    /* A new connection may be to a server that lost or never had our keys
-     * (restart, failover): what was learnt before is void. */
-    if (rconn_set_state(&rb->st, s, reason, rb->display, rb->destroying))
-        rb->base.epoch++;
-}
+static void waiting_end(struct redis_backend *rb, int ready, const char *why);
 
 /* ---- answering checks ---------------------------------------------------- */
 
@@ -130,74 +87,9 @@ op_free(struct redis_op *op)
     free(op);
 }
 
-/* ---- the outstanding-request queue -------------------------------------------- */
-
-/*
- * Remember when waiting for this reply stops making sense: its own deadline
- * (a check's redis.timeout), but never sooner than a second or the connect
- * timeout, so one slow script does not cost the connection.
- */
-static void
-sent_push(struct redis_backend *rb, int64_t wait_ms)
-{
-    int64_t floor_ms = rb->connect_timeout_ms > STALL_MIN_MS ? rb->connect_timeout_ms
-                                                             : STALL_MIN_MS;
-
-    if (wait_ms < floor_ms)
-        wait_ms = floor_ms;
-    rb->sent[(rb->sent_head + rb->pending) % PENDING_MAX] = now_monotonic_us() + wait_ms * 1000;
-    rb->pending++;
-}
-
-static void
-sent_pop(struct redis_backend *rb)
-{
-    if (rb->pending == 0)
-        return;
-    rb->sent_head = (rb->sent_head + 1) % PENDING_MAX;
-    rb->pending--;
-}
-
-/* The oldest outstanding request is past the point of waiting for it. */
-static int
-stalled(const struct redis_backend *rb, int64_t now)
-{
-    return rb->pending > 0 && now > rb->sent[rb->sent_head];
-}
-
-/* Every command goes through here so the queue stays in step with hiredis. */
-static int
-send_resp(struct redis_backend *rb, redisCallbackFn *fn, void *priv, int64_t wait_ms,
-          const char *cmd, size_t len)
-{
-    if (rb->ac == NULL || rb->pending >= rb->max_pending ||
-        redisAsyncFormattedCommand(rb->ac, fn, priv, cmd, len) != REDIS_OK)
-        return RL_ERR;
-    sent_push(rb, wait_ms);
-    return RL_OK;
-}
-
-/* rconn_send_fn: a handshake command, counted like every other. */
-static int
-send_fmt(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
-{
-    struct redis_backend *rb = owner;
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = redisvAsyncCommand(rb->ac, fn, priv, fmt, ap);
-    va_end(ap);
-    if (rc != REDIS_OK)
-        return RL_ERR;
-    sent_push(rb, 0);
-    return RL_OK;
-}
-
 /* ---- sending --------------------------------------------------------------- */
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
-static void schedule_reconnect(struct redis_backend *rb);
 
 static void
 batch_free(struct redis_batch *b)
@@ -244,7 +136,7 @@ send_batch(struct redis_batch *b, int eval)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
     if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK ||
-        send_resp(rb, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
+        rconn_send(&rb->c, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
     rb->pending_checks += b->counted;
@@ -260,7 +152,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     const char *why;
     size_t len = 0;
 
-    sent_pop(rb);
+    rconn_replied(&rb->c, ac, reply);
     rb->pending_checks -= b->counted;
     b->counted = 0;
     if (r == NULL) {
@@ -270,9 +162,10 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         batch_free(b);
         return;
     }
-    rb->last_reply_us = now_monotonic_us();
     for (size_t i = 0; i < b->n; i++)
         len += script_reply_len(b->ops[i]->nlimits);
+    if (r->type == REDIS_REPLY_ERROR)
+        rconn_error(&rb->c.errs, &rb->c.st, rb->display, r->str, b->n);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
         !b->sent_eval) {
         /* The server forgot the script (restart, SCRIPT FLUSH): send it
@@ -283,26 +176,29 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             free(b);
             return;
         }
-        if (rb->st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
+        if (rb->c.st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
             return;
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
+    } else if (r->type == REDIS_REPLY_ERROR && rconn_unusable(r->str) != NULL) {
+        /* Nothing ran, and nothing will on this server: leave it */
+        batch_answer_status(b, RL_BACKEND_DOWN, rconn_unusable(r->str));
+        if (rb->c.ac == ac)
+            rconn_drop(&rb->c, rconn_unusable(r->str));
     } else if (r->type == REDIS_REPLY_ERROR) {
-        log_warn("msg=\"check script failed\" redis=%s checks=%zu error=\"%.200s\"",
-                 rb->display, b->n, r->str);
         batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
     } else if (script_reply_check(r, len, &why) != RL_OK) {
-        log_warn("msg=\"check script failed\" redis=%s checks=%zu error=\"%s\"",
-                 rb->display, b->n, why);
+        rconn_bad_reply(&rb->c.errs, &rb->c.st, rb->display, why, b->n);
         batch_answer_status(b, RL_BACKEND_ERROR, why);
     } else {
         size_t at = 0;
+
+        rconn_errlog_end(&rb->c.errs, &rb->c.st, rb->display);
 
         for (size_t i = 0; i < b->n; i++) {
             script_answer_reply(&b->ops[i]->w, r, at, b->ops[i]->nlimits);
             at += script_reply_len(b->ops[i]->nlimits);
         }
     }
-    (void)ac;
     batch_free(b);
 }
 
@@ -331,8 +227,8 @@ flush(struct redis_backend *rb)
     }
     if (b->n == 0) {
         free(b);
-    } else if (rb->st.state != RCONN_READY) {
-        batch_answer_status(b, RL_BACKEND_DOWN, rb->st.down_reason);
+    } else if (rb->c.st.state != RCONN_READY) {
+        batch_answer_status(b, RL_BACKEND_DOWN, rb->c.st.down_reason);
         batch_free(b);
     } else if (send_batch(b, 0) != RL_OK) {
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
@@ -344,26 +240,6 @@ static void
 on_flush(evutil_socket_t fd, short what, void *arg)
 {
     flush(arg);
-    (void)fd;
-    (void)what;
-}
-
-static void
-on_drop(evutil_socket_t fd, short what, void *arg)
-{
-    struct redis_backend *rb = arg;
-    redisAsyncContext *ac = rb->ac;
-
-    if (ac == NULL)
-        return;
-    log_warn("msg=\"dropping the redis connection\" redis=%s reason=\"%s\" pending=%u",
-             rb->display, rb->drop_reason, rb->pending);
-    set_state(rb, RCONN_DOWN, rb->drop_reason);
-    /* Free, not Disconnect: Disconnect waits for replies a hung server will
-     * never send.  Every pending callback runs now with NULL. */
-    rb->ac = NULL;
-    redisAsyncFree(ac);
-    schedule_reconnect(rb);
     (void)fd;
     (void)what;
 }
@@ -381,60 +257,8 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-on_ping(redisAsyncContext *ac, void *reply, void *privdata)
+enqueue(struct redis_backend *rb, struct redis_op *op)
 {
-    struct redis_backend *rb = ac->data;
-
-    sent_pop(rb);
-    if (reply != NULL)
-        rb->last_reply_us = now_monotonic_us();
-    (void)privdata;
-}
-
-static void
-on_heartbeat(evutil_socket_t fd, short what, void *arg)
-{
-    struct redis_backend *rb = arg;
-    int64_t now = now_monotonic_us();
-
-    if (rb->ac != NULL && stalled(rb, now)) {
-        rb->drop_reason = "redis stalled";
-        event_active(rb->drop_ev, EV_TIMEOUT, 0);
-    } else if (rb->st.state == RCONN_READY && rb->pending == 0 &&
-               now - rb->last_reply_us > IDLE_PING_MS * 1000LL) {
-        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-        if (send_resp(rb, on_ping, NULL, 0, ping, sizeof(ping) - 1) == RL_OK)
-            rb->last_reply_us = now;    /* one PING at a time */
-    }
-    (void)fd;
-    (void)what;
-}
-
-static void
-redis_check(struct rl_backend *be, const struct rl_check_req *req,
-            rl_check_cb cb, void *arg)
-{
-    struct redis_backend *rb = (struct redis_backend *)be;
-    struct redis_op *op;
-    struct timeval tv;
-
-    if (rb->st.state != RCONN_READY) {
-        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->st.down_reason};
-        cb(&res, arg);
-        return;
-    }
-    op = xcalloc(1, sizeof(*op));
-    op->w.req = req;
-    op->w.cb = cb;
-    op->w.arg = arg;
-    op->nlimits = req->policy->nlimits;
-    evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
-    if (!(req->flags & RL_CHECK_SETTLE)) {
-        /* else the heartbeat bounds the wait: it drops a stalled connection */
-        tv.tv_sec = req->timeout_ms / 1000;
-        tv.tv_usec = (req->timeout_ms % 1000) * 1000;
-        evtimer_add(&op->timer, &tv);
-    }
     /* The first check of this pass schedules the flush; event_active puts it
      * behind the callbacks already active, so the other requests read in
      * this pass join the same call. */
@@ -445,359 +269,163 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
         event_active(rb->flush_ev, EV_TIMEOUT, 1);
 }
 
-/* ---- connection ------------------------------------------------------------- */
-
-static void
-schedule_reconnect(struct redis_backend *rb)
+/* Room for one more waiting check: those their deadline answered go first. */
+static int
+waiting_room(struct redis_backend *rb)
 {
-    struct timeval tv;
+    size_t k = 0;
 
-    if (rb->destroying || evtimer_pending(rb->retry_ev, NULL))
-        return;
-    tv = rconn_backoff(&rb->backoff_ms);
-    evtimer_add(rb->retry_ev, &tv);
-}
-
-static void
-on_retry(evutil_socket_t fd, short what, void *arg)
-{
-    redis_connect(arg);
-    (void)fd;
-    (void)what;
-}
-
-static void
-on_connect_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    struct redis_backend *rb = arg;
-
-    if (rb->lookup != NULL) {
-        rconn_abandon(rb->lookup);
-        rb->lookup = NULL;
-        log_debug("msg=\"redis host resolution timed out\" redis=%s", rb->display);
-        set_state(rb, RCONN_DOWN, "resolve timeout");
-        schedule_reconnect(rb);
-    } else if (rb->sac != NULL) {
-        redisAsyncContext *ac = rb->sac;
-        rb->sac = NULL;
-        redisAsyncFree(ac);
-        set_state(rb, RCONN_DOWN, "sentinel did not answer");
-        schedule_reconnect(rb);
-    } else if (rb->ac != NULL && rb->st.state != RCONN_READY) {
-        log_debug("msg=\"redis connect timed out\" redis=%s", rb->display);
-        set_state(rb, RCONN_DOWN, "connect timeout");
-        /* Not inside a hiredis callback: freeing here is safe, and it runs
-         * on_disconnect only for established connections. */
-        redisAsyncContext *ac = rb->ac;
-        rb->ac = NULL;
-        redisAsyncFree(ac);
-        schedule_reconnect(rb);
-    }
-    (void)fd;
-    (void)what;
-}
-
-static void
-on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct redis_backend *rb = ac->data;
-    redisReply *r = reply;
-    const char *step = privdata, *why;
-
-    sent_pop(rb);
-    if (r == NULL || rb->st.state != RCONN_HANDSHAKE)
-        return;
-    switch (rconn_step(r, step, rb->display, &why)) {
-    case RCONN_STEP_WAIT:
-        break;
-    case RCONN_STEP_FAILED:
-        if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
-            log_error("msg=\"redis handshake failed\" redis=%s step=%s error=\"%.200s\"",
-                      rb->display, step, r->str);
+    if (rb->nwaiting < rb->waiting_cap)
+        return 1;
+    for (size_t i = 0; i < rb->nwaiting; i++) {
+        if (rb->waiting[i]->w.answered)
+            op_free(rb->waiting[i]);
         else
-            log_warn("msg=\"the sentinels' master is not a master, asking again\" redis=%s",
-                     rb->display);
-        set_state(rb, RCONN_DOWN, why);
-        redisAsyncDisconnect(ac);
-        break;
-    case RCONN_STEP_READY:
-        evtimer_del(rb->connect_ev);
-        rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
-        rb->last_reply_us = now_monotonic_us();
-        set_state(rb, RCONN_READY, NULL);
-        break;
+            rb->waiting[k++] = rb->waiting[i];
     }
+    rb->nwaiting = k;
+    if (k < rb->waiting_cap)
+        return 1;
+    if (rb->waiting_cap >= rb->max_pending)
+        return 0;
+    rb->waiting_cap = rb->waiting_cap == 0 ? 16 : rb->waiting_cap * 2;
+    if (rb->waiting_cap > rb->max_pending)
+        rb->waiting_cap = rb->max_pending;
+    rb->waiting = xrealloc(rb->waiting, rb->waiting_cap * sizeof(*rb->waiting));
+    return 1;
 }
 
+/* The connection the waiting checks waited for is ready (send them) or
+ * failed (answer them DOWN with `why`). */
 static void
-on_connect(const redisAsyncContext *cac, int status)
+waiting_end(struct redis_backend *rb, int ready, const char *why)
 {
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct redis_backend *rb = ac->data;
+    struct redis_op **w = rb->waiting;
+    size_t n = rb->nwaiting;
 
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this returns */
-        log_debug("msg=\"redis connect failed\" redis=%s error=\"%s\"",
-                  rb->display, ac->errstr);
-        rb->ac = NULL;
-        evtimer_del(rb->connect_ev);
-        set_state(rb, RCONN_DOWN, "connection refused");
-        schedule_reconnect(rb);
-        return;
+    /* Answers run callbacks that may check again: those see the new state
+     * and never this list. */
+    rb->waiting = NULL;
+    rb->nwaiting = rb->waiting_cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct redis_op *op = w[i];
+
+        if (op->w.answered) {
+            op_free(op);
+        } else if (!ready) {
+            script_answer_status(&op->w, RL_BACKEND_DOWN, why ? why : "redis not connected");
+            op_free(op);
+        } else {
+            /* sent now: from here on only its reply settles it */
+            if (op->w.req->flags & RL_CHECK_SETTLE)
+                event_del(&op->timer);
+            enqueue(rb, op);
+        }
     }
-    set_state(rb, RCONN_HANDSHAKE, NULL);
-    {
-        struct rconn_login login = {rb->url.username, rb->url.password, rb->url.db,
-                                    rb->sentinel_master != NULL};
-        /* a command not queued leaves the handshake to its deadline */
-        (void)rconn_handshake(&login, send_fmt, rb, on_handshake);
-    }
+    free(w);
 }
 
 static void
-on_disconnect(const redisAsyncContext *ac, int status)
+redis_check(struct rl_backend *be, const struct rl_check_req *req,
+            rl_check_cb cb, void *arg)
 {
-    struct redis_backend *rb = ac->data;
-
-    /* hiredis frees the context after this returns.  A context we dropped
-     * on purpose is no longer rb->ac: whoever dropped it set the state. */
-    if (rb->ac != ac)
-        return;
-    rb->ac = NULL;
-    evtimer_del(rb->connect_ev);
-    set_state(rb, RCONN_DOWN, status == REDIS_OK ? "disconnected" : "connection lost");
-    schedule_reconnect(rb);
-}
-
-static void
-fail_connect(struct redis_backend *rb, const char *why)
-{
-    evtimer_del(rb->connect_ev);
-    set_state(rb, RCONN_DOWN, why);
-    schedule_reconnect(rb);
-}
-
-static void
-connect_to(void *arg, const char *ip, const char *why)
-{
-    struct redis_backend *rb = arg;
-    redisAsyncContext *ac;
-
-    rb->lookup = NULL;
-    if (ip == NULL) {
-        log_debug("msg=\"cannot resolve a host\" redis=%s error=\"%s\"", rb->display, why);
-        fail_connect(rb, "cannot resolve the redis host");
-        return;
-    }
-    ac = rconn_open(rb->evb, ip, rb->master_host ? rb->master_port : rb->url.port,
-                    rb->url.path, rb, on_connect, on_disconnect, &why);
-    if (ac == NULL) {
-        fail_connect(rb, why);
-        return;
-    }
-    rb->ac = ac;
-    rb->pending = 0;        /* the last connection's callbacks all ran */
-    rb->sent_head = 0;
-}
-
-/* `then` gets an address for host (a name is resolved under the connect
- * deadline) or NULL. */
-static void
-resolve(struct redis_backend *rb, const char *host, rconn_resolved_cb then)
-{
-    struct rconn_lookup *l = rconn_resolve(&rb->dns, rb->evb, host, then, rb);
-
-    if (l != NULL)
-        rb->lookup = l;     /* else `then` ran already, and may have started another */
-}
-
-/* ---- Sentinel ---------------------------------------------------------------- */
-
-static void sentinel_ask_next(struct redis_backend *rb);
-
-static void
-on_switch_master(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct redis_backend *rb = ac->data;
-    redisReply *r = reply;
-    size_t n;
-
-    /* ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"] */
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[2]->type != REDIS_REPLY_STRING)
-        return;
-    n = strlen(rb->sentinel_master);
-    if (strncmp(r->element[2]->str, rb->sentinel_master, n) != 0 ||
-        r->element[2]->str[n] != ' ')
-        return;
-    log_info("msg=\"sentinel switched the master\" redis=%s switch=\"%.200s\"",
-             rb->display, r->element[2]->str);
-    if (rb->ac != NULL) {
-        rb->drop_reason = "sentinel switched the master";
-        event_active(rb->drop_ev, EV_TIMEOUT, 0);
-    }
-    (void)privdata;
-}
-
-static void
-on_sub_connect(const redisAsyncContext *cac, int status)
-{
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct redis_backend *rb = ac->data;
-
-    if (status != REDIS_OK) {
-        if (rb->subac == ac)
-            rb->subac = NULL;
-        return;
-    }
-    redisAsyncCommand(ac, on_switch_master, NULL, "SUBSCRIBE +switch-master");
-}
-
-static void
-on_sub_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct redis_backend *rb = ac->data;
-
-    /* resubscribed at the next answer from a sentinel */
-    if (rb->subac == ac)
-        rb->subac = NULL;
-    (void)status;
-}
-
-/* Listen for failovers on the sentinel that just answered. */
-static void
-sentinel_subscribe(struct redis_backend *rb, const char *ip, int port)
-{
-    const char *why;
-
-    if (rb->subac != NULL || rb->destroying)
-        return;
-    rb->subac = rconn_open(rb->evb, ip, port, NULL, rb, on_sub_connect, on_sub_disconnect,
-                           &why);
-}
-
-static void
-on_sentinel_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct redis_backend *rb = ac->data;
-    redisReply *r = reply;
-    const struct rl_hostport *node = privdata;
-
-    if (rb->sac != ac)
-        return;             /* an answer that no longer matters */
-    rb->sac = NULL;
-    redisAsyncDisconnect(ac);   /* deferred by hiredis until we return */
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
-        log_debug("msg=\"a sentinel did not name the master\" redis=%s sentinel=%s:%d",
-                  rb->display, node->host, node->port);
-        sentinel_ask_next(rb);
-        return;
-    }
-    free(rb->master_host);
-    rb->master_host = xstrdup(r->element[0]->str);
-    rb->master_port = atoi(r->element[1]->str);
-    log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%d", rb->display,
-              rb->master_host, rb->master_port);
-    sentinel_subscribe(rb, ac->c.tcp.host, node->port);
-    rb->sentinel_tries = 0;
-    resolve(rb, rb->master_host, connect_to);
-}
-
-static void
-on_sentinel_connect(const redisAsyncContext *cac, int status)
-{
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    struct redis_backend *rb = ac->data;
-
-    if (status != REDIS_OK && rb->sac == ac) {
-        rb->sac = NULL;     /* hiredis frees it after this returns */
-        sentinel_ask_next(rb);
-    }
-}
-
-static void
-on_sentinel_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct redis_backend *rb = ac->data;
-
-    if (rb->sac == ac) {    /* lost before it answered */
-        rb->sac = NULL;
-        sentinel_ask_next(rb);
-    }
-    (void)status;
-}
-
-static void
-sentinel_connect(void *arg, const char *ip, const char *why)
-{
-    struct redis_backend *rb = arg;
-    const struct rl_hostport *node =
-        &rb->sentinels[(rb->sentinel_next + rb->nsentinels - 1) % rb->nsentinels];
-    redisAsyncContext *ac;
-
-    rb->lookup = NULL;
-    if (ip == NULL ||
-        (ac = rconn_open(rb->evb, ip, node->port, NULL, rb, on_sentinel_connect,
-                         on_sentinel_disconnect, &why)) == NULL) {
-        sentinel_ask_next(rb);
-        return;
-    }
-    rb->sac = ac;
-    redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
-                      "SENTINEL get-master-addr-by-name %s", rb->sentinel_master);
-}
-
-/* Ask the sentinels in turn; when every one failed, back off. */
-static void
-sentinel_ask_next(struct redis_backend *rb)
-{
-    const struct rl_hostport *node;
-
-    if (rb->destroying)
-        return;
-    if (rb->sentinel_tries++ >= rb->nsentinels) {
-        rb->sentinel_tries = 0;
-        fail_connect(rb, "no sentinel named the master");
-        return;
-    }
-    node = &rb->sentinels[rb->sentinel_next];
-    rb->sentinel_next = (rb->sentinel_next + 1) % rb->nsentinels;
-    resolve(rb, node->host, sentinel_connect);
-}
-
-static void
-redis_connect(struct redis_backend *rb)
-{
+    struct redis_backend *rb = (struct redis_backend *)be;
+    struct redis_op *op;
     struct timeval tv;
+    int wait = rb->c.st.state == RCONN_CONNECTING || rb->c.st.state == RCONN_HANDSHAKE;
 
-    set_state(rb, RCONN_CONNECTING, NULL);
-    tv.tv_sec = rb->connect_timeout_ms / 1000;
-    tv.tv_usec = (rb->connect_timeout_ms % 1000) * 1000;
-    evtimer_add(rb->connect_ev, &tv);
-    if (rb->sentinel_master != NULL)
-        sentinel_ask_next(rb);
-    else if (rb->url.path != NULL)
-        connect_to(rb, "", NULL);
+    if (rb->c.st.state == RCONN_DOWN || (wait && !waiting_room(rb))) {
+        struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = rb->c.st.down_reason};
+        if (wait)
+            res.error = "too many checks waiting for redis";
+        cb(&res, arg);
+        return;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->w.req = req;
+    op->w.cb = cb;
+    op->w.arg = arg;
+    op->nlimits = req->policy->nlimits;
+    evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
+    /* A settling check has no deadline once sent (the heartbeat bounds that
+     * wait: it drops a stalled connection), but one while it waits for a
+     * connection: a TIMEOUT then says it never reached Redis. */
+    if (wait || !(req->flags & RL_CHECK_SETTLE)) {
+        tv.tv_sec = req->timeout_ms / 1000;
+        tv.tv_usec = (req->timeout_ms % 1000) * 1000;
+        evtimer_add(&op->timer, &tv);
+    }
+    if (wait)
+        rb->waiting[rb->nwaiting++] = op;
     else
-        resolve(rb, rb->url.host, connect_to);
+        enqueue(rb, op);
+}
+
+/* ---- the connection's hooks ------------------------------------------------- */
+
+static void
+conn_ready(struct rconn *c, int again)
+{
+    struct redis_backend *rb = c->owner;
+
+    /* A new connection may be to a server that lost or never had our keys
+     * (restart, failover): what was learnt before is void. */
+    rb->base.epoch++;
+    waiting_end(rb, 1, NULL);
+    (void)again;
+}
+
+static void
+conn_down(struct rconn *c)
+{
+    waiting_end(c->owner, 0, c->st.down_reason);
+}
+
+/* Sentinel: where to connect is asked before every attempt. */
+static void
+sentinel_locate(struct rconn *c)
+{
+    rsentinel_ask(((struct redis_backend *)c->owner)->sentinel);
 }
 
 static int
-parse_hostport(const char *s, struct rl_hostport *out)
+sentinel_abandon(struct rconn *c)
 {
-    const char *colon = strrchr(s, ':');
-
-    if (colon == NULL)
-        return RL_ERR;
-    if (s[0] == '[')
-        out->host = xstrndup(s + 1, (size_t)(colon - s - 2));
-    else
-        out->host = xstrndup(s, (size_t)(colon - s));
-    out->port = atoi(colon + 1);
-    return RL_OK;
+    return rsentinel_cancel(((struct redis_backend *)c->owner)->sentinel);
 }
+
+/* rsentinel_found_cb */
+static void
+sentinel_found(void *arg, const char *host, int port, const char *why)
+{
+    struct redis_backend *rb = arg;
+
+    if (host == NULL)
+        rconn_fail(&rb->c, why);
+    else
+        rconn_connect_host(&rb->c, host, port);
+}
+
+/* rsentinel_switch_cb */
+static void
+sentinel_switched(void *arg)
+{
+    struct redis_backend *rb = arg;
+
+    rconn_drop(&rb->c, "sentinel switched the master");
+}
+
+static const struct rconn_hooks direct_hooks = {
+    .ready = conn_ready,
+    .down = conn_down,
+};
+
+static const struct rconn_hooks sentinel_hooks = {
+    .locate = sentinel_locate,
+    .abandon = sentinel_abandon,
+    .ready = conn_ready,
+    .down = conn_down,
+};
 
 /* ---- the backend interface ---------------------------------------------------- */
 
@@ -820,41 +448,33 @@ redis_create(struct rl_backend **out, struct event_base *evb,
         free(rb->url.password);
         rb->url.password = xstrdup(cfg->redis.password);
     }
-    if (cfg->redis.sentinel.master != NULL) {
-        rb->sentinel_master = xstrdup(cfg->redis.sentinel.master);
-        rb->nsentinels = cfg->redis.sentinel.nodes.n;
-        rb->sentinels = xcalloc(rb->nsentinels, sizeof(*rb->sentinels));
-        for (size_t i = 0; i < rb->nsentinels; i++)
-            if (parse_hostport(cfg->redis.sentinel.nodes.v[i], &rb->sentinels[i]) != RL_OK) {
-                *cause = xasprintf("bad sentinel address %s", cfg->redis.sentinel.nodes.v[i]);
-                return RL_ERR;  /* config validation makes this unreachable */
-            }
-    }
     rb->base.ops = &rl_backend_redis_ops;
     rb->evb = evb;
-    rb->display = rb->sentinel_master
-                  ? xasprintf("sentinel:%s", rb->sentinel_master)
+    rb->display = cfg->redis.sentinel.master != NULL
+                  ? xasprintf("sentinel:%s", cfg->redis.sentinel.master)
                   : redis_url_display(&rb->url);
-    rb->connect_timeout_ms = cfg->redis.connect_timeout_ms;
+    if (cfg->redis.sentinel.master != NULL)
+        rb->sentinel = rsentinel_new(evb, &rb->dns, &cfg->redis.sentinel, rb->display,
+                                     sentinel_found, sentinel_switched, rb);
     rb->max_pending = (unsigned)cfg->redis.max_pending;
     rb->coalesce = (size_t)cfg->redis.coalesce;
     rb->queue = xcalloc(rb->coalesce, sizeof(*rb->queue));
     rb->reqs = xcalloc(rb->coalesce, sizeof(*rb->reqs));
     rb->flush_ev = event_new(evb, -1, 0, on_flush, rb);
-    rb->backoff_ms = RCONN_BACKOFF_MIN_MS;
-    rb->st.down_reason = "not connected yet";
-    rb->st.what = "redis";
-    rb->st.field = "redis";
-    rb->retry_ev = evtimer_new(evb, on_retry, rb);
-    rb->connect_ev = evtimer_new(evb, on_connect_timeout, rb);
-    rb->drop_ev = evtimer_new(evb, on_drop, rb);
-    rb->sent = xcalloc(PENDING_MAX, sizeof(*rb->sent));
-    rb->heartbeat_ev = event_new(evb, -1, EV_PERSIST, on_heartbeat, rb);
     {
-        struct timeval hb = {0, HEARTBEAT_MS * 1000};
-        event_add(rb->heartbeat_ev, &hb);
+        /* a sentinel's answer can be stale, and a URL can name a replica */
+        struct rconn_conf conf = {
+            .evb = evb, .dns = &rb->dns, .host = rb->url.host, .port = rb->url.port,
+            .path = rb->url.path, .name = rb->display, .what = "redis", .field = "redis",
+            .login = {rb->url.username, rb->url.password, rb->url.db,
+                      rb->sentinel != NULL ? RCONN_ROLE_MUST : RCONN_ROLE_IF_ALLOWED},
+            .connect_timeout_ms = cfg->redis.connect_timeout_ms,
+            .max_pending = rb->max_pending, .heartbeat = 1,
+            .hooks = rb->sentinel != NULL ? &sentinel_hooks : &direct_hooks, .owner = rb,
+        };
+        rconn_init(&rb->c, &conf);
     }
-    redis_connect(rb);
+    rconn_start(&rb->c);
     *out = &rb->base;
     return RL_OK;
 }
@@ -864,44 +484,19 @@ redis_destroy(struct rl_backend *be)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
-    rb->destroying = 1;
     /* checks not sent yet end like those in flight: answered, then freed */
     for (size_t i = 0; i < rb->nqueued; i++) {
         script_answer_status(&rb->queue[i]->w, RL_BACKEND_DOWN, "shutting down");
         op_free(rb->queue[i]);
     }
     rb->nqueued = 0;
-    rconn_abandon(rb->lookup);
-    rb->lookup = NULL;
-    if (rb->ac != NULL) {
-        redisAsyncContext *ac = rb->ac;
-        rb->ac = NULL;
-        redisAsyncFree(ac);     /* pending callbacks run with NULL */
-    }
-    if (rb->sac != NULL) {
-        redisAsyncContext *ac = rb->sac;
-        rb->sac = NULL;
-        redisAsyncFree(ac);
-    }
-    if (rb->subac != NULL) {
-        redisAsyncContext *ac = rb->subac;
-        rb->subac = NULL;
-        redisAsyncFree(ac);
-    }
-    for (size_t i = 0; i < rb->nsentinels; i++)
-        free(rb->sentinels[i].host);
-    free(rb->sentinels);
-    free(rb->sentinel_master);
-    free(rb->master_host);
-    event_free(rb->retry_ev);
-    event_free(rb->connect_ev);
-    event_free(rb->drop_ev);
-    event_free(rb->heartbeat_ev);
+    waiting_end(rb, 0, "shutting down");
+    rconn_close(&rb->c);        /* pending callbacks run with NULL */
+    rsentinel_free(rb->sentinel);
     event_free(rb->flush_ev);
     free(rb->queue);
     free(rb->reqs);
     script_call_free(&rb->call);
-    free(rb->sent);
     rconn_dns_free(rb->dns);
     free(rb->display);
     redis_url_clear(&rb->url);
@@ -913,13 +508,13 @@ redis_ready(struct rl_backend *be, const char **reason)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
-    if (rb->st.state == RCONN_READY && !stalled(rb, now_monotonic_us()))
+    if (rb->c.st.state == RCONN_READY && !rconn_stalled(&rb->c, now_monotonic_us()))
         return RL_OK;
-    if (rb->st.state == RCONN_READY) {
+    if (rb->c.st.state == RCONN_READY) {
         *reason = "redis stalled";
         return RL_ERR;
     }
-    *reason = rb->st.down_reason ? rb->st.down_reason : "redis not connected";
+    *reason = rb->c.st.down_reason ? rb->c.st.down_reason : "redis not connected";
     return RL_ERR;
 }
 

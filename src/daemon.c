@@ -195,6 +195,8 @@ open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
 
 struct run_state {
     struct event_base *base;
+    struct event *ready_ev;         /* READY=1 still owed to systemd */
+    int64_t ready_by_us;
     const struct rl_options *opts;
     int stopping;
     size_t exited;
@@ -267,6 +269,38 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 }
 
 /* ---- run --------------------------------------------------------------------- */
+
+/* How often the start looks whether every worker's backend is ready. */
+#define READY_POLL_MS 10
+
+/*
+ * READY=1 once every worker's backend has made its first connection (its
+ * handshake done), or at redis.connect_timeout when one has not: a unit
+ * ordered after this one finds checks decided by Redis, and systemd is
+ * never held up longer than a connection attempt.
+ */
+static void
+on_ready_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct run_state *rs = arg;
+    const char *reason = NULL;
+    struct timeval tv = {0, READY_POLL_MS * 1000};
+
+    if (rs->stopping)
+        return;                 /* STOPPING=1 said already */
+    for (size_t i = 0; i < nworkers && reason == NULL; i++)
+        reason = __atomic_load_n(&workers[i].ready_reason, __ATOMIC_ACQUIRE);
+    if (reason != NULL && now_monotonic_us() < rs->ready_by_us) {
+        evtimer_add(rs->ready_ev, &tv);
+        return;
+    }
+    if (reason != NULL)
+        log_warn("msg=\"backend not ready within connect_timeout, telling systemd ready\" "
+                 "reason=\"%s\"", reason);
+    notify_systemd("READY=1");
+    (void)fd;
+    (void)what;
+}
 
 int
 daemon_run(const struct rl_options *opts, struct rl_config *cfg)
@@ -344,13 +378,17 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
              PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg)->name);
-    /* Ready means listening: the sockets are bound and every worker runs. */
-    notify_systemd("READY=1");
+    /* Ready means listening (the sockets are bound, every worker runs) and
+     * the backend connected: see on_ready_poll. */
+    rs.ready_ev = evtimer_new(rs.base, on_ready_poll, &rs);
+    rs.ready_by_us = now_monotonic_us() + cfg->redis.connect_timeout_ms * 1000;
+    on_ready_poll(-1, 0, &rs);
 
     event_base_dispatch(rs.base);
     rc = 0;
     for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++)
         event_free(sigs[i]);
+    event_free(rs.ready_ev);
 out:
     for (size_t i = 0; i < started; i++)
         worker_join(&workers[i]);

@@ -17,6 +17,11 @@ static char *reg_names[RL_METRICS_POLICIES];
 static int reg_n = 1;           /* id 0: no policy */
 
 static uint64_t reconnects, reloads_ok, reloads_failed, config_hash;
+static uint64_t redis_errors[RL_RERR_COUNT];
+static const char *const redis_error_kinds[RL_RERR_COUNT] = {
+    "oom", "readonly", "masterdown", "loading", "busy", "noscript", "wrongtype", "cluster",
+    "bad_reply", "other"
+};
 
 /* Upper bounds in microseconds; the text form is seconds. */
 static const int64_t lat_le_us[RL_LAT_BUCKETS] = {
@@ -72,6 +77,12 @@ metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us)
         ADD(&m->lat_inf);
     ADD(&m->lat_count);
     __atomic_add_fetch(&m->lat_sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+}
+
+void
+metrics_redis_error(enum rl_redis_error kind, size_t nchecks)
+{
+    __atomic_add_fetch(&redis_errors[kind], (uint64_t)nchecks, __ATOMIC_RELAXED);
 }
 
 void
@@ -226,4 +237,10 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         (unsigned long long)SUM(hybrid_entries), (unsigned long long)SUM(inflight),
         (unsigned long long)LOAD(&reconnects), (unsigned long long)LOAD(&reloads_ok),
         (unsigned long long)LOAD(&reloads_failed), (unsigned long long)LOAD(&config_hash));
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_redis_errors_total Checks answered by an error reply from Redis, by kind.\n"
+        "# TYPE ratelimitd_redis_errors_total counter\n");
+    for (int k = 0; k < RL_RERR_COUNT; k++)
+        evbuffer_add_printf(out, "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
+                            redis_error_kinds[k], (unsigned long long)LOAD(&redis_errors[k]));
 }

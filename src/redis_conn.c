@@ -1,5 +1,7 @@
 /* redis_conn.c — see redis_conn.h. */
 #include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,8 +192,10 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
         rc |= send(owner, fn, (void *)"auth", "AUTH %s", login->password);
     if (login->db != 0)
         rc |= send(owner, fn, (void *)"select", "SELECT %d", login->db);
-    if (login->role)
+    if (login->role == RCONN_ROLE_MUST)
         rc |= send(owner, fn, (void *)"role", "ROLE");
+    else if (login->role == RCONN_ROLE_IF_ALLOWED)
+        rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
     rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check,
                rl_lua_check_len);
     return rc == RL_OK ? RL_OK : RL_ERR;
@@ -200,11 +204,14 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
 enum rconn_step
 rconn_step(const redisReply *r, const char *step, const char *who, const char **why)
 {
+    if (r->type == REDIS_REPLY_ERROR && strcmp(step, "role-if-allowed") == 0 &&
+        strncmp(r->str, "NOPERM", 6) == 0)
+        return RCONN_STEP_WAIT;
     if (r->type == REDIS_REPLY_ERROR) {
         *why = "handshake failed";
         return RCONN_STEP_FAILED;
     }
-    if (strcmp(step, "role") == 0 &&
+    if (strncmp(step, "role", 4) == 0 &&
         (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
          r->element[0]->type != REDIS_REPLY_STRING ||
          strcmp(r->element[0]->str, "master") != 0)) {
@@ -217,4 +224,557 @@ rconn_step(const redisReply *r, const char *step, const char *who, const char **
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
         log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s", who);
     return RCONN_STEP_READY;
+}
+
+/* ---- error replies ---------------------------------------------------------- */
+
+static const struct {
+    const char *code;
+    enum rl_redis_error kind;
+    const char *unusable;       /* not NULL: the connection cannot serve checks */
+} error_codes[] = {
+    {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
+    {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)"},
+    {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)"},
+    {"OOM", RL_RERR_OOM, NULL},
+    {"BUSY", RL_RERR_BUSY, NULL},
+    {"NOSCRIPT", RL_RERR_NOSCRIPT, NULL},
+    {"WRONGTYPE", RL_RERR_WRONGTYPE, NULL},
+    {"MOVED", RL_RERR_CLUSTER, NULL},
+    {"ASK", RL_RERR_CLUSTER, NULL},
+    {"TRYAGAIN", RL_RERR_CLUSTER, NULL},
+    {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL},
+};
+
+/* The entry for the error code that starts err, or -1. */
+static int
+error_code(const char *err)
+{
+    for (size_t i = 0; i < RL_ARRAY_LEN(error_codes); i++) {
+        size_t n = strlen(error_codes[i].code);
+        if (strncmp(err, error_codes[i].code, n) == 0 && (err[n] == ' ' || err[n] == '\0'))
+            return (int)i;
+    }
+    return -1;
+}
+
+const char *
+rconn_unusable(const char *err)
+{
+    int i = error_code(err);
+
+    return i >= 0 ? error_codes[i].unusable : NULL;
+}
+
+/* Log the repeats of every slot not logged yet; `last`: the run is over. */
+static void
+errlog_summary(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+               int last)
+{
+    for (size_t i = 0; i < RCONN_ERRLOG_SLOTS; i++) {
+        if (el->e[i].count == 0)
+            continue;
+        if (el->e[i].count != el->e[i].logged)
+            log_warn("msg=\"%s errors %s\" %s=%s error=\"%s\" count=%llu", st->what,
+                     last ? "ended" : "go on", st->field, name, el->e[i].text,
+                     (unsigned long long)el->e[i].count);
+        el->e[i].logged = el->e[i].count;
+        if (last)
+            el->e[i].count = el->e[i].logged = 0;
+    }
+    if (last)
+        el->active = 0;
+    el->last_summary_us = now_monotonic_us();
+}
+
+static void
+errlog_add(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+           const char *text, size_t nchecks)
+{
+    size_t i, free_slot = RCONN_ERRLOG_SLOTS;
+
+    for (i = 0; i < RCONN_ERRLOG_SLOTS; i++) {
+        if (el->e[i].count == 0 && free_slot == RCONN_ERRLOG_SLOTS)
+            free_slot = i;
+        if (el->e[i].count > 0 && strncmp(el->e[i].text, text, RCONN_ERRLOG_TEXT - 1) == 0)
+            break;
+    }
+    if (i == RCONN_ERRLOG_SLOTS) {
+        if (free_slot == RCONN_ERRLOG_SLOTS) {
+            /* more distinct errors than slots: close this run, start another */
+            errlog_summary(el, st, name, 1);
+            free_slot = 0;
+        }
+        i = free_slot;
+        snprintf(el->e[i].text, sizeof(el->e[i].text), "%s", text);
+        /* the log's quotes must stay balanced */
+        for (char *c = el->e[i].text; *c != '\0'; c++)
+            if (*c == '"' || *c == '\n' || *c == '\r')
+                *c = '\'';
+        log_warn("msg=\"%s error\" %s=%s error=\"%s\" checks=%zu", st->what, st->field, name,
+                 el->e[i].text, nchecks);
+        if (!el->active)
+            el->last_summary_us = now_monotonic_us();
+        el->active = 1;
+        el->e[i].count = el->e[i].logged = nchecks;
+        return;
+    }
+    el->e[i].count += nchecks;
+    if (now_monotonic_us() - el->last_summary_us >= RCONN_ERRLOG_REPEAT_MS * 1000LL)
+        errlog_summary(el, st, name, 0);
+}
+
+void
+rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+            const char *msg, size_t nchecks)
+{
+    int i = error_code(msg);
+
+    metrics_redis_error(i >= 0 ? error_codes[i].kind : RL_RERR_OTHER, nchecks);
+    /* NOSCRIPT is answered by sending the script (a restart, SCRIPT FLUSH),
+     * a redirection by following it: counted, nothing for an operator to do */
+    if (i >= 0 && (error_codes[i].kind == RL_RERR_NOSCRIPT ||
+                   error_codes[i].kind == RL_RERR_CLUSTER))
+        return;
+    errlog_add(el, st, name, msg, nchecks);
+}
+
+void
+rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+                const char *why, size_t nchecks)
+{
+    metrics_redis_error(RL_RERR_BAD_REPLY, nchecks);
+    errlog_add(el, st, name, why, nchecks);
+}
+
+void
+rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const char *name)
+{
+    if (el->active)
+        errlog_summary(el, st, name, 1);
+}
+
+/* ---- the connection object -------------------------------------------------- */
+
+static void start_attempt(struct rconn *c);
+
+/* When waiting for a reply sent now stops making sense: its own deadline,
+ * never sooner than RCONN_STALL_MIN_MS or the connect timeout. */
+static int64_t
+due_us(const struct rconn *c, int64_t wait_ms)
+{
+    if (wait_ms < RCONN_STALL_MIN_MS)
+        wait_ms = RCONN_STALL_MIN_MS;
+    if (wait_ms < c->conf.connect_timeout_ms)
+        wait_ms = c->conf.connect_timeout_ms;
+    return now_monotonic_us() + wait_ms * 1000;
+}
+
+static void
+set_state(struct rconn *c, enum rconn_state s, const char *reason)
+{
+    int again = c->st.was_ready;
+
+    if (s == RCONN_DOWN)
+        rconn_errlog_end(&c->errs, &c->st, c->conf.name);
+    if (rconn_set_state(&c->st, s, reason, c->conf.name, c->closing) &&
+        c->conf.hooks->ready != NULL)
+        c->conf.hooks->ready(c, again);
+}
+
+static void
+schedule_reconnect(struct rconn *c)
+{
+    struct timeval tv;
+
+    if (c->closing || evtimer_pending(c->retry_ev, NULL))
+        return;
+    tv = rconn_backoff(&c->backoff_ms);
+    evtimer_add(c->retry_ev, &tv);
+}
+
+/* The attempt or the connection is over (c->ac is not ours any more): DOWN,
+ * the owner told, the next attempt scheduled. */
+static void
+went_down(struct rconn *c, const char *why)
+{
+    evtimer_del(c->connect_ev);
+    c->pending = 0;             /* the last connection's callbacks all ran */
+    c->sent_head = 0;
+    set_state(c, RCONN_DOWN, why);
+    if (c->closing)
+        return;
+    schedule_reconnect(c);
+    if (c->conf.hooks->down != NULL)
+        c->conf.hooks->down(c);
+}
+
+/* Not from one of ac's callbacks: every pending one runs now with NULL. */
+static void
+free_ac(struct rconn *c)
+{
+    redisAsyncContext *ac = c->ac;
+
+    if (ac == NULL)
+        return;
+    c->ac = NULL;
+    redisAsyncFree(ac);
+}
+
+static void
+on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+    redisReply *r = reply;
+    const char *step = privdata, *why;
+
+    rconn_replied(c, ac, reply);
+    if (r == NULL || c->ac != ac || c->st.state != RCONN_HANDSHAKE)
+        return;
+    switch (rconn_step(r, step, c->conf.name, &why)) {
+    case RCONN_STEP_WAIT:
+        break;
+    case RCONN_STEP_FAILED:
+        if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
+            log_error("msg=\"%s handshake failed\" %s=%s step=%s error=\"%.200s\"",
+                      c->conf.what, c->conf.field, c->conf.name, step, r->str);
+        else if (!c->st.announced_down)
+            log_warn("msg=\"%s is not a master, retrying\" %s=%s", c->conf.what,
+                     c->conf.field, c->conf.name);
+        rconn_drop(c, why);
+        break;
+    case RCONN_STEP_READY:
+        evtimer_del(c->connect_ev);
+        c->backoff_ms = RCONN_BACKOFF_MIN_MS;
+        c->last_reply_us = now_monotonic_us();
+        set_state(c, RCONN_READY, NULL);
+        break;
+    }
+}
+
+static int
+handshake_send(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+{
+    struct rconn *c = owner;
+    va_list ap;
+    int rc;
+
+    if (c->ac == NULL)
+        return RL_ERR;
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, 0);
+    c->pending++;
+    return RL_OK;
+}
+
+static void
+on_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct rconn *c = ac->data;
+
+    if (c->ac != ac)
+        return;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this returns */
+        log_debug("msg=\"%s connect failed\" %s=%s error=\"%s\"", c->conf.what, c->conf.field,
+                  c->conf.name, ac->errstr);
+        c->ac = NULL;
+        went_down(c, "connection refused");
+        return;
+    }
+    c->last_reply_us = now_monotonic_us();
+    set_state(c, RCONN_HANDSHAKE, NULL);
+    /* a command not queued leaves the handshake to its deadline */
+    (void)rconn_handshake(&c->conf.login, handshake_send, c, on_handshake);
+}
+
+static void
+on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct rconn *c = ac->data;
+
+    /* hiredis frees the context after this returns.  A context we dropped
+     * on purpose is no longer c->ac: whoever dropped it set the state. */
+    if (c->ac != ac)
+        return;
+    c->ac = NULL;
+    went_down(c, status == REDIS_OK ? "disconnected" : "connection lost");
+}
+
+static void
+connect_ip(void *arg, const char *ip, const char *why)
+{
+    struct rconn *c = arg;
+
+    c->lookup = NULL;
+    if (ip == NULL) {
+        log_debug("msg=\"cannot resolve a host\" %s=%s error=\"%s\"", c->conf.field,
+                  c->conf.name, why);
+        went_down(c, "cannot resolve the host");
+        return;
+    }
+    c->pending = 0;
+    c->sent_head = 0;
+    c->ac = rconn_open(c->conf.evb, ip, c->port, c->conf.path, c, on_connect, on_disconnect,
+                       &why);
+    if (c->ac == NULL)
+        went_down(c, why);
+}
+
+void
+rconn_connect_host(struct rconn *c, const char *host, int port)
+{
+    struct rconn_lookup *l;
+
+    if (host != c->host) {
+        free(c->host);
+        c->host = xstrdup(host);
+    }
+    c->port = port;
+    l = rconn_resolve(c->conf.dns, c->conf.evb, c->host, connect_ip, c);
+    if (l != NULL)
+        c->lookup = l;      /* else connect_ip ran already */
+}
+
+void
+rconn_fail(struct rconn *c, const char *why)
+{
+    went_down(c, why);
+}
+
+static void
+start_attempt(struct rconn *c)
+{
+    struct timeval tv = {c->conf.connect_timeout_ms / 1000,
+                         (c->conf.connect_timeout_ms % 1000) * 1000};
+
+    set_state(c, RCONN_CONNECTING, NULL);
+    evtimer_add(c->connect_ev, &tv);
+    if (c->conf.hooks->locate != NULL)
+        c->conf.hooks->locate(c);
+    else if (c->conf.path != NULL)
+        connect_ip(c, "", NULL);
+    else
+        rconn_connect_host(c, c->host, c->port);
+}
+
+static void
+on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    start_attempt(arg);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct rconn *c = arg;
+
+    if (c->lookup != NULL) {
+        rconn_abandon(c->lookup);
+        c->lookup = NULL;
+        log_debug("msg=\"%s resolution timed out\" %s=%s", c->conf.what, c->conf.field,
+                  c->conf.name);
+        went_down(c, "resolve timeout");
+    } else if (c->conf.hooks->abandon != NULL && c->conf.hooks->abandon(c)) {
+        went_down(c, "no answer in time");
+    } else if (c->ac != NULL && c->st.state != RCONN_READY) {
+        log_debug("msg=\"%s connect timed out\" %s=%s", c->conf.what, c->conf.field,
+                  c->conf.name);
+        /* a timer, not a hiredis callback: freeing here is safe */
+        free_ac(c);
+        went_down(c, "connect timeout");
+    }
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_drop(evutil_socket_t fd, short what, void *arg)
+{
+    struct rconn *c = arg;
+
+    if (c->ac == NULL)
+        return;
+    if (c->drop_was_ready)
+        log_warn("msg=\"dropping the %s connection\" %s=%s reason=\"%s\" pending=%u",
+                 c->conf.what, c->conf.field, c->conf.name, c->drop_reason, c->pending);
+    /* Free, not Disconnect: Disconnect waits for replies a hung server will
+     * never send.  Every pending callback runs now with NULL. */
+    free_ac(c);
+    went_down(c, c->drop_reason);
+    (void)fd;
+    (void)what;
+}
+
+void
+rconn_drop(struct rconn *c, const char *why)
+{
+    if (c->ac == NULL || c->closing)
+        return;
+    c->drop_reason = why;
+    c->drop_was_ready = c->st.state == RCONN_READY;
+    /* checks that come before the drop runs fail fast */
+    if (c->st.state != RCONN_DOWN)
+        set_state(c, RCONN_DOWN, why);
+    event_active(c->drop_ev, EV_TIMEOUT, 0);
+}
+
+int
+rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, const char *cmd,
+           size_t len)
+{
+    if (c->ac == NULL || c->pending >= c->sent_cap ||
+        redisAsyncFormattedCommand(c->ac, fn, priv, cmd, len) != REDIS_OK)
+        return RL_ERR;
+    if (c->pending == 0)
+        c->last_reply_us = now_monotonic_us();
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, wait_ms);
+    c->pending++;
+    return RL_OK;
+}
+
+int
+rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    if (c->ac == NULL || c->pending >= c->sent_cap)
+        return RL_ERR;
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    if (c->pending == 0)
+        c->last_reply_us = now_monotonic_us();
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, 0);
+    c->pending++;
+    return RL_OK;
+}
+
+void
+rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply)
+{
+    /* a context given up: its count went with it */
+    if (ac != c->ac || c->pending == 0)
+        return;
+    c->sent_head = (c->sent_head + 1) % c->sent_cap;
+    c->pending--;
+    if (reply != NULL)
+        c->last_reply_us = now_monotonic_us();
+}
+
+int
+rconn_stalled(const struct rconn *c, int64_t now_us)
+{
+    return c->ac != NULL && c->pending > 0 && now_us > c->sent[c->sent_head];
+}
+
+static void
+on_probe(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+    redisReply *r = reply;
+
+    rconn_replied(c, ac, reply);
+    c->probe_out = 0;
+    if (r == NULL || c->ac != ac)
+        return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        c->probe_plain = 1;
+    } else if (c->conf.login.role != RCONN_ROLE_NONE && r->type == REDIS_REPLY_ARRAY &&
+               r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+               strcmp(r->element[0]->str, "master") != 0 && c->st.state == RCONN_READY) {
+        /* demoted: PING would still answer, checks would not */
+        log_warn("msg=\"%s is no longer a master\" %s=%s role=%.20s", c->conf.what,
+                 c->conf.field, c->conf.name, r->element[0]->str);
+        rconn_drop(c, "redis is no longer a master");
+    }
+    (void)privdata;
+}
+
+static void
+on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    struct rconn *c = arg;
+    int64_t now = now_monotonic_us();
+
+    if (rconn_stalled(c, now)) {
+        rconn_drop(c, "redis stalled");
+    } else if (c->st.state == RCONN_READY && !c->probe_out &&
+               now - c->last_probe_us > RCONN_PROBE_MS * 1000LL) {
+        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+        static const char role[] = "*1\r\n$4\r\nROLE\r\n";
+        const char *cmd = c->probe_plain || c->conf.login.role == RCONN_ROLE_NONE ? ping
+                                                                                   : role;
+
+        /* one at a time: a hung server gets no pile of them */
+        if (rconn_send(c, on_probe, NULL, 0, cmd, sizeof(ping) - 1) == RL_OK)
+            c->probe_out = 1;
+        c->last_probe_us = now;
+    }
+    (void)fd;
+    (void)what;
+}
+
+void
+rconn_init(struct rconn *c, const struct rconn_conf *conf)
+{
+    memset(c, 0, sizeof(*c));
+    c->conf = *conf;
+    c->owner = conf->owner;
+    c->host = conf->host != NULL ? xstrdup(conf->host) : NULL;
+    c->port = conf->port;
+    c->backoff_ms = RCONN_BACKOFF_MIN_MS;
+    c->st.down_reason = "not connected yet";
+    c->st.what = conf->what;
+    c->st.field = conf->field;
+    /* room for the handshake and a heartbeat besides max_pending requests */
+    c->sent_cap = conf->max_pending + 16;
+    c->sent = xcalloc(c->sent_cap, sizeof(*c->sent));
+    c->retry_ev = evtimer_new(conf->evb, on_retry, c);
+    c->connect_ev = evtimer_new(conf->evb, on_connect_timeout, c);
+    c->drop_ev = evtimer_new(conf->evb, on_drop, c);
+    if (conf->heartbeat) {
+        struct timeval tv = {0, RCONN_HEARTBEAT_MS * 1000};
+
+        c->heartbeat_ev = event_new(conf->evb, -1, EV_PERSIST, on_heartbeat, c);
+        event_add(c->heartbeat_ev, &tv);
+    }
+}
+
+void
+rconn_start(struct rconn *c)
+{
+    start_attempt(c);
+}
+
+void
+rconn_close(struct rconn *c)
+{
+    c->closing = 1;
+    rconn_abandon(c->lookup);
+    c->lookup = NULL;
+    free_ac(c);
+    if (c->retry_ev != NULL)
+        event_free(c->retry_ev);
+    if (c->connect_ev != NULL)
+        event_free(c->connect_ev);
+    if (c->drop_ev != NULL)
+        event_free(c->drop_ev);
+    if (c->heartbeat_ev != NULL)
+        event_free(c->heartbeat_ev);
+    c->retry_ev = c->connect_ev = c->drop_ev = c->heartbeat_ev = NULL;
+    free(c->sent);
+    c->sent = NULL;
+    free(c->host);
+    c->host = NULL;
 }

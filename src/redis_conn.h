@@ -87,8 +87,14 @@ struct rconn_login {
     const char *username;       /* NULL: AUTH <password> */
     const char *password;       /* NULL: no AUTH */
     int db;                     /* 0: no SELECT */
-    int role;                   /* ask ROLE: the server must be a master */
+    int role;                   /* RCONN_ROLE_*: must the server be a master */
 };
+
+#define RCONN_ROLE_NONE 0       /* not asked (Cluster: a replica answers MOVED) */
+#define RCONN_ROLE_MUST 1       /* a server that cannot say it is a master is refused */
+/* Asked, and a replica refused, but an ACL that denies ROLE (NOPERM) is no
+ * reason to refuse a server: READONLY replies still tell a replica. */
+#define RCONN_ROLE_IF_ALLOWED 2
 
 /* How the caller queues one command and counts the reply it is owed. */
 typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv,
@@ -113,5 +119,154 @@ enum rconn_step {
  * in the log line of a script digest we did not expect. */
 enum rconn_step rconn_step(const redisReply *r, const char *step, const char *who,
                            const char **why);
+
+/*
+ * Error replies, logged once per distinct error with counts: the first one at
+ * once, repeats as one line per RCONN_ERRLOG_REPEAT_MS while they go on, and a
+ * last line with the total when a reply succeeds again (or the connection
+ * ends).  Under OOM thousands of checks a second fail alike; the log gets a
+ * few lines, /metrics counts every one (ratelimitd_redis_errors_total).
+ */
+#define RCONN_ERRLOG_SLOTS 4
+#define RCONN_ERRLOG_TEXT 96
+#define RCONN_ERRLOG_REPEAT_MS 10000
+
+struct rconn_errlog {
+    struct {
+        char text[RCONN_ERRLOG_TEXT];   /* the error, cut: what makes it distinct */
+        uint64_t count;                 /* checks it answered since it first came */
+        uint64_t logged;                /* of those, already in the log */
+    } e[RCONN_ERRLOG_SLOTS];
+    int64_t last_summary_us;
+    int active;                         /* some slot in use */
+};
+
+/* ---- the connection object ---------------------------------------------------
+ *
+ * One connection to one Redis server, as both backends keep them (the
+ * standalone/Sentinel backend one per worker, the Cluster backend one per
+ * node): name resolution, connect and handshake under connect_timeout,
+ * reconnect with backoff, state and its log lines, error replies' log, and
+ * the replies owed: every command goes through rconn_send/rconn_sendf and its
+ * callback calls rconn_replied, so the connection knows how many replies it
+ * is owed and, replies coming back in order, by when the oldest one should
+ * have come (the deadline ring: rconn_stalled).  The owner embeds it, gets
+ * hiredis callbacks with ac->data pointing at it, and hears of it through
+ * hooks.
+ */
+struct rconn;
+
+/* A reply owed is presumed lost (a hung server, a dead path, a server that
+ * cannot keep up) past its own deadline, never sooner than this or the
+ * connect timeout, so one slow script does not cost the connection. */
+#define RCONN_STALL_MIN_MS 1000
+#define RCONN_HEARTBEAT_MS 250
+#define RCONN_PROBE_MS 1000
+
+struct rconn_hooks {
+    /* Where to connect, for each attempt: call rconn_connect_host() or
+     * rconn_fail().  NULL: the host, port or path given at init. */
+    void (*locate)(struct rconn *c);
+    /* The connect deadline passed while locate's question was out: give it
+     * up and return 1 (0: there was none). */
+    int (*abandon)(struct rconn *c);
+    /* The handshake is done (`again`: not the first time). */
+    void (*ready)(struct rconn *c, int again);
+    /* An attempt failed or the connection ended (c->ac is NULL now, every
+     * callback of it has run); a reconnect is scheduled. */
+    void (*down)(struct rconn *c);
+};
+
+struct rconn_conf {
+    struct event_base *evb;
+    struct evdns_base **dns;            /* the owner's resolver, made at first use */
+    const char *host;                   /* NULL with locate */
+    int port;
+    const char *path;                   /* a Unix socket instead */
+    const char *name;                   /* for the log */
+    const char *what, *field;           /* the log's words: "redis", "redis" */
+    struct rconn_login login;           /* strings borrowed for c's life */
+    int64_t connect_timeout_ms;
+    unsigned max_pending;               /* replies owed at most: rconn_send refuses more */
+    /* The heartbeat: every RCONN_HEARTBEAT_MS a connection whose oldest reply
+     * is overdue is dropped, and every RCONN_PROBE_MS, busy or idle, it is
+     * asked ROLE (PING when login.role is NONE or an ACL denies ROLE): a hung
+     * server is noticed with no request waiting, and a master demoted under
+     * load where every check is a denial (a script that only reads runs on a
+     * replica too, answering from its stale copy). */
+    int heartbeat;
+    const struct rconn_hooks *hooks;
+    void *owner;
+};
+
+struct rconn {
+    redisAsyncContext *ac;              /* NULL while not connected */
+    struct rconn_status st;
+    struct rconn_errlog errs;
+    void *owner;
+    unsigned pending;                   /* replies hiredis still owes on ac */
+    int64_t last_reply_us;
+    /* private */
+    struct rconn_conf conf;
+    char *host;                         /* this attempt's, from locate */
+    int port;
+    struct rconn_lookup *lookup;
+    struct event *retry_ev;             /* reconnect after backoff */
+    struct event *connect_ev;           /* connect/handshake deadline */
+    struct event *drop_ev;              /* drop, off every callback */
+    const char *drop_reason;
+    int drop_was_ready;                 /* the drop is news for the log */
+    int64_t backoff_ms;
+    struct event *heartbeat_ev;
+    int probe_out, probe_plain;         /* a probe waits for its reply; PING, not ROLE */
+    int64_t last_probe_us;
+    int64_t *sent;                      /* deadline ring: by when each reply is due */
+    unsigned sent_head, sent_cap;
+    int closing;
+};
+
+void rconn_init(struct rconn *c, const struct rconn_conf *conf);
+/* The first attempt: CONNECTING from now on. */
+void rconn_start(struct rconn *c);
+/* From locate: connect to host (a name is resolved) and port. */
+void rconn_connect_host(struct rconn *c, const char *host, int port);
+/* From locate: this attempt failed (why: static). */
+void rconn_fail(struct rconn *c, const char *why);
+/* Queue a command (RESP bytes, or printf-style), owed by `wait_ms` (never
+ * sooner than a second or connect_timeout).  RL_ERR when not connected, past
+ * max_pending or refused by hiredis. */
+int rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms,
+               const char *cmd, size_t len);
+int rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, ...);
+/* Every callback of a command sent calls this first: ac and reply as given. */
+void rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply);
+/* The oldest reply owed is overdue: the server hangs, or cannot keep up. */
+int rconn_stalled(const struct rconn *c, int64_t now_us);
+/* Down now (checks fail fast), the context freed from a fresh stack, then
+ * reconnect: for a hung server, a replica, a master Sentinel moved away. */
+void rconn_drop(struct rconn *c, const char *why);
+/* The end: every callback of ac runs now with NULL; no hook runs after. */
+void rconn_close(struct rconn *c);
+
+/*
+ * The error replies that say this server cannot run checks for now, whatever
+ * the check: a replica (READONLY, e.g. a master demoted by a failover, or a
+ * URL naming a replica), a replica without its master (MASTERDOWN), a server
+ * loading its data set (LOADING).  The connection is then as good as lost:
+ * dropped, the server named again (DNS, Sentinel, the slot map) and the
+ * backend not ready meanwhile.  Returns the static reason, or NULL.
+ */
+const char *rconn_unusable(const char *err);
+
+/* An error reply `msg` that answered `nchecks` checks of the server `name`
+ * (st names it in the log).  Counted in /metrics by kind. */
+void rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+                 const char *msg, size_t nchecks);
+/* Not an error reply: a script answer we could not read (`why`, static). */
+void rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
+                     const char *why, size_t nchecks);
+/* A reply that was no error, or the connection's end: the errors seen since
+ * the last such call are over, and their totals logged. */
+void rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const char *name);
 
 #endif

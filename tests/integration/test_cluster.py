@@ -720,6 +720,32 @@ def case_max_pending(fx):
     settle_after_stall(fx)
 
 
+def case_idle_hang(fx):
+    """A master that hangs while no check is waiting is noticed all the same
+    (the connection's heartbeat: a probe every second, dropped when overdue):
+    /readyz 503 within a few seconds; resumed: 200 again.  Before, a Cluster
+    node was only judged by the checks sent to it."""
+    victim = fx.masters()[0]
+    d = start_daemon(daemon_config(fx.nodes[0].port), workers=1)
+    try:
+        os.kill(victim.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            deadline = t0 + 6.0 * H.SLOW
+            while H.request(d.port, "GET", "/readyz", timeout=5.0)[0] != 503:
+                check(time.monotonic() < deadline, "/readyz still 200 %.1f s after a master "
+                      "hung with no check waiting", time.monotonic() - t0)
+                time.sleep(0.05)
+            sys.stdout.write("# idle master hung: /readyz 503 after %.2f s\n"
+                             % (time.monotonic() - t0))
+        finally:
+            os.kill(victim.proc.pid, signal.SIGCONT)
+        ready_everywhere(d, timeout=20)
+    finally:
+        d.kill()
+    settle_after_stall(fx)
+
+
 def case_hybrid_stall(fx):
     """A hybrid policy's sync stuck in a stalled master is never sent again
     beside itself (RL_CHECK_SETTLE: no deadline once sent; the stall drop
@@ -1083,6 +1109,8 @@ CASES = [
     ("redis-cli --cluster reshard under load: none lost, exact", case_reshard),
     ("redis.max_pending per node: a stalled master queues at most that many, the rest fail fast",
      case_max_pending),
+    ("a master hung with no check waiting: /readyz 503 within seconds; resumed: 200",
+     case_idle_hang),
     ("hybrid: a sync stuck in a stalled master is applied once with its resend; exact",
      case_hybrid_stall),
     ("a master killed: /readyz 503, its keys fail fast; restarted: ready again",

@@ -344,8 +344,9 @@ class FakeRedis:
 
     mode "silent":    accepts, reads everything, never writes
     "close":          accepts and closes at once
-    "handshake":      answers the first command (SCRIPT LOAD) with the script's
-                      digest, then reads everything and never writes again
+    "handshake":      answers the handshake (ROLE: master, then SCRIPT LOAD with
+                      the script's digest), then reads everything and never
+                      writes again
     "slow":           answers the handshake at once, then one check reply
                       (allowed, for a one-limit policy) every `interval` s:
                       alive, but slower than the checks arrive
@@ -420,7 +421,9 @@ class FakeRedis:
                         continue
                     n, st[0] = resp_commands(st[0] + data)
                     for _ in range(n):
-                        if st[1] == 0:
+                        if st[1] == 0:      # ROLE: a master
+                            self._send(s, b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n")
+                        elif st[1] == 1:    # SCRIPT LOAD
                             self._send(s, b"$40\r\n" + self.sha.encode() + b"\r\n")
                         elif self.mode == "slow":
                             st[2] += 1

@@ -138,9 +138,41 @@ def t_failover_followed(env):
        "the key is on the new master")
 
 
+def t_failover_unannounced(env):
+    """The daemon misses +switch-master (its subscriptions killed): the
+    demoted master still tells it (Sentinel's reconfiguration, or READONLY),
+    the sentinels are asked again and checks are decided on the new master."""
+    d, s1 = env["daemon"], env["sentinels"][0]
+    procs = {p.port: p for p in (env["master"], env["replica"])}
+    old = master_port(s1)
+    for s in env["sentinels"]:
+        s.cli("CLIENT", "KILL", "TYPE", "pubsub")
+    t0 = time.monotonic()
+    eq(s1.cli("SENTINEL", "FAILOVER", MASTER), "OK", "SENTINEL FAILOVER")
+    wait_for(lambda: master_port(s1) not in (None, old), "the sentinels to name a new master")
+    new = master_port(s1)
+    wait_for(lambda: "role:slave" in procs[old].cli("INFO", "replication"),
+             "the old master to be demoted")
+    t0 = time.monotonic()
+
+    def on_new_master():
+        key = "unannounced-%d" % int(time.monotonic() * 1000)
+        st, h, b = post(d, key)
+        return st == 200 and not b.get("degraded") and \
+            procs[new].cli("EXISTS", "{rl:p:k:%s}:fw:3600000" % key) == "1"
+    wait_for(on_new_master, "checks decided on the new master", timeout=30)
+    print("# unannounced failover: checks on the new master %.2f s after the old one was demoted"
+          % (time.monotonic() - t0))
+    H.ready_everywhere(d.port)
+    got = [post(d, "after-unannounced")[0] for _ in range(4)]
+    eq(got, [200, 200, 200, 429], "limit 3 on the new master")
+
+
 CASES = [
     ("the master named by the sentinels decides checks", t_ready_through_sentinel),
     ("SENTINEL FAILOVER while checks flow: followed, limits exact after", t_failover_followed),
+    ("SENTINEL FAILOVER unannounced (+switch-master subscriptions killed): followed",
+     t_failover_unannounced),
 ]
 
 

@@ -1,0 +1,274 @@
+/* redis_sentinel.c — see redis_sentinel.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "log.h"
+#include "redis_conn.h"
+#include "redis_sentinel.h"
+#include "util.h"
+
+struct rl_hostport {
+    char *host;
+    int port;
+};
+
+struct rsentinel {
+    struct event_base *evb;
+    struct evdns_base **dns;
+    const char *display;
+    char *master;               /* the name the sentinels know it by */
+    struct rl_hostport *nodes;
+    size_t nnodes, next, tries;
+    struct rconn_lookup *lookup;    /* a sentinel's name being resolved */
+    redisAsyncContext *ac;      /* asking a sentinel for the master */
+    redisAsyncContext *subac;   /* subscribed to +switch-master */
+    rsentinel_found_cb found;
+    rsentinel_switch_cb switched;
+    void *arg;
+    int closing;
+};
+
+static void ask_next(struct rsentinel *s);
+
+/* ---- +switch-master ------------------------------------------------------------- */
+
+static void
+on_switch_master(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rsentinel *s = ac->data;
+    redisReply *r = reply;
+    size_t n;
+
+    /* ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"] */
+    if (r == NULL || s->closing || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    n = strlen(s->master);
+    if (strncmp(r->element[2]->str, s->master, n) != 0 || r->element[2]->str[n] != ' ')
+        return;
+    log_info("msg=\"sentinel switched the master\" redis=%s switch=\"%.200s\"", s->display,
+             r->element[2]->str);
+    s->switched(s->arg);
+    (void)privdata;
+}
+
+static void
+on_sub_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct rsentinel *s = ac->data;
+
+    if (status != REDIS_OK) {
+        if (s->subac == ac)
+            s->subac = NULL;
+        return;
+    }
+    redisAsyncCommand(ac, on_switch_master, NULL, "SUBSCRIBE +switch-master");
+}
+
+static void
+on_sub_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct rsentinel *s = ac->data;
+
+    /* resubscribed at the next answer from a sentinel */
+    if (s->subac == ac)
+        s->subac = NULL;
+    (void)status;
+}
+
+/* Listen for failovers on the sentinel that just answered. */
+static void
+subscribe(struct rsentinel *s, const char *ip, int port)
+{
+    const char *why;
+
+    if (s->subac != NULL || s->closing)
+        return;
+    s->subac = rconn_open(s->evb, ip, port, NULL, s, on_sub_connect, on_sub_disconnect, &why);
+}
+
+/* ---- asking ---------------------------------------------------------------------- */
+
+static void
+on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rsentinel *s = ac->data;
+    redisReply *r = reply;
+    const struct rl_hostport *node = privdata;
+
+    if (s->ac != ac)
+        return;             /* an answer that no longer matters */
+    s->ac = NULL;
+    redisAsyncDisconnect(ac);   /* deferred by hiredis until we return */
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
+        log_debug("msg=\"a sentinel did not name the master\" redis=%s sentinel=%s:%d",
+                  s->display, node->host, node->port);
+        ask_next(s);
+        return;
+    }
+    log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%s", s->display,
+              r->element[0]->str, r->element[1]->str);
+    subscribe(s, ac->c.tcp.host, node->port);
+    s->tries = 0;
+    s->found(s->arg, r->element[0]->str, atoi(r->element[1]->str), NULL);
+}
+
+static void
+on_connect(const redisAsyncContext *cac, int status)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    struct rsentinel *s = ac->data;
+
+    if (status != REDIS_OK && s->ac == ac) {
+        s->ac = NULL;       /* hiredis frees it after this returns */
+        ask_next(s);
+    }
+}
+
+static void
+on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct rsentinel *s = ac->data;
+
+    if (s->ac == ac) {      /* lost before it answered */
+        s->ac = NULL;
+        ask_next(s);
+    }
+    (void)status;
+}
+
+static void
+connect_to(void *arg, const char *ip, const char *why)
+{
+    struct rsentinel *s = arg;
+    const struct rl_hostport *node = &s->nodes[(s->next + s->nnodes - 1) % s->nnodes];
+    redisAsyncContext *ac;
+
+    s->lookup = NULL;
+    if (ip == NULL ||
+        (ac = rconn_open(s->evb, ip, node->port, NULL, s, on_connect, on_disconnect,
+                         &why)) == NULL) {
+        ask_next(s);
+        return;
+    }
+    s->ac = ac;
+    redisAsyncCommand(ac, on_reply, (void *)node, "SENTINEL get-master-addr-by-name %s",
+                      s->master);
+}
+
+/* Ask the sentinels in turn; when every one failed, say so. */
+static void
+ask_next(struct rsentinel *s)
+{
+    const struct rl_hostport *node;
+    struct rconn_lookup *l;
+
+    if (s->closing)
+        return;
+    if (s->tries++ >= s->nnodes) {
+        s->tries = 0;
+        s->found(s->arg, NULL, 0, "no sentinel named the master");
+        return;
+    }
+    node = &s->nodes[s->next];
+    s->next = (s->next + 1) % s->nnodes;
+    l = rconn_resolve(s->dns, s->evb, node->host, connect_to, s);
+    if (l != NULL)
+        s->lookup = l;      /* else connect_to ran already */
+}
+
+void
+rsentinel_ask(struct rsentinel *s)
+{
+    ask_next(s);
+}
+
+int
+rsentinel_cancel(struct rsentinel *s)
+{
+    if (s->lookup != NULL) {
+        rconn_abandon(s->lookup);
+        s->lookup = NULL;
+        s->tries = 0;
+        return 1;
+    }
+    if (s->ac != NULL) {
+        /* a timer's frame, not a hiredis callback: freeing here is safe */
+        redisAsyncContext *ac = s->ac;
+        s->ac = NULL;
+        redisAsyncFree(ac);
+        s->tries = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- life ------------------------------------------------------------------------- */
+
+static void
+parse_hostport(const char *s, struct rl_hostport *out)
+{
+    const char *colon = strrchr(s, ':');
+
+    if (colon == NULL) {        /* config.c makes this unreachable */
+        out->host = xstrdup(s);
+        out->port = 26379;
+        return;
+    }
+    if (s[0] == '[')
+        out->host = xstrndup(s + 1, (size_t)(colon - s - 2));
+    else
+        out->host = xstrndup(s, (size_t)(colon - s));
+    out->port = atoi(colon + 1);
+}
+
+struct rsentinel *
+rsentinel_new(struct event_base *evb, struct evdns_base **dns,
+              const struct rl_sentinel_conf *conf, const char *display,
+              rsentinel_found_cb found, rsentinel_switch_cb switched, void *arg)
+{
+    struct rsentinel *s = xcalloc(1, sizeof(*s));
+
+    s->evb = evb;
+    s->dns = dns;
+    s->display = display;
+    s->master = xstrdup(conf->master);
+    s->nnodes = conf->nodes.n;
+    s->nodes = xcalloc(s->nnodes > 0 ? s->nnodes : 1, sizeof(*s->nodes));
+    for (size_t i = 0; i < s->nnodes; i++)
+        parse_hostport(conf->nodes.v[i], &s->nodes[i]);
+    s->found = found;
+    s->switched = switched;
+    s->arg = arg;
+    return s;
+}
+
+void
+rsentinel_free(struct rsentinel *s)
+{
+    if (s == NULL)
+        return;
+    s->closing = 1;
+    rconn_abandon(s->lookup);
+    if (s->ac != NULL) {
+        redisAsyncContext *ac = s->ac;
+        s->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    if (s->subac != NULL) {
+        redisAsyncContext *ac = s->subac;
+        s->subac = NULL;
+        redisAsyncFree(ac);
+    }
+    for (size_t i = 0; i < s->nnodes; i++)
+        free(s->nodes[i].host);
+    free(s->nodes);
+    free(s->master);
+    free(s);
+}

@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""The Redis connection's failures, against real Redis (RL_TOPOLOGY picks
+standalone, cluster or sentinel where a case applies to all three):
+
+- error replies are logged once per distinct error, with counts, and every
+  one is counted in /metrics (before: one warning per failed batch, 10,541
+  lines in 3 s under OOM);
+- a master demoted to a replica by a real REPLICAOF (or a URL naming a
+  replica) is left: READONLY drops the connection, /readyz says 503 while
+  the server is not a master, and checks are decided again once it is
+  (before: READONLY on every check, forever, /readyz 200);
+- checks that arrive while the first connection is being made wait for it
+  (up to redis.timeout) instead of failing at once (before: in closed mode,
+  hundreds of 503s in the first milliseconds of a fresh start)."""
+
+import contextlib
+import functools
+import os
+import re
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+WORKERS = 2
+
+
+def policy(limit=1000000):
+    return [{"name": "p", "limits": [{"algorithm": "fixed_window", "limit": limit,
+                                      "window": "1h"}]}]
+
+
+def metric(port, name, labels):
+    """The value of one sample of GET /metrics (0 when absent)."""
+    st, _, body = H.request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    m = re.search(r"^%s\{%s\} (\d+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def wait_for(cond, what, timeout=15.0):
+    deadline = time.monotonic() + timeout * H.SLOW
+    while True:
+        got = cond()
+        if got:
+            return got
+        check(time.monotonic() < deadline, "timed out (%ss) waiting for %s", timeout, what)
+        time.sleep(0.05)
+
+
+def post(d, key):
+    return H.request(d.port, "POST", "/check", {"key": key, "policy": "p"})
+
+
+class Load:
+    """POST /check from `threads` keep-alive connections until stop(): the
+    statuses seen, with the body's degraded flag."""
+
+    def __init__(self, port, threads=4, prefix="load"):
+        self.port, self.prefix = port, prefix
+        self.answers, self.errors = [], []
+        self.lock = threading.Lock()
+        self.stop_ev = threading.Event()
+        self.ts = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                   for i in range(threads)]
+        for t in self.ts:
+            t.start()
+
+    def _run(self, i):
+        n = 0
+        try:
+            with H.Client(self.port) as c:
+                while not self.stop_ev.is_set():
+                    # a new key each time: never a denial the daemon's deny
+                    # cache could answer without Redis
+                    st, _, b = c.request("POST", "/check",
+                                         {"key": "%s-%d-%d" % (self.prefix, i, n),
+                                          "policy": "p"})
+                    with self.lock:
+                        self.answers.append((st, isinstance(b, dict) and b.get("degraded", False)))
+                    n += 1
+        except Exception as e:  # noqa: BLE001 - reported by stop()
+            with self.lock:
+                self.errors.append("%s: %s" % (type(e).__name__, e))
+
+    def count(self):
+        with self.lock:
+            return len(self.answers)
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.ts:
+            t.join(timeout=30)
+        check(not self.errors, "client errors: %r", self.errors[:3])
+        return list(self.answers)
+
+
+class DelayProxy:
+    """A TCP relay on a free loopback port to a Redis: each connection is
+    held `delay` s before its upstream connection is made, so every
+    connection to Redis through it takes that long to become usable (a
+    distant or busy server, deterministically)."""
+
+    def __init__(self, upstream_port, delay):
+        self.upstream, self.delay = upstream_port, delay
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.socks = []
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port
+
+    def _accept(self):
+        while not self.closed.is_set():
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            self.socks.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        if self.closed.wait(self.delay):
+            return
+        try:
+            u = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+        except OSError:
+            c.close()
+            return
+        self.socks.append(u)
+        threading.Thread(target=self._pump, args=(u, c), daemon=True).start()
+        self._pump(c, u)
+
+    def _pump(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed.set()
+        self.ls.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def first_checks(port, threads=4, seconds=0.5):
+    """POST /check from `threads` threads from the moment the daemon's port
+    accepts, for `seconds` after that: [(status, degraded, seconds taken)]."""
+    out, lock = [], threading.Lock()
+    listening = threading.Event()
+    end = [None]
+
+    def run(i):
+        n = 0
+        deadline = time.monotonic() + H.START_TIMEOUT
+        while end[0] is None or time.monotonic() < end[0]:
+            t = time.monotonic()
+            try:
+                st, _, b = H.request(port, "POST", "/check",
+                                     {"key": "first-%d-%d" % (i, n), "policy": "p"})
+            except ConnectionRefusedError:
+                # not listening yet: the first check goes the moment it is
+                check(time.monotonic() < deadline, "the daemon never listened on %d", port)
+                time.sleep(0.001)
+                continue
+            if not listening.is_set():
+                end[0] = time.monotonic() + seconds
+                listening.set()
+            with lock:
+                out.append((st, isinstance(b, dict) and b.get("degraded", False),
+                            time.monotonic() - t))
+            n += 1
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=30)
+    return out
+
+
+# ------------------------------------------------------------------ cases
+
+def t_error_flood(topology, _):
+    """Under OOM every check fails alike: a few log lines, every check counted."""
+    with H.Redis(topology=topology) as r:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+               "redis": {"timeout": "2s"}}
+        with H.Daemon(cfg, redis=r, workers=WORKERS) as d:
+            eq(post(d, "before")[0], 200, "a check before OOM")
+            before = metric(d.port, "ratelimitd_redis_errors_total", 'kind="oom"')
+            r.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            r.cli("CONFIG", "SET", "maxmemory", "1")
+            try:
+                load = Load(d.port, prefix="oom")
+                t0 = time.monotonic()
+                # at least 3 s and 300 failed checks: the defect's scale
+                while time.monotonic() - t0 < 3.0 or load.count() < 300:
+                    check(time.monotonic() - t0 < 30 * H.SLOW, "only %d checks in 30 s",
+                          load.count())
+                    time.sleep(0.1)
+                answers = load.stop()
+            finally:
+                r.cli("CONFIG", "SET", "maxmemory", "0")
+            failed = sum(1 for st, _ in answers if st == 503)
+            check(failed >= 300, "only %d of %d checks failed under OOM: %r", failed, len(answers),
+                  sorted({a for a in answers}))
+            wait_for(lambda: post(d, "after-%d" % time.monotonic_ns())[0] == 200,
+                     "a check decided again after OOM")
+            counted = metric(d.port, "ratelimitd_redis_errors_total", 'kind="oom"') - before
+            check(counted >= failed, "ratelimitd_redis_errors_total{kind=\"oom\"} grew by %d, "
+                  "%d checks failed", counted, failed)
+            # one line when it starts and one with the count when it ends, per
+            # worker (per node on a cluster): a handful, never one per check
+            def oom_lines():
+                return [ln for ln in d.log().splitlines() if "OOM" in ln]
+            # a run ends with the next good reply on that connection: checks on
+            # fresh connections reach every worker (SO_REUSEPORT), and every node
+            for i in range(20 * WORKERS):
+                eq(post(d, "recovered-%d" % i)[0], 200, "a check after OOM")
+            ended = wait_for(lambda: [ln for ln in oom_lines() if "errors ended" in ln],
+                             "the line that ends the run of OOM errors")
+            lines = oom_lines()
+            print("# OOM: %d checks failed in %.1f s, %d log lines, metric %d"
+                  % (failed, time.monotonic() - t0, len(lines), counted))
+            nodes = 3 if r.topology == "cluster" else 1
+            check(len(lines) <= 2 * WORKERS * nodes,
+                  "%d log lines for %d OOM errors:\n%s", len(lines), failed, "\n".join(lines[:10]))
+            counts = [int(re.search(r"count=(\d+)", ln).group(1)) for ln in ended]
+            check(max(counts) > 1, "the ending lines count no repeats: %r", ended)
+
+
+def readyz(d):
+    st, _, b = H.request(d.port, "GET", "/readyz", timeout=5.0)
+    return st, (b.get("reason") if isinstance(b, dict) else b)
+
+
+def role(port):
+    return H.Resp(port)("ROLE")[0]
+
+
+def wait_role(port, want):
+    wait_for(lambda: role(port) == want, "redis on %d to be a %s" % (port, want))
+
+
+def stays(d, status, seconds, what):
+    """/readyz answers `status` on every probe for `seconds` (the bound of a
+    state the daemon must hold, not a wait for one)."""
+    end = time.monotonic() + seconds
+    seen = []
+    while time.monotonic() < end:
+        seen.append(readyz(d))
+        time.sleep(0.05)
+    bad = [x for x in seen if x[0] != status]
+    check(not bad, "/readyz %s: %d of %d probes not %d: %r", what, len(bad), len(seen), status,
+          bad[:3])
+    return seen
+
+
+def t_demoted_master(_):
+    """A real REPLICAOF turns our master into a replica: the daemon notices
+    (idle: its heartbeat asks ROLE; busy: READONLY), says not ready, answers
+    checks at once, and comes back when the server is a master again."""
+    with H.Redis(topology="standalone") as a, H.Redis(topology="standalone") as b:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
+               "redis": {"timeout": "2s", "connect_timeout": "1s"}}
+        with H.Daemon(cfg, redis=a, workers=WORKERS) as d:
+            eq([post(d, "k1")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 on the master")
+            H.ready_everywhere(d.port)
+            a.cli("CONFIG", "SET", "dir", H.tmpdir())     # where a replica writes its RDB
+            # 1. idle: no check tells, the heartbeat must
+            eq(a.cli("REPLICAOF", "127.0.0.1", b.port), "OK", "REPLICAOF")
+            t0 = time.monotonic()
+            wait_for(lambda: readyz(d)[0] == 503, "/readyz 503 once our master is a replica")
+            print("# idle: /readyz 503 %.2f s after REPLICAOF" % (time.monotonic() - t0))
+            seen = stays(d, 503, 1.5, "while the server is a replica")
+            check(any("master" in str(r) or "READONLY" in str(r) for _, r in seen),
+                  "no probe says why: %r", seen[:3])
+            # checks fail at once (closed: 503), never with Redis' error
+            t1 = time.monotonic()
+            got = [post(d, "k2-%d" % i)[0] for i in range(20)]
+            eq(set(got), {503}, "checks while the server is a replica (closed)")
+            check(time.monotonic() - t1 < 2.0 * H.SLOW, "20 checks took %.2f s: not failing fast",
+                  time.monotonic() - t1)
+            # a master again: decided again, on the same server
+            eq(a.cli("REPLICAOF", "NO", "ONE"), "OK", "REPLICAOF NO ONE")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            eq([post(d, "k3")[0] for _ in range(4)], [200, 200, 200, 429],
+               "limit 3 once a master again")
+            eq(a.cli("EXISTS", "{rl:p:k:k3}:fw:3600000"), "1", "the key is on our server")
+
+            # 2. busy: READONLY while checks flow
+            load = Load(d.port, prefix="busy")
+            try:
+                wait_for(lambda: load.count() >= 50, "checks flowing")
+                eq(a.cli("REPLICAOF", "127.0.0.1", b.port), "OK", "REPLICAOF under load")
+                t0 = time.monotonic()
+                wait_for(lambda: readyz(d)[0] == 503, "/readyz 503 under load")
+                print("# busy: /readyz 503 %.2f s after REPLICAOF" % (time.monotonic() - t0))
+                stays(d, 503, 1.0, "under load while the server is a replica")
+                n0 = load.count()
+                wait_for(lambda: load.count() >= n0 + 100, "checks answered while a replica")
+            finally:
+                answers = load.stop()
+            late = answers[n0:]
+            eq({st for st, _ in late}, {503}, "checks under load while a replica (closed)")
+            readonly = metric(d.port, "ratelimitd_redis_errors_total", 'kind="readonly"')
+            check(readonly < len(answers) // 2,
+                  "%d checks met READONLY of %d: the connection was not left", readonly,
+                  len(answers))
+            eq(a.cli("REPLICAOF", "NO", "ONE"), "OK", "REPLICAOF NO ONE")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            eq(post(d, "k4")[0], 200, "a check once a master again")
+            lines = [ln for ln in d.log().splitlines() if "READONLY" in ln or "not a master" in ln
+                     or "no longer a master" in ln]
+            check(len(lines) <= 8 * WORKERS, "%d log lines about the replica:\n%s", len(lines),
+                  "\n".join(lines[:12]))
+
+
+def t_url_names_replica(_):
+    """A URL naming a replica: never ready, checks fail at once; promoted: ready."""
+    with H.Redis(topology="standalone") as m, H.Redis(topology="standalone") as r:
+        r.cli("CONFIG", "SET", "dir", H.tmpdir())         # where a replica writes its RDB
+        eq(r.cli("REPLICAOF", "127.0.0.1", m.port), "OK", "REPLICAOF")
+        wait_role(r.port, "slave")
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
+               "redis": {"url": r.url, "timeout": "2s", "connect_timeout": "1s"}}
+        with H.Daemon(cfg, workers=WORKERS, ready=False) as d:
+            wait_for(lambda: "not a master" in d.log(), "the handshake to refuse the replica")
+            seen = stays(d, 503, 1.5, "against a replica")
+            check(all("not a master" in str(rz) for _, rz in seen), "reasons: %r",
+                  sorted({str(rz) for _, rz in seen}))
+            eq({post(d, "k%d" % i)[0] for i in range(10)}, {503}, "checks against a replica")
+            eq(r.cli("EXISTS", "{rl:p:k:k0}:fw:3600000"), "0", "nothing written")
+            eq(r.cli("REPLICAOF", "NO", "ONE"), "OK", "REPLICAOF NO ONE")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            eq([post(d, "k")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 once promoted")
+
+
+def t_connecting_waits(_):
+    """Every connection to Redis takes 400 ms (a relay holds it): checks that
+    come meanwhile wait for it and are decided, in closed mode too; /readyz
+    says 503 until then.  Before: 503 at once, until the handshake."""
+    delay = 0.4
+    with H.Redis(topology="standalone") as r, DelayProxy(r.port, delay) as px:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+               "redis": {"url": px.url, "timeout": "3s", "connect_timeout": "2s"}}
+        d = H.Daemon(cfg, workers=WORKERS, wait=False)
+        try:
+            got = first_checks(d.port)
+            st = [a[0] for a in got]
+            print("# %d checks in the first 0.5 s, %d 200, slowest %.0f ms (connection %.0f ms)"
+                  % (len(got), st.count(200), max(a[2] for a in got) * 1000, delay * 1000))
+            check(len(got) >= WORKERS, "only %d checks", len(got))
+            eq(sorted(set(st)), [200], "statuses of the checks made while connecting")
+            check(not any(a[1] for a in got), "a check answered degraded")
+            eq(r.cli("EXISTS", "{rl:p:k:first-0-0}:fw:3600000"), "1", "the first check counted")
+        finally:
+            d.stop()
+
+
+def t_fresh_starts(topology, _):
+    """Fresh starts, checks from the first moment: none answered by
+    failure_mode (closed: no 503).  Sentinel and Cluster take longer to
+    connect (a sentinel asked first, the slot map loaded first)."""
+    starts = 6
+    with H.Redis(topology=topology) as r:
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+               "redis": {"timeout": "3s", "connect_timeout": "2s"}}
+        bad, total = [], 0
+        for i in range(starts):
+            d = H.Daemon(cfg, redis=r, workers=WORKERS, wait=False)
+            try:
+                got = first_checks(d.port, seconds=0.2)
+            finally:
+                d.stop()
+            total += len(got)
+            bad += [(i, a) for a in got if a[0] != 200 or a[1]]
+        print("# %d fresh starts, %d checks, %d not decided" % (starts, total, len(bad)))
+        eq(bad, [], "checks not decided by Redis in the first 0.2 s of %d fresh starts" % starts)
+
+
+class NotifySocket:
+    """The systemd notification socket: a Unix datagram socket in the temp
+    dir; wait(msg) returns the monotonic time a datagram containing msg came."""
+
+    def __init__(self):
+        self.path = os.path.join(H.tmpdir(), "notify-%d.sock" % H.free_port())
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.s.bind(self.path)
+        self.s.settimeout(0.05)
+
+    def wait(self, msg, timeout):
+        deadline = time.monotonic() + timeout * H.SLOW
+        while time.monotonic() < deadline:
+            try:
+                data = self.s.recv(4096).decode()
+            except socket.timeout:
+                continue
+            if msg in data.split("\n"):
+                return time.monotonic()
+        raise H.Fail("no %s on NOTIFY_SOCKET within %ss" % (msg, timeout))
+
+    def close(self):
+        self.s.close()
+        os.unlink(self.path)
+
+
+def t_ready_after_handshake(_):
+    """READY=1 to systemd comes after the backend's first handshake (here
+    400 ms late through the relay): /readyz is 200 when it comes.  Before:
+    READY=1 as soon as the sockets were bound.  With no Redis at all it still
+    comes, after connect_timeout."""
+    delay = 0.4
+    with H.Redis(topology="standalone") as r, DelayProxy(r.port, delay) as px:
+        ns = NotifySocket()
+        try:
+            cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
+                   "redis": {"url": px.url, "timeout": "3s", "connect_timeout": "5s"}}
+            t0 = time.monotonic()
+            d = H.Daemon(cfg, workers=WORKERS, wait=False, env={"NOTIFY_SOCKET": ns.path})
+            try:
+                t_ready = ns.wait("READY=1", 15)
+                st = [readyz(d)[0] for _ in range(2 * WORKERS)]
+                print("# READY=1 %.0f ms after the start (connections take %.0f ms)"
+                      % ((t_ready - t0) * 1000, delay * 1000))
+                check(t_ready - t0 >= delay, "READY=1 %.3f s after the start, before the "
+                      "first connection could be made (%.1f s)", t_ready - t0, delay)
+                eq(set(st), {200}, "/readyz right after READY=1")
+            finally:
+                d.stop()
+        finally:
+            ns.close()
+    # nothing listening: READY=1 anyway, after connect_timeout
+    ns = NotifySocket()
+    try:
+        cfg = {"identity": ["body"], "policies": policy(),
+               "redis": {"url": "redis://127.0.0.1:%d/0" % H.free_port(), "connect_timeout": "1s"}}
+        t0 = time.monotonic()
+        d = H.Daemon(cfg, workers=WORKERS, wait=False, env={"NOTIFY_SOCKET": ns.path})
+        try:
+            took = ns.wait("READY=1", 15) - t0
+            check(0.9 <= took <= 10 * H.SLOW, "READY=1 %.2f s after the start with no Redis "
+                  "(connect_timeout 1 s)", took)
+            check("not ready within connect_timeout" in d.log(), "the late READY=1 not logged")
+        finally:
+            d.stop()
+    finally:
+        ns.close()
+
+
+# make check runs these on every topology (scripts/test-topologies runs only
+# the core suites under the others); RL_TOPOLOGY picks one.
+TOPOLOGIES = [os.environ["RL_TOPOLOGY"]] if os.environ.get("RL_TOPOLOGY") else list(H.TOPOLOGIES)
+
+
+def per_topology(name, fn):
+    return [("%s (%s)" % (name, t), functools.partial(fn, t)) for t in TOPOLOGIES]
+
+
+CASES = per_topology("OOM for 3 s: a handful of log lines with counts, every error in /metrics",
+                     t_error_flood) + [
+    ("REPLICAOF (idle, then under load): readyz 503, checks fail fast; a master again: decided",
+     t_demoted_master),
+    ("a URL naming a replica: never ready, checks fail fast; promoted: ready", t_url_names_replica),
+    ("checks while the first connection is made (400 ms): they wait and are decided",
+     t_connecting_waits),
+    ("READY=1 after the first handshake (400 ms late); with no Redis, after connect_timeout",
+     t_ready_after_handshake),
+] + per_topology("6 fresh starts, checks from the first moment: all decided by Redis (closed mode)",
+                 t_fresh_starts)
+
+
+@contextlib.contextmanager
+def fixture():
+    yield None
+
+
+if __name__ == "__main__":
+    H.suite(CASES, fixture, timeout=240)
