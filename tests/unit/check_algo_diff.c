@@ -141,6 +141,7 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
     const char *argv[3 + RL_LIMITS_MAX + 5 + 4 * RL_LIMITS_MAX];
     size_t lens[RL_ARRAY_LEN(argv)];
     char nums[5 + 3 * RL_LIMITS_MAX][24];
+    char spec[RL_LIMITS_MAX * 80] = "";
     struct rl_limit_result cr[RL_LIMITS_MAX];
     int persist = how & DP_PERSIST, force = how & DP_FORCE;
     int argc = 0, nn = 0, allowed = 1, committed;
@@ -157,16 +158,20 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
         ARG(p->l[i].key, strlen(p->l[i].key));
     NUM(now);
     NUM(1);             /* checks in this batch */
-    NUM(p->n);
-    NUM(cost);
-    ARG(force ? "f" : "", force ? 1 : 0);
+    /* the policy's spec, "<tag> <limit> <window_ms> <burst>" per limit,
+     * then the cost and its flags */
     for (size_t i = 0; i < p->n; i++) {
-        const char *tag = algo_def(p->l[i].lim.algo)->tag;
-        ARG(tag, strlen(tag));
-        NUM(p->l[i].lim.limit);
-        NUM(p->l[i].lim.window_ms);
-        NUM(p->l[i].lim.burst);
+        const struct rl_limit *l = &p->l[i].lim;
+        size_t at = strlen(spec);
+
+        snprintf(spec + at, sizeof(spec) - at, "%s%s %lld %lld %lld", i ? " " : "",
+                 algo_def(l->algo)->tag, (long long)l->limit, (long long)l->window_ms,
+                 (long long)l->burst);
     }
+    ARG(spec, strlen(spec));
+    snprintf(nums[nn], sizeof(nums[nn]), "%lld%s", (long long)cost, force ? "f" : "");
+    ARG(nums[nn], strlen(nums[nn]));
+    nn++;
 #undef NUM
 #undef ARG
     sent = mono_us();
@@ -342,8 +347,8 @@ START_TEST(script_is_the_embedded_one_and_reads_redis_time)
 
     /* setup() loaded it and compared the SHA1; the daemon's own path: no
      * explicit time, Redis TIME */
-    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 2 1 %s "
-                     "gcra 5 1000 5 swl 5 1000 5", rl_lua_check_sha, "", "");
+    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 %s 1",
+                     rl_lua_check_sha, "", "gcra 5 1000 5 swl 5 1000 5");
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 7, "%s",
                   r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
@@ -360,6 +365,11 @@ static const struct {
     {5, 1000, 5}, {3, 1000, 7}, {100, 60000, 100}, {7, 10, 2}, {10, 250, 10},
     {1000, 1000, 1000}, {1000000000, DAY_MS, 1000000000},
     {1000000000, DAY_MS, 300000000}, {2, 366 * DAY_MS, 3},
+    /* intmath's paths: products past 2^53 split for divisors up to 2^31
+     * (exactly 2^31 included), 5-bit digits past it */
+    {1000000000, 60000, 1000000000}, {999999937, 366 * DAY_MS, 999999937},
+    {2147483648LL, 3600000, 1234567891}, {2147483649LL, 7 * DAY_MS, 2147483649LL},
+    {123456789, 366 * DAY_MS, 1000000000},
 };
 
 START_TEST(each_algorithm_matches_its_twin)
@@ -595,16 +605,17 @@ START_TEST(o1_state_is_one_string_set_with_its_ttl)
     for (size_t a = 0; a < RL_ARRAY_LEN(o1); a++) {
         const char *tag = algo_def(o1[a])->tag;
         static const long long cost[] = {1, 1, 0, 11};
-        char key[64];
+        char key[64], spec[64];
         redisReply *r;
 
         snprintf(key, sizeof(key), "{calls:%s}:%s:60000", tag, tag);
+        snprintf(spec, sizeof(spec), "%s 10 60000 10", tag);
         r = redisCommand(rc, "CONFIG RESETSTAT");
         freeReplyObject(r);
         for (int k = 0; k < 4; k++) {
-            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 1 %lld %s %s 10 60000 10",
+            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s %lld",
                              rl_lua_check_sha, key, (long long)(T0 + k * MS),
-                             cost[k], "", tag);
+                             spec, cost[k]);
             ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY &&
                           r->element[0]->integer == (k < 3),
                           "%s check %d", tag, k);
