@@ -38,14 +38,14 @@ local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
 else
-  local t = call('TIME')
+  local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
 
--- spec string -> { n = limits, ttl = the longest window (ms), err = why it
--- cannot run, then per limit peek, commit, limit, W (us), burst }
-local specs = {}
+-- A spec string -> { per limit peek, commit, limit, W (us), burst; n, the
+-- number of limits; ttl, the longest window (ms); err, why it cannot run }.
 local function spec_of(s)
+  local find, sub = string.find, string.sub
   local sp, n, ttl, at = {}, 0, 1000, 1
   while at <= #s do
     local e1 = find(s, ' ', at, true)
@@ -71,12 +71,10 @@ local function spec_of(s)
     end
   end
   sp.n, sp.ttl = n, ttl
-  specs[s] = sp
   return sp
 end
 
--- cost string -> { cost, force, once }
-local costs = {}
+-- A cost string -> { cost, force, once; err }.
 local function cost_of(s)
   local cf = { tonumber(s), false, false }
   if cf[1] == nil then
@@ -84,45 +82,39 @@ local function cost_of(s)
     cf[1], cf[2], cf[3] = tonumber(c) or 0, fl == 'f' or fl == 'fo', fl == 'o' or fl == 'fo'
     if c == nil or not (cf[2] or cf[3]) then cf.err = 'bad cost ' .. s end
   end
-  costs[s] = cf
   return cf
 end
 
-local out, o, k = {}, 0, 0
--- peek's answers per limit of a check of several limits, reused from check
--- to check (a check of one limit keeps them in locals)
-local rems, resets, retries, repairs, s1, s2, s3, s4, s5
+-- 'once': whether the writer's seq was applied already
+local function applied(once_key, seq)
+  local last = redis.call('GET', once_key)
+  return last and tonumber(last) >= tonumber(seq)
+end
 
--- One check of one limit: its key is KEYS[k + 1], its answer from out[o + 1].
-local function run1(sp, cost, force, once_key, seq)
-  local key, limit, W, burst = KEYS[k + 1], sp[3], sp[4], sp[5]
+-- One check of one limit (most checks): allowed (1 or 0), remaining,
+-- reset_ms, retry_after_ms.
+local function run1(sp, cf, key, once_key, seq, now)
+  if sp.err or cf.err then error(sp.err or cf.err) end
+  local cost, limit, W, burst = cf[1], sp[3], sp[4], sp[5]
   local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost)
-  local applied = false
-  if once_key then
-    local last = call('GET', once_key)
-    applied = last and tonumber(last) >= tonumber(seq)
-  end
-  if (ok or force) and cost > 0 and not applied then
+  if (ok or cf[2]) and cost > 0 and not (once_key and applied(once_key, seq)) then
     rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
     -- kept as long as the counts it guards; the seq as the daemon wrote it
-    if once_key then call('SET', once_key, seq, 'PX', sp.ttl) end
+    if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   elseif repair then
     repair_ttl(key, repair)
   end
-  if ok then out[o + 1] = 1 else out[o + 1] = 0 end
-  out[o + 2], out[o + 3], out[o + 4] = rem, reset, retry
+  if ok then return 1, rem, reset, retry end
+  return 0, rem, reset, retry
 end
 
--- One check of several limits: its keys from KEYS[k + 1], its answer from
--- out[o + 1].
-local function run(sp, cf, once_key, seq)
-  if sp.err then error(sp.err) end
-  if cf.err then error(cf.err) end
+-- One check of several limits, its keys from KEYS[k + 1], its answer into
+-- out[o + 1]...; st holds peek's answers per limit, reused.
+local function run(sp, cf, k, once_key, seq, now, out, o, st)
+  if sp.err or cf.err then error(sp.err or cf.err) end
   local n, cost = sp.n, cf[1]
-  if n == 1 then return run1(sp, cost, cf[2], once_key, seq) end
-  if rems == nil then
-    rems, resets, retries, repairs, s1, s2, s3, s4, s5 = {}, {}, {}, {}, {}, {}, {}, {}, {}
-  end
+  local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
+  local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
   local allowed = true
   for i = 1, n do
     local j = 5 * i - 5
@@ -131,42 +123,46 @@ local function run(sp, cf, once_key, seq)
       sp[j + 1](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], cost)
     if not ok then allowed = false end
   end
-  local applied = false
-  if once_key then
-    local last = call('GET', once_key)
-    applied = last and tonumber(last) >= tonumber(seq)
-  end
-  local p = o
-  if allowed then out[p + 1] = 1 else out[p + 1] = 0 end
-  if (allowed or cf[2]) and cost > 0 and not applied then
+  if allowed then out[o + 1] = 1 else out[o + 1] = 0 end
+  if (allowed or cf[2]) and cost > 0 and not (once_key and applied(once_key, seq)) then
     for i = 1, n do
       local j = 5 * i - 5
-      out[p + 3 * i - 1], out[p + 3 * i] =
+      out[o + 3 * i - 1], out[o + 3 * i] =
         sp[j + 2](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], cost,
                   s1[i], s2[i], s3[i], s4[i], s5[i])
-      out[p + 3 * i + 1] = retries[i]
+      out[o + 3 * i + 1] = retries[i]
     end
-    if once_key then call('SET', once_key, seq, 'PX', sp.ttl) end
+    if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   else
     for i = 1, n do
       local r = repairs[i]
       if r then repair_ttl(KEYS[k + i], r) end
-      out[p + 3 * i - 1], out[p + 3 * i], out[p + 3 * i + 1] = rems[i], resets[i], retries[i]
+      out[o + 3 * i - 1], out[o + 3 * i], out[o + 3 * i + 1] = rems[i], resets[i], retries[i]
     end
   end
 end
 
-local b = 3
+local specs, costs, out, st = {}, {}, {}, nil
+local o, k, b = 0, 0, 3
 for _ = 1, tonumber(ARGV[2]) do
-  local sp = specs[ARGV[b]] or spec_of(ARGV[b])
-  local cf = costs[ARGV[b + 1]] or cost_of(ARGV[b + 1])
+  local s, c = ARGV[b], ARGV[b + 1]
+  local sp, cf = specs[s], costs[c]
+  if sp == nil then sp = spec_of(s); specs[s] = sp end
+  if cf == nil then cf = cost_of(c); costs[c] = cf end
   local n, once_key, seq = sp.n, nil, nil
   b = b + 2
   if cf[3] then
     once_key, seq = KEYS[k + n + 1], ARGV[b]
     b = b + 1
   end
-  local ok, err = pcall(run, sp, cf, once_key, seq)
+  local ok, err, x2, x3, x4
+  if n == 1 then
+    ok, err, x2, x3, x4 = pcall(run1, sp, cf, KEYS[k + 1], once_key, seq, now)
+    if ok then out[o + 1], out[o + 2], out[o + 3], out[o + 4] = err, x2, x3, x4 end
+  else
+    if st == nil then st = { {}, {}, {}, {}, {}, {}, {}, {}, {} } end
+    ok, err = pcall(run, sp, cf, k, once_key, seq, now, out, o, st)
+  end
   if not ok then
     -- redis.call raises a table { err = "WRONGTYPE ..." }, Lua a string
     if type(err) == 'table' then err = err.err end

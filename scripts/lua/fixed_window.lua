@@ -5,6 +5,7 @@
 -- Mirrors src/algo_fixed_window.c.
 
 MODULES['fw'] = function()
+  local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local function peek(key, now, limit, W, burst, cost)
     local v = call('GET', key)
     local count, start, left, repair = 0, 0, 0, nil

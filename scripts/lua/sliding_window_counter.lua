@@ -10,6 +10,7 @@
 -- Mirrors src/algo_sliding_window_counter.c.
 
 MODULES['swc'] = function()
+  local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local function peek(key, now, limit, W, burst, cost)
     local v = call('GET', key)
     local cur, e = divmod(now, W)

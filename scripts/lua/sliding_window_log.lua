@@ -15,6 +15,11 @@
 -- Mirrors src/algo_sliding_window_log.c.
 
 MODULES['swl'] = function()
+  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+
+  local function set_ttl(key, us)
+    call('PEXPIRE', key, ttl_ms(us))
+  end
   -- cum restarts whenever the key empties; a key that never empties is
   -- rebased before cum could leave the range where doubles are exact.
   local SWL_CUM_MAX = 4503599627370496 -- 2^52
