@@ -226,6 +226,31 @@ script_answer_status(struct rl_script_wait *w, enum rl_backend_status st, const 
     w->cb(&res, w->arg);
 }
 
+/*
+ * res.error is static text: what a failed check's error reply says, by its
+ * code.  The reply itself is freed once its checks are answered.
+ */
+static const char *
+error_text(const char *e)
+{
+    static const struct {
+        const char *code, *text;
+    } known[] = {
+        {"WRONGTYPE", "WRONGTYPE: a key of the check holds a value of the wrong type"},
+        {"OOM", "OOM: redis is out of memory (maxmemory)"},
+        {"READONLY", "READONLY: redis is a replica"},
+        {"NOSCRIPT", "NOSCRIPT"},
+    };
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(known); i++) {
+        size_t n = strlen(known[i].code);
+
+        if (strncmp(e, known[i].code, n) == 0 && (e[n] == ' ' || e[n] == '\0'))
+            return known[i].text;
+    }
+    return "error reply from the check script";
+}
+
 void
 script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
                     size_t nlimits)
@@ -236,7 +261,7 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
         return;
     /* this check alone failed in the script; the others of its batch stand */
     if (r->element[at]->type == REDIS_REPLY_ERROR) {
-        script_answer_status(w, RL_BACKEND_ERROR, r->element[at]->str);
+        script_answer_status(w, RL_BACKEND_ERROR, error_text(r->element[at]->str));
         return;
     }
     for (size_t i = 1; i <= 3 * nlimits; i++) {

@@ -86,7 +86,7 @@ void script_answer_status(struct rl_script_wait *w, enum rl_backend_status st,
                           const char *why);
 /* The check's part of a reply script_reply_check() accepted: its elements
  * from `at` on, for `nlimits` limits.  An error there answers the check
- * RL_BACKEND_ERROR with the error's text, and it alone. */
+ * RL_BACKEND_ERROR (static text naming the error's code), and it alone. */
 void script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
                          size_t nlimits);
 

@@ -27,6 +27,7 @@
 
 #include "algo.h"
 #include "lua_scripts.h"
+#include "script.h"
 #include "../testutil_redis.h"
 
 #define MS 1000LL
@@ -635,6 +636,112 @@ START_TEST(o1_state_is_one_string_set_with_its_ttl)
 }
 END_TEST
 
+/* ---- the daemon's side: script_call_build and the reply, per check ------- */
+
+struct answer {
+    struct rl_check_res res;
+    char error[128];
+    int calls;
+};
+
+static void
+on_answer(const struct rl_check_res *res, void *arg)
+{
+    struct answer *a = arg;
+
+    a->res = *res;
+    snprintf(a->error, sizeof(a->error), "%s", res->error ? res->error : "");
+    a->calls++;
+}
+
+/* One call of reqs[0..n) as the daemon builds it, answered check by check. */
+static void
+daemon_call(struct rl_script_call *c, const struct rl_check_req *const *reqs, size_t n,
+            struct answer *ans)
+{
+    size_t len = 0, at = 0;
+    const char *why = NULL;
+    redisReply *r;
+
+    ck_assert_int_eq(script_call_build(c, reqs, n, 0), RL_OK);
+    ck_assert_int_eq(redisAppendFormattedCommand(rc, c->buf, c->len), REDIS_OK);
+    r = get_reply();
+    for (size_t i = 0; i < n; i++)
+        len += script_reply_len(reqs[i]->policy->nlimits);
+    ck_assert_msg(script_reply_check(r, len, &why) == RL_OK, "%s (%s)", why,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "");
+    for (size_t i = 0; i < n; i++) {
+        struct rl_script_wait w = {.req = reqs[i], .cb = on_answer, .arg = &ans[i]};
+
+        memset(&ans[i], 0, sizeof(ans[i]));
+        script_answer_reply(&w, r, at, reqs[i]->policy->nlimits);
+        ck_assert_int_eq(ans[i].calls, 1);
+        at += script_reply_len(reqs[i]->policy->nlimits);
+    }
+    freeReplyObject(r);
+}
+
+/*
+ * A batch as the daemon sends it (prebuilt policy arguments, flags, a once
+ * check's seq), one key of the wrong type among its checks: that check alone
+ * is answered RL_BACKEND_ERROR, the others are decided and counted exactly
+ * once, before and after it; a policy changed in place is sent as it is now.
+ */
+START_TEST(daemon_batch_fails_one_check_alone)
+{
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5}};
+    char n1[] = "p1", n2[] = "p2";
+    struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
+    struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
+    struct rl_check_req a = {.policy = &p1, .key = "{c:a}", .key_len = 5, .cost = 1};
+    struct rl_check_req b = {.policy = &p2, .key = "{c:b}", .key_len = 5, .cost = 2,
+                             .flags = RL_CHECK_FORCE | RL_CHECK_ONCE, .writer = 0xab, .seq = 7};
+    struct rl_check_req bad = {.policy = &p1, .key = "{c:bad}", .key_len = 7, .cost = 1};
+    const struct rl_check_req *reqs[] = {&a, &b, &bad, &a};
+    struct rl_script_call c = {0};
+    struct answer ans[4];
+    redisReply *r;
+
+    r = redisCommand(rc, "HSET {c:bad}:fw:60000 not a-counter");
+    freeReplyObject(r);
+    daemon_call(&c, reqs, 4, ans);
+    ck_assert_int_eq(ans[0].res.status, RL_BACKEND_OK);
+    ck_assert(ans[0].res.allowed);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 9);
+    ck_assert_int_eq(ans[1].res.status, RL_BACKEND_OK);
+    ck_assert(ans[1].res.allowed);
+    ck_assert_int_eq(ans[1].res.nlimits, 2);
+    ck_assert_int_eq(ans[1].res.limits[0].remaining, 3);
+    ck_assert_int_eq(ans[1].res.limits[1].remaining, 3);
+    ck_assert_int_eq(ans[2].res.status, RL_BACKEND_ERROR);
+    ck_assert_msg(strncmp(ans[2].error, "WRONGTYPE", 9) == 0, "error: %s", ans[2].error);
+    ck_assert_int_eq(ans[3].res.status, RL_BACKEND_OK);
+    ck_assert_int_eq(ans[3].res.limits[0].remaining, 8);
+
+    r = redisCommand(rc, "GET {c:a}:fw:60000");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strncmp(r->str, "2:", 2) == 0,
+                  "{c:a} counted twice: %s", r->type == REDIS_REPLY_STRING ? r->str : "?");
+    freeReplyObject(r);
+    r = redisCommand(rc, "GET {c:b}:once:00000000000000ab");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, "7") == 0, "once key");
+    freeReplyObject(r);
+    r = redisCommand(rc, "TYPE {c:bad}:fw:60000");
+    ck_assert_str_eq(r->str, "hash");
+    freeReplyObject(r);
+
+    /* the same seq again: only read; the policy's limit raised in place
+     * (same address): its prebuilt argument must follow */
+    l1[0].limit = 20;
+    daemon_call(&c, reqs, 2, ans);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 17);
+    ck_assert_int_eq(ans[1].res.limits[0].remaining, 3);
+    ck_assert_int_eq(ans[1].res.limits[1].remaining, 3);
+    ck_assert_ptr_nonnull(memmem(c.buf, c.len, "fw 20 60000 10", 14));
+    script_call_free(&c);
+}
+END_TEST
+
 static Suite *
 diff_suite(void)
 {
@@ -653,6 +760,7 @@ diff_suite(void)
     tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
     tcase_add_test(tc, a_removed_ttl_is_put_back);
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
+    tcase_add_test(tc, daemon_batch_fails_one_check_alone);
     suite_add_tcase(s, tc);
     return s;
 }
