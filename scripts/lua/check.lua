@@ -46,30 +46,38 @@ end
 -- number of limits; ttl, the longest window (ms); err, why it cannot run }.
 local function spec_of(s)
   local find, sub = string.find, string.sub
-  local sp, n, ttl, at = {}, 0, 1000, 1
+  local sp, n, ttl, at = nil, 0, 1000, 1
   while at <= #s do
     local e1 = find(s, ' ', at, true)
     local e2 = e1 and find(s, ' ', e1 + 1, true)
     local e3 = e2 and find(s, ' ', e2 + 1, true)
     local e4 = e3 and (find(s, ' ', e3 + 1, true) or #s + 1)
     if not e4 then
+      sp = sp or {}
       sp.err = 'bad spec ' .. s
       break
     end
-    local m = ALGOS[sub(s, at, e1 - 1)]
+    local m = algo(sub(s, at, e1 - 1))
     local l, w, b = tonumber(sub(s, e1 + 1, e2 - 1)), tonumber(sub(s, e2 + 1, e3 - 1)),
                     tonumber(sub(s, e3 + 1, e4 - 1))
     local j = 5 * n
     n, at = n + 1, e4 + 1
     if m == nil then
+      sp = sp or {}
       sp.err = 'unknown algorithm in ' .. s
     elseif not (l and w and b) or l < 1 or w < 1 then
+      sp = sp or {}
       sp.err = 'bad limit in ' .. s
+    elseif sp == nil then
+      -- the first limit: the table in one allocation, room for n and ttl
+      sp = { m[1], m[2], l, w * 1000, b, n = 1, ttl = 1000 }
+      if w > ttl then ttl = w end
     else
       sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, w * 1000, b
       if w > ttl then ttl = w end
     end
   end
+  sp = sp or { err = 'empty spec' }
   sp.n, sp.ttl = n, ttl
   return sp
 end
@@ -142,9 +150,23 @@ local function run(sp, cf, k, once_key, seq, now, out, o, st)
   end
 end
 
+local nchecks = tonumber(ARGV[2])
+-- one check of one limit (coalescing off, or a quiet moment): no caches
+if nchecks == 1 then
+  local sp, cf = spec_of(ARGV[3]), cost_of(ARGV[4])
+  if sp.n == 1 then
+    local once_key, seq
+    if cf[3] then once_key, seq = KEYS[2], ARGV[5] end
+    local ok, a, r, s, t = pcall(run1, sp, cf, KEYS[1], once_key, seq, now)
+    if ok then return { a, r, s, t } end
+    if type(a) == 'table' then a = a.err end
+    return { { err = tostring(a) }, 0, 0, 0 }
+  end
+end
+
 local specs, costs, out, st = {}, {}, {}, nil
 local o, k, b = 0, 0, 3
-for _ = 1, tonumber(ARGV[2]) do
+for _ = 1, nchecks do
   local s, c = ARGV[b], ARGV[b + 1]
   local sp, cf = specs[s], costs[c]
   if sp == nil then sp = spec_of(s); specs[s] = sp end

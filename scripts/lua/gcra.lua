@@ -11,6 +11,7 @@
 
 MODULES['gcra'] = function()
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local divmod, muldiv = intmath()
   -- Pair (i, f) normalised after f may have left [0, limit).
   local function gcra_norm(i, f, limit)
     if f >= limit then return i + 1, f - limit end

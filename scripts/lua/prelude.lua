@@ -4,7 +4,7 @@
 -- held in Lua numbers (exact below 2^53); results are integers of
 -- milliseconds.
 --
--- The algorithm interface, ALGOS[tag] = { peek, commit }, with W the window
+-- The algorithm interface, algo(tag) = { peek, commit }, with W the window
 -- in microseconds (the driver converts once per policy, not per check):
 --   peek(key, now, limit, W, burst, cost)
 --     -> ok, remaining, reset_ms, retry_after_ms, repair, s1, ..., s5
@@ -26,7 +26,7 @@
 -- modules define is built again on every call, and every local a function
 -- captures costs a walk of Lua's open upvalues as it is built: together that
 -- was a third of a one-check call.  Hence a module file registers a
--- constructor in MODULES, and ALGOS builds a module the first time a call
+-- constructor in MODULES, and algo() builds a module the first time a call
 -- names its tag: a call pays for the modules it uses only.  A constructor
 -- takes the library functions it needs into its own locals (built once per
 -- call), and the functions at the top level capture as little as they can.
@@ -36,15 +36,17 @@
 
 local floor = math.floor
 
-local MODULES = {}
-local ALGOS = setmetatable({}, { __index = function(algos, tag)
-  local make = MODULES[tag]
-  if make == nil then return nil end
-  local peek, commit = make()
-  local m = { peek, commit }
-  algos[tag] = m
+local MODULES, ALGOS = {}, {}
+-- the module of tag, built on first use in this call; nil if none
+local function algo(tag)
+  local m = ALGOS[tag]
+  if m == nil and MODULES[tag] then
+    local peek, commit = MODULES[tag]()
+    m = { peek, commit }
+    ALGOS[tag] = m
+  end
   return m
-end })
+end
 
 -- microseconds -> milliseconds, rounded up; never negative
 local function ceil_ms(us)

@@ -11,6 +11,7 @@
 
 MODULES['swc'] = function()
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local divmod, muldiv = intmath()
   local function peek(key, now, limit, W, burst, cost)
     local v = call('GET', key)
     local cur, e = divmod(now, W)

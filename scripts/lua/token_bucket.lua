@@ -13,6 +13,7 @@
 
 MODULES['tb'] = function()
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local divmod, muldiv = intmath()
   -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
   local function tb_wait(d, f, x, W, limit)
     if d < x or (d == x and f == 0) then return 0 end

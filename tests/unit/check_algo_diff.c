@@ -738,6 +738,10 @@ START_TEST(daemon_batch_fails_one_check_alone)
     ck_assert_int_eq(ans[1].res.limits[0].remaining, 3);
     ck_assert_int_eq(ans[1].res.limits[1].remaining, 3);
     ck_assert_ptr_nonnull(memmem(c.buf, c.len, "fw 20 60000 10", 14));
+    /* alone in its call (the script's path for one check of one limit) */
+    daemon_call(&c, &reqs[2], 1, ans);
+    ck_assert_int_eq(ans[0].res.status, RL_BACKEND_ERROR);
+    ck_assert_msg(strncmp(ans[0].error, "WRONGTYPE", 9) == 0, "error: %s", ans[0].error);
     script_call_free(&c);
 }
 END_TEST
