@@ -34,7 +34,7 @@ MODULES['fw'] = function()
     count = count + cost
     local left = start + W - now
     -- value and TTL in one command
-    call('SET', key, format('%d:%d', count, start), 'PX', ttl_ms(left))
+    call('SET', key, format('%d:%d', count, start), 'PX', format('%d', ttl_ms(left)))
     local room = limit - count
     if room < 0 then room = 0 end
     return room, ceil_ms(left)

@@ -43,6 +43,17 @@ MODULES['gcra'] = function()
     return gcra_norm(i + ci, f + cf, limit)
   end
 
+  -- tau = T * burst as a pair: the same for every check of a policy, so
+  -- the last one is kept (a batch is mostly one policy)
+  local tW, tB, tL, ti, tf
+  local function tau(W, burst, limit)
+    if W ~= tW or burst ~= tB or limit ~= tL then
+      ti, tf = muldiv(W, burst, limit)
+      tW, tB, tL = W, burst, limit
+    end
+    return ti, tf
+  end
+
   local function peek(key, now, limit, W, burst, cost)
     local v = call('GET', key)
     -- x = max(TAT, now) - now
@@ -61,7 +72,7 @@ MODULES['gcra'] = function()
     local room, reset = gcra_room(xi, xf, limit, W, burst), ceil_ms(left)
     if cost > burst then return false, room, reset, -1, repair, xi, xf end
     local ni, nf = gcra_next(xi, xf, cost, W, limit)
-    local gi, gf = muldiv(W, burst, limit)  -- tau
+    local gi, gf = tau(W, burst, limit)
     if ni > gi or (ni == gi and nf > gf) then
       -- allowed once now has grown by n - tau
       local ei, ef = gcra_norm(ni - gi, nf - gf, limit)
@@ -75,11 +86,13 @@ MODULES['gcra'] = function()
     if cost > most then cost = most end
     local ni, nf = gcra_next(xi, xf, cost, W, limit)
     -- a forced commit: TAT no further than 2 x tau ahead
-    local mi, mf = muldiv(W, most, limit)
+    -- T * 2 burst = 2 tau, exactly
+    local mi, mf = tau(W, burst, limit)
+    mi, mf = gcra_norm(2 * mi, 2 * mf, limit)
     if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
     local left = gcra_ceil(ni, nf)
     -- value and TTL in one command
-    call('SET', key, format('%d %d', now + ni, nf), 'PX', ttl_ms(left))
+    call('SET', key, format('%d %d', now + ni, nf), 'PX', format('%d', ttl_ms(left)))
     return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
   end
 

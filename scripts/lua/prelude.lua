@@ -32,7 +32,8 @@
 -- call), and the functions at the top level capture as little as they can.
 --
 -- Numbers are written with '%d' (a C long: every value here is an integer
--- below 2^53), never '%.0f', which costs glibc twice as much.
+-- below 2^53), never '%.0f', which costs glibc twice as much; a TTL goes
+-- to redis.call as such a string too, or Redis would print it with '%.17g'.
 
 local floor = math.floor
 

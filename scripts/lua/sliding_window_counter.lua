@@ -74,7 +74,8 @@ MODULES['swc'] = function()
   local function commit(key, now, limit, W, burst, cost, cur, curr, prev, room)
     local reset = (cur + 2) * W - now
     -- value and TTL in one command
-    call('SET', key, format('%d:%d:%d', cur, curr + cost, prev), 'PX', ttl_ms(reset))
+    call('SET', key, format('%d:%d:%d', cur, curr + cost, prev),
+         'PX', format('%d', ttl_ms(reset)))
     room = room - cost
     if room < 0 then room = 0 end
     return room, ceil_ms(reset)

@@ -74,7 +74,7 @@ MODULES['tb'] = function()
     if d >= 2 * burst then d, f = 2 * burst, 0 end
     local reset = tb_wait(d, f, 0, W, limit) + skew
     -- value and TTL in one command
-    call('SET', key, format('%d:%d:%d', d, f, at), 'PX', ttl_ms(reset))
+    call('SET', key, format('%d:%d:%d', d, f, at), 'PX', format('%d', ttl_ms(reset)))
     local room = burst - d
     if f > 0 then room = room - 1 end
     if room < 0 then room = 0 end
