@@ -18,7 +18,7 @@ MODULES['swl'] = function()
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
 
   local function set_ttl(key, us)
-    call('PEXPIRE', key, ttl_ms(us))
+    call('PEXPIRE', key, format('%d', ttl_ms(us)))
   end
   -- cum restarts whenever the key empties; a key that never empties is
   -- rebased before cum could leave the range where doubles are exact.
@@ -51,12 +51,12 @@ MODULES['swl'] = function()
     local room, reset = limit, 0
     -- the newest first: when it has left the window, so has every entry,
     -- and a missing key costs one call
-    local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local last = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     if last[1] then
       local score = tonumber(last[2])
       if score > now - W then
         local first = call('ZRANGEBYSCORE', key, format('(%d', now - W), '+inf',
-                           'WITHSCORES', 'LIMIT', 0, 1)
+                           'WITHSCORES', 'LIMIT', '0', '1')
         local c0, k0 = swl_parse(first[1])
         base = c0 - k0
         cum = swl_parse(last[1])
@@ -94,7 +94,7 @@ MODULES['swl'] = function()
   end
 
   local function commit(key, now, limit, W, burst, cost, n, base, cum, newest, prune)
-    if prune then call('ZREMRANGEBYSCORE', key, '-inf', now - W) end
+    if prune then call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - W)) end
     -- a clock that stepped back must not put an entry before older ones
     local ts = now
     if newest > now then ts = newest end
@@ -103,7 +103,7 @@ MODULES['swl'] = function()
       swl_rebase(key, base)
       cum = n + cost
     end
-    call('ZADD', key, ts, swl_member(cum, cost))
+    call('ZADD', key, format('%d', ts), swl_member(cum, cost))
     -- n live units hold at most n entries: only n >= limit (a forced
     -- commit) can pass `limit` entries; keep the newest `limit`
     if n >= limit then call('ZREMRANGEBYRANK', key, 0, -limit - 1) end
