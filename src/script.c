@@ -1,4 +1,5 @@
 /* script.c — see script.h. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,66 @@ void
 script_call_free(struct rl_script_call *c)
 {
     free(c->buf);
+    for (size_t i = 0; i < RL_SCRIPT_SPECS; i++)
+        free(c->specs[i]);
     memset(c, 0, sizeof(*c));
+}
+
+static int
+same_limits(const struct rl_script_spec *s, const struct rl_limit *l, size_t n)
+{
+    if (s->at != l || s->n != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s->limits[i].algo != l[i].algo || s->limits[i].limit != l[i].limit ||
+            s->limits[i].window_ms != l[i].window_ms || s->limits[i].burst != l[i].burst)
+            return 0;
+    }
+    return 1;
+}
+
+/* The spec argument of limits l[0..n): from the cache, else built into it. */
+static const struct rl_script_spec *
+spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
+{
+    size_t slot = ((uintptr_t)l / sizeof(*l)) % RL_SCRIPT_SPECS;
+    struct rl_script_spec *s = c->specs[slot];
+    char text[RL_SCRIPT_SPEC_MAX - 16];
+    struct strbuf sb, hb;
+
+    if (s != NULL && same_limits(s, l, n))
+        return s;
+    if (n > RL_LIMITS_MAX)
+        return NULL;
+    sb_init(&sb, text, sizeof(text));
+    for (size_t i = 0; i < n; i++) {
+        const char *tag = algo_def(l[i].algo)->tag;
+
+        if (i > 0)
+            sb_mem(&sb, " ", 1);
+        sb_mem(&sb, tag, strlen(tag));
+        sb_mem(&sb, " ", 1);
+        sb_i64(&sb, l[i].limit);
+        sb_mem(&sb, " ", 1);
+        sb_i64(&sb, l[i].window_ms);
+        sb_mem(&sb, " ", 1);
+        sb_i64(&sb, l[i].burst);
+    }
+    if (!sb_ok(&sb))     /* cannot happen: 8 limits of 4 short fields */
+        return NULL;
+    if (s == NULL)
+        s = c->specs[slot] = xcalloc(1, sizeof(*s));
+    sb_init(&hb, s->bytes, sizeof(s->bytes));
+    sb_mem(&hb, "$", 1);
+    sb_i64(&hb, (int64_t)sb.len);
+    sb_mem(&hb, "\r\n", 2);
+    sb_mem(&hb, text, sb.len);
+    sb_mem(&hb, "\r\n", 2);
+    s->len = hb.len;
+    s->at = l;
+    s->n = n;
+    memcpy(s->limits, l, n * sizeof(*l));
+    return s;
 }
 
 int
@@ -78,7 +138,7 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
         int once = (reqs[j]->flags & RL_CHECK_ONCE) != 0;
 
         nkeys += reqs[j]->policy->nlimits + once;
-        nargs += 3 + once + 4 * reqs[j]->policy->nlimits;
+        nargs += 2 + once;
     }
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
@@ -113,30 +173,23 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     put_num(c, (long long)n);
     for (size_t j = 0; j < n; j++) {
         const struct rl_policy *p = reqs[j]->policy;
+        const struct rl_script_spec *sp = spec_for(c, p->limits, p->nlimits);
+        char tmp[NUM_MAX + 2];
+        struct strbuf sb;
 
-        put_num(c, (long long)p->nlimits);
-        put_num(c, (long long)reqs[j]->cost);
-        /* "f" force, "o" once (then its seq), "fo" both, "" neither */
-        if (reqs[j]->flags & RL_CHECK_ONCE) {
-            if (reqs[j]->flags & RL_CHECK_FORCE)
-                put(c, "fo", 2);
-            else
-                put(c, "o", 1);
+        if (sp == NULL)
+            return RL_ERR;
+        put_raw(c, sp->bytes, sp->len);
+        /* the cost, then "f" force, "o" once (then its seq) */
+        sb_init(&sb, tmp, sizeof(tmp));
+        sb_i64(&sb, reqs[j]->cost);
+        if (reqs[j]->flags & RL_CHECK_FORCE)
+            sb_mem(&sb, "f", 1);
+        if (reqs[j]->flags & RL_CHECK_ONCE)
+            sb_mem(&sb, "o", 1);
+        put(c, tmp, sb.len);
+        if (reqs[j]->flags & RL_CHECK_ONCE)
             put_num(c, (long long)reqs[j]->seq);
-        } else if (reqs[j]->flags & RL_CHECK_FORCE) {
-            put(c, "f", 1);
-        } else {
-            put(c, "", 0);
-        }
-        for (size_t i = 0; i < p->nlimits; i++) {
-            const struct rl_limit *l = &p->limits[i];
-            const char *tag = algo_def(l->algo)->tag;
-
-            put(c, tag, strlen(tag));
-            put_num(c, (long long)l->limit);
-            put_num(c, (long long)l->window_ms);
-            put_num(c, (long long)l->burst);
-        }
     }
     return RL_OK;
 }
@@ -149,7 +202,8 @@ script_reply_check(const redisReply *r, size_t len, const char **why)
         return RL_ERR;
     }
     for (size_t i = 0; i < r->elements; i++) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER &&
+            r->element[i]->type != REDIS_REPLY_ERROR) {
             *why = "non-integer in the check script's reply";
             return RL_ERR;
         }
@@ -172,6 +226,31 @@ script_answer_status(struct rl_script_wait *w, enum rl_backend_status st, const 
     w->cb(&res, w->arg);
 }
 
+/*
+ * res.error is static text: what a failed check's error reply says, by its
+ * code.  The reply itself is freed once its checks are answered.
+ */
+static const char *
+error_text(const char *e)
+{
+    static const struct {
+        const char *code, *text;
+    } known[] = {
+        {"WRONGTYPE", "WRONGTYPE: a key of the check holds a value of the wrong type"},
+        {"OOM", "OOM: redis is out of memory (maxmemory)"},
+        {"READONLY", "READONLY: redis is a replica"},
+        {"NOSCRIPT", "NOSCRIPT"},
+    };
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(known); i++) {
+        size_t n = strlen(known[i].code);
+
+        if (strncmp(e, known[i].code, n) == 0 && (e[n] == ' ' || e[n] == '\0'))
+            return known[i].text;
+    }
+    return "error reply from the check script";
+}
+
 void
 script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
                     size_t nlimits)
@@ -180,6 +259,17 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
 
     if (w->answered)
         return;
+    /* this check alone failed in the script; the others of its batch stand */
+    if (r->element[at]->type == REDIS_REPLY_ERROR) {
+        script_answer_status(w, RL_BACKEND_ERROR, error_text(r->element[at]->str));
+        return;
+    }
+    for (size_t i = 1; i <= 3 * nlimits; i++) {
+        if (r->element[at + i]->type != REDIS_REPLY_INTEGER) {
+            script_answer_status(w, RL_BACKEND_ERROR, "error in the check script's reply");
+            return;
+        }
+    }
     memset(&res, 0, sizeof(res));
     res.status = RL_BACKEND_OK;
     res.allowed = r->element[at]->integer == 1;

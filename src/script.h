@@ -11,31 +11,54 @@
 #include "backend.h"
 
 /*
+ * A policy's limits as the script reads them, prebuilt: the whole protocol
+ * argument "$<len>\r\n<tag> <limit> <window_ms> <burst>...\r\n", the same
+ * bytes for every check of the policy.  Cached by the address of the limits
+ * and checked against a copy of them, so a policy freed by a reload and
+ * another allocated at the same address are never confused.
+ */
+#define RL_SCRIPT_SPEC_MAX 768
+#define RL_SCRIPT_SPECS 16
+
+struct rl_script_spec {
+    const struct rl_limit *at;
+    size_t n;
+    struct rl_limit limits[RL_LIMITS_MAX];
+    size_t len;
+    char bytes[RL_SCRIPT_SPEC_MAX];
+};
+
+/*
  * One script call deciding a batch of checks (coalescing: the checks that
  * arrive in one event-loop pass share one call), formatted as the Redis
  * protocol so hiredis only copies it (redisAsyncFormattedCommand): its own
  * printf-style formatting was 6% of the daemon's instructions per check.
- * Reused from call to call.
+ * Reused from call to call, with the specs of the policies it carried
+ * lately; one per connection (never shared between threads).
  */
 struct rl_script_call {
     char *buf;
     size_t len, cap;
+    struct rl_script_spec *specs[RL_SCRIPT_SPECS];
 };
 
 void script_call_free(struct rl_script_call *c);
 
 /*
- * EVALSHA sha nkeys key... '' n (nlimits cost flags (tag limit window_ms
- * burst)...)... for reqs[0..n) — or EVAL with the script's text.  The empty
- * "now" makes the script read Redis TIME.
+ * EVALSHA sha nkeys key... '' n (spec cost[flags] [seq])... for
+ * reqs[0..n) — or EVAL with the script's text (scripts/lua/check.lua
+ * describes the arguments).  The empty "now" makes the script read Redis
+ * TIME.
  */
 int script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
                       size_t n, int eval) RL_WUR;
 
 /*
- * The reply to a batch is one flat array of integers: per check, allowed
- * then (remaining, reset_ms, retry_after_ms) per limit.  RL_OK when r has
- * exactly `len` integer elements, else RL_ERR and a static *why.
+ * The reply to a batch is one flat array: per check, allowed then
+ * (remaining, reset_ms, retry_after_ms) per limit, all integers; or, for a
+ * check that failed alone (a key of the wrong type), an error in place of
+ * allowed, then integers.  RL_OK when r has exactly `len` elements, each an
+ * integer or an error, else RL_ERR and a static *why.
  */
 int script_reply_check(const redisReply *r, size_t len, const char **why) RL_WUR;
 
@@ -62,7 +85,8 @@ struct rl_script_wait {
 void script_answer_status(struct rl_script_wait *w, enum rl_backend_status st,
                           const char *why);
 /* The check's part of a reply script_reply_check() accepted: its elements
- * from `at` on, for `nlimits` limits. */
+ * from `at` on, for `nlimits` limits.  An error there answers the check
+ * RL_BACKEND_ERROR (static text naming the error's code), and it alone. */
 void script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
                          size_t nlimits);
 

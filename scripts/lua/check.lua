@@ -8,80 +8,190 @@
 -- ARGV[1]  now in microseconds, or '' to read Redis TIME (the daemon always
 --          sends ''; tests drive time explicitly)
 -- ARGV[2]  n, the number of checks
--- then per check: nlimits, cost (0 asks without consuming), flags (any of
--- 'f': force, consume the cost even when it does not fit; 'o': once, then
--- the check's seq), then per limit: algorithm tag, limit, window_ms, burst.
--- A 'once' check has one more key after its limits' keys: its writer's last
--- applied seq.  A seq not above it was applied already (a hybrid sync sent
--- again after its connection was lost): the check then only peeks.
+-- then per check:
+--   spec   its policy's limits, "<tag> <limit> <window_ms> <burst>" each,
+--          separated by one space ("fw 100 60000 0 gcra 5 1000 5"): the
+--          same bytes for every check of a policy, so the daemon prebuilds
+--          them and the script converts them once per call, not per check
+--   cost   the cost (0 asks without consuming), then the flags: 'f', force
+--          (consume the cost even when it does not fit), 'o', once ("3",
+--          "1f", "2o", "2fo")
+--   seq    only for a 'once' check: its writer's seq.  Such a check has one
+--          more key after its limits' keys, the writer's last applied seq;
+--          a seq not above it was applied already (a hybrid sync sent again
+--          after its connection was lost): the check then only peeks.
 --
 -- Returns one flat array: per check, allowed (1 or 0), then per limit
 -- remaining, reset_ms, retry_after_ms.  A check is allowed only when every
 -- limit allows it; a denied check consumes nothing from any limit (unless
 -- forced).  Checks run in order, so two checks of one key in a batch see
 -- each other exactly as two calls would.
+--
+-- Each check succeeds or fails on its own, as separate calls would: one
+-- whose command fails (a key of the wrong type, WRONGTYPE) answers an error
+-- in place of its `allowed`, then zeros, and the others of the batch are
+-- decided as usual.  Every error can only come from peek's reads (the
+-- writes are SETs and ZADDs to keys peek read as the right type), so a
+-- failed check has written nothing.
 
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
 else
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
 
-local out, o = {}, 0
-local k, b = 0, 3
--- per limit of the current check, reused from check to check: the module,
--- peek's result, and the arguments converted once for peek and commit
-local algos, res, lims, wins, bursts = {}, {}, {}, {}, {}
-for _ = 1, tonumber(ARGV[2]) do
-  local n, cost, flags = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2]
-  local force = flags == 'f' or flags == 'fo'
-  local once_key, seq
+-- A spec string -> { per limit peek, commit, limit, W (us), burst; n, the
+-- number of limits; ttl, the longest window (ms); err, why it cannot run }.
+local function spec_of(s)
+  local find, sub = string.find, string.sub
+  local sp, n, ttl, at = nil, 0, 1000, 1
+  while at <= #s do
+    local e1 = find(s, ' ', at, true)
+    local e2 = e1 and find(s, ' ', e1 + 1, true)
+    local e3 = e2 and find(s, ' ', e2 + 1, true)
+    local e4 = e3 and (find(s, ' ', e3 + 1, true) or #s + 1)
+    if not e4 then
+      sp = sp or {}
+      sp.err = 'bad spec ' .. s
+      break
+    end
+    local m = algo(sub(s, at, e1 - 1))
+    local l, w, b = tonumber(sub(s, e1 + 1, e2 - 1)), tonumber(sub(s, e2 + 1, e3 - 1)),
+                    tonumber(sub(s, e3 + 1, e4 - 1))
+    local j = 5 * n
+    n, at = n + 1, e4 + 1
+    if m == nil then
+      sp = sp or {}
+      sp.err = 'unknown algorithm in ' .. s
+    elseif not (l and w and b) or l < 1 or w < 1 then
+      sp = sp or {}
+      sp.err = 'bad limit in ' .. s
+    elseif sp == nil then
+      -- the first limit: the table in one allocation, room for n and ttl
+      sp = { m[1], m[2], l, w * 1000, b, n = 1, ttl = 1000 }
+      if w > ttl then ttl = w end
+    else
+      sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, w * 1000, b
+      if w > ttl then ttl = w end
+    end
+  end
+  sp = sp or { err = 'empty spec' }
+  sp.n, sp.ttl = n, ttl
+  return sp
+end
+
+-- A cost string -> { cost, force, once; err }.
+local function cost_of(s)
+  local cf = { tonumber(s), false, false }
+  if cf[1] == nil then
+    local c, fl = string.match(s, '^(%d+)(%a*)$')
+    cf[1], cf[2], cf[3] = tonumber(c) or 0, fl == 'f' or fl == 'fo', fl == 'o' or fl == 'fo'
+    if c == nil or not (cf[2] or cf[3]) then cf.err = 'bad cost ' .. s end
+  end
+  return cf
+end
+
+-- 'once': whether the writer's seq was applied already
+local function applied(once_key, seq)
+  local last = redis.call('GET', once_key)
+  return last and tonumber(last) >= tonumber(seq)
+end
+
+-- One check of one limit (most checks): allowed (1 or 0), remaining,
+-- reset_ms, retry_after_ms.
+local function run1(sp, cf, key, once_key, seq, now)
+  if sp.err or cf.err then error(sp.err or cf.err) end
+  local cost, limit, W, burst = cf[1], sp[3], sp[4], sp[5]
+  local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost)
+  if (ok or cf[2]) and cost > 0 and not (once_key and applied(once_key, seq)) then
+    rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+    -- kept as long as the counts it guards; the seq as the daemon wrote it
+    if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+  elseif repair then
+    repair_ttl(key, repair)
+  end
+  if ok then return 1, rem, reset, retry end
+  return 0, rem, reset, retry
+end
+
+-- One check of several limits, its keys from KEYS[k + 1], its answer into
+-- out[o + 1]...; st holds peek's answers per limit, reused.
+local function run(sp, cf, k, once_key, seq, now, out, o, st)
+  if sp.err or cf.err then error(sp.err or cf.err) end
+  local n, cost = sp.n, cf[1]
+  local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
+  local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
   local allowed = true
-  b = b + 3
-  if flags == 'o' or flags == 'fo' then
-    once_key, seq = KEYS[k + n + 1], tonumber(ARGV[b])
-    b = b + 1
-  end
   for i = 1, n do
-    local algo = ALGOS[ARGV[b]]
-    if algo == nil then return redis.error_reply('unknown algorithm ' .. ARGV[b]) end
-    local limit, window_ms, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
-                                    tonumber(ARGV[b + 3])
-    algos[i], lims[i], wins[i], bursts[i] = algo, limit, window_ms, burst
-    local r = algo.peek(KEYS[k + i], now, limit, window_ms, burst, cost)
-    res[i] = r
-    if not r.ok then allowed = false end
-    b = b + 4
+    local j = 5 * i - 5
+    local ok
+    ok, rems[i], resets[i], retries[i], repairs[i], s1[i], s2[i], s3[i], s4[i], s5[i] =
+      sp[j + 1](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], cost)
+    if not ok then allowed = false end
   end
-  o = o + 1
-  if allowed then out[o] = 1 else out[o] = 0 end
-  local applied = false
-  if once_key then
-    local last = redis.call('GET', once_key)
-    applied = last and tonumber(last) >= seq
-  end
-  if (allowed or force) and cost > 0 and not applied then
+  if allowed then out[o + 1] = 1 else out[o + 1] = 0 end
+  if (allowed or cf[2]) and cost > 0 and not (once_key and applied(once_key, seq)) then
     for i = 1, n do
-      local r = algos[i].commit(KEYS[k + i], now, lims[i], wins[i], bursts[i], cost, res[i])
-      out[o + 1], out[o + 2], out[o + 3] = r.remaining, r.reset_ms, r.retry_after_ms
-      o = o + 3
+      local j = 5 * i - 5
+      out[o + 3 * i - 1], out[o + 3 * i] =
+        sp[j + 2](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], cost,
+                  s1[i], s2[i], s3[i], s4[i], s5[i])
+      out[o + 3 * i + 1] = retries[i]
     end
-    if once_key then
-      -- kept as long as the counts it guards
-      local ttl = 1000
-      for i = 1, n do if wins[i] > ttl then ttl = wins[i] end end
-      redis.call('SET', once_key, string.format('%.0f', seq), 'PX', ttl)
-    end
+    if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   else
     for i = 1, n do
-      local r = res[i]
-      if r.repair then repair_ttl(KEYS[k + i], r.repair) end
-      out[o + 1], out[o + 2], out[o + 3] = r.remaining, r.reset_ms, r.retry_after_ms
-      o = o + 3
+      local r = repairs[i]
+      if r then repair_ttl(KEYS[k + i], r) end
+      out[o + 3 * i - 1], out[o + 3 * i], out[o + 3 * i + 1] = rems[i], resets[i], retries[i]
     end
   end
+end
+
+local nchecks = tonumber(ARGV[2])
+-- one check of one limit (coalescing off, or a quiet moment): no caches
+if nchecks == 1 then
+  local sp, cf = spec_of(ARGV[3]), cost_of(ARGV[4])
+  if sp.n == 1 then
+    local once_key, seq
+    if cf[3] then once_key, seq = KEYS[2], ARGV[5] end
+    local ok, a, r, s, t = pcall(run1, sp, cf, KEYS[1], once_key, seq, now)
+    if ok then return { a, r, s, t } end
+    if type(a) == 'table' then a = a.err end
+    return { { err = tostring(a) }, 0, 0, 0 }
+  end
+end
+
+local specs, costs, out, st = {}, {}, {}, nil
+local o, k, b = 0, 0, 3
+for _ = 1, nchecks do
+  local s, c = ARGV[b], ARGV[b + 1]
+  local sp, cf = specs[s], costs[c]
+  if sp == nil then sp = spec_of(s); specs[s] = sp end
+  if cf == nil then cf = cost_of(c); costs[c] = cf end
+  local n, once_key, seq = sp.n, nil, nil
+  b = b + 2
+  if cf[3] then
+    once_key, seq = KEYS[k + n + 1], ARGV[b]
+    b = b + 1
+  end
+  local ok, err, x2, x3, x4
+  if n == 1 then
+    ok, err, x2, x3, x4 = pcall(run1, sp, cf, KEYS[k + 1], once_key, seq, now)
+    if ok then out[o + 1], out[o + 2], out[o + 3], out[o + 4] = err, x2, x3, x4 end
+  else
+    if st == nil then st = { {}, {}, {}, {}, {}, {}, {}, {}, {} } end
+    ok, err = pcall(run, sp, cf, k, once_key, seq, now, out, o, st)
+  end
+  if not ok then
+    -- redis.call raises a table { err = "WRONGTYPE ..." }, Lua a string
+    if type(err) == 'table' then err = err.err end
+    out[o + 1] = { err = tostring(err) }
+    for i = o + 2, o + 1 + 3 * n do out[i] = 0 end
+  end
+  o = o + 1 + 3 * n
   k = k + n
   if once_key then k = k + 1 end
 end

@@ -10,6 +10,8 @@
 -- String value "<i> <f>" of TAT.  Mirrors src/algo_gcra.c.
 
 MODULES['gcra'] = function()
+  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local divmod, muldiv = intmath()
   -- Pair (i, f) normalised after f may have left [0, limit).
   local function gcra_norm(i, f, limit)
     if f >= limit then return i + 1, f - limit end
@@ -41,52 +43,58 @@ MODULES['gcra'] = function()
     return gcra_norm(i + ci, f + cf, limit)
   end
 
-  return {
-    peek = function(key, now, limit, window_ms, burst, cost)
-      local W = window_ms * 1000
-      local v = redis.call('GET', key)
-      -- x = max(TAT, now) - now
-      local xi, xf = 0, 0
-      if v then
-        local a, b = string.match(v, '^(%d+) (%d+)$')
-        local ti, tf = tonumber(a) or 0, tonumber(b) or 0
-        -- f was kept over an older limit: round TAT up to the microsecond
-        if tf >= limit then ti, tf = ti + 1, 0 end
-        if ti >= now then xi, xf = ti - now, tf end
-      end
-      local left = gcra_ceil(xi, xf)
-      local r = { ok = true, remaining = gcra_room(xi, xf, limit, W, burst),
-                  reset_ms = ceil_ms(left), retry_after_ms = 0, repair = nil,
-                  xi = xi, xf = xf }
-      if v then r.repair = left end
-      if cost > burst then
-        r.ok, r.retry_after_ms = false, -1
-        return r
-      end
-      local ni, nf = gcra_next(xi, xf, cost, W, limit)
-      local gi, gf = muldiv(W, burst, limit)  -- tau
-      if ni > gi or (ni == gi and nf > gf) then
-        -- allowed once now has grown by n - tau
-        local ei, ef = gcra_norm(ni - gi, nf - gf, limit)
-        r.ok, r.retry_after_ms = false, ceil_ms(gcra_ceil(ei, ef))
-      end
-      return r
-    end,
+  -- tau = T * burst as a pair: the same for every check of a policy, so
+  -- the last one is kept (a batch is mostly one policy)
+  local tW, tB, tL, ti, tf
+  local function tau(W, burst, limit)
+    if W ~= tW or burst ~= tB or limit ~= tL then
+      ti, tf = muldiv(W, burst, limit)
+      tW, tB, tL = W, burst, limit
+    end
+    return ti, tf
+  end
 
-    commit = function(key, now, limit, window_ms, burst, cost, r)
-      local W, most = window_ms * 1000, 2 * burst
-      if cost > most then cost = most end
-      local ni, nf = gcra_next(r.xi, r.xf, cost, W, limit)
-      -- a forced commit: TAT no further than 2 x tau ahead
-      local mi, mf = muldiv(W, most, limit)
-      if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
-      local left = gcra_ceil(ni, nf)
-      -- value and TTL in one command
-      redis.call('SET', key, string.format('%.0f %.0f', now + ni, nf),
-                 'PX', ttl_ms(left))
-      r.remaining = gcra_room(ni, nf, limit, W, burst)
-      r.reset_ms = ceil_ms(left)
-      return r
-    end,
-  }
+  local function peek(key, now, limit, W, burst, cost)
+    local v = call('GET', key)
+    -- x = max(TAT, now) - now
+    local xi, xf, left, repair = 0, 0, 0, nil
+    if v then
+      local a, b = string.match(v, '^(%d+) (%d+)$')
+      local ti, tf = tonumber(a) or 0, tonumber(b) or 0
+      -- f was kept over an older limit: round TAT up to the microsecond
+      if tf >= limit then ti, tf = ti + 1, 0 end
+      if ti >= now then
+        xi, xf = ti - now, tf
+        left = gcra_ceil(xi, xf)
+      end
+      repair = left
+    end
+    local room, reset = gcra_room(xi, xf, limit, W, burst), ceil_ms(left)
+    if cost > burst then return false, room, reset, -1, repair, xi, xf end
+    local ni, nf = gcra_next(xi, xf, cost, W, limit)
+    local gi, gf = tau(W, burst, limit)
+    if ni > gi or (ni == gi and nf > gf) then
+      -- allowed once now has grown by n - tau
+      local ei, ef = gcra_norm(ni - gi, nf - gf, limit)
+      return false, room, reset, ceil_ms(gcra_ceil(ei, ef)), repair, xi, xf
+    end
+    return true, room, reset, 0, repair, xi, xf
+  end
+
+  local function commit(key, now, limit, W, burst, cost, xi, xf)
+    local most = 2 * burst
+    if cost > most then cost = most end
+    local ni, nf = gcra_next(xi, xf, cost, W, limit)
+    -- a forced commit: TAT no further than 2 x tau ahead
+    -- T * 2 burst = 2 tau, exactly
+    local mi, mf = tau(W, burst, limit)
+    mi, mf = gcra_norm(2 * mi, 2 * mf, limit)
+    if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
+    local left = gcra_ceil(ni, nf)
+    -- value and TTL in one command
+    call('SET', key, format('%d %d', now + ni, nf), 'PX', format('%d', ttl_ms(left)))
+    return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
+  end
+
+  return peek, commit
 end

@@ -4,52 +4,65 @@
 -- held in Lua numbers (exact below 2^53); results are integers of
 -- milliseconds.
 --
--- The algorithm interface, ALGOS[tag]:
---   peek(key, now, limit, window_ms, burst, cost) -> r, reads only:
---     r.ok, r.remaining, r.reset_ms, r.retry_after_ms: the answer as things
---     stand; r.repair: the TTL (us) the key needs if it was found without
---     one, nil when there is no key; and what commit needs of the state read.
---   commit(key, now, limit, window_ms, burst, cost, r) -> r, with r from
---     peek: consumes cost (> 0) whether r.ok or not (a forced check), sets
---     the key's TTL, and updates r.remaining and r.reset_ms to the numbers
---     after it (r.ok and r.retry_after_ms stay what peek decided).
--- The driver calls repair_ttl(key, r.repair) itself when no commit follows,
+-- The algorithm interface, algo(tag) = { peek, commit }, with W the window
+-- in microseconds (the driver converts once per policy, not per check):
+--   peek(key, now, limit, W, burst, cost)
+--     -> ok, remaining, reset_ms, retry_after_ms, repair, s1, ..., s5
+--     reads only: the answer as things stand; repair, the TTL (us) the key
+--     needs if it was found without one (nil when there is no key); s1..s5,
+--     what commit needs of the state read.
+--   commit(key, now, limit, W, burst, cost, s1, ..., s5) -> remaining, reset_ms
+--     consumes cost (> 0) whether peek allowed it or not (a forced check),
+--     sets the key's TTL and answers the numbers after it (allowed and
+--     retry_after_ms stay what peek decided).
+-- Multiple results rather than a table: a table per limit per check cost as
+-- much as a redis.call.
+-- The driver calls repair_ttl(key, repair) itself when no commit follows,
 -- so that an allowed check does not pay for a PTTL its commit makes moot
 -- (the O(1) algorithms write value and TTL in one SET ... PX).
 --
--- Redis runs this whole script on every EVALSHA, so every function the
--- modules define is built again on every call: for all five modules that
--- cost more than a redis.call.  A module file therefore registers a
--- constructor in MODULES, and ALGOS builds a module the first time a call
--- names its tag.
+-- Redis runs this whole script on every EVALSHA (and since 7.0 a script
+-- cannot keep anything in globals between calls), so every function the
+-- modules define is built again on every call, and every local a function
+-- captures costs a walk of Lua's open upvalues as it is built: together that
+-- was a third of a one-check call.  Hence a module file registers a
+-- constructor in MODULES, and algo() builds a module the first time a call
+-- names its tag: a call pays for the modules it uses only.  A constructor
+-- takes the library functions it needs into its own locals (built once per
+-- call), and the functions at the top level capture as little as they can.
+--
+-- Numbers are written with '%d' (a C long: every value here is an integer
+-- below 2^53), never '%.0f', which costs glibc twice as much; a TTL goes
+-- to redis.call as such a string too, or Redis would print it with '%.17g'.
 
-local MODULES = {}
-local ALGOS = setmetatable({}, { __index = function(algos, tag)
-  local make = MODULES[tag]
-  if make == nil then return nil end
-  local m = make()
-  algos[tag] = m
+local floor = math.floor
+
+local MODULES, ALGOS = {}, {}
+-- the module of tag, built on first use in this call; nil if none
+local function algo(tag)
+  local m = ALGOS[tag]
+  if m == nil and MODULES[tag] then
+    local peek, commit = MODULES[tag]()
+    m = { peek, commit }
+    ALGOS[tag] = m
+  end
   return m
-end })
+end
 
 -- microseconds -> milliseconds, rounded up; never negative
 local function ceil_ms(us)
   if us <= 0 then return 0 end
-  return math.floor((us + 999) / 1000)
+  return floor((us + 999) / 1000)
 end
 
 -- A TTL of `us` microseconds as PEXPIRE/PX takes it: whole milliseconds
 -- rounded up, at least 1 (a key must go, and 0 is not a TTL).
 local function ttl_ms(us)
   if us <= 1000 then return 1 end
-  return math.floor((us + 999) / 1000)
-end
-
-local function set_ttl(key, us)
-  redis.call('PEXPIRE', key, ttl_ms(us))
+  return floor((us + 999) / 1000)
 end
 
 -- A key found without a TTL is repaired: no key may live forever.
 local function repair_ttl(key, us)
-  if redis.call('PTTL', key) == -1 then set_ttl(key, us) end
+  if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ttl_ms(us)) end
 end

@@ -9,21 +9,22 @@
 -- (intmath.lua).  A forced commit counts past the limit.
 -- Mirrors src/algo_sliding_window_counter.c.
 
-MODULES['swc'] = function() return {
-  peek = function(key, now, limit, window_ms, burst, cost)
-    local W = window_ms * 1000
-    local v = redis.call('GET', key)
+MODULES['swc'] = function()
+  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local divmod, muldiv = intmath()
+  local function peek(key, now, limit, W, burst, cost)
+    local v = call('GET', key)
     local cur, e = divmod(now, W)
-    local curr, prev = 0, 0
+    local curr, prev, repair = 0, 0, nil
     if v then
       local sw, c, p
-      local i = string.find(v, ':', 1, true)
+      local i = find(v, ':', 1, true)
       if i then
-        local j = string.find(v, ':', i + 1, true)
+        local j = find(v, ':', i + 1, true)
         if j then
-          sw = tonumber(string.sub(v, 1, i - 1))
-          c = tonumber(string.sub(v, i + 1, j - 1))
-          p = tonumber(string.sub(v, j + 1))
+          sw = tonumber(sub(v, 1, i - 1))
+          c = tonumber(sub(v, i + 1, j - 1))
+          p = tonumber(sub(v, j + 1))
         end
       end
       -- a clock that stepped back sees the stored window from its start
@@ -36,9 +37,12 @@ MODULES['swc'] = function() return {
         end
       end
     end
-    local q, rem = muldiv(prev, W - e, W)
-    if rem > 0 then q = q + 1 end
-    local room = limit - curr - q
+    local room = limit - curr
+    if prev > 0 then
+      local q, rem = muldiv(prev, W - e, W)
+      if rem > 0 then q = q + 1 end
+      room = room - q
+    end
     -- fully available once curr has aged out of the previous window too
     local reset = 0
     if curr > 0 then
@@ -46,14 +50,12 @@ MODULES['swc'] = function() return {
     elseif prev > 0 then
       reset = (cur + 1) * W - now
     end
-    local r = { ok = true, remaining = room, reset_ms = ceil_ms(reset),
-                retry_after_ms = 0, repair = nil,
-                cur = cur, curr = curr, prev = prev, room = room }
-    if room < 0 then r.remaining = 0 end
-    if v then r.repair = reset end
-    if cost > limit then
-      r.ok, r.retry_after_ms = false, -1
-    elseif cost > room then
+    if v then repair = reset end
+    local rem = room
+    if rem < 0 then rem = 0 end
+    reset = ceil_ms(reset)
+    if cost > limit then return false, rem, reset, -1, repair, cur, curr, prev, room end
+    if cost > room then
       -- the first elapsed time e2 at which the estimate leaves room for cost:
       -- x * (W - e2) / W <= R  <=>  e2 >= W - floor(R * W / x)
       local R, t = limit - curr - cost, 0
@@ -64,18 +66,20 @@ MODULES['swc'] = function() return {
         -- in the next window, as curr fades (curr > limit - cost here)
         t = (cur + 1) * W + W - muldiv(limit - cost, W, curr) - now
       end
-      r.ok, r.retry_after_ms = false, ceil_ms(t)
+      return false, rem, reset, ceil_ms(t), repair, cur, curr, prev, room
     end
-    return r
-  end,
+    return true, rem, reset, 0, repair, cur, curr, prev, room
+  end
 
-  commit = function(key, now, limit, window_ms, burst, cost, r)
-    local reset = (r.cur + 2) * window_ms * 1000 - now
+  local function commit(key, now, limit, W, burst, cost, cur, curr, prev, room)
+    local reset = (cur + 2) * W - now
     -- value and TTL in one command
-    redis.call('SET', key, string.format('%.0f:%.0f:%.0f', r.cur, r.curr + cost, r.prev),
-               'PX', ttl_ms(reset))
-    r.remaining, r.reset_ms = r.room - cost, ceil_ms(reset)
-    if r.remaining < 0 then r.remaining = 0 end
-    return r
-  end,
-} end
+    call('SET', key, format('%d:%d:%d', cur, curr + cost, prev),
+         'PX', format('%d', ttl_ms(reset)))
+    room = room - cost
+    if room < 0 then room = 0 end
+    return room, ceil_ms(reset)
+  end
+
+  return peek, commit
+end

@@ -12,6 +12,8 @@
 -- Mirrors src/algo_token_bucket.c.
 
 MODULES['tb'] = function()
+  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local divmod, muldiv = intmath()
   -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
   local function tb_wait(d, f, x, W, limit)
     if d < x or (d == x and f == 0) then return 0 end
@@ -22,65 +24,62 @@ MODULES['tb'] = function()
     return q + q2
   end
 
-  return {
-    peek = function(key, now, limit, window_ms, burst, cost)
-      local W = window_ms * 1000
-      local v = redis.call('GET', key)
-      local d, f, t = 0, 0, 0
-      if v then
-        local i = string.find(v, ':', 1, true)
-        if i then
-          local j = string.find(v, ':', i + 1, true)
-          if j then
-            d = tonumber(string.sub(v, 1, i - 1)) or 0
-            f = tonumber(string.sub(v, i + 1, j - 1)) or 0
-            t = tonumber(string.sub(v, j + 1)) or 0
-          end
+  local function peek(key, now, limit, W, burst, cost)
+    local v = call('GET', key)
+    local d, f, t, repair = 0, 0, 0, nil
+    if v then
+      local i = find(v, ':', 1, true)
+      if i then
+        local j = find(v, ':', i + 1, true)
+        if j then
+          d = tonumber(sub(v, 1, i - 1)) or 0
+          f = tonumber(sub(v, i + 1, j - 1)) or 0
+          t = tonumber(sub(v, j + 1)) or 0
         end
       end
-      -- a clock that stepped back refills nothing until it catches up; every
-      -- duration is still measured from `now` (skew)
-      local at = now
-      if t > now then at = t end
-      local skew = at - now
-      if at - t >= tb_wait(d, f, 0, W, limit) then
-        d, f = 0, 0
-      else
-        local q, r = muldiv(limit, at - t, W)
-        d, f = d - q, f - r
-        if f < 0 then d, f = d - 1, f + W end
-      end
-      local reset = 0
-      if d > 0 or f > 0 then reset = tb_wait(d, f, 0, W, limit) + skew end
-      -- floor(tokens) = burst - ceil(D)
-      local room = burst - d
-      if f > 0 then room = room - 1 end
-      local r = { ok = true, remaining = room, reset_ms = ceil_ms(reset),
-                  retry_after_ms = 0, repair = nil,
-                  d = d, f = f, at = at, skew = skew }
-      if room < 0 then r.remaining = 0 end
-      if v then r.repair = reset end
-      if cost > burst then
-        r.ok, r.retry_after_ms = false, -1
-      elseif cost > room then
-        r.ok = false
-        r.retry_after_ms = ceil_ms(tb_wait(d, f, burst - cost, W, limit) + skew)
-      end
-      return r
-    end,
+    end
+    -- a clock that stepped back refills nothing until it catches up; every
+    -- duration is still measured from `now` (skew)
+    local at = now
+    if t > now then at = t end
+    local skew = at - now
+    if d == 0 and f == 0 then
+      -- a full bucket (or none): nothing to refill
+    elseif at - t >= tb_wait(d, f, 0, W, limit) then
+      d, f = 0, 0
+    else
+      local q, r = muldiv(limit, at - t, W)
+      d, f = d - q, f - r
+      if f < 0 then d, f = d - 1, f + W end
+    end
+    local reset = 0
+    if d > 0 or f > 0 then reset = tb_wait(d, f, 0, W, limit) + skew end
+    if v then repair = reset end
+    -- floor(tokens) = burst - ceil(D)
+    local room = burst - d
+    if f > 0 then room = room - 1 end
+    local rem = room
+    if rem < 0 then rem = 0 end
+    local reset_ms = ceil_ms(reset)
+    if cost > burst then return false, rem, reset_ms, -1, repair, d, f, at, skew end
+    if cost > room then
+      return false, rem, reset_ms, ceil_ms(tb_wait(d, f, burst - cost, W, limit) + skew),
+             repair, d, f, at, skew
+    end
+    return true, rem, reset_ms, 0, repair, d, f, at, skew
+  end
 
-    commit = function(key, now, limit, window_ms, burst, cost, r)
-      local d, f = r.d + cost, r.f
-      if d >= 2 * burst then d, f = 2 * burst, 0 end
-      local reset = tb_wait(d, f, 0, window_ms * 1000, limit) + r.skew
-      -- value and TTL in one command
-      redis.call('SET', key, string.format('%.0f:%.0f:%.0f', d, f, r.at),
-                 'PX', ttl_ms(reset))
-      local room = burst - d
-      if f > 0 then room = room - 1 end
-      if room < 0 then room = 0 end
-      r.remaining, r.reset_ms = room, ceil_ms(reset)
-      return r
-    end,
-  }
+  local function commit(key, now, limit, W, burst, cost, d, f, at, skew)
+    d = d + cost
+    if d >= 2 * burst then d, f = 2 * burst, 0 end
+    local reset = tb_wait(d, f, 0, W, limit) + skew
+    -- value and TTL in one command
+    call('SET', key, format('%d:%d:%d', d, f, at), 'PX', format('%d', ttl_ms(reset)))
+    local room = burst - d
+    if f > 0 then room = room - 1 end
+    if room < 0 then room = 0 end
+    return room, ceil_ms(reset)
+  end
+
+  return peek, commit
 end

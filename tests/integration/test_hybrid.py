@@ -316,11 +316,11 @@ def t_script_once(d, r):
     with H.Redis(topology="standalone") as own:
         def call(flags, cost, seq=None):
             # KEYS: the limit's key (+ the once key); ARGV: now ('' = TIME),
-            # n, then nlimits, cost, flags (+ seq), tag, limit, window, burst
+            # n, then the spec "tag limit window burst", cost+flags (+ seq)
             keys = [key] + ([once] if seq is not None else [])
             extra = [seq] if seq is not None else []
-            return H._resp(own.port, "EVAL", src, len(keys), *keys, "", 1, 1, cost, flags,
-                           *extra, "fw", 10, 60000, 0)
+            return H._resp(own.port, "EVAL", src, len(keys), *keys, "", 1, "fw 10 60000 0",
+                           "%d%s" % (cost, flags), *extra)
 
         def count():
             v = own.cli("GET", key)

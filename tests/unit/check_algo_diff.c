@@ -27,6 +27,7 @@
 
 #include "algo.h"
 #include "lua_scripts.h"
+#include "script.h"
 #include "../testutil_redis.h"
 
 #define MS 1000LL
@@ -141,6 +142,7 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
     const char *argv[3 + RL_LIMITS_MAX + 5 + 4 * RL_LIMITS_MAX];
     size_t lens[RL_ARRAY_LEN(argv)];
     char nums[5 + 3 * RL_LIMITS_MAX][24];
+    char spec[RL_LIMITS_MAX * 80] = "";
     struct rl_limit_result cr[RL_LIMITS_MAX];
     int persist = how & DP_PERSIST, force = how & DP_FORCE;
     int argc = 0, nn = 0, allowed = 1, committed;
@@ -157,16 +159,20 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
         ARG(p->l[i].key, strlen(p->l[i].key));
     NUM(now);
     NUM(1);             /* checks in this batch */
-    NUM(p->n);
-    NUM(cost);
-    ARG(force ? "f" : "", force ? 1 : 0);
+    /* the policy's spec, "<tag> <limit> <window_ms> <burst>" per limit,
+     * then the cost and its flags */
     for (size_t i = 0; i < p->n; i++) {
-        const char *tag = algo_def(p->l[i].lim.algo)->tag;
-        ARG(tag, strlen(tag));
-        NUM(p->l[i].lim.limit);
-        NUM(p->l[i].lim.window_ms);
-        NUM(p->l[i].lim.burst);
+        const struct rl_limit *l = &p->l[i].lim;
+        size_t at = strlen(spec);
+
+        snprintf(spec + at, sizeof(spec) - at, "%s%s %lld %lld %lld", i ? " " : "",
+                 algo_def(l->algo)->tag, (long long)l->limit, (long long)l->window_ms,
+                 (long long)l->burst);
     }
+    ARG(spec, strlen(spec));
+    snprintf(nums[nn], sizeof(nums[nn]), "%lld%s", (long long)cost, force ? "f" : "");
+    ARG(nums[nn], strlen(nums[nn]));
+    nn++;
 #undef NUM
 #undef ARG
     sent = mono_us();
@@ -342,8 +348,8 @@ START_TEST(script_is_the_embedded_one_and_reads_redis_time)
 
     /* setup() loaded it and compared the SHA1; the daemon's own path: no
      * explicit time, Redis TIME */
-    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 2 1 %s "
-                     "gcra 5 1000 5 swl 5 1000 5", rl_lua_check_sha, "", "");
+    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 %s 1",
+                     rl_lua_check_sha, "", "gcra 5 1000 5 swl 5 1000 5");
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 7, "%s",
                   r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
@@ -360,6 +366,11 @@ static const struct {
     {5, 1000, 5}, {3, 1000, 7}, {100, 60000, 100}, {7, 10, 2}, {10, 250, 10},
     {1000, 1000, 1000}, {1000000000, DAY_MS, 1000000000},
     {1000000000, DAY_MS, 300000000}, {2, 366 * DAY_MS, 3},
+    /* intmath's paths: products past 2^53 split for divisors up to 2^31
+     * (exactly 2^31 included), 5-bit digits past it */
+    {1000000000, 60000, 1000000000}, {999999937, 366 * DAY_MS, 999999937},
+    {2147483648LL, 3600000, 1234567891}, {2147483649LL, 7 * DAY_MS, 2147483649LL},
+    {123456789, 366 * DAY_MS, 1000000000},
 };
 
 START_TEST(each_algorithm_matches_its_twin)
@@ -595,16 +606,17 @@ START_TEST(o1_state_is_one_string_set_with_its_ttl)
     for (size_t a = 0; a < RL_ARRAY_LEN(o1); a++) {
         const char *tag = algo_def(o1[a])->tag;
         static const long long cost[] = {1, 1, 0, 11};
-        char key[64];
+        char key[64], spec[64];
         redisReply *r;
 
         snprintf(key, sizeof(key), "{calls:%s}:%s:60000", tag, tag);
+        snprintf(spec, sizeof(spec), "%s 10 60000 10", tag);
         r = redisCommand(rc, "CONFIG RESETSTAT");
         freeReplyObject(r);
         for (int k = 0; k < 4; k++) {
-            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 1 %lld %s %s 10 60000 10",
+            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s %lld",
                              rl_lua_check_sha, key, (long long)(T0 + k * MS),
-                             cost[k], "", tag);
+                             spec, cost[k]);
             ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY &&
                           r->element[0]->integer == (k < 3),
                           "%s check %d", tag, k);
@@ -621,6 +633,116 @@ START_TEST(o1_state_is_one_string_set_with_its_ttl)
                       cmd_calls(r->str, "pttl"), cmd_calls(r->str, "pexpire"));
         freeReplyObject(r);
     }
+}
+END_TEST
+
+/* ---- the daemon's side: script_call_build and the reply, per check ------- */
+
+struct answer {
+    struct rl_check_res res;
+    char error[128];
+    int calls;
+};
+
+static void
+on_answer(const struct rl_check_res *res, void *arg)
+{
+    struct answer *a = arg;
+
+    a->res = *res;
+    snprintf(a->error, sizeof(a->error), "%s", res->error ? res->error : "");
+    a->calls++;
+}
+
+/* One call of reqs[0..n) as the daemon builds it, answered check by check. */
+static void
+daemon_call(struct rl_script_call *c, const struct rl_check_req *const *reqs, size_t n,
+            struct answer *ans)
+{
+    size_t len = 0, at = 0;
+    const char *why = NULL;
+    redisReply *r;
+
+    ck_assert_int_eq(script_call_build(c, reqs, n, 0), RL_OK);
+    ck_assert_int_eq(redisAppendFormattedCommand(rc, c->buf, c->len), REDIS_OK);
+    r = get_reply();
+    for (size_t i = 0; i < n; i++)
+        len += script_reply_len(reqs[i]->policy->nlimits);
+    ck_assert_msg(script_reply_check(r, len, &why) == RL_OK, "%s (%s)", why,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "");
+    for (size_t i = 0; i < n; i++) {
+        struct rl_script_wait w = {.req = reqs[i], .cb = on_answer, .arg = &ans[i]};
+
+        memset(&ans[i], 0, sizeof(ans[i]));
+        script_answer_reply(&w, r, at, reqs[i]->policy->nlimits);
+        ck_assert_int_eq(ans[i].calls, 1);
+        at += script_reply_len(reqs[i]->policy->nlimits);
+    }
+    freeReplyObject(r);
+}
+
+/*
+ * A batch as the daemon sends it (prebuilt policy arguments, flags, a once
+ * check's seq), one key of the wrong type among its checks: that check alone
+ * is answered RL_BACKEND_ERROR, the others are decided and counted exactly
+ * once, before and after it; a policy changed in place is sent as it is now.
+ */
+START_TEST(daemon_batch_fails_one_check_alone)
+{
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5}};
+    char n1[] = "p1", n2[] = "p2";
+    struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
+    struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
+    struct rl_check_req a = {.policy = &p1, .key = "{c:a}", .key_len = 5, .cost = 1};
+    struct rl_check_req b = {.policy = &p2, .key = "{c:b}", .key_len = 5, .cost = 2,
+                             .flags = RL_CHECK_FORCE | RL_CHECK_ONCE, .writer = 0xab, .seq = 7};
+    struct rl_check_req bad = {.policy = &p1, .key = "{c:bad}", .key_len = 7, .cost = 1};
+    const struct rl_check_req *reqs[] = {&a, &b, &bad, &a};
+    struct rl_script_call c = {0};
+    struct answer ans[4];
+    redisReply *r;
+
+    r = redisCommand(rc, "HSET {c:bad}:fw:60000 not a-counter");
+    freeReplyObject(r);
+    daemon_call(&c, reqs, 4, ans);
+    ck_assert_int_eq(ans[0].res.status, RL_BACKEND_OK);
+    ck_assert(ans[0].res.allowed);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 9);
+    ck_assert_int_eq(ans[1].res.status, RL_BACKEND_OK);
+    ck_assert(ans[1].res.allowed);
+    ck_assert_int_eq(ans[1].res.nlimits, 2);
+    ck_assert_int_eq(ans[1].res.limits[0].remaining, 3);
+    ck_assert_int_eq(ans[1].res.limits[1].remaining, 3);
+    ck_assert_int_eq(ans[2].res.status, RL_BACKEND_ERROR);
+    ck_assert_msg(strncmp(ans[2].error, "WRONGTYPE", 9) == 0, "error: %s", ans[2].error);
+    ck_assert_int_eq(ans[3].res.status, RL_BACKEND_OK);
+    ck_assert_int_eq(ans[3].res.limits[0].remaining, 8);
+
+    r = redisCommand(rc, "GET {c:a}:fw:60000");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strncmp(r->str, "2:", 2) == 0,
+                  "{c:a} counted twice: %s", r->type == REDIS_REPLY_STRING ? r->str : "?");
+    freeReplyObject(r);
+    r = redisCommand(rc, "GET {c:b}:once:00000000000000ab");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, "7") == 0, "once key");
+    freeReplyObject(r);
+    r = redisCommand(rc, "TYPE {c:bad}:fw:60000");
+    ck_assert_str_eq(r->str, "hash");
+    freeReplyObject(r);
+
+    /* the same seq again: only read; the policy's limit raised in place
+     * (same address): its prebuilt argument must follow */
+    l1[0].limit = 20;
+    daemon_call(&c, reqs, 2, ans);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 17);
+    ck_assert_int_eq(ans[1].res.limits[0].remaining, 3);
+    ck_assert_int_eq(ans[1].res.limits[1].remaining, 3);
+    ck_assert_ptr_nonnull(memmem(c.buf, c.len, "fw 20 60000 10", 14));
+    /* alone in its call (the script's path for one check of one limit) */
+    daemon_call(&c, &reqs[2], 1, ans);
+    ck_assert_int_eq(ans[0].res.status, RL_BACKEND_ERROR);
+    ck_assert_msg(strncmp(ans[0].error, "WRONGTYPE", 9) == 0, "error: %s", ans[0].error);
+    script_call_free(&c);
 }
 END_TEST
 
@@ -642,6 +764,7 @@ diff_suite(void)
     tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
     tcase_add_test(tc, a_removed_ttl_is_put_back);
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
+    tcase_add_test(tc, daemon_batch_fails_one_check_alone);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The check script inside a coalesced batch: each check succeeds or fails on
+its own, as separate calls would.
+
+A poisoned batch: one check's key holds a value of the wrong type (a hash
+where fixed_window keeps a string: WRONGTYPE).  The daemon is stopped
+(SIGSTOP) while every client sends its check on an already open keep-alive
+connection, then continued, so that it reads them all in one event-loop pass
+and sends them as one script call (asserted: exactly one EVALSHA for the
+batch, else the test proves nothing).  Then the bad check alone fails (503 in
+failure_mode closed, a degraded allow in open) and every other check of the
+batch is answered 200 and counted exactly once in Redis.
+
+Runs under every RL_TOPOLOGY: on Cluster a script call holds the checks of one
+hash slot, so the batch's identities are chosen to share one.
+"""
+
+import json
+import os
+import re
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+N = 8           # checks in the batch, the bad one among them
+BAD = 3         # its place in the batch: checks before and after it
+LIMIT = 1000
+WINDOW_MS = 60000
+
+
+def _crc16_table():
+    t = []
+    for b in range(256):
+        crc = b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        t.append(crc & 0xFFFF)
+    return t
+
+
+CRC16 = _crc16_table()
+
+
+def crc16(data):
+    """CRC16/XMODEM, Redis Cluster's key hash."""
+    crc = 0
+    for b in data:
+        crc = ((crc << 8) & 0xFFFF) ^ CRC16[(crc >> 8) ^ b]
+    return crc
+
+
+def same_slot(prefix, n):
+    """n identities whose keys share one Cluster hash slot (the hash tag is
+    "rl:p:k:<identity>"), the first one prefix-0."""
+    want, out, i = None, [], 0
+    while len(out) < n:
+        ident = "%s-%d" % (prefix, i)
+        slot = crc16(("rl:p:k:" + ident).encode()) % 16384
+        if want is None:
+            want = slot
+        if slot == want:
+            out.append(ident)
+        i += 1
+    return out
+
+
+def config(mode):
+    # the deny cache off: nothing answered without Redis
+    return {"identity": ["body"], "failure_mode": mode, "deny_cache": False,
+            "redis": {"timeout": "10s"},
+            "policies": [{"name": "p", "limits": [
+                {"algorithm": "fixed_window", "limit": LIMIT, "window": "60s"}]}]}
+
+
+def rkey(ident):
+    return "{rl:p:k:%s}:fw:%d" % (ident, WINDOW_MS)
+
+
+def count(r, ident):
+    v = r.cli("GET", rkey(ident))       # "<count>:<start>"
+    return int(v.split(":")[0]) if v else 0
+
+
+def evalsha_calls(r):
+    m = re.search(r"cmdstat_evalsha:calls=(\d+)", r.cli("INFO", "commandstats"))
+    return int(m.group(1)) if m else 0
+
+
+def post(ident):
+    body = json.dumps({"key": ident, "policy": "p"}).encode()
+    return (b"POST /check HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def one_batch(r, d, idents):
+    """Every check of idents in one script call: [(status, answer)]."""
+    conns = [H.RawConn(d.port) for _ in idents]
+    try:
+        # open and accepted first: a warm-up request on each connection
+        for c in conns:
+            c.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            st, _, _ = c.read_response()
+            eq(st, 200, "healthz on a fresh connection")
+        r.cli("CONFIG", "RESETSTAT")
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            for c, ident in zip(conns, idents):
+                c.send(post(ident))
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        out = []
+        for c in conns:
+            st, _, body = c.read_response()
+            out.append((st, json.loads(body) if body else None))
+    finally:
+        for c in conns:
+            c.close()
+    return out
+
+
+def t_poisoned(r, mode, tries=5):
+    with H.Daemon(config(mode), redis=r, workers=1) as d:
+        for attempt in range(tries):
+            idents = same_slot("%s%d" % (mode, attempt), N)
+            bad = idents[BAD]
+            r.cli("HSET", rkey(bad), "not", "a counter")
+            res = one_batch(r, d, idents)
+            calls = evalsha_calls(r)
+            if calls != 1:
+                # the daemon read them in more than one pass: try again
+                print("# attempt %d: %d checks in %d script calls, again" % (attempt, N, calls), flush=True)
+                continue
+            for i, (st, ans) in enumerate(res):
+                if i == BAD:
+                    if mode == "closed":
+                        eq(st, 503, "the bad check (WRONGTYPE), failure_mode closed: %r" % (ans,))
+                    else:
+                        check(st == 200 and ans.get("allowed") is True and ans.get("degraded"),
+                              "the bad check (WRONGTYPE), failure_mode open: %r %r", st, ans)
+                    continue
+                check(st == 200 and ans.get("allowed") is True and not ans.get("degraded"),
+                      "check %d of the batch (the bad one is %d): %r %r", i, BAD, st, ans)
+                eq(ans.get("remaining"), LIMIT - 1, "remaining of check %d" % i)
+                eq(count(r, idents[i]), 1, "Redis count of check %d's key" % i)
+            eq(r.cli("TYPE", rkey(bad)), "hash", "the bad key, untouched")
+            return
+        check(False, "the %d checks never went in one script call in %d attempts" % (N, tries))
+
+
+def main():
+    t = H.Tests(timeout=180)
+    with H.Redis() as r:
+        t.run("a WRONGTYPE key fails alone in its batch (failure_mode closed)",
+              t_poisoned, r, "closed")
+        t.run("a WRONGTYPE key fails alone in its batch (failure_mode open)",
+              t_poisoned, r, "open")
+    sys.exit(t.finish())
+
+
+if __name__ == "__main__":
+    main()
