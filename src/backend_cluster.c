@@ -497,6 +497,8 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
             rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
+        } else if (r->element[0]->type == REDIS_REPLY_ERROR) {
+            op_on_error(op, n, r->element[0]->str);     /* failed inside the script */
         } else {
             rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
             script_answer_reply(&op->w, r, 0, op->nlimits);
@@ -532,10 +534,16 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         len += script_reply_len(b->ops[i]->nlimits);
     }
     if (r != NULL) {
-        if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK)
+        if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK) {
             rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, b->n);
-        else if (r->type != REDIS_REPLY_ERROR)
-            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
+        } else if (r->type != REDIS_REPLY_ERROR) {
+            /* the log's error ends only when no check failed inside */
+            size_t failed = 0;
+            for (size_t i = 0, e = 0; i < b->n; e += script_reply_len(b->ops[i]->nlimits), i++)
+                failed += r->element[e]->type == REDIS_REPLY_ERROR;
+            if (failed == 0)
+                rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
+        }
     }
     for (size_t i = 0; i < b->n; i++) {
         struct cop *op = b->ops[i];
@@ -548,6 +556,8 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
             op_on_error(op, n, r->str);     /* one slot: the same for each */
         else if (why != NULL)
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
+        else if (r->element[at]->type == REDIS_REPLY_ERROR)
+            op_on_error(op, n, r->element[at]->str);    /* failed inside the script */
         else
             script_answer_reply(&op->w, r, at, op->nlimits);
         at += script_reply_len(op->nlimits);

@@ -190,14 +190,27 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         rconn_bad_reply(&rb->c.errs, &rb->c.st, rb->display, why, b->n);
         batch_answer_status(b, RL_BACKEND_ERROR, why);
     } else {
-        size_t at = 0;
-
-        rconn_errlog_end(&rb->c.errs, &rb->c.st, rb->display);
+        size_t at = 0, failed = 0;
+        const char *unusable = NULL;
 
         for (size_t i = 0; i < b->n; i++) {
+            const redisReply *e = r->element[at];
+            /* a check that failed alone inside the script (pcall) is an
+             * error reply all the same: logged, counted, and a server
+             * that cannot take writes is left */
+            if (e->type == REDIS_REPLY_ERROR) {
+                failed++;
+                rconn_error(&rb->c.errs, &rb->c.st, rb->display, e->str, 1);
+                if (unusable == NULL)
+                    unusable = rconn_unusable(e->str);
+            }
             script_answer_reply(&b->ops[i]->w, r, at, b->ops[i]->nlimits);
             at += script_reply_len(b->ops[i]->nlimits);
         }
+        if (failed == 0)
+            rconn_errlog_end(&rb->c.errs, &rb->c.st, rb->display);
+        if (unusable != NULL && rb->c.ac == ac)
+            rconn_drop(&rb->c, unusable);
     }
     batch_free(b);
 }
