@@ -270,6 +270,27 @@ static const struct schema sentinel_schema = {
     FIELDS(sentinel_fields), sizeof(struct rl_sentinel_conf), check_sentinel
 };
 
+static void check_tls(void *obj, const char *path, struct load_ctx *ctx);
+
+/* File names are reloadable: a reload reads them again (rotation). */
+static const struct field tls_fields[] = {
+    {"enabled", T_BOOL, offsetof(struct rl_tls_conf, enabled), "false", 0, 0, NULL,
+     NULL, 0, F_RESTART, NULL},
+    {"ca_file", T_STRING, offsetof(struct rl_tls_conf, ca_file), NULL, 0, 0, NULL,
+     NULL, 0, F_NONEMPTY, NULL},
+    {"cert_file", T_STRING, offsetof(struct rl_tls_conf, cert_file), NULL, 0, 0, NULL,
+     NULL, 0, F_NONEMPTY, NULL},
+    {"key_file", T_STRING, offsetof(struct rl_tls_conf, key_file), NULL, 0, 0, NULL,
+     NULL, 0, F_NONEMPTY, NULL},
+    {"server_name", T_STRING, offsetof(struct rl_tls_conf, server_name), NULL, 0, 0,
+     NULL, NULL, 0, F_NONEMPTY, NULL},
+    {"verify", T_BOOL, offsetof(struct rl_tls_conf, verify), "true", 0, 0, NULL,
+     NULL, 0, 0, NULL},
+};
+static const struct schema tls_schema = {
+    FIELDS(tls_fields), sizeof(struct rl_tls_conf), check_tls
+};
+
 static const struct field redis_fields[] = {
     {"url", T_STRING, offsetof(struct rl_redis_conf, url),
      "\"redis://127.0.0.1:6379/0\"", 0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
@@ -291,6 +312,8 @@ static const struct field redis_fields[] = {
      NULL, NULL, 0, F_RESTART, NULL},
     {"password", T_STRING, offsetof(struct rl_redis_conf, password), NULL, 0, 0,
      NULL, NULL, 0, F_RESTART, NULL},
+    {"tls", T_OBJECT, offsetof(struct rl_redis_conf, tls), NULL, 0, 0, NULL,
+     &tls_schema, 0, 0, NULL},
 };
 static const struct schema redis_schema = {
     FIELDS(redis_fields), sizeof(struct rl_redis_conf), check_redis
@@ -931,6 +954,15 @@ check_sentinel(void *obj, const char *path, struct load_ctx *ctx)
 
     check_host_ports(&s->nodes, fp, ctx);
     free(fp);
+}
+
+static void
+check_tls(void *obj, const char *path, struct load_ctx *ctx)
+{
+    struct rl_tls_conf *t = obj;
+
+    if ((t->cert_file == NULL) != (t->key_file == NULL))
+        bad(ctx, path, "give cert_file and key_file together");
 }
 
 static void
