@@ -40,8 +40,8 @@ static struct {
     int verify;
     char name[NAME_MAX_LEN];    /* "" when verification is off */
     int name_is_ip;
-    /* The handshake failure last logged: a server refusing us for an hour
-     * writes one line, not one per retry; "" after a connection worked. */
+    /* The failure logged since a connection last worked ("" when none): a
+     * server refusing us for an hour writes one line, not one per retry. */
     char last_reason[REASON_LEN];
 } g = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 1, "", 0, ""};
 
@@ -192,14 +192,15 @@ rtls_shutdown(void)
     pthread_mutex_unlock(&g.mu);
 }
 
-/* A handshake-time failure: logged when it differs from the last one. */
+/* A failure of the TLS setup: the first since a connection last worked is
+ * a warning, the retries after it debug lines. */
 static void
 report_failure(const char *peer, const char *reason)
 {
     int fresh;
 
     pthread_mutex_lock(&g.mu);
-    fresh = strncmp(g.last_reason, reason, sizeof(g.last_reason) - 1) != 0;
+    fresh = g.last_reason[0] == '\0';
     if (fresh)
         snprintf(g.last_reason, sizeof(g.last_reason), "%s", reason);
     pthread_mutex_unlock(&g.mu);
@@ -228,6 +229,7 @@ report_success(void)
 struct bridge {
     struct bufferevent *plain;  /* our end of the socketpair */
     struct bufferevent *tls;    /* to the server */
+    int handshake_done;
     int got_data;               /* the server answered: TLS works */
     char peer[INET6_ADDRSTRLEN + 8];
     void *inner;                /* the adapter's own state and hooks */
@@ -302,48 +304,76 @@ on_plain_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-static void
-describe(struct bufferevent *bev, short what, char *buf, size_t n)
+/* The server is not there (yet): not a TLS problem, the backend says so. */
+static int
+unreachable(int err)
 {
-    SSL *ssl = bufferevent_openssl_get_ssl(bev);
-    long vr = ssl != NULL ? SSL_get_verify_result(ssl) : X509_V_OK;
-    unsigned long e, last = 0;
-    int sock_err = EVUTIL_SOCKET_ERROR();
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == EADDRNOTAVAIL;
+}
 
-    while ((e = bufferevent_get_openssl_error(bev)) != 0)
-        last = e;
+/*
+ * Why the TLS side ended, in words for the log; returns 1 when it is worth
+ * a warning (the TLS setup itself failed), 0 when it is a connection lost
+ * or refused that the backend reports anyway.
+ */
+static int
+describe(struct bridge *b, short what, int sock_err, char *buf, size_t n)
+{
+    SSL *ssl = bufferevent_openssl_get_ssl(b->tls);
+    long vr = ssl != NULL ? SSL_get_verify_result(ssl) : X509_V_OK;
+    unsigned long e, first = 0;
+    const char *r;
+
+    /* libevent queues SSL_get_error's small code first, then the library's */
+    while ((e = bufferevent_get_openssl_error(b->tls)) != 0)
+        if (first == 0 && ERR_GET_LIB(e) != 0)
+            first = e;
+    if (first != 0 && ERR_GET_LIB(first) == ERR_LIB_SYS) {
+        sock_err = ERR_GET_REASON(first);
+        first = 0;
+    }
     if (vr != X509_V_OK) {
         snprintf(buf, n, "certificate verification failed: %s",
                  X509_verify_cert_error_string(vr));
-    } else if (last != 0) {
-        const char *r = ERR_reason_error_string(last);
+    } else if (first != 0) {
+        r = ERR_reason_error_string(first);
         snprintf(buf, n, "TLS error: %s", r != NULL ? r : "unknown");
-    } else if (what & BEV_EVENT_EOF) {
-        snprintf(buf, n, "the server closed the connection%s",
-                 SSL_is_init_finished(ssl) ? "" : " during the TLS handshake");
-    } else {
+    } else if (b->got_data)
+        snprintf(buf, n, "%s", sock_err != 0 && !(what & BEV_EVENT_EOF)
+                 ? evutil_socket_error_to_string(sock_err) : "the server closed the connection");
+    else if (b->handshake_done)
+        /* TLS 1.3 servers check a client certificate after the handshake */
+        snprintf(buf, n, "the server closed the connection after the TLS handshake "
+                 "(%s): does it require a client certificate (cert_file)?",
+                 sock_err != 0 ? evutil_socket_error_to_string(sock_err) : "end of stream");
+    else if (sock_err != 0 && unreachable(sock_err))
         snprintf(buf, n, "%s", evutil_socket_error_to_string(sock_err));
-    }
+    else
+        snprintf(buf, n, "the server closed the connection during the TLS handshake (%s)",
+                 sock_err != 0 ? evutil_socket_error_to_string(sock_err) : "end of stream");
+    return !b->got_data && (vr != X509_V_OK || first != 0 || b->handshake_done ||
+                            !unreachable(sock_err));
 }
 
 static void
 on_tls_event(struct bufferevent *bev, short what, void *arg)
 {
     struct bridge *b = arg;
+    int sock_err = EVUTIL_SOCKET_ERROR();
     char reason[REASON_LEN];
 
     if (what & BEV_EVENT_CONNECTED) {
+        b->handshake_done = 1;
         log_debug("msg=\"redis TLS handshake done\" server=%s version=%s", b->peer,
                   SSL_get_version(bufferevent_openssl_get_ssl(bev)));
         return;
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
-    describe(bev, what, reason, sizeof(reason));
-    /* Before the first answer it is the TLS setup that failed (a TLS 1.3
-     * server refuses a client certificate only after the handshake); after
-     * it, a lost connection that hiredis reports like any other. */
-    if (!b->got_data)
+    /* Before the first answer it is the TLS setup that failed; after it, a
+     * lost connection that hiredis reports like any other. */
+    if (describe(b, what, (what & BEV_EVENT_ERROR) ? sock_err : 0, reason, sizeof(reason)))
         report_failure(b->peer, reason);
     else
         log_debug("msg=\"redis TLS connection ended\" server=%s reason=\"%s\"", b->peer,
