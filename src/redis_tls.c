@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -517,7 +518,7 @@ redisAsyncContext *
 rtls_connect(struct event_base *evb, const char *ip, int port, const char **why)
 {
     struct sockaddr_storage ss;
-    int sslen, sp[2] = {-1, -1};
+    int sslen, one, sp[2] = {-1, -1};
     struct bridge *b = NULL;
     redisAsyncContext *ac = NULL;
     SSL *ssl;
@@ -555,6 +556,10 @@ rtls_connect(struct event_base *evb, const char *ip, int port, const char **why)
         *why = "connect failed";
         goto fail;
     }
+    /* as hiredis does for its own sockets: a batch must not wait for the
+     * ACK of the last one (Nagle with delayed ACKs: 40 ms a round) */
+    one = 1;
+    setsockopt(bufferevent_getfd(b->tls), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     bufferevent_enable(b->plain, EV_READ);
     bufferevent_enable(b->tls, EV_READ);
     if ((ac = hiredis_on_socket(sp[0], why)) == NULL)
