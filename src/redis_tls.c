@@ -38,13 +38,12 @@ static struct {
     pthread_mutex_t mu;
     int on;
     SSL_CTX *ctx;
-    int verify;
     char name[NAME_MAX_LEN];    /* "" when verification is off */
     int name_is_ip;
     /* The failure logged since a connection last worked ("" when none): a
      * server refusing us for an hour writes one line, not one per retry. */
     char last_reason[REASON_LEN];
-} g = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 1, "", 0, ""};
+} g = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, "", 0, ""};
 
 /* ---- settings --------------------------------------------------------------- */
 
@@ -161,7 +160,6 @@ rtls_configure(const struct rl_redis_conf *r, char **cause)
     old = g.ctx;
     g.ctx = ctx;
     g.on = on;
-    g.verify = on ? t->verify : 1;
     snprintf(g.name, sizeof(g.name), "%s", t->verify && name != NULL ? name : "");
     g.name_is_ip = g.name[0] != '\0' && (inet_pton(AF_INET, g.name, ip) == 1 ||
                                          inet_pton(AF_INET6, g.name, ip) == 1);
@@ -206,9 +204,11 @@ report_failure(const char *peer, const char *reason)
         snprintf(g.last_reason, sizeof(g.last_reason), "%s", reason);
     pthread_mutex_unlock(&g.mu);
     if (fresh)
-        log_warn("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer, reason);
+        log_warn("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer,
+                 reason);
     else
-        log_debug("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer, reason);
+        log_debug("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer,
+                  reason);
 }
 
 static void
@@ -340,19 +340,21 @@ describe(struct bridge *b, short what, int sock_err, char *buf, size_t n)
     } else if (first != 0) {
         r = ERR_reason_error_string(first);
         snprintf(buf, n, "TLS error: %s", r != NULL ? r : "unknown");
-    } else if (b->got_data)
+    } else if (b->got_data) {
         snprintf(buf, n, "%s", sock_err != 0 && !(what & BEV_EVENT_EOF)
-                 ? evutil_socket_error_to_string(sock_err) : "the server closed the connection");
-    else if (b->handshake_done)
+                 ? evutil_socket_error_to_string(sock_err)
+                 : "the server closed the connection");
+    } else if (b->handshake_done) {
         /* TLS 1.3 servers check a client certificate after the handshake */
         snprintf(buf, n, "the server closed the connection after the TLS handshake "
                  "(%s): does it require a client certificate (cert_file)?",
                  sock_err != 0 ? evutil_socket_error_to_string(sock_err) : "end of stream");
-    else if (sock_err != 0 && unreachable(sock_err))
+    } else if (sock_err != 0 && unreachable(sock_err)) {
         snprintf(buf, n, "%s", evutil_socket_error_to_string(sock_err));
-    else
+    } else {
         snprintf(buf, n, "the server closed the connection during the TLS handshake (%s)",
                  sock_err != 0 ? evutil_socket_error_to_string(sock_err) : "end of stream");
+    }
     return !b->got_data && (vr != X509_V_OK || first != 0 || b->handshake_done ||
                             !unreachable(sock_err));
 }

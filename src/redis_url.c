@@ -45,8 +45,8 @@ redis_url_parse(const char *url, struct rl_redis_url *out, char **cause)
     } else if (strncmp(url, "redis://", 8) == 0) {
         p = url + 8;
     } else {
-        *cause = xstrdup("must be redis://[user:password@]host:port[/db] (rediss:// for TLS) "
-                         "or unix:///path/redis.sock");
+        *cause = xstrdup("must be redis://[user:password@]host:port[/db] "
+                         "(rediss:// for TLS) or unix:///path/redis.sock");
         return RL_ERR;
     }
     slash = strchr(p, '/');
@@ -86,8 +86,8 @@ redis_url_parse(const char *url, struct rl_redis_url *out, char **cause)
     return RL_OK;
 bad:
     redis_url_clear(out);
-    *cause = xstrdup("must be redis://[user:password@]host:port[/db] (rediss:// for TLS) "
-                     "or unix:///path/redis.sock");
+    *cause = xstrdup("must be redis://[user:password@]host:port[/db] "
+                     "(rediss:// for TLS) or unix:///path/redis.sock");
     return RL_ERR;
 }
 
