@@ -7,8 +7,8 @@ export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
 
 # Build and test dependencies, by Debian 12 package name.
 RL_PACKAGES=(build-essential autoconf automake pkg-config
-             libevent-dev libhiredis-dev libjansson-dev check
-             redis-server redis-tools python3 curl)
+             libevent-dev libssl-dev libhiredis-dev libjansson-dev check
+             redis-server redis-tools python3 curl openssl)
 # What only the tests need: nginx and caddy (the gateway recipes), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
 # (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk,

@@ -276,6 +276,27 @@ static const struct schema sentinel_schema = {
     FIELDS(sentinel_fields), sizeof(struct rl_sentinel_conf), check_sentinel
 };
 
+static void check_tls(void *obj, const char *path, struct load_ctx *ctx);
+
+/* File names are reloadable: a reload reads them again (rotation). */
+static const struct field tls_fields[] = {
+    {"enabled", T_BOOL, offsetof(struct rl_tls_conf, enabled), "false", 0, 0, NULL,
+     NULL, 0, F_RESTART, NULL},
+    {"ca_file", T_STRING, offsetof(struct rl_tls_conf, ca_file), NULL, 0, 0, NULL,
+     NULL, 0, F_NONEMPTY, NULL},
+    {"cert_file", T_STRING, offsetof(struct rl_tls_conf, cert_file), NULL, 0, 0, NULL,
+     NULL, 0, F_NONEMPTY, NULL},
+    {"key_file", T_STRING, offsetof(struct rl_tls_conf, key_file), NULL, 0, 0, NULL,
+     NULL, 0, F_NONEMPTY, NULL},
+    {"server_name", T_STRING, offsetof(struct rl_tls_conf, server_name), NULL, 0, 0,
+     NULL, NULL, 0, F_NONEMPTY, NULL},
+    {"verify", T_BOOL, offsetof(struct rl_tls_conf, verify), "true", 0, 0, NULL,
+     NULL, 0, 0, NULL},
+};
+static const struct schema tls_schema = {
+    FIELDS(tls_fields), sizeof(struct rl_tls_conf), check_tls
+};
+
 static const struct field redis_fields[] = {
     {"url", T_STRING, offsetof(struct rl_redis_conf, url),
      "\"redis://127.0.0.1:6379/0\"", 0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
@@ -296,8 +317,11 @@ static const struct field redis_fields[] = {
     {"username", T_STRING, offsetof(struct rl_redis_conf, username), NULL, 0, 0,
      NULL, NULL, 0, F_RESTART, NULL},
     {"password", T_STRING, offsetof(struct rl_redis_conf, password), NULL, 0, 0,
-     NULL, NULL, 0, F_RESTART, NULL},    {"password_file", T_STRING, offsetof(struct rl_redis_conf, password_file), NULL,
+     NULL, NULL, 0, F_RESTART, NULL},
+    {"password_file", T_STRING, offsetof(struct rl_redis_conf, password_file), NULL,
      0, 0, NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
+    {"tls", T_OBJECT, offsetof(struct rl_redis_conf, tls), NULL, 0, 0, NULL,
+     &tls_schema, 0, 0, NULL},
 };
 static const struct schema redis_schema = {
     FIELDS(redis_fields), sizeof(struct rl_redis_conf), check_redis
@@ -1042,6 +1066,15 @@ read_secret_file(const char *file, const char *path, struct load_ctx *ctx)
     char *secret = xstrndup(buf, n);
     explicit_bzero(buf, sizeof(buf));
     return secret;
+}
+
+static void
+check_tls(void *obj, const char *path, struct load_ctx *ctx)
+{
+    struct rl_tls_conf *t = obj;
+
+    if ((t->cert_file == NULL) != (t->key_file == NULL))
+        bad(ctx, path, "give cert_file and key_file together");
 }
 
 static void

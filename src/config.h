@@ -111,6 +111,16 @@ struct rl_sentinel_conf {
     struct rl_strlist nodes;    /* "host:port" of the sentinels */
 };
 
+/* redis.tls: Redis over TLS (redis_tls.c). */
+struct rl_tls_conf {
+    int enabled;                /* or a rediss:// URL */
+    char *ca_file;              /* NULL: the system's store */
+    char *cert_file;            /* client certificate (mTLS), with key_file */
+    char *key_file;
+    char *server_name;          /* SNI and the name verified; NULL: the host */
+    int verify;
+};
+
 struct rl_redis_conf {
     char *url;
     struct rl_strlist cluster;  /* seed nodes "host:port"; n > 0: Cluster */
@@ -124,6 +134,7 @@ struct rl_redis_conf {
     char *password;
     char *password_file;        /* read into password at every load */
     int password_from_file;     /* password came from password_file */
+    struct rl_tls_conf tls;
 };
 
 /* The HTTP layer's bounds (http.c); every one reloadable. */

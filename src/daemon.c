@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "netaddr.h"
 #include "notify.h"
+#include "redis_tls.h"
 #include "util.h"
 #include "worker.h"
 
@@ -207,6 +208,7 @@ reload(struct run_state *rs)
 {
     struct rl_errors errs = {0};
     struct rl_config *cfg, *old;
+    char *cause = NULL;
 
     notify_systemd("RELOADING=1");
     log_info("msg=\"reloading configuration\" file=%s",
@@ -226,6 +228,17 @@ reload(struct run_state *rs)
         log_warn("msg=\"option changes only on restart; the running value stays\" "
                  "option=%s", errs.msg[i]);
     errors_free(&errs);
+    /* TLS files are read again (rotated in place or renamed); connections
+     * open keep theirs, new handshakes use the new ones */
+    if (cfg->backend == RL_BACKEND_REDIS && rtls_configure(&cfg->redis, &cause) != RL_OK) {
+        log_error("msg=\"reload rejected, keeping the running configuration\" "
+                  "problem=\"%s\"", cause);
+        free(cause);
+        config_unref(cfg);
+        metrics_reload(0, 0);
+        notify_systemd("READY=1");
+        return;
+    }
     log_set_level(cfg->log_level);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
@@ -329,6 +342,11 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
         free(cause);
         return 1;
     }
+    if (cfg->backend == RL_BACKEND_REDIS && rtls_configure(&cfg->redis, &cause) != RL_OK) {
+        log_error("msg=\"cannot set up Redis TLS\" error=\"%s\"", cause);
+        free(cause);
+        return 1;
+    }
     fds = xcalloc(nworkers, sizeof(*fds));
     if (open_listeners(&la, fds, nworkers, &cause) != RL_OK) {
         log_error("msg=\"cannot listen\" listen=%s error=\"%s\"", cfg->listen, cause);
@@ -406,6 +424,7 @@ out:
         unlink(la.path);
     listen_addr_clear(&la);
     set_config(NULL);
+    rtls_shutdown();
     log_info("msg=\"ratelimitd stopped\" exit=%d", rc);
     return rc;
 }

@@ -22,7 +22,7 @@ usage(FILE *f)
         "  -c FILE   JSON config file (env RATELIMITD_CONFIG)\n"
         "  -l ADDR   listen address: 127.0.0.1:8080, [::1]:8080, unix:/path.sock\n"
         "            (env RATELIMITD_LISTEN)\n"
-        "  -r URL    redis://[user:password@]host:port[/db] or unix:///path.sock\n"
+        "  -r URL    redis[s]://[user:password@]host:port[/db] or unix:///path.sock\n"
         "            (env RATELIMITD_REDIS_URL)\n"
         "  -b NAME   backend: redis (shared, default) or memory (one instance)\n"
         "            (env RATELIMITD_BACKEND)\n"

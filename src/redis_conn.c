@@ -14,6 +14,7 @@
 #include "lua_scripts.h"
 #include "metrics.h"
 #include "redis_conn.h"
+#include "redis_tls.h"
 #include "util.h"
 
 static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
@@ -160,9 +161,15 @@ rconn_open(struct event_base *evb, const char *ip, int port, const char *path, v
            redisConnectCallback *on_connect, redisDisconnectCallback *on_disconnect,
            const char **why)
 {
-    redisAsyncContext *ac = path != NULL ? redisAsyncConnectUnix(path)
-                                         : redisAsyncConnect(ip, port);
+    redisAsyncContext *ac;
 
+    /* TLS: hiredis speaks to a bridge (redis_tls.h), attached already */
+    if (path == NULL && rtls_enabled()) {
+        if ((ac = rtls_connect(evb, ip, port, why)) == NULL)
+            return NULL;
+        goto attached;
+    }
+    ac = path != NULL ? redisAsyncConnectUnix(path) : redisAsyncConnect(ip, port);
     if (ac == NULL || ac->err) {
         log_debug("msg=\"redis connect failed\" addr=%s:%d error=\"%s\"",
                   path != NULL ? path : ip, port, ac != NULL ? ac->errstr : "out of memory");
@@ -171,8 +178,9 @@ rconn_open(struct event_base *evb, const char *ip, int port, const char *path, v
         *why = "connect failed";
         return NULL;
     }
-    ac->data = data;
     redisLibeventAttach(ac, evb);
+attached:
+    ac->data = data;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     return ac;

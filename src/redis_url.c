@@ -39,12 +39,16 @@ redis_url_parse(const char *url, struct rl_redis_url *out, char **cause)
         out->path = xstrdup(url + 7);
         return RL_OK;
     }
-    if (strncmp(url, "redis://", 8) != 0) {
+    if (strncmp(url, "rediss://", 9) == 0) {
+        out->tls = 1;
+        p = url + 9;
+    } else if (strncmp(url, "redis://", 8) == 0) {
+        p = url + 8;
+    } else {
         *cause = xstrdup("must be redis://[user:password@]host:port[/db] "
-                         "or unix:///path/redis.sock");
+                         "(rediss:// for TLS) or unix:///path/redis.sock");
         return RL_ERR;
     }
-    p = url + 8;
     slash = strchr(p, '/');
     at = memrchr(p, '@', slash ? (size_t)(slash - p) : strlen(p));
     if (at != NULL) {
@@ -83,7 +87,7 @@ redis_url_parse(const char *url, struct rl_redis_url *out, char **cause)
 bad:
     redis_url_clear(out);
     *cause = xstrdup("must be redis://[user:password@]host:port[/db] "
-                     "or unix:///path/redis.sock");
+                     "(rediss:// for TLS) or unix:///path/redis.sock");
     return RL_ERR;
 }
 
@@ -107,6 +111,7 @@ redis_url_display(const struct rl_redis_url *u)
     if (u->path != NULL)
         return xasprintf("unix://%s", u->path);
     if (strchr(u->host, ':') != NULL)
-        return xasprintf("redis://[%s]:%d/%d", u->host, u->port, u->db);
-    return xasprintf("redis://%s:%d/%d", u->host, u->port, u->db);
+        return xasprintf("%s://[%s]:%d/%d", u->tls ? "rediss" : "redis", u->host, u->port,
+                         u->db);
+    return xasprintf("%s://%s:%d/%d", u->tls ? "rediss" : "redis", u->host, u->port, u->db);
 }

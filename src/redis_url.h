@@ -1,6 +1,6 @@
 /*
- * redis_url.h — `redis://[user:password@]host:port[/db]` and
- * `unix:///path/redis.sock`.  Credentials are kept apart so that the URL can
+ * redis_url.h — `redis://[user:password@]host:port[/db]`, the same as
+ * `rediss://` (over TLS: redis_tls.h) and `unix:///path/redis.sock`.  Credentials are kept apart so that the URL can
  * be logged with them masked.
  */
 #ifndef RL_REDIS_URL_H
@@ -15,11 +15,12 @@ struct rl_redis_url {
     char *username;     /* NULL when none */
     char *password;     /* NULL when none */
     int db;
+    int tls;            /* rediss:// */
 };
 
 int redis_url_parse(const char *url, struct rl_redis_url *out, char **cause) RL_WUR;
 void redis_url_clear(struct rl_redis_url *u);
-/* "redis://host:port/db" or "unix:///path", never with credentials. */
+/* "redis[s]://host:port/db" or "unix:///path", never with credentials. */
 char *redis_url_display(const struct rl_redis_url *u);
 
 #endif

@@ -440,6 +440,7 @@ def render_default(text):
 
 SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", "redis."),
             "sentinel_fields": ("THE REDIS OBJECT", "redis.sentinel."),
+            "tls_fields": ("THE REDIS OBJECT", "redis.tls."),
             "policy_fields": ("POLICIES", ""), "match_fields": ("THE MATCH OBJECT", ""),
             "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", ""),
             "http_fields": ("THE HTTP OBJECT", "http.")}
@@ -471,7 +472,8 @@ def t_man5_options():
                          for b in renderings(f["max"], f["type"]))
                 if not ok:
                     problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
-            if table in ("top_fields", "redis_fields", "sentinel_fields", "http_fields"):
+            if table in ("top_fields", "redis_fields", "sentinel_fields", "tls_fields",
+                         "http_fields"):
                 if f["restart"] != ("restart-only" in text):
                     problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
             if f["required"] and "required" not in text:

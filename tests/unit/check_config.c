@@ -697,6 +697,54 @@ START_TEST(duplicate_policy_names)
 }
 END_TEST
 
+START_TEST(redis_tls_parsed)
+{
+    static const char json[] =
+        "{ \"redis\": { \"url\": \"rediss://r:6380/0\", \"tls\": {\n"
+        "    \"ca_file\": \"/ca.pem\", \"cert_file\": \"/c.pem\", \"key_file\": \"/k.pem\",\n"
+        "    \"server_name\": \"redis.internal\", \"verify\": false } } }\n";
+    struct rl_config *cfg, *def = config_new_defaults();
+    struct rl_errors errs = {0};
+    char *file;
+
+    /* off and verifying unless told otherwise */
+    ck_assert_int_eq(def->redis.tls.enabled, 0);
+    ck_assert_int_eq(def->redis.tls.verify, 1);
+    ck_assert_ptr_null(def->redis.tls.ca_file);
+    config_unref(def);
+    ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_OK);
+    ck_assert_str_eq(cfg->redis.tls.ca_file, "/ca.pem");
+    ck_assert_str_eq(cfg->redis.tls.cert_file, "/c.pem");
+    ck_assert_str_eq(cfg->redis.tls.key_file, "/k.pem");
+    ck_assert_str_eq(cfg->redis.tls.server_name, "redis.internal");
+    ck_assert_int_eq(cfg->redis.tls.verify, 0);
+    config_unref(cfg);
+    free(file);
+}
+END_TEST
+
+START_TEST(redis_tls_problems)
+{
+    static const char json[] =
+        "{ \"redis\": { \"tls\": { \"cert_file\": \"/c.pem\", \"verify\": \"no\",\n"
+        "    \"ca_file\": \"\", \"sni\": \"x\" } } }\n";
+    static const struct want w[] = {
+        {"redis.tls.verify", "must be true or false"},
+        {"redis.tls.ca_file", "must not be empty"},
+        {"redis.tls.sni", "unknown option"},
+        {"redis.tls", "give cert_file and key_file together"},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_ERR);
+    expect_errors(&errs, file, w, N_OF(w));
+    errors_free(&errs);
+    free(file);
+}
+END_TEST
+
 START_TEST(too_many_limits)
 {
     char json[4096];
@@ -1084,6 +1132,8 @@ config_suite(void)
     tcase_add_test(tc, policy_lookup);
     tcase_add_test(tc, method_bits);
     tcase_add_test(tc, ref_unref);
+    tcase_add_test(tc, redis_tls_parsed);
+    tcase_add_test(tc, redis_tls_problems);
     suite_add_tcase(s, tc);
 
     return s;

@@ -175,6 +175,9 @@ static const struct url_case good_urls[] = {
     {"redis://[::1]", "::1", 6379, 0, NULL, NULL, NULL, "redis://[::1]:6379/0"},
     {"redis://u:p@[2001:db8::5]:7001/9", "2001:db8::5", 7001, 9, NULL, "u", "p",
      "redis://[2001:db8::5]:7001/9"},
+    /* TLS: the same URL, and the display keeps saying so */
+    {"rediss://h:6379", "h", 6379, 0, NULL, NULL, NULL, "rediss://h:6379/0"},
+    {"rediss://u:p@[::1]:7000/2", "::1", 7000, 2, NULL, "u", "p", "rediss://[::1]:7000/2"},
     {"unix:///var/run/redis/redis.sock", NULL, 6379, 0,
      "/var/run/redis/redis.sock", NULL, NULL, "unix:///var/run/redis/redis.sock"},
 };
@@ -217,7 +220,8 @@ START_TEST(redis_url_good)
 END_TEST
 
 static const char *const bad_urls[] = {
-    "", "http://h:6379", "rediss://h:6379", "redis:/h", "redis://",
+    "", "http://h:6379", "redisss://h:6379", "rediss:/h", "rediss://", "rediss://:1",
+    "redis:/h", "redis://",
     "redis://:6379", "redis://h:", "redis://h:0", "redis://h:65536",
     "redis://h:-1", "redis://h:abc", "redis://h:6379x", "redis://h:6379/x",
     "redis://h:6379/-1", "redis://h:6379/0/1", "redis://h:6379/1x",

@@ -1,0 +1,573 @@
+#!/usr/bin/env python3
+"""Redis over TLS (README: Redis over TLS; ratelimitd.json(5): redis.tls).
+
+Every Redis here is a real redis-server serving TLS only (--port 0
+--tls-port P) with certificates this file makes with the openssl command in
+its temp dir: two CAs, server and client certificates, one expired.  Cases:
+a check decided over TLS; a wrong CA, an expired certificate, a name that
+does not match, mTLS required without a client certificate -> not ready,
+failure_mode applied, one clear log line however often the daemon retries;
+the server restarted mid-run; SIGHUP with rotated certificates (the open
+connection stays, the next handshake uses the new files); a TLS peer that
+closes mid-record; Sentinel (sentinels, master and replica over TLS) and
+Cluster (tls-cluster yes) over TLS."""
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+OPENSSL = os.environ.get("OPENSSL", "openssl")
+POLICY = {"name": "api", "match": {"path_prefix": "/"},
+          "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": "60s"}]}
+FAILED_LINE = re.compile(r'level=warn msg="redis TLS connection failed" server=\S+ reason="([^"]*)"')
+RETRY_LINE = re.compile(r'level=debug msg="redis TLS connection failed"')
+
+
+# ------------------------------------------------------------- certificates
+
+class Pki:
+    """CAs and leaf certificates (P-256 keys: quick to make) in one dir."""
+
+    def __init__(self):
+        if shutil.which(OPENSSL) is None:
+            raise H.HarnessError("openssl not found in PATH (Debian package openssl)")
+        self.dir = os.path.join(H.tmpdir(), "pki")
+        os.makedirs(self.dir, exist_ok=True)
+
+    def _run(self, *args):
+        r = subprocess.run([OPENSSL] + list(args), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise H.HarnessError("openssl %s failed: %s" % (args[0], r.stderr.decode()))
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def ca(self, name):
+        crt, key = self.path(name + ".crt"), self.path(name + ".key")
+        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=" + name,
+                  "-addext", "basicConstraints=critical,CA:TRUE",
+                  "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        return crt, key
+
+    def leaf(self, name, ca, days=2, san="DNS:localhost,IP:127.0.0.1"):
+        """A certificate signed by ca ((crt, key)); days -1: expired a day ago."""
+        crt, key, csr = self.path(name + ".crt"), self.path(name + ".key"), self.path(name + ".csr")
+        ext = self.path(name + ".ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\n" % san)
+        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                  "-keyout", key, "-out", csr, "-subj", "/CN=" + name)
+        self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+                  "-set_serial", str(secrets.randbits(62)), "-days", str(days),
+                  "-out", crt, "-extfile", ext)
+        return crt, key
+
+
+# -------------------------------------------------------------- TLS Redis
+
+def resp_encode(args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+class TlsResp:
+    """A RESP connection over TLS (what the tests use to look into Redis)."""
+
+    def __init__(self, port, ca, cert, timeout=5.0):
+        ctx = ssl.create_default_context(cafile=ca)
+        if ca is None:          # a server this file set up to be refused
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(*cert)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        self.f = self.sock.makefile("rb")
+
+    def __call__(self, *args):
+        self.sock.sendall(resp_encode(args))
+        return H._resp_read(self.f)
+
+    def close(self):
+        try:
+            self.f.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class TlsRedis:
+    """redis-server (or sentinel) serving TLS only on a free loopback port.
+
+    srv: (crt, key) it serves; client_ca: whom it trusts (clients, and its
+    peers'); auth: tls-auth-clients; admin: (ca, (crt, key)) this file talks
+    to it with."""
+
+    def __init__(self, name, srv, client_ca, admin, auth="no", lines=(), sentinel=False,
+                 port=None):
+        self.name, self.srv, self.client_ca, self.admin = name, srv, client_ca, admin
+        self.auth, self.lines, self.sentinel = auth, list(lines), sentinel
+        self.proc = None
+        for _ in range(1 if port else 5):        # a free port may be taken meanwhile
+            self.port = port or H.free_port()
+            if self._start():
+                return
+        raise H.HarnessError("%s did not start; log:\n%s" % (name, "\n".join(H._tail(self.logfile))))
+
+    def _start(self):
+        self.dir = os.path.join(H.tmpdir(), "%s-%d" % (self.name, self.port))
+        os.makedirs(self.dir, exist_ok=True)
+        self.logfile = os.path.join(self.dir, "redis.log")
+        conf = os.path.join(self.dir, "redis.conf")
+        with open(conf, "w") as f:
+            f.write("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\n"
+                    "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+                    "tls-auth-clients %s\n"
+                    % (self.port, self.dir, self.srv[0], self.srv[1], self.client_ca, self.auth))
+            for line in self.lines:
+                f.write(line + "\n")
+        with open(self.logfile, "ab") as log:
+            self.proc = H._track(subprocess.Popen(
+                [H.REDIS_SERVER, conf] + (["--sentinel"] if self.sentinel else []),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + H.START_TIMEOUT
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                if self.cmd("PING") == "PONG":
+                    return True
+            except (OSError, H.HarnessError, ssl.SSLError):
+                pass
+            time.sleep(0.05)
+        self.kill()
+        return False
+
+    def cmd(self, *args):
+        c = TlsResp(self.port, self.admin[0], self.admin[1])
+        try:
+            return c(*args)
+        finally:
+            c.close()
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def restart(self, srv=None, client_ca=None, admin=None):
+        """Kill and start again on the same port, perhaps with other files."""
+        self.kill()
+        self.srv = srv or self.srv
+        self.client_ca = client_ca or self.client_ca
+        self.admin = admin or self.admin
+        deadline = time.monotonic() + H.START_TIMEOUT
+        while not self._start():
+            check(time.monotonic() < deadline, "%s did not restart on port %d", self.name, self.port)
+            time.sleep(0.1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+    def other_clients(self):
+        """Ids of the connections that are not this call's own."""
+        c = TlsResp(self.port, self.admin[0], self.admin[1])
+        try:
+            me = c("CLIENT", "ID")
+            ids = re.findall(r"^id=(\d+) ", c("CLIENT", "LIST"), re.M)
+            return sorted(int(i) for i in ids if int(i) != me)
+        finally:
+            c.close()
+
+
+# ----------------------------------------------------------------- helpers
+
+def tls_conf(url=None, **tls):
+    cfg = {"identity": ["body"], "failure_mode": "open", "log_level": "debug",
+           "policies": [POLICY], "redis": {"timeout": "2s", "tls": tls}}
+    if url is not None:
+        cfg["redis"]["url"] = url
+    return cfg
+
+
+def decided(d, key="k"):
+    """A check Redis decided (not failure_mode): its body."""
+    st, _, b = H.request(d.port, "POST", "/check", {"key": key})
+    eq((st, b.get("allowed"), b.get("degraded", False)), (200, True, False),
+       "a check over TLS (status, allowed, degraded): %r" % (b,))
+    return b
+
+
+def wait_ready(d, what):
+    deadline = time.monotonic() + H.START_TIMEOUT * 2
+    while True:
+        st, _, b = H.request(d.port, "GET", "/readyz")
+        if st == 200:
+            return
+        check(time.monotonic() < deadline, "not ready %s: %r", what, b)
+        time.sleep(0.05)
+
+
+def wait_log(d, pattern, count=1, what=None):
+    deadline = time.monotonic() + H.START_TIMEOUT * 2
+    while len(re.findall(pattern, d.log())) < count:
+        check(d.alive(), "the daemon died waiting for %s; log:\n%s", what or pattern, d.log()[-3000:])
+        check(time.monotonic() < deadline, "no %r in the log (%s); log:\n%s",
+              pattern, what or "", d.log()[-3000:])
+        time.sleep(0.05)
+
+
+def expect_refused(d, reason_part, failure="open"):
+    """Not ready, failure_mode applied, and the TLS failure logged once
+    although the daemon retried: its reason contains reason_part."""
+    wait_log(d, RETRY_LINE, count=3, what="three retries")
+    st, _, b = H.request(d.port, "GET", "/readyz")
+    eq(st, 503, "GET /readyz while TLS fails (%r)" % (b,))
+    st, _, b = H.request(d.port, "POST", "/check", {"key": "k"})
+    if failure == "open":
+        eq((st, b.get("allowed"), b.get("degraded")), (200, True, True),
+           "failure_mode open: allowed and degraded (%r)" % (b,))
+    else:
+        eq((st, b.get("error")), (503, "backend unavailable"), "failure_mode closed (%r)" % (b,))
+    lines = FAILED_LINE.findall(d.log())
+    eq(len(lines), 1, "warnings about the TLS failure after several retries: %r" % lines)
+    check(re.search(reason_part, lines[0]), "the reason %r does not say %r", lines[0], reason_part)
+    check(d.alive(), "the daemon died")
+
+
+# ------------------------------------------------------------------- cases
+
+def t_check_over_tls(x):
+    srv = x.standalone
+    with H.Daemon(tls_conf("rediss://localhost:%d/0" % srv.port, ca_file=x.ca_a[0]),
+                  workers=2, ready=True) as d:
+        b = decided(d, "alice")
+        eq(b["limits"][0]["remaining"], 999, "remaining after one check")
+        decided(d, "alice")
+        keys = srv.cmd("KEYS", "*rl:*")
+        check(len(keys) == 1 and "alice" in keys[0], "keys in the TLS Redis: %r", keys)
+        check(FAILED_LINE.search(d.log()) is None, "a TLS failure logged:\n%s", d.log())
+        eq(len(srv.other_clients()), 2, "connections of two workers to the TLS Redis")
+
+
+def t_wrong_ca(x):
+    with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % x.standalone.port, ca_file=x.ca_b[0]),
+                  workers=2, ready=False) as d:
+        expect_refused(d, "certificate verification failed: ")
+
+
+def t_wrong_ca_closed(x):
+    cfg = tls_conf("rediss://127.0.0.1:%d/0" % x.standalone.port, ca_file=x.ca_b[0])
+    cfg["failure_mode"] = "closed"
+    with H.Daemon(cfg, workers=1, ready=False) as d:
+        expect_refused(d, "certificate verification failed", failure="closed")
+
+
+def t_name_mismatch(x):
+    with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % x.standalone.port, ca_file=x.ca_a[0],
+                           server_name="redis.elsewhere.example"), workers=1, ready=False) as d:
+        expect_refused(d, "certificate verification failed: hostname mismatch")
+
+
+def t_verify_off(x):
+    """verify false: a certificate no CA here signed still connects, with a
+    warning at start."""
+    with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % x.standalone.port, ca_file=x.ca_b[0],
+                           verify=False), workers=1, ready=True) as d:
+        decided(d)
+        check("certificate verification is off" in d.log(), "no warning about verify false")
+
+
+def t_expired(x):
+    with TlsRedis("expired", x.expired, x.ca_a[0], (None, x.cli_a)) as srv:
+        with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % srv.port, ca_file=x.ca_a[0]),
+                      workers=2, ready=False) as d:
+            expect_refused(d, "certificate verification failed: certificate has expired")
+
+
+def t_mtls(x):
+    with TlsRedis("mtls", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a), auth="yes") as srv:
+        url = "rediss://127.0.0.1:%d/0" % srv.port
+        with H.Daemon(tls_conf(url, ca_file=x.ca_a[0]), workers=2, ready=False) as d:
+            # TLS 1.3: the alert, or a reset that loses it
+            expect_refused(d, "certificate required|client certificate")
+        with H.Daemon(tls_conf(url, ca_file=x.ca_a[0], cert_file=x.cli_a[0], key_file=x.cli_a[1]),
+                      workers=2, ready=True) as d:
+            decided(d)
+        # a client certificate from a CA the server does not trust
+        with H.Daemon(tls_conf(url, ca_file=x.ca_a[0], cert_file=x.cli_b[0], key_file=x.cli_b[1]),
+                      workers=1, ready=False) as d:
+            expect_refused(d, "TLS error|client certificate")
+
+
+def t_restart(x):
+    with TlsRedis("restart", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a)) as srv:
+        with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % srv.port, ca_file=x.ca_a[0]),
+                      workers=2, ready=True) as d:
+            decided(d)
+            srv.restart()
+            wait_log(d, r'msg="redis ready"', count=4, what="both workers reconnected")
+            wait_ready(d, "after the restart")
+            decided(d, "after")
+            eq(srv.cmd("DBSIZE"), 1, "keys in the restarted Redis")
+            check(FAILED_LINE.search(d.log()) is None, "a restart logged as a TLS failure:\n%s",
+                  d.log())
+
+
+def write_atomic(path, src):
+    with open(src, "rb") as f:
+        data = f.read()
+    tmp = path + ".new"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.rename(tmp, path)
+
+
+def t_rotation(x):
+    """Files rotated under the same names: a reload with a bad key is rejected
+    and the connection goes on; a reload with the new CA and client
+    certificate keeps the open connection; the server restarted with a new
+    CA is reached with the new files."""
+    tdir = os.path.join(H.tmpdir(), "rotate")
+    os.makedirs(tdir, exist_ok=True)
+    ca, crt, key = (os.path.join(tdir, n) for n in ("ca.pem", "client.crt", "client.key"))
+    for dst, src in ((ca, x.ca_a[0]), (crt, x.cli_a[0]), (key, x.cli_a[1])):
+        write_atomic(dst, src)
+    with TlsRedis("rotate", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a), auth="yes") as srv:
+        with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % srv.port, ca_file=ca, cert_file=crt,
+                               key_file=key), workers=1, ready=True) as d:
+            decided(d)
+            conns = srv.other_clients()
+            eq(len(conns), 1, "connections of one worker")
+
+            with open(key, "w") as f:
+                f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+            d.reload()
+            wait_log(d, r'reload rejected.*key_file', what="the reload with a bad key rejected")
+            decided(d)
+            eq(srv.other_clients(), conns, "the connection after a rejected reload")
+
+            write_atomic(ca, x.ca_b[0])
+            write_atomic(crt, x.cli_b[0])
+            write_atomic(key, x.cli_b[1])
+            d.reload()
+            wait_log(d, r'msg="configuration reloaded"', what="the reload with new files")
+            decided(d)
+            eq(srv.other_clients(), conns, "the connection after the reload (kept until it ends)")
+
+            # only the new files open this server: its certificate and the
+            # client certificates it takes are CA B's
+            srv.restart(srv=x.srv_b, client_ca=x.ca_b[0], admin=(x.ca_b[0], x.cli_b))
+            wait_log(d, r'msg="redis ready"', count=2, what="a reconnect with the new files")
+            wait_ready(d, "with the new files")
+            decided(d, "new")
+            check(FAILED_LINE.search(d.log()) is None, "a TLS failure logged:\n%s", d.log())
+
+
+class HalfRecordPeer(threading.Thread):
+    """A TLS peer that sends half a record and closes: during the handshake
+    (after the ClientHello) or after it (once the client has spoken)."""
+
+    def __init__(self, srv, after_handshake):
+        super().__init__(daemon=True)
+        self.after = after_handshake
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(*srv)
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(8)
+        self.lsock.settimeout(0.2)
+        self.port = self.lsock.getsockname()[1]
+        self.stop = threading.Event()
+        self.served = 0
+        self.start()
+
+    def run(self):
+        while not self.stop.is_set() and self.served < 200:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                continue
+            self.served += 1
+            try:
+                c.settimeout(5)
+                if self.after:
+                    s = self.ctx.wrap_socket(c, server_side=True)
+                    s.recv(1)           # the client's first command
+                    # a record header promising 16 KiB, then 100 bytes of it
+                    socket.socket.send(s, b"\x17\x03\x03\x40\x00" + os.urandom(100))
+                    s.close()
+                else:
+                    c.recv(4096)        # the ClientHello
+                    c.sendall(b"\x16\x03\x03\x40\x00" + os.urandom(100))
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                c.close()
+        self.lsock.close()
+
+
+def t_half_record(x):
+    for after in (False, True):
+        peer = HalfRecordPeer(x.srv_a, after)
+        try:
+            with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % peer.port, ca_file=x.ca_a[0]),
+                          workers=2, ready=False) as d:
+                expect_refused(d, "unexpected eof|closed the connection" if after else "TLS error")
+                check(peer.served >= 3, "the peer served %d connections", peer.served)
+                st, _, _ = H.request(d.port, "GET", "/healthz")
+                eq(st, 200, "GET /healthz after peers that closed mid-record")
+                eq(d.stop(), 0, "exit code after peers that closed mid-record")
+        finally:
+            peer.stop.set()
+            peer.join(timeout=5)
+
+
+def t_sentinel(x):
+    admin = (x.ca_a[0], x.cli_a)
+    common = ["tls-replication yes"]
+    servers = []
+    try:
+        master = TlsRedis("tls-master", x.srv_a, x.ca_a[0], admin, auth="yes", lines=common)
+        servers.append(master)
+        replica = TlsRedis("tls-replica", x.srv_a, x.ca_a[0], admin, auth="yes",
+                           lines=common + ["replicaof 127.0.0.1 %d" % master.port])
+        servers.append(replica)
+        sentinel = TlsRedis("tls-sentinel", x.srv_a, x.ca_a[0], admin, auth="yes", sentinel=True,
+                            lines=common + ["sentinel monitor rlm 127.0.0.1 %d 1" % master.port,
+                                            "sentinel down-after-milliseconds rlm 10000"])
+        servers.append(sentinel)
+        H._wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"),
+                      "the replica to sync over TLS")
+        cfg = tls_conf(None, enabled=True, ca_file=x.ca_a[0], cert_file=x.cli_a[0],
+                       key_file=x.cli_a[1])
+        cfg["redis"]["sentinel"] = {"master": "rlm", "nodes": ["127.0.0.1:%d" % sentinel.port]}
+        with H.Daemon(cfg, workers=2, ready=True) as d:
+            decided(d, "s1")
+            decided(d, "s1")
+            keys = master.cmd("KEYS", "*rl:*")
+            check(len(keys) == 1 and "s1" in keys[0], "keys in the master: %r", keys)
+            H._wait_until(lambda: replica.cmd("KEYS", "*rl:*") == keys, "the key on the replica")
+    finally:
+        for s in servers:
+            s.kill()
+
+
+def t_cluster(x):
+    admin = (x.ca_a[0], x.cli_a)
+    nodes = []
+    try:
+        for _ in range(3):
+            nodes.append(TlsRedis("tls-cluster", x.srv_a, x.ca_a[0], admin, auth="yes", lines=[
+                "cluster-enabled yes", "cluster-config-file nodes.conf",
+                "cluster-node-timeout 5000", "cluster-require-full-coverage no",
+                "tls-cluster yes", "tls-replication yes"]))
+        r = subprocess.run([H.REDIS_CLI, "--tls", "--cacert", x.ca_a[0], "--cert", x.cli_a[0],
+                            "--key", x.cli_a[1], "--cluster", "create"] +
+                           ["127.0.0.1:%d" % n.port for n in nodes] +
+                           ["--cluster-replicas", "0", "--cluster-yes"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        check(r.returncode == 0, "redis-cli --cluster create over TLS failed:\n%s",
+              (r.stdout + r.stderr).decode("utf-8", "replace"))
+
+        def consistent():
+            for n in nodes:
+                info = n.cmd("CLUSTER", "INFO")
+                if "cluster_state:ok" not in info or "cluster_known_nodes:3" not in info:
+                    return False
+            return True
+        H._wait_until(consistent, "cluster_state:ok on every TLS node")
+        ports = sorted(s[2][1] for s in nodes[0].cmd("CLUSTER", "SLOTS"))
+        eq(ports, sorted(n.port for n in nodes), "CLUSTER SLOTS ports (the TLS ones)")
+        cfg = tls_conf(None, enabled=True, ca_file=x.ca_a[0], cert_file=x.cli_a[0],
+                       key_file=x.cli_a[1])
+        cfg["redis"]["cluster"] = ["127.0.0.1:%d" % nodes[0].port]
+        with H.Daemon(cfg, workers=2, ready=True) as d:
+            H.ready_everywhere(d.port)
+            for i in range(30):
+                decided(d, "c%d" % i)
+            sizes = [n.cmd("DBSIZE") for n in nodes]
+            eq(sum(sizes), 30, "keys over the cluster's nodes (%r)" % sizes)
+            check(sum(1 for s in sizes if s > 0) >= 2, "every key on one node: %r", sizes)
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+def t_config_errors(x):
+    """Files that cannot be read stop the start with the file named; a key
+    without its certificate is a config error."""
+    cfg = tls_conf("rediss://127.0.0.1:1/0", ca_file=os.path.join(H.tmpdir(), "absent.pem"))
+    with H.Daemon(cfg, wait=False) as d:
+        eq(d.wait(), 1, "exit code with an absent ca_file")
+        check("absent.pem" in d.log(), "the absent ca_file not named:\n%s", d.log())
+    cfg = tls_conf("rediss://127.0.0.1:1/0", key_file=x.cli_a[1])
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(cfg)])
+    check(rc != 0 and "cert_file and key_file together" in out + err,
+          "-t with key_file alone: exit %d, %r", rc, out + err)
+
+
+CASES = [
+    ("a check decided over TLS (rediss://, the CA given, SNI and name verified)", t_check_over_tls),
+    ("a wrong CA: not ready, failure_mode open applied, one log line naming the reason",
+     t_wrong_ca),
+    ("a wrong CA with failure_mode closed: 503 backend unavailable", t_wrong_ca_closed),
+    ("server_name that the certificate does not carry: refused", t_name_mismatch),
+    ("verify false: connects to a certificate no trusted CA signed, with a warning", t_verify_off),
+    ("an expired server certificate: refused, one log line", t_expired),
+    ("mTLS required: no client certificate refused, one from the CA works, another CA's refused",
+     t_mtls),
+    ("the TLS server restarted mid-run: the daemon reconnects and decides", t_restart),
+    ("SIGHUP with rotated certificates: a bad key rejected, the open connection kept, "
+     "the new files used for the next handshake", t_rotation),
+    ("a TLS peer closing mid-record (in and after the handshake): survived, logged once",
+     t_half_record),
+    ("Sentinel over TLS: sentinel, master and replica (tls-replication)", t_sentinel),
+    ("Cluster over TLS (tls-cluster yes): CLUSTER SLOTS gives TLS ports, checks decided",
+     t_cluster),
+    ("bad TLS settings: an unreadable file stops the start; key_file alone is a config error",
+     t_config_errors),
+]
+
+
+class Fixture:
+    pass
+
+
+@contextlib.contextmanager
+def fixture():
+    x = Fixture()
+    pki = Pki()
+    x.ca_a, x.ca_b = pki.ca("ca-a"), pki.ca("ca-b")
+    x.srv_a = pki.leaf("server-a", x.ca_a)
+    x.srv_b = pki.leaf("server-b", x.ca_b)
+    x.expired = pki.leaf("server-expired", x.ca_a, days=-1)
+    x.cli_a = pki.leaf("client-a", x.ca_a, san="DNS:ratelimitd")
+    x.cli_b = pki.leaf("client-b", x.ca_b, san="DNS:ratelimitd")
+    x.standalone = TlsRedis("standalone", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a))
+    try:
+        yield x
+    finally:
+        x.standalone.kill()
+
+
+if __name__ == "__main__":
+    H.suite(CASES, fixture, timeout=240)
