@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include "http_parse.h"
+#include "util.h"
 
 /* The longest chunk-size line (with extensions) or trailer line we read. */
 #define CHUNK_LINE_MAX 4096
@@ -316,18 +317,6 @@ enum {
     CH_DONE
 };
 
-static int
-hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int
 http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
                     int64_t max_body, const char **why)
@@ -338,7 +327,7 @@ http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
 
         switch (c->state) {
         case CH_SIZE:
-            if ((x = hexval(b)) >= 0) {
+            if ((x = hex_value(b)) >= 0) {
                 if (c->left >> 60)
                     FAIL(400, "chunk size too large");
                 c->left = c->left << 4 | (unsigned)x;

@@ -2,18 +2,7 @@
 #include <string.h>
 
 #include "pathnorm.h"
-
-static int
-hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "util.h"
 
 /* RFC 3986 §2.3: the only bytes whose escapes mean the same as themselves. */
 static int
@@ -43,8 +32,8 @@ decode(const char *in, size_t len, char *out, size_t *olen, const char **cause)
             out[o++] = (char)c;
             continue;
         }
-        int hi = i + 2 < len ? hexval((unsigned char)in[i + 1]) : -1;
-        int lo = i + 2 < len ? hexval((unsigned char)in[i + 2]) : -1;
+        int hi = i + 2 < len ? hex_value((unsigned char)in[i + 1]) : -1;
+        int lo = i + 2 < len ? hex_value((unsigned char)in[i + 2]) : -1;
         if (hi < 0 || lo < 0) {
             *cause = "a '%' not followed by two hex digits";
             return RL_ERR;

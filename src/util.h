@@ -44,6 +44,19 @@ fnv1a(uint64_t h, const char *p, size_t n)
     return h;
 }
 
+/* The value of a hex digit, -1 for any other byte. */
+static inline int
+hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 /*
  * Appending to a fixed buffer without printf: the hot path formats a dozen
  * integers per check, and snprintf's format parsing was a fifth of the
