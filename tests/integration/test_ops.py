@@ -163,6 +163,30 @@ def t_docker_tests():
           "the build stage does not run scripts/test: %r", runs)
 
 
+def t_docker_runtime_libs():
+    """The final stage installs the Debian package of every shared library the
+    built daemon needs (ldd + dpkg -S), so the image's binary can start."""
+    out = subprocess.run(["ldd", H.RATELIMITD], capture_output=True, text=True, timeout=30).stdout
+    libs = sorted({l.split()[0] for l in out.splitlines()
+                   if "=>" in l and not l.split()[0].startswith(("libc.so", "linux-vdso", "ld-linux"))})
+    check(libs, "ldd found no library of %s", H.RATELIMITD)
+    runs = " ".join(instr(dockerfile_stages()[-1], "RUN"))
+    missing = []
+    for lib in libs:
+        path = next(l.split("=>")[1].split()[0] for l in out.splitlines() if l.split()[0] == lib)
+        real = os.path.realpath(path)
+        owner = None
+        for cand in (path, real, "/usr" + path if path.startswith("/lib") else path):
+            r = subprocess.run(["dpkg", "-S", cand], capture_output=True, text=True, timeout=30)
+            if r.returncode == 0:
+                owner = r.stdout.split(":")[0].strip()
+                break
+        check(owner, "no Debian package owns %s (%s)", lib, path)
+        if not re.search(r"(^|\s)%s(\s|$)" % re.escape(owner), runs):
+            missing.append("%s (%s)" % (owner, lib))
+    check(not missing, "the final stage does not install %s", ", ".join(missing))
+
+
 def t_docker_user():
     st = dockerfile_stages()
     users = instr(st[-1], "USER")
@@ -898,6 +922,7 @@ CASES = [
      t_verify_shipped),
     ("systemd-analyze security --offline=yes: overall exposure <= %.1f" % MAX_EXPOSURE, t_security),
     ("Dockerfile is multi-stage: the final stage copies from the named build stage", t_docker_multistage),
+    ("Dockerfile: the final stage installs the package of every library the daemon links", t_docker_runtime_libs),
     ("Dockerfile runs scripts/test in the build stage", t_docker_tests),
     ("Dockerfile's final stage runs as a non-root USER", t_docker_user),
     ("Dockerfile's final stage has a HEALTHCHECK", t_docker_healthcheck),
