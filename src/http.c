@@ -281,16 +281,47 @@ flush(struct http_conn *c)
     return RL_OK;
 }
 
+/* The head's strings as offsets from `base`, and back: its bytes may move
+ * (compacted, or realloc'd) while its body is read.  A string outside the
+ * buffer ("/" of split_path) keeps its pointer: its offset is -1. */
+#define HEAD_STRINGS_MAX (3 + 2 * HTTP_HEADERS_MAX)
+
+static const char **
+head_string(struct http_head *h, size_t i)
+{
+    return i == 0 ? &h->method_name : i == 1 ? &h->target : i == 2 ? &h->path
+         : (i - 3) % 2 == 0 ? &h->headers[(i - 3) / 2].name : &h->headers[(i - 3) / 2].value;
+}
+
+static void
+head_save(struct http_head *h, const char *base, size_t span, ptrdiff_t *off)
+{
+    for (size_t i = 0; i < 3 + 2 * h->nheaders; i++) {
+        uintptr_t p = (uintptr_t)*head_string(h, i), b = (uintptr_t)base;
+        off[i] = p >= b && p < b + span ? (ptrdiff_t)(p - b) : -1;
+    }
+}
+
+static void
+head_load(struct http_head *h, const char *base, const ptrdiff_t *off)
+{
+    for (size_t i = 0; i < 3 + 2 * h->nheaders; i++)
+        if (off[i] >= 0)
+            *head_string(h, i) = base + off[i];
+}
+
 /* Room for `total` unconsumed bytes from rpos on, moving or growing rbuf;
  * a parsed head's pointers move with it. */
 static void
 make_room(struct http_conn *c, size_t total)
 {
-    char *old = c->rbuf;
-    size_t base = c->rpos, old_cap = c->rcap;
+    int rebase = c->state == C_BODY || c->state == C_CHUNKED;
+    ptrdiff_t off[HEAD_STRINGS_MAX];
 
     if (c->rcap - c->rpos >= total && c->rlen < c->rcap)
         return;
+    if (rebase)
+        head_save(&c->head, c->rbuf + c->rpos, c->rlen - c->rpos, off);
     if (c->rpos > 0) {
         memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
         c->rlen -= c->rpos;
@@ -307,22 +338,8 @@ make_room(struct http_conn *c, size_t total)
         c->rbuf = xrealloc(c->rbuf, cap);
         c->rcap = cap;
     }
-    if ((c->state == C_BODY || c->state == C_CHUNKED) &&
-        (c->rbuf != old || base != 0)) {
-        /* every pointer of the head is into rbuf, but "/" of split_path */
-        struct http_head *h = &c->head;
-        const char *from = old + base;
-#define MOVE(p) do { if ((p) >= from && (p) < old + old_cap) \
-                         (p) = c->rbuf + ((p) - from); } while (0)
-        MOVE(h->method_name);
-        MOVE(h->target);
-        MOVE(h->path);
-        for (size_t i = 0; i < h->nheaders; i++) {
-            MOVE(h->headers[i].name);
-            MOVE(h->headers[i].value);
-        }
-#undef MOVE
-    }
+    if (rebase)
+        head_load(&c->head, c->rbuf, off);
 }
 
 /* ---- answering ------------------------------------------------------------------ */

@@ -496,6 +496,38 @@ def t_chunked_check(ctx):
             eq(c.read_response()[0], 200, "the connection after a chunked body")
 
 
+def t_body_outgrows_buffer(ctx):
+    """A body that arrives after its head and outgrows the connection's
+    first buffer (4 KiB): the buffer grows under a parsed head, whose path
+    and header fields must still be read right (the route, the
+    X-Original-URI the policy would come from, the body's own fields)."""
+    d = ctx.deadlines
+    for i, framing in enumerate(("length", "chunked")):
+        body = json.dumps({"policy": "smug", "key": "outgrow-%d" % i, "pad": "y" * 40000}).encode()
+        head = (b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"X-Original-URI: /outgrow\r\n")
+        if framing == "length":
+            head += b"Content-Length: %d\r\n\r\n" % len(body)
+            rest = body
+        else:
+            head += b"Transfer-Encoding: chunked\r\n\r\n"
+            rest = chunked(*[body[j:j + 3000] for j in range(0, len(body), 3000)])
+        with H.RawConn(d.port) as c:
+            c.send(head)
+            # the head alone first, so it is parsed before the body comes
+            st, _, _ = H.request(d.port, "GET", "/healthz")
+            eq(st, 200, "a request on another connection between head and body")
+            for j in range(0, len(rest), 5000):
+                c.send(rest[j:j + 5000])
+            st, h, b = c.read_response()
+            b = json.loads(b)
+            H.expect_json(st, h, b, 200, "a %d-byte %s body after its head" % (len(body), framing))
+            eq(b.get("policy"), "smug", "policy of the %s body read after the buffer grew" % framing)
+            eq(b.get("remaining"), SMUG_LIMIT - 1, "remaining of the %s body's own key" % framing)
+            c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            eq(c.read_response()[0], 200, "the connection after the %s body" % framing)
+
+
 def t_expect_too_large(ctx):
     d = ctx.main
     with H.RawConn(d.port) as c:
@@ -764,6 +796,7 @@ def t_drain(ctx):
 
 
 CASES = [
+    ("a body that outgrows the first buffer after its head: head and body read right", t_body_outgrows_buffer),
     ("HEAD with a Content-Length body: the body is a body, the POST in it not counted", t_head_body_is_body),
     ("TRACE/GET/DELETE with a body: read as a body, never as a request", t_trace_get_body_is_body),
     ("malformed framing and syntax: JSON 400 (501, 505) and close, hidden check not counted", t_malformed),
