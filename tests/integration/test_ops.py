@@ -182,6 +182,11 @@ def t_docker_runtime_libs():
                 owner = r.stdout.split(":")[0].strip()
                 break
         check(owner, "no Debian package owns %s (%s)", lib, path)
+        # the C library is in every base image; a sanitizer build links its
+        # runtimes, which the shipped (plain) binary does not
+        if owner in ("libc6", "libgcc-s1") or (H.SANITIZED and re.match(
+                r"lib(asan|ubsan|lsan|stdc\+\+)\d", owner)):
+            continue
         if not re.search(r"(^|\s)%s(\s|$)" % re.escape(owner), runs):
             missing.append("%s (%s)" % (owner, lib))
     check(not missing, "the final stage does not install %s", ", ".join(missing))
