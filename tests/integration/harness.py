@@ -129,13 +129,19 @@ for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
 
 
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    """A TCP port on 127.0.0.1 that was free a moment ago, at most 55535: a
+    Redis Cluster node refuses a higher one (its bus port is 10000 above),
+    and every test may start cluster nodes on these ports."""
+    for _ in range(100):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        finally:
+            s.close()
+        if port <= 55535:
+            return port
+    raise HarnessError("no free loopback port at or below 55535 in 100 tries")
 
 
 def port_open(port, host="127.0.0.1", timeout=0.5):
