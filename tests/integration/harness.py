@@ -144,6 +144,32 @@ def free_port():
     raise HarnessError("no free loopback port at or below 55535 in 100 tries")
 
 
+def stop_process(proc, timeout=None):
+    """SIGTERM a child and wait for it; SIGKILL when it outlasts timeout."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_TIMEOUT if timeout is None else timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def wait_listening(proc, port, timeout):
+    """Until proc listens on port (True), or exits or outlasts timeout
+    (False: stopped then)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if port_open(port):
+            return True
+        time.sleep(0.02)
+    stop_process(proc)
+    return False
+
+
 def port_open(port, host="127.0.0.1", timeout=0.5):
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -278,12 +304,7 @@ class Redis:
         if self.proc and self.proc.poll() is None:
             if self.paused:
                 self.resume()
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+            stop_process(self.proc)
 
     def kill(self):
         if self.proc and self.proc.poll() is None:

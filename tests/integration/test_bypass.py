@@ -142,15 +142,7 @@ class Caddy:
         with open(self.logf, "ab") as log:
             self.proc = H._track(subprocess.Popen(self.argv("run"), stdin=subprocess.DEVNULL,
                                                   stdout=log, stderr=log, env=self.env))
-        deadline = time.monotonic() + H.START_TIMEOUT * 2
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            if H.port_open(self.port):
-                return True
-            time.sleep(0.02)
-        self.stop()
-        return False
+        return H.wait_listening(self.proc, self.port, H.START_TIMEOUT * 2)
 
     def log(self):
         try:
@@ -160,13 +152,7 @@ class Caddy:
             return ""
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=H.STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        H.stop_process(self.proc)
 
 
 # ------------------------------------------------------------------ helpers

@@ -353,13 +353,7 @@ class NodeApp:
         return open(self.logpath).read()
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        H.stop_process(self.proc, timeout=10)
         self.log.close()
 
     def __enter__(self):

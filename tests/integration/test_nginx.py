@@ -199,15 +199,7 @@ class Nginx:
                                               stdin=subprocess.DEVNULL,
                                               stdout=subprocess.DEVNULL,
                                               stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + H.START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            if H.port_open(self.port):
-                return True
-            time.sleep(0.02)
-        self.stop()
-        return False
+        return H.wait_listening(self.proc, self.port, H.START_TIMEOUT)
 
     def log(self):
         try:
@@ -217,13 +209,7 @@ class Nginx:
             return ""
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=H.STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        H.stop_process(self.proc)
 
 
 # ---------------------------------------------------------------- helpers
