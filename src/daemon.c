@@ -96,6 +96,26 @@ set_nonblock_cloexec(int fd)
     return RL_OK;
 }
 
+/* The fd is closed and -1 returned; errno says why. */
+static int
+fail_socket(int fd, char **cause)
+{
+    *cause = xasprintf("%s", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* The fd listening at a, or -1 (closed). */
+static int
+bind_listen(int fd, const struct rl_listen_addr *a, char **cause)
+{
+    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
+        return fail_socket(fd, cause);
+    return fd;
+}
+
 static int
 open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
 {
@@ -109,15 +129,9 @@ open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
         goto fail;
-    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
-        listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
-        goto fail;
-    return fd;
+    return bind_listen(fd, a, cause);
 fail:
-    *cause = xasprintf("%s", strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    return -1;
+    return fail_socket(fd, cause);
 }
 
 /*
@@ -158,15 +172,9 @@ open_unix(const struct rl_listen_addr *a, char **cause)
     }
     if (errno == ECONNREFUSED)
         unlink(a->path);
-    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
-        listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
-        goto fail;
-    return fd;
+    return bind_listen(fd, a, cause);
 fail:
-    *cause = xasprintf("%s", strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    return -1;
+    return fail_socket(fd, cause);
 }
 
 /* One socket per worker: SO_REUSEPORT lets the kernel spread connections. */
@@ -197,6 +205,7 @@ open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
 struct run_state {
     struct event_base *base;
     struct event *ready_ev;         /* READY=1 still owed to systemd */
+    struct event *sigs[3];          /* SIGTERM, SIGINT, SIGHUP */
     int64_t ready_by_us;
     const struct rl_options *opts;
     int stopping;
@@ -315,28 +324,111 @@ on_ready_poll(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+static size_t
+worker_count(const struct rl_config *cfg)
+{
+    long ncpu;
+
+    if (cfg->workers != 0)
+        return (size_t)cfg->workers;
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 ? (size_t)ncpu : 1;
+}
+
+/* The workers on their sockets (the fds are theirs from here on), their
+ * threads running, and the signals turned into events on the main loop.
+ * *started counts the threads to join, whatever the outcome. */
+static int
+start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *started)
+{
+    static const int signums[RL_ARRAY_LEN(rs->sigs)] = {SIGTERM, SIGINT, SIGHUP};
+    sigset_t block, old;
+    char *cause = NULL;
+
+    workers = xcalloc(nworkers, sizeof(*workers));
+    for (size_t i = 0; i < nworkers; i++) {
+        if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
+            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
+            free(cause);
+            for (size_t j = i + 1; j < nworkers; j++)
+                close(fds[j]);
+            nworkers = i + 1;
+            return RL_ERR;
+        }
+        workers[i].exited_ev = event_new(rs->base, -1, 0, on_worker_exit, rs);
+        workers[i].peers = workers;
+        workers[i].npeers = nworkers;
+    }
+
+    /* Workers never see these signals: the main loop turns them into events. */
+    sigemptyset(&block);
+    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++)
+        sigaddset(&block, signums[i]);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    for (; *started < nworkers; (*started)++) {
+        if (worker_start(&workers[*started]) != RL_OK) {
+            log_error("msg=\"cannot start worker thread\" worker=%zu", *started);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            for (size_t i = 0; i < *started; i++)
+                worker_drain(&workers[i], 0);
+            return RL_ERR;
+        }
+    }
+    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++) {
+        rs->sigs[i] = evsignal_new(rs->base, signums[i], on_signal, rs);
+        evsignal_add(rs->sigs[i], NULL);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return RL_OK;
+}
+
+/* Until the last worker's loop has ended. */
+static void
+serve(struct run_state *rs, const struct rl_config *cfg)
+{
+    log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
+             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg)->name);
+    /* Ready means listening (the sockets are bound, every worker runs) and
+     * the backend connected: see on_ready_poll. */
+    rs->ready_ev = evtimer_new(rs->base, on_ready_poll, rs);
+    rs->ready_by_us = now_monotonic_us() + cfg->redis.connect_timeout_ms * 1000;
+    on_ready_poll(-1, 0, rs);
+
+    event_base_dispatch(rs->base);
+    for (size_t i = 0; i < RL_ARRAY_LEN(rs->sigs); i++)
+        event_free(rs->sigs[i]);
+    event_free(rs->ready_ev);
+}
+
+static void
+stop_workers(size_t started)
+{
+    for (size_t i = 0; i < started; i++)
+        worker_join(&workers[i]);
+    for (size_t i = 0; i < nworkers; i++) {
+        if (workers[i].exited_ev != NULL)
+            event_free(workers[i].exited_ev);
+        worker_free(&workers[i]);
+    }
+    free(workers);
+    workers = NULL;
+    nworkers = 0;
+}
+
 int
 daemon_run(const struct rl_options *opts, struct rl_config *cfg)
 {
     struct rl_listen_addr la;
     struct run_state rs = {0};
-    struct event *sigs[3];
-    static const int signums[3] = {SIGTERM, SIGINT, SIGHUP};
-    sigset_t block, old;
     char *cause = NULL;
     int *fds, rc = 2;
     size_t started = 0;
-    long ncpu;
 
     rs.opts = opts;
     log_set_level(cfg->log_level);
     metrics_set_config_hash(cfg->hash);
     set_config(cfg);
-    nworkers = (size_t)cfg->workers;
-    if (nworkers == 0) {
-        ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        nworkers = ncpu > 0 ? (size_t)ncpu : 1;
-    }
+    nworkers = worker_count(cfg);
     if (listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
         log_error("msg=\"bad listen address\" listen=%s error=\"%s\"", cfg->listen, cause);
         free(cause);
@@ -360,65 +452,12 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     srandom((unsigned)time(NULL) ^ (unsigned)getpid());
 
     rs.base = event_base_new();
-    workers = xcalloc(nworkers, sizeof(*workers));
-    for (size_t i = 0; i < nworkers; i++) {
-        if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
-            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
-            free(cause);
-            for (size_t j = i + 1; j < nworkers; j++)
-                close(fds[j]);
-            nworkers = i + 1;
-            goto out;
-        }
-        workers[i].exited_ev = event_new(rs.base, -1, 0, on_worker_exit, &rs);
-        workers[i].peers = workers;
-        workers[i].npeers = nworkers;
+    if (start_workers(&rs, cfg, fds, &started) == RL_OK) {
+        serve(&rs, cfg);
+        rc = 0;
     }
-
-    /* Workers never see these signals: the main loop turns them into events. */
-    sigemptyset(&block);
-    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++)
-        sigaddset(&block, signums[i]);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    for (; started < nworkers; started++) {
-        if (worker_start(&workers[started]) != RL_OK) {
-            log_error("msg=\"cannot start worker thread\" worker=%zu", started);
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
-            for (size_t i = 0; i < started; i++)
-                worker_drain(&workers[i], 0);
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++) {
-        sigs[i] = evsignal_new(rs.base, signums[i], on_signal, &rs);
-        evsignal_add(sigs[i], NULL);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
-             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg)->name);
-    /* Ready means listening (the sockets are bound, every worker runs) and
-     * the backend connected: see on_ready_poll. */
-    rs.ready_ev = evtimer_new(rs.base, on_ready_poll, &rs);
-    rs.ready_by_us = now_monotonic_us() + cfg->redis.connect_timeout_ms * 1000;
-    on_ready_poll(-1, 0, &rs);
-
-    event_base_dispatch(rs.base);
-    rc = 0;
-    for (size_t i = 0; i < RL_ARRAY_LEN(signums); i++)
-        event_free(sigs[i]);
-    event_free(rs.ready_ev);
-out:
-    for (size_t i = 0; i < started; i++)
-        worker_join(&workers[i]);
-    for (size_t i = 0; i < nworkers; i++) {
-        if (workers[i].exited_ev != NULL)
-            event_free(workers[i].exited_ev);
-        worker_free(&workers[i]);
-    }
+    stop_workers(started);
     event_base_free(rs.base);
-    free(workers);
-    workers = NULL;
-    nworkers = 0;
     free(fds);
     if (la.family == AF_UNIX && la.path != NULL)
         unlink(la.path);

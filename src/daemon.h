@@ -27,7 +27,9 @@ struct rl_options {
 int daemon_load_config(const struct rl_options *o, struct rl_config **out,
                        struct rl_errors *errs) RL_WUR;
 
-/* Serve until stopped; returns the process exit code (0, or 2 on failure). */
+/* Serve until stopped; returns the process exit code: 0, 1 for a config
+ * daemon_run cannot use (listen address, TLS files), 2 when it cannot listen
+ * or start. */
 int daemon_run(const struct rl_options *o, struct rl_config *cfg);
 
 #endif
