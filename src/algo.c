@@ -1,6 +1,6 @@
 /*
  * algo.c — the algorithm table: names, tags and the C implementations, one
- * file per algorithm (algo_*.c).
+ * file per algorithm (algo_*.c); and the two hybrid estimates they share.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,28 +21,88 @@ algo_def(enum rl_algo algo)
     return algos[algo];
 }
 
-int
-algo_by_name(const char *name, enum rl_algo *out)
-{
-    for (size_t i = 0; i < RL_ALGO_COUNT; i++) {
-        if (algos[i] != NULL && strcmp(algos[i]->name, name) == 0) {
-            *out = (enum rl_algo)i;
-            return RL_OK;
-        }
-    }
-    return RL_ERR;
-}
-
-const char *
-algo_names(void)
-{
-    return "fixed_window, sliding_window_log, sliding_window_counter, "
-           "token_bucket, gcra";
-}
-
 void
 algo_state_release(struct rl_algo_state *st)
 {
     free(st->ring);
     memset(st, 0, sizeof(*st));
+}
+
+/* ---- hybrid estimates ------------------------------------------------------ */
+
+/* ceil(a * b / c), a >= 0 */
+static int64_t
+muldiv_ceil(int64_t a, int64_t b, int64_t c)
+{
+    int64_t rem, q = algo_muldiv(a, b, c, &rem);
+
+    return q + (rem != 0);
+}
+
+/* What is left now out of `cap`, and until when: a limit past its reset is
+ * whole again.  Not allowed yet, no retry time yet. */
+static void
+seen_now(const struct rl_algo_seen *seen, int64_t cap, struct rl_limit_result *res)
+{
+    res->allowed = 0;
+    res->retry_after_ms = 0;
+    if (seen->elapsed_ms >= seen->reset_ms) {
+        res->remaining = cap - seen->used;
+        res->reset_ms = 0;
+    } else {
+        res->remaining = seen->remaining - seen->used;
+        res->reset_ms = seen->reset_ms - seen->elapsed_ms;
+    }
+}
+
+void
+algo_estimate_window(const struct rl_limit *lim, const struct rl_algo_seen *seen,
+                     int64_t cost, struct rl_limit_result *res)
+{
+    seen_now(seen, lim->limit, res);
+    if (cost > lim->limit)
+        res->retry_after_ms = -1;
+    else if (cost <= res->remaining)
+        res->allowed = 1;
+    else
+        res->retry_after_ms = res->reset_ms > 0 ? res->reset_ms : lim->window_ms;
+}
+
+void
+algo_estimate_take_window(const struct rl_limit *lim, int64_t cost,
+                          struct rl_limit_result *res)
+{
+    res->remaining -= cost;
+    /* a window starts with the first cost taken in it */
+    if (res->reset_ms == 0)
+        res->reset_ms = lim->window_ms;
+}
+
+void
+algo_estimate_refill(const struct rl_limit *lim, const struct rl_algo_seen *seen,
+                     int64_t cost, struct rl_limit_result *res)
+{
+    seen_now(seen, lim->burst, res);
+    if (cost > lim->burst) {
+        res->retry_after_ms = -1;
+    } else if (cost <= res->remaining) {
+        res->allowed = 1;
+    } else {
+        /* the missing units at the refill rate */
+        int64_t ms = muldiv_ceil(cost - res->remaining, lim->window_ms, lim->limit);
+        res->retry_after_ms = ms > 0 ? ms : 1;
+    }
+}
+
+void
+algo_estimate_take_refill(const struct rl_limit *lim, int64_t cost,
+                          struct rl_limit_result *res)
+{
+    int64_t ms;
+
+    res->remaining -= cost;
+    /* until what is now used is back */
+    ms = muldiv_ceil(lim->burst - res->remaining, lim->window_ms, lim->limit);
+    if (ms > res->reset_ms)
+        res->reset_ms = ms;
 }

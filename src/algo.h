@@ -5,7 +5,9 @@
  * atomically inside Redis, and here in C for the in-process memory backend
  * (and, later, failure_mode "local").  Both follow spec/ALGORITHMS.md and must
  * give the same decision and the same numbers for the same (time, cost)
- * sequence; tests/unit/check_algo_diff drives both and compares.
+ * sequence; tests/unit/check_algo_diff drives both and compares.  A hybrid
+ * policy (hybrid.h) decides from Redis's last answer instead, through the
+ * algorithm's `estimate`: a coarse model with no state of its own.
  *
  * A decision is two-phase so that all limits of a policy can be decided
  * together: peek() every limit without changing anything, and only when every
@@ -55,6 +57,16 @@ struct rl_algo_state {
     uint32_t ring_cap, ring_head, ring_len;
 };
 
+/*
+ * What a hybrid table (hybrid.h) knows of one limit of one key: the last
+ * answer Redis gave and the cost admitted locally since.
+ */
+struct rl_algo_seen {
+    int64_t remaining, reset_ms;    /* Redis's last answer */
+    int64_t elapsed_ms;             /* since that answer came */
+    int64_t used;                   /* admitted locally, not yet in it */
+};
+
 struct rl_algo_def {
     const char *name;   /* config name, e.g. "fixed_window" */
     const char *tag;    /* short id used in Redis keys and script arguments */
@@ -73,13 +85,36 @@ struct rl_algo_def {
     /* Microseconds from now_us after which the state is worthless (its TTL). */
     int64_t (*ttl_us)(const struct rl_limit *lim, const struct rl_algo_state *st,
                       int64_t now_us);
+    /*
+     * The hybrid estimate, from `seen` alone (no state): decide a check of
+     * `cost` into *res, whose remaining may be < 0 (what is missing).  When
+     * every limit of the policy allows it and cost > 0, estimate_take()
+     * then turns *res into the numbers after the cost is taken.
+     */
+    void (*estimate)(const struct rl_limit *lim, const struct rl_algo_seen *seen,
+                     int64_t cost, struct rl_limit_result *res);
+    void (*estimate_take)(const struct rl_limit *lim, int64_t cost,
+                          struct rl_limit_result *res);
 };
 
 const struct rl_algo_def *algo_def(enum rl_algo algo);
-int algo_by_name(const char *name, enum rl_algo *out) RL_WUR;
-/* "fixed_window, sliding_window_log, ..." for error messages. */
-const char *algo_names(void);
 void algo_state_release(struct rl_algo_state *st);
+
+/*
+ * The two shapes of hybrid estimate the algorithms pick from.  A window is
+ * whole again at its reset and nothing in between (fixed window, and both
+ * sliding windows: their sliding is not modelled, which is stricter than
+ * Redis).  A bucket refills at `limit` per window up to `burst` (token
+ * bucket, gcra).
+ */
+void algo_estimate_window(const struct rl_limit *lim, const struct rl_algo_seen *seen,
+                          int64_t cost, struct rl_limit_result *res);
+void algo_estimate_take_window(const struct rl_limit *lim, int64_t cost,
+                               struct rl_limit_result *res);
+void algo_estimate_refill(const struct rl_limit *lim, const struct rl_algo_seen *seen,
+                          int64_t cost, struct rl_limit_result *res);
+void algo_estimate_take_refill(const struct rl_limit *lim, int64_t cost,
+                               struct rl_limit_result *res);
 
 /*
  * The most a token_bucket or gcra key may owe after a forced commit: one

@@ -62,4 +62,6 @@ const struct rl_algo_def rl_algo_fixed_window = {
     .peek = fw_peek,
     .commit = fw_commit,
     .ttl_us = fw_ttl,
+    .estimate = algo_estimate_window,
+    .estimate_take = algo_estimate_take_window,
 };

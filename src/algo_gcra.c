@@ -159,4 +159,6 @@ const struct rl_algo_def rl_algo_gcra = {
     .peek = gcra_peek,
     .commit = gcra_commit,
     .ttl_us = gcra_ttl,
+    .estimate = algo_estimate_refill,
+    .estimate_take = algo_estimate_take_refill,
 };

@@ -119,4 +119,6 @@ const struct rl_algo_def rl_algo_sliding_window_counter = {
     .peek = swc_peek,
     .commit = swc_commit,
     .ttl_us = swc_ttl,
+    .estimate = algo_estimate_window,
+    .estimate_take = algo_estimate_take_window,
 };

@@ -167,4 +167,6 @@ const struct rl_algo_def rl_algo_sliding_window_log = {
     .peek = swl_peek,
     .commit = swl_commit,
     .ttl_us = swl_ttl,
+    .estimate = algo_estimate_window,
+    .estimate_take = algo_estimate_take_window,
 };

@@ -126,4 +126,6 @@ const struct rl_algo_def rl_algo_token_bucket = {
     .peek = tb_peek,
     .commit = tb_commit,
     .ttl_us = tb_ttl,
+    .estimate = algo_estimate_refill,
+    .estimate_take = algo_estimate_take_refill,
 };

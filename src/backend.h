@@ -1,7 +1,9 @@
 /*
  * backend.h — where counts live.  One interface, one file per implementation:
- * backend_redis.c (shared state through a Lua script in Redis) and
- * backend_memory.c (in-process, one instance only).
+ * backend_redis.c (shared state through a Lua script in one Redis, found
+ * directly or through Sentinel), backend_cluster.c (the same over a Redis
+ * Cluster, routed by hash slot) and backend_memory.c (in-process, one
+ * instance only).  backend.c picks one for a config.
  *
  * Each worker thread owns one backend instance bound to its event_base.
  */

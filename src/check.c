@@ -347,7 +347,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
         if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, f.cost,
-                          &local, &op->stale) == RL_OK) {
+                          &local, &op->stale)) {
             finish(op, &local);
             goto out;
         }
@@ -356,7 +356,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
         if (deny_cache_get(env->deny, policy->uid, op->key, op->req.key_len, f.cost,
-                           env->backend->epoch, op->start_us, &cached) == RL_OK) {
+                           env->backend->epoch, op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);
             goto out;

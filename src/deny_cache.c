@@ -60,7 +60,7 @@ less(int64_t ms, int64_t elapsed_ms)
     return ms > elapsed_ms ? ms - elapsed_ms : (ms > 0 ? 1 : ms);
 }
 
-int
+bool
 deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
                size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
                struct rl_check_res *res)
@@ -71,9 +71,9 @@ deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
 
     if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
         memcmp(s->key, key, klen) != 0)
-        return RL_ERR;
+        return false;
     if (now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
-        return RL_ERR;
+        return false;
     *res = s->res;
     elapsed_ms = (now_us - s->at_us) / 1000;
     for (size_t i = 0; i < res->nlimits; i++) {
@@ -81,7 +81,7 @@ deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
         if (res->limits[i].retry_after_ms > 0)
             res->limits[i].retry_after_ms = less(res->limits[i].retry_after_ms, elapsed_ms);
     }
-    return RL_OK;
+    return true;
 }
 
 void

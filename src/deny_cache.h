@@ -16,6 +16,8 @@
 #ifndef RL_DENY_CACHE_H
 #define RL_DENY_CACHE_H
 
+#include <stdbool.h>
+
 #include "backend.h"
 
 struct rl_deny_cache;
@@ -24,14 +26,14 @@ struct rl_deny_cache *deny_cache_new(size_t slots);
 void deny_cache_free(struct rl_deny_cache *c);
 
 /*
- * A cached denial for (policy, key) that covers `cost` at now_us: RL_OK and
- * *res filled (times shortened by what has elapsed), else RL_ERR.  The
+ * A cached denial for (policy, key) that covers `cost` at now_us: true and
+ * *res filled (times shortened by what has elapsed), else false.  The
  * policy is named by its uid (config.h): after a reload a new policy may sit
  * at an old one's address, never under its uid.
  */
-int deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
-                   size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
-                   struct rl_check_res *res) RL_WUR;
+bool deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
+                    size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
+                    struct rl_check_res *res) RL_WUR;
 
 /* Remember a denial the backend gave for a check sent at sent_us. */
 void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,

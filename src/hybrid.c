@@ -75,6 +75,7 @@ struct rl_hybrid {
     int draining, closing;
     void (*idle_cb)(void *arg);
     void *idle_arg;
+    int64_t (*now)(void);           /* the clock: now_monotonic_us but in tests */
 };
 
 static void on_tick(evutil_socket_t fd, short what, void *arg);
@@ -107,6 +108,7 @@ hybrid_new(struct event_base *base, struct rl_backend *be, struct rl_metrics *m,
     h->mask = BUCKETS_MIN - 1;
     h->buckets = xcalloc(BUCKETS_MIN, sizeof(*h->buckets));
     h->tick_ms = TICK_DEFAULT_MS;
+    h->now = now_monotonic_us;
     h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
     /* Redis tells this table's syncs apart by it: unique per worker and run */
     if (getrandom(&h->writer, sizeof(h->writer), GRND_NONBLOCK) != sizeof(h->writer))
@@ -250,7 +252,7 @@ on_sync(const struct rl_check_res *res, void *arg)
         e->inflight = 0;
         e->failed = 0;
         if (op->sent_us >= e->snap_sent_us)
-            take_snapshot(e, res, op->sent_us, now_monotonic_us());
+            take_snapshot(e, res, op->sent_us, h->now());
         /* a resend carried only the units it had: newer ones go next */
         if (e->pending > 0)
             mark_dirty(h, e);       /* the tick runs while there are entries */
@@ -348,7 +350,7 @@ on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct rl_hybrid *h = arg;
     struct hentry *list = h->dirty, *e;
-    int64_t now = now_monotonic_us(), half = h->tick_ms * 500;
+    int64_t now = h->now(), half = h->tick_ms * 500;
     const char *why;
 
     h->dirty = NULL;
@@ -384,7 +386,7 @@ use_config(struct rl_hybrid *h, struct rl_config *cfg)
 {
     struct rl_config *old = h->cfg;
     int64_t tick = 0;
-    int64_t now = now_monotonic_us();
+    int64_t now = h->now();
     struct hentry *e, *next;
 
     h->cfg = config_ref(cfg);
@@ -417,84 +419,64 @@ use_config(struct rl_hybrid *h, struct rl_config *cfg)
 }
 
 void
+hybrid_set_clock(struct rl_hybrid *h, int64_t (*now_us)(void))
+{
+    h->now = now_us;
+}
+
+void
 hybrid_use_config(struct rl_hybrid *h, struct rl_config *cfg)
 {
     if (cfg != h->cfg)
         use_config(h, cfg);
 }
 
-int
-hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
-              const struct rl_policy *policy, const char *key, size_t klen,
-              int64_t cost, struct rl_check_res *res, int *degraded)
+/* The local view of e at now for a check of `cost`, into res; no change. */
+static void
+estimate(const struct hentry *e, int64_t now, int64_t cost, struct rl_check_res *res)
 {
-    struct hentry *e;
-    int64_t now, elapsed_ms, used;
+    const struct rl_policy *policy = e->policy;
+    struct rl_algo_seen seen = {
+        .elapsed_ms = (now - e->snap_us) / 1000,
+        .used = e->pending + e->inflight,
+    };
 
-    hybrid_use_config(h, cfg);
-    e = find(h, cfg, policy, key, klen, hash_key(key, klen));
-    if (e == NULL)
-        return RL_ERR;
-    now = now_monotonic_us();
-    elapsed_ms = (now - e->snap_us) / 1000;
-    used = e->pending + e->inflight;
     memset(res, 0, sizeof(*res));
     res->status = RL_BACKEND_OK;
     res->nlimits = policy->nlimits;
     res->allowed = 1;
     for (size_t i = 0; i < policy->nlimits; i++) {
-        const struct rl_limit *lim = &policy->limits[i];
-        const struct rl_algo_def *d = algo_def(lim->algo);
-        int64_t cap = d->uses_burst ? lim->burst : lim->limit;
-        struct rl_limit_result *r = &res->limits[i];
-        int64_t avail, left = 0;
-
-        /* a limit past its reset is whole again; no refill is modelled in
-         * between (stricter than Redis for buckets and sliding windows) */
-        if (elapsed_ms >= e->snap[i].reset_ms) {
-            avail = cap - used;
-        } else {
-            avail = e->snap[i].remaining - used;
-            left = e->snap[i].reset_ms - elapsed_ms;
-        }
-        r->remaining = avail;
-        r->reset_ms = left;
-        if (cost > cap) {
-            r->retry_after_ms = -1;
-        } else if (cost <= avail) {
-            r->allowed = 1;
-        } else if (d->uses_burst) {
-            /* the missing units at the refill rate */
-            int64_t rem, ms = algo_muldiv(cost - avail, lim->window_ms, lim->limit, &rem);
-            ms += rem != 0;
-            r->retry_after_ms = ms > 0 ? ms : 1;
-        } else {
-            r->retry_after_ms = left > 0 ? left : lim->window_ms;
-        }
-        if (!r->allowed)
+        seen.remaining = e->snap[i].remaining;
+        seen.reset_ms = e->snap[i].reset_ms;
+        algo_def(policy->limits[i].algo)->estimate(&policy->limits[i], &seen, cost,
+                                                   &res->limits[i]);
+        if (!res->limits[i].allowed)
             res->allowed = 0;
     }
     for (size_t i = 0; i < policy->nlimits; i++) {
-        const struct rl_limit *lim = &policy->limits[i];
-        const struct rl_algo_def *d = algo_def(lim->algo);
         struct rl_limit_result *r = &res->limits[i];
 
-        if (res->allowed && cost > 0) {
-            int64_t cap = d->uses_burst ? lim->burst : lim->limit, rem, ms;
-            r->remaining -= cost;
-            /* until what is now used is back */
-            if (d->uses_burst) {
-                ms = algo_muldiv(cap - r->remaining, lim->window_ms, lim->limit, &rem);
-                ms += rem != 0;
-                if (ms > r->reset_ms)
-                    r->reset_ms = ms;
-            } else if (r->reset_ms == 0) {
-                r->reset_ms = lim->window_ms;
-            }
-        }
+        if (res->allowed && cost > 0)
+            algo_def(policy->limits[i].algo)->estimate_take(&policy->limits[i], cost, r);
         if (r->remaining < 0)
             r->remaining = 0;
     }
+}
+
+bool
+hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
+              const struct rl_policy *policy, const char *key, size_t klen,
+              int64_t cost, struct rl_check_res *res, int *degraded)
+{
+    struct hentry *e;
+    int64_t now;
+
+    hybrid_use_config(h, cfg);
+    e = find(h, cfg, policy, key, klen, hash_key(key, klen));
+    if (e == NULL)
+        return false;
+    now = h->now();
+    estimate(e, now, cost, res);
     if (res->allowed && cost > 0) {
         e->pending += cost;
         h->units += cost;
@@ -509,7 +491,7 @@ hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
     *degraded = e->failed ||
                 (e->op != NULL && now - e->op->sent_us > e->cfg->redis.timeout_ms * 1000);
     ADD(&h->m->hybrid_local, 1);
-    return RL_OK;
+    return true;
 }
 
 void
@@ -517,7 +499,7 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
             const char *key, size_t klen, int64_t sent_us, const struct rl_check_res *res)
 {
     uint64_t hash = hash_key(key, klen);
-    int64_t now = now_monotonic_us();
+    int64_t now = h->now();
     struct hentry *e;
 
     /* an answer of a config already replaced seeds nothing */
@@ -553,7 +535,7 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
 void
 hybrid_drain(struct rl_hybrid *h, void (*idle_cb)(void *arg), void *arg)
 {
-    int64_t now = now_monotonic_us();
+    int64_t now = h->now();
     struct hentry *e, *next;
 
     h->draining = 1;

@@ -34,6 +34,8 @@
 #ifndef RL_HYBRID_H
 #define RL_HYBRID_H
 
+#include <stdbool.h>
+
 #include "backend.h"
 #include "config.h"
 #include "metrics.h"
@@ -48,17 +50,21 @@ struct rl_hybrid *hybrid_new(struct event_base *base, struct rl_backend *be,
  * retires the old one's entries (their pending counts are sent at once). */
 void hybrid_use_config(struct rl_hybrid *h, struct rl_config *cfg);
 
+/* The clock every time in the table is read from (now_monotonic_us unless a
+ * test drives it); sent_us below is of the same clock. */
+void hybrid_set_clock(struct rl_hybrid *h, int64_t (*now_us)(void));
+
 /*
  * Decide a check of `cost` for (policy, key) under cfg from the local view:
- * RL_OK and *res filled (*degraded set when the key's last sync failed or
- * is overdue: the view may be stale), or RL_ERR when the key is unknown (ask
+ * true and *res filled (*degraded set when the key's last sync failed or
+ * is overdue: the view may be stale), or false when the key is unknown (ask
  * the backend, then hybrid_seed with its answer).
  */
-int hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
-                  const struct rl_policy *policy, const char *key, size_t klen,
-                  int64_t cost, struct rl_check_res *res, int *degraded) RL_WUR;
+bool hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *key, size_t klen,
+                   int64_t cost, struct rl_check_res *res, int *degraded) RL_WUR;
 
-/* The backend's answer to an exact check sent at sent_us (now_monotonic_us)
+/* The backend's answer to an exact check sent at sent_us (the table's clock)
  * for a hybrid policy: the key's snapshot from now on. */
 void hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg,
                  const struct rl_policy *policy, const char *key, size_t klen,

@@ -14,8 +14,6 @@
 #include "algo.h"
 #include "backend.h"
 
-/* backend_memory.c: not in backend.h yet */
-
 #define MS 1000LL               /* microseconds */
 #define S (1000 * MS)
 #define T0 (1000000LL * S)      /* an epoch-aligned start, far from 0 */
