@@ -162,12 +162,18 @@ finish(struct check_op *op, const struct rl_check_res *res)
     free(op);
 }
 
+static int64_t
+now_us(const struct rl_check_env *env)
+{
+    return env->now_us != NULL ? env->now_us() : now_monotonic_us();
+}
+
 static void
 on_backend(const struct rl_check_res *res, void *arg)
 {
     struct check_op *op = arg;
 
-    metrics_backend(op->env->metrics, res->status, now_monotonic_us() - op->start_us);
+    metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
         op->cfg->deny_cache)
         deny_cache_put(op->env->deny, op->policy->uid, op->key, op->req.key_len,
@@ -232,6 +238,129 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     return RL_ERR;
 }
 
+/* The fields of the body: the fast scanner's, or jansson's when the scanner
+ * gives up.  *root is the caller's to free (NULL when not parsed). */
+static int
+read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **root,
+          char **error)
+{
+    json_error_t jerr;
+
+    if (in->body_len == 0)
+        return RL_OK;
+    if (body_scan(in->body, in->body_len, f) != RL_OK) {
+        memset(f, 0, sizeof(*f));
+        f->cost = 1;
+        *root = json_loadb(in->body, in->body_len,
+                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        if (*root == NULL) {
+            *error = xasprintf("body: malformed JSON at line %d column %d: %s",
+                               jerr.line, jerr.column, jerr.text);
+            return RL_ERR;
+        }
+        if (fields_from_json(*root, f, error) != RL_OK)
+            return RL_ERR;
+    }
+    return check_fields(f, error);
+}
+
+/*
+ * The policy the check falls under: named in the body, else the first that
+ * matches the request's path and method (*policy NULL: none does).  *norm
+ * is the caller's to free.
+ */
+static int
+pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
+            const struct rl_check_input *in, const struct rl_policy **policy,
+            char **norm, char **error)
+{
+    const char *path = f->path, *method = f->method;
+    size_t plen = f->path_len;
+
+    if (f->policy != NULL) {
+        /* a NUL inside the JSON string must not shorten the name */
+        *policy = strlen(f->policy) == f->policy_len ? config_policy(cfg, f->policy) : NULL;
+        if (*policy == NULL) {
+            *error = xstrdup("policy: no policy has this name");
+            return RL_ERR;
+        }
+        return RL_OK;
+    }
+    if (path == NULL) {
+        path = request_header(cfg, &in->ident, "X-Original-URI", "X-Forwarded-Uri");
+        if (path != NULL && path[0] == '/') {
+            plen = strlen(path);
+        } else if (in->path != NULL) {
+            path = in->path;
+            plen = in->path_len;
+        } else {
+            path = "/";
+            plen = 1;
+        }
+    }
+    if (match_path(cfg, path, &plen, norm, error) != RL_OK)
+        return RL_ERR;
+    if (method == NULL) {
+        method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
+        if (method == NULL || config_method_bit(method) == 0)
+            method = in->method != NULL ? in->method : "GET";
+    }
+    *policy = policy_match(cfg, *norm, plen, config_method_bit(method));
+    return RL_OK;
+}
+
+/* Decide a check of `cost` for (policy, identity): locally when the hybrid
+ * table or the deny cache can, else by the backend. */
+static int
+send_check(const struct rl_check_env *env, struct rl_config *cfg,
+           const struct rl_policy *policy, const char *id, size_t idlen, int64_t cost,
+           rl_check_done done, void *arg, char **error)
+{
+    /* not calloc: the key buffer is most of the op and is written before
+     * it is read */
+    struct check_op *op = xmalloc(sizeof(*op));
+    memset(op, 0, offsetof(struct check_op, key));
+    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen,
+                            op->key, sizeof(op->key));
+    if (klen < 0) {
+        free(op);
+        *error = xstrdup("key: too long");
+        return RL_ERR;
+    }
+    op->cfg = config_ref(cfg);
+    op->policy = policy;
+    op->env = env;
+    op->done = done;
+    op->arg = arg;
+    op->req.policy = policy;
+    op->req.key = op->key;
+    op->req.key_len = (size_t)klen;
+    op->req.cost = cost;
+    op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->start_us = now_us(env);
+    op->epoch = env->backend->epoch;
+    if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
+        struct rl_check_res local;
+        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost,
+                          &local, &op->stale)) {
+            finish(op, &local);
+            return RL_OK;
+        }
+        op->hybrid = 1;         /* the answer seeds the key's local view */
+    }
+    if (env->deny != NULL && cfg->deny_cache) {
+        struct rl_check_res cached;
+        if (deny_cache_get(env->deny, policy->uid, op->key, op->req.key_len, cost,
+                           env->backend->epoch, op->start_us, &cached)) {
+            __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
+            finish(op, &cached);
+            return RL_OK;
+        }
+    }
+    env->backend->ops->check(env->backend, &op->req, on_backend, op);
+    return RL_OK;
+}
+
 int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg,
@@ -240,7 +369,6 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
     json_t *root = NULL;
-    json_error_t jerr;
     struct rl_ident_input ident = in->ident;
     char id[RL_IDENTITY_MAX];
     size_t idlen;
@@ -250,53 +378,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     *status = 400;
     if (env->hybrid != NULL)
         hybrid_use_config(env->hybrid, cfg);
-    if (in->body_len > 0 && body_scan(in->body, in->body_len, &f) != RL_OK) {
-        memset(&f, 0, sizeof(f));
-        f.cost = 1;
-        root = json_loadb(in->body, in->body_len,
-                          JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-        if (root == NULL) {
-            *error = xasprintf("body: malformed JSON at line %d column %d: %s",
-                               jerr.line, jerr.column, jerr.text);
-            return RL_ERR;
-        }
-        if (fields_from_json(root, &f, error) != RL_OK)
-            goto out;
-    }
-    if (in->body_len > 0 && check_fields(&f, error) != RL_OK)
+    if (read_body(in, &f, &root, error) != RL_OK ||
+        pick_policy(cfg, &f, in, &policy, &norm, error) != RL_OK)
         goto out;
-
-    if (f.policy != NULL) {
-        /* a NUL inside the JSON string must not shorten the name */
-        policy = strlen(f.policy) == f.policy_len ? config_policy(cfg, f.policy) : NULL;
-        if (policy == NULL) {
-            *error = xstrdup("policy: no policy has this name");
-            goto out;
-        }
-    } else {
-        const char *path = f.path, *method = f.method;
-        size_t plen = f.path_len;
-        if (path == NULL) {
-            path = request_header(cfg, &ident, "X-Original-URI", "X-Forwarded-Uri");
-            if (path != NULL && path[0] == '/') {
-                plen = strlen(path);
-            } else if (in->path != NULL) {
-                path = in->path;
-                plen = in->path_len;
-            } else {
-                path = "/";
-                plen = 1;
-            }
-        }
-        if (match_path(cfg, path, &plen, &norm, error) != RL_OK)
-            goto out;
-        if (method == NULL) {
-            method = request_header(cfg, &ident, "X-Original-Method", "X-Forwarded-Method");
-            if (method == NULL || config_method_bit(method) == 0)
-                method = in->method != NULL ? in->method : "GET";
-        }
-        policy = policy_match(cfg, norm, plen, config_method_bit(method));
-    }
 
     if (policy == NULL) {
         struct rl_decision d;
@@ -319,50 +403,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-
-    /* not calloc: the key buffer is most of the op and is written before
-     * it is read */
-    struct check_op *op = xmalloc(sizeof(*op));
-    memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen,
-                            op->key, sizeof(op->key));
-    if (klen < 0) {
-        free(op);
-        *error = xstrdup("key: too long");
-        goto out;
-    }
-    op->cfg = config_ref(cfg);
-    op->policy = policy;
-    op->env = env;
-    op->done = done;
-    op->arg = arg;
-    op->req.policy = policy;
-    op->req.key = op->key;
-    op->req.key_len = (size_t)klen;
-    op->req.cost = f.cost;
-    op->req.timeout_ms = cfg->redis.timeout_ms;
-    op->start_us = now_monotonic_us();
-    op->epoch = env->backend->epoch;
-    rc = RL_OK;
-    if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
-        struct rl_check_res local;
-        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, f.cost,
-                          &local, &op->stale)) {
-            finish(op, &local);
-            goto out;
-        }
-        op->hybrid = 1;         /* the answer seeds the key's local view */
-    }
-    if (env->deny != NULL && cfg->deny_cache) {
-        struct rl_check_res cached;
-        if (deny_cache_get(env->deny, policy->uid, op->key, op->req.key_len, f.cost,
-                           env->backend->epoch, op->start_us, &cached)) {
-            __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
-            finish(op, &cached);
-            goto out;
-        }
-    }
-    env->backend->ops->check(env->backend, &op->req, on_backend, op);
+    rc = send_check(env, cfg, policy, id, idlen, f.cost, done, arg, error);
 out:
     free(norm);
     json_decref(root);

@@ -21,6 +21,7 @@ struct rl_check_env {
     struct rl_metrics *metrics;     /* the worker's counters */
     struct rl_deny_cache *deny;     /* NULL: no local cache of denials */
     struct rl_hybrid *hybrid;       /* NULL: hybrid policies act as exact */
+    int64_t (*now_us)(void);        /* NULL: now_monotonic_us (tests drive it) */
 };
 
 struct rl_check_input {
