@@ -317,127 +317,163 @@ enum {
     CH_DONE
 };
 
+/* One byte of a chunk-size line or of a trailer line: each counts against
+ * CHUNK_LINE_MAX. */
+static int
+chunk_line_byte(struct http_chunked *c, unsigned char b, const char **why)
+{
+    int x;
+
+    switch (c->state) {
+    case CH_SIZE:
+        if ((x = hex_value(b)) >= 0) {
+            if (c->left >> 60)
+                FAIL(400, "chunk size too large");
+            c->left = c->left << 4 | (unsigned)x;
+        } else if (c->line == 0) {
+            FAIL(400, "malformed chunk size");
+        } else if (b == ';') {
+            c->state = CH_EXT;
+        } else if (b == '\r') {
+            c->state = CH_SIZE_LF;
+        } else if (ows((char)b)) {
+            c->state = CH_SIZE_WS;
+        } else {
+            FAIL(400, "malformed chunk size");
+        }
+        break;
+    case CH_SIZE_WS:
+        if (b == ';')
+            c->state = CH_EXT;
+        else if (b == '\r')
+            c->state = CH_SIZE_LF;
+        else if (!ows((char)b))
+            FAIL(400, "malformed chunk size");
+        break;
+    default:        /* CH_EXT, CH_TRAILER */
+        if (b == '\r')
+            c->state = c->state == CH_EXT ? CH_SIZE_LF : CH_TRAILER_LF;
+        else if (!value_byte(b))
+            FAIL(400, "control character in a chunk line");
+        break;
+    }
+    if (++c->line > CHUNK_LINE_MAX)
+        FAIL(400, "chunk line too long");
+    c->in++;
+    return 0;
+}
+
+/* One byte of what frames the data and the trailers (the line ends, the
+ * start of a trailer line): 1 once the message has ended. */
+static int
+chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body,
+                 const char **why)
+{
+    switch (c->state) {
+    case CH_SIZE_LF:
+        if (b != '\n')
+            FAIL(400, "CR without LF in chunked body");
+        c->in++;
+        c->line = 0;
+        if (c->left == 0) {
+            c->state = CH_TRAILER_START;
+            break;
+        }
+        /* body <= max_body always: compared this way, nothing wraps */
+        if (c->left > (uint64_t)max_body - c->body)
+            FAIL(413, "body: larger than max_body");
+        c->state = CH_DATA;
+        break;
+    case CH_DATA_CR:
+        if (b != '\r')
+            FAIL(400, "chunk data longer than its size");
+        c->state = CH_DATA_LF;
+        c->in++;
+        break;
+    case CH_DATA_LF:
+        if (b != '\n')
+            FAIL(400, "CR without LF in chunked body");
+        c->state = CH_SIZE;
+        c->in++;
+        break;
+    case CH_TRAILER_START:
+        if (b == '\r') {
+            c->state = CH_END_LF;
+        } else {
+            if (b == '\n')
+                FAIL(400, "bare LF");
+            if (ows((char)b))
+                FAIL(400, "obsolete line folding");
+            if (++c->trailers > TRAILERS_MAX)
+                FAIL(431, "too many trailer lines");
+            c->state = CH_TRAILER;
+            c->line = 1;
+        }
+        c->in++;
+        break;
+    case CH_TRAILER_LF:
+        if (b != '\n')
+            FAIL(400, "CR without LF in chunked body");
+        c->state = CH_TRAILER_START;
+        c->line = 0;
+        c->in++;
+        break;
+    case CH_END_LF:
+        if (b != '\n')
+            FAIL(400, "CR without LF in chunked body");
+        c->state = CH_DONE;
+        c->in++;
+        return 1;
+    default:
+        return 1;
+    }
+    return 0;
+}
+
+/* The data of a chunk, as much of it as buf holds, moved down over what
+ * framed it. */
+static void
+chunk_data(struct http_chunked *c, char *buf, size_t len)
+{
+    size_t n = len - c->in;
+
+    if (n > c->left)
+        n = (size_t)c->left;
+    if (c->out != c->in)
+        memmove(buf + c->out, buf + c->in, n);
+    c->in += n;
+    c->out += n;
+    c->body += n;
+    c->left -= n;
+    if (c->left == 0)
+        c->state = CH_DATA_CR;
+}
+
 int
 http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
                     int64_t max_body, const char **why)
 {
-    while (c->in < len) {
+    int rc = 0;
+
+    while (c->in < len && rc == 0) {
         unsigned char b = (unsigned char)buf[c->in];
-        int x;
 
         switch (c->state) {
         case CH_SIZE:
-            if ((x = hex_value(b)) >= 0) {
-                if (c->left >> 60)
-                    FAIL(400, "chunk size too large");
-                c->left = c->left << 4 | (unsigned)x;
-            } else if (c->line == 0) {
-                FAIL(400, "malformed chunk size");
-            } else if (b == ';') {
-                c->state = CH_EXT;
-            } else if (b == '\r') {
-                c->state = CH_SIZE_LF;
-            } else if (ows((char)b)) {
-                c->state = CH_SIZE_WS;
-            } else {
-                FAIL(400, "malformed chunk size");
-            }
-            if (++c->line > CHUNK_LINE_MAX)
-                FAIL(400, "chunk line too long");
-            c->in++;
-            break;
         case CH_SIZE_WS:
-            if (b == ';')
-                c->state = CH_EXT;
-            else if (b == '\r')
-                c->state = CH_SIZE_LF;
-            else if (!ows((char)b))
-                FAIL(400, "malformed chunk size");
-            if (++c->line > CHUNK_LINE_MAX)
-                FAIL(400, "chunk line too long");
-            c->in++;
-            break;
         case CH_EXT:
         case CH_TRAILER:
-            if (b == '\r')
-                c->state = c->state == CH_EXT ? CH_SIZE_LF : CH_TRAILER_LF;
-            else if (!value_byte(b))
-                FAIL(400, "control character in a chunk line");
-            if (++c->line > CHUNK_LINE_MAX)
-                FAIL(400, "chunk line too long");
-            c->in++;
+            rc = chunk_line_byte(c, b, why);
             break;
-        case CH_SIZE_LF:
-            if (b != '\n')
-                FAIL(400, "CR without LF in chunked body");
-            c->in++;
-            c->line = 0;
-            if (c->left == 0) {
-                c->state = CH_TRAILER_START;
-                break;
-            }
-            /* body <= max_body always: compared this way, nothing wraps */
-            if (c->left > (uint64_t)max_body - c->body)
-                FAIL(413, "body: larger than max_body");
-            c->state = CH_DATA;
+        case CH_DATA:
+            chunk_data(c, buf, len);
             break;
-        case CH_DATA: {
-            size_t n = len - c->in;
-            if (n > c->left)
-                n = (size_t)c->left;
-            if (c->out != c->in)
-                memmove(buf + c->out, buf + c->in, n);
-            c->in += n;
-            c->out += n;
-            c->body += n;
-            c->left -= n;
-            if (c->left == 0)
-                c->state = CH_DATA_CR;
-            break;
-        }
-        case CH_DATA_CR:
-            if (b != '\r')
-                FAIL(400, "chunk data longer than its size");
-            c->state = CH_DATA_LF;
-            c->in++;
-            break;
-        case CH_DATA_LF:
-            if (b != '\n')
-                FAIL(400, "CR without LF in chunked body");
-            c->state = CH_SIZE;
-            c->in++;
-            break;
-        case CH_TRAILER_START:
-            if (b == '\r') {
-                c->state = CH_END_LF;
-            } else {
-                if (b == '\n')
-                    FAIL(400, "bare LF");
-                if (ows((char)b))
-                    FAIL(400, "obsolete line folding");
-                if (++c->trailers > TRAILERS_MAX)
-                    FAIL(431, "too many trailer lines");
-                c->state = CH_TRAILER;
-                c->line = 1;
-            }
-            c->in++;
-            break;
-        case CH_TRAILER_LF:
-            if (b != '\n')
-                FAIL(400, "CR without LF in chunked body");
-            c->state = CH_TRAILER_START;
-            c->line = 0;
-            c->in++;
-            break;
-        case CH_END_LF:
-            if (b != '\n')
-                FAIL(400, "CR without LF in chunked body");
-            c->state = CH_DONE;
-            c->in++;
+        case CH_DONE:
             return 1;
         default:
-            return 1;
+            rc = chunk_frame_byte(c, b, max_body, why);
+            break;
         }
     }
-    return c->state == CH_DONE;
+    return rc != 0 ? rc : c->state == CH_DONE;
 }

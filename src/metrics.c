@@ -120,25 +120,18 @@ sum(struct rl_metrics *const *ms, size_t n, size_t off)
 
 #define SUM(field) sum(ms, n, offsetof(struct rl_metrics, field))
 
-void
-metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+/* Checks answered, by policy and result. */
+static void
+format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
     static const char *const outcomes[RL_OUT_COUNT] = {
         "allowed", "denied", "shadow_denied", "degraded", "error"
     };
-    static const char *const rejects[RL_REJ_COUNT] = {
-        "bad_request", "too_large", "overloaded", "draining", "not_found",
-        "method_not_allowed"
-    };
-    static const char *const statuses[4] = {"ok", "down", "timeout", "error"};
     int names;
 
     evbuffer_add_printf(out,
-        "# HELP ratelimitd_build_info Build information.\n"
-        "# TYPE ratelimitd_build_info gauge\n"
-        "ratelimitd_build_info{version=\"%s\"} 1\n"
         "# HELP ratelimitd_checks_total Checks answered, by policy and result.\n"
-        "# TYPE ratelimitd_checks_total counter\n", PACKAGE_VERSION);
+        "# TYPE ratelimitd_checks_total counter\n");
     pthread_mutex_lock(&reg_lock);
     names = reg_n;
     pthread_mutex_unlock(&reg_lock);
@@ -156,6 +149,17 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                                 name, outcomes[o], (unsigned long long)v);
         }
     }
+}
+
+/* Requests refused before a check, and the check listener's connections. */
+static void
+format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    static const char *const rejects[RL_REJ_COUNT] = {
+        "bad_request", "too_large", "overloaded", "draining", "not_found",
+        "method_not_allowed"
+    };
+
     evbuffer_add_printf(out,
         "# HELP ratelimitd_requests_rejected_total Requests refused before a check ran.\n"
         "# TYPE ratelimitd_requests_rejected_total counter\n");
@@ -177,6 +181,15 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "ratelimitd_connections_open %llu\n",
         (unsigned long long)SUM(http.timeouts), (unsigned long long)SUM(http.accepted),
         (unsigned long long)SUM(http.open));
+}
+
+/* Backend calls by outcome, and how long they took. */
+static void
+format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    static const char *const statuses[4] = {"ok", "down", "timeout", "error"};
+    uint64_t cum = 0;
+
     evbuffer_add_printf(out,
         "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
         "# TYPE ratelimitd_backend_requests_total counter\n");
@@ -186,7 +199,6 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     evbuffer_add_printf(out,
         "# HELP ratelimitd_backend_latency_seconds Time from asking the backend to its answer.\n"
         "# TYPE ratelimitd_backend_latency_seconds histogram\n");
-    uint64_t cum = 0;
     for (int b = 0; b < RL_LAT_BUCKETS; b++) {
         cum += SUM(lat_bucket[b]);
         evbuffer_add_printf(out, "ratelimitd_backend_latency_seconds_bucket{le=\"%g\"} %llu\n",
@@ -199,6 +211,18 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "ratelimitd_backend_latency_seconds_count %llu\n",
         (unsigned long long)cum, (double)SUM(lat_sum_us) / 1e6,
         (unsigned long long)SUM(lat_count));
+}
+
+void
+metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_build_info Build information.\n"
+        "# TYPE ratelimitd_build_info gauge\n"
+        "ratelimitd_build_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
+    format_checks(out, ms, n);
+    format_requests(out, ms, n);
+    format_backend(out, ms, n);
     evbuffer_add_printf(out,
         "# HELP ratelimitd_local_cache_hits_total Checks answered from the local cache.\n"
         "# TYPE ratelimitd_local_cache_hits_total counter\n"
