@@ -109,7 +109,7 @@ on_local(const struct rl_check_res *res, void *arg)
 
     if (res->status != RL_BACKEND_OK)
         return;
-    decision_from_result(la->d, la->policy, res);
+    response_from_result(la->d, la->policy, res);
     la->d->degraded = 1;
     la->answered = 1;
 }
@@ -122,7 +122,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
     struct rl_config *cfg = op->cfg;
 
     if (res->status == RL_BACKEND_OK) {
-        decision_from_result(&d, op->policy, res);
+        response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
     } else {
         switch (cfg->failure_mode) {
@@ -143,7 +143,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
             /* fall through */
         case RL_FAIL_OPEN:
         default:
-            decision_degraded_open(&d, op->policy);
+            response_degraded_open(&d, op->policy);
             break;
         }
     }
@@ -384,7 +384,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy == NULL) {
         struct rl_decision d;
-        decision_no_policy(&d);
+        response_no_policy(&d);
         metrics_check(env->metrics, RL_METRICS_NO_POLICY, RL_OUT_ALLOWED);
         done(&d, arg);
         rc = RL_OK;

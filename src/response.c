@@ -57,7 +57,7 @@ pick_binding(const struct rl_limit_result *r, size_t n, int allowed)
 }
 
 void
-decision_from_result(struct rl_decision *d, const struct rl_policy *policy,
+response_from_result(struct rl_decision *d, const struct rl_policy *policy,
                      const struct rl_check_res *res)
 {
     memset(d, 0, sizeof(*d));
@@ -93,7 +93,7 @@ decision_from_result(struct rl_decision *d, const struct rl_policy *policy,
 }
 
 void
-decision_no_policy(struct rl_decision *d)
+response_no_policy(struct rl_decision *d)
 {
     memset(d, 0, sizeof(*d));
     d->status = 200;
@@ -101,7 +101,7 @@ decision_no_policy(struct rl_decision *d)
 }
 
 void
-decision_degraded_open(struct rl_decision *d, const struct rl_policy *policy)
+response_degraded_open(struct rl_decision *d, const struct rl_policy *policy)
 {
     memset(d, 0, sizeof(*d));
     d->status = 200;

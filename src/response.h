@@ -29,12 +29,12 @@ struct rl_decision {
 };
 
 /* Fill d from the backend's answer for `policy` (binding limit, top level). */
-void decision_from_result(struct rl_decision *d, const struct rl_policy *policy,
+void response_from_result(struct rl_decision *d, const struct rl_policy *policy,
                           const struct rl_check_res *res);
 /* The decision when no policy matched. */
-void decision_no_policy(struct rl_decision *d);
+void response_no_policy(struct rl_decision *d);
 /* Allowed without counting, because the backend failed (failure_mode open). */
-void decision_degraded_open(struct rl_decision *d, const struct rl_policy *policy);
+void response_degraded_open(struct rl_decision *d, const struct rl_policy *policy);
 
 /* The JSON body; returns its length (truncated at size-1, never overflows). */
 size_t response_body(const struct rl_decision *d, char *buf, size_t size);

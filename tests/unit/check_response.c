@@ -76,7 +76,7 @@ decide(struct rl_decision *d, const struct rl_policy *p, int allowed, size_t n,
     struct rl_check_res res = result(allowed, n, r);
 
     memset(d, 0xa5, sizeof(*d));    /* nothing may be left from before */
-    decision_from_result(d, p, &res);
+    response_from_result(d, p, &res);
 }
 
 /* ---- the binding limit -------------------------------------------------------------- */
@@ -244,7 +244,7 @@ START_TEST(no_policy_and_degraded_decisions)
     struct rl_decision d;
 
     memset(&d, 0xa5, sizeof(d));
-    decision_no_policy(&d);
+    response_no_policy(&d);
     ck_assert_int_eq(d.status, 200);
     ck_assert_int_eq(d.allowed, 1);
     ck_assert_ptr_null(d.policy);
@@ -253,7 +253,7 @@ START_TEST(no_policy_and_degraded_decisions)
     ck_assert_int_eq(d.shadow, 0);
 
     memset(&d, 0xa5, sizeof(d));
-    decision_degraded_open(&d, &login);
+    response_degraded_open(&d, &login);
     ck_assert_int_eq(d.status, 200);
     ck_assert_int_eq(d.allowed, 1);
     ck_assert_int_eq(d.degraded, 1);
@@ -369,9 +369,9 @@ START_TEST(body_degraded_open)
 {
     struct rl_decision d;
 
-    decision_degraded_open(&d, &login);
+    response_degraded_open(&d, &login);
     expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true}");
-    decision_degraded_open(&d, &login_shadow);
+    response_degraded_open(&d, &login_shadow);
     expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,"
                     "\"would_deny\":false,\"degraded\":true}");
 }
@@ -381,7 +381,7 @@ START_TEST(body_no_policy)
 {
     struct rl_decision d;
 
-    decision_no_policy(&d);
+    response_no_policy(&d);
     expect_body(&d, "{\"allowed\":true,\"policy\":null}");
 }
 END_TEST
@@ -434,9 +434,9 @@ START_TEST(body_truncation_never_overflows)
 
     decide(&d, &login_shadow, 0, 2, r);
     expect_truncation(&d, shadow_denied_body);
-    decision_no_policy(&d);
+    response_no_policy(&d);
     expect_truncation(&d, "{\"allowed\":true,\"policy\":null}");
-    decision_degraded_open(&d, &login);
+    response_degraded_open(&d, &login);
     expect_truncation(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true}");
 }
 END_TEST
@@ -679,9 +679,9 @@ START_TEST(headers_none_without_limits)
     static const char *const none[] = {NULL};
     struct rl_decision d;
 
-    decision_no_policy(&d);
+    response_no_policy(&d);
     expect_headers(&d, none);
-    decision_degraded_open(&d, &login);
+    response_degraded_open(&d, &login);
     expect_headers(&d, none);
 }
 END_TEST
