@@ -136,6 +136,15 @@ static inline int64_t algo_us_to_ms_ceil(int64_t us)
     return us <= 0 ? 0 : (us + 999) / 1000;
 }
 
+/* The numbers a limit reports: `room` units left (none when it is owed
+ * more), and the time until it is whole again, in ms rounded up. */
+static inline void
+algo_set_numbers(struct rl_limit_result *res, int64_t room, int64_t reset_us)
+{
+    res->remaining = room > 0 ? room : 0;
+    res->reset_ms = algo_us_to_ms_ceil(reset_us);
+}
+
 /*
  * floor(a * b / c) and its remainder (when rem is not NULL), for 0 <= a, b
  * and c > 0: limit x window in microseconds reaches 2^66, so the product is

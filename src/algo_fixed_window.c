@@ -22,8 +22,7 @@ fw_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     int64_t count = fw_count(lim, st, now);
     int64_t left = count > 0 ? st->b + lim->window_ms * 1000 - now : 0;
 
-    res->remaining = lim->limit > count ? lim->limit - count : 0;
-    res->reset_ms = algo_us_to_ms_ceil(left);
+    algo_set_numbers(res, lim->limit - count, left);
     if (cost > lim->limit) {
         res->allowed = 0;
         res->retry_after_ms = -1;
@@ -45,8 +44,7 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
         st->b = now;
     }
     st->a += cost;
-    res->remaining = lim->limit > st->a ? lim->limit - st->a : 0;
-    res->reset_ms = algo_us_to_ms_ceil(st->b + lim->window_ms * 1000 - now);
+    algo_set_numbers(res, lim->limit - st->a, st->b + lim->window_ms * 1000 - now);
 }
 
 static int64_t

@@ -106,8 +106,7 @@ gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     struct gcra_t x = gcra_ahead(lim, st, now), n, tau;
     int64_t room = gcra_room(lim, x);
 
-    res->remaining = room > 0 ? room : 0;
-    res->reset_ms = algo_us_to_ms_ceil(gcra_ceil(x));
+    algo_set_numbers(res, room, gcra_ceil(x));
     if (cost > lim->burst) {
         res->allowed = 0;
         res->retry_after_ms = -1;
@@ -141,8 +140,7 @@ gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     room = gcra_room(lim, n);
     st->a = now + n.i;
     st->b = n.f;
-    res->remaining = room > 0 ? room : 0;
-    res->reset_ms = algo_us_to_ms_ceil(gcra_ceil(n));
+    algo_set_numbers(res, room, gcra_ceil(n));
 }
 
 static int64_t

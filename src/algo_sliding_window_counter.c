@@ -63,8 +63,7 @@ swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     struct swc_view v;
 
     swc_view(lim, st, now, &v);
-    res->remaining = v.room > 0 ? v.room : 0;
-    res->reset_ms = algo_us_to_ms_ceil(v.reset);
+    algo_set_numbers(res, v.room, v.reset);
     if (cost > lim->limit) {
         res->allowed = 0;
         res->retry_after_ms = -1;
@@ -99,8 +98,7 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     st->a = v.cur;
     st->b = v.curr + cost;
     st->c = v.prev;
-    res->remaining = v.room - cost > 0 ? v.room - cost : 0;
-    res->reset_ms = algo_us_to_ms_ceil((v.cur + 2) * W - now);
+    algo_set_numbers(res, v.room - cost, (v.cur + 2) * W - now);
 }
 
 static int64_t

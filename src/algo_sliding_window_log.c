@@ -65,8 +65,7 @@ swl_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     struct swl_view v;
 
     swl_view(lim, st, now, &v);
-    res->remaining = lim->limit > v.n ? lim->limit - v.n : 0;
-    res->reset_ms = v.n > 0 ? algo_us_to_ms_ceil(v.newest + W - now) : 0;
+    algo_set_numbers(res, lim->limit - v.n, v.n > 0 ? v.newest + W - now : 0);
     if (cost > lim->limit) {
         res->allowed = 0;
         res->retry_after_ms = -1;
@@ -147,8 +146,7 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     st->ring_len++;
     st->a += cost;
 
-    res->remaining = lim->limit > st->a ? lim->limit - st->a : 0;
-    res->reset_ms = algo_us_to_ms_ceil(ts + W - now);
+    algo_set_numbers(res, lim->limit - st->a, ts + W - now);
 }
 
 static int64_t

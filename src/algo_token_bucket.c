@@ -73,8 +73,7 @@ tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     struct tb_view v;
 
     tb_view(lim, st, now, &v);
-    res->remaining = v.room > 0 ? v.room : 0;
-    res->reset_ms = algo_us_to_ms_ceil(v.reset);
+    algo_set_numbers(res, v.room, v.reset);
     if (cost > lim->burst) {
         res->allowed = 0;
         res->retry_after_ms = -1;
@@ -105,9 +104,8 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
         st->b = 0;
     }
     room = lim->burst - st->a - (st->b > 0);
-    res->remaining = room > 0 ? room : 0;
-    res->reset_ms = algo_us_to_ms_ceil(
-        tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);
+    algo_set_numbers(res, room,
+                     tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);
 }
 
 static int64_t
