@@ -12,14 +12,16 @@ response_seconds(int64_t ms)
     return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
 }
 
-int64_t
-response_capacity(const struct rl_limit *l)
+/* What a limit lets a caller spend at once: its burst, or its limit. */
+static int64_t
+capacity(const struct rl_limit *l)
 {
     return algo_def(l->algo)->uses_burst ? l->burst : l->limit;
 }
 
-int64_t
-response_capacity_ms(const struct rl_limit *l)
+/* The time in which that capacity is granted (in full, from empty), ms. */
+static int64_t
+capacity_ms(const struct rl_limit *l)
 {
     if (!algo_def(l->algo)->uses_burst || l->limit <= 0)
         return l->window_ms;
@@ -68,7 +70,7 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
 
     const struct rl_limit_result *b = &d->limits[d->binding];
     const struct rl_limit *l = &policy->limits[d->binding];
-    d->limit = response_capacity(l);
+    d->limit = capacity(l);
     d->remaining = b->remaining > d->limit ? d->limit : b->remaining;
     d->reset_ms = b->reset_ms;
     if (res->allowed) {
@@ -77,7 +79,7 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
         /* No wait makes it fit: say so, and give the longest wait that
          * means anything (the limit full again), never 0, which a client
          * would take as "now" and loop on. */
-        int64_t full = response_capacity_ms(l);
+        int64_t full = capacity_ms(l);
         d->never_fits = 1;
         d->retry_after_ms = b->reset_ms > full ? b->reset_ms : full;
     } else {
@@ -231,7 +233,7 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
         return;
     const struct rl_limit *l = &d->policy->limits[d->binding];
     int64_t reset_s = response_seconds(d->reset_ms);
-    int64_t period_ms = response_capacity_ms(l);
+    int64_t period_ms = capacity_ms(l);
     /* the draft: with Retry-After, t SHOULD name the same moment */
     int64_t t_s = d->status == 429 ? response_seconds(d->retry_after_ms) : reset_s;
 

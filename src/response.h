@@ -46,9 +46,4 @@ void response_headers(const struct rl_decision *d, rl_header_fn add, void *arg);
 /* Seconds for headers: rounded up; Retry-After is never 0. */
 int64_t response_seconds(int64_t ms);
 
-/* What a limit lets a caller spend at once: its burst, or its limit. */
-int64_t response_capacity(const struct rl_limit *l);
-/* The time in which that capacity is granted (in full, from empty), ms. */
-int64_t response_capacity_ms(const struct rl_limit *l);
-
 #endif
