@@ -123,6 +123,37 @@ START_TEST(never_fits_and_short_waits_not_cached)
 }
 END_TEST
 
+/* A time the denial has outlived reads 1 ms, never 0 (0 would say "now"),
+ * while the denial itself still holds. */
+START_TEST(elapsed_times_stop_at_one_ms)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res in = denial(2000, 100), out;
+
+    deny_cache_put(c, 7, "k", 1, 1, 1, 0, &in);
+    ck_assert(deny_cache_get(c, 7, "k", 1, 1, 1, SEC / 2, &out));
+    ck_assert_int_eq(out.limits[0].reset_ms, 1);
+    ck_assert_int_eq(out.limits[0].retry_after_ms, 1500);
+    deny_cache_free(c);
+}
+END_TEST
+
+/* Bounded memory: one slot holds one denial, the newest. */
+START_TEST(a_newcomer_takes_the_slot)
+{
+    struct rl_deny_cache *c = deny_cache_new(1);
+    struct rl_check_res in = denial(60000, 60000), out;
+
+    deny_cache_put(c, 7, "first", 5, 1, 1, 0, &in);
+    deny_cache_put(c, 7, "second-and-longer", 17, 1, 1, 0, &in);
+    ck_assert(!deny_cache_get(c, 7, "first", 5, 1, 1, SEC, &out));
+    ck_assert(deny_cache_get(c, 7, "second-and-longer", 17, 1, 1, SEC, &out));
+    deny_cache_put(c, 7, "first", 5, 1, 1, 0, &in);
+    ck_assert(deny_cache_get(c, 7, "first", 5, 1, 1, SEC, &out));
+    deny_cache_free(c);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -136,6 +167,8 @@ main(void)
     tcase_add_test(tc, reloaded_policy_is_another_policy);
     tcase_add_test(tc, uids_differ_across_loads);
     tcase_add_test(tc, never_fits_and_short_waits_not_cached);
+    tcase_add_test(tc, elapsed_times_stop_at_one_ms);
+    tcase_add_test(tc, a_newcomer_takes_the_slot);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
