@@ -28,8 +28,10 @@ struct rl_worker {
     struct event *cfg_ev;
     int listen_fd;
     struct rl_backend *backend;
-    struct rl_backend *local;       /* the memory backend for failure_mode
-                                     * local, with the redis backend only */
+    struct rl_backend *local;       /* the memory backend that failure_mode
+                                     * local falls back on: made whenever the
+                                     * backend is Redis, whatever the mode;
+                                     * NULL with the memory backend */
     struct rl_check_env env;
     struct event *drain_ev;         /* activated by the main thread */
     struct event *grace_ev;         /* end of shutdown_grace */
