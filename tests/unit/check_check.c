@@ -4,8 +4,8 @@
  * path and method, normalised; none: allowed, nothing counted), an
  * override's limits for its identities, original-request headers believed
  * only from a trusted proxy, bad requests refused, a repeated denial answered
- * by the deny cache, and a hybrid policy decided in the worker once its key
- * is known.
+ * by the deny cache, a hybrid policy decided in the worker once its key is
+ * known, and failure_mode when the backend is down.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -356,6 +356,54 @@ START_TEST(without_a_hybrid_table_hybrid_policies_are_exact)
 }
 END_TEST
 
+/* Redis unreachable: what the memory backend never is.  Answered at once,
+ * as a backend with no connection does. */
+static void
+down_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
+           void *arg)
+{
+    struct rl_check_res res = {.status = RL_BACKEND_DOWN, .error = "test: down"};
+
+    cb(&res, arg);
+    (void)be;
+    (void)req;
+}
+
+static const struct rl_backend_ops down_ops = {.name = "down", .check = down_check};
+
+/* With the backend down, failure_mode decides; "local" asks the in-process
+ * backend, which counts on its own. */
+START_TEST(a_failed_backend_gets_the_failure_mode)
+{
+    struct fx f;
+    struct rl_backend down = {.ops = &down_ops};
+    struct rl_decision d;
+
+    fx_open(&f, 0);
+    f.env.backend = &down;
+    f.env.local = f.mem;
+    d = check(&f, LOGIN);                   /* open, the default */
+    ck_assert_int_eq(d.status, 200);
+    ck_assert(d.allowed && d.degraded);
+    f.cfg->failure_mode = RL_FAIL_CLOSED;
+    d = check(&f, LOGIN);
+    ck_assert_int_eq(d.status, 503);
+    ck_assert(d.degraded);
+    ck_assert_str_eq(policy_name(&d), "login");
+    f.cfg->failure_mode = RL_FAIL_LOCAL;
+    for (int i = 0; i < 2; i++) {
+        d = check(&f, LOGIN);
+        ck_assert(d.allowed && d.degraded);
+        ck_assert_int_eq(d.remaining, 1 - i);
+    }
+    d = check(&f, LOGIN);
+    ck_assert(!d.allowed && d.degraded);
+    ck_assert_int_eq(d.status, 429);
+    ck_assert_uint_eq(f.m.backend_status[RL_BACKEND_DOWN], 5);
+    fx_close(&f);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -372,6 +420,7 @@ main(void)
     tcase_add_test(local, a_repeated_denial_is_answered_by_the_deny_cache);
     tcase_add_test(local, a_hybrid_policy_is_decided_in_the_worker_once_known);
     tcase_add_test(local, without_a_hybrid_table_hybrid_policies_are_exact);
+    tcase_add_test(local, a_failed_backend_gets_the_failure_mode);
     suite_add_tcase(s, route);
     suite_add_tcase(s, local);
     sr = srunner_create(s);
