@@ -11,6 +11,26 @@
 
 int rl_log_level = RL_LOG_INFO;
 
+const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
+
+int
+log_level_parse(const char *s, enum rl_log_level *out)
+{
+    for (int i = 0; log_level_names[i] != NULL; i++) {
+        if (strcmp(s, log_level_names[i]) == 0) {
+            *out = (enum rl_log_level)i;
+            return RL_OK;
+        }
+    }
+    return RL_ERR;
+}
+
+const char *
+log_level_name(enum rl_log_level l)
+{
+    return (unsigned)l < RL_ARRAY_LEN(log_level_names) - 1 ? log_level_names[l] : "?";
+}
+
 void
 log_set_level(enum rl_log_level level)
 {

@@ -9,8 +9,18 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "config.h"
 #include "rl.h"
+
+struct rl_cidr {
+    int family;                 /* AF_INET or AF_INET6 */
+    uint8_t addr[16];
+    int prefix;
+};
+
+struct rl_cidr_list {
+    struct rl_cidr *v;
+    size_t n;
+};
 
 struct rl_listen_addr {
     int family;             /* AF_INET, AF_INET6 or AF_UNIX */
