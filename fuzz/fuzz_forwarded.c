@@ -79,7 +79,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     trusted.v = xcalloc(RL_ARRAY_LEN(cidrs), sizeof(*trusted.v));
     for (size_t i = 0; i < RL_ARRAY_LEN(cidrs); i++)
-        if (parse_cidr(cidrs[i], &trusted.v[trusted.n++]) != RL_OK)
+        if (cidr_parse(cidrs[i], &trusted.v[trusted.n++]) != RL_OK)
             abort();
     src[0].kind = RL_ID_BODY;
     src[1].kind = RL_ID_HEADER;

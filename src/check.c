@@ -5,12 +5,18 @@
 
 #include <jansson.h>
 
+#include "backend.h"
 #include "body.h"
 #include "check.h"
+#include "config.h"
+#include "deny_cache.h"
+#include "hybrid.h"
 #include "log.h"
+#include "metrics.h"
 #include "netaddr.h"
 #include "pathnorm.h"
 #include "policy.h"
+#include "response.h"
 #include "util.h"
 
 /* A check waiting for its backend; freed in the backend's callback. */

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "algo.h"
 #include "netaddr.h"
 #include "pathnorm.h"
 #include "redis_url.h"

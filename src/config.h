@@ -15,11 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "algo.h"
 #include "log.h"
 #include "netaddr.h"
 #include "rl.h"
 #include "schema.h"
+
+struct rl_limit;
 
 enum rl_backend_kind { RL_BACKEND_REDIS = 0, RL_BACKEND_MEMORY };
 enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };

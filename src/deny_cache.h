@@ -16,7 +16,12 @@
 #ifndef RL_DENY_CACHE_H
 #define RL_DENY_CACHE_H
 
-#include "backend.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl.h"
+
+struct rl_check_res;
 
 struct rl_deny_cache;
 

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include "identity.h"
+#include "config.h"
 #include "netaddr.h"
 
 static int

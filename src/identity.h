@@ -12,7 +12,13 @@
 /* The longest forwarding chain read; a longer one is not believed at all. */
 #define RL_FORWARDED_MAX 8192
 
-#include "config.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl.h"
+
+struct rl_cidr_list;
+struct rl_identity_chain;
 
 
 struct rl_ident_input {

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "policy.h"
+#include "config.h"
 
 int
 policy_glob(const char *p, const char *s, size_t len)

@@ -5,7 +5,10 @@
 #ifndef RL_POLICY_H
 #define RL_POLICY_H
 
-#include "config.h"
+#include <stddef.h>
+
+struct rl_config;
+struct rl_policy;
 
 /* NULL when no policy matches (the check is then allowed, policy null). */
 const struct rl_policy *policy_match(const struct rl_config *cfg,

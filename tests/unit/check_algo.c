@@ -13,6 +13,7 @@
 
 #include "algo.h"
 #include "backend.h"
+#include "config.h"
 
 /* backend_memory.c: not in backend.h yet */
 

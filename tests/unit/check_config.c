@@ -14,6 +14,7 @@
 
 #include <check.h>
 
+#include "algo.h"
 #include "config.h"
 #include "netaddr.h"
 

@@ -13,6 +13,7 @@
 
 #include <check.h>
 
+#include "config.h"
 #include "identity.h"
 #include "netaddr.h"
 #include "policy.h"
