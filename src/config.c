@@ -9,6 +9,7 @@
  * goes in finalize().
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,7 +403,7 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
                          "the bucket must refill within 366 days (burst / limit x window)");
 }
 
-static int
+static bool
 valid_name(const char *s)
 {
     size_t n = strlen(s);
@@ -484,7 +485,7 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
 }
 
 /* "host:port", "[v6]:port": what seed nodes and sentinels look like */
-static int
+static bool
 valid_host_port(const char *s)
 {
     const char *colon = strrchr(s, ':');
@@ -493,7 +494,7 @@ valid_host_port(const char *s)
     if (colon == NULL || colon == s || colon[1] == '\0' ||
         strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) < 1 ||
         atoi(colon + 1) > 65535)
-        return 0;
+        return false;
     hlen = (size_t)(colon - s);
     if (s[0] == '[')
         return hlen > 2 && s[hlen - 1] == ']';
@@ -673,7 +674,7 @@ static void
 normalise_pattern(char **pat, unsigned flags, size_t policy, const char *name,
                   struct schema_ctx *ctx)
 {
-    const char *cause;
+    char *cause = NULL;
     size_t len, n;
     char *out;
 
@@ -685,6 +686,7 @@ normalise_pattern(char **pat, unsigned flags, size_t policy, const char *name,
     if (pathnorm(*pat, len, flags, out, &n, &cause) != RL_OK) {
         char *p = xasprintf("policies[%zu].match.%s", policy, name);
         schema_bad(ctx, p, "\"%s\" cannot be normalised: %s", *pat, cause);
+        free(cause);
         free(p);
         free(out);
         return;

@@ -5,6 +5,7 @@
 #ifndef RL_POLICY_H
 #define RL_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct rl_config;
@@ -16,6 +17,6 @@ const struct rl_policy *policy_match(const struct rl_config *cfg,
                                      unsigned method_bit);
 
 /* '*' matches any run of bytes (also '/'), '?' exactly one byte. */
-int policy_glob(const char *pattern, const char *s, size_t len);
+bool policy_glob(const char *pattern, const char *s, size_t len);
 
 #endif
