@@ -957,6 +957,17 @@ config_validate(struct rl_config *cfg, struct rl_errors *errs)
 }
 
 void
+config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name))
+{
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        struct rl_policy *p = &cfg->policies[i];
+        p->metrics_id = id_of(p->name);
+        for (size_t j = 0; j < p->noverrides; j++)
+            p->overrides[j].as_policy->metrics_id = p->metrics_id;
+    }
+}
+
+void
 config_keep_restart_options(struct rl_config *next, const struct rl_config *running,
                             struct rl_errors *changed)
 {

@@ -89,7 +89,7 @@ struct rl_policy {
     struct rl_identity_chain identity;  /* n == 0: the global chain */
     struct rl_override *overrides;
     size_t noverrides;
-    int metrics_id;             /* set by the daemon: metrics_policy_id() */
+    int metrics_id;             /* config_set_metrics_ids() */
     uint64_t uid;               /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
@@ -196,6 +196,13 @@ int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
 void config_keep_restart_options(struct rl_config *next,
                                  const struct rl_config *running,
                                  struct rl_errors *changed);
+
+/*
+ * The last of the derived data, given by a module above this one: each
+ * policy's metrics id is id_of(its name), and its overrides' policies count
+ * under the same id.
+ */
+void config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name));
 
 struct rl_config *config_ref(struct rl_config *cfg);
 void config_unref(struct rl_config *cfg);
