@@ -172,6 +172,9 @@ static const struct schema_custom methods_type = {parse_methods, free_nothing, 1
 
 /* ---- the tables --------------------------------------------------------- */
 
+/* one row per option; clang-format would put each field of a row on a line of its own */
+/* clang-format off */
+
 static const char *const backend_names[] = {"redis", "memory", NULL};
 static const char *const failure_names[] = {"open", "closed", "local", NULL};
 static const char *const fwd_header_names[] = {"x-forwarded-for", "forwarded", NULL};
@@ -382,6 +385,7 @@ static const struct schema_field top_fields[] = {
 static const struct schema top_schema = {
     SCHEMA_FIELDS(top_fields), sizeof(struct rl_config), check_top, NULL
 };
+/* clang-format on */
 
 /* ---- cross-field checks: they read, never write ------------------------- */
 
