@@ -35,14 +35,20 @@ errors_add(struct rl_errors *e, const char *fmt, ...)
     va_end(ap);
 }
 
+static void
+free_strings(char ***v, size_t *n)
+{
+    for (size_t i = 0; i < *n; i++)
+        free((*v)[i]);
+    free(*v);
+    *v = NULL;
+    *n = 0;
+}
+
 void
 errors_free(struct rl_errors *e)
 {
-    for (size_t i = 0; i < e->n; i++)
-        free(e->msg[i]);
-    free(e->msg);
-    e->msg = NULL;
-    e->n = 0;
+    free_strings(&e->msg, &e->n);
 }
 
 static void RL_PRINTF(3, 0)
@@ -153,11 +159,7 @@ schema_parse_size(const char *s, int64_t *out)
 static void
 free_strlist(struct rl_strlist *l)
 {
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    l->v = NULL;
-    l->n = 0;
+    free_strings(&l->v, &l->n);
 }
 
 static void
