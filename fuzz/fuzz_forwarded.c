@@ -79,7 +79,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     trusted.v = xcalloc(RL_ARRAY_LEN(cidrs), sizeof(*trusted.v));
     for (size_t i = 0; i < RL_ARRAY_LEN(cidrs); i++)
-        if (parse_cidr(cidrs[i], &trusted.v[trusted.n++]) != RL_OK)
+        if (cidr_parse(cidrs[i], &trusted.v[trusted.n++]) != RL_OK)
             abort();
     src[0].kind = RL_ID_BODY;
     src[1].kind = RL_ID_HEADER;
@@ -157,7 +157,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     memset(addr, 0, sizeof(addr));
-    if (identity_forwarded(&trusted, &ii, &fam, addr) == RL_OK) {
+    if (identity_forwarded(&trusted, &ii, &fam, addr)) {
         if (fam != AF_INET && fam != AF_INET6)
             abort();
         ip_format(fam, addr, text, sizeof(text));
@@ -170,7 +170,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     }
-    if (identity_resolve(&chain, &trusted, &ii, id, sizeof(id), &idlen) == RL_OK) {
+    if (identity_resolve(&chain, &trusted, &ii, id, sizeof(id), &idlen)) {
         if (idlen > sizeof(id))
             abort();
         int klen = identity_key("rl:", "policy", id, idlen, key, sizeof(key));

@@ -37,8 +37,8 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     unsigned flags;
-    const char *in, *cause = NULL;
-    char *out, *again;
+    const char *in;
+    char *out, *again, *cause = NULL;
     size_t len, n, n2;
 
     if (size < 1)
@@ -50,6 +50,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pathnorm(in, len, flags, out, &n, &cause) != RL_OK) {
         if (cause == NULL)
             abort();
+        free(cause);
         free(out);
         return 0;
     }

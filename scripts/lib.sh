@@ -17,7 +17,7 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 # independent HTTP/1.1 parser).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
-                  haproxy prometheus gnuplot-nox nodejs python3-h11)
+                  haproxy prometheus gnuplot-nox nodejs python3-h11 clang-format)
 
 say() { printf '==> %s\n' "$*" >&2; }
 

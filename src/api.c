@@ -9,7 +9,11 @@
 
 #include "api.h"
 #include "check.h"
+#include "config.h"
+#include "http.h"
 #include "log.h"
+#include "metrics.h"
+#include "response.h"
 #include "util.h"
 #include "worker.h"
 

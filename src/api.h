@@ -7,7 +7,7 @@
 #ifndef RL_API_H
 #define RL_API_H
 
-#include "http.h"
+struct http_req;
 
 /* An http_handler; arg is the struct rl_worker that serves the listener. */
 void api_handle(struct http_req *r, void *arg);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "config.h"
 #include "util.h"
 
 const struct rl_backend_ops *

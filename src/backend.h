@@ -10,10 +10,15 @@
 #ifndef RL_BACKEND_H
 #define RL_BACKEND_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "algo.h"
-#include "config.h"
+#include "rl.h"
 
 struct event_base;
+struct rl_config;
+struct rl_policy;
 
 enum rl_backend_status {
     RL_BACKEND_OK = 0,

@@ -43,6 +43,7 @@
 
 #include "backend.h"
 #include "cluster_slots.h"
+#include "config.h"
 #include "log.h"
 #include "script.h"
 #include "metrics.h"

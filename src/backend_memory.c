@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "config.h"
 #include "util.h"
 
 #define MEM_MAX_ENTRIES_DEFAULT 1000000

@@ -28,6 +28,7 @@
 #include <hiredis/hiredis.h>
 
 #include "backend.h"
+#include "config.h"
 #include "log.h"
 #include "script.h"
 #include "metrics.h"

@@ -5,12 +5,18 @@
 
 #include <jansson.h>
 
+#include "backend.h"
 #include "body.h"
 #include "check.h"
+#include "config.h"
+#include "deny_cache.h"
+#include "hybrid.h"
 #include "log.h"
+#include "metrics.h"
 #include "netaddr.h"
 #include "pathnorm.h"
 #include "policy.h"
+#include "response.h"
 #include "util.h"
 
 /* A check waiting for its backend; freed in the backend's callback. */
@@ -213,7 +219,7 @@ static int
 match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **norm,
            char **error)
 {
-    const char *cause;
+    char *cause = NULL;
     size_t n;
 
     /* the query string and fragment are not part of the path */
@@ -232,9 +238,11 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     if (cfg->bad_path == RL_BADPATH_RAW) {
         memcpy(*norm, path, *plen);
         (*norm)[*plen] = '\0';
+        free(cause);
         return RL_OK;
     }
     *error = xasprintf("path: cannot be normalised: %s", cause);
+    free(cause);
     return RL_ERR;
 }
 
@@ -394,8 +402,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     ident.forwarded_rfc7239 = cfg->forwarded_rfc7239;
     ident.body_key = f.key;
     ident.body_key_len = f.key_len;
-    if (identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
-                         &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen) != RL_OK) {
+    if (!identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
+                          &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen)) {
         *error = xstrdup("key: no identity: the body has no \"key\" and no "
                          "other source of the identity chain gave one");
         goto out;

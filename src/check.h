@@ -6,13 +6,17 @@
 #ifndef RL_CHECK_H
 #define RL_CHECK_H
 
-#include "backend.h"
-#include "config.h"
-#include "deny_cache.h"
-#include "hybrid.h"
+#include <stddef.h>
+
 #include "identity.h"
-#include "metrics.h"
-#include "response.h"
+#include "rl.h"
+
+struct rl_backend;
+struct rl_config;
+struct rl_decision;
+struct rl_deny_cache;
+struct rl_hybrid;
+struct rl_metrics;
 
 /* What a worker lends each check. */
 struct rl_check_env {

@@ -1,8 +1,10 @@
 /*
  * config.h — the daemon's configuration: built-in defaults, then the JSON
- * file, then environment, then flags (API.md precedence).  Parsing and
- * validation are driven by one table of options (config.c); every problem is
- * collected with where it is, so `-t` can report them all at once.
+ * file, then environment, then flags (API.md precedence).  The options are
+ * tables of rows (config.c) walked by schema.c; every problem is collected
+ * with where it is, so `-t` can report them all at once.  What is derived
+ * from the options (the overrides' policies, defaults that depend on other
+ * options, uids, the partition key) is built in one pass after loading.
  *
  * A loaded config is immutable and reference counted: a check holds the
  * config it started with, so a reload never changes the rules under it.
@@ -10,14 +12,18 @@
 #ifndef RL_CONFIG_H
 #define RL_CONFIG_H
 
-#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "algo.h"
+#include "log.h"
+#include "netaddr.h"
 #include "rl.h"
+#include "schema.h"
+
+struct rl_limit;
 
 enum rl_backend_kind { RL_BACKEND_REDIS = 0, RL_BACKEND_MEMORY };
 enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
-enum rl_log_level { RL_LOG_ERROR = 0, RL_LOG_WARN, RL_LOG_INFO, RL_LOG_DEBUG };
 /* exact: every check asks the backend; hybrid: see hybrid.h */
 enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
 
@@ -41,17 +47,6 @@ struct rl_identity_chain {
     size_t n;
 };
 
-struct rl_cidr {
-    int family;                 /* AF_INET or AF_INET6 */
-    uint8_t addr[16];
-    int prefix;
-};
-
-struct rl_cidr_list {
-    struct rl_cidr *v;
-    size_t n;
-};
-
 /* HTTP methods a policy can match, as a bit set. */
 enum {
     RL_M_GET = 1 << 0, RL_M_HEAD = 1 << 1, RL_M_POST = 1 << 2, RL_M_PUT = 1 << 3,
@@ -64,11 +59,6 @@ struct rl_match {
     char *path_prefix;
     char *path_glob;            /* '*' any run of bytes, '?' one byte */
     unsigned methods;           /* 0 = any */
-};
-
-struct rl_strlist {
-    char **v;
-    size_t n;
 };
 
 struct rl_policy;
@@ -99,7 +89,7 @@ struct rl_policy {
     struct rl_identity_chain identity;  /* n == 0: the global chain */
     struct rl_override *overrides;
     size_t noverrides;
-    int metrics_id;             /* set by the daemon: metrics_policy_id() */
+    int metrics_id;             /* config_set_metrics_ids() */
     uint64_t uid;               /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
@@ -180,15 +170,6 @@ struct rl_config {
     int refs;                   /* atomic; see config_ref() */
 };
 
-/* Problems found while loading, each "FILE: path: what is wrong". */
-struct rl_errors {
-    char **msg;
-    size_t n;
-};
-
-void errors_add(struct rl_errors *e, const char *fmt, ...) RL_PRINTF(2, 3);
-void errors_free(struct rl_errors *e);
-
 /* A config with every built-in default. */
 struct rl_config *config_new_defaults(void);
 
@@ -216,6 +197,13 @@ void config_keep_restart_options(struct rl_config *next,
                                  const struct rl_config *running,
                                  struct rl_errors *changed);
 
+/*
+ * The last of the derived data, given by a module above this one: each
+ * policy's metrics id is id_of(its name), and its overrides' policies count
+ * under the same id.
+ */
+void config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name));
+
 struct rl_config *config_ref(struct rl_config *cfg);
 void config_unref(struct rl_config *cfg);
 
@@ -231,12 +219,5 @@ const struct rl_policy *config_policy_for(const struct rl_policy *p,
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg,
                                       const char *name);
-
-/* Parsers shared with the command line and unit tests. */
-int parse_duration_ms(const char *s, int64_t *out) RL_WUR;
-int parse_size(const char *s, int64_t *out) RL_WUR;
-int parse_cidr(const char *s, struct rl_cidr *out) RL_WUR;
-int parse_log_level(const char *s, enum rl_log_level *out) RL_WUR;
-const char *log_level_name(enum rl_log_level l);
 
 #endif

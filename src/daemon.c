@@ -73,12 +73,7 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out,
         *out = NULL;
         return RL_ERR;
     }
-    for (size_t i = 0; i < cfg->npolicies; i++) {
-        struct rl_policy *p = &cfg->policies[i];
-        p->metrics_id = metrics_policy_id(p->name);
-        for (size_t j = 0; j < p->noverrides; j++)
-            p->overrides[j].as_policy->metrics_id = p->metrics_id;
-    }
+    config_set_metrics_ids(cfg, metrics_policy_id);
     *out = cfg;
     return RL_OK;
 }

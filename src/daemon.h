@@ -6,7 +6,12 @@
 #ifndef RL_DAEMON_H
 #define RL_DAEMON_H
 
-#include "config.h"
+#include <stddef.h>
+
+#include "rl.h"
+
+struct rl_config;
+struct rl_errors;
 
 /* An option set outside the file: applied over it, again on every reload. */
 struct rl_setting {

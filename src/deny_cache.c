@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "deny_cache.h"
+#include "backend.h"
 #include "util.h"
 
 struct slot {

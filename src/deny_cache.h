@@ -17,8 +17,12 @@
 #define RL_DENY_CACHE_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "backend.h"
+#include "rl.h"
+
+struct rl_check_res;
 
 struct rl_deny_cache;
 

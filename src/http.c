@@ -19,6 +19,7 @@
 #include <event2/listener.h>
 
 #include "http.h"
+#include "config.h"
 #include "log.h"
 #include "util.h"
 

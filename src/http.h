@@ -13,12 +13,12 @@
 
 #include <sys/socket.h>
 
-#include "config.h"
 #include "http_parse.h"
 #include "rl.h"
 
 struct event_base;
 struct http_server;
+struct rl_http_conf;
 struct http_conn;
 
 /*

@@ -6,7 +6,10 @@
 #include <event2/event.h>
 
 #include "hybrid.h"
+#include "backend.h"
+#include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "util.h"
 
 /* An entry untouched for this many of its sync intervals may go. */

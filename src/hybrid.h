@@ -35,10 +35,16 @@
 #define RL_HYBRID_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "backend.h"
-#include "config.h"
-#include "metrics.h"
+#include "rl.h"
+
+struct rl_backend;
+struct rl_check_res;
+struct rl_config;
+struct rl_metrics;
+struct rl_policy;
 
 struct event_base;
 struct rl_hybrid;

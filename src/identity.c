@@ -1,26 +1,28 @@
 /* identity.c — see identity.h. */
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 
 #include "identity.h"
+#include "config.h"
 #include "netaddr.h"
 
-static int
+static bool
 put_typed(const char *type, const char *v, size_t vlen, char *out, size_t size,
           size_t *len)
 {
     size_t tlen = strlen(type);
 
     if (tlen + vlen > size)
-        return RL_ERR;
+        return false;
     memcpy(out, type, tlen);
     memcpy(out + tlen, v, vlen);
     *len = tlen + vlen;
-    return RL_OK;
+    return true;
 }
 
-static int
+static bool
 put_ip(int family, const uint8_t *addr, char *out, size_t size, size_t *len)
 {
     char text[64];
@@ -30,7 +32,7 @@ put_ip(int family, const uint8_t *addr, char *out, size_t size, size_t *len)
 }
 
 /* Next element of a comma-separated header, right to left. */
-static int
+static bool
 prev_item(const char *s, size_t *end, const char **item, size_t *ilen)
 {
     size_t e = *end, b;
@@ -38,7 +40,7 @@ prev_item(const char *s, size_t *end, const char **item, size_t *ilen)
     while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == ','))
         e--;
     if (e == 0)
-        return 0;
+        return false;
     b = e;
     while (b > 0 && s[b - 1] != ',')
         b--;
@@ -47,11 +49,11 @@ prev_item(const char *s, size_t *end, const char **item, size_t *ilen)
     *item = s + b;
     *ilen = e - b;
     *end = b;
-    return 1;
+    return true;
 }
 
 /* The address of an RFC 7239 element: its for= parameter, maybe quoted. */
-static int
+static bool
 forwarded_for(const char *el, size_t n, const char **v, size_t *vlen)
 {
     size_t i = 0;
@@ -72,25 +74,26 @@ forwarded_for(const char *el, size_t n, const char **v, size_t *vlen)
                 p++, plen -= 2;
             *v = p;
             *vlen = plen;
-            return RL_OK;
+            return true;
         }
         i = j + 1;
     }
-    return RL_ERR;
+    return false;
 }
 
-int
+bool
 identity_forwarded(const struct rl_cidr_list *trusted,
                    const struct rl_ident_input *in, int *family, uint8_t addr[16])
 {
     char h[RL_FORWARDED_MAX];
     const char *item;
     size_t end, ilen;
-    int found = 0, rfc;
+    bool found = false;
+    int rfc;
 
     if (in->peer_family == 0 ||
         !cidr_list_contains(trusted, in->peer_family, in->peer_addr))
-        return RL_ERR;
+        return false;
     /* Several header lines are one list (RFC 9110 5.3): a proxy that adds its
      * own line must not let the client's earlier line pick the identity. */
     rfc = in->forwarded_rfc7239;
@@ -98,28 +101,28 @@ identity_forwarded(const struct rl_cidr_list *trusted,
     /* Absent, or too long to read whole: the rightmost hops, the only ones
      * we can trust, would be the ones cut off. */
     if (end == 0 || end >= sizeof(h))
-        return RL_ERR;
+        return false;
     while (prev_item(h, &end, &item, &ilen)) {
         const char *v = item;
         size_t vlen = ilen;
         int f;
         uint8_t a[16];
-        if (rfc && forwarded_for(item, ilen, &v, &vlen) != RL_OK)
-            return found ? RL_OK : RL_ERR;
+        if (rfc && !forwarded_for(item, ilen, &v, &vlen))
+            return found;
         if (ip_parse(v, vlen, &f, a) != RL_OK)
             /* "unknown" or an obfuscated node: the chain is broken here. */
-            return found ? RL_OK : RL_ERR;
+            return found;
         *family = f;
         memcpy(addr, a, 16);
-        found = 1;
+        found = true;
         if (!cidr_list_contains(trusted, f, a))
-            return RL_OK;
+            return true;
     }
     /* Every hop was a trusted proxy: the leftmost is the best we know. */
-    return found ? RL_OK : RL_ERR;
+    return found;
 }
 
-int
+bool
 identity_resolve(const struct rl_identity_chain *chain,
                  const struct rl_cidr_list *trusted,
                  const struct rl_ident_input *in, char *out, size_t size,
@@ -142,7 +145,7 @@ identity_resolve(const struct rl_identity_chain *chain,
         case RL_ID_FORWARDED: {
             int f;
             uint8_t a[16];
-            if (identity_forwarded(trusted, in, &f, a) == RL_OK)
+            if (identity_forwarded(trusted, in, &f, a))
                 return put_ip(f, a, out, size, len);
             break;
         }
@@ -152,10 +155,10 @@ identity_resolve(const struct rl_identity_chain *chain,
             return put_typed("unix:", "", 0, out, size, len);
         }
     }
-    return RL_ERR;
+    return false;
 }
 
-static int
+static bool
 safe_byte(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||

@@ -12,7 +12,14 @@
 /* The longest forwarding chain read; a longer one is not believed at all. */
 #define RL_FORWARDED_MAX 8192
 
-#include "config.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl.h"
+
+struct rl_cidr_list;
+struct rl_identity_chain;
 
 
 struct rl_ident_input {
@@ -33,10 +40,10 @@ struct rl_ident_input {
 };
 
 /*
- * Walk the chain; on RL_OK `out` holds the typed identity (not
- * NUL-terminated) and *len its length.  RL_ERR when no source gave one.
+ * Walk the chain; when a source gives an identity that fits in size bytes,
+ * true with `out` holding it typed (not NUL-terminated) and *len its length.
  */
-int identity_resolve(const struct rl_identity_chain *chain,
+bool identity_resolve(const struct rl_identity_chain *chain,
                      const struct rl_cidr_list *trusted,
                      const struct rl_ident_input *in, char *out, size_t size,
                      size_t *len) RL_WUR;
@@ -44,9 +51,10 @@ int identity_resolve(const struct rl_identity_chain *chain,
 /*
  * The client address a forwarding chain vouches for: walk X-Forwarded-For
  * (or RFC 7239 Forwarded) right to left and stop at the first address that is
- * not a trusted proxy.  Only when the direct peer itself is trusted.
+ * not a trusted proxy.  Only when the direct peer itself is trusted; false
+ * when the chain vouches for nothing.
  */
-int identity_forwarded(const struct rl_cidr_list *trusted,
+bool identity_forwarded(const struct rl_cidr_list *trusted,
                        const struct rl_ident_input *in, int *family,
                        uint8_t addr[16]) RL_WUR;
 

@@ -1,5 +1,6 @@
 /* log.c — see log.h. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,26 @@
 #include "log.h"
 
 int rl_log_level = RL_LOG_INFO;
+
+const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
+
+int
+log_level_parse(const char *s, enum rl_log_level *out)
+{
+    for (int i = 0; log_level_names[i] != NULL; i++) {
+        if (strcmp(s, log_level_names[i]) == 0) {
+            *out = (enum rl_log_level)i;
+            return RL_OK;
+        }
+    }
+    return RL_ERR;
+}
+
+const char *
+log_level_name(enum rl_log_level l)
+{
+    return (unsigned)l < RL_ARRAY_LEN(log_level_names) - 1 ? log_level_names[l] : "?";
+}
 
 void
 log_set_level(enum rl_log_level level)
@@ -91,24 +112,136 @@ put_value(struct line *l, const char *s, size_t len, int quoted)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
 
+/* One conversion of the caller's format, as read. */
+struct spec {
+    char text[48];              /* "%", flags, width, precision, then length and conversion */
+    size_t len;
+    int prec;                   /* -1: none */
+    int lmod;                   /* 'h' 'H'(hh) 'l' 'L'(ll) 'z' 'j' 't' 'D'(L), 0: none */
+    char conv;                  /* '\0': the format ended inside the conversion */
+};
+
+/*
+ * Flags, width, precision and length modifier after a '%', then the
+ * conversion; '*' arguments are taken from ap (a pointer: the caller goes on
+ * with the arguments after them).
+ */
+static void
+read_spec(const char **pp, struct spec *sp, va_list *ap)
+{
+    const char *p = *pp;
+
+    sp->len = 0;
+    sp->prec = -1;
+    sp->lmod = 0;
+    sp->text[sp->len++] = '%';
+    while (*p != '\0' && strchr("-+ #0", *p) != NULL && sp->len < 8)
+        sp->text[sp->len++] = *p++;
+    if (*p == '*') {
+        sp->len += (size_t)snprintf(sp->text + sp->len, sizeof(sp->text) - sp->len, "%d",
+                                    va_arg(*ap, int));
+        p++;
+    }
+    while (*p >= '0' && *p <= '9' && sp->len < 16)
+        sp->text[sp->len++] = *p++;
+    if (*p == '.') {
+        p++;
+        if (*p == '*') {
+            sp->prec = va_arg(*ap, int);
+            p++;
+        } else {
+            sp->prec = 0;
+            while (*p >= '0' && *p <= '9')
+                sp->prec = sp->prec * 10 + (*p++ - '0');
+        }
+        sp->len += (size_t)snprintf(sp->text + sp->len, sizeof(sp->text) - sp->len, ".%d",
+                                    sp->prec < 0 ? 0 : sp->prec);
+    }
+    if (p[0] == 'h' && p[1] == 'h') { sp->lmod = 'H'; p += 2; }
+    else if (p[0] == 'l' && p[1] == 'l') { sp->lmod = 'L'; p += 2; }
+    else if (*p != '\0' && strchr("hlzjtL", *p) != NULL) {
+        sp->lmod = *p == 'L' ? 'D' : *p;
+        p++;
+    }
+    sp->conv = *p;
+    if (*p != '\0')
+        p++;
+    *pp = p;
+}
+
+/* The length modifier again, then the conversion: a spec snprintf takes. */
+static void
+close_spec(struct spec *sp)
+{
+    switch (sp->lmod) {
+    case 'H': sp->text[sp->len++] = 'h'; sp->text[sp->len++] = 'h'; break;
+    case 'L': sp->text[sp->len++] = 'l'; sp->text[sp->len++] = 'l'; break;
+    case 'D': sp->text[sp->len++] = 'L'; break;
+    case 0: break;
+    default: sp->text[sp->len++] = (char)sp->lmod;
+    }
+    sp->text[sp->len++] = sp->conv;
+    sp->text[sp->len] = '\0';
+}
+
+/* A conversion other than %s, through snprintf; false when it is unknown
+ * (then the arguments cannot be followed). */
+static bool
+put_converted(struct line *l, struct spec *sp, va_list *ap)
+{
+    const char *spec = sp->text;
+    char tmp[128];
+    int m;
+
+    close_spec(sp);
+    switch (sp->conv) {
+    case 'd': case 'i': case 'u': case 'x': case 'X': case 'o':
+        switch (sp->lmod) {
+        case 'l': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long)); break;
+        case 'L': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long long)); break;
+        case 'z': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, size_t)); break;
+        case 'j': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, intmax_t)); break;
+        case 't': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, ptrdiff_t)); break;
+        default: m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int)); break;
+        }
+        break;
+    case 'c':
+        m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int));
+        break;
+    case 'p':
+        m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, void *));
+        break;
+    case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
+        if (sp->lmod == 'D')
+            m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long double));
+        else
+            m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, double));
+        break;
+    default:
+        return false;
+    }
+    if (m > 0)
+        put(l, tmp, (size_t)m < sizeof(tmp) ? (size_t)m : sizeof(tmp) - 1);
+    return true;
+}
+
 /*
  * printf for log lines: every conversion but %s goes to snprintf as it is;
  * %s goes through put_value, quoted when the format put a '"' before it.
  */
 static void
-format_line(struct line *l, const char *fmt, va_list ap)
+format_line(struct line *l, const char *fmt, va_list ap_in)
 {
     const char *p = fmt;
+    struct spec sp;
+    va_list ap;
 
+    va_copy(ap, ap_in);
     while (*p != '\0') {
         const char *pct = strchr(p, '%');
-        char spec[32], tmp[128];
-        size_t sl = 0;
-        int prec = -1, lmod = 0;        /* lmod: 'h' 'H'(hh) 'l' 'L'(ll) 'z' 'j' 't' 'D' */
-
         if (pct == NULL) {
             put(l, p, strlen(p));
-            return;
+            break;
         }
         put(l, p, (size_t)(pct - p));
         p = pct + 1;
@@ -117,85 +250,18 @@ format_line(struct line *l, const char *fmt, va_list ap)
             p++;
             continue;
         }
-        spec[sl++] = '%';
-        while (*p != '\0' && strchr("-+ #0", *p) != NULL && sl < 8)
-            spec[sl++] = *p++;
-        if (*p == '*') {
-            sl += (size_t)snprintf(spec + sl, sizeof(spec) - sl, "%d", va_arg(ap, int));
-            p++;
-        }
-        while (*p >= '0' && *p <= '9' && sl < 16)
-            spec[sl++] = *p++;
-        if (*p == '.') {
-            p++;
-            if (*p == '*') {
-                prec = va_arg(ap, int);
-                p++;
-            } else {
-                prec = 0;
-                while (*p >= '0' && *p <= '9')
-                    prec = prec * 10 + (*p++ - '0');
-            }
-            sl += (size_t)snprintf(spec + sl, sizeof(spec) - sl, ".%d", prec < 0 ? 0 : prec);
-        }
-        if (p[0] == 'h' && p[1] == 'h') { lmod = 'H'; p += 2; }
-        else if (p[0] == 'l' && p[1] == 'l') { lmod = 'L'; p += 2; }
-        else if (*p != '\0' && strchr("hlzjtL", *p) != NULL) {
-            lmod = *p == 'L' ? 'D' : *p;
-            p++;
-        }
-        char conv = *p;
-        if (conv == '\0')
-            return;
-        p++;
-        if (conv == 's') {
+        read_spec(&p, &sp, &ap);
+        if (sp.conv == 's') {
             const char *s = va_arg(ap, const char *);
             if (s == NULL)
                 s = "(null)";
-            size_t len = prec >= 0 ? strnlen(s, (size_t)prec) : strlen(s);
+            size_t len = sp.prec >= 0 ? strnlen(s, (size_t)sp.prec) : strlen(s);
             put_value(l, s, len, pct > fmt && pct[-1] == '"');
-            continue;
+        } else if (sp.conv == '\0' || !put_converted(l, &sp, &ap)) {
+            break;
         }
-        /* the length modifier again, then the conversion */
-        switch (lmod) {
-        case 'H': spec[sl++] = 'h'; spec[sl++] = 'h'; break;
-        case 'L': spec[sl++] = 'l'; spec[sl++] = 'l'; break;
-        case 'D': spec[sl++] = 'L'; break;
-        case 0: break;
-        default: spec[sl++] = (char)lmod;
-        }
-        spec[sl++] = conv;
-        spec[sl] = '\0';
-        int m;
-        switch (conv) {
-        case 'd': case 'i': case 'u': case 'x': case 'X': case 'o':
-            switch (lmod) {
-            case 'l': m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long)); break;
-            case 'L': m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long long)); break;
-            case 'z': m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, size_t)); break;
-            case 'j': m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, intmax_t)); break;
-            case 't': m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, ptrdiff_t)); break;
-            default: m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, int)); break;
-            }
-            break;
-        case 'c':
-            m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, int));
-            break;
-        case 'p':
-            m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, void *));
-            break;
-        case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
-            if (lmod == 'D')
-                m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long double));
-            else
-                m = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, double));
-            break;
-        default:
-            return;             /* unknown: the arguments cannot be followed */
-        }
-        if (m > 0)
-            put(l, tmp, (size_t)m < sizeof(tmp) ? (size_t)m : sizeof(tmp) - 1);
     }
+    va_end(ap);
 }
 
 #pragma GCC diagnostic pop

@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,29 +214,29 @@ cidr_parse(const char *s, struct rl_cidr *out)
     return RL_OK;
 }
 
-static int
+static bool
 cidr_match(const struct rl_cidr *c, int family, const uint8_t *addr)
 {
     int bits = c->prefix, i = 0;
 
     if (c->family != family)
-        return 0;
+        return false;
     for (; bits >= 8; bits -= 8, i++)
         if (c->addr[i] != addr[i])
-            return 0;
+            return false;
     if (bits > 0) {
         uint8_t mask = (uint8_t)(0xff << (8 - bits));
         if ((c->addr[i] & mask) != (addr[i] & mask))
-            return 0;
+            return false;
     }
-    return 1;
+    return true;
 }
 
-int
+bool
 cidr_list_contains(const struct rl_cidr_list *l, int family, const uint8_t *addr)
 {
     for (size_t i = 0; i < l->n; i++)
         if (cidr_match(&l->v[i], family, addr))
-            return 1;
-    return 0;
+            return true;
+    return false;
 }

@@ -6,11 +6,23 @@
 #ifndef RL_NETADDR_H
 #define RL_NETADDR_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "config.h"
 #include "rl.h"
+
+struct rl_cidr {
+    int family;                 /* AF_INET or AF_INET6 */
+    uint8_t addr[16];
+    int prefix;
+};
+
+struct rl_cidr_list {
+    struct rl_cidr *v;
+    size_t n;
+};
 
 struct rl_listen_addr {
     int family;             /* AF_INET, AF_INET6 or AF_UNIX */
@@ -25,7 +37,7 @@ void listen_addr_clear(struct rl_listen_addr *a);
 
 /* "10.0.0.0/8", "::1/128", or a bare address (full prefix). */
 int cidr_parse(const char *s, struct rl_cidr *out) RL_WUR;
-int cidr_list_contains(const struct rl_cidr_list *l, int family,
+bool cidr_list_contains(const struct rl_cidr_list *l, int family,
                        const uint8_t *addr);
 
 /*

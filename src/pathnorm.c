@@ -111,17 +111,17 @@ segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
 
 int
 pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen,
-         const char **cause)
+         char **cause)
 {
+    const char *why = "not starting with '/'";
     size_t n;
 
-    if (len == 0 || in[0] != '/') {
-        *cause = "not starting with '/'";
+    /* the helpers name the fault with static text; the caller gets a copy */
+    if (len == 0 || in[0] != '/' || decode(in, len, out, &n, &why) != RL_OK ||
+        segments(out, n, flags, &n, &why) != RL_OK) {
+        *cause = xstrdup(why);
         return RL_ERR;
     }
-    if (decode(in, len, out, &n, cause) != RL_OK ||
-        segments(out, n, flags, &n, cause) != RL_OK)
-        return RL_ERR;
     out[n] = '\0';
     *outlen = n;
     return RL_OK;

@@ -21,9 +21,9 @@
  * Normalise the path `in` (len bytes, starting with '/'; no query string)
  * into `out`, which must hold len + 1 bytes: the result is never longer.
  * On RL_OK *outlen is its length and out is NUL-terminated.  On RL_ERR
- * *cause (static text) says why the path cannot be normalised.
+ * *cause (the caller frees it) says why the path cannot be normalised.
  */
 int pathnorm(const char *in, size_t len, unsigned flags, char *out,
-             size_t *outlen, const char **cause) RL_WUR;
+             size_t *outlen, char **cause) RL_WUR;
 
 #endif

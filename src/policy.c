@@ -1,9 +1,11 @@
 /* policy.c — see policy.h. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "policy.h"
+#include "config.h"
 
-int
+bool
 policy_glob(const char *p, const char *s, size_t len)
 {
     const char *star = NULL;
@@ -21,7 +23,7 @@ policy_glob(const char *p, const char *s, size_t len)
             p = star + 1;
             i = ++mark;
         } else {
-            return 0;
+            return false;
         }
     }
     while (*p == '*')
@@ -29,11 +31,11 @@ policy_glob(const char *p, const char *s, size_t len)
     return *p == '\0';
 }
 
-static int
+static bool
 match_fits(const struct rl_match *m, const char *path, size_t len, unsigned method)
 {
     if (m->methods != 0 && (m->methods & method) == 0)
-        return 0;
+        return false;
     if (m->path != NULL)
         return strlen(m->path) == len && memcmp(m->path, path, len) == 0;
     if (m->path_prefix != NULL) {
@@ -42,7 +44,7 @@ match_fits(const struct rl_match *m, const char *path, size_t len, unsigned meth
     }
     if (m->path_glob != NULL)
         return policy_glob(m->path_glob, path, len);
-    return 1;
+    return true;
 }
 
 const struct rl_policy *

@@ -5,7 +5,11 @@
 #ifndef RL_POLICY_H
 #define RL_POLICY_H
 
-#include "config.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+struct rl_config;
+struct rl_policy;
 
 /* NULL when no policy matches (the check is then allowed, policy null). */
 const struct rl_policy *policy_match(const struct rl_config *cfg,
@@ -13,6 +17,6 @@ const struct rl_policy *policy_match(const struct rl_config *cfg,
                                      unsigned method_bit);
 
 /* '*' matches any run of bytes (also '/'), '?' exactly one byte. */
-int policy_glob(const char *pattern, const char *s, size_t len);
+bool policy_glob(const char *pattern, const char *s, size_t len);
 
 #endif

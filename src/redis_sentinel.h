@@ -8,7 +8,9 @@
 #ifndef RL_REDIS_SENTINEL_H
 #define RL_REDIS_SENTINEL_H
 
-#include "config.h"
+struct event_base;
+struct evdns_base;
+struct rl_sentinel_conf;
 
 struct event_base;
 struct evdns_base;

@@ -20,8 +20,9 @@
 
 #include <hiredis/async.h>
 
-#include "config.h"
 #include "rl.h"
+
+struct rl_redis_conf;
 
 struct event_base;
 

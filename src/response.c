@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "response.h"
+#include "config.h"
 #include "util.h"
 
 int64_t

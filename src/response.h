@@ -6,8 +6,13 @@
 #ifndef RL_RESPONSE_H
 #define RL_RESPONSE_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "backend.h"
-#include "config.h"
+
+struct rl_limit;
+struct rl_policy;
 
 struct rl_decision {
     int status;                     /* 200, 429 or 503 */

@@ -1,9 +1,31 @@
 /*
  * rl.h — the conventions every module shares.
  *
- * One return convention: functions that can fail return RL_OK or RL_ERR.
- * When a person will read the reason, it travels out through a `char **cause`
- * argument that the caller frees (tmux style).
+ * Errors.  An operation that can fail returns RL_OK or RL_ERR (marked
+ * RL_WUR); when a person will read why, the reason travels out through a
+ * `char **cause` the callee allocates and the caller frees.  A lookup that
+ * may find nothing returns bool (found or not) or a pointer (NULL: none),
+ * never RL_ERR: "not there" is an answer, not a failure.  Loading a
+ * configuration is the one collector: every problem of a file is added to a
+ * struct rl_errors (schema.h) so `-t` reports them all at once.
+ *
+ * Layers.  A header includes only headers of lower layers, and only what its
+ * own declarations need (a forward declaration where a pointer is enough); a
+ * .c file includes its layer or lower.  scripts/include-graph --check reads
+ * the lines below; a .c file not named is in its header's layer.
+ *
+ *   layer 0: rl.h
+ *   layer 1: util.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c
+ *   layer 2: schema.h
+ *   layer 3: config.h
+ *   layer 4: identity.h policy.h http.h redis_conn.h redis_tls.h redis_sentinel.h api.h
+ *   layer 5: backend.h cluster_slots.h
+ *   layer 6: script.h deny_cache.h response.h metrics.h
+ *   layer 7: hybrid.h backend_redis.c backend_cluster.c redis_conn.c
+ *   layer 8: check.h
+ *   layer 9: worker.h
+ *   layer 10: daemon.h api.c
+ *   layer 11: main.c
  */
 #ifndef RL_H
 #define RL_H

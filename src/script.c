@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "lua_scripts.h"
 #include "script.h"
 #include "util.h"

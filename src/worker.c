@@ -7,8 +7,13 @@
 #include <event2/event.h>
 
 #include "api.h"
+#include "backend.h"
+#include "config.h"
+#include "deny_cache.h"
 #include "http.h"
+#include "hybrid.h"
 #include "log.h"
+#include "metrics.h"
 #include "util.h"
 #include "worker.h"
 

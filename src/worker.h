@@ -10,8 +10,6 @@
 #include <pthread.h>
 
 #include "check.h"
-#include "config.h"
-#include "metrics.h"
 
 struct event_base;
 struct event;

@@ -5,6 +5,7 @@
 
 #include <check.h>
 
+#include "schema.h"
 #include "testutil_core.h"
 
 int64_t tu_now_us = 1000000LL * TU_S;

@@ -413,30 +413,37 @@ def c_int(expr, consts):
 
 
 def config_table():
-    """{table name: [field dict]} and {names array: [strings]} from src/config.c."""
-    with open(os.path.join(SRC, "src", "config.c")) as f:
-        src = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    """{table name: [field dict]} from src/config.c's rows (designated initialisers;
+    the names arrays from src/config.c and src/log.c)."""
+    srcs = {}
+    for fn in ("config.c", "log.c"):
+        with open(os.path.join(SRC, "src", fn)) as f:
+            srcs[fn] = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    src = srcs["config.c"]
     consts = {"DAY_MS": 24 * 3600 * 1000}
     names = {}
-    for m in re.finditer(r"static const char \*const (\w+)\[\] = \{(.*?)\};", src, re.S):
-        names[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    for text in srcs.values():
+        for m in re.finditer(r"const char \*const (\w+)\[\] = \{(.*?)\};", text, re.S):
+            names[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
     tables = {}
-    for m in re.finditer(r"static const struct field (\w+)\[\] = \{(.*?)\n\};", src, re.S):
+    for m in re.finditer(r"static const struct schema_field (\w+)\[\] = \{(.*?)\n\};", src, re.S):
         fields = []
         for entry in c_split(m.group(2)):
             entry = entry.strip()
             if not entry.startswith("{"):
                 continue
-            parts = c_split(entry.strip()[1:-1])
-            check(len(parts) == 11, "unexpected field row in %s: %r", m.group(1), entry[:80])
-            name = ast.literal_eval(parts[0])
-            default = None if parts[3] == "NULL" else ast.literal_eval(parts[3])
-            flags = parts[9]
+            row = {}
+            for part in c_split(entry[1:-1]):
+                k = re.fullmatch(r"\.(\w+)\s*=\s*(.*)", part, re.S)
+                check(k, "unexpected part %r of a row in %s", part[:80], m.group(1))
+                row[k.group(1)] = k.group(2).strip()
+            flags = row.get("flags", "")
             fields.append({
-                "name": name, "type": parts[1], "default": default,
-                "min": c_int(parts[4], consts), "max": c_int(parts[5], consts),
-                "names": names.get(parts[6]) if parts[6] != "NULL" else None,
-                "restart": "F_RESTART" in flags, "required": "F_REQUIRED" in flags,
+                "name": ast.literal_eval(row["name"]), "type": row["type"],
+                "default": ast.literal_eval(row["def"]) if "def" in row else None,
+                "min": c_int(row.get("min", "0"), consts), "max": c_int(row.get("max", "0"), consts),
+                "names": names.get(row["names"]) if "names" in row else None,
+                "restart": "SCHEMA_RESTART" in flags, "required": "SCHEMA_REQUIRED" in flags,
             })
         tables[m.group(1)] = fields
     return tables
@@ -444,12 +451,12 @@ def config_table():
 
 def renderings(v, ftype):
     out = {str(v)}
-    if ftype == "T_DURATION":
+    if ftype == "SCHEMA_DURATION":
         out.add("%dms" % v)
         for unit, ms in (("s", 1000), ("m", 60000), ("h", 3600000)):
             if v % ms == 0:
                 out.add("%d%s" % (v // ms, unit))
-    elif ftype == "T_SIZE":
+    elif ftype == "SCHEMA_SIZE":
         for unit, b in (("k", 1024), ("m", 1024 * 1024)):
             if v % b == 0:
                 out.add("%d%s" % (v // b, unit))
@@ -496,7 +503,7 @@ def t_man5_options():
                 want = "default " + render_default(f["default"])
                 if want not in text:
                     problems.append("%s: the default should read %r" % (name, want))
-            if f["type"] in ("T_INT", "T_DURATION", "T_SIZE") and (f["min"], f["max"]) != (0, 0):
+            if f["type"] in ("SCHEMA_INT", "SCHEMA_DURATION", "SCHEMA_SIZE") and (f["min"], f["max"]) != (0, 0):
                 ok = any("%s..%s" % (a, b) in text for a in renderings(f["min"], f["type"])
                          for b in renderings(f["max"], f["type"]))
                 if not ok:

@@ -13,6 +13,7 @@
 
 #include "algo.h"
 #include "backend.h"
+#include "config.h"
 
 #define MS 1000LL               /* microseconds */
 #define S (1000 * MS)

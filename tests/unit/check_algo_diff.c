@@ -26,6 +26,7 @@
 #include <hiredis/hiredis.h>
 
 #include "algo.h"
+#include "config.h"
 #include "lua_scripts.h"
 #include "script.h"
 #include "../testutil_redis.h"

@@ -17,7 +17,14 @@
 #include <check.h>
 #include <event2/event.h>
 
+#include "backend.h"
 #include "check.h"
+#include "config.h"
+#include "deny_cache.h"
+#include "hybrid.h"
+#include "identity.h"
+#include "metrics.h"
+#include "response.h"
 #include "../testutil_core.h"
 
 static const char *const cfg_json =
@@ -50,8 +57,7 @@ fx_open(struct fx *f, int with_hybrid)
     f->mem = tu_memory();
     f->cfg = tu_config(cfg_json);
     /* the daemon's doing: without it every policy counts as "no policy" */
-    for (size_t i = 0; i < f->cfg->npolicies; i++)
-        f->cfg->policies[i].metrics_id = metrics_policy_id(f->cfg->policies[i].name);
+    config_set_metrics_ids(f->cfg, metrics_policy_id);
     f->env.backend = f->mem;
     f->env.metrics = &f->m;
     f->env.deny = deny_cache_new(64);

@@ -14,6 +14,7 @@
 
 #include <check.h>
 
+#include "algo.h"
 #include "config.h"
 #include "netaddr.h"
 
@@ -516,6 +517,50 @@ START_TEST(patterns_unnormalisable)
     ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_ERR);
     expect_errors(&errs, file, w, N_OF(w));
     errors_free(&errs);
+    config_unref(cfg);
+    free(file);
+}
+END_TEST
+
+/* What finalize derives: built at load, rebuilt by validate with the same
+ * uids; metrics ids reach the overrides' policies. */
+static int
+name_length(const char *name)
+{
+    return (int)strlen(name);
+}
+
+START_TEST(derived_data_rebuilt)
+{
+    static const char json[] =
+        "{ \"policies\": [ { \"name\": \"api\", \"mode\": \"hybrid\",\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ],\n"
+        "    \"overrides\": [ { \"identities\": [\"key:gold\", \"ip:10.0.0.0/8\"],\n"
+        "      \"limits\": [ { \"algorithm\": \"token_bucket\", \"limit\": 5, \"window\": \"1s\" } ] } ] } ] }\n";
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    if (load(json, &cfg, &errs, &file) != RL_OK)
+        dump_errors(&errs);
+    ck_assert_ptr_nonnull(cfg);
+    const struct rl_policy *p = &cfg->policies[0];
+    uint64_t uid = p->uid, ouid = p->overrides[0].as_policy->uid;
+    ck_assert_uint_ne(uid, 0);
+    ck_assert_uint_ne(ouid, 0);
+    ck_assert_int_eq(config_validate(cfg, &errs), RL_OK);
+    ck_assert_int_eq(config_validate(cfg, &errs), RL_OK);
+    const struct rl_policy *o = p->overrides[0].as_policy;
+    ck_assert_uint_eq(p->uid, uid);
+    ck_assert_uint_eq(o->uid, ouid);
+    ck_assert_int_eq(p->sync_interval_ms, 250);
+    ck_assert_int_eq(o->sync_interval_ms, 250);
+    ck_assert_int_eq(o->limits[0].burst, 5);
+    ck_assert_ptr_eq(config_policy_for(p, "k:gold", 6), o);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:10.1.2.3", 11), o);
+    config_set_metrics_ids(cfg, name_length);
+    ck_assert_int_eq(p->metrics_id, 3);
+    ck_assert_int_eq(o->metrics_id, 3);
     config_unref(cfg);
     free(file);
 }
@@ -1131,6 +1176,7 @@ config_suite(void)
     tc = tcase_create("lookup");
     tcase_add_test(tc, policy_lookup);
     tcase_add_test(tc, method_bits);
+    tcase_add_test(tc, derived_data_rebuilt);
     tcase_add_test(tc, ref_unref);
     tcase_add_test(tc, redis_tls_parsed);
     tcase_add_test(tc, redis_tls_problems);

@@ -11,6 +11,7 @@
 
 #include <check.h>
 
+#include "backend.h"
 #include "config.h"
 #include "deny_cache.h"
 

@@ -76,6 +76,17 @@ START_TEST(other_conversions_as_printf)
 }
 END_TEST
 
+/* '*' widths and precisions come from the arguments; hh, h, j, t and L
+ * modifiers reach snprintf. */
+START_TEST(star_width_and_modifiers)
+{
+    CAPTURE("a=%*d| b=%-*d| c=%.*f d=%hhd e=%hd f=%jd g=%td h=%.1Lf i=%.*s",
+            4, 7, 3, 8, 2, 2.71828, (signed char)-1, (short)300, (intmax_t)-9,
+            (ptrdiff_t)11, (long double)1.25, 2, "xyz");
+    ck_assert_str_eq(fields(), "a=   7| b=8  | c=2.72 d=-1 e=300 f=-9 g=11 h=1.2 i=xy\n");
+}
+END_TEST
+
 START_TEST(long_line_stays_one_line)
 {
     static char big[6000];
@@ -97,6 +108,7 @@ log_suite(void)
     tcase_add_test(tc, unquoted_value_quoted_when_needed);
     tcase_add_test(tc, precision_cuts_before_escaping);
     tcase_add_test(tc, other_conversions_as_printf);
+    tcase_add_test(tc, star_width_and_modifiers);
     tcase_add_test(tc, long_line_stays_one_line);
     suite_add_tcase(s, tc);
     return s;

@@ -13,6 +13,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "config.h"
 #include "response.h"
 #include "util.h"
 
