@@ -44,18 +44,14 @@ tu_memory(void)
     char *cause = NULL;
 
     ck_assert_int_eq(rl_backend_memory_ops.create(&be, NULL, NULL, &cause), RL_OK);
+    ck_assert_ptr_nonnull(be);
     return be;
 }
 
-struct answer {
-    int calls;
-    struct rl_check_res res;
-};
-
-static void
-on_answer(const struct rl_check_res *res, void *arg)
+void
+tu_on_answer(const struct rl_check_res *res, void *arg)
 {
-    struct answer *a = arg;
+    struct tu_answer *a = arg;
 
     a->calls++;
     a->res = *res;
@@ -69,10 +65,11 @@ tu_check(struct rl_backend *be, const struct rl_policy *policy, const char *key,
         .policy = policy, .key = key, .key_len = strlen(key), .cost = cost,
         .flags = flags, .timeout_ms = 1000,
     };
-    struct answer a = {0};
+    struct tu_answer a = {0};
 
-    be->ops->check(be, &req, on_answer, &a);
-    ck_assert_int_eq(a.calls, 1);
+    be->ops->check(be, &req, tu_on_answer, &a);
+    ck_assert_int_eq(a.calls, 1);   /* synchronously, exactly once */
     ck_assert_int_eq(a.res.status, RL_BACKEND_OK);
+    ck_assert_uint_eq(a.res.nlimits, policy->nlimits);
     return a.res;
 }

@@ -19,8 +19,15 @@ int64_t tu_clock(void);
 /* The config the loader makes of `json` (the test fails when it refuses). */
 struct rl_config *tu_config(const char *json);
 
+/* What a backend answered, and how often (exactly once is owed). */
+struct tu_answer {
+    int calls;
+    struct rl_check_res res;
+};
+void tu_on_answer(const struct rl_check_res *res, void *arg);
+
 /* A memory backend (the process's one store), and one check answered by it
- * before the call returns. */
+ * before the call returns, once, OK and for every limit of the policy. */
 struct rl_backend *tu_memory(void);
 struct rl_check_res tu_check(struct rl_backend *be, const struct rl_policy *policy,
                              const char *key, int64_t cost, unsigned flags);

@@ -13,6 +13,7 @@
 
 #include "algo.h"
 #include "backend.h"
+#include "../testutil_core.h"
 #include "config.h"
 
 #define MS 1000LL               /* microseconds */
@@ -687,46 +688,6 @@ END_TEST
 
 /* ---- the memory backend, end to end ----------------------------------------- */
 
-struct answer {
-    int calls;
-    struct rl_check_res res;
-};
-
-static void
-on_answer(const struct rl_check_res *res, void *arg)
-{
-    struct answer *a = arg;
-
-    a->calls++;
-    a->res = *res;
-}
-
-static struct rl_check_res
-mem_check(struct rl_backend *be, const struct rl_policy *pol, const char *key,
-          int64_t cost)
-{
-    struct rl_check_req req = { .policy = pol, .key = key,
-                                .key_len = strlen(key), .cost = cost };
-    struct answer a = {0};
-
-    be->ops->check(be, &req, on_answer, &a);
-    ck_assert_int_eq(a.calls, 1);   /* synchronously, exactly once */
-    ck_assert_int_eq(a.res.status, RL_BACKEND_OK);
-    ck_assert_uint_eq(a.res.nlimits, pol->nlimits);
-    return a.res;
-}
-
-static struct rl_backend *
-mem_new(void)
-{
-    struct rl_backend *be = NULL;
-    char *cause = NULL;
-
-    ck_assert_int_eq(rl_backend_memory_ops.create(&be, NULL, NULL, &cause), RL_OK);
-    ck_assert_ptr_nonnull(be);
-    return be;
-}
-
 static struct rl_policy
 mkpolicy(struct rl_limit *limits, size_t n)
 {
@@ -743,26 +704,26 @@ START_TEST(mem_decides_and_answers_once)
 {
     struct rl_limit l[] = { mklimit(RL_ALGO_TOKEN_BUCKET, 3, 3600000, 3) };
     struct rl_policy p = mkpolicy(l, 1);
-    struct rl_backend *be = mem_new();
+    struct rl_backend *be = tu_memory();
     const char *reason = NULL;
     struct rl_check_res r;
 
     ck_assert_int_eq(be->ops->ready(be, &reason), RL_OK);
     for (int k = 0; k < 3; k++) {
-        r = mem_check(be, &p, "{t:a}", 1);
+        r = tu_check(be, &p, "{t:a}", 1, 0);
         ck_assert(r.allowed);
         ck_assert_int_eq(r.limits[0].remaining, 2 - k);
     }
-    r = mem_check(be, &p, "{t:a}", 1);
+    r = tu_check(be, &p, "{t:a}", 1, 0);
     ck_assert(!r.allowed);
     ck_assert_int_eq(r.limits[0].remaining, 0);
     /* one token per 20 minutes; the clock moved a little since */
     ck_assert_int_le(r.limits[0].retry_after_ms, 1200000);
     ck_assert_int_gt(r.limits[0].retry_after_ms, 1200000 - 60000);
-    r = mem_check(be, &p, "{t:a}", 4);
+    r = tu_check(be, &p, "{t:a}", 4, 0);
     ck_assert_int_eq(r.limits[0].retry_after_ms, -1);
     /* another identity has its own bucket */
-    ck_assert(mem_check(be, &p, "{t:b}", 3).allowed);
+    ck_assert(tu_check(be, &p, "{t:b}", 3, 0).allowed);
     be->ops->destroy(be);
 }
 END_TEST
@@ -771,18 +732,18 @@ START_TEST(mem_cost_zero_consumes_nothing)
 {
     struct rl_limit l[] = { mklimit(RL_ALGO_SLIDING_WINDOW_LOG, 2, 3600000, 0) };
     struct rl_policy p = mkpolicy(l, 1);
-    struct rl_backend *be = mem_new();
+    struct rl_backend *be = tu_memory();
 
     for (int k = 0; k < 100; k++) {
-        struct rl_check_res r = mem_check(be, &p, "{t:z}", 0);
+        struct rl_check_res r = tu_check(be, &p, "{t:z}", 0, 0);
         ck_assert(r.allowed);
         ck_assert_int_eq(r.limits[0].remaining, 2);
     }
     ck_assert_uint_eq(backend_memory_entries(), 0);
-    ck_assert(mem_check(be, &p, "{t:z}", 1).allowed);
-    ck_assert(mem_check(be, &p, "{t:z}", 1).allowed);
-    ck_assert(!mem_check(be, &p, "{t:z}", 1).allowed);
-    ck_assert(mem_check(be, &p, "{t:z}", 0).allowed);
+    ck_assert(tu_check(be, &p, "{t:z}", 1, 0).allowed);
+    ck_assert(tu_check(be, &p, "{t:z}", 1, 0).allowed);
+    ck_assert(!tu_check(be, &p, "{t:z}", 1, 0).allowed);
+    ck_assert(tu_check(be, &p, "{t:z}", 0, 0).allowed);
     be->ops->destroy(be);
 }
 END_TEST
@@ -795,27 +756,27 @@ START_TEST(mem_denied_check_consumes_nothing_anywhere)
         mklimit(RL_ALGO_GCRA, 10, 3600000, 10),
     };
     struct rl_policy p = mkpolicy(l, 3), only_log = mkpolicy(l, 1);
-    struct rl_backend *be = mem_new();
+    struct rl_backend *be = tu_memory();
     struct rl_check_res r;
 
     for (int k = 0; k < 3; k++)
-        ck_assert(mem_check(be, &p, "{t:m}", 1).allowed);
+        ck_assert(tu_check(be, &p, "{t:m}", 1, 0).allowed);
     for (int k = 0; k < 10; k++) {
-        r = mem_check(be, &p, "{t:m}", 1);
+        r = tu_check(be, &p, "{t:m}", 1, 0);
         ck_assert(!r.allowed);
         ck_assert(r.limits[0].allowed && !r.limits[1].allowed && r.limits[2].allowed);
         ck_assert_int_eq(r.limits[0].remaining, 2);
         ck_assert_int_eq(r.limits[2].remaining, 7);
     }
     /* too big for the fixed window alone: still nothing consumed */
-    r = mem_check(be, &p, "{t:m}", 4);
+    r = tu_check(be, &p, "{t:m}", 4, 0);
     ck_assert(!r.allowed);
     ck_assert_int_eq(r.limits[1].retry_after_ms, -1);
     /* the log still holds exactly 2 */
-    r = mem_check(be, &only_log, "{t:m}", 2);
+    r = tu_check(be, &only_log, "{t:m}", 2, 0);
     ck_assert(r.allowed);
     ck_assert_int_eq(r.limits[0].remaining, 0);
-    ck_assert(!mem_check(be, &only_log, "{t:m}", 1).allowed);
+    ck_assert(!tu_check(be, &only_log, "{t:m}", 1, 0).allowed);
     be->ops->destroy(be);
 }
 END_TEST
@@ -824,19 +785,19 @@ START_TEST(mem_store_is_shared_and_refcounted)
 {
     struct rl_limit l[] = { mklimit(RL_ALGO_FIXED_WINDOW, 2, 3600000, 0) };
     struct rl_policy p = mkpolicy(l, 1);
-    struct rl_backend *a = mem_new(), *b = mem_new();
+    struct rl_backend *a = tu_memory(), *b = tu_memory();
 
-    ck_assert(mem_check(a, &p, "{t:s}", 1).allowed);
-    ck_assert(mem_check(b, &p, "{t:s}", 1).allowed);
-    ck_assert(!mem_check(a, &p, "{t:s}", 1).allowed);
+    ck_assert(tu_check(a, &p, "{t:s}", 1, 0).allowed);
+    ck_assert(tu_check(b, &p, "{t:s}", 1, 0).allowed);
+    ck_assert(!tu_check(a, &p, "{t:s}", 1, 0).allowed);
     a->ops->destroy(a);
-    ck_assert(!mem_check(b, &p, "{t:s}", 1).allowed);
+    ck_assert(!tu_check(b, &p, "{t:s}", 1, 0).allowed);
     ck_assert_uint_eq(backend_memory_entries(), 1);
     b->ops->destroy(b);
     ck_assert_uint_eq(backend_memory_entries(), 0);
     /* a new store starts empty */
-    a = mem_new();
-    ck_assert(mem_check(a, &p, "{t:s}", 2).allowed);
+    a = tu_memory();
+    ck_assert(tu_check(a, &p, "{t:s}", 2, 0).allowed);
     a->ops->destroy(a);
 }
 END_TEST
@@ -852,18 +813,18 @@ START_TEST(mem_cap_holds_under_many_keys)
     char key[64];
 
     backend_memory_set_max_entries(1000);
-    be = mem_new();
+    be = tu_memory();
     for (int k = 0; k < 20000; k++) {
         snprintf(key, sizeof(key), "{t:%d}", k);
-        ck_assert(mem_check(be, &p, key, 1).allowed);
+        ck_assert(tu_check(be, &p, key, 1, 0).allowed);
         if (k % 97 == 0 || k > 19900)
             ck_assert_uint_le(backend_memory_entries(), 1000);
     }
     ck_assert_uint_ge(backend_memory_entries(), 900);
     /* the first callers were forgotten to make room: they start afresh */
-    ck_assert(mem_check(be, &p, "{t:0}", 1).allowed);
+    ck_assert(tu_check(be, &p, "{t:0}", 1, 0).allowed);
     /* the latest still count */
-    ck_assert(!mem_check(be, &p, "{t:19999}", 1).allowed);
+    ck_assert(!tu_check(be, &p, "{t:19999}", 1, 0).allowed);
     be->ops->destroy(be);
 }
 END_TEST
@@ -879,19 +840,19 @@ START_TEST(mem_evicts_the_entry_closest_to_expiry)
     char key[32];
 
     backend_memory_set_max_entries(32);     /* one shard of 32 */
-    be = mem_new();
-    ck_assert(mem_check(be, &ps, "{t:soon}", 1).allowed);
-    ck_assert(mem_check(be, &pl, "{t:late}", 1).allowed);
+    be = tu_memory();
+    ck_assert(tu_check(be, &ps, "{t:soon}", 1, 0).allowed);
+    ck_assert(tu_check(be, &pl, "{t:late}", 1, 0).allowed);
     for (int k = 0; k < 30; k++) {
         snprintf(key, sizeof(key), "{t:%d}", k);
-        ck_assert(mem_check(be, &ph, key, 1).allowed);
+        ck_assert(tu_check(be, &ph, key, 1, 0).allowed);
     }
     ck_assert_uint_eq(backend_memory_entries(), 32);
-    ck_assert(mem_check(be, &ph, "{t:new}", 1).allowed);
+    ck_assert(tu_check(be, &ph, "{t:new}", 1, 0).allowed);
     ck_assert_uint_eq(backend_memory_entries(), 32);
-    ck_assert(!mem_check(be, &pl, "{t:late}", 1).allowed);
-    ck_assert(!mem_check(be, &ph, "{t:new}", 1).allowed);
-    ck_assert(mem_check(be, &ps, "{t:soon}", 1).allowed);   /* evicted */
+    ck_assert(!tu_check(be, &pl, "{t:late}", 1, 0).allowed);
+    ck_assert(!tu_check(be, &ph, "{t:new}", 1, 0).allowed);
+    ck_assert(tu_check(be, &ps, "{t:soon}", 1, 0).allowed);   /* evicted */
     be->ops->destroy(be);
 }
 END_TEST
@@ -901,20 +862,20 @@ START_TEST(mem_expired_entries_are_reclaimed)
     struct rl_limit brief[] = { mklimit(RL_ALGO_GCRA, 1, 1, 1) };
     struct rl_limit hour[] = { mklimit(RL_ALGO_FIXED_WINDOW, 1000000, 3600000, 0) };
     struct rl_policy pb = mkpolicy(brief, 1), ph = mkpolicy(hour, 1);
-    struct rl_backend *be = mem_new();
+    struct rl_backend *be = tu_memory();
     struct timespec ts = { 0, 5000000 };
     char key[32];
 
     for (int k = 0; k < 500; k++) {
         snprintf(key, sizeof(key), "{t:%d}", k);
-        ck_assert(mem_check(be, &pb, key, 1).allowed);
+        ck_assert(tu_check(be, &pb, key, 1, 0).allowed);
     }
     /* every one of them is worthless 1 ms after its check; no lookup will
      * ever find them again, so only the sweep can reclaim them */
     while (nanosleep(&ts, &ts) != 0)
         ;
     for (int k = 0; k < 4000; k++)
-        ck_assert(mem_check(be, &ph, "{t:busy}", 1).allowed);
+        ck_assert(tu_check(be, &ph, "{t:busy}", 1, 0).allowed);
     ck_assert_uint_eq(backend_memory_entries(), 1);
     be->ops->destroy(be);
 }
@@ -937,8 +898,8 @@ worker(void *arg)
     for (int k = 0; k < 5000; k++) {
         struct rl_check_req req = { .policy = w->p, .key = "{t:c}",
                                     .key_len = 5, .cost = 1 };
-        struct answer a = {0};
-        be->ops->check(be, &req, on_answer, &a);
+        struct tu_answer a = {0};
+        be->ops->check(be, &req, tu_on_answer, &a);
         w->allowed += a.calls == 1 && a.res.status == RL_BACKEND_OK && a.res.allowed;
     }
     be->ops->destroy(be);
@@ -954,7 +915,7 @@ START_TEST(mem_threads_never_overshoot)
     };
     struct rl_limit ba[] = { ab[1], ab[0] };
     struct rl_policy p1 = mkpolicy(ab, 2), p2 = mkpolicy(ba, 2);
-    struct rl_backend *keep = mem_new();
+    struct rl_backend *keep = tu_memory();
     struct worker_arg w[4] = { {&p1, 0}, {&p2, 0}, {&p1, 0}, {&p2, 0} };
     pthread_t th[4];
     int total = 0;
@@ -966,8 +927,8 @@ START_TEST(mem_threads_never_overshoot)
         total += w[i].allowed;
     }
     ck_assert_int_eq(total, 10000);
-    ck_assert(!mem_check(keep, &p1, "{t:c}", 1).allowed);
-    ck_assert_int_eq(mem_check(keep, &p2, "{t:c}", 0).limits[0].remaining,
+    ck_assert(!tu_check(keep, &p1, "{t:c}", 1, 0).allowed);
+    ck_assert_int_eq(tu_check(keep, &p2, "{t:c}", 0, 0).limits[0].remaining,
                      1000000 - 10000);
     keep->ops->destroy(keep);
 }
