@@ -20,8 +20,9 @@
  *     state of its redirections.  MOVED updates that slot, asks for a
  *     refresh and resends to the new owner; ASK sends ASKING then the script
  *     to the named node on one connection, the map unchanged; TRYAGAIN and
- *     CLUSTERDOWN are retried a few times on a short timer; NOSCRIPT is
- *     answered with EVAL once per connection tried.  A redirection to a node
+ *     CLUSTERDOWN are retried a few times on a short timer; NOSCRIPT (or a
+ *     forgotten function library) is answered with EVAL once per connection
+ *     tried.  A redirection to a node
  *     still connecting waits for it (polled) until the deadline.  Whatever
  *     happens, the check is answered exactly once and its request is never
  *     touched afterwards; a late reply is dropped.
@@ -283,7 +284,14 @@ on_aux(redisAsyncContext *ac, void *reply, void *privdata)
     (void)privdata;
 }
 
-/* EVALSHA (or EVAL) of the check script on n, after ASKING when asked to. */
+/* How a call to n names the script: EVAL to resend it whole. */
+static enum script_cmd
+script_cmd(const struct cnode *n, int eval)
+{
+    return eval ? SCRIPT_EVAL : n->c.functions ? SCRIPT_FCALL : SCRIPT_EVALSHA;
+}
+
+/* FCALL (EVALSHA, EVAL) of the check script on n, after ASKING when asked to. */
 static int
 op_send(struct cop *op, struct cnode *n, int asking)
 {
@@ -291,7 +299,7 @@ op_send(struct cop *op, struct cnode *n, int asking)
 
     /* as backend_redis.c: past redis.max_pending fail fast, do not queue */
     if (n->pending_checks + 1 > op->cl->max_pending ||
-        script_call_build(c, &op->w.req, 1, op->sent_eval) != RL_OK)
+        script_call_build(c, &op->w.req, 1, script_cmd(n, op->sent_eval)) != RL_OK)
         return RL_ERR;
     /* Both on one connection, so they arrive back to back. */
     if (asking && rconn_sendf(&n->c, on_aux, NULL, "ASKING") != RL_OK)
@@ -432,7 +440,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             to->master = 1;
             cluster_map_refresh(&cl->map);
         }
-        op->sent_eval = 0;      /* a new connection: EVALSHA first */
+        op->sent_eval = 0;      /* a new connection: FCALL or EVALSHA first */
         op_send_to(op, to, ask);
         return;
     }
@@ -463,9 +471,9 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         cluster_map_refresh(&cl->map);
         return;
     }
-    if (is_error(msg, "NOSCRIPT") && !op->sent_eval) {
-        /* This node forgot the script (restart, SCRIPT FLUSH): send it whole
-         * once; EVAL also caches it for the next EVALSHA. */
+    if (!op->sent_eval && rconn_script_missing(&n->c, n->c.ac, msg)) {
+        /* This node forgot the script or the library (restart, SCRIPT or
+         * FUNCTION FLUSH): send it whole once. */
         op->sent_eval = 1;
         op_send_to(op, n, op->asking);
         return;
@@ -582,7 +590,7 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
     for (size_t i = 0; i < k; i++)
         cl->reqs[i] = ops[i]->w.req;
     if (n->pending_checks + k > cl->max_pending ||
-        script_call_build(&cl->call, cl->reqs, k, 0) != RL_OK)
+        script_call_build(&cl->call, cl->reqs, k, script_cmd(n, 0)) != RL_OK)
         goto fail;
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
     for (size_t i = 0; i < k; i++)

@@ -4,14 +4,15 @@
  * One connection per worker (a struct rconn, redis_conn.c), on the worker's
  * event_base; with Sentinel, redis_sentinel.c says where to.  The
  * checks that arrive in one pass of the event loop are coalesced into one
- * EVALSHA of the check script (EVAL once when the server answers NOSCRIPT,
- * e.g. after a restart or SCRIPT FLUSH), up to redis.coalesce of them, and
+ * FCALL of the check script's function library (EVALSHA on a server without
+ * FUNCTION; EVAL once when the server forgot either, e.g. after a restart or
+ * a FUNCTION FLUSH), up to redis.coalesce of them, and
  * hiredis pipelines the calls.  hiredis 0.14 has no async timeouts, so each
  * check owns a timer: when it fires the check is answered TIMEOUT and its part
  * of the late reply, when it comes, is dropped.
  *
  * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, ROLE,
- * SCRIPT LOAD) -> READY.  Lost connections come back with exponential backoff
+ * SCRIPT LOAD, FUNCTION LOAD) -> READY.  Lost connections come back with exponential backoff
  * and jitter.  Checks that arrive while a connection is being made (CONNECTING,
  * HANDSHAKE: the first one, or a reconnect attempt under way) wait for it,
  * each under its own deadline; checks that arrive while DOWN (between
@@ -135,7 +136,9 @@ send_batch(struct redis_batch *b, int eval)
         if (rb->reqs[i]->timeout_ms > wait_ms)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
-    if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK ||
+    if (script_call_build(&rb->call, rb->reqs, b->n,
+                          eval ? SCRIPT_EVAL : rb->c.functions ? SCRIPT_FCALL : SCRIPT_EVALSHA)
+        != RL_OK ||
         rconn_send(&rb->c, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
@@ -166,10 +169,10 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         len += script_reply_len(b->ops[i]->nlimits);
     if (r->type == REDIS_REPLY_ERROR)
         rconn_error(&rb->c.errs, &rb->c.st, rb->display, r->str, b->n);
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
-        !b->sent_eval) {
-        /* The server forgot the script (restart, SCRIPT FLUSH): send it
-         * whole once; EVAL also caches it for the next EVALSHA. */
+    if (r->type == REDIS_REPLY_ERROR && !b->sent_eval &&
+        rconn_script_missing(&rb->c, ac, r->str)) {
+        /* The server forgot the script or the library (restart, SCRIPT or
+         * FUNCTION FLUSH): send it whole once. */
         b->sent_eval = 1;
         batch_compact(b);
         if (b->n == 0) {

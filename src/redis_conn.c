@@ -206,12 +206,17 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
         rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
     rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check,
                rl_lua_check_len);
+    rc |= send(owner, fn, (void *)"function", "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
+               rl_lua_check_lib_len);
     return rc == RL_OK ? RL_OK : RL_ERR;
 }
 
 enum rconn_step
 rconn_step(const redisReply *r, const char *step, const char *who, const char **why)
 {
+    /* the last step, and never fatal: a server without FUNCTION runs EVALSHA */
+    if (strcmp(step, "function") == 0)
+        return RCONN_STEP_READY;
     if (r->type == REDIS_REPLY_ERROR && strcmp(step, "role-if-allowed") == 0 &&
         strncmp(r->str, "NOPERM", 6) == 0)
         return RCONN_STEP_WAIT;
@@ -231,16 +236,19 @@ rconn_step(const redisReply *r, const char *step, const char *who, const char **
         return RCONN_STEP_WAIT;
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
         log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s", who);
-    return RCONN_STEP_READY;
+    return RCONN_STEP_WAIT;
 }
 
 /* ---- error replies ---------------------------------------------------------- */
+
+#define FUNCTION_NOT_FOUND "ERR Function not found"
 
 static const struct {
     const char *code;
     enum rl_redis_error kind;
     const char *unusable;       /* not NULL: the connection cannot serve checks */
 } error_codes[] = {
+    {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL},
     {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
     {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)"},
     {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)"},
@@ -408,6 +416,7 @@ went_down(struct rconn *c, const char *why)
 {
     evtimer_del(c->connect_ev);
     c->pending = 0;             /* the last connection's callbacks all ran */
+    c->reloading = 0;
     c->sent_head = 0;
     set_state(c, RCONN_DOWN, why);
     if (c->closing)
@@ -429,6 +438,22 @@ free_ac(struct rconn *c)
     redisAsyncFree(ac);
 }
 
+/* The reply to FUNCTION LOAD REPLACE: FCALL from now on when it names our
+ * library, else EVALSHA (said once per connection object: a Redis 6 is no
+ * news on every reconnect). */
+static void
+functions_loaded(struct rconn *c, const redisReply *r)
+{
+    c->functions = r->type == REDIS_REPLY_STRING &&
+                   strcmp(r->str, rl_lua_check_fn) == 0;
+    if (c->functions || c->functions_noted)
+        return;
+    c->functions_noted = 1;
+    log_info("msg=\"%s: no function library, calls are EVALSHA\" %s=%s reply=\"%.120s\"",
+             c->conf.what, c->conf.field, c->conf.name,
+             r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING ? r->str : "");
+}
+
 static void
 on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -439,6 +464,8 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     rconn_replied(c, ac, reply);
     if (r == NULL || c->ac != ac || c->st.state != RCONN_HANDSHAKE)
         return;
+    if (strcmp(step, "function") == 0)
+        functions_loaded(c, r);
     switch (rconn_step(r, step, c->conf.name, &why)) {
     case RCONN_STEP_WAIT:
         break;
@@ -684,6 +711,34 @@ int
 rconn_stalled(const struct rconn *c, int64_t now_us)
 {
     return c->ac != NULL && c->pending > 0 && now_us > c->sent[c->sent_head];
+}
+
+static void
+on_reload(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+
+    rconn_replied(c, ac, reply);
+    if (c->ac != ac)
+        return;
+    c->reloading = 0;
+    if (reply != NULL)
+        functions_loaded(c, reply);
+    (void)privdata;
+}
+
+int
+rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *err)
+{
+    int i = error_code(err);
+
+    if (i < 0 || error_codes[i].kind != RL_RERR_NOSCRIPT)
+        return 0;
+    if (strcmp(err, FUNCTION_NOT_FOUND) == 0 && c->ac == ac && !c->reloading &&
+        rconn_sendf(c, on_reload, NULL, "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
+                    rl_lua_check_lib_len) == RL_OK)
+        c->reloading = 1;
+    return 1;
 }
 
 static void

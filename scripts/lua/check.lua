@@ -34,14 +34,6 @@
 -- writes are SETs and ZADDs to keys peek read as the right type), so a
 -- failed check has written nothing.
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-
 -- A spec string -> { per limit peek, commit, limit, W (us), burst; n, the
 -- number of limits; ttl, the longest window (ms); err, why it cannot run }.
 local function spec_of(s)
@@ -148,6 +140,21 @@ local function run(sp, cf, k, once_key, seq, now, out, o, st)
       out[o + 3 * i - 1], out[o + 3 * i], out[o + 3 * i + 1] = rems[i], resets[i], retries[i]
     end
   end
+end
+
+-- Everything above only defines; from the next line on is the call.  Under
+-- EVALSHA (a server without FUNCTION) Redis runs the whole script on every
+-- call.  As a function library (FCALL) the definitions run once per library
+-- (at its first call): scripts/embed-lua.sh makes the lines from the marker
+-- on the body of the function it calls, after setting KEYS and ARGV (the
+-- library's upvalues there, Redis's globals here).  The same Lua on both.
+-- @call
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
 end
 
 local nchecks = tonumber(ARGV[2])
