@@ -388,10 +388,8 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
     cl->connect_timeout_ms = cfg->redis.connect_timeout_ms;
     cl->max_pending = (unsigned)cfg->redis.max_pending;
     cl->tidy_ev = evtimer_new(evb, on_tidy, cl);
-    cl->coalesce = (size_t)cfg->redis.coalesce;
-    cl->queue = xcalloc(cl->coalesce, sizeof(*cl->queue));
-    cl->reqs = xcalloc(cl->coalesce, sizeof(*cl->reqs));
-    cl->flush_ev = event_new(evb, -1, 0, cop_on_flush, cl);
+    rconn_queue_init(&cl->queue, evb, (size_t)cfg->redis.coalesce, cop_flush, cl);
+    cl->reqs = xcalloc((size_t)cfg->redis.coalesce, sizeof(*cl->reqs));
     /* Credentials as backend_redis.c: the URL's, completed or overridden by
      * redis.username / redis.password.  Its host, port and db are not used. */
     memset(&url, 0, sizeof(url));
@@ -453,9 +451,7 @@ cluster_destroy(struct rl_backend *be)
     cluster_map_close(&cl->map);
     if (cl->tidy_ev != NULL)
         event_free(cl->tidy_ev);
-    if (cl->flush_ev != NULL)
-        event_free(cl->flush_ev);
-    free(cl->queue);
+    rconn_queue_free(&cl->queue);
     free(cl->reqs);
     script_call_free(&cl->call);
     rconn_dns_free(cl->dns);

@@ -389,16 +389,16 @@ fail:
  * that is connecting, or answered DOWN).  The queue holds each check
  * (inflight), so a deadline in the same pass cannot free it under us.
  */
-static void
-flush(struct cluster *cl)
+void
+cop_flush(void *owner, void *const *items, size_t n)
 {
-    size_t n = cl->nqueued;
+    struct cluster *cl = owner;
     /* Our own copy: answering a check runs its callback, which may queue
      * (and flush) new checks. */
     struct cop **q = xcalloc(2 * n + 1, sizeof(*q)), **group = q + n;
 
-    memcpy(q, cl->queue, n * sizeof(*q));
-    cl->nqueued = 0;
+    for (size_t i = 0; i < n; i++)
+        q[i] = items[i];
     for (size_t i = 0; i < n; i++)
         q[i]->inflight--;
     for (size_t i = 0; i < n; i++) {
@@ -431,14 +431,6 @@ flush(struct cluster *cl)
             op_release(group[j]);
     }
     free(q);
-}
-
-void
-cop_on_flush(evutil_socket_t fd, short what, void *arg)
-{
-    flush(arg);
-    (void)fd;
-    (void)what;
 }
 
 static void
@@ -511,13 +503,7 @@ cop_start(struct cluster *cl, const struct rl_check_req *req, rl_check_cb cb, vo
     tv.tv_sec = req->timeout_ms / 1000;
     tv.tv_usec = (req->timeout_ms % 1000) * 1000;
     evtimer_add(op->deadline, &tv);
-    /* Held by the queue until the flush at the end of this pass; event_active
-     * puts the flush behind the callbacks already active, so the other
-     * requests read in this pass join it. */
+    /* held by the queue until the flush at the end of this pass */
     op->inflight++;
-    cl->queue[cl->nqueued++] = op;
-    if (cl->nqueued == cl->coalesce)
-        flush(cl);
-    else if (cl->nqueued == 1)
-        event_active(cl->flush_ev, EV_TIMEOUT, 1);
+    rconn_queue_add(&cl->queue, op);
 }

@@ -68,12 +68,10 @@ struct cluster {
     struct cnode *nodes;
     struct cluster_map map;     /* slot -> master */
     struct cop *ops;            /* every live check */
-    /* Checks of this event-loop pass, sent by flush_ev in one script call per
-     * hash slot (Redis runs a script only on keys of one slot). */
-    struct cop **queue;
-    size_t nqueued, coalesce;
+    /* Checks of this event-loop pass, sent in one script call per hash slot
+     * (Redis runs a script only on keys of one slot). */
+    struct rconn_queue queue;
     unsigned max_pending;       /* requests outstanding per node at most */
-    struct event *flush_ev;
     struct rl_script_call call; /* scratch argv, reused */
     const struct rl_check_req **reqs;
     struct evdns_base *dns;
@@ -108,8 +106,8 @@ cnode_of(const redisAsyncContext *ac)
  * call per slot), under its deadline; answered exactly once from then on. */
 void cop_start(struct cluster *cl, const struct rl_check_req *req, rl_check_cb cb, void *arg,
                int slot);
-/* cl->flush_ev's callback: send what this pass queued. */
-void cop_on_flush(evutil_socket_t fd, short what, void *arg);
+/* cl->queue's rconn_flush_fn: send what this pass queued. */
+void cop_flush(void *owner, void *const *items, size_t n);
 /* Unlink and free a check (answered, owed nothing; or at destroy). */
 void cop_free(struct cop *op);
 

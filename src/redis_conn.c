@@ -370,6 +370,59 @@ rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const c
         errlog_summary(el, st, name, 1);
 }
 
+/* ---- coalescing -------------------------------------------------------------- */
+
+static void
+queue_flush(struct rconn_queue *q)
+{
+    size_t n = q->n;
+
+    if (n == 0)
+        return;
+    q->n = 0;
+    q->flush(q->owner, q->items, n);
+}
+
+static void
+on_queue(evutil_socket_t fd, short what, void *arg)
+{
+    queue_flush(arg);
+    (void)fd;
+    (void)what;
+}
+
+void
+rconn_queue_init(struct rconn_queue *q, struct event_base *evb, size_t max,
+                 rconn_flush_fn flush, void *owner)
+{
+    memset(q, 0, sizeof(*q));
+    q->items = xcalloc(max, sizeof(*q->items));
+    q->max = max;
+    q->flush = flush;
+    q->owner = owner;
+    q->ev = event_new(evb, -1, 0, on_queue, q);
+}
+
+void
+rconn_queue_add(struct rconn_queue *q, void *item)
+{
+    /* event_active puts the flush behind the callbacks already active */
+    q->items[q->n++] = item;
+    if (q->n == q->max)
+        queue_flush(q);
+    else if (q->n == 1)
+        event_active(q->ev, EV_TIMEOUT, 1);
+}
+
+void
+rconn_queue_free(struct rconn_queue *q)
+{
+    if (q->ev != NULL)
+        event_free(q->ev);
+    free(q->items);
+    memset(q, 0, sizeof(*q));
+}
+
 /* ---- the connection object -------------------------------------------------- */
 
 static void start_attempt(struct rconn *c);

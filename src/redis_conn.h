@@ -15,6 +15,7 @@
 #ifndef RL_REDIS_CONN_H
 #define RL_REDIS_CONN_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
 
@@ -142,6 +143,31 @@ struct rconn_errlog {
     int64_t last_summary_us;
     int active;                         /* some slot in use */
 };
+
+/* ---- coalescing ---------------------------------------------------------------
+ *
+ * The checks of one event-loop pass, sent together (both backends: one call
+ * per connection, or per hash slot): the first one added schedules the flush
+ * behind the callbacks already active, so the other requests read in this
+ * pass join it; the `max`-th flushes at once.  `flush` gets the items and
+ * must copy them before it answers any: an answer runs a callback that may
+ * add again.
+ */
+typedef void (*rconn_flush_fn)(void *owner, void *const *items, size_t n);
+
+struct rconn_queue {
+    void **items;
+    size_t n, max;
+    struct event *ev;
+    rconn_flush_fn flush;
+    void *owner;
+};
+
+void rconn_queue_init(struct rconn_queue *q, struct event_base *evb, size_t max,
+                      rconn_flush_fn flush, void *owner);
+void rconn_queue_add(struct rconn_queue *q, void *item);
+/* The items still queued are the owner's to answer and free first. */
+void rconn_queue_free(struct rconn_queue *q);
 
 /* ---- the connection object ---------------------------------------------------
  *
