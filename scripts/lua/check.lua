@@ -142,6 +142,22 @@ local function run(sp, cf, k, once_key, seq, now, out, o, st)
   end
 end
 
+-- Specs and costs as read from their strings, kept while the library lives
+-- (FCALL): a policy's limits are read once, not on every call (most calls
+-- carry one check).  Under EVALSHA the whole script runs per call: they last
+-- one call, as before.  Bounded: old policies do not pile up over reloads.
+local SPECS, COSTS, NCACHED = {}, {}, 0
+local function cached(s, c)
+  local sp, cf = SPECS[s], COSTS[c]
+  if sp == nil or cf == nil then
+    if NCACHED >= 512 then SPECS, COSTS, NCACHED = {}, {}, 0 end
+    if sp == nil then sp = spec_of(s); SPECS[s] = sp end
+    if cf == nil then cf = cost_of(c); COSTS[c] = cf end
+    NCACHED = NCACHED + 1
+  end
+  return sp, cf
+end
+
 -- Everything above only defines; from the next line on is the call.  Under
 -- EVALSHA (a server without FUNCTION) Redis runs the whole script on every
 -- call.  As a function library (FCALL) the definitions run once per library
@@ -158,9 +174,9 @@ else
 end
 
 local nchecks = tonumber(ARGV[2])
--- one check of one limit (coalescing off, or a quiet moment): no caches
+-- one check of one limit (coalescing off, or a quiet moment): no tables
 if nchecks == 1 then
-  local sp, cf = spec_of(ARGV[3]), cost_of(ARGV[4])
+  local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq
     if cf[3] then once_key, seq = KEYS[2], ARGV[5] end
@@ -171,13 +187,10 @@ if nchecks == 1 then
   end
 end
 
-local specs, costs, out, st = {}, {}, {}, nil
+local out, st = {}, nil
 local o, k, b = 0, 0, 3
 for _ = 1, nchecks do
-  local s, c = ARGV[b], ARGV[b + 1]
-  local sp, cf = specs[s], costs[c]
-  if sp == nil then sp = spec_of(s); specs[s] = sp end
-  if cf == nil then cf = cost_of(c); costs[c] = cf end
+  local sp, cf = cached(ARGV[b], ARGV[b + 1])
   local n, once_key, seq = sp.n, nil, nil
   b = b + 2
   if cf[3] then

@@ -538,6 +538,39 @@ def t_functions(_):
             check("no function library" not in d.log(), "a fallback to EVALSHA logged")
 
 
+def t_same_lua_both_paths(_):
+    """FCALL and EVALSHA of the same script answer the same numbers, call for
+    call: single checks and batches, every algorithm, several limits, costs
+    0, 2 and forced, time driven explicitly (the library's caches live
+    across calls; the script's last one call)."""
+    specs = ["fw 5 1000 0", "tb 4 1000 6", "gcra 3 1000 3", "swl 4 1000 0", "swc 5 1000 0",
+             "fw 5 1000 0 gcra 3 1000 3"]
+    costs = ["1", "2", "0", "1f", "1"]
+    sha = hashlib.sha1(H.lua_check_source()).hexdigest()
+    with H.Redis(topology="standalone") as r:
+        cfg = {"identity": ["body"], "policies": policy(3)}
+        with H.Daemon(cfg, redis=r, workers=1) as d:
+            eq(post(d, "load")[0], 200, "a check (the handshake loaded both)")
+            t0, answers = 1700000000000000, 0
+            for step in range(60):
+                now = str(t0 + step * 137000)
+                checks = [(specs[(step + j) % len(specs)], costs[(step * 3 + j) % len(costs)],
+                           "k%d" % ((step + j) % 4)) for j in range(1 + step % 3)]
+
+                def call(cmd, name, side):
+                    keys, argv = [], [now, str(len(checks))]
+                    for sp, cost, k in checks:
+                        # one key type per key: an error element would end the reply's reader
+                        keys += ["{%s:%s}:%s:%d" % (side, k, sp.split()[4 * i], i)
+                                 for i in range(len(sp.split()) // 4)]
+                        argv += [sp, cost]
+                    return H._resp(r.port, cmd, name, len(keys), *keys, *argv)
+                got = call("FCALL", library(), "f")
+                eq(got, call("EVALSHA", sha, "e"), "step %d, checks %r" % (step, checks))
+                answers += len(checks)
+            print("# %d checks answered alike by FCALL and EVALSHA" % answers)
+
+
 def t_no_functions(_):
     """A server without FUNCTION (here renamed away, as on Redis 6): EVALSHA."""
     with H.Redis(topology="standalone", conf=['rename-command FUNCTION ""']) as r:
@@ -571,6 +604,7 @@ CASES = per_topology("OOM for 3 s: a handful of log lines with counts, every err
      "FUNCTION FLUSH: reloaded, no check lost", t_functions),
     ("no FUNCTION (rename-command): EVALSHA, logged once, NOSCRIPT still handled",
      t_no_functions),
+    ("FCALL and EVALSHA answer alike, call for call, every algorithm", t_same_lua_both_paths),
 ] + per_topology("6 fresh starts, checks from the first moment: all decided by Redis (closed mode)",
                  t_fresh_starts)
 
