@@ -131,7 +131,7 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
 
 int
 script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
-                  size_t n, int eval)
+                  size_t n, enum script_cmd cmd)
 {
     size_t nkeys = 0, nargs = 0;
 
@@ -144,7 +144,10 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
     put_header(c, '*', (long long)(5 + nkeys + nargs));
-    if (eval) {
+    if (cmd == SCRIPT_FCALL) {
+        put(c, "FCALL", 5);
+        put(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
+    } else if (cmd == SCRIPT_EVAL) {
         put(c, "EVAL", 4);
         put(c, rl_lua_check, rl_lua_check_len);
     } else {

@@ -34,14 +34,6 @@
 -- writes are SETs and ZADDs to keys peek read as the right type), so a
 -- failed check has written nothing.
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-
 -- A spec string -> { per limit peek, commit, limit, W (us), burst; n, the
 -- number of limits; ttl, the longest window (ms); err, why it cannot run }.
 local function spec_of(s)
@@ -150,10 +142,41 @@ local function run(sp, cf, k, once_key, seq, now, out, o, st)
   end
 end
 
+-- Specs and costs as read from their strings, kept while the library lives
+-- (FCALL): a policy's limits are read once, not on every call (most calls
+-- carry one check).  Under EVALSHA the whole script runs per call: they last
+-- one call, as before.  Bounded: old policies do not pile up over reloads.
+local SPECS, COSTS, NCACHED = {}, {}, 0
+local function cached(s, c)
+  local sp, cf = SPECS[s], COSTS[c]
+  if sp == nil or cf == nil then
+    if NCACHED >= 512 then SPECS, COSTS, NCACHED = {}, {}, 0 end
+    if sp == nil then sp = spec_of(s); SPECS[s] = sp end
+    if cf == nil then cf = cost_of(c); COSTS[c] = cf end
+    NCACHED = NCACHED + 1
+  end
+  return sp, cf
+end
+
+-- Everything above only defines; from the next line on is the call.  Under
+-- EVALSHA (a server without FUNCTION) Redis runs the whole script on every
+-- call.  As a function library (FCALL) the definitions run once per library
+-- (at its first call): scripts/embed-lua.sh makes the lines from the marker
+-- on the body of the function it calls, after setting KEYS and ARGV (the
+-- library's upvalues there, Redis's globals here).  The same Lua on both.
+-- @call
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+
 local nchecks = tonumber(ARGV[2])
--- one check of one limit (coalescing off, or a quiet moment): no caches
+-- one check of one limit (coalescing off, or a quiet moment): no tables
 if nchecks == 1 then
-  local sp, cf = spec_of(ARGV[3]), cost_of(ARGV[4])
+  local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq
     if cf[3] then once_key, seq = KEYS[2], ARGV[5] end
@@ -164,13 +187,10 @@ if nchecks == 1 then
   end
 end
 
-local specs, costs, out, st = {}, {}, {}, nil
+local out, st = {}, nil
 local o, k, b = 0, 0, 3
 for _ = 1, nchecks do
-  local s, c = ARGV[b], ARGV[b + 1]
-  local sp, cf = specs[s], costs[c]
-  if sp == nil then sp = spec_of(s); specs[s] = sp end
-  if cf == nil then cf = cost_of(c); costs[c] = cf end
+  local sp, cf = cached(ARGV[b], ARGV[b + 1])
   local n, once_key, seq = sp.n, nil, nil
   b = b + 2
   if cf[3] then
