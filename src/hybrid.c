@@ -571,11 +571,11 @@ hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg,
 {
     struct hentry *e = find(h, cfg, policy, key, klen, hash_key(key, klen));
 
-    if (e == NULL || res->status != RL_BACKEND_OK)
+    if (res->status != RL_BACKEND_OK)
         return;
     /* units admitted here before a reset of everything are forgotten with
      * the rest; a sync already sent ran before the operation */
-    if ((req->flags & RL_CHECK_RESET) && req->limit_index < 0) {
+    if (e != NULL && (req->flags & RL_CHECK_RESET) && req->limit_index < 0) {
         h->units -= e->pending;
         e->pending = 0;
         SET(&h->m->hybrid_pending, (uint64_t)h->units);
