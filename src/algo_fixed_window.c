@@ -49,6 +49,24 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     res->reset_ms = algo_us_to_ms_ceil(st->b + lim->window_ms * 1000 - now);
 }
 
+static void
+fw_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+        int64_t units)
+{
+    int64_t count = fw_count(lim, st, now);
+
+    /* a closed window is left as it is, as the script leaves its key: a
+     * clock that steps back sees it again either way */
+    if (count == 0)
+        return;
+    if (count > units) {
+        st->a = count - units;
+    } else {
+        st->a = 0;
+        st->b = 0;
+    }
+}
+
 static int64_t
 fw_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
@@ -61,5 +79,6 @@ const struct rl_algo_def rl_algo_fixed_window = {
     .uses_burst = 0,
     .peek = fw_peek,
     .commit = fw_commit,
+    .give = fw_give,
     .ttl_us = fw_ttl,
 };

@@ -563,7 +563,8 @@ def t_same_lua_both_paths(_):
                         # one key type per key: an error element would end the reply's reader
                         keys += ["{%s:%s}:%s:%d" % (side, k, sp.split()[4 * i], i)
                                  for i in range(len(sp.split()) // 4)]
-                        argv += [sp, cost]
+                        # the block key is an argument, not one of KEYS (see check.lua)
+                        argv += [sp, cost, "{%s:%s}:block" % (side, k)]
                     return H._resp(r.port, cmd, name, len(keys), *keys, *argv)
                 got = call("FCALL", library(), "f")
                 eq(got, call("EVALSHA", sha, "e"), "step %d, checks %r" % (step, checks))
