@@ -395,6 +395,12 @@ static const struct field top_fields[] = {
      log_level_names, NULL, 0, 0, NULL},
     {"policies", T_ARRAY, offsetof(struct rl_config, policies), NULL, 0, 0, NULL,
      &policy_schema, offsetof(struct rl_config, npolicies), 0, NULL},
+    {"admin_listen", T_STRING, offsetof(struct rl_config, admin_listen), NULL, 0, 0,
+     NULL, NULL, 0, F_NONEMPTY | F_RESTART, NULL},
+    {"admin_allow_remote", T_BOOL, offsetof(struct rl_config, admin_allow_remote),
+     "false", 0, 0, NULL, NULL, 0, F_RESTART, NULL},
+    {"admin_token_file", T_STRING, offsetof(struct rl_config, admin_token_file), NULL,
+     0, 0, NULL, NULL, 0, F_NONEMPTY, NULL},
 };
 static void check_top(void *obj, const char *path, struct load_ctx *ctx);
 static const struct schema top_schema = {
@@ -1059,7 +1065,7 @@ read_secret_file(const char *file, const char *path, struct load_ctx *ctx)
     if (n == 0 || n > SECRET_MAX || memchr(buf, '\0', n) != NULL ||
         memchr(buf, '\n', n) != NULL) {
         explicit_bzero(buf, sizeof(buf));
-        bad(ctx, path, "%s must hold one line of 1..%d bytes (the password)", file,
+        bad(ctx, path, "%s must hold one line of 1..%d bytes (the secret)", file,
             SECRET_MAX);
         return NULL;
     }
@@ -1147,6 +1153,9 @@ static void
 config_free(struct rl_config *cfg)
 {
     free_object(&top_schema, cfg);
+    if (cfg->admin_token != NULL)
+        explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
+    free(cfg->admin_token);
     free(cfg->file);
     free(cfg);
 }
@@ -1348,6 +1357,53 @@ normalise_patterns(struct rl_config *cfg, struct load_ctx *ctx)
     }
 }
 
+static int
+is_loopback(const struct rl_listen_addr *a)
+{
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)&a->ss;
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)&a->ss;
+
+    if (a->family == AF_UNIX)
+        return 1;
+    if (a->family == AF_INET)
+        return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+    return IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr) ||
+           (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr) && sin6->sin6_addr.s6_addr[12] == 127);
+}
+
+/*
+ * The admin API changes any caller's counts: only where the operator put it
+ * (a unix socket or loopback), elsewhere only when asked for and behind a
+ * token.  The token file is read at every load, so SIGHUP rotates it.
+ */
+static void
+check_admin(struct rl_config *cfg, struct load_ctx *ctx)
+{
+    struct rl_listen_addr la;
+    char *cause = NULL;
+
+    if (cfg->admin_token != NULL)
+        explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
+    free(cfg->admin_token);
+    cfg->admin_token = cfg->admin_token_file == NULL ? NULL
+        : read_secret_file(cfg->admin_token_file, "admin_token_file", ctx);
+    if (cfg->admin_listen == NULL)
+        return;
+    if (listen_addr_parse(cfg->admin_listen, &la, &cause) != RL_OK) {
+        bad(ctx, "admin_listen", "%s", cause);
+        free(cause);
+        return;
+    }
+    if (cfg->listen != NULL && strcmp(cfg->admin_listen, cfg->listen) == 0)
+        bad(ctx, "admin_listen", "must not be the check listener's address");
+    else if (!is_loopback(&la) && !cfg->admin_allow_remote)
+        bad(ctx, "admin_listen", "not a loopback address or unix socket: set "
+            "admin_allow_remote to true to serve the admin API there");
+    else if (!is_loopback(&la) && cfg->admin_token == NULL)
+        bad(ctx, "admin_listen", "off loopback, the admin API needs admin_token_file");
+    listen_addr_clear(&la);
+}
+
 /* What involves several top-level options, or an address to parse. */
 static void
 check_top(void *obj, const char *path, struct load_ctx *ctx)
@@ -1374,6 +1430,7 @@ check_top(void *obj, const char *path, struct load_ctx *ctx)
         }
     }
     normalise_patterns(cfg, ctx);
+    check_admin(cfg, ctx);
     /* Every instance with the same secret names a caller's partition the
      * same way; without the secret no pk leads back to its identity. */
     if (cfg->partition_key != NULL) {

@@ -38,4 +38,9 @@ void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *ke
                     size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
                     const struct rl_check_res *res);
 
+/* The state of (policy, key) was changed behind the cache (the admin API):
+ * its cached denial, if any, no longer holds. */
+void deny_cache_forget(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
+                       size_t klen);
+
 #endif

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 
+#include "admin.h"
 #include "api.h"
 #include "http.h"
 #include "log.h"
@@ -15,6 +16,13 @@
 /* How often a worker tells the others whether its backend is ready. */
 #define READY_PUBLISH_MS 100
 
+struct worker_forget {
+    struct worker_forget *next;
+    uint64_t policy_uid;
+    size_t klen;
+    char key[];
+};
+
 /* Draining ends when every connection got its answers and closed, no check
  * waits for the backend, and every count a hybrid policy admitted has
  * reached it (or shutdown_grace is over).  A connection closes only after
@@ -23,6 +31,7 @@ static int
 drained(const struct rl_worker *w)
 {
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
+           (w->admin == NULL || http_server_connections(w->admin) == 0) &&
            hybrid_idle(w->env.hybrid);
 }
 
@@ -60,6 +69,8 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     if (w->env.hybrid != NULL)
         hybrid_drain(w->env.hybrid, stop_if_drained, w);
     http_server_drain(w->http, stop_if_drained, w);
+    if (w->admin != NULL)
+        http_server_drain(w->admin, stop_if_drained, w);
     if (drained(w)) {
         event_base_loopexit(w->base, NULL);
         return;
@@ -122,6 +133,8 @@ on_config(evutil_socket_t fd, short what, void *arg)
     w->cfg = cfg;
     http_server_set_limits(w->http, &cfg->http, &cfg->max_body);
     http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
+    if (w->admin != NULL)
+        http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
     config_unref(old);
     (void)fd;
     (void)what;
@@ -138,6 +151,57 @@ worker_set_config(struct rl_worker *w, struct rl_config *cfg)
     event_active(w->cfg_ev, EV_READ, 0);
 }
 
+static void
+forget_here(struct rl_worker *w, uint64_t policy_uid, const char *key, size_t klen)
+{
+    if (w->env.deny != NULL)
+        deny_cache_forget(w->env.deny, policy_uid, key, klen);
+}
+
+static void
+on_forget(evutil_socket_t fd, short what, void *arg)
+{
+    struct rl_worker *w = arg;
+    struct worker_forget *f = __atomic_exchange_n(&w->forget, NULL, __ATOMIC_ACQ_REL);
+
+    while (f != NULL) {
+        struct worker_forget *next = f->next;
+        forget_here(w, f->policy_uid, f->key, f->klen);
+        free(f);
+        f = next;
+    }
+    (void)fd;
+    (void)what;
+}
+
+void
+worker_forget_key(struct rl_worker *w, uint64_t policy_uid, const char *key, size_t klen)
+{
+    forget_here(w, policy_uid, key, klen);
+    for (size_t i = 0; i < w->npeers; i++) {
+        struct rl_worker *p = &w->peers[i];
+        if (p == w)
+            continue;
+        struct worker_forget *f = xmalloc(sizeof(*f) + klen);
+        f->policy_uid = policy_uid;
+        f->klen = klen;
+        memcpy(f->key, key, klen);
+        f->next = __atomic_load_n(&p->forget, __ATOMIC_RELAXED);
+        while (!__atomic_compare_exchange_n(&p->forget, &f->next, f, 1, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED))
+            ;
+        /* thread-safe: evthread_use_pthreads() was called before any base */
+        event_active(p->forget_ev, EV_READ, 0);
+    }
+}
+
+int
+worker_serve_admin(struct rl_worker *w, int fd, char **cause)
+{
+    return http_server_new(&w->admin, w->base, fd, &w->cfg->http, &w->cfg->max_body,
+                           admin_handle, w, NULL, cause);
+}
+
 void
 worker_metrics(struct rl_worker *w, struct evbuffer *out)
 {
@@ -147,6 +211,7 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
     for (size_t i = 0; i < n; i++)
         ms[i] = w->peers[i].metrics;
     metrics_format(out, ms, n);
+    metrics_format_admin(out, ms, n);
 }
 
 int
@@ -190,6 +255,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
+    w->forget_ev = event_new(w->base, -1, 0, on_forget, w);
     w->ready_reason = own_readiness(w);
     w->ready_ev = event_new(w->base, -1, EV_PERSIST, on_ready_publish, w);
     {
@@ -243,6 +309,7 @@ worker_join(struct rl_worker *w)
 void
 worker_free(struct rl_worker *w)
 {
+    on_forget(-1, 0, w);        /* what was pushed and never taken */
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);
@@ -252,12 +319,15 @@ worker_free(struct rl_worker *w)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid);      /* its timer lives on the base */
     http_server_free(w->http);
+    http_server_free(w->admin);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)
         event_free(w->drain_ev);
     if (w->cfg_ev != NULL)
         event_free(w->cfg_ev);
+    if (w->forget_ev != NULL)
+        event_free(w->forget_ev);
     if (w->ready_ev != NULL)
         event_free(w->ready_ev);
     if (w->grace_ev != NULL)

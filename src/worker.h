@@ -17,12 +17,14 @@ struct event_base;
 struct event;
 struct evbuffer;
 struct http_server;
+struct worker_forget;
 
 struct rl_worker {
     int id;
     pthread_t thread;
     struct event_base *base;
     struct http_server *http;       /* the check listener */
+    struct http_server *admin;      /* admin_listen, on worker 0 only */
     struct rl_config *cfg;          /* in force on this worker (a reference) */
     struct rl_config *next_cfg;     /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
@@ -44,11 +46,24 @@ struct rl_worker {
     size_t npeers;
     struct event *ready_ev;         /* republishes ready_reason */
     const char *ready_reason;       /* NULL: ready; static text (atomic) */
+    /* Keys whose state the admin API changed: pushed by any thread (a
+     * lock-free stack), taken whole on this one by forget_ev. */
+    struct worker_forget *forget;
+    struct event *forget_ev;
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
 int worker_init(struct rl_worker *w, int id, int listen_fd,
                 struct rl_config *cfg, char **cause) RL_WUR;
+/* Serve the admin API (admin.h) on listening socket fd (taken) too. */
+int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
+/*
+ * From w's thread, after the admin API changed the state of (policy, key):
+ * every worker drops what it knows of that key locally (a cached denial, a
+ * hybrid view), w at once, the others on their next loop pass.
+ */
+void worker_forget_key(struct rl_worker *w, uint64_t policy_uid, const char *key,
+                       size_t klen);
 /* After worker_init of every worker: peers set, threads started. */
 int worker_start(struct rl_worker *w) RL_WUR;
 /* From any thread: the worker takes its own reference to cfg and swaps it
