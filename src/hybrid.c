@@ -39,6 +39,7 @@ struct hentry {
     int64_t snap_sent_us;           /* when the request that gave it went */
     int64_t touch_us, sync_us;
     int64_t pending, inflight;      /* cost units */
+    int64_t block_end_us;           /* blocked until then, as Redis said */
     uint64_t writer, seq;           /* RL_CHECK_ONCE: inflight's */
     int dirty;                      /* on the dirty list */
     int failed;                     /* the last sync failed */
@@ -217,6 +218,7 @@ take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
     }
     /* the answer's times run from when it arrived: never earlier than in
      * Redis, so a window is never believed over before it is */
+    e->block_end_us = res->blocked_ms > 0 ? now + res->blocked_ms * 1000 : 0;
     e->snap_us = now;
     e->snap_sent_us = sent_us;
 }
@@ -423,6 +425,33 @@ hybrid_use_config(struct rl_hybrid *h, struct rl_config *cfg)
         use_config(h, cfg);
 }
 
+/* The numbers of a local answer after it: less `cost` when it was allowed. */
+static void
+after_local(const struct rl_policy *policy, int64_t cost, struct rl_check_res *res)
+{
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        const struct rl_limit *lim = &policy->limits[i];
+        const struct rl_algo_def *d = algo_def(lim->algo);
+        struct rl_limit_result *r = &res->limits[i];
+
+        if (res->allowed && cost > 0) {
+            int64_t cap = d->uses_burst ? lim->burst : lim->limit, rem, ms;
+            r->remaining -= cost;
+            /* until what is now used is back */
+            if (d->uses_burst) {
+                ms = algo_muldiv(cap - r->remaining, lim->window_ms, lim->limit, &rem);
+                ms += rem != 0;
+                if (ms > r->reset_ms)
+                    r->reset_ms = ms;
+            } else if (r->reset_ms == 0) {
+                r->reset_ms = lim->window_ms;
+            }
+        }
+        if (r->remaining < 0)
+            r->remaining = 0;
+    }
+}
+
 int
 hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
               const struct rl_policy *policy, const char *key, size_t klen,
@@ -474,32 +503,16 @@ hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
         if (!r->allowed)
             res->allowed = 0;
     }
-    for (size_t i = 0; i < policy->nlimits; i++) {
-        const struct rl_limit *lim = &policy->limits[i];
-        const struct rl_algo_def *d = algo_def(lim->algo);
-        struct rl_limit_result *r = &res->limits[i];
-
-        if (res->allowed && cost > 0) {
-            int64_t cap = d->uses_burst ? lim->burst : lim->limit, rem, ms;
-            r->remaining -= cost;
-            /* until what is now used is back */
-            if (d->uses_burst) {
-                ms = algo_muldiv(cap - r->remaining, lim->window_ms, lim->limit, &rem);
-                ms += rem != 0;
-                if (ms > r->reset_ms)
-                    r->reset_ms = ms;
-            } else if (r->reset_ms == 0) {
-                r->reset_ms = lim->window_ms;
-            }
-        }
-        if (r->remaining < 0)
-            r->remaining = 0;
-    }
+    if (e->block_end_us > now)
+        res->allowed = 0;
+    after_local(policy, cost, res);
     if (res->allowed && cost > 0) {
         e->pending += cost;
         h->units += cost;
         SET(&h->m->hybrid_pending, (uint64_t)h->units);
     }
+    if (e->block_end_us > now)
+        backend_apply_block(res, algo_us_to_ms_ceil(e->block_end_us - now));
     e->touch_us = now;
     lru_unlink(h, e);
     lru_push(h, e);
@@ -548,6 +561,26 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
         return;             /* a newer answer is in already */
     }
     take_snapshot(e, res, sent_us, now);
+}
+
+void
+hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg,
+                  const struct rl_policy *policy, const char *key, size_t klen,
+                  int64_t sent_us, const struct rl_check_req *req,
+                  const struct rl_check_res *res)
+{
+    struct hentry *e = find(h, cfg, policy, key, klen, hash_key(key, klen));
+
+    if (e == NULL || res->status != RL_BACKEND_OK)
+        return;
+    /* units admitted here before a reset of everything are forgotten with
+     * the rest; a sync already sent ran before the operation */
+    if ((req->flags & RL_CHECK_RESET) && req->limit_index < 0) {
+        h->units -= e->pending;
+        e->pending = 0;
+        SET(&h->m->hybrid_pending, (uint64_t)h->units);
+    }
+    hybrid_seed(h, cfg, policy, key, klen, sent_us, res);
 }
 
 void

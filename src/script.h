@@ -54,7 +54,8 @@ int script_call_build(struct rl_script_call *c, const struct rl_check_req *const
                       size_t n, int eval) RL_WUR;
 
 /*
- * The reply to a batch is one flat array: per check, allowed then
+ * The reply to a batch is one flat array: per check, allowed (1, 0, or
+ * -blocked_ms for a blocked key) then
  * (remaining, reset_ms, retry_after_ms) per limit, all integers; or, for a
  * check that failed alone (a key of the wrong type), an error in place of
  * allowed, then integers.  RL_OK when r has exactly `len` elements, each an

@@ -113,5 +113,13 @@ MODULES['swl'] = function()
     return room, ceil_ms(ts + W - now)
   end
 
-  return peek, commit
+  -- forget the newest `units` members (all there are, at most); the TTL
+  -- follows the newest left (an emptied key is gone by itself)
+  local function give(key, now, limit, W, burst, units)
+    call('ZREMRANGEBYRANK', key, format('%d', -units), '-1')
+    local last = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if last[1] then set_ttl(key, tonumber(last[2]) + W - now) end
+  end
+
+  return peek, commit, give
 end
