@@ -31,6 +31,7 @@ struct admin_op {
     const struct rl_policy *policy; /* NULL until the body named one */
     enum rl_admin_action action;
     struct rl_check_req req;
+    int64_t sent_us;                /* now_monotonic_us() */
     char peer[INET6_ADDRSTRLEN];
     char id[RL_IDENTITY_MAX];       /* typed: "k:alice", "ip:10.0.0.7" */
     size_t idlen;
@@ -298,7 +299,7 @@ on_answer(const struct rl_check_res *res, void *arg)
     } else {
         /* whatever this daemon remembers of the old state is void now */
         if (op->action != RL_ADM_INSPECT)
-            worker_forget_key(w, op->policy->uid, op->key, op->req.key_len);
+            worker_admin_done(w, op->cfg, &op->req, op->sent_us, res);
         resp.body = s;
         resp.body_len = strlen(s);
         http_respond(op->r, &resp);
@@ -352,6 +353,7 @@ admin_handle(struct http_req *r, void *arg)
         free(error);
     } else {
         op->req.policy = op->policy;
+        op->sent_us = now_monotonic_us();
         worker_check_begin(w);
         w->backend->ops->check(w->backend, &op->req, on_answer, op);
         return;

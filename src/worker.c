@@ -16,13 +16,6 @@
 /* How often a worker tells the others whether its backend is ready. */
 #define READY_PUBLISH_MS 100
 
-struct worker_forget {
-    struct worker_forget *next;
-    uint64_t policy_uid;
-    size_t klen;
-    char key[];
-};
-
 /* Draining ends when every connection got its answers and closed, no check
  * waits for the backend, and every count a hybrid policy admitted has
  * reached it (or shutdown_grace is over).  A connection closes only after
@@ -151,48 +144,88 @@ worker_set_config(struct rl_worker *w, struct rl_config *cfg)
     event_active(w->cfg_ev, EV_READ, 0);
 }
 
+/* An admin action's answer, on its way to a worker's local views. */
+struct worker_news {
+    struct worker_news *next;
+    struct rl_config *cfg;          /* a reference: the policy lives in it */
+    struct rl_check_req req;        /* req.key points at key below */
+    struct rl_check_res res;
+    int64_t sent_us;
+    char key[];
+};
+
 static void
-forget_here(struct rl_worker *w, uint64_t policy_uid, const char *key, size_t klen)
+apply_news(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req *req,
+           int64_t sent_us, const struct rl_check_res *res)
 {
     if (w->env.deny != NULL)
-        deny_cache_forget(w->env.deny, policy_uid, key, klen);
+        deny_cache_forget(w->env.deny, req->policy->uid, req->key, req->key_len);
+    if (w->env.hybrid != NULL && req->policy->mode == RL_MODE_HYBRID)
+        hybrid_admin_done(w->env.hybrid, cfg, req->policy, req->key, req->key_len, sent_us,
+                          req, res);
+}
+
+/* Take what was pushed, oldest first (two actions on one key in a row must
+ * land in their order); apply it unless the worker is going away. */
+static void
+take_news(struct rl_worker *w, int apply)
+{
+    struct worker_news *n = __atomic_exchange_n(&w->news, NULL, __ATOMIC_ACQ_REL);
+    struct worker_news *fifo = NULL;
+
+    while (n != NULL) {
+        struct worker_news *next = n->next;
+        n->next = fifo;
+        fifo = n;
+        n = next;
+    }
+    while (fifo != NULL) {
+        struct worker_news *next = fifo->next;
+        if (apply)
+            apply_news(w, fifo->cfg, &fifo->req, fifo->sent_us, &fifo->res);
+        config_unref(fifo->cfg);
+        free(fifo);
+        fifo = next;
+    }
 }
 
 static void
-on_forget(evutil_socket_t fd, short what, void *arg)
+on_news(evutil_socket_t fd, short what, void *arg)
 {
-    struct rl_worker *w = arg;
-    struct worker_forget *f = __atomic_exchange_n(&w->forget, NULL, __ATOMIC_ACQ_REL);
-
-    while (f != NULL) {
-        struct worker_forget *next = f->next;
-        forget_here(w, f->policy_uid, f->key, f->klen);
-        free(f);
-        f = next;
-    }
+    take_news(arg, 1);
     (void)fd;
     (void)what;
 }
 
-void
-worker_forget_key(struct rl_worker *w, uint64_t policy_uid, const char *key, size_t klen)
+static void
+push_news(struct rl_worker *p, struct rl_config *cfg, const struct rl_check_req *req,
+          int64_t sent_us, const struct rl_check_res *res)
 {
-    forget_here(w, policy_uid, key, klen);
-    for (size_t i = 0; i < w->npeers; i++) {
-        struct rl_worker *p = &w->peers[i];
-        if (p == w)
-            continue;
-        struct worker_forget *f = xmalloc(sizeof(*f) + klen);
-        f->policy_uid = policy_uid;
-        f->klen = klen;
-        memcpy(f->key, key, klen);
-        f->next = __atomic_load_n(&p->forget, __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(&p->forget, &f->next, f, 1, __ATOMIC_RELEASE,
-                                            __ATOMIC_RELAXED))
-            ;
-        /* thread-safe: evthread_use_pthreads() was called before any base */
-        event_active(p->forget_ev, EV_READ, 0);
-    }
+    struct worker_news *n = xmalloc(sizeof(*n) + req->key_len);
+
+    n->cfg = config_ref(cfg);
+    n->req = *req;
+    memcpy(n->key, req->key, req->key_len);
+    n->req.key = n->key;
+    n->res = *res;
+    n->res.error = NULL;
+    n->sent_us = sent_us;
+    n->next = __atomic_load_n(&p->news, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&p->news, &n->next, n, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
+    /* thread-safe: evthread_use_pthreads() was called before any base */
+    event_active(p->news_ev, EV_READ, 0);
+}
+
+void
+worker_admin_done(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req *req,
+                  int64_t sent_us, const struct rl_check_res *res)
+{
+    apply_news(w, cfg, req, sent_us, res);
+    for (size_t i = 0; i < w->npeers; i++)
+        if (&w->peers[i] != w)
+            push_news(&w->peers[i], cfg, req, sent_us, res);
 }
 
 int
@@ -255,7 +288,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
-    w->forget_ev = event_new(w->base, -1, 0, on_forget, w);
+    w->news_ev = event_new(w->base, -1, 0, on_news, w);
     w->ready_reason = own_readiness(w);
     w->ready_ev = event_new(w->base, -1, EV_PERSIST, on_ready_publish, w);
     {
@@ -309,7 +342,7 @@ worker_join(struct rl_worker *w)
 void
 worker_free(struct rl_worker *w)
 {
-    on_forget(-1, 0, w);        /* what was pushed and never taken */
+    take_news(w, 0);            /* what was pushed and never taken */
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);
@@ -326,8 +359,8 @@ worker_free(struct rl_worker *w)
         event_free(w->drain_ev);
     if (w->cfg_ev != NULL)
         event_free(w->cfg_ev);
-    if (w->forget_ev != NULL)
-        event_free(w->forget_ev);
+    if (w->news_ev != NULL)
+        event_free(w->news_ev);
     if (w->ready_ev != NULL)
         event_free(w->ready_ev);
     if (w->grace_ev != NULL)

@@ -17,7 +17,7 @@ struct event_base;
 struct event;
 struct evbuffer;
 struct http_server;
-struct worker_forget;
+struct worker_news;
 
 struct rl_worker {
     int id;
@@ -46,10 +46,10 @@ struct rl_worker {
     size_t npeers;
     struct event *ready_ev;         /* republishes ready_reason */
     const char *ready_reason;       /* NULL: ready; static text (atomic) */
-    /* Keys whose state the admin API changed: pushed by any thread (a
-     * lock-free stack), taken whole on this one by forget_ev. */
-    struct worker_forget *forget;
-    struct event *forget_ev;
+    /* Answers of admin actions for this worker's local views: pushed by
+     * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
+    struct worker_news *news;
+    struct event *news_ev;
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
@@ -58,12 +58,14 @@ int worker_init(struct rl_worker *w, int id, int listen_fd,
 /* Serve the admin API (admin.h) on listening socket fd (taken) too. */
 int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
 /*
- * From w's thread, after the admin API changed the state of (policy, key):
- * every worker drops what it knows of that key locally (a cached denial, a
- * hybrid view), w at once, the others on their next loop pass.
+ * On w's thread, with the backend's answer res to admin action req (sent at
+ * sent_us under cfg): every worker drops its cached denial of the key and
+ * takes res as its view of a hybrid key (hybrid_admin_done), w at once, the
+ * others on their next loop pass.
  */
-void worker_forget_key(struct rl_worker *w, uint64_t policy_uid, const char *key,
-                       size_t klen);
+void worker_admin_done(struct rl_worker *w, struct rl_config *cfg,
+                       const struct rl_check_req *req, int64_t sent_us,
+                       const struct rl_check_res *res);
 /* After worker_init of every worker: peers set, threads started. */
 int worker_start(struct rl_worker *w) RL_WUR;
 /* From any thread: the worker takes its own reference to cfg and swaps it
