@@ -75,7 +75,7 @@ static void
 refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 {
     api_error(op->r, status, extra, msg);
-    audit(op, status == 401 ? RL_ADM_UNAUTHORIZED : status == 503 ? RL_ADM_ERROR
+    audit(op, status == 401 ? RL_ADM_UNAUTHORIZED : status >= 500 ? RL_ADM_ERROR
                                                                 : RL_ADM_INVALID, status);
 }
 
@@ -289,23 +289,28 @@ on_answer(const struct rl_check_res *res, void *arg)
     struct admin_op *op = arg;
     struct rl_worker *w = op->w;
     struct http_response resp = {.status = 200};
-    char *s = res->status == RL_BACKEND_OK ? answer_json(op, res) : NULL;
+    char *s = NULL;
 
-    if (s == NULL) {
+    if (res->status != RL_BACKEND_OK) {
         char *msg = xasprintf("backend: %s", res->error != NULL ? res->error
                                                                 : "unavailable");
         refuse(op, 503, NULL, msg);
         free(msg);
-    } else {
-        /* whatever this daemon remembers of the old state is void now */
-        if (op->action != RL_ADM_INSPECT)
-            worker_admin_done(w, op->cfg, &op->req, op->sent_us, res);
-        resp.body = s;
-        resp.body_len = strlen(s);
-        http_respond(op->r, &resp);
-        audit(op, RL_ADM_OK, 200);
-        free(s);
+        goto out;
     }
+    /* whatever this daemon remembers of the old state is void now */
+    if (op->action != RL_ADM_INSPECT)
+        worker_admin_done(w, op->cfg, &op->req, op->sent_us, res);
+    if ((s = answer_json(op, res)) == NULL) {
+        refuse(op, 500, NULL, "done, but the answer could not be written");
+        goto out;
+    }
+    resp.body = s;
+    resp.body_len = strlen(s);
+    http_respond(op->r, &resp);
+    audit(op, RL_ADM_OK, 200);
+    free(s);
+out:
     op_free(op);
     worker_check_done(w);
 }

@@ -290,6 +290,19 @@ def t_logged_and_counted(a, b, r):
         check(want in ln, "%r not in the log line %r", want, ln)
 
 
+def t_backend_down(a, b, r):
+    # nothing listens there: every action is a 503 naming the backend, counted as an error
+    aport = H.free_port()
+    dead = "redis://127.0.0.1:%d/0" % H.free_port()
+    with H.Daemon(config(aport, redis={"timeout": "200ms", "connect_timeout": "200ms"}),
+                  args=["-r", dead]) as d:
+        for action, body in (("inspect", {}), ("block", {"duration": "1m"}), ("reset", {})):
+            st, h, got = H.request(aport, "POST", "/admin/" + action,
+                                   dict(body, policy="fw", key="down"))
+            H.expect_error(st, h, got, 503, "backend", action)
+        eq(metric(d.port, "block", "error"), 1, "a failed block counted as an error")
+
+
 # ------------------------------------------------------------------ auth
 
 def t_token(a, b, r):
@@ -430,6 +443,7 @@ CASES = [
     ("hybrid: another daemon sees a block within its sync bound", t_hybrid_bound),
     ("bad input: 400 naming the field, counted, nothing changed", t_bad_input),
     ("every action logged (peer, action, policy, key, result) and counted", t_logged_and_counted),
+    ("the backend unreachable: 503 naming it, counted as an error", t_backend_down),
     ("bearer token: 401 without it, reread on SIGHUP", t_token),
     ("unix socket admin_listen on the memory backend", t_unix_socket_and_memory),
     ("unsafe admin configurations are refused", t_config_refused),
