@@ -113,6 +113,8 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key,
     }
     if (res->allowed || wait_ms <= 1)
         return;
+    if (res->blocked_ms > 0 && wait_ms > DENY_CACHE_BLOCKED_MS)
+        wait_ms = DENY_CACHE_BLOCKED_MS;
     h = hash_key(policy, key, klen);
     s = &c->slots[h & c->mask];
     /* direct-mapped: a newcomer replaces whoever held the slot */

@@ -28,11 +28,14 @@ FW = {"name": "fw", "limits": [
 # ipol: identified by the connection's address, as an "ip" identity
 IPOL = {"name": "ipol", "identity": ["peer"], "limits": [
     {"algorithm": "fixed_window", "limit": 3, "window": HOUR}]}
+# short: a token every 1.5 s (x SLOW), two at most
+SHORT = {"name": "short", "limits": [
+    {"algorithm": "token_bucket", "limit": 2, "window": "%dms" % (3000 * H.SLOW), "burst": 2}]}
 BIG = {"name": "big", "limits": [{"algorithm": "fixed_window", "limit": 100, "window": HOUR}]}
 HYBRID_SYNC_MS = 200
 HY = {"name": "hy", "mode": "hybrid", "sync_interval": "%dms" % HYBRID_SYNC_MS,
       "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": HOUR}]}
-POLICIES = [FW, IPOL, BIG, HY]
+POLICIES = [FW, IPOL, BIG, HY, SHORT]
 
 
 def config(admin_port=None, **kw):
@@ -191,22 +194,38 @@ def t_block_ip_identity(a, b, r):
 
 
 def t_other_daemon_deny_cache_bound(a, b, r):
-    # the other daemon (deny_cache on) cached the block's denial: it answers
-    # it until that denial ends, never longer; one with deny_cache off sees
-    # the unblock at once
-    block_ms = 2500 * H.SLOW
+    # another daemon (deny_cache on) answers a denial it cached: a blocked
+    # caller's for DENY_CACHE_BLOCKED_MS (1 s) at most, so an unblock reaches
+    # it within that, not at the end of a 10-minute block; one with
+    # deny_cache off sees the unblock at once
     k = {"policy": "fw", "key": "bound"}
     with H.Daemon(config(deny_cache=False), redis=r) as c:
-        a.ok("block", dict(k, duration=block_ms))
+        a.ok("block", dict(k, duration="10m"))
         t0 = time.monotonic()
         eq(post(b.port, k)[0], 429, "the other daemon, blocked")
         eq(post(c.port, k)[0], 429, "a daemon without deny cache, blocked")
         a.ok("unblock", k)
         eq(post(c.port, k)[0], 200, "the daemon without deny cache right after unblock")
         # counted from before its denial was cached: the cache can only end early
-        left = block_ms / 1000.0 + 2.0 * H.SLOW - (time.monotonic() - t0)
+        left = 1.0 + 2.0 * H.SLOW - (time.monotonic() - t0)
         wait_for(lambda: post(b.port, k)[0] == 200, "the other daemon allows after unblock",
                  max(left, 0.1))
+
+
+def t_other_daemon_limit_denial_bound(a, b, r):
+    # a denial by the limits, cached by another daemon before a reset there,
+    # ends by its own retry_after_ms, and then the reset shows
+    k = {"policy": "short", "key": "lim"}
+    a.ok("penalty", dict(k, cost=2))
+    t0 = time.monotonic()
+    st, h, body = post(b.port, k)
+    eq(st, 429, "the other daemon, the bucket empty")
+    a.ok("reset", k)
+    left = body["retry_after_ms"] / 1000.0 + 1.0 * H.SLOW - (time.monotonic() - t0)
+    got = wait_for(lambda: (lambda x: x if x[0] == 200 else None)(post(b.port, k)),
+                   "the other daemon allows after the reset", max(left, 0.1))
+    # a full bucket less this check; without the reset one refilled token, spent
+    eq(got[2]["remaining"], 1, "remaining of the first allowed check on the other daemon")
 
 
 def t_workers_forget(a, b, r):
@@ -437,8 +456,10 @@ CASES = [
     ("an ip identity is typed as the check types it", t_ip_identity),
     ("block denies on this and another daemon with Retry-After; unblock", t_block_everywhere),
     ("block of an address; reset of all lifts it", t_block_ip_identity),
-    ("another daemon's cached denial ends by its retry_after; without deny cache at once",
-     t_other_daemon_deny_cache_bound),
+    ("another daemon's cached denial of a block ends within 1 s of an unblock; "
+     "without deny cache at once", t_other_daemon_deny_cache_bound),
+    ("another daemon's cached denial by the limits ends by its retry_after after a reset",
+     t_other_daemon_limit_denial_bound),
     ("every worker forgets its cached denial after a reset", t_workers_forget),
     ("hybrid: another daemon sees a block within its sync bound", t_hybrid_bound),
     ("bad input: 400 naming the field, counted, nothing changed", t_bad_input),
