@@ -292,8 +292,12 @@ on_answer(const struct rl_check_res *res, void *arg)
     char *s = NULL;
 
     if (res->status != RL_BACKEND_OK) {
-        char *msg = xasprintf("backend: %s", res->error != NULL ? res->error
-                                                                : "unavailable");
+        /* a timeout means it never reached the backend; a lost connection
+         * leaves it unknown */
+        char *msg = xasprintf("backend: %s%s", res->error != NULL ? res->error : "unavailable",
+                              res->status == RL_BACKEND_TIMEOUT ? " (not applied)"
+                              : op->action == RL_ADM_INSPECT ? ""
+                              : " (inspect to see whether it was applied)");
         refuse(op, 503, NULL, msg);
         free(msg);
         goto out;
@@ -358,6 +362,9 @@ admin_handle(struct http_req *r, void *arg)
         free(error);
     } else {
         op->req.policy = op->policy;
+        /* the answer must say whether the action ran: once sent, only the
+         * reply (or the connection's loss) answers it, never a timer */
+        op->req.flags |= RL_CHECK_SETTLE;
         op->sent_us = now_monotonic_us();
         worker_check_begin(w);
         w->backend->ops->check(w->backend, &op->req, on_answer, op);
