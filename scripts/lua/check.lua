@@ -120,11 +120,12 @@ end
 -- block's, in one MGET; where the block cannot be read here (a migrating
 -- Cluster slot, see above), no value for either.
 local function read_first(key, bkey)
-  local ok, got = pcall(redis.call, 'MGET', key, bkey)
-  if ok then return got[1], got[2] end
-  ok, got = pcall(redis.call, 'GET', bkey)
-  if ok then return false, got end
-  return false, false
+  -- redis.pcall: an error comes back as a table, no Lua pcall frame
+  local got = redis.pcall('MGET', key, bkey)
+  if got.err == nil then return got[1], got[2] end
+  got = redis.pcall('GET', bkey)
+  if type(got) == 'table' then return false, false end
+  return false, got
 end
 
 -- ms until the block whose value is v ends; 0 when there is none

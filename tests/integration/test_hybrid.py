@@ -433,7 +433,10 @@ def t_block_seen_at_next_sync(d, r):
     denied at the latest (the first may be read in the same loop pass as the
     sync's reply), and denials consume nothing; a lifted block likewise."""
     ident, blk = "blk", "{rl:crowd:k:blk}:block"
-    with H.Daemon(CONFIG, redis=r, workers=1) as own, H.Client(own.port) as c:
+    # the deny cache off: a denial the exact path cached would outlive the
+    # lifted block (it trusts retry_after), and this is about the local view
+    cfg = dict(CONFIG, deny_cache=False)
+    with H.Daemon(cfg, redis=r, workers=1) as own, H.Client(own.port) as c:
         body = {"key": ident, "policy": "crowd"}
         statuses = []
         for i in range(3):
