@@ -104,35 +104,32 @@ local function spec_of(s)
   return sp
 end
 
--- A cost string -> { cost, force, once, reset, block; admin, err }.
+-- A cost string -> { cost, force, once, reset, block, admin; err }.
 local function cost_of(s)
-  local cf = { tonumber(s), false, false, false, false }
+  local cf = { tonumber(s), false, false, false, false, false }
   if cf[1] == nil then
     local c, f, o, r, b = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)$')
     cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
     if c == nil then cf.err = 'bad cost ' .. s end
   end
-  cf.admin = cf[1] < 0 or cf[4] or cf[5]
+  cf[6] = cf[1] < 0 or cf[4] or cf[5]
   return cf
 end
 
--- The first limit's value (false: missing, or not a string) and the
--- block's, in one MGET; where the block cannot be read here (a migrating
--- Cluster slot, see above), no value for either.
-local function read_first(key, bkey)
+-- The first limit's value (false: missing, or not a string) and the ms
+-- until the block ends (0: none), in one MGET; where the block cannot be
+-- read here (a migrating Cluster slot, see above), neither.
+local function read_first(key, bkey, now)
   -- redis.pcall: an error comes back as a table, no Lua pcall frame
-  local got = redis.pcall('MGET', key, bkey)
-  if got.err == nil then return got[1], got[2] end
-  got = redis.pcall('GET', bkey)
-  if type(got) == 'table' then return false, false end
-  return false, got
-end
-
--- ms until the block whose value is v ends; 0 when there is none
-local function blocked_ms(v, now)
-  local e = v and tonumber(v)
-  if e and e > now then return ceil_ms(e - now) end
-  return 0
+  local got, v, e = redis.pcall('MGET', key, bkey), false, nil
+  if got.err == nil then
+    v, e = got[1], got[2]
+  else
+    e = redis.pcall('GET', bkey)
+  end
+  e = e and tonumber(e)
+  if e and e > now then return v, ceil_ms(e - now) end
+  return v, 0
 end
 
 -- An admin check's operation: reset, block, give back, in that order;
@@ -173,8 +170,15 @@ local function admin(sp, cf, k, bkey, now, a)
   for i = 1, n do
     local j, p = 5 * i - 5, st[i]
     if p then
-      GIVES[sp[j + 1]](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], units,
-                       p[6], p[7], p[8], p[9], p[10])
+      -- the limit's module (a peek is its module's own), built with give
+      local give
+      for tag, m in pairs(ALGOS) do
+        if m[1] == sp[j + 1] then
+          local _, _, g = MODULES[tag](true)
+          give = g
+        end
+      end
+      give(KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], units, p[6], p[7], p[8], p[9], p[10])
     end
   end
 end
@@ -191,13 +195,12 @@ end
 local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
-  if cf.admin then
+  if cf[6] then
     admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
   local key = KEYS[k + 1]
-  local v, b = read_first(key, bkey)
-  local blocked = blocked_ms(b, now)
+  local v, blocked = read_first(key, bkey, now)
   local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost, v)
   if ((ok and blocked == 0) or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
     rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
@@ -219,12 +222,11 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
-  if cf.admin then
+  if cf[6] then
     admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
-  local pre, b = read_first(KEYS[k + 1], bkey)
-  local blocked = blocked_ms(b, now)
+  local pre, blocked = read_first(KEYS[k + 1], bkey, now)
   local allowed = blocked == 0
   for i = 1, n do
     local j = 5 * i - 5

@@ -5,7 +5,7 @@
 -- window still closes on time.
 -- Mirrors src/algo_fixed_window.c.
 
-MODULES['fw'] = function()
+MODULES['fw'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local function peek(key, now, limit, W, burst, cost, pre)
     local v = pre or call('GET', key)
@@ -41,6 +41,7 @@ MODULES['fw'] = function()
     return room, ceil_ms(left)
   end
 
+  if not with_give then return peek, commit end
   -- the count down by units, floored at 0 (then no key); the window stays
   local function give(key, now, limit, W, burst, units, count, start)
     if count == 0 then return end

@@ -9,7 +9,7 @@
 -- as pairs; products go through muldiv (intmath.lua).
 -- String value "<i> <f>" of TAT.  Mirrors src/algo_gcra.c.
 
-MODULES['gcra'] = function()
+MODULES['gcra'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local divmod, muldiv = intmath()
   -- Pair (i, f) normalised after f may have left [0, limit).
@@ -96,6 +96,7 @@ MODULES['gcra'] = function()
     return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
   end
 
+  if not with_give then return peek, commit end
   -- TAT back by T * units, not before now (then no key); TAT is at most
   -- 2 x tau ahead, so more than 2 x burst units change nothing more
   local function give(key, now, limit, W, burst, units, xi, xf)

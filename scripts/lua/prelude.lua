@@ -15,7 +15,7 @@
 --     consumes cost (> 0) whether peek allowed it or not (a forced check),
 --     sets the key's TTL and answers the numbers after it (allowed and
 --     retry_after_ms stay what peek decided).
---   give(key, now, limit, W, burst, units, s1, ..., s5)
+--   give(key, now, limit, W, burst, units, s1, ..., s5)   (built on request)
 --     gives `units` (> 0) back (a reward; see README "Giving back"), from
 --     the state a peek of cost 0 read (s1..s5), and sets the TTL; a state
 --     left worth nothing is deleted (no key is the empty state).
@@ -41,16 +41,16 @@
 
 local floor = math.floor
 
-local MODULES, ALGOS, GIVES = {}, {}, {}
--- the module of tag, built on first use in this call; nil if none.  Its
--- give (admin calls only) is found by its peek: GIVES[peek].
+local MODULES, ALGOS = {}, {}
+-- the module of tag, built on first use in this call; nil if none.  Built
+-- without its give, which only an admin call needs (MODULES[tag](true)
+-- builds it then): a closure less per call.
 local function algo(tag)
   local m = ALGOS[tag]
   if m == nil and MODULES[tag] then
-    local peek, commit, give = MODULES[tag]()
-    m = { peek, commit }
+    local peek, commit = MODULES[tag]()
+    m = { peek, commit, tag }
     ALGOS[tag] = m
-    GIVES[peek] = give
   end
   return m
 end

@@ -9,7 +9,7 @@
 -- (intmath.lua).  A forced commit counts past the limit.
 -- Mirrors src/algo_sliding_window_counter.c.
 
-MODULES['swc'] = function()
+MODULES['swc'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local divmod, muldiv = intmath()
   local function peek(key, now, limit, W, burst, cost, pre)
@@ -81,6 +81,7 @@ MODULES['swc'] = function()
     return room, ceil_ms(reset)
   end
 
+  if not with_give then return peek, commit end
   -- the current window's count down first, then the previous one's, each
   -- floored at 0 (both 0: no key)
   local function give(key, now, limit, W, burst, units, cur, curr, prev)

@@ -11,7 +11,7 @@
 -- String value "<d>:<f>:<t>", written with its TTL in one SET ... PX.
 -- Mirrors src/algo_token_bucket.c.
 
-MODULES['tb'] = function()
+MODULES['tb'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local divmod, muldiv = intmath()
   -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
@@ -81,6 +81,7 @@ MODULES['tb'] = function()
     return room, ceil_ms(reset)
   end
 
+  if not with_give then return peek, commit end
   -- units tokens back, the bucket full at most (then no key)
   local function give(key, now, limit, W, burst, units, d, f, at, skew)
     d = d - units
