@@ -240,6 +240,18 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     return RL_ERR;
 }
 
+const struct rl_policy *
+check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const char *id,
+              size_t idlen, char *key, size_t size, size_t *klen)
+{
+    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, key, size);
+
+    if (n < 0)
+        return NULL;
+    *klen = (size_t)n;
+    return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
+}
+
 int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg,
