@@ -82,6 +82,15 @@ struct rl_algo_def {
      */
     void (*commit)(const struct rl_limit *lim, struct rl_algo_state *st,
                    int64_t now_us, int64_t cost, struct rl_limit_result *res);
+    /*
+     * Give `units` (> 0) back at now_us (a reward), whatever the state: a
+     * counter goes down (never below 0), a bucket fills (never past
+     * burst), GCRA's TAT moves back (never before now), the log forgets
+     * its newest `units` entries.  A state left worth nothing is all zero,
+     * like a missing Redis key (the script deletes the key then).
+     */
+    void (*give)(const struct rl_limit *lim, struct rl_algo_state *st,
+                 int64_t now_us, int64_t units);
     /* Microseconds from now_us after which the state is worthless (its TTL). */
     int64_t (*ttl_us)(const struct rl_limit *lim, const struct rl_algo_state *st,
                       int64_t now_us);

@@ -47,6 +47,24 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     algo_set_numbers(res, lim->limit - st->a, st->b + lim->window_ms * 1000 - now);
 }
 
+static void
+fw_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+        int64_t units)
+{
+    int64_t count = fw_count(lim, st, now);
+
+    /* a closed window is left as it is, as the script leaves its key: a
+     * clock that steps back sees it again either way */
+    if (count == 0)
+        return;
+    if (count > units) {
+        st->a = count - units;
+    } else {
+        st->a = 0;
+        st->b = 0;
+    }
+}
+
 static int64_t
 fw_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
@@ -59,6 +77,7 @@ const struct rl_algo_def rl_algo_fixed_window = {
     .uses_burst = 0,
     .peek = fw_peek,
     .commit = fw_commit,
+    .give = fw_give,
     .ttl_us = fw_ttl,
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,

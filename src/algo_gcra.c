@@ -143,6 +143,24 @@ gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     algo_set_numbers(res, room, gcra_ceil(n));
 }
 
+static void
+gcra_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+          int64_t units)
+{
+    int64_t most = algo_most_owed(lim);
+    struct gcra_t x = gcra_ahead(lim, st, now);
+    struct gcra_t c = gcra_units(lim, units < most ? units : most);
+    struct gcra_t n = gcra_norm(x.i - c.i, x.f - c.f, lim->limit);
+
+    if (n.i < 0 || (n.i == 0 && n.f == 0)) {
+        /* TAT not before now: the state of no key at all */
+        st->a = st->b = 0;
+        return;
+    }
+    st->a = now + n.i;
+    st->b = n.f;
+}
+
 static int64_t
 gcra_ttl(const struct rl_limit *lim, const struct rl_algo_state *st,
          int64_t now)
@@ -156,6 +174,7 @@ const struct rl_algo_def rl_algo_gcra = {
     .uses_burst = 1,
     .peek = gcra_peek,
     .commit = gcra_commit,
+    .give = gcra_give,
     .ttl_us = gcra_ttl,
     .estimate = algo_estimate_refill,
     .estimate_take = algo_estimate_take_refill,

@@ -101,6 +101,26 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     algo_set_numbers(res, v.room - cost, (v.cur + 2) * W - now);
 }
 
+/* From the current window's count first, then from the previous one's. */
+static void
+swc_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+         int64_t units)
+{
+    struct swc_view v;
+    int64_t curr, prev;
+
+    swc_view(lim, st, now, &v);
+    curr = v.curr - units;
+    prev = v.prev;
+    if (curr < 0) {
+        prev = prev + curr > 0 ? prev + curr : 0;
+        curr = 0;
+    }
+    st->a = curr > 0 || prev > 0 ? v.cur : 0;
+    st->b = curr;
+    st->c = prev;
+}
+
 static int64_t
 swc_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
@@ -116,6 +136,7 @@ const struct rl_algo_def rl_algo_sliding_window_counter = {
     .uses_burst = 0,
     .peek = swc_peek,
     .commit = swc_commit,
+    .give = swc_give,
     .ttl_us = swc_ttl,
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,

@@ -149,6 +149,18 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     algo_set_numbers(res, lim->limit - st->a, ts + W - now);
 }
 
+/* Forget the newest `units` entries (all there are, at most). */
+static void
+swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+         int64_t units)
+{
+    uint32_t k = units < (int64_t)st->ring_len ? (uint32_t)units : st->ring_len;
+
+    for (uint32_t i = st->ring_len - k; i < st->ring_len; i++)
+        st->a -= swl_cost(st, i);
+    st->ring_len -= k;
+}
+
 static int64_t
 swl_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
@@ -164,6 +176,7 @@ const struct rl_algo_def rl_algo_sliding_window_log = {
     .uses_burst = 0,
     .peek = swl_peek,
     .commit = swl_commit,
+    .give = swl_give,
     .ttl_us = swl_ttl,
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,

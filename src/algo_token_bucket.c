@@ -108,6 +108,23 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
                      tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);
 }
 
+static void
+tb_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+        int64_t units)
+{
+    struct tb_view v;
+
+    tb_view(lim, st, now, &v);
+    if (v.d - units < 0 || (v.d == units && v.f == 0)) {
+        /* full: the state of no key at all */
+        st->a = st->b = st->c = 0;
+        return;
+    }
+    st->a = v.d - units;
+    st->b = v.f;
+    st->c = v.at;
+}
+
 static int64_t
 tb_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
@@ -123,6 +140,7 @@ const struct rl_algo_def rl_algo_token_bucket = {
     .uses_burst = 1,
     .peek = tb_peek,
     .commit = tb_commit,
+    .give = tb_give,
     .ttl_us = tb_ttl,
     .estimate = algo_estimate_refill,
     .estimate_take = algo_estimate_take_refill,

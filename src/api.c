@@ -51,6 +51,12 @@ respond_error(struct http_req *r, int status, const char *extra, const char *msg
     json_decref(o);
 }
 
+void
+api_error(struct http_req *r, int status, const char *extra, const char *msg)
+{
+    respond_error(r, status, extra, msg);
+}
+
 static void
 respond_405(struct http_req *r, struct rl_worker *w, const char *allow)
 {
@@ -72,6 +78,12 @@ peer_text(const struct http_req *r, char *buf, size_t size)
     else if (ss->ss_family == AF_INET6)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr,
                   buf, (socklen_t)size);
+}
+
+void
+api_peer_text(const struct http_req *r, char *buf, size_t size)
+{
+    peer_text(r, buf, size);
 }
 
 /* One line per sampled check: what was decided, never who by key (a key

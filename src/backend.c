@@ -44,3 +44,28 @@ backend_once_key(const struct rl_check_req *req, char *buf, size_t size)
     sb_mem(&sb, w, sizeof(w));
     return sb_ok(&sb) ? (int)sb.len : -1;
 }
+
+int
+backend_block_key(const struct rl_check_req *req, char *buf, size_t size)
+{
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    sb_mem(&sb, req->key, req->key_len);
+    sb_str(&sb, ":block");
+    return sb_ok(&sb) ? (int)sb.len : -1;
+}
+
+void
+backend_apply_block(struct rl_check_res *res, int64_t blocked_ms)
+{
+    res->allowed = 0;
+    res->blocked_ms = blocked_ms;
+    for (size_t i = 0; i < res->nlimits; i++) {
+        struct rl_limit_result *l = &res->limits[i];
+
+        l->allowed = 0;
+        if (l->retry_after_ms >= 0 && l->retry_after_ms < blocked_ms)
+            l->retry_after_ms = blocked_ms;
+    }
+}

@@ -32,10 +32,18 @@ struct rl_check_req {
     const struct rl_policy *policy;
     const char *key;        /* "{<prefix><policy>:<escaped identity>}" */
     size_t key_len;
+    /*
+     * > 0 consumes, 0 only asks (inspect), < 0 gives |cost| units back (a
+     * reward): always applied, as if forced, whatever the limits say; per
+     * algorithm, see README "Giving back".  A forced positive cost is a
+     * penalty.
+     */
     int64_t cost;
     int64_t timeout_ms;     /* answer by then, whatever happens */
     unsigned flags;         /* RL_CHECK_* */
     uint64_t writer, seq;   /* RL_CHECK_ONCE */
+    int limit_index;        /* RL_CHECK_RESET: this limit only; < 0: all */
+    int64_t block_ms;       /* RL_CHECK_BLOCK: for this long; 0 lifts it */
 };
 
 /* Consume `cost` even when it does not fit (the answer still says whether it
@@ -55,11 +63,34 @@ struct rl_check_req {
  * may have run) is sent again under the same seq, so it cannot count twice.
  * Redis backends only; a writer's seqs for one key must only grow. */
 #define RL_CHECK_ONCE 0x4u
+/*
+ * Admin operations.  RL_CHECK_RESET deletes the state of limit
+ * `limit_index` of the policy, or of every limit when limit_index < 0 (and
+ * then the block too).  RL_CHECK_BLOCK blocks the key for `block_ms` ms from
+ * now (replacing any block), or lifts the block when block_ms is 0.  A
+ * negative cost (give back) may come with them; the order is reset, block,
+ * give back.  An admin check is answered like a check of cost 0 made right
+ * after it: the state after the operation, consuming nothing.  Not with
+ * RL_CHECK_ONCE.
+ *
+ * The block lives in the backend next to the counts, "<key>:block" (the
+ * same hash tag), so every daemon sharing the backend sees it: while it
+ * lasts, every check of the key is denied (allowed = 0, blocked_ms > 0) and
+ * consumes nothing; a forced one still lands (counts admitted elsewhere,
+ * a penalty).
+ */
+#define RL_CHECK_RESET 0x8u
+#define RL_CHECK_BLOCK 0x10u
+#define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK)
 
 struct rl_check_res {
     enum rl_backend_status status;
     const char *error;      /* static text for logs when status != OK */
     int allowed;
+    /* > 0 while the key is blocked, ms until the block ends: then allowed
+     * is 0, nothing was consumed (unless forced), and every limit's
+     * retry_after_ms is at least this (or -1: the cost never fits). */
+    int64_t blocked_ms;
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };
@@ -112,6 +143,18 @@ size_t backend_memory_entries(void);
  */
 int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf,
                       size_t size);
+/* The key of a check's block: "<req->key>:block" (the same hash tag).  As
+ * above. */
+int backend_block_key(const struct rl_check_req *req, char *buf, size_t size);
+/* Mark res as the answer for a key blocked for blocked_ms (> 0) more ms:
+ * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
+void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);
+/* Whether req is an admin operation (reset, block or give back). */
+static inline int
+backend_is_admin(const struct rl_check_req *req)
+{
+    return (req->flags & RL_CHECK_ADMIN) != 0 || req->cost < 0;
+}
 /* The key of an RL_CHECK_ONCE check's last applied seq:
  * "<req->key>:once:<writer in hex>" (the same hash tag).  As above. */
 int backend_once_key(const struct rl_check_req *req, char *buf, size_t size);

@@ -385,102 +385,242 @@ fail(struct rl_check_res *res, const char *why, rl_check_cb cb, void *arg)
     cb(res, arg);
 }
 
+/*
+ * One check's keys in the table: its limits' keys, then its block key
+ * (index n), their hashes and shards, the shards it holds locked, and the
+ * entries found.
+ */
+struct mem_op {
+    size_t n, per;
+    char stackbuf[MEM_KEYBUF], *kbuf;
+    size_t klen[RL_LIMITS_MAX + 1];
+    uint64_t hash[RL_LIMITS_MAX + 1];
+    unsigned shard[RL_LIMITS_MAX + 1], order[RL_LIMITS_MAX + 1], nlocked;
+    struct mem_entry *e[RL_LIMITS_MAX + 1];
+};
+
+static int
+op_key(struct mem_store *s, struct mem_op *op, size_t i, int len)
+{
+    if (len < 0)
+        return RL_ERR;
+    op->klen[i] = (size_t)len;
+    op->hash[i] = siphash24(s->k0, s->k1,
+                            (const unsigned char *)op->kbuf + i * op->per,
+                            op->klen[i]);
+    op->shard[i] = (unsigned)(op->hash[i] >> 32) & (s->nshards - 1);
+    return RL_OK;
+}
+
+static void
+op_release(struct mem_op *op)
+{
+    if (op->kbuf != op->stackbuf)
+        free(op->kbuf);
+}
+
+static int
+op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
+{
+    size_t n = op->n = req->policy->nlimits;
+
+    op->per = req->key_len + MEM_KEY_EXTRA;
+    op->kbuf = op->stackbuf;
+    if ((n + 1) * op->per > sizeof(op->stackbuf))
+        op->kbuf = xmalloc((n + 1) * op->per);
+    for (size_t i = 0; i < n; i++) {
+        char *k = op->kbuf + i * op->per;
+
+        if (op_key(s, op, i, backend_limit_key(req, i, k, op->per)) != RL_OK)
+            return RL_ERR;
+    }
+    return op_key(s, op, n, backend_block_key(req, op->kbuf + n * op->per,
+                                              op->per));
+}
+
+/* Lock each shard of the check's keys once, in ascending order. */
+static void
+op_lock(struct mem_store *s, struct mem_op *op)
+{
+    op->nlocked = 0;
+    for (size_t i = 0; i <= op->n; i++) {
+        unsigned j = op->nlocked;
+        int dup = 0;
+
+        for (unsigned k = 0; k < op->nlocked; k++)
+            dup |= op->order[k] == op->shard[i];
+        if (dup)
+            continue;
+        while (j > 0 && op->order[j - 1] > op->shard[i]) {
+            op->order[j] = op->order[j - 1];
+            j--;
+        }
+        op->order[j] = op->shard[i];
+        op->nlocked++;
+    }
+    for (unsigned k = 0; k < op->nlocked; k++)
+        pthread_mutex_lock(&s->shards[op->order[k]].lock);
+}
+
+static void
+op_unlock(struct mem_store *s, struct mem_op *op)
+{
+    for (unsigned k = op->nlocked; k-- > 0;)
+        pthread_mutex_unlock(&s->shards[op->order[k]].lock);
+}
+
+/* Key i's live entry, or NULL (an expired one is dropped). */
+static struct mem_entry *
+op_find(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
+{
+    struct mem_shard *sh = &s->shards[op->shard[i]];
+    struct mem_entry *e = shard_find(sh, op->hash[i], op->kbuf + i * op->per,
+                                     op->klen[i]);
+
+    if (e != NULL && e->expires <= now) {
+        shard_remove(sh, e);
+        e = NULL;
+    }
+    return op->e[i] = e;
+}
+
+/* Key i's entry, inserted when missing. */
+static struct mem_entry *
+op_get(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
+{
+    struct mem_shard *sh = &s->shards[op->shard[i]];
+
+    if (op->e[i] == NULL)   /* two limits on one key insert it once */
+        op->e[i] = shard_find(sh, op->hash[i], op->kbuf + i * op->per,
+                              op->klen[i]);
+    if (op->e[i] == NULL)
+        op->e[i] = shard_insert(sh, op->hash[i], op->kbuf + i * op->per,
+                                op->klen[i], now, op->e, op->n + 1);
+    return op->e[i];
+}
+
+static void
+op_drop(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
+{
+    if (op_find(s, op, i, now) != NULL)
+        shard_remove(&s->shards[op->shard[i]], op->e[i]);
+    op->e[i] = NULL;
+}
+
+/* The entry of limit i changed at now: it expires when its state is worthless. */
+static void
+op_expire(struct mem_store *s, struct mem_op *op, size_t i,
+          const struct rl_limit *lim, int64_t now)
+{
+    int64_t ttl = algo_def(lim->algo)->ttl_us(lim, &op->e[i]->st, now);
+
+    op->e[i]->expires = now + (ttl > 0 ? ttl : 0);
+    heap_fix(&s->shards[op->shard[i]], op->e[i]->heap);
+}
+
+/* Reset, block, give back: in that order, as the script does. */
+static void
+op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
+         int64_t now)
+{
+    const struct rl_policy *pol = req->policy;
+
+    if (req->flags & RL_CHECK_RESET) {
+        for (size_t i = 0; i < op->n; i++)
+            if (req->limit_index < 0 || (size_t)req->limit_index == i)
+                op_drop(s, op, i, now);
+        if (req->limit_index < 0)
+            op_drop(s, op, op->n, now);
+    }
+    if (req->flags & RL_CHECK_BLOCK) {
+        op_drop(s, op, op->n, now);
+        if (req->block_ms > 0) {
+            struct mem_entry *b = op_get(s, op, op->n, now);
+
+            b->expires = now + req->block_ms * 1000;
+            heap_fix(&s->shards[op->shard[op->n]], b->heap);
+        }
+    }
+    for (size_t i = 0; req->cost < 0 && i < op->n; i++) {
+        /* a fresh state has nothing to give back */
+        if (op_find(s, op, i, now) == NULL)
+            continue;
+        algo_def(pol->limits[i].algo)->give(&pol->limits[i], &op->e[i]->st,
+                                            now, -req->cost);
+        op_expire(s, op, i, &pol->limits[i], now);
+    }
+}
+
+/* Decide (peek every limit, then commit all or none) and answer into res. */
+static void
+op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
+          int64_t now, struct rl_check_res *res)
+{
+    static const struct rl_algo_state fresh;
+    const struct rl_policy *pol = req->policy;
+    int64_t cost = backend_is_admin(req) ? 0 : req->cost, blocked = 0;
+
+    if (op_find(s, op, op->n, now) != NULL)
+        blocked = algo_us_to_ms_ceil(op->e[op->n]->expires - now);
+    res->allowed = 1;
+    for (size_t i = 0; i < op->n; i++) {
+        const struct rl_limit *lim = &pol->limits[i];
+
+        op_find(s, op, i, now);
+        algo_def(lim->algo)->peek(lim, op->e[i] ? &op->e[i]->st : &fresh, now,
+                                  cost, &res->limits[i]);
+        if (!res->limits[i].allowed)
+            res->allowed = 0;
+    }
+    if ((res->allowed && blocked == 0) || (req->flags & RL_CHECK_FORCE)) {
+        for (size_t i = 0; cost > 0 && i < op->n; i++) {
+            const struct rl_limit *lim = &pol->limits[i];
+
+            algo_def(lim->algo)->commit(lim, &op_get(s, op, i, now)->st, now,
+                                        cost, &res->limits[i]);
+            op_expire(s, op, i, lim, now);
+        }
+    }
+    res->nlimits = op->n;
+    if (blocked > 0)
+        backend_apply_block(res, blocked);
+}
+
 static void
 mem_check(struct rl_backend *be, const struct rl_check_req *req,
           rl_check_cb cb, void *arg)
 {
-    static const struct rl_algo_state fresh;
     struct mem_store *s = ((struct mem_backend *)be)->store;
-    const struct rl_policy *pol = req->policy;
-    size_t n = pol->nlimits, per = req->key_len + MEM_KEY_EXTRA;
-    char stackbuf[MEM_KEYBUF], *kbuf = stackbuf;
-    size_t klen[RL_LIMITS_MAX];
-    uint64_t hash[RL_LIMITS_MAX];
-    unsigned shard[RL_LIMITS_MAX], order[RL_LIMITS_MAX], nlocked = 0;
-    struct mem_entry *e[RL_LIMITS_MAX];
+    struct mem_op op;
     struct rl_check_res res;
     int64_t now;
 
     memset(&res, 0, sizeof(res));
-    if (n > RL_LIMITS_MAX) {
+    if (req->policy->nlimits > RL_LIMITS_MAX) {
         fail(&res, "too many limits", cb, arg);
         return;
     }
-    if (n * per > sizeof(stackbuf))
-        kbuf = xmalloc(n * per);
-    for (size_t i = 0; i < n; i++) {
-        int len = backend_limit_key(req, i, kbuf + i * per, per);
-        if (len < 0) {
-            if (kbuf != stackbuf)
-                free(kbuf);
-            fail(&res, "key too long", cb, arg);
-            return;
-        }
-        klen[i] = (size_t)len;
-        hash[i] = siphash24(s->k0, s->k1, (const unsigned char *)kbuf + i * per,
-                          klen[i]);
-        shard[i] = (unsigned)(hash[i] >> 32) & (s->nshards - 1);
+    if (req->limit_index >= (int)req->policy->nlimits &&
+        (req->flags & RL_CHECK_RESET)) {
+        fail(&res, "no such limit", cb, arg);
+        return;
     }
-
-    /* lock each shard once, in ascending order */
-    for (size_t i = 0; i < n; i++) {
-        unsigned j = nlocked;
-        int dup = 0;
-        for (unsigned k = 0; k < nlocked; k++)
-            dup |= order[k] == shard[i];
-        if (dup)
-            continue;
-        while (j > 0 && order[j - 1] > shard[i]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = shard[i];
-        nlocked++;
+    memset(op.e, 0, sizeof(op.e));
+    if (op_keys(s, &op, req) != RL_OK) {
+        op_release(&op);
+        fail(&res, "key too long", cb, arg);
+        return;
     }
-    for (unsigned k = 0; k < nlocked; k++)
-        pthread_mutex_lock(&s->shards[order[k]].lock);
+    op_lock(s, &op);
     /* read the clock under the locks: each key sees its times in order */
     now = now_monotonic_us();
-
-    for (unsigned k = 0; k < nlocked; k++)
-        shard_sweep(&s->shards[order[k]], now, MEM_SWEEP_BATCH);
-    res.allowed = 1;
-    for (size_t i = 0; i < n; i++) {
-        struct mem_shard *sh = &s->shards[shard[i]];
-        const struct rl_limit *lim = &pol->limits[i];
-
-        e[i] = shard_find(sh, hash[i], kbuf + i * per, klen[i]);
-        if (e[i] != NULL && e[i]->expires <= now) {
-            shard_remove(sh, e[i]);
-            e[i] = NULL;
-        }
-        algo_def(lim->algo)->peek(lim, e[i] ? &e[i]->st : &fresh, now,
-                                  req->cost, &res.limits[i]);
-        if (!res.limits[i].allowed)
-            res.allowed = 0;
-    }
-    if ((res.allowed || (req->flags & RL_CHECK_FORCE)) && req->cost > 0) {
-        for (size_t i = 0; i < n; i++) {
-            struct mem_shard *sh = &s->shards[shard[i]];
-            const struct rl_limit *lim = &pol->limits[i];
-            const struct rl_algo_def *def = algo_def(lim->algo);
-            int64_t ttl;
-
-            if (e[i] == NULL)   /* two limits on one key insert it once */
-                e[i] = shard_find(sh, hash[i], kbuf + i * per, klen[i]);
-            if (e[i] == NULL)
-                e[i] = shard_insert(sh, hash[i], kbuf + i * per, klen[i], now,
-                                    e, n);
-            def->commit(lim, &e[i]->st, now, req->cost, &res.limits[i]);
-            ttl = def->ttl_us(lim, &e[i]->st, now);
-            e[i]->expires = now + (ttl > 0 ? ttl : 0);
-            heap_fix(sh, e[i]->heap);
-        }
-    }
-    for (unsigned k = nlocked; k-- > 0;)
-        pthread_mutex_unlock(&s->shards[order[k]].lock);
-    if (kbuf != stackbuf)
-        free(kbuf);
+    for (unsigned k = 0; k < op.nlocked; k++)
+        shard_sweep(&s->shards[op.order[k]], now, MEM_SWEEP_BATCH);
+    if (backend_is_admin(req))
+        op_admin(s, &op, req, now);
+    op_decide(s, &op, req, now, &res);
+    op_unlock(s, &op);
+    op_release(&op);
 
     /* keep shards that no check touches from holding expired entries */
     {
@@ -493,7 +633,6 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req,
     }
 
     res.status = RL_BACKEND_OK;
-    res.nlimits = n;
     cb(&res, arg);
 }
 

@@ -4,14 +4,15 @@
  * One connection per worker (a struct rconn, redis_conn.c), on the worker's
  * event_base; with Sentinel, redis_sentinel.c says where to.  The
  * checks that arrive in one pass of the event loop are coalesced into one
- * EVALSHA of the check script (EVAL once when the server answers NOSCRIPT,
- * e.g. after a restart or SCRIPT FLUSH), up to redis.coalesce of them, and
+ * FCALL of the check script's function library (EVALSHA on a server without
+ * FUNCTION; EVAL once when the server forgot either, e.g. after a restart or
+ * a FUNCTION FLUSH), up to redis.coalesce of them, and
  * hiredis pipelines the calls.  hiredis 0.14 has no async timeouts, so each
  * check owns a timer: when it fires the check is answered TIMEOUT and its part
  * of the late reply, when it comes, is dropped.
  *
  * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, ROLE,
- * SCRIPT LOAD) -> READY.  Lost connections come back with exponential backoff
+ * SCRIPT LOAD, FUNCTION LOAD) -> READY.  Lost connections come back with exponential backoff
  * and jitter.  Checks that arrive while a connection is being made (CONNECTING,
  * HANDSHAKE: the first one, or a reconnect attempt under way) wait for it,
  * each under its own deadline; checks that arrive while DOWN (between
@@ -43,11 +44,9 @@ struct redis_backend {
     struct rl_redis_url url;
     char *display;              /* the URL without credentials, for logs */
     unsigned max_pending;
-    /* Checks waiting for the end of this event-loop pass (flush_ev), to go
-     * to Redis as one script call. */
-    struct redis_op **queue;
-    size_t nqueued, coalesce;
-    struct event *flush_ev;
+    /* Checks waiting for the end of this event-loop pass, to go to Redis as
+     * one script call. */
+    struct rconn_queue queue;
     struct rl_script_call call;     /* scratch argv, reused */
     const struct rl_check_req **reqs;
     struct rconn c;             /* the connection, its state and replies owed */
@@ -136,7 +135,9 @@ send_batch(struct redis_batch *b, int eval)
         if (rb->reqs[i]->timeout_ms > wait_ms)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
-    if (script_call_build(&rb->call, rb->reqs, b->n, eval) != RL_OK ||
+    if (script_call_build(&rb->call, rb->reqs, b->n,
+                          eval ? SCRIPT_EVAL : rb->c.functions ? SCRIPT_FCALL : SCRIPT_EVALSHA)
+        != RL_OK ||
         rconn_send(&rb->c, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
@@ -167,10 +168,10 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         len += script_reply_len(b->ops[i]->nlimits);
     if (r->type == REDIS_REPLY_ERROR)
         rconn_error(&rb->c.errs, &rb->c.st, rb->display, r->str, b->n);
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
-        !b->sent_eval) {
-        /* The server forgot the script (restart, SCRIPT FLUSH): send it
-         * whole once; EVAL also caches it for the next EVALSHA. */
+    if (r->type == REDIS_REPLY_ERROR && !b->sent_eval &&
+        rconn_script_missing(&rb->c, ac, r->str)) {
+        /* The server forgot the script or the library (restart, SCRIPT or
+         * FUNCTION FLUSH): send it whole once. */
         b->sent_eval = 1;
         batch_compact(b);
         if (b->n == 0) {
@@ -216,20 +217,17 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     batch_free(b);
 }
 
-/* Send what the queue holds as one script call. */
+/* rconn_flush_fn: what the queue held, as one script call. */
 static void
-flush(struct redis_backend *rb)
+flush(void *owner, void *const *items, size_t n)
 {
-    size_t n = rb->nqueued;
-    struct redis_batch *b;
+    struct redis_backend *rb = owner;
+    struct redis_batch *b = xcalloc(1, sizeof(*b) + n * sizeof(b->ops[0]));
 
-    if (n == 0)
-        return;
-    b = xcalloc(1, sizeof(*b) + n * sizeof(b->ops[0]));
     b->rb = rb;
     b->n = n;
-    memcpy(b->ops, rb->queue, n * sizeof(b->ops[0]));
-    rb->nqueued = 0;
+    for (size_t i = 0; i < n; i++)
+        b->ops[i] = items[i];
     batch_compact(b);       /* a check may have timed out in this same pass */
     /* redis.max_pending counts checks, not calls: past it the newest fail
      * fast rather than queue behind work Redis would reach after their
@@ -251,14 +249,6 @@ flush(struct redis_backend *rb)
 }
 
 static void
-on_flush(evutil_socket_t fd, short what, void *arg)
-{
-    flush(arg);
-    (void)fd;
-    (void)what;
-}
-
-static void
 on_op_timeout(evutil_socket_t fd, short what, void *arg)
 {
     /* op stays until hiredis hands back its reply (or NULL); the heartbeat
@@ -268,19 +258,6 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
     script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
     (void)fd;
     (void)what;
-}
-
-static void
-enqueue(struct redis_backend *rb, struct redis_op *op)
-{
-    /* The first check of this pass schedules the flush; event_active puts it
-     * behind the callbacks already active, so the other requests read in
-     * this pass join the same call. */
-    rb->queue[rb->nqueued++] = op;
-    if (rb->nqueued == rb->coalesce)
-        flush(rb);
-    else if (rb->nqueued == 1)
-        event_active(rb->flush_ev, EV_TIMEOUT, 1);
 }
 
 /* Room for one more waiting check: those their deadline answered go first. */
@@ -333,7 +310,7 @@ waiting_end(struct redis_backend *rb, int ready, const char *why)
             /* sent now: from here on only its reply settles it */
             if (op->w.req->flags & RL_CHECK_SETTLE)
                 event_del(&op->timer);
-            enqueue(rb, op);
+            rconn_queue_add(&rb->queue, op);
         }
     }
     free(w);
@@ -372,7 +349,7 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req,
     if (wait)
         rb->waiting[rb->nwaiting++] = op;
     else
-        enqueue(rb, op);
+        rconn_queue_add(&rb->queue, op);
 }
 
 /* ---- the connection's hooks ------------------------------------------------- */
@@ -471,10 +448,8 @@ redis_create(struct rl_backend **out, struct event_base *evb,
         rb->sentinel = rsentinel_new(evb, &rb->dns, &cfg->redis.sentinel, rb->display,
                                      sentinel_found, sentinel_switched, rb);
     rb->max_pending = (unsigned)cfg->redis.max_pending;
-    rb->coalesce = (size_t)cfg->redis.coalesce;
-    rb->queue = xcalloc(rb->coalesce, sizeof(*rb->queue));
-    rb->reqs = xcalloc(rb->coalesce, sizeof(*rb->reqs));
-    rb->flush_ev = event_new(evb, -1, 0, on_flush, rb);
+    rconn_queue_init(&rb->queue, evb, (size_t)cfg->redis.coalesce, flush, rb);
+    rb->reqs = xcalloc((size_t)cfg->redis.coalesce, sizeof(*rb->reqs));
     {
         /* a sentinel's answer can be stale, and a URL can name a replica */
         struct rconn_conf conf = {
@@ -499,16 +474,17 @@ redis_destroy(struct rl_backend *be)
     struct redis_backend *rb = (struct redis_backend *)be;
 
     /* checks not sent yet end like those in flight: answered, then freed */
-    for (size_t i = 0; i < rb->nqueued; i++) {
-        script_answer_status(&rb->queue[i]->w, RL_BACKEND_DOWN, "shutting down");
-        op_free(rb->queue[i]);
+    for (size_t i = 0; i < rb->queue.n; i++) {
+        struct redis_op *op = rb->queue.items[i];
+
+        script_answer_status(&op->w, RL_BACKEND_DOWN, "shutting down");
+        op_free(op);
     }
-    rb->nqueued = 0;
+    rb->queue.n = 0;
     waiting_end(rb, 0, "shutting down");
     rconn_close(&rb->c);        /* pending callbacks run with NULL */
     rsentinel_free(rb->sentinel);
-    event_free(rb->flush_ev);
-    free(rb->queue);
+    rconn_queue_free(&rb->queue);
     free(rb->reqs);
     script_call_free(&rb->call);
     rconn_dns_free(rb->dns);

@@ -246,6 +246,18 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     return RL_ERR;
 }
 
+const struct rl_policy *
+check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const char *id,
+              size_t idlen, char *key, size_t size, size_t *klen)
+{
+    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, key, size);
+
+    if (n < 0)
+        return NULL;
+    *klen = (size_t)n;
+    return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
+}
+
 /* The fields of the body: the fast scanner's, or jansson's when the scanner
  * gives up.  *root is the caller's to free (NULL when not parsed). */
 static int

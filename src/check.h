@@ -52,4 +52,14 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
                 const struct rl_check_input *in, rl_check_done done, void *arg,
                 int *status, char **error) RL_WUR;
 
+/*
+ * The key a check of caller `id` (typed as identity_resolve gives it:
+ * "k:alice", "ip:10.0.0.7") uses under `policy`, and the policy that decides
+ * it: the override listing that caller, else policy itself.  NULL when the
+ * key does not fit `size`; *klen is its length.
+ */
+const struct rl_policy *check_key_for(const struct rl_config *cfg,
+                                      const struct rl_policy *policy, const char *id,
+                                      size_t idlen, char *key, size_t size, size_t *klen);
+
 #endif

@@ -8,12 +8,15 @@
  * table's check hook, which only reads; anything computed from the values
  * goes in finalize().
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -381,6 +384,13 @@ static const struct schema_field top_fields[] = {
      .names = log_level_names},
     {.name = "policies", .type = SCHEMA_ARRAY, .off = TOP(policies), .sub = &policy_schema,
      .count_off = TOP(npolicies)},
+    {.name = "admin_listen", .type = SCHEMA_STRING, .off = TOP(admin_listen),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "admin_allow_remote", .type = SCHEMA_BOOL, .off = TOP(admin_allow_remote),
+     .def = "false", .flags = SCHEMA_RESTART},
+    /* read into admin_token by finalize, at every load (SIGHUP rotates it) */
+    {.name = "admin_token_file", .type = SCHEMA_STRING, .off = TOP(admin_token_file),
+     .flags = SCHEMA_NONEMPTY},
 };
 static const struct schema top_schema = {
     SCHEMA_FIELDS(top_fields), sizeof(struct rl_config), check_top, NULL
@@ -572,6 +582,48 @@ check_redis(const void *obj, const char *path, struct schema_ctx *ctx)
     check_redis_url(r, path, ctx);
 }
 
+static int
+is_loopback(const struct rl_listen_addr *a)
+{
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)&a->ss;
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)&a->ss;
+
+    if (a->family == AF_UNIX)
+        return 1;
+    if (a->family == AF_INET)
+        return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+    return IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr) ||
+           (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr) && sin6->sin6_addr.s6_addr[12] == 127);
+}
+
+/*
+ * The admin API changes any caller's counts: only where the operator put it
+ * (a unix socket or loopback), elsewhere only when asked for and behind a
+ * token (its file is read by finalize).
+ */
+static void
+check_admin(const struct rl_config *cfg, struct schema_ctx *ctx)
+{
+    struct rl_listen_addr la;
+    char *cause = NULL;
+
+    if (cfg->admin_listen == NULL)
+        return;
+    if (listen_addr_parse(cfg->admin_listen, &la, &cause) != RL_OK) {
+        schema_bad(ctx, "admin_listen", "%s", cause);
+        free(cause);
+        return;
+    }
+    if (cfg->listen != NULL && strcmp(cfg->admin_listen, cfg->listen) == 0)
+        schema_bad(ctx, "admin_listen", "must not be the check listener's address");
+    else if (!is_loopback(&la) && !cfg->admin_allow_remote)
+        schema_bad(ctx, "admin_listen", "not a loopback address or unix socket: set "
+                   "admin_allow_remote to true to serve the admin API there");
+    else if (!is_loopback(&la) && cfg->admin_token_file == NULL)
+        schema_bad(ctx, "admin_listen", "off loopback, the admin API needs admin_token_file");
+    listen_addr_clear(&la);
+}
+
 /* What involves several top-level options, or an address to parse. */
 static void
 check_top(const void *obj, const char *path, struct schema_ctx *ctx)
@@ -599,6 +651,7 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
     }
     if (cfg->partition_key != NULL && strlen(cfg->partition_key) < 16)
         schema_bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
+    check_admin(cfg, ctx);
     (void)path;
 }
 
@@ -745,7 +798,7 @@ read_secret_file(const char *file, const char *path, struct schema_ctx *ctx)
     if (n == 0 || n > SECRET_MAX || memchr(buf, '\0', n) != NULL ||
         memchr(buf, '\n', n) != NULL) {
         explicit_bzero(buf, sizeof(buf));
-        schema_bad(ctx, path, "%s must hold one line of 1..%d bytes (the password)", file,
+        schema_bad(ctx, path, "%s must hold one line of 1..%d bytes (the secret)", file,
                    SECRET_MAX);
         return NULL;
     }
@@ -773,6 +826,11 @@ finalize(struct rl_config *cfg, struct schema_ctx *ctx)
         r->password = read_secret_file(r->password_file, "redis.password_file", ctx);
         r->password_from_file = 1;
     }
+    if (cfg->admin_token != NULL)
+        explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
+    free(cfg->admin_token);
+    cfg->admin_token = cfg->admin_token_file == NULL ? NULL
+        : read_secret_file(cfg->admin_token_file, "admin_token_file", ctx);
     /* Every instance with the same secret names a caller's partition the
      * same way; without the secret no pk leads back to its identity. */
     if (cfg->partition_key != NULL) {
@@ -832,6 +890,9 @@ static void
 config_free(struct rl_config *cfg)
 {
     schema_free(&top_schema, cfg);
+    if (cfg->admin_token != NULL)
+        explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
+    free(cfg->admin_token);
     free(cfg->file);
     free(cfg);
 }

@@ -165,6 +165,10 @@ struct rl_config {
     enum rl_log_level log_level;
     struct rl_policy *policies;
     size_t npolicies;
+    char *admin_listen;         /* NULL: no admin API (admin.h) */
+    int admin_allow_remote;     /* a non-loopback admin_listen is meant */
+    char *admin_token_file;
+    char *admin_token;          /* read from it at every load; not a field */
 
     uint64_t hash;              /* FNV-1a of the file's bytes, 0 for defaults */
     int refs;                   /* atomic; see config_ref() */

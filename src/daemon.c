@@ -205,6 +205,7 @@ struct run_state {
     const struct rl_options *opts;
     int stopping;
     size_t exited;
+    struct rl_listen_addr admin;    /* admin_listen, once open */
 };
 
 static void
@@ -285,6 +286,61 @@ on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
 }
 
+/* ---- workers and the admin listener ---------------------------------------- */
+
+/* Each worker takes its listening socket; on failure the rest are closed. */
+static int
+init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
+{
+    char *cause = NULL;
+
+    for (size_t i = 0; i < nworkers; i++) {
+        if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
+            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
+            free(cause);
+            for (size_t j = i + 1; j < nworkers; j++)
+                close(fds[j]);
+            nworkers = i + 1;
+            return RL_ERR;
+        }
+        workers[i].exited_ev = event_new(rs->base, -1, 0, on_worker_exit, rs);
+        workers[i].peers = workers;
+        workers[i].npeers = nworkers;
+    }
+    return RL_OK;
+}
+
+/*
+ * The admin API is served by worker 0 alone, on its loop: it needs a
+ * backend connection and a hybrid table, which live per worker, and its
+ * traffic is an operator's, a handful of requests; the other workers hear
+ * of its changes through worker_forget_key.
+ */
+static int
+serve_admin(struct run_state *rs, const struct rl_config *cfg)
+{
+    char *cause = NULL;
+    int fd;
+
+    if (cfg->admin_listen == NULL)
+        return RL_OK;
+    if (listen_addr_parse(cfg->admin_listen, &rs->admin, &cause) == RL_OK) {
+        fd = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &cause)
+                                         : open_tcp(&rs->admin, 0, &cause);
+        if (fd >= 0 && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
+            log_info("msg=\"admin API listening\" admin_listen=%s token=%s",
+                     cfg->admin_listen, cfg->admin_token != NULL ? "required" : "none");
+            return RL_OK;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    log_error("msg=\"cannot listen\" admin_listen=%s error=\"%s\"", cfg->admin_listen,
+              cause);
+    free(cause);
+    return RL_ERR;
+}
+
 /* ---- run --------------------------------------------------------------------- */
 
 /* How often the start looks whether every worker's backend is ready. */
@@ -331,29 +387,18 @@ worker_count(const struct rl_config *cfg)
 }
 
 /* The workers on their sockets (the fds are theirs from here on), their
- * threads running, and the signals turned into events on the main loop.
+ * threads running, the admin API on worker 0 when admin_listen is set, and
+ * the signals turned into events on the main loop.
  * *started counts the threads to join, whatever the outcome. */
 static int
 start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *started)
 {
     static const int signums[RL_ARRAY_LEN(rs->sigs)] = {SIGTERM, SIGINT, SIGHUP};
     sigset_t block, old;
-    char *cause = NULL;
 
     workers = xcalloc(nworkers, sizeof(*workers));
-    for (size_t i = 0; i < nworkers; i++) {
-        if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
-            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
-            free(cause);
-            for (size_t j = i + 1; j < nworkers; j++)
-                close(fds[j]);
-            nworkers = i + 1;
-            return RL_ERR;
-        }
-        workers[i].exited_ev = event_new(rs->base, -1, 0, on_worker_exit, rs);
-        workers[i].peers = workers;
-        workers[i].npeers = nworkers;
-    }
+    if (init_workers(rs, cfg, fds) != RL_OK || serve_admin(rs, cfg) != RL_OK)
+        return RL_ERR;
 
     /* Workers never see these signals: the main loop turns them into events. */
     sigemptyset(&block);
@@ -457,6 +502,9 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     if (la.family == AF_UNIX && la.path != NULL)
         unlink(la.path);
     listen_addr_clear(&la);
+    if (rs.admin.family == AF_UNIX && rs.admin.path != NULL)
+        unlink(rs.admin.path);
+    listen_addr_clear(&rs.admin);
     set_config(NULL);
     rtls_shutdown();
     log_info("msg=\"ratelimitd stopped\" exit=%d", rc);

@@ -61,19 +61,28 @@ less(int64_t ms, int64_t elapsed_ms)
     return ms > elapsed_ms ? ms - elapsed_ms : (ms > 0 ? 1 : ms);
 }
 
+/* The slot that holds (policy, key), NULL when none does. */
+static struct slot *
+find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
+{
+    uint64_t h = hash_key(policy, key, klen);
+    struct slot *s = &c->slots[h & c->mask];
+
+    if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
+        memcmp(s->key, key, klen) != 0)
+        return NULL;
+    return s;
+}
+
 bool
 deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
                size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
                struct rl_check_res *res)
 {
-    uint64_t h = hash_key(policy, key, klen);
-    struct slot *s = &c->slots[h & c->mask];
+    struct slot *s = find(c, policy, key, klen);
     int64_t elapsed_ms;
 
-    if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
-        memcmp(s->key, key, klen) != 0)
-        return false;
-    if (now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
+    if (s == NULL || now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
         return false;
     *res = s->res;
     elapsed_ms = (now_us - s->at_us) / 1000;
@@ -105,6 +114,8 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key,
     }
     if (res->allowed || wait_ms <= 1)
         return;
+    if (res->blocked_ms > 0 && wait_ms > DENY_CACHE_BLOCKED_MS)
+        wait_ms = DENY_CACHE_BLOCKED_MS;
     h = hash_key(policy, key, klen);
     s = &c->slots[h & c->mask];
     /* direct-mapped: a newcomer replaces whoever held the slot */
@@ -123,4 +134,13 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key,
     s->until_us = sent_us + (wait_ms - 1) * 1000;
     s->at_us = sent_us;
     s->res = *res;
+}
+
+void
+deny_cache_forget(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
+{
+    struct slot *s = find(c, policy, key, klen);
+
+    if (s != NULL)
+        s->until_us = 0;
 }

@@ -10,6 +10,12 @@
  * deadline is taken from when the check was sent, never when the answer
  * came, so the cache can only end a denial early, never late.
  *
+ * "Never less" has one exception, the admin API (admin.h): a reset, a
+ * reward or an unblock done through another daemon.  This daemon's own
+ * actions drop its entries (deny_cache_forget); for the others', a denial
+ * of a blocked caller is kept DENY_CACHE_BLOCKED_MS at most, so an unblock
+ * reaches every daemon within that, and any other denial until its end.
+ *
  * Per worker, no locks; a fixed number of slots, so memory is bounded
  * whatever the number of callers.
  */
@@ -25,6 +31,10 @@
 struct rl_check_res;
 
 struct rl_deny_cache;
+
+/* How long a denial of a blocked caller (blocked_ms > 0) is answered here
+ * at most: an abusive blocked caller costs one backend call a second. */
+#define DENY_CACHE_BLOCKED_MS 1000
 
 struct rl_deny_cache *deny_cache_new(size_t slots);
 void deny_cache_free(struct rl_deny_cache *c);
@@ -43,5 +53,10 @@ bool deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *ke
 void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
                     size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
                     const struct rl_check_res *res);
+
+/* The state of (policy, key) was changed behind the cache (the admin API):
+ * its cached denial, if any, no longer holds. */
+void deny_cache_forget(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
+                       size_t klen);
 
 #endif

@@ -42,6 +42,7 @@ struct hentry {
     int64_t snap_sent_us;           /* when the request that gave it went */
     int64_t touch_us, sync_us;
     int64_t pending, inflight;      /* cost units */
+    int64_t block_end_us;           /* blocked until then, as Redis said */
     uint64_t writer, seq;           /* RL_CHECK_ONCE: inflight's */
     int dirty;                      /* on the dirty list */
     int failed;                     /* the last sync failed */
@@ -222,6 +223,7 @@ take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
     }
     /* the answer's times run from when it arrived: never earlier than in
      * Redis, so a window is never believed over before it is */
+    e->block_end_us = res->blocked_ms > 0 ? now + res->blocked_ms * 1000 : 0;
     e->snap_us = now;
     e->snap_sent_us = sent_us;
 }
@@ -456,6 +458,9 @@ estimate(const struct hentry *e, int64_t now, int64_t cost, struct rl_check_res 
         if (!res->limits[i].allowed)
             res->allowed = 0;
     }
+    /* a blocked key takes nothing, whatever its limits say */
+    if (e->block_end_us > now)
+        res->allowed = 0;
     for (size_t i = 0; i < policy->nlimits; i++) {
         struct rl_limit_result *r = &res->limits[i];
 
@@ -485,6 +490,8 @@ hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
         h->units += cost;
         SET(&h->m->hybrid_pending, (uint64_t)h->units);
     }
+    if (e->block_end_us > now)
+        backend_apply_block(res, algo_us_to_ms_ceil(e->block_end_us - now));
     e->touch_us = now;
     lru_unlink(h, e);
     lru_push(h, e);
@@ -533,6 +540,26 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
         return;             /* a newer answer is in already */
     }
     take_snapshot(e, res, sent_us, now);
+}
+
+void
+hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg,
+                  const struct rl_policy *policy, const char *key, size_t klen,
+                  int64_t sent_us, const struct rl_check_req *req,
+                  const struct rl_check_res *res)
+{
+    struct hentry *e = find(h, cfg, policy, key, klen, hash_key(key, klen));
+
+    if (res->status != RL_BACKEND_OK)
+        return;
+    /* units admitted here before a reset of everything are forgotten with
+     * the rest; a sync already sent ran before the operation */
+    if (e != NULL && (req->flags & RL_CHECK_RESET) && req->limit_index < 0) {
+        h->units -= e->pending;
+        e->pending = 0;
+        SET(&h->m->hybrid_pending, (uint64_t)h->units);
+    }
+    hybrid_seed(h, cfg, policy, key, klen, sent_us, res);
 }
 
 void

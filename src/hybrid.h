@@ -23,6 +23,19 @@
  *   per key at a time) and RL_CHECK_ONCE (Redis applies a writer's seq for
  *   a key once), so a sync lost with its connection that Redis still runs
  *   beside its resend is counted once: counts are exact.
+ * - A blocked answer (blocked_ms > 0, from a sync or the exact path) makes
+ *   the local view deny the key, consuming nothing, until the block ends.
+ * - An admin operation (reset, block, give back: backend.h) on a hybrid
+ *   policy goes to Redis on the exact path like an unknown key, and its
+ *   answer replaces this worker's view of the key (hybrid_admin_done).
+ *   Every other worker and instance sees it at its next sync of that key:
+ *   a key in use is synced once per sync_interval, on a tick of the
+ *   shortest interval T, so the first sync sent after the operation goes
+ *   within sync_interval + T/2 and its answer brings the block or the reset
+ *   state a Redis round trip later (no bound while Redis is unreachable:
+ *   the view is degraded then).  Until then that instance decides from its
+ *   old view: it may admit up to what that view had left (those units
+ *   still land in Redis, forced, after the operation).
  * - Entries idle for two intervals with nothing pending or in flight are
  *   evicted; at most hybrid_table_size entries, a new key past that stays on
  *   the exact path.
@@ -41,6 +54,7 @@
 #include "rl.h"
 
 struct rl_backend;
+struct rl_check_req;
 struct rl_check_res;
 struct rl_config;
 struct rl_metrics;
@@ -75,6 +89,17 @@ bool hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
 void hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg,
                  const struct rl_policy *policy, const char *key, size_t klen,
                  int64_t sent_us, const struct rl_check_res *res);
+
+/*
+ * The backend's answer to an admin operation req on a hybrid policy, sent
+ * on the exact path at sent_us: it replaces this worker's view of the key
+ * (seeding it when unknown); a reset of every limit also drops the units
+ * admitted here and not yet sent.
+ */
+void hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg,
+                       const struct rl_policy *policy, const char *key, size_t klen,
+                       int64_t sent_us, const struct rl_check_req *req,
+                       const struct rl_check_res *res);
 
 /*
  * Shutdown, first step: send every pending count now and nothing but pending

@@ -8,5 +8,10 @@
 extern const char rl_lua_check[];
 extern const char rl_lua_check_sha[];
 extern const size_t rl_lua_check_len;
+/* The same as a function library (FUNCTION LOAD), and the name of both the
+ * library and its one function (FCALL): "ratelimitd_<sha>". */
+extern const char rl_lua_check_lib[];
+extern const size_t rl_lua_check_lib_len;
+extern const char rl_lua_check_fn[];
 
 #endif

@@ -23,6 +23,13 @@ static const char *const redis_error_kinds[RL_RERR_COUNT] = {
     "bad_reply", "other"
 };
 
+static const char *const admin_actions[RL_ADM_ACTION_COUNT] = {
+    "inspect", "reset", "block", "unblock", "reward", "penalty"
+};
+static const char *const admin_results[RL_ADM_RESULT_COUNT] = {
+    "ok", "invalid", "unauthorized", "error"
+};
+
 /* Upper bounds in microseconds; the text form is seconds. */
 static const int64_t lat_le_us[RL_LAT_BUCKETS] = {
     100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
@@ -95,6 +102,24 @@ void
 metrics_set_config_hash(uint64_t hash)
 {
     __atomic_store_n(&config_hash, hash, __ATOMIC_RELAXED);
+}
+
+void
+metrics_admin(struct rl_metrics *m, enum rl_admin_action a, enum rl_admin_result r)
+{
+    ADD(&m->admin[a][r]);
+}
+
+const char *
+metrics_admin_action_name(enum rl_admin_action a)
+{
+    return admin_actions[a];
+}
+
+const char *
+metrics_admin_result_name(enum rl_admin_result r)
+{
+    return admin_results[r];
 }
 
 void
@@ -267,4 +292,18 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     for (int k = 0; k < RL_RERR_COUNT; k++)
         evbuffer_add_printf(out, "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
                             redis_error_kinds[k], (unsigned long long)LOAD(&redis_errors[k]));
+}
+
+void
+metrics_format_admin(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    evbuffer_add_printf(out,
+        "# HELP ratelimitd_admin_actions_total Admin API requests, by action and result.\n"
+        "# TYPE ratelimitd_admin_actions_total counter\n");
+    for (int a = 0; a < RL_ADM_ACTION_COUNT; a++)
+        for (int r = 0; r < RL_ADM_RESULT_COUNT; r++)
+            evbuffer_add_printf(out,
+                                "ratelimitd_admin_actions_total{action=\"%s\",result=\"%s\"} %llu\n",
+                                admin_actions[a], admin_results[r],
+                                (unsigned long long)SUM(admin[a][r]));
 }

@@ -34,6 +34,15 @@ enum rl_reject {
 #define RL_METRICS_NO_POLICY 0
 #define RL_LAT_BUCKETS 13
 
+/* Admin API actions (admin.h) and how they ended. */
+enum rl_admin_action {
+    RL_ADM_INSPECT = 0, RL_ADM_RESET, RL_ADM_BLOCK, RL_ADM_UNBLOCK, RL_ADM_REWARD,
+    RL_ADM_PENALTY, RL_ADM_ACTION_COUNT
+};
+enum rl_admin_result {
+    RL_ADM_OK = 0, RL_ADM_INVALID, RL_ADM_UNAUTHORIZED, RL_ADM_ERROR, RL_ADM_RESULT_COUNT
+};
+
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
     uint64_t rejected[RL_REJ_COUNT];
@@ -48,6 +57,7 @@ struct rl_metrics {
     uint64_t hybrid_syncs, hybrid_sync_failures;
     uint64_t hybrid_pending;                /* gauge: units not acknowledged yet */
     uint64_t hybrid_entries;                /* gauge: keys in the table */
+    uint64_t admin[RL_ADM_ACTION_COUNT][RL_ADM_RESULT_COUNT];
 };
 
 /* The stable id of a policy name (registering it on first sight). */
@@ -56,6 +66,10 @@ int metrics_policy_id(const char *name);
 void metrics_check(struct rl_metrics *m, int policy_id, enum rl_outcome o);
 void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
+void metrics_admin(struct rl_metrics *m, enum rl_admin_action a, enum rl_admin_result r);
+/* "inspect", "reset", ... */
+const char *metrics_admin_action_name(enum rl_admin_action a);
+const char *metrics_admin_result_name(enum rl_admin_result r);
 
 /* Error replies from Redis to the check script, by kind (redis_conn.c tells
  * them apart), counted per check they answered. */
@@ -74,5 +88,8 @@ void metrics_set_config_hash(uint64_t hash);
 /* Everything, summed over `n` workers' metrics. */
 void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker,
                     size_t n);
+/* The admin API's counters, after metrics_format's. */
+void metrics_format_admin(struct evbuffer *out, struct rl_metrics *const *per_worker,
+                          size_t n);
 
 #endif

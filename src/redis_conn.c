@@ -206,12 +206,17 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
         rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
     rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check,
                rl_lua_check_len);
+    rc |= send(owner, fn, (void *)"function", "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
+               rl_lua_check_lib_len);
     return rc == RL_OK ? RL_OK : RL_ERR;
 }
 
 enum rconn_step
 rconn_step(const redisReply *r, const char *step, const char *who, const char **why)
 {
+    /* the last step, and never fatal: a server without FUNCTION runs EVALSHA */
+    if (strcmp(step, "function") == 0)
+        return RCONN_STEP_READY;
     if (r->type == REDIS_REPLY_ERROR && strcmp(step, "role-if-allowed") == 0 &&
         strncmp(r->str, "NOPERM", 6) == 0)
         return RCONN_STEP_WAIT;
@@ -231,16 +236,19 @@ rconn_step(const redisReply *r, const char *step, const char *who, const char **
         return RCONN_STEP_WAIT;
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
         log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s", who);
-    return RCONN_STEP_READY;
+    return RCONN_STEP_WAIT;
 }
 
 /* ---- error replies ---------------------------------------------------------- */
+
+#define FUNCTION_NOT_FOUND "ERR Function not found"
 
 static const struct {
     const char *code;
     enum rl_redis_error kind;
     const char *unusable;       /* not NULL: the connection cannot serve checks */
 } error_codes[] = {
+    {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL},
     {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
     {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)"},
     {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)"},
@@ -362,6 +370,59 @@ rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const c
         errlog_summary(el, st, name, 1);
 }
 
+/* ---- coalescing -------------------------------------------------------------- */
+
+static void
+queue_flush(struct rconn_queue *q)
+{
+    size_t n = q->n;
+
+    if (n == 0)
+        return;
+    q->n = 0;
+    q->flush(q->owner, q->items, n);
+}
+
+static void
+on_queue(evutil_socket_t fd, short what, void *arg)
+{
+    queue_flush(arg);
+    (void)fd;
+    (void)what;
+}
+
+void
+rconn_queue_init(struct rconn_queue *q, struct event_base *evb, size_t max,
+                 rconn_flush_fn flush, void *owner)
+{
+    memset(q, 0, sizeof(*q));
+    q->items = xcalloc(max, sizeof(*q->items));
+    q->max = max;
+    q->flush = flush;
+    q->owner = owner;
+    q->ev = event_new(evb, -1, 0, on_queue, q);
+}
+
+void
+rconn_queue_add(struct rconn_queue *q, void *item)
+{
+    /* event_active puts the flush behind the callbacks already active */
+    q->items[q->n++] = item;
+    if (q->n == q->max)
+        queue_flush(q);
+    else if (q->n == 1)
+        event_active(q->ev, EV_TIMEOUT, 1);
+}
+
+void
+rconn_queue_free(struct rconn_queue *q)
+{
+    if (q->ev != NULL)
+        event_free(q->ev);
+    free(q->items);
+    memset(q, 0, sizeof(*q));
+}
+
 /* ---- the connection object -------------------------------------------------- */
 
 static void start_attempt(struct rconn *c);
@@ -408,6 +469,7 @@ went_down(struct rconn *c, const char *why)
 {
     evtimer_del(c->connect_ev);
     c->pending = 0;             /* the last connection's callbacks all ran */
+    c->reloading = 0;
     c->sent_head = 0;
     set_state(c, RCONN_DOWN, why);
     if (c->closing)
@@ -429,6 +491,22 @@ free_ac(struct rconn *c)
     redisAsyncFree(ac);
 }
 
+/* The reply to FUNCTION LOAD REPLACE: FCALL from now on when it names our
+ * library, else EVALSHA (said once per connection object: a Redis 6 is no
+ * news on every reconnect). */
+static void
+functions_loaded(struct rconn *c, const redisReply *r)
+{
+    c->functions = r->type == REDIS_REPLY_STRING &&
+                   strcmp(r->str, rl_lua_check_fn) == 0;
+    if (c->functions || c->functions_noted)
+        return;
+    c->functions_noted = 1;
+    log_info("msg=\"%s: no function library, calls are EVALSHA\" %s=%s reply=\"%.120s\"",
+             c->conf.what, c->conf.field, c->conf.name,
+             r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING ? r->str : "");
+}
+
 static void
 on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -439,6 +517,8 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     rconn_replied(c, ac, reply);
     if (r == NULL || c->ac != ac || c->st.state != RCONN_HANDSHAKE)
         return;
+    if (strcmp(step, "function") == 0)
+        functions_loaded(c, r);
     switch (rconn_step(r, step, c->conf.name, &why)) {
     case RCONN_STEP_WAIT:
         break;
@@ -684,6 +764,34 @@ int
 rconn_stalled(const struct rconn *c, int64_t now_us)
 {
     return c->ac != NULL && c->pending > 0 && now_us > c->sent[c->sent_head];
+}
+
+static void
+on_reload(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct rconn *c = ac->data;
+
+    rconn_replied(c, ac, reply);
+    if (c->ac != ac)
+        return;
+    c->reloading = 0;
+    if (reply != NULL)
+        functions_loaded(c, reply);
+    (void)privdata;
+}
+
+int
+rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *err)
+{
+    int i = error_code(err);
+
+    if (i < 0 || error_codes[i].kind != RL_RERR_NOSCRIPT)
+        return 0;
+    if (strcmp(err, FUNCTION_NOT_FOUND) == 0 && c->ac == ac && !c->reloading &&
+        rconn_sendf(c, on_reload, NULL, "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
+                    rl_lua_check_lib_len) == RL_OK)
+        c->reloading = 1;
+    return 1;
 }
 
 static void

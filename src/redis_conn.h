@@ -9,11 +9,13 @@
  *   blocking getaddrinfo), with lookups that can be abandoned;
  * - a hiredis async context opened and attached to the loop in one call;
  * - reconnect backoff, exponential with jitter;
- * - the handshake (AUTH, SELECT, ROLE, SCRIPT LOAD) and what its replies mean.
+ * - the handshake (AUTH, SELECT, ROLE, SCRIPT LOAD, FUNCTION LOAD) and what
+ *   its replies mean.
  */
 #ifndef RL_REDIS_CONN_H
 #define RL_REDIS_CONN_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
 
@@ -102,9 +104,10 @@ typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv,
 
 /*
  * Queue the handshake through `send`: AUTH, SELECT and ROLE as `login` asks,
- * then SCRIPT LOAD of the check script.  Each reply goes to `fn` with the
- * step's name as privdata, for rconn_step.  RL_ERR when a command could not
- * be queued.
+ * then SCRIPT LOAD of the check script and FUNCTION LOAD REPLACE of the same
+ * as a library (its reply says whether calls can be FCALLs).  Each reply
+ * goes to `fn` with the step's name as privdata, for rconn_step.  RL_ERR
+ * when a command could not be queued.
  */
 int rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner,
                     redisCallbackFn *fn);
@@ -140,6 +143,31 @@ struct rconn_errlog {
     int64_t last_summary_us;
     int active;                         /* some slot in use */
 };
+
+/* ---- coalescing ---------------------------------------------------------------
+ *
+ * The checks of one event-loop pass, sent together (both backends: one call
+ * per connection, or per hash slot): the first one added schedules the flush
+ * behind the callbacks already active, so the other requests read in this
+ * pass join it; the `max`-th flushes at once.  `flush` gets the items and
+ * must copy them before it answers any: an answer runs a callback that may
+ * add again.
+ */
+typedef void (*rconn_flush_fn)(void *owner, void *const *items, size_t n);
+
+struct rconn_queue {
+    void **items;
+    size_t n, max;
+    struct event *ev;
+    rconn_flush_fn flush;
+    void *owner;
+};
+
+void rconn_queue_init(struct rconn_queue *q, struct event_base *evb, size_t max,
+                      rconn_flush_fn flush, void *owner);
+void rconn_queue_add(struct rconn_queue *q, void *item);
+/* The items still queued are the owner's to answer and free first. */
+void rconn_queue_free(struct rconn_queue *q);
 
 /* ---- the connection object ---------------------------------------------------
  *
@@ -205,6 +233,10 @@ struct rconn {
     struct rconn_errlog errs;
     void *owner;
     unsigned pending;                   /* replies hiredis still owes on ac */
+    /* The handshake loaded the function library: calls are FCALLs.  0: the
+     * server has no FUNCTION (Redis 6, a renamed command, an ACL, OOM at
+     * connect time): EVALSHA. */
+    int functions;
     int64_t last_reply_us;
     /* private */
     struct rconn_conf conf;
@@ -220,6 +252,8 @@ struct rconn {
     struct event *heartbeat_ev;
     int probe_out, probe_plain;         /* a probe waits for its reply; PING, not ROLE */
     int64_t last_probe_us;
+    int functions_noted;                /* the fallback to EVALSHA was logged */
+    int reloading;                      /* a FUNCTION LOAD after "not found" is out */
     int64_t *sent;                      /* deadline ring: by when each reply is due */
     unsigned sent_head, sent_cap;
     int closing;
@@ -247,6 +281,18 @@ int rconn_stalled(const struct rconn *c, int64_t now_us);
 void rconn_drop(struct rconn *c, const char *why);
 /* The end: every callback of ac runs now with NULL; no hook runs after. */
 void rconn_close(struct rconn *c);
+
+/*
+ * An error reply to a script call from c's current context `ac` that says
+ * the server forgot the script (NOSCRIPT: a restart, SCRIPT FLUSH) or the
+ * function library ("Function not found": FUNCTION FLUSH, FLUSHALL, a
+ * failover to a server that never had it).  Returns 1 when the caller should
+ * send the call again once as EVAL (the whole text: it runs whichever was
+ * forgotten, and caches the script); for a lost library a FUNCTION LOAD is
+ * queued first, once, so later calls are FCALLs again (or EVALSHAs, when the
+ * server now refuses it).  Counted in /metrics as kind "noscript".
+ */
+int rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *err);
 
 /*
  * The error replies that say this server cannot run checks for now, whatever

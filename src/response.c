@@ -89,6 +89,8 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
     if (!res->allowed && d->retry_after_ms < 1)
         d->retry_after_ms = 1;
 
+    /* the backend made every limit's wait cover the block already */
+    d->blocked = !res->allowed && res->blocked_ms > 0;
     d->would_deny = !res->allowed;
     d->shadow = policy->shadow;
     d->allowed = res->allowed || policy->shadow;
@@ -142,6 +144,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, ",\"degraded\":true");
     if (d->never_fits)
         sb_str(&sb, ",\"never_fits\":true");
+    if (d->blocked)
+        sb_str(&sb, ",\"blocked\":true");
     if (d->nlimits == 0) {      /* allowed without asking anyone */
         sb_str(&sb, "}");
         goto out;

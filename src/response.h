@@ -21,6 +21,7 @@ struct rl_decision {
     int shadow, would_deny;         /* shadow policy and what it would do */
     int degraded;                   /* the backend failed; failure_mode decided */
     int never_fits;                 /* denied: the cost exceeds the capacity */
+    int blocked;                    /* denied: the caller is blocked (admin API) */
     int reset_epoch;                /* X-RateLimit-Reset as a Unix time */
     int has_pk;                     /* the pk parameter is sent: */
     uint64_t pk;                    /* the caller's partition, hashed */

@@ -129,22 +129,85 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
     return s;
 }
 
+/* A check's keys: its limits', its once key's. */
+static int
+put_keys(struct rl_script_call *c, const struct rl_check_req *req)
+{
+    char key[RL_LIMIT_KEY_MAX];
+    int len;
+
+    for (size_t i = 0; i < req->policy->nlimits; i++) {
+        if ((len = backend_limit_key(req, i, key, sizeof(key))) < 0)
+            return RL_ERR;
+        put(c, key, (size_t)len);
+    }
+    if (req->flags & RL_CHECK_ONCE) {
+        if ((len = backend_once_key(req, key, sizeof(key))) < 0)
+            return RL_ERR;
+        put(c, key, (size_t)len);
+    }
+    return RL_OK;
+}
+
+/*
+ * A check's arguments: spec, cost and flags, its block key (an argument, not
+ * one of KEYS: check.lua says why), then seq, limit index, block ms.
+ */
+static int
+put_args(struct rl_script_call *c, const struct rl_check_req *req)
+{
+    const struct rl_policy *p = req->policy;
+    const struct rl_script_spec *sp = spec_for(c, p->limits, p->nlimits);
+    char tmp[NUM_MAX + 4], key[RL_LIMIT_KEY_MAX];
+    int len = backend_block_key(req, key, sizeof(key));
+    struct strbuf sb;
+
+    if (sp == NULL || len < 0)
+        return RL_ERR;
+    put_raw(c, sp->bytes, sp->len);
+    sb_init(&sb, tmp, sizeof(tmp));
+    sb_i64(&sb, req->cost);
+    if (req->flags & RL_CHECK_FORCE)
+        sb_mem(&sb, "f", 1);
+    if (req->flags & RL_CHECK_ONCE)
+        sb_mem(&sb, "o", 1);
+    if (req->flags & RL_CHECK_RESET)
+        sb_mem(&sb, "r", 1);
+    if (req->flags & RL_CHECK_BLOCK)
+        sb_mem(&sb, "b", 1);
+    put(c, tmp, sb.len);
+    put(c, key, (size_t)len);
+    if (req->flags & RL_CHECK_ONCE)
+        put_num(c, (long long)req->seq);
+    if (req->flags & RL_CHECK_RESET)
+        put_num(c, req->limit_index < 0 ? -1 : (long long)req->limit_index);
+    if (req->flags & RL_CHECK_BLOCK)
+        put_num(c, (long long)req->block_ms);
+    return RL_OK;
+}
+
 int
 script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
-                  size_t n, int eval)
+                  size_t n, enum script_cmd cmd)
 {
     size_t nkeys = 0, nargs = 0;
 
     for (size_t j = 0; j < n; j++) {
-        int once = (reqs[j]->flags & RL_CHECK_ONCE) != 0;
+        unsigned f = reqs[j]->flags;
+        int once = (f & RL_CHECK_ONCE) != 0;
 
+        /* the limits' keys, the once key */
         nkeys += reqs[j]->policy->nlimits + once;
-        nargs += 2 + once;
+        /* spec, cost, block key, seq, limit index, block ms */
+        nargs += 3 + once + ((f & RL_CHECK_RESET) != 0) + ((f & RL_CHECK_BLOCK) != 0);
     }
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
     put_header(c, '*', (long long)(5 + nkeys + nargs));
-    if (eval) {
+    if (cmd == SCRIPT_FCALL) {
+        put(c, "FCALL", 5);
+        put(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
+    } else if (cmd == SCRIPT_EVAL) {
         put(c, "EVAL", 4);
         put(c, rl_lua_check, rl_lua_check_len);
     } else {
@@ -152,46 +215,14 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
         put(c, rl_lua_check_sha, strlen(rl_lua_check_sha));
     }
     put_num(c, (long long)nkeys);
-    for (size_t j = 0; j < n; j++) {
-        for (size_t i = 0; i < reqs[j]->policy->nlimits; i++) {
-            char key[RL_LIMIT_KEY_MAX];
-            int len = backend_limit_key(reqs[j], i, key, sizeof(key));
-
-            if (len < 0)
-                return RL_ERR;
-            put(c, key, (size_t)len);
-        }
-        if (reqs[j]->flags & RL_CHECK_ONCE) {
-            char key[RL_LIMIT_KEY_MAX];
-            int len = backend_once_key(reqs[j], key, sizeof(key));
-
-            if (len < 0)
-                return RL_ERR;
-            put(c, key, (size_t)len);
-        }
-    }
+    for (size_t j = 0; j < n; j++)
+        if (put_keys(c, reqs[j]) != RL_OK)
+            return RL_ERR;
     put(c, "", 0);
     put_num(c, (long long)n);
-    for (size_t j = 0; j < n; j++) {
-        const struct rl_policy *p = reqs[j]->policy;
-        const struct rl_script_spec *sp = spec_for(c, p->limits, p->nlimits);
-        char tmp[NUM_MAX + 2];
-        struct strbuf sb;
-
-        if (sp == NULL)
+    for (size_t j = 0; j < n; j++)
+        if (put_args(c, reqs[j]) != RL_OK)
             return RL_ERR;
-        put_raw(c, sp->bytes, sp->len);
-        /* the cost, then "f" force, "o" once (then its seq) */
-        sb_init(&sb, tmp, sizeof(tmp));
-        sb_i64(&sb, reqs[j]->cost);
-        if (reqs[j]->flags & RL_CHECK_FORCE)
-            sb_mem(&sb, "f", 1);
-        if (reqs[j]->flags & RL_CHECK_ONCE)
-            sb_mem(&sb, "o", 1);
-        put(c, tmp, sb.len);
-        if (reqs[j]->flags & RL_CHECK_ONCE)
-            put_num(c, (long long)reqs[j]->seq);
-    }
     return RL_OK;
 }
 
@@ -282,6 +313,9 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
         l->retry_after_ms = r->element[at + 3 + 3 * i]->integer;
         l->allowed = l->retry_after_ms == 0;
     }
+    /* a blocked key: -blocked_ms in place of allowed */
+    if (r->element[at]->integer < 0)
+        backend_apply_block(&res, -r->element[at]->integer);
     w->answered = 1;
     w->req = NULL;
     w->cb(&res, w->arg);

@@ -44,17 +44,22 @@ struct rl_script_call {
 
 void script_call_free(struct rl_script_call *c);
 
-/*
- * EVALSHA sha nkeys key... '' n (spec cost[flags] [seq])... for
- * reqs[0..n) — or EVAL with the script's text (scripts/lua/check.lua
- * describes the arguments).  The empty "now" makes the script read Redis
- * TIME.
- */
-int script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
-                      size_t n, int eval) RL_WUR;
+/* How a call names the script: FCALL of the function library the handshake
+ * loaded, EVALSHA where the server has no FUNCTION, and EVAL with the whole
+ * text once when the server forgot either (NOSCRIPT, "Function not found"). */
+enum script_cmd { SCRIPT_EVALSHA, SCRIPT_EVAL, SCRIPT_FCALL };
 
 /*
- * The reply to a batch is one flat array: per check, allowed then
+ * FCALL fn|EVALSHA sha|EVAL text, then nkeys key... '' n (spec cost[flags]
+ * [seq])... for reqs[0..n) (scripts/lua/check.lua describes the arguments).
+ * The empty "now" makes the script read Redis TIME.
+ */
+int script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
+                      size_t n, enum script_cmd cmd) RL_WUR;
+
+/*
+ * The reply to a batch is one flat array: per check, allowed (1, 0, or
+ * -blocked_ms for a blocked key) then
  * (remaining, reset_ms, retry_after_ms) per limit, all integers; or, for a
  * check that failed alone (a key of the wrong type), an error in place of
  * allowed, then integers.  RL_OK when r has exactly `len` elements, each an

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 
+#include "admin.h"
 #include "api.h"
 #include "backend.h"
 #include "config.h"
@@ -28,6 +29,7 @@ static int
 drained(const struct rl_worker *w)
 {
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
+           (w->admin == NULL || http_server_connections(w->admin) == 0) &&
            hybrid_idle(w->env.hybrid);
 }
 
@@ -65,6 +67,8 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     if (w->env.hybrid != NULL)
         hybrid_drain(w->env.hybrid, stop_if_drained, w);
     http_server_drain(w->http, stop_if_drained, w);
+    if (w->admin != NULL)
+        http_server_drain(w->admin, stop_if_drained, w);
     if (drained(w)) {
         event_base_loopexit(w->base, NULL);
         return;
@@ -127,6 +131,8 @@ on_config(evutil_socket_t fd, short what, void *arg)
     w->cfg = cfg;
     http_server_set_limits(w->http, &cfg->http, &cfg->max_body);
     http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
+    if (w->admin != NULL)
+        http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
     config_unref(old);
     (void)fd;
     (void)what;
@@ -143,6 +149,97 @@ worker_set_config(struct rl_worker *w, struct rl_config *cfg)
     event_active(w->cfg_ev, EV_READ, 0);
 }
 
+/* An admin action's answer, on its way to a worker's local views. */
+struct worker_news {
+    struct worker_news *next;
+    struct rl_config *cfg;          /* a reference: the policy lives in it */
+    struct rl_check_req req;        /* req.key points at key below */
+    struct rl_check_res res;
+    int64_t sent_us;
+    char key[];
+};
+
+static void
+apply_news(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req *req,
+           int64_t sent_us, const struct rl_check_res *res)
+{
+    if (w->env.deny != NULL)
+        deny_cache_forget(w->env.deny, req->policy->uid, req->key, req->key_len);
+    if (w->env.hybrid != NULL && req->policy->mode == RL_MODE_HYBRID)
+        hybrid_admin_done(w->env.hybrid, cfg, req->policy, req->key, req->key_len, sent_us,
+                          req, res);
+}
+
+/* Take what was pushed, oldest first (two actions on one key in a row must
+ * land in their order); apply it unless the worker is going away. */
+static void
+take_news(struct rl_worker *w, int apply)
+{
+    struct worker_news *n = __atomic_exchange_n(&w->news, NULL, __ATOMIC_ACQ_REL);
+    struct worker_news *fifo = NULL;
+
+    while (n != NULL) {
+        struct worker_news *next = n->next;
+        n->next = fifo;
+        fifo = n;
+        n = next;
+    }
+    while (fifo != NULL) {
+        struct worker_news *next = fifo->next;
+        if (apply)
+            apply_news(w, fifo->cfg, &fifo->req, fifo->sent_us, &fifo->res);
+        config_unref(fifo->cfg);
+        free(fifo);
+        fifo = next;
+    }
+}
+
+static void
+on_news(evutil_socket_t fd, short what, void *arg)
+{
+    take_news(arg, 1);
+    (void)fd;
+    (void)what;
+}
+
+static void
+push_news(struct rl_worker *p, struct rl_config *cfg, const struct rl_check_req *req,
+          int64_t sent_us, const struct rl_check_res *res)
+{
+    struct worker_news *n = xmalloc(sizeof(*n) + req->key_len);
+
+    n->cfg = config_ref(cfg);
+    n->req = *req;
+    memcpy(n->key, req->key, req->key_len);
+    n->req.key = n->key;
+    n->res = *res;
+    n->res.error = NULL;
+    n->sent_us = sent_us;
+    n->next = __atomic_load_n(&p->news, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&p->news, &n->next, n, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
+    /* thread-safe: evthread_use_pthreads() was called before any base */
+    event_active(p->news_ev, EV_READ, 0);
+}
+
+void
+worker_admin_done(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req *req,
+                  int64_t sent_us, const struct rl_check_res *res)
+{
+    apply_news(w, cfg, req, sent_us, res);
+    for (size_t i = 0; i < w->npeers; i++)
+        if (&w->peers[i] != w)
+            push_news(&w->peers[i], cfg, req, sent_us, res);
+}
+
+int
+worker_serve_admin(struct rl_worker *w, int fd, char **cause)
+{
+    return http_server_new(&w->admin, w->base, fd, &w->cfg->http, &w->cfg->max_body,
+                           admin_handle, w, NULL, cause);
+}
+
 void
 worker_metrics(struct rl_worker *w, struct evbuffer *out)
 {
@@ -152,6 +249,7 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
     for (size_t i = 0; i < n; i++)
         ms[i] = w->peers[i].metrics;
     metrics_format(out, ms, n);
+    metrics_format_admin(out, ms, n);
 }
 
 int
@@ -195,6 +293,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
+    w->news_ev = event_new(w->base, -1, 0, on_news, w);
     w->ready_reason = own_readiness(w);
     w->ready_ev = event_new(w->base, -1, EV_PERSIST, on_ready_publish, w);
     {
@@ -248,6 +347,7 @@ worker_join(struct rl_worker *w)
 void
 worker_free(struct rl_worker *w)
 {
+    take_news(w, 0);            /* what was pushed and never taken */
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);
@@ -257,12 +357,15 @@ worker_free(struct rl_worker *w)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid);      /* its timer lives on the base */
     http_server_free(w->http);
+    http_server_free(w->admin);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)
         event_free(w->drain_ev);
     if (w->cfg_ev != NULL)
         event_free(w->cfg_ev);
+    if (w->news_ev != NULL)
+        event_free(w->news_ev);
     if (w->ready_ev != NULL)
         event_free(w->ready_ev);
     if (w->grace_ev != NULL)

@@ -15,12 +15,16 @@ struct event_base;
 struct event;
 struct evbuffer;
 struct http_server;
+struct rl_check_req;
+struct rl_check_res;
+struct worker_news;
 
 struct rl_worker {
     int id;
     pthread_t thread;
     struct event_base *base;
     struct http_server *http;       /* the check listener */
+    struct http_server *admin;      /* admin_listen, on worker 0 only */
     struct rl_config *cfg;          /* in force on this worker (a reference) */
     struct rl_config *next_cfg;     /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
@@ -44,11 +48,26 @@ struct rl_worker {
     size_t npeers;
     struct event *ready_ev;         /* republishes ready_reason */
     const char *ready_reason;       /* NULL: ready; static text (atomic) */
+    /* Answers of admin actions for this worker's local views: pushed by
+     * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
+    struct worker_news *news;
+    struct event *news_ev;
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
 int worker_init(struct rl_worker *w, int id, int listen_fd,
                 struct rl_config *cfg, char **cause) RL_WUR;
+/* Serve the admin API (admin.h) on listening socket fd (taken) too. */
+int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
+/*
+ * On w's thread, with the backend's answer res to admin action req (sent at
+ * sent_us under cfg): every worker drops its cached denial of the key and
+ * takes res as its view of a hybrid key (hybrid_admin_done), w at once, the
+ * others on their next loop pass.
+ */
+void worker_admin_done(struct rl_worker *w, struct rl_config *cfg,
+                       const struct rl_check_req *req, int64_t sent_us,
+                       const struct rl_check_res *res);
 /* After worker_init of every worker: peers set, threads started. */
 int worker_start(struct rl_worker *w) RL_WUR;
 /* From any thread: the worker takes its own reference to cfg and swaps it

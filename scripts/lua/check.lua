@@ -4,7 +4,8 @@
 -- modules above, reading TIME) is paid once per batch, not once per check.
 --
 -- KEYS     the keys of every check, in order (a check's keys share one
---          Cluster hash tag)
+--          Cluster hash tag): its limits' keys, then its once key (a 'once'
+--          check only)
 -- ARGV[1]  now in microseconds, or '' to read Redis TIME (the daemon always
 --          sends ''; tests drive time explicitly)
 -- ARGV[2]  n, the number of checks
@@ -13,34 +14,47 @@
 --          separated by one space ("fw 100 60000 0 gcra 5 1000 5"): the
 --          same bytes for every check of a policy, so the daemon prebuilds
 --          them and the script converts them once per call, not per check
---   cost   the cost (0 asks without consuming), then the flags: 'f', force
---          (consume the cost even when it does not fit), 'o', once ("3",
---          "1f", "2o", "2fo")
+--   cost   the cost (0 asks without consuming, < 0 gives back), then the
+--          flags, in this order: 'f', force (consume the cost even when it
+--          does not fit), 'o', once, 'r', reset, 'b', block ("3", "1f",
+--          "2o", "2fo", "0r", "-3", "0rb")
+--   block  the check's block key (same hash tag; see below)
 --   seq    only for a 'once' check: its writer's seq.  Such a check has one
 --          more key after its limits' keys, the writer's last applied seq;
 --          a seq not above it was applied already (a hybrid sync sent again
 --          after its connection was lost): the check then only peeks.
+--   index  only for a 'reset': the limit to reset (0 is the first), or -1
+--          for every limit and the block
+--   ms     only for a 'block': block for this long; 0 lifts the block
 --
--- Returns one flat array: per check, allowed (1 or 0), then per limit
--- remaining, reset_ms, retry_after_ms.  A check is allowed only when every
--- limit allows it; a denied check consumes nothing from any limit (unless
--- forced).  Checks run in order, so two checks of one key in a batch see
+-- The block key holds the block's end (us, this script's clock) and expires
+-- with it.  It is read in the same MGET as the first limit's value, so a
+-- check pays no extra call for it (but one GET when that key is missing).
+-- It is an argument, not one of KEYS, on purpose: it rarely exists, and a
+-- Redis Cluster node answers a call whose keys are partly missing while
+-- their slot migrates with TRYAGAIN, so with it among KEYS every check of a
+-- migrating slot would fail until the move ends.  Undeclared, it is read
+-- in the slot of the check's keys; where a migrating node cannot read it
+-- here (it has moved, or never existed), the check goes on unblocked: a
+-- block may be missed only while its slot migrates, and an admin operation
+-- then fails (its check alone).
+--
+-- Returns one flat array: per check, allowed (1 or 0, or -blocked_ms while
+-- the key is blocked: denied), then per limit remaining, reset_ms,
+-- retry_after_ms.  A check is allowed only when every limit allows it and
+-- the key is not blocked; a denied check consumes nothing from any limit
+-- (unless forced).  An admin check (reset, block, or a negative cost: give
+-- back, always applied) does its operation, then answers as a check of
+-- cost 0.  Checks run in order, so two checks of one key in a batch see
 -- each other exactly as two calls would.
 --
 -- Each check succeeds or fails on its own, as separate calls would: one
 -- whose command fails (a key of the wrong type, WRONGTYPE) answers an error
 -- in place of its `allowed`, then zeros, and the others of the batch are
 -- decided as usual.  Every error can only come from peek's reads (the
--- writes are SETs and ZADDs to keys peek read as the right type), so a
--- failed check has written nothing.
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
+-- writes are SETs and ZADDs to keys peek read as the right type, and DELs;
+-- an admin check reads everything it needs before it writes), so a failed
+-- check has written nothing.
 
 -- A spec string -> { per limit peek, commit, limit, W (us), burst; n, the
 -- number of limits; ttl, the longest window (ms); err, why it cannot run }.
@@ -82,15 +96,83 @@ local function spec_of(s)
   return sp
 end
 
--- A cost string -> { cost, force, once; err }.
+-- A cost string -> { cost, force, once, reset, block, admin; err }.
 local function cost_of(s)
-  local cf = { tonumber(s), false, false }
+  local cf = { tonumber(s), false, false, false, false, false }
   if cf[1] == nil then
-    local c, fl = string.match(s, '^(%d+)(%a*)$')
-    cf[1], cf[2], cf[3] = tonumber(c) or 0, fl == 'f' or fl == 'fo', fl == 'o' or fl == 'fo'
-    if c == nil or not (cf[2] or cf[3]) then cf.err = 'bad cost ' .. s end
+    local c, f, o, r, b = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)$')
+    cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
+    if c == nil then cf.err = 'bad cost ' .. s end
   end
+  cf[6] = cf[1] < 0 or cf[4] or cf[5]
   return cf
+end
+
+-- The first limit's value (false: missing, or not a string) and the ms
+-- until the block ends (0: none), in one MGET; where the block cannot be
+-- read here (a migrating Cluster slot, see above), neither.
+local function read_first(key, bkey, now)
+  -- redis.pcall: an error comes back as a table, no Lua pcall frame
+  local got, v, e = redis.pcall('MGET', key, bkey), false, nil
+  if got.err == nil then
+    v, e = got[1], got[2]
+  else
+    e = redis.pcall('GET', bkey)
+  end
+  e = e and tonumber(e)
+  if e and e > now then return v, ceil_ms(e - now) end
+  return v, 0
+end
+
+-- An admin check's operation: reset, block, give back, in that order;
+-- ARGV[a] on are its arguments.  Every read (give back's peeks, of the
+-- limits it does not reset) comes before any write.
+local function admin(sp, cf, k, bkey, now, a)
+  local call, n = redis.call, sp.n
+  local reset, ms, units, st = nil, nil, -cf[1], {}
+  if cf[4] then
+    reset = tonumber(ARGV[a])
+    if reset == nil or reset >= n or reset ~= math.floor(reset) then
+      error('bad limit index ' .. tostring(ARGV[a]))
+    end
+    a = a + 1
+  end
+  if cf[5] then
+    ms = tonumber(ARGV[a])
+    if ms == nil or ms < 0 then error('bad block ' .. tostring(ARGV[a])) end
+  end
+  if reset and reset < 0 then units = 0 end
+  for i = 1, n do
+    local j = 5 * i - 5
+    if units > 0 and reset ~= i - 1 then
+      st[i] = { sp[j + 1](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], 0) }
+    end
+  end
+  if reset then
+    for i = 1, n do
+      if reset < 0 or reset == i - 1 then call('DEL', KEYS[k + i]) end
+    end
+    if reset < 0 then call('DEL', bkey) end
+  end
+  if ms and ms > 0 then
+    call('SET', bkey, string.format('%d', now + ms * 1000), 'PX', string.format('%d', ms))
+  elseif ms then
+    call('DEL', bkey)
+  end
+  for i = 1, n do
+    local j, p = 5 * i - 5, st[i]
+    if p then
+      -- the limit's module (a peek is its module's own), built with give
+      local give
+      for tag, m in pairs(ALGOS) do
+        if m[1] == sp[j + 1] then
+          local _, _, g = MODULES[tag](true)
+          give = g
+        end
+      end
+      give(KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], units, p[6], p[7], p[8], p[9], p[10])
+    end
+  end
 end
 
 -- 'once': whether the writer's seq was applied already
@@ -99,40 +181,55 @@ local function applied(once_key, seq)
   return last and tonumber(last) >= tonumber(seq)
 end
 
--- One check of one limit (most checks): allowed (1 or 0), remaining,
+-- One check of one limit (most checks), its keys from KEYS[k + 1], its
+-- admin arguments from ARGV[a]: allowed (1, 0 or -blocked_ms), remaining,
 -- reset_ms, retry_after_ms.
-local function run1(sp, cf, key, once_key, seq, now)
+local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
-  local cost, limit, W, burst = cf[1], sp[3], sp[4], sp[5]
-  local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost)
-  if (ok or cf[2]) and cost > 0 and not (once_key and applied(once_key, seq)) then
+  local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
+  if cf[6] then
+    admin(sp, cf, k, bkey, now, a)
+    cost, force = 0, false
+  end
+  local key = KEYS[k + 1]
+  local v, blocked = read_first(key, bkey, now)
+  local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost, v)
+  if ((ok and blocked == 0) or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
     rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
     -- kept as long as the counts it guards; the seq as the daemon wrote it
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   elseif repair then
     repair_ttl(key, repair)
   end
+  if blocked > 0 then return -blocked, rem, reset, retry end
   if ok then return 1, rem, reset, retry end
   return 0, rem, reset, retry
 end
 
--- One check of several limits, its keys from KEYS[k + 1], its answer into
--- out[o + 1]...; st holds peek's answers per limit, reused.
-local function run(sp, cf, k, once_key, seq, now, out, o, st)
+-- One check of several limits, its keys from KEYS[k + 1], its admin
+-- arguments from ARGV[a], its answer into out[o + 1]...; st holds peek's
+-- answers per limit, reused.
+local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
-  local n, cost = sp.n, cf[1]
+  local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
-  local allowed = true
+  if cf[6] then
+    admin(sp, cf, k, bkey, now, a)
+    cost, force = 0, false
+  end
+  local pre, blocked = read_first(KEYS[k + 1], bkey, now)
+  local allowed = blocked == 0
   for i = 1, n do
     local j = 5 * i - 5
     local ok
     ok, rems[i], resets[i], retries[i], repairs[i], s1[i], s2[i], s3[i], s4[i], s5[i] =
-      sp[j + 1](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], cost)
+      sp[j + 1](KEYS[k + i], now, sp[j + 3], sp[j + 4], sp[j + 5], cost, pre)
+    pre = nil
     if not ok then allowed = false end
   end
-  if allowed then out[o + 1] = 1 else out[o + 1] = 0 end
-  if (allowed or cf[2]) and cost > 0 and not (once_key and applied(once_key, seq)) then
+  if allowed then out[o + 1] = 1 elseif blocked > 0 then out[o + 1] = -blocked else out[o + 1] = 0 end
+  if (allowed or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
     for i = 1, n do
       local j = 5 * i - 5
       out[o + 3 * i - 1], out[o + 3 * i] =
@@ -150,40 +247,71 @@ local function run(sp, cf, k, once_key, seq, now, out, o, st)
   end
 end
 
+-- Specs and costs as read from their strings, kept while the library lives
+-- (FCALL): a policy's limits are read once, not on every call (most calls
+-- carry one check).  Under EVALSHA the whole script runs per call: they last
+-- one call, as before.  Bounded: old policies do not pile up over reloads.
+local SPECS, COSTS, NCACHED = {}, {}, 0
+local function cached(s, c)
+  local sp, cf = SPECS[s], COSTS[c]
+  if sp == nil or cf == nil then
+    if NCACHED >= 512 then SPECS, COSTS, NCACHED = {}, {}, 0 end
+    if sp == nil then sp = spec_of(s); SPECS[s] = sp end
+    if cf == nil then cf = cost_of(c); COSTS[c] = cf end
+    NCACHED = NCACHED + 1
+  end
+  return sp, cf
+end
+
+-- Everything above only defines; from the next line on is the call.  Under
+-- EVALSHA (a server without FUNCTION) Redis runs the whole script on every
+-- call.  As a function library (FCALL) the definitions run once per library
+-- (at its first call): scripts/embed-lua.sh makes the lines from the marker
+-- on the body of the function it calls, after setting KEYS and ARGV (the
+-- library's upvalues there, Redis's globals here).  The same Lua on both.
+-- @call
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+
 local nchecks = tonumber(ARGV[2])
--- one check of one limit (coalescing off, or a quiet moment): no caches
+-- one check of one limit (coalescing off, or a quiet moment): no tables
 if nchecks == 1 then
-  local sp, cf = spec_of(ARGV[3]), cost_of(ARGV[4])
+  local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
-    local once_key, seq
-    if cf[3] then once_key, seq = KEYS[2], ARGV[5] end
-    local ok, a, r, s, t = pcall(run1, sp, cf, KEYS[1], once_key, seq, now)
+    local once_key, seq, ab = nil, nil, 6
+    if cf[3] then once_key, seq, ab = KEYS[2], ARGV[6], 7 end
+    local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
     if type(a) == 'table' then a = a.err end
     return { { err = tostring(a) }, 0, 0, 0 }
   end
 end
 
-local specs, costs, out, st = {}, {}, {}, nil
+local out, st = {}, nil
 local o, k, b = 0, 0, 3
 for _ = 1, nchecks do
-  local s, c = ARGV[b], ARGV[b + 1]
-  local sp, cf = specs[s], costs[c]
-  if sp == nil then sp = spec_of(s); specs[s] = sp end
-  if cf == nil then cf = cost_of(c); costs[c] = cf end
-  local n, once_key, seq = sp.n, nil, nil
-  b = b + 2
+  local sp, cf = cached(ARGV[b], ARGV[b + 1])
+  local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
+  b = b + 3
   if cf[3] then
     once_key, seq = KEYS[k + n + 1], ARGV[b]
     b = b + 1
   end
+  local a = b
+  if cf[4] then b = b + 1 end
+  if cf[5] then b = b + 1 end
   local ok, err, x2, x3, x4
   if n == 1 then
-    ok, err, x2, x3, x4 = pcall(run1, sp, cf, KEYS[k + 1], once_key, seq, now)
+    ok, err, x2, x3, x4 = pcall(run1, sp, cf, k, bkey, once_key, seq, now, a)
     if ok then out[o + 1], out[o + 2], out[o + 3], out[o + 4] = err, x2, x3, x4 end
   else
     if st == nil then st = { {}, {}, {}, {}, {}, {}, {}, {}, {} } end
-    ok, err = pcall(run, sp, cf, k, once_key, seq, now, out, o, st)
+    ok, err = pcall(run, sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   end
   if not ok then
     -- redis.call raises a table { err = "WRONGTYPE ..." }, Lua a string

@@ -1,13 +1,14 @@
 -- fixed_window: a counter whose window opens at the first counted request and
 -- lasts `window`.  String value "<count>:<start>" (start in us), written with
--- its TTL in one SET ... PX.  A forced commit counts past the limit; the
+-- its TTL in one SET ... PX (the first limit's value may come read already,
+-- `pre`, in the MGET that reads the block).  A forced commit counts past the limit; the
 -- window still closes on time.
 -- Mirrors src/algo_fixed_window.c.
 
-MODULES['fw'] = function()
+MODULES['fw'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
-  local function peek(key, now, limit, W, burst, cost)
-    local v = call('GET', key)
+  local function peek(key, now, limit, W, burst, cost, pre)
+    local v = pre or call('GET', key)
     local count, start, left, repair = 0, 0, 0, nil
     if v then
       local p = find(v, ':', 1, true)
@@ -40,5 +41,17 @@ MODULES['fw'] = function()
     return room, ceil_ms(left)
   end
 
-  return peek, commit
+  if not with_give then return peek, commit end
+  -- the count down by units, floored at 0 (then no key); the window stays
+  local function give(key, now, limit, W, burst, units, count, start)
+    if count == 0 then return end
+    count = count - units
+    if count <= 0 then
+      call('DEL', key)
+      return
+    end
+    call('SET', key, format('%d:%d', count, start), 'PX', format('%d', ttl_ms(start + W - now)))
+  end
+
+  return peek, commit, give
 end

@@ -9,7 +9,7 @@
 -- as pairs; products go through muldiv (intmath.lua).
 -- String value "<i> <f>" of TAT.  Mirrors src/algo_gcra.c.
 
-MODULES['gcra'] = function()
+MODULES['gcra'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local divmod, muldiv = intmath()
   -- Pair (i, f) normalised after f may have left [0, limit).
@@ -54,8 +54,8 @@ MODULES['gcra'] = function()
     return ti, tf
   end
 
-  local function peek(key, now, limit, W, burst, cost)
-    local v = call('GET', key)
+  local function peek(key, now, limit, W, burst, cost, pre)
+    local v = pre or call('GET', key)
     -- x = max(TAT, now) - now
     local xi, xf, left, repair = 0, 0, 0, nil
     if v then
@@ -96,5 +96,19 @@ MODULES['gcra'] = function()
     return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
   end
 
-  return peek, commit
+  if not with_give then return peek, commit end
+  -- TAT back by T * units, not before now (then no key); TAT is at most
+  -- 2 x tau ahead, so more than 2 x burst units change nothing more
+  local function give(key, now, limit, W, burst, units, xi, xf)
+    if units > 2 * burst then units = 2 * burst end
+    local ci, cf = muldiv(W, units, limit)
+    local ni, nf = gcra_norm(xi - ci, xf - cf, limit)
+    if ni < 0 or (ni == 0 and nf == 0) then
+      call('DEL', key)
+      return
+    end
+    call('SET', key, format('%d %d', now + ni, nf), 'PX', format('%d', ttl_ms(gcra_ceil(ni, nf))))
+  end
+
+  return peek, commit, give
 end

@@ -15,6 +15,10 @@
 --     consumes cost (> 0) whether peek allowed it or not (a forced check),
 --     sets the key's TTL and answers the numbers after it (allowed and
 --     retry_after_ms stay what peek decided).
+--   give(key, now, limit, W, burst, units, s1, ..., s5)   (built on request)
+--     gives `units` (> 0) back (a reward; see README "Giving back"), from
+--     the state a peek of cost 0 read (s1..s5), and sets the TTL; a state
+--     left worth nothing is deleted (no key is the empty state).
 -- Multiple results rather than a table: a table per limit per check cost as
 -- much as a redis.call.
 -- The driver calls repair_ttl(key, repair) itself when no commit follows,
@@ -38,12 +42,14 @@
 local floor = math.floor
 
 local MODULES, ALGOS = {}, {}
--- the module of tag, built on first use in this call; nil if none
+-- the module of tag, built on first use in this call; nil if none.  Built
+-- without its give, which only an admin call needs (MODULES[tag](true)
+-- builds it then): a closure less per call.
 local function algo(tag)
   local m = ALGOS[tag]
   if m == nil and MODULES[tag] then
     local peek, commit = MODULES[tag]()
-    m = { peek, commit }
+    m = { peek, commit, tag }
     ALGOS[tag] = m
   end
   return m

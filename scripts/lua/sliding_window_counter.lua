@@ -9,11 +9,11 @@
 -- (intmath.lua).  A forced commit counts past the limit.
 -- Mirrors src/algo_sliding_window_counter.c.
 
-MODULES['swc'] = function()
+MODULES['swc'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local divmod, muldiv = intmath()
-  local function peek(key, now, limit, W, burst, cost)
-    local v = call('GET', key)
+  local function peek(key, now, limit, W, burst, cost, pre)
+    local v = pre or call('GET', key)
     local cur, e = divmod(now, W)
     local curr, prev, repair = 0, 0, nil
     if v then
@@ -81,5 +81,23 @@ MODULES['swc'] = function()
     return room, ceil_ms(reset)
   end
 
-  return peek, commit
+  if not with_give then return peek, commit end
+  -- the current window's count down first, then the previous one's, each
+  -- floored at 0 (both 0: no key)
+  local function give(key, now, limit, W, burst, units, cur, curr, prev)
+    local c, p = curr - units, prev
+    if c < 0 then
+      p, c = p + c, 0
+      if p < 0 then p = 0 end
+    end
+    if c == 0 and p == 0 then
+      call('DEL', key)
+      return
+    end
+    local reset = (cur + 1) * W - now
+    if c > 0 then reset = reset + W end
+    call('SET', key, format('%d:%d:%d', cur, c, p), 'PX', format('%d', ttl_ms(reset)))
+  end
+
+  return peek, commit, give
 end

@@ -14,7 +14,7 @@
 -- the price of the bound, paid only when a key is already over its limit.
 -- Mirrors src/algo_sliding_window_log.c.
 
-MODULES['swl'] = function()
+MODULES['swl'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
 
   local function set_ttl(key, us)
@@ -113,5 +113,14 @@ MODULES['swl'] = function()
     return room, ceil_ms(ts + W - now)
   end
 
-  return peek, commit
+  if not with_give then return peek, commit end
+  -- forget the newest `units` members (all there are, at most); the TTL
+  -- follows the newest left (an emptied key is gone by itself)
+  local function give(key, now, limit, W, burst, units)
+    call('ZREMRANGEBYRANK', key, format('%d', -units), '-1')
+    local last = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if last[1] then set_ttl(key, tonumber(last[2]) + W - now) end
+  end
+
+  return peek, commit, give
 end

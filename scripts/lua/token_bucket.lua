@@ -11,7 +11,7 @@
 -- String value "<d>:<f>:<t>", written with its TTL in one SET ... PX.
 -- Mirrors src/algo_token_bucket.c.
 
-MODULES['tb'] = function()
+MODULES['tb'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   local divmod, muldiv = intmath()
   -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
@@ -24,8 +24,8 @@ MODULES['tb'] = function()
     return q + q2
   end
 
-  local function peek(key, now, limit, W, burst, cost)
-    local v = call('GET', key)
+  local function peek(key, now, limit, W, burst, cost, pre)
+    local v = pre or call('GET', key)
     local d, f, t, repair = 0, 0, 0, nil
     if v then
       local i = find(v, ':', 1, true)
@@ -81,5 +81,17 @@ MODULES['tb'] = function()
     return room, ceil_ms(reset)
   end
 
-  return peek, commit
+  if not with_give then return peek, commit end
+  -- units tokens back, the bucket full at most (then no key)
+  local function give(key, now, limit, W, burst, units, d, f, at, skew)
+    d = d - units
+    if d < 0 or (d == 0 and f == 0) then
+      call('DEL', key)
+      return
+    end
+    call('SET', key, format('%d:%d:%d', d, f, at), 'PX',
+         format('%d', ttl_ms(tb_wait(d, f, 0, W, limit) + skew)))
+  end
+
+  return peek, commit, give
 end

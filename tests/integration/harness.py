@@ -238,9 +238,10 @@ class Redis:
         """What a Daemon given redis=self merges into its config (None: pass -r URL)."""
         return None
 
-    def __init__(self, topology=None):
+    def __init__(self, topology=None, conf=()):
         self.port = None
         self.proc = None
+        self.conf = list(conf)      # redis.conf lines (e.g. rename-command)
         self.paused = False
         self.logfile = None
         if shutil.which(REDIS_SERVER) is None:
@@ -255,9 +256,14 @@ class Redis:
     def _spawn(self, port):
         self.logfile = os.path.join(tmpdir(), "redis-%d.log" % port)
         log = open(self.logfile, "ab")
+        conf = []
+        if self.conf:
+            conf = [os.path.join(tmpdir(), "redis-%d.conf" % port)]
+            with open(conf[0], "w") as f:
+                f.write("\n".join(self.conf) + "\n")
         try:
             self.proc = _track(subprocess.Popen(
-                [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
+                [REDIS_SERVER] + conf + ["--port", str(port), "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--daemonize", "no"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
         finally:

@@ -13,6 +13,7 @@ stop.  A missing redis-server or redis-cli is a failure.
 """
 
 import binascii
+import hashlib
 import os
 import re
 import shutil
@@ -461,7 +462,24 @@ def case_no_redirects(fx):
     for n in fx.nodes:
         for code in ("MOVED", "ASK", "NOSCRIPT"):
             eq(errorstat(n.port, code), 0, "errorstat %s on master %d" % (code, n.port))
-        check(cmdstat_calls(n.port, "evalsha") > 0, "no EVALSHA ran on master %d", n.port)
+        check(cmdstat_calls(n.port, "fcall") > 0, "no FCALL ran on master %d", n.port)
+        eq(cmdstat_calls(n.port, "evalsha"), 0, "EVALSHA on master %d (Redis 7: FCALL)" % n.port)
+
+
+def library(port):
+    """Our function library's name on the node at port, or None."""
+    out = rcmd(port, "FUNCTION", "LIST", "LIBRARYNAME", "ratelimitd_*")
+    names = [lib[1] for lib in out] if out else []
+    want = "ratelimitd_" + hashlib.sha1(H.lua_check_source()).hexdigest()
+    return want if want in names else None
+
+
+def case_functions(fx):
+    # the handshake loaded it on every master the router connects to (a
+    # replica gets it by replication: case_failover's promoted one answers)
+    for n in fx.nodes:
+        check(library(n.port), "no ratelimitd library on master %d: %r", n.port,
+              rcmd(n.port, "FUNCTION", "LIST"))
 
 
 def case_hot_key(fx):
@@ -498,10 +516,13 @@ def case_script_flush(fx):
     idents = ["flush%d" % i for i in range(20)]
     target = fx.owner("flush", idents[0])
     mine = [k for k in idents if fx.owner("flush", k) is target][:3]
-    before = errorstat(target.port, "NOSCRIPT")
+    before = errorstat(target.port, "ERR")
+    # both: FCALL then finds no function, and the resend (EVAL) no cache
     eq(rcmd(target.port, "SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+    eq(rcmd(target.port, "FUNCTION", "FLUSH"), "OK", "FUNCTION FLUSH")
     eq(info(target.port, "memory").get("number_of_cached_scripts"), "0",
        "scripts cached right after SCRIPT FLUSH")
+    eq(library(target.port), None, "our library right after FUNCTION FLUSH")
     bodies = [{"key": k, "policy": "flush"} for k in mine for _ in range(15)]
     res = H.blast(fx.ports, bodies, 6)
     allowed = {k: 0 for k in mine}
@@ -509,11 +530,19 @@ def case_script_flush(fx):
         if clean(st, ans) == "allowed":
             allowed[b["key"]] += 1
     eq(allowed, {k: 10 for k in mine}, "allowed per key after SCRIPT FLUSH")
-    check(errorstat(target.port, "NOSCRIPT") > before,
-          "the flushed master never answered NOSCRIPT (the fallback was not exercised)")
+    check(errorstat(target.port, "ERR") > before,
+          "the flushed master never answered \"Function not found\" (no fallback exercised)")
     check(cmdstat_calls(target.port, "eval") > 0, "no EVAL ran on the flushed master")
     eq(info(target.port, "memory").get("number_of_cached_scripts"), "1",
        "scripts cached again on the flushed master")
+    check(library(target.port), "the library was not loaded again on the flushed master")
+    # and the next calls are FCALLs again, decided exactly
+    fcalls = cmdstat_calls(target.port, "fcall")
+    (ident,) = [k for k in idents if fx.owner("flush", k) is target][3:4] or [None]
+    check(ident is not None, "a fourth key on the flushed master")
+    eq([clean(*post(fx.ports[0], {"key": ident, "policy": "flush"})[::2])
+        for _ in range(11)], ["allowed"] * 10 + ["denied"], "limit 10 after the reload")
+    check(cmdstat_calls(target.port, "fcall") >= fcalls + 11, "checks after the reload not FCALLs")
 
 
 def case_migrate_ask(fx):
@@ -1030,11 +1059,12 @@ def measure(port, seconds=3):
 def evalsha_usec(nodes):
     calls = usec = 0
     for n in nodes:
-        v = info(n.port, "commandstats").get("cmdstat_evalsha", "")
-        m = re.search(r"calls=(\d+),usec=(\d+)", v)
-        if m:
-            calls += int(m.group(1))
-            usec += int(m.group(2))
+        stats = info(n.port, "commandstats")
+        for cmd in ("cmdstat_fcall", "cmdstat_evalsha"):
+            m = re.search(r"calls=(\d+),usec=(\d+)", stats.get(cmd, ""))
+            if m:
+                calls += int(m.group(1))
+                usec += int(m.group(2))
     return usec / calls if calls else 0.0
 
 
@@ -1099,11 +1129,14 @@ CASES = [
     ("the test's CRC16 matches CLUSTER KEYSLOT", case_keyslot),
     ("GET /readyz 200 on both daemons (cluster backend)", case_ready),
     ("limit 3: 3 allowed then 429, for keys on each of the 3 masters", case_article),
-    ("slot-range edges too: no MOVED/ASK/NOSCRIPT in steady state (our slot = the cluster's)",
+    ("slot-range edges too: no MOVED/ASK/NOSCRIPT in steady state, FCALL (our slot = the cluster's)",
      case_no_redirects),
     ("one key, limit 100: 300 checks, 30 threads, 2 daemons -> exactly 100", case_hot_key),
     ("5 keys over 3 masters, limit 20: exactly 20 each", case_spread_keys),
-    ("SCRIPT FLUSH on one master: no error, limit exact (EVAL fallback)", case_script_flush),
+    ("the function library (named by the script's hash) on every master and replica",
+     case_functions),
+    ("SCRIPT and FUNCTION FLUSH on one master: no error, limit exact (EVAL, library reloaded)",
+     case_script_flush),
     ("slot migrated by hand under load (ASK, TRYAGAIN, MOVED): none lost, exact",
      case_migrate_ask),
     ("redis-cli --cluster reshard under load: none lost, exact", case_reshard),

@@ -39,10 +39,10 @@ def note(fmt, *args):
 
 
 def script_calls(r):
-    """EVALSHA + EVAL calls Redis ran since the last CONFIG RESETSTAT."""
+    """FCALL + EVALSHA + EVAL calls Redis ran since the last CONFIG RESETSTAT."""
     total = 0
     for line in r.cli("INFO", "commandstats").splitlines():
-        for cmd in ("cmdstat_evalsha:", "cmdstat_eval:"):
+        for cmd in ("cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"):
             if line.startswith(cmd):
                 fields = dict(kv.split("=") for kv in line[len(cmd):].split(","))
                 total += int(fields["calls"])

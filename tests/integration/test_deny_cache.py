@@ -38,8 +38,9 @@ def post(d, body):
 
 
 def evalsha_calls(r):
-    m = re.search(r"cmdstat_evalsha:calls=(\d+)", r.cli("INFO", "commandstats"))
-    return int(m.group(1)) if m else 0
+    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
+    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
+                                          r.cli("INFO", "commandstats"), re.M))
 
 
 def cache_hits(d):

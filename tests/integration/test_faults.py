@@ -344,9 +344,9 @@ class FakeRedis:
 
     mode "silent":    accepts, reads everything, never writes
     "close":          accepts and closes at once
-    "handshake":      answers the handshake (ROLE: master, then SCRIPT LOAD with
-                      the script's digest), then reads everything and never
-                      writes again
+    "handshake":      answers the handshake (ROLE: master, SCRIPT LOAD with
+                      the script's digest, FUNCTION LOAD as a Redis 6 would),
+                      then reads everything and never writes again
     "slow":           answers the handshake at once, then one check reply
                       (allowed, for a one-limit policy) every `interval` s:
                       alive, but slower than the checks arrive
@@ -425,6 +425,8 @@ class FakeRedis:
                             self._send(s, b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n")
                         elif st[1] == 1:    # SCRIPT LOAD
                             self._send(s, b"$40\r\n" + self.sha.encode() + b"\r\n")
+                        elif st[1] == 2:    # FUNCTION LOAD: no such command
+                            self._send(s, b"-ERR unknown command 'FUNCTION'\r\n")
                         elif self.mode == "slow":
                             st[2] += 1
                         st[1] += 1
@@ -620,6 +622,13 @@ def commandstat(r, name):
     return int(m.group(1)) if m else 0
 
 
+def flush_scripts(r):
+    """What a restart forgets: the cached scripts and (Redis 7) the daemon's
+    function library; the daemon then answers with EVAL."""
+    eq(r.cli("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+    eq(r.cli("FUNCTION", "FLUSH"), "OK", "FUNCTION FLUSH")
+
+
 def t_script_flush():
     """(c) SCRIPT FLUSH while checks flow: EVAL retry, no degraded answer, exact limits."""
     # any failure would be a visible 503; Redis never stalls here, so a long
@@ -627,7 +636,7 @@ def t_script_flush():
     cfg = config("closed", timeout="5s")
     with H.Redis() as r, H.Daemon(cfg, redis=r, workers=2) as d:
         # no traffic: the script is gone, the first check must still be answered
-        eq(r.cli("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+        flush_scripts(r)
         a = post(d, {"key": "first-after-flush", "policy": "load"})
         eq((a.status, kind(a)), (200, "ok"), "first check after SCRIPT FLUSH (body %r)" % (a.body,))
         check(commandstat(r, "eval") >= 1, "no EVAL reached Redis after NOSCRIPT")
@@ -648,7 +657,7 @@ def t_script_flush():
             flushes = 0
             t_end = now() + 1.5
             while now() < t_end:
-                eq(r.cli("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+                flush_scripts(r)
                 flushes += 1
                 time.sleep(0.1)
             et.join(15)
@@ -666,7 +675,7 @@ def t_script_flush():
         check(all(isinstance(b, dict) and "degraded" not in b for _, b in exact), "degraded: %r", exact[:3])
         eq(statuses, [200] * 20 + [429] * 10, "limit 20 over 30 checks while scripts are flushed")
         # afterwards: exhaust a fresh limit exactly
-        eq(r.cli("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+        flush_scripts(r)
         got = [post(d, {"key": "after-flush", "policy": "small"}) for _ in range(SMALL + 1)]
         eq([a.status for a in got], [200] * SMALL + [429], "limit %d after SCRIPT FLUSH" % SMALL)
         eq([a.body.get("remaining") for a in got], list(range(SMALL - 1, -1, -1)) + [0], "remaining")

@@ -68,8 +68,9 @@ def redis_count(r, policy, key):
 
 
 def evalsha_calls(r):
-    m = re.search(r"cmdstat_evalsha:calls=(\d+)", r.cli("INFO", "commandstats"))
-    return int(m.group(1)) if m else 0
+    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
+    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
+                                          r.cli("INFO", "commandstats"), re.M))
 
 
 def metrics(d):
@@ -313,14 +314,16 @@ def t_script_once(d, r):
     # standalone Redis: both keys are given by hand)
     src = H.lua_check_source()
     key, once = "{rl:once:k:x}:fw:60000", "{rl:once:k:x}:once:00000000000000ab"
+    block = "{rl:once:k:x}:block"
     with H.Redis(topology="standalone") as own:
         def call(flags, cost, seq=None):
             # KEYS: the limit's key (+ the once key); ARGV: now ('' = TIME),
-            # n, then the spec "tag limit window burst", cost+flags (+ seq)
+            # n, then the spec "tag limit window burst", cost+flags, the
+            # block key (+ seq)
             keys = [key] + ([once] if seq is not None else [])
             extra = [seq] if seq is not None else []
             return H._resp(own.port, "EVAL", src, len(keys), *keys, "", 1, "fw 10 60000 0",
-                           "%d%s" % (cost, flags), *extra)
+                           "%d%s" % (cost, flags), block, *extra)
 
         def count():
             v = own.cli("GET", key)
@@ -424,6 +427,57 @@ def t_config_errors(d, r):
     eq((rc, out.strip()), (0, "configuration OK"), "-t of a valid hybrid config (%s)" % err.strip())
 
 
+def t_block_seen_at_next_sync(d, r):
+    """A block set in Redis (as the admin API sets it, by another instance)
+    reaches this instance's local view with its next sync of the key: once a
+    sync has run in Redis after the block, the second check from then on is
+    denied at the latest (the first may be read in the same loop pass as the
+    sync's reply), and denials consume nothing; a lifted block likewise."""
+    ident, blk = "blk", "{rl:crowd:k:blk}:block"
+    # the deny cache off: a denial the exact path cached would outlive the
+    # lifted block (it trusts retry_after), and this is about the local view
+    cfg = dict(CONFIG, deny_cache=False)
+    with H.Daemon(cfg, redis=r, workers=1) as own, H.Client(own.port) as c:
+        body = {"key": ident, "policy": "crowd"}
+        statuses = []
+        for i in range(3):
+            statuses.append(c.request("POST", "/check", body)[0])
+            eq(statuses[-1], 200, "check %d before the block" % (i + 1))
+        sec, usec = r.cli("TIME").split("\n")
+        r.cli("SET", blk, int(sec) * 1000000 + int(usec) + 600 * 1000000, "PX", 600000)
+
+        def wait_denied(want):
+            """Checks until the status is `want`; only syncs run EVALSHA
+            here.  Returns the checks sent after a sync had run."""
+            r.cli("CONFIG", "RESETSTAT")
+            after, got = 0, []
+            for _ in range(int(2000 * H.SLOW)):
+                synced = evalsha_calls(r) > 0
+                st, h, b = c.request("POST", "/check", body)
+                got.append(st)
+                statuses.append(st)
+                after += synced
+                if st == want:
+                    return after, h, b
+                check(after < 2, "still %d on check %d after a sync ran in Redis (%r)",
+                      st, after, got[-5:])
+                time.sleep(0.01)
+            raise H.Fail("never %d: %r" % (want, got[-5:]))
+
+        after, h, b = wait_denied(429)
+        check(int(h.get("retry-after", "0")) >= 590, "Retry-After %r under a 600 s block",
+              h.get("retry-after"))
+        for i in range(3):
+            statuses.append(c.request("POST", "/check", body)[0])
+            eq(statuses[-1], 429, "check %d while blocked" % (i + 1))
+        r.cli("DEL", blk)
+        wait_denied(200)
+        # every admitted check lands, no denied one: blocked checks consume nothing
+        admitted = statuses.count(200)
+        wait_for(lambda: redis_count(r, "crowd", ident) == admitted,
+                 "Redis to hold the %d admitted checks" % admitted)
+
+
 CASES = [
     ("one instance, one worker: exactly the limit, the usual headers, few EVALSHA, Redis holds the count",
      t_single_instance_exact),
@@ -437,6 +491,8 @@ CASES = [
      t_redis_stopped),
     ("the check script applies a writer's seq once (flag o), forced or not, and only when it commits",
      t_script_once),
+    ("a block set in Redis reaches the local view with the next sync of the key (hybrid.h's bound); "
+     "lifted likewise", t_block_seen_at_next_sync),
     ("a reload with counts pending loses none", t_reload_keeps_pending),
     ("SIGTERM sends pending counts before exit", t_shutdown_flushes),
     ("hybrid_table_size bounds the table; idle keys evicted; a key past the cap stays exact",

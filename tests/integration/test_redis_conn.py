@@ -11,10 +11,16 @@ standalone, cluster or sentinel where a case applies to all three):
   (before: READONLY on every check, forever, /readyz 200);
 - checks that arrive while the first connection is being made wait for it
   (up to redis.timeout) instead of failing at once (before: in closed mode,
-  hundreds of 503s in the first milliseconds of a fresh start)."""
+  hundreds of 503s in the first milliseconds of a fresh start);
+- checks are FCALLs of a function library the handshake loads, named by the
+  script's hash (another version's library is left alone); one forgotten by
+  a real FUNCTION FLUSH is loaded again, the checks then sent as EVAL once;
+  a server without FUNCTION (a real `rename-command FUNCTION ""`) gets
+  EVALSHA, decided alike."""
 
 import contextlib
 import functools
+import hashlib
 import os
 import re
 import socket
@@ -484,6 +490,104 @@ def t_ready_after_handshake(_):
 TOPOLOGIES = [os.environ["RL_TOPOLOGY"]] if os.environ.get("RL_TOPOLOGY") else list(H.TOPOLOGIES)
 
 
+def library():
+    """Our library's (and function's) name: the embedded script's SHA1."""
+    return "ratelimitd_" + hashlib.sha1(H.lua_check_source()).hexdigest()
+
+
+def libraries(r):
+    return sorted(lib[1] for lib in H._resp(r.port, "FUNCTION", "LIST") or [])
+
+
+def calls(r, cmd):
+    m = re.search(r"^cmdstat_%s:calls=(\d+)" % cmd, r.cli("INFO", "commandstats"), re.M)
+    return int(m.group(1)) if m else 0
+
+
+def limit3(d, key, what):
+    eq([post(d, key)[0] for _ in range(4)], [200, 200, 200, 429], what)
+
+
+def t_functions(_):
+    """Redis 7: every check an FCALL; FUNCTION FLUSH costs no check."""
+    other = "ratelimitd_" + "0" * 40      # another daemon version's
+    with H.Redis(topology="standalone") as r:
+        H._resp(r.port, "FUNCTION", "LOAD", "#!lua name=%s\nredis.register_function("
+                "'%s', function() return 0 end)" % (other, other))
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3)}
+        with H.Daemon(cfg, redis=r, workers=WORKERS) as d:
+            limit3(d, "f1", "limit 3 by FCALL")
+            eq(libraries(r), sorted([other, library()]), "libraries: ours next to the other's")
+            check(calls(r, "fcall") >= 4, "%d FCALLs for 4 checks", calls(r, "fcall"))
+            eq((calls(r, "evalsha"), calls(r, "eval")), (0, 0), "EVALSHA and EVAL calls")
+            before = metric(d.port, "ratelimitd_redis_errors_total", 'kind="noscript"')
+            eq(r.cli("FUNCTION", "FLUSH"), "OK", "FUNCTION FLUSH")
+            eq(libraries(r), [], "libraries right after FUNCTION FLUSH")
+            # fresh connections reach both workers: each finds its function gone
+            limit3(d, "f2", "limit 3 right after FUNCTION FLUSH")
+            for i in range(20):
+                eq(post(d, "f3-%d" % i)[0], 200, "a check after FUNCTION FLUSH")
+            check(calls(r, "eval") >= 1, "no EVAL after \"Function not found\"")
+            got = metric(d.port, "ratelimitd_redis_errors_total", 'kind="noscript"') - before
+            check(1 <= got <= 2 * WORKERS, "%d \"Function not found\" counted", got)
+            wait_for(lambda: library() in libraries(r), "our library loaded again")
+            fcalls, evals = calls(r, "fcall"), calls(r, "eval")
+            limit3(d, "f4", "limit 3 after the reload")
+            eq(calls(r, "eval"), evals, "EVAL calls once the library is back")
+            check(calls(r, "fcall") >= fcalls + 4, "checks after the reload are not FCALLs")
+            check("no function library" not in d.log(), "a fallback to EVALSHA logged")
+
+
+def t_same_lua_both_paths(_):
+    """FCALL and EVALSHA of the same script answer the same numbers, call for
+    call: single checks and batches, every algorithm, several limits, costs
+    0, 2 and forced, time driven explicitly (the library's caches live
+    across calls; the script's last one call)."""
+    specs = ["fw 5 1000 0", "tb 4 1000 6", "gcra 3 1000 3", "swl 4 1000 0", "swc 5 1000 0",
+             "fw 5 1000 0 gcra 3 1000 3"]
+    costs = ["1", "2", "0", "1f", "1"]
+    sha = hashlib.sha1(H.lua_check_source()).hexdigest()
+    with H.Redis(topology="standalone") as r:
+        cfg = {"identity": ["body"], "policies": policy(3)}
+        with H.Daemon(cfg, redis=r, workers=1) as d:
+            eq(post(d, "load")[0], 200, "a check (the handshake loaded both)")
+            t0, answers = 1700000000000000, 0
+            for step in range(60):
+                now = str(t0 + step * 137000)
+                checks = [(specs[(step + j) % len(specs)], costs[(step * 3 + j) % len(costs)],
+                           "k%d" % ((step + j) % 4)) for j in range(1 + step % 3)]
+
+                def call(cmd, name, side):
+                    keys, argv = [], [now, str(len(checks))]
+                    for sp, cost, k in checks:
+                        # one key type per key: an error element would end the reply's reader
+                        keys += ["{%s:%s}:%s:%d" % (side, k, sp.split()[4 * i], i)
+                                 for i in range(len(sp.split()) // 4)]
+                        # the block key is an argument, not one of KEYS (see check.lua)
+                        argv += [sp, cost, "{%s:%s}:block" % (side, k)]
+                    return H._resp(r.port, cmd, name, len(keys), *keys, *argv)
+                got = call("FCALL", library(), "f")
+                eq(got, call("EVALSHA", sha, "e"), "step %d, checks %r" % (step, checks))
+                answers += len(checks)
+            print("# %d checks answered alike by FCALL and EVALSHA" % answers)
+
+
+def t_no_functions(_):
+    """A server without FUNCTION (here renamed away, as on Redis 6): EVALSHA."""
+    with H.Redis(topology="standalone", conf=['rename-command FUNCTION ""']) as r:
+        check("unknown command" in r.cli("FUNCTION", "LIST"), "FUNCTION still answers")
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3)}
+        with H.Daemon(cfg, redis=r, workers=WORKERS) as d:
+            limit3(d, "n1", "limit 3 by EVALSHA")
+            check(calls(r, "evalsha") >= 4, "%d EVALSHAs for 4 checks", calls(r, "evalsha"))
+            eq(calls(r, "fcall"), 0, "FCALLs")
+            lines = [ln for ln in d.log().splitlines() if "no function library" in ln]
+            check(1 <= len(lines) <= WORKERS, "fallback log lines: %r", lines)
+            eq(r.cli("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+            limit3(d, "n2", "limit 3 after SCRIPT FLUSH")
+            check(calls(r, "eval") >= 1, "no EVAL after NOSCRIPT")
+
+
 def per_topology(name, fn):
     return [("%s (%s)" % (name, t), functools.partial(fn, t)) for t in TOPOLOGIES]
 
@@ -497,6 +601,11 @@ CASES = per_topology("OOM for 3 s: a handful of log lines with counts, every err
      t_connecting_waits),
     ("READY=1 after the first handshake (400 ms late); with no Redis, after connect_timeout",
      t_ready_after_handshake),
+    ("Redis 7: FCALL of the library named by the script's hash, another version's kept; "
+     "FUNCTION FLUSH: reloaded, no check lost", t_functions),
+    ("no FUNCTION (rename-command): EVALSHA, logged once, NOSCRIPT still handled",
+     t_no_functions),
+    ("FCALL and EVALSHA answer alike, call for call, every algorithm", t_same_lua_both_paths),
 ] + per_topology("6 fresh starts, checks from the first moment: all decided by Redis (closed mode)",
                  t_fresh_starts)
 

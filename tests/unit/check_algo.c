@@ -686,6 +686,137 @@ START_TEST(token_bucket_and_gcra_decide_alike)
 }
 END_TEST
 
+
+/* ---- giving back (a reward) ------------------------------------------------ */
+
+static void
+give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
+     int64_t units)
+{
+    algo_def(lim->algo)->give(lim, st, now, units);
+}
+
+static int
+all_zero(const struct rl_algo_state *st)
+{
+    return st->a == 0 && st->b == 0 && st->c == 0 && st->ring_len == 0;
+}
+
+START_TEST(fw_give_back_floors_at_zero)
+{
+    struct rl_limit l = mklimit(RL_ALGO_FIXED_WINDOW, 10, 60000, 0);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 7), 1, 3, 60000, 0);
+    give(&l, &st, T0 + S, 3);
+    /* the window keeps its start */
+    EXPECT(peek(&l, &st, T0 + S, 0), 1, 6, 59000, 0);
+    give(&l, &st, T0 + S, 100);
+    EXPECT(peek(&l, &st, T0 + S, 0), 1, 10, 0, 0);
+    ck_assert(all_zero(&st));
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + S), 0);
+    /* nothing to give in a window that has closed */
+    EXPECT(step(&l, &st, T0 + 2 * S, 4), 1, 6, 60000, 0);
+    give(&l, &st, T0 + 62 * S, 1);
+    ck_assert_int_eq(st.a, 4);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 62 * S), 0);
+}
+END_TEST
+
+START_TEST(swc_give_back_takes_current_then_previous)
+{
+    struct rl_limit l = mklimit(RL_ALGO_SLIDING_WINDOW_COUNTER, 10, 60000, 0);
+    struct rl_algo_state st = {0};
+    int64_t W = 60 * S, t = (T0 / W + 1) * W;
+
+    EXPECT(step(&l, &st, t, 4), 1, 6, 120000, 0);
+    /* next window, at its start: prev 4 weighs fully */
+    EXPECT(step(&l, &st, t + W, 3), 1, 3, 120000, 0);
+    give(&l, &st, t + W, 5);
+    /* current 3 -> 0, previous 4 -> 2 */
+    ck_assert_int_eq(st.b, 0);
+    ck_assert_int_eq(st.c, 2);
+    EXPECT(peek(&l, &st, t + W, 0), 1, 8, 60000, 0);
+    give(&l, &st, t + W, 5);
+    ck_assert(all_zero(&st));
+    EXPECT(peek(&l, &st, t + W, 0), 1, 10, 0, 0);
+}
+END_TEST
+
+START_TEST(tb_give_back_fills_up_to_burst)
+{
+    struct rl_limit l = mklimit(RL_ALGO_TOKEN_BUCKET, 10, 10000, 10);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 10), 1, 0, 10000, 0);
+    give(&l, &st, T0, 4);
+    EXPECT(peek(&l, &st, T0, 0), 1, 4, 6000, 0);
+    /* out of a debt too: forced to 2 x burst missing, 4 back leaves 16 */
+    EXPECT(force(&l, &st, T0, 20), 0, 0, 20000, -1);
+    give(&l, &st, T0, 4);
+    EXPECT(peek(&l, &st, T0, 0), 0, 0, 16000, 6000);
+    give(&l, &st, T0, 1000);
+    ck_assert(all_zero(&st));
+    EXPECT(peek(&l, &st, T0, 0), 1, 10, 0, 0);
+}
+END_TEST
+
+START_TEST(gcra_give_back_moves_tat_back_not_before_now)
+{
+    struct rl_limit l = mklimit(RL_ALGO_GCRA, 10, 10000, 10);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 10), 1, 0, 10000, 0);
+    give(&l, &st, T0, 4);
+    EXPECT(peek(&l, &st, T0, 0), 1, 4, 6000, 0);
+    ck_assert_int_eq(st.a, T0 + 6 * S);
+    /* 3 s later TAT is 3 s ahead; 5 units (5 s) back: now, not before */
+    give(&l, &st, T0 + 3 * S, 5);
+    ck_assert(all_zero(&st));
+    EXPECT(peek(&l, &st, T0 + 3 * S, 0), 1, 10, 0, 0);
+    /* a fractional interval stays exact: 3 per second, 2 back of 3 */
+    l = mklimit(RL_ALGO_GCRA, 3, 1000, 3);
+    EXPECT(step(&l, &st, T0, 3), 1, 0, 1000, 0);
+    give(&l, &st, T0, 2);
+    EXPECT(peek(&l, &st, T0, 0), 1, 2, 334, 0);
+    ck_assert_int_eq(ttl_us(&l, &st, T0), 333334);
+}
+END_TEST
+
+START_TEST(swl_give_back_forgets_the_newest_entries)
+{
+    struct rl_limit l = mklimit(RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 0);
+    struct rl_algo_state st = {0};
+
+    EXPECT(step(&l, &st, T0, 1), 1, 4, 1000, 0);
+    EXPECT(step(&l, &st, T0 + MS, 2), 1, 2, 1000, 0);
+    EXPECT(step(&l, &st, T0 + 2 * MS, 1), 1, 1, 1000, 0);
+    give(&l, &st, T0 + 3 * MS, 1);
+    /* the newest entry (1 unit) went; the log's reset follows its newest */
+    EXPECT(peek(&l, &st, T0 + 3 * MS, 0), 1, 2, 998, 0);
+    give(&l, &st, T0 + 3 * MS, 1);
+    EXPECT(peek(&l, &st, T0 + 3 * MS, 0), 1, 4, 997, 0);
+    give(&l, &st, T0 + 3 * MS, 5);
+    ck_assert(all_zero(&st));
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 3 * MS), 0);
+    EXPECT(step(&l, &st, T0 + 4 * MS, 5), 1, 0, 1000, 0);
+    algo_state_release(&st);
+}
+END_TEST
+
+START_TEST(give_back_on_nothing_changes_nothing)
+{
+    for (int a = 0; a < RL_ALGO_COUNT; a++) {
+        struct rl_limit l = mklimit((enum rl_algo)a, 7, 5000, 7);
+        struct rl_algo_state st = {0};
+
+        give(&l, &st, T0, 3);
+        ck_assert_msg(all_zero(&st), "%s", algo_def(l.algo)->name);
+        EXPECT(peek(&l, &st, T0, 1), 1, 7, 0, 0);
+    }
+}
+END_TEST
+
 /* ---- the memory backend, end to end ----------------------------------------- */
 
 static struct rl_policy
@@ -881,6 +1012,143 @@ START_TEST(mem_expired_entries_are_reclaimed)
 }
 END_TEST
 
+
+/* An admin operation on the memory backend, answered at once. */
+static struct rl_check_res
+mem_admin(struct rl_backend *be, const struct rl_policy *pol, const char *key,
+          unsigned flags, int64_t cost, int limit_index, int64_t block_ms)
+{
+    struct rl_check_req req = { .policy = pol, .key = key,
+                                .key_len = strlen(key), .cost = cost,
+                                .flags = flags, .limit_index = limit_index,
+                                .block_ms = block_ms };
+    struct tu_answer a = {0};
+
+    be->ops->check(be, &req, tu_on_answer, &a);
+    ck_assert_int_eq(a.calls, 1);
+    ck_assert_int_eq(a.res.status, RL_BACKEND_OK);
+    return a.res;
+}
+
+START_TEST(mem_block_denies_consumes_nothing_and_lifts)
+{
+    struct rl_limit l[] = {
+        mklimit(RL_ALGO_FIXED_WINDOW, 5, 3600000, 0),
+        mklimit(RL_ALGO_TOKEN_BUCKET, 5, 3600000, 5),
+    };
+    struct rl_policy p = mkpolicy(l, 2);
+    struct rl_backend *be = tu_memory();
+    struct rl_check_res r;
+
+    ck_assert(tu_check(be, &p, "{t:b}", 1, 0).allowed);
+    r = mem_admin(be, &p, "{t:b}", RL_CHECK_BLOCK, 0, -1, 600000);
+    /* answered as a check of cost 0 right after it */
+    ck_assert(!r.allowed);
+    ck_assert_int_gt(r.blocked_ms, 600000 - 60000);
+    ck_assert_int_le(r.blocked_ms, 600000);
+    ck_assert_int_eq(r.limits[0].remaining, 4);
+    for (int k = 0; k < 10; k++) {
+        r = tu_check(be, &p, "{t:b}", 1, 0);
+        ck_assert(!r.allowed);
+        ck_assert_int_gt(r.blocked_ms, 0);
+        for (size_t i = 0; i < 2; i++) {
+            ck_assert(!r.limits[i].allowed);
+            ck_assert_int_ge(r.limits[i].retry_after_ms, r.blocked_ms);
+            ck_assert_int_eq(r.limits[i].remaining, 4);
+        }
+    }
+    /* a cost that never fits stays "never" */
+    ck_assert_int_eq(tu_check(be, &p, "{t:b}", 6, 0).limits[0].retry_after_ms, -1);
+    /* another identity is not blocked */
+    ck_assert(tu_check(be, &p, "{t:other}", 1, 0).allowed);
+    /* a penalty (forced) still lands while blocked */
+    {
+        struct rl_check_req req = { .policy = &p, .key = "{t:b}", .key_len = 5,
+                                    .cost = 2, .flags = RL_CHECK_FORCE };
+        struct tu_answer a = {0};
+
+        be->ops->check(be, &req, tu_on_answer, &a);
+        ck_assert(!a.res.allowed && a.res.blocked_ms > 0);
+        ck_assert_int_eq(a.res.limits[0].remaining, 2);
+    }
+    r = mem_admin(be, &p, "{t:b}", RL_CHECK_BLOCK, 0, -1, 0);
+    ck_assert(r.allowed);
+    ck_assert_int_eq(r.blocked_ms, 0);
+    ck_assert_int_eq(r.limits[0].remaining, 2);
+    r = tu_check(be, &p, "{t:b}", 1, 0);
+    ck_assert(r.allowed && r.blocked_ms == 0);
+    ck_assert_int_eq(r.limits[0].remaining, 1);
+    be->ops->destroy(be);
+}
+END_TEST
+
+START_TEST(mem_block_ends_on_time)
+{
+    struct rl_limit l[] = { mklimit(RL_ALGO_GCRA, 5, 3600000, 5) };
+    struct rl_policy p = mkpolicy(l, 1);
+    struct rl_backend *be = tu_memory();
+    struct rl_check_res r = mem_admin(be, &p, "{t:e}", RL_CHECK_BLOCK, 0, -1, 30);
+    struct timespec ts = { 0, 1000000 };
+    int polls = 0;
+
+    ck_assert(!r.allowed && r.blocked_ms > 0 && r.blocked_ms <= 30);
+    /* blocked until the block's end, then a check counts again */
+    while (!(r = tu_check(be, &p, "{t:e}", 1, 0)).allowed) {
+        ck_assert_int_gt(r.blocked_ms, 0);
+        ck_assert_int_le(r.blocked_ms, 30);
+        ck_assert_int_lt(++polls, 100000);
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_int_eq(r.limits[0].remaining, 4);
+    be->ops->destroy(be);
+}
+END_TEST
+
+START_TEST(mem_reset_one_or_all_and_give_back)
+{
+    struct rl_limit l[] = {
+        mklimit(RL_ALGO_SLIDING_WINDOW_LOG, 5, 3600000, 0),
+        mklimit(RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 3600000, 0),
+    };
+    struct rl_policy p = mkpolicy(l, 2);
+    struct rl_backend *be = tu_memory();
+    struct rl_check_res r;
+
+    for (int k = 0; k < 5; k++)
+        ck_assert(tu_check(be, &p, "{t:r}", 1, 0).allowed);
+    ck_assert(!tu_check(be, &p, "{t:r}", 1, 0).allowed);
+    /* reset the log only: the counter still denies */
+    r = mem_admin(be, &p, "{t:r}", RL_CHECK_RESET, 0, 0, 0);
+    ck_assert_int_eq(r.limits[0].remaining, 5);
+    ck_assert_int_eq(r.limits[1].remaining, 0);
+    ck_assert(!tu_check(be, &p, "{t:r}", 1, 0).allowed);
+    /* give 2 back: the counter has room for 2 again, the log (empty) too */
+    r = mem_admin(be, &p, "{t:r}", 0, -2, -1, 0);
+    ck_assert(r.allowed);
+    ck_assert_int_eq(r.limits[0].remaining, 5);
+    ck_assert_int_eq(r.limits[1].remaining, 2);
+    ck_assert(tu_check(be, &p, "{t:r}", 2, 0).allowed);
+    ck_assert(!tu_check(be, &p, "{t:r}", 1, 0).allowed);
+    /* block, then reset everything: counts and block gone */
+    mem_admin(be, &p, "{t:r}", RL_CHECK_BLOCK, 0, -1, 600000);
+    r = mem_admin(be, &p, "{t:r}", RL_CHECK_RESET, 0, -1, 0);
+    ck_assert(r.allowed && r.blocked_ms == 0);
+    ck_assert_int_eq(r.limits[0].remaining, 5);
+    ck_assert_int_eq(r.limits[1].remaining, 5);
+    ck_assert_uint_eq(backend_memory_entries(), 0);
+    /* a limit the policy does not have */
+    {
+        struct rl_check_req req = { .policy = &p, .key = "{t:r}", .key_len = 5,
+                                    .flags = RL_CHECK_RESET, .limit_index = 2 };
+        struct tu_answer a = {0};
+
+        be->ops->check(be, &req, tu_on_answer, &a);
+        ck_assert_int_eq(a.res.status, RL_BACKEND_ERROR);
+    }
+    be->ops->destroy(be);
+}
+END_TEST
+
 struct worker_arg {
     const struct rl_policy *p;
     int allowed;
@@ -965,6 +1233,12 @@ algo_suite(void)
     tcase_add_test(tc, tb_forced_runs_into_debt_of_one_bucket_at_most);
     tcase_add_test(tc, gcra_forced_pushes_tat_out);
     tcase_add_test(tc, swl_forced_keeps_the_newest_limit_entries);
+    tcase_add_test(tc, fw_give_back_floors_at_zero);
+    tcase_add_test(tc, swc_give_back_takes_current_then_previous);
+    tcase_add_test(tc, tb_give_back_fills_up_to_burst);
+    tcase_add_test(tc, gcra_give_back_moves_tat_back_not_before_now);
+    tcase_add_test(tc, swl_give_back_forgets_the_newest_entries);
+    tcase_add_test(tc, give_back_on_nothing_changes_nothing);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("promises");
@@ -984,6 +1258,9 @@ algo_suite(void)
     tcase_add_test(tc, mem_evicts_the_entry_closest_to_expiry);
     tcase_add_test(tc, mem_expired_entries_are_reclaimed);
     tcase_add_test(tc, mem_threads_never_overshoot);
+    tcase_add_test(tc, mem_block_denies_consumes_nothing_and_lifts);
+    tcase_add_test(tc, mem_block_ends_on_time);
+    tcase_add_test(tc, mem_reset_one_or_all_and_give_back);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -75,6 +75,9 @@ struct dlimit {
 struct dpolicy {
     struct dlimit l[RL_LIMITS_MAX];
     size_t n;
+    char block_key[128];
+    int64_t block_until;    /* the twin's block: us, the script's clock */
+    int64_t reset_index, block_ms;  /* of the next DP_RESET, DP_BLOCK */
     int persisted;      /* the previous step took every TTL away */
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
 };
@@ -93,6 +96,7 @@ dp_add(struct dpolicy *p, const char *id, enum rl_algo algo, int64_t limit,
     d->lim.burst = def->uses_burst && burst > 0 ? burst : limit;
     snprintf(d->key, sizeof(d->key), "{diff:%s}:%s:%lld", id, def->tag,
              (long long)window_ms);
+    snprintf(p->block_key, sizeof(p->block_key), "{diff:%s}:block", id);
 }
 
 static void
@@ -130,63 +134,96 @@ get_reply(void)
 /* How dp_step runs a check. */
 #define DP_PERSIST 0x1  /* then take every key's TTL away behind its back */
 #define DP_FORCE 0x2    /* a forced check: consume cost even if it does not fit */
+#define DP_RESET 0x4    /* reset limit p->reset_index (< 0: all and the block) */
+#define DP_BLOCK 0x8    /* block for p->block_ms (0: lift) */
 
-/*
- * One check at `now` of `cost`, through the script (a batch of one) and
- * through C; compares everything and checks every key's TTL.  Returns whether
- * it was allowed.
- */
-static int
-dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
-        const char *where)
+/* The script call of one step: EVALSHA with explicit time, a batch of one. */
+struct dp_call {
+    const char *argv[8 + RL_LIMITS_MAX];
+    size_t lens[8 + RL_LIMITS_MAX];
+    int argc;
+    char nums[8][24];
+    int nn;
+    char spec[RL_LIMITS_MAX * 80];
+};
+
+static void
+dc_arg(struct dp_call *c, const char *s)
 {
-    const char *argv[3 + RL_LIMITS_MAX + 5 + 4 * RL_LIMITS_MAX];
-    size_t lens[RL_ARRAY_LEN(argv)];
-    char nums[5 + 3 * RL_LIMITS_MAX][24];
-    char spec[RL_LIMITS_MAX * 80] = "";
-    struct rl_limit_result cr[RL_LIMITS_MAX];
-    int persist = how & DP_PERSIST, force = how & DP_FORCE;
-    int argc = 0, nn = 0, allowed = 1, committed;
-    int64_t sent, slack;
-    redisReply *r, *ev;
+    c->argv[c->argc] = s;
+    c->lens[c->argc++] = strlen(s);
+}
 
-#define ARG(s, l) (argv[argc] = (s), lens[argc++] = (l))
-#define NUM(v) (snprintf(nums[nn], sizeof(nums[nn]), "%lld", (long long)(v)), \
-                ARG(nums[nn], strlen(nums[nn])), nn++)
-    ARG("EVALSHA", 7);
-    ARG(rl_lua_check_sha, strlen(rl_lua_check_sha));
-    NUM(p->n);
+/* A number, then flags (may be "") */
+static void
+dc_num(struct dp_call *c, int64_t v, const char *flags)
+{
+    snprintf(c->nums[c->nn], sizeof(c->nums[c->nn]), "%lld%s", (long long)v, flags);
+    dc_arg(c, c->nums[c->nn++]);
+}
+
+static void
+dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
+         struct dp_call *c)
+{
+    char flags[8];
+
+    snprintf(flags, sizeof(flags), "%s%s%s", how & DP_FORCE ? "f" : "",
+             how & DP_RESET ? "r" : "", how & DP_BLOCK ? "b" : "");
+    dc_arg(c, "EVALSHA");
+    dc_arg(c, rl_lua_check_sha);
+    dc_num(c, (int64_t)p->n, "");
     for (size_t i = 0; i < p->n; i++)
-        ARG(p->l[i].key, strlen(p->l[i].key));
-    NUM(now);
-    NUM(1);             /* checks in this batch */
+        dc_arg(c, p->l[i].key);
+    dc_num(c, now, "");
+    dc_num(c, 1, "");    /* checks in this batch */
     /* the policy's spec, "<tag> <limit> <window_ms> <burst>" per limit,
-     * then the cost and its flags */
+     * then the cost and its flags, the block key, the admin arguments */
     for (size_t i = 0; i < p->n; i++) {
         const struct rl_limit *l = &p->l[i].lim;
-        size_t at = strlen(spec);
+        size_t at = strlen(c->spec);
 
-        snprintf(spec + at, sizeof(spec) - at, "%s%s %lld %lld %lld", i ? " " : "",
+        snprintf(c->spec + at, sizeof(c->spec) - at, "%s%s %lld %lld %lld", i ? " " : "",
                  algo_def(l->algo)->tag, (long long)l->limit, (long long)l->window_ms,
                  (long long)l->burst);
     }
-    ARG(spec, strlen(spec));
-    snprintf(nums[nn], sizeof(nums[nn]), "%lld%s", (long long)cost, force ? "f" : "");
-    ARG(nums[nn], strlen(nums[nn]));
-    nn++;
-#undef NUM
-#undef ARG
+    dc_arg(c, c->spec);
+    dc_num(c, cost, flags);
+    dc_arg(c, p->block_key);
+    if (how & DP_RESET)
+        dc_num(c, p->reset_index, "");
+    if (how & DP_BLOCK)
+        dc_num(c, p->block_ms, "");
+}
+
+/*
+ * The step in Redis: MULTI, the script, then PTTL and PEXPIRE (or PERSIST)
+ * of every limit key and a far PEXPIRE of the block key, EXEC.  Returns
+ * EXEC's reply; *slack, the ms the PTTLs may be short by.
+ */
+static redisReply *
+dp_redis(struct dpolicy *p, int64_t now, int64_t cost, int how,
+         const char *where, int64_t *slack)
+{
+    struct dp_call c = { .argc = 0 };
+    int64_t sent;
+    redisReply *r;
+
+    dp_build(p, now, cost, how, &c);
     sent = mono_us();
     ck_assert_int_eq(redisAppendCommand(rc, "MULTI"), REDIS_OK);
-    ck_assert_int_eq(redisAppendCommandArgv(rc, argc, argv, lens), REDIS_OK);
+    ck_assert_int_eq(redisAppendCommandArgv(rc, c.argc, c.argv, c.lens), REDIS_OK);
     for (size_t i = 0; i < p->n; i++) {
         ck_assert_int_eq(redisAppendCommand(rc, "PTTL %s", p->l[i].key), REDIS_OK);
-        ck_assert_int_eq(persist ? redisAppendCommand(rc, "PERSIST %s", p->l[i].key)
+        ck_assert_int_eq((how & DP_PERSIST) ? redisAppendCommand(rc, "PERSIST %s", p->l[i].key)
                                  : redisAppendCommand(rc, "PEXPIRE %s 1000000000",
                                                       p->l[i].key), REDIS_OK);
     }
+    /* the block ends on the script's clock, which these tests drive */
+    ck_assert_int_eq(redisAppendCommand(rc, "PEXPIRE %s 1000000000", p->block_key),
+                     REDIS_OK);
     ck_assert_int_eq(redisAppendCommand(rc, "EXEC"), REDIS_OK);
-    for (size_t k = 0; k < 2 + 2 * p->n; k++) {
+    for (size_t k = 0; k < 3 + 2 * p->n; k++) {
         r = get_reply();
         ck_assert_msg(r->type == REDIS_REPLY_STATUS, "%s: queueing: %s", where,
                       r->type == REDIS_REPLY_ERROR ? r->str : "?");
@@ -198,73 +235,136 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
      * seen is short by the time between them (within this round trip) and
      * by up to 1 ms of rounding; never longer.
      */
-    slack = 1 + ceil_ms(mono_us() - sent);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 1 + 2 * p->n,
+    *slack = 1 + ceil_ms(mono_us() - sent);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 2 + 2 * p->n,
                   "%s: EXEC failed", where);
-    ev = r->element[0];
-    ck_assert_msg(ev->type == REDIS_REPLY_ARRAY, "%s: script: %s", where,
-                  ev->type == REDIS_REPLY_ERROR ? ev->str : "not an array");
-    ck_assert_uint_eq(ev->elements, 1 + 3 * p->n);
+    ck_assert_msg(r->element[0]->type == REDIS_REPLY_ARRAY, "%s: script: %s", where,
+                  r->element[0]->type == REDIS_REPLY_ERROR ? r->element[0]->str
+                                                           : "not an array");
+    ck_assert_uint_eq(r->element[0]->elements, 1 + 3 * p->n);
+    return r;
+}
 
-    /* the C twin, as backend_memory.c does it */
+/* The admin part of a step in C, as backend_memory.c does it. */
+static void
+dp_twin_admin(struct dpolicy *p, int64_t now, int64_t cost, int how)
+{
+    for (size_t i = 0; (how & DP_RESET) && i < p->n; i++)
+        if (p->reset_index < 0 || p->reset_index == (int64_t)i)
+            algo_state_release(&p->l[i].st);
+    if ((how & DP_RESET) && p->reset_index < 0)
+        p->block_until = 0;
+    if (how & DP_BLOCK)
+        p->block_until = p->block_ms > 0 ? now + p->block_ms * MS : 0;
+    for (size_t i = 0; cost < 0 && i < p->n; i++)
+        algo_def(p->l[i].lim.algo)->give(&p->l[i].lim, &p->l[i].st, now, -cost);
+}
+
+/*
+ * The C twin of a step: what the script's reply must say first (1, 0 or
+ * -blocked_ms), the numbers into cr; *committed, whether it consumed.
+ */
+static long long
+dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
+        struct rl_limit_result *cr, int *committed)
+{
+    int admin = (how & (DP_RESET | DP_BLOCK)) || cost < 0;
+    int force = (how & DP_FORCE) && !admin, allowed = 1;
+    int64_t blocked;
+
+    if (admin) {
+        dp_twin_admin(p, now, cost, how);
+        cost = 0;
+    }
+    blocked = p->block_until > now ? ceil_ms(p->block_until - now) : 0;
     for (size_t i = 0; i < p->n; i++) {
         const struct dlimit *d = &p->l[i];
         algo_def(d->lim.algo)->peek(&d->lim, &d->st, now, cost, &cr[i]);
         allowed &= cr[i].allowed;
     }
-    committed = (allowed || force) && cost > 0;
-    if (committed)
+    allowed &= blocked == 0;
+    *committed = (allowed || force) && cost > 0;
+    if (*committed)
         for (size_t i = 0; i < p->n; i++)
             algo_def(p->l[i].lim.algo)->commit(&p->l[i].lim, &p->l[i].st, now,
                                                cost, &cr[i]);
+    return blocked > 0 ? -blocked : allowed;
+}
 
-    ck_assert_msg(ev->element[0]->integer == allowed,
-                  "%s now %lld cost %lld%s: allowed lua %lld c %d", where,
-                  (long long)now, (long long)cost, force ? " forced" : "",
-                  ev->element[0]->integer, allowed);
-    for (size_t i = 0; i < p->n; i++) {
-        struct dlimit *d = &p->l[i];
-        long long lr = ev->element[1 + 3 * i]->integer;
-        long long ls = ev->element[2 + 3 * i]->integer;
-        long long lt = ev->element[3 + 3 * i]->integer;
-        int64_t ttl = algo_def(d->lim.algo)->ttl_us(&d->lim, &d->st, now);
-        int64_t E = ttl > 0 ? ceil_ms(ttl) : 1;
-        long long pt = r->element[1 + 2 * i]->integer;
+/* Limit i's numbers and its key's TTL after a step. */
+static void
+dp_compare(struct dpolicy *p, size_t i, const redisReply *r, int64_t now,
+           const struct rl_limit_result *cr, int committed, int64_t slack,
+           const char *where)
+{
+    const redisReply *ev = r->element[0];
+    struct dlimit *d = &p->l[i];
+    long long lr = ev->element[1 + 3 * i]->integer;
+    long long ls = ev->element[2 + 3 * i]->integer;
+    long long lt = ev->element[3 + 3 * i]->integer;
+    int64_t ttl = algo_def(d->lim.algo)->ttl_us(&d->lim, &d->st, now);
+    int64_t E = ttl > 0 ? ceil_ms(ttl) : 1;
+    long long pt = r->element[1 + 2 * i]->integer;
 
-        ck_assert_msg(lr == cr[i].remaining && ls == cr[i].reset_ms &&
-                      lt == cr[i].retry_after_ms,
-                      "%s now %lld cost %lld%s limit %zu (%s %lld/%lldms burst %lld): "
-                      "lua remaining %lld reset_ms %lld retry_after_ms %lld, "
-                      "c %lld %lld %lld", where, (long long)now, (long long)cost,
-                      force ? " forced" : "", i, algo_def(d->lim.algo)->name, (long long)d->lim.limit,
-                      (long long)d->lim.window_ms, (long long)d->lim.burst,
-                      lr, ls, lt, (long long)cr[i].remaining,
-                      (long long)cr[i].reset_ms, (long long)cr[i].retry_after_ms);
-        p->pttl[i] = pt;
-        if (pt == -2 && ttl > 0) {
-            /*
-             * Redis's own clock ran past a TTL of E ms between the script
-             * and the PTTL, which it may: then Redis holds nothing, and so
-             * must the twin.  A TTL shorter than the state needs is caught
-             * whenever E exceeds that real time.
-             */
-            ck_assert_msg(E <= slack, "%s limit %zu (%s): key lost while its "
-                          "state matters for %lld us", where, i,
-                          algo_def(d->lim.algo)->name, (long long)ttl);
-            algo_state_release(&p->l[i].st);
-            continue;
-        }
-        ck_assert_msg(pt != -1, "%s limit %zu (%s): key %s has no TTL",
-                      where, i, algo_def(d->lim.algo)->name, d->key);
-        if (committed || (p->persisted && ttl > 0))
-            ck_assert_msg(pt >= E - slack && pt <= E,
-                          "%s now %lld limit %zu (%s): PTTL %lld ms, state "
-                          "matters for %lld us", where, (long long)now, i,
-                          algo_def(d->lim.algo)->name, pt, (long long)ttl);
+    ck_assert_msg(lr == cr->remaining && ls == cr->reset_ms &&
+                  lt == cr->retry_after_ms,
+                  "%s limit %zu (%s %lld/%lldms burst %lld): "
+                  "lua remaining %lld reset_ms %lld retry_after_ms %lld, "
+                  "c %lld %lld %lld", where, i, algo_def(d->lim.algo)->name,
+                  (long long)d->lim.limit, (long long)d->lim.window_ms,
+                  (long long)d->lim.burst, lr, ls, lt, (long long)cr->remaining,
+                  (long long)cr->reset_ms, (long long)cr->retry_after_ms);
+    p->pttl[i] = pt;
+    if (pt == -2 && ttl > 0) {
+        /*
+         * Redis's own clock ran past a TTL of E ms between the script
+         * and the PTTL, which it may: then Redis holds nothing, and so
+         * must the twin.  A TTL shorter than the state needs is caught
+         * whenever E exceeds that real time.
+         */
+        ck_assert_msg(E <= slack, "%s limit %zu (%s): key lost while its "
+                      "state matters for %lld us", where, i,
+                      algo_def(d->lim.algo)->name, (long long)ttl);
+        algo_state_release(&d->st);
+        return;
     }
+    ck_assert_msg(pt != -1, "%s limit %zu (%s): key %s has no TTL",
+                  where, i, algo_def(d->lim.algo)->name, d->key);
+    if (committed || (p->persisted && ttl > 0))
+        ck_assert_msg(pt >= E - slack && pt <= E,
+                      "%s now %lld limit %zu (%s): PTTL %lld ms, state "
+                      "matters for %lld us", where, (long long)now, i,
+                      algo_def(d->lim.algo)->name, pt, (long long)ttl);
+}
+
+/*
+ * One check at `now` of `cost` (an admin one with DP_RESET, DP_BLOCK or a
+ * negative cost), through the script (a batch of one) and through C;
+ * compares everything and checks every key's TTL.  Returns whether it was
+ * allowed.
+ */
+static int
+dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
+        const char *where)
+{
+    struct rl_limit_result cr[RL_LIMITS_MAX];
+    int64_t slack;
+    int committed;
+    redisReply *r = dp_redis(p, now, cost, how, where, &slack);
+    long long want = dp_twin(p, now, cost, how, cr, &committed);
+    char at[256];
+
+    snprintf(at, sizeof(at), "%s now %lld cost %lld%s%s%s", where, (long long)now,
+             (long long)cost, how & DP_FORCE ? " forced" : "",
+             how & DP_RESET ? " reset" : "", how & DP_BLOCK ? " block" : "");
+    ck_assert_msg(r->element[0]->element[0]->integer == want,
+                  "%s: allowed lua %lld c %lld", at,
+                  r->element[0]->element[0]->integer, want);
+    for (size_t i = 0; i < p->n; i++)
+        dp_compare(p, i, r, now, &cr[i], committed, slack, at);
     freeReplyObject(r);
-    p->persisted = persist;
-    return allowed;
+    p->persisted = how & DP_PERSIST;
+    return want == 1;
 }
 
 /* ---- random events --------------------------------------------------------- */
@@ -320,6 +420,39 @@ next_cost(uint64_t *s, const struct dpolicy *p)
     }
 }
 
+/* Now and then an admin operation instead: give back (alone or with a
+ * reset), reset one limit or all, block for a while or lift the block. */
+static void
+next_admin(uint64_t *s, struct dpolicy *p, int64_t *cost, int *how)
+{
+    int64_t w = p->l[rnd(s) % p->n].lim.window_ms;
+
+    switch (rnd(s) % 40) {
+    case 0: case 1: case 2:
+        *cost = -1 - next_cost(s, p);
+        break;
+    case 3:
+        *cost = -1 - next_cost(s, p);
+        /* fall through */
+    case 4:
+        *how |= DP_RESET;
+        p->reset_index = rnd_upto(s, (int64_t)p->n) - 1;
+        break;
+    case 5:
+        *how |= DP_BLOCK;
+        p->block_ms = 1 + rnd_upto(s, w / 2);
+        break;
+    case 6:
+        *how |= DP_BLOCK;
+        p->block_ms = 0;
+        break;
+    default:
+        return;
+    }
+    if (*cost > 0)
+        *cost = 0;
+}
+
 static void
 drive(struct dpolicy *p, uint64_t seed, int steps, const char *what)
 {
@@ -336,6 +469,7 @@ drive(struct dpolicy *p, uint64_t seed, int steps, const char *what)
             how |= DP_PERSIST;
         if (rnd(&seed) % 8 == 0)
             how |= DP_FORCE;
+        next_admin(&seed, p, &cost, &how);
         snprintf(where, sizeof(where), "%s step %d", what, n);
         dp_step(p, now, cost, how, where);
     }
@@ -349,7 +483,7 @@ START_TEST(script_is_the_embedded_one_and_reads_redis_time)
 
     /* setup() loaded it and compared the SHA1; the daemon's own path: no
      * explicit time, Redis TIME */
-    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 %s 1",
+    r = redisCommand(rc, "EVALSHA %s 2 {t:x}:gcra:1000 {t:x}:swl:1000 %s 1 %s 1 {t:x}:block",
                      rl_lua_check_sha, "", "gcra 5 1000 5 swl 5 1000 5");
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 7, "%s",
@@ -594,8 +728,10 @@ cmd_calls(const char *info, const char *cmd)
 
 /*
  * The O(1) algorithms keep one string per key, value and TTL written by one
- * SET ... PX: an allowed check is a GET and a SET, nothing else; a check that
- * commits nothing is a GET and the PTTL of the repair check.
+ * SET ... PX: an allowed check is an MGET (its state and its block) and a
+ * SET, nothing else; a check that commits nothing is an MGET and the PTTL of
+ * the repair check.  Only a missing key costs one GET more (MGET cannot
+ * tell it from a key of the wrong type, which must fail the check).
  */
 START_TEST(o1_state_is_one_string_set_with_its_ttl)
 {
@@ -615,9 +751,9 @@ START_TEST(o1_state_is_one_string_set_with_its_ttl)
         r = redisCommand(rc, "CONFIG RESETSTAT");
         freeReplyObject(r);
         for (int k = 0; k < 4; k++) {
-            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s %lld",
+            r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s %lld {calls:%s}:block",
                              rl_lua_check_sha, key, (long long)(T0 + k * MS),
-                             spec, cost[k]);
+                             spec, cost[k], tag);
             ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY &&
                           r->element[0]->integer == (k < 3),
                           "%s check %d", tag, k);
@@ -627,11 +763,13 @@ START_TEST(o1_state_is_one_string_set_with_its_ttl)
         ck_assert_str_eq(r->str, "string");
         freeReplyObject(r);
         r = redisCommand(rc, "INFO commandstats");
-        ck_assert_msg(cmd_calls(r->str, "get") == 4 && cmd_calls(r->str, "set") == 2 &&
-                      cmd_calls(r->str, "pttl") == 2 && cmd_calls(r->str, "pexpire") == 0,
-                      "%s: get %lld set %lld pttl %lld pexpire %lld, want 4 2 2 0", tag,
-                      cmd_calls(r->str, "get"), cmd_calls(r->str, "set"),
-                      cmd_calls(r->str, "pttl"), cmd_calls(r->str, "pexpire"));
+        ck_assert_msg(cmd_calls(r->str, "mget") == 4 && cmd_calls(r->str, "get") == 1 &&
+                      cmd_calls(r->str, "set") == 2 && cmd_calls(r->str, "pttl") == 2 &&
+                      cmd_calls(r->str, "pexpire") == 0,
+                      "%s: mget %lld get %lld set %lld pttl %lld pexpire %lld, want 4 1 2 2 0",
+                      tag, cmd_calls(r->str, "mget"), cmd_calls(r->str, "get"),
+                      cmd_calls(r->str, "set"), cmd_calls(r->str, "pttl"),
+                      cmd_calls(r->str, "pexpire"));
         freeReplyObject(r);
     }
 }
@@ -747,6 +885,79 @@ START_TEST(daemon_batch_fails_one_check_alone)
 }
 END_TEST
 
+
+/*
+ * Admin operations as the daemon sends them, in a batch with checks: a
+ * block denies the checks after it (consuming nothing) and not another
+ * key's; give back with a reset of one limit and the block lifted answers
+ * the state after it; a reset of everything leaves no key; a limit the
+ * policy lacks fails that operation alone.
+ */
+START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
+{
+    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5},
+                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5}};
+    char name[] = "pa";
+    struct rl_policy p = {.name = name, .limits = l, .nlimits = 2};
+    struct rl_check_req use = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = 3};
+    struct rl_check_req other = {.policy = &p, .key = "{d:b}", .key_len = 5, .cost = 1};
+    struct rl_check_req block = {.policy = &p, .key = "{d:a}", .key_len = 5,
+                                 .flags = RL_CHECK_BLOCK, .block_ms = 60000};
+    struct rl_check_req adm = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = -2,
+                               .flags = RL_CHECK_RESET | RL_CHECK_BLOCK,
+                               .limit_index = 1, .block_ms = 0};
+    struct rl_check_req all = {.policy = &p, .key = "{d:a}", .key_len = 5,
+                               .flags = RL_CHECK_RESET, .limit_index = -1};
+    struct rl_check_req bad = {.policy = &p, .key = "{d:a}", .key_len = 5,
+                               .flags = RL_CHECK_RESET, .limit_index = 2};
+    const struct rl_check_req *r1[] = {&use, &block, &use, &other};
+    const struct rl_check_req *r2[] = {&adm, &use, &block, &bad, &all, &use};
+    struct rl_script_call c = {0};
+    struct answer ans[6];
+    redisReply *r;
+
+    daemon_call(&c, r1, 4, ans);
+    ck_assert(ans[0].res.allowed && ans[0].res.blocked_ms == 0);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 2);
+    for (int k = 1; k <= 2; k++) {
+        ck_assert_int_eq(ans[k].res.status, RL_BACKEND_OK);
+        ck_assert(!ans[k].res.allowed);
+        ck_assert_int_gt(ans[k].res.blocked_ms, 50000);
+        ck_assert_int_le(ans[k].res.blocked_ms, 60000);
+        for (size_t i = 0; i < 2; i++) {
+            ck_assert(!ans[k].res.limits[i].allowed);
+            ck_assert_int_eq(ans[k].res.limits[i].remaining, 2);
+            ck_assert_int_ge(ans[k].res.limits[i].retry_after_ms, ans[k].res.blocked_ms);
+        }
+    }
+    ck_assert(ans[3].res.allowed && ans[3].res.blocked_ms == 0);
+
+    daemon_call(&c, r2, 6, ans);
+    /* 2 tokens back, the log reset, the block lifted */
+    ck_assert(ans[0].res.allowed && ans[0].res.blocked_ms == 0);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 4);
+    ck_assert_int_eq(ans[0].res.limits[1].remaining, 5);
+    ck_assert(ans[1].res.allowed);
+    ck_assert_int_eq(ans[1].res.limits[0].remaining, 1);
+    ck_assert_int_eq(ans[1].res.limits[1].remaining, 2);
+    ck_assert(!ans[2].res.allowed && ans[2].res.blocked_ms > 0);
+    ck_assert_int_eq(ans[3].res.status, RL_BACKEND_ERROR);
+    ck_assert(ans[4].res.allowed && ans[4].res.blocked_ms == 0);
+    ck_assert_int_eq(ans[4].res.limits[0].remaining, 5);
+    ck_assert_int_eq(ans[4].res.limits[1].remaining, 5);
+    ck_assert(ans[5].res.allowed);
+    r = redisCommand(rc, "EXISTS {d:a}:block");
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+    r = redisCommand(rc, "GET {d:a}:tb:60000");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strncmp(r->str, "3:", 2) == 0,
+                  "after the reset, one check of 3: %s",
+                  r->type == REDIS_REPLY_STRING ? r->str : "?");
+    freeReplyObject(r);
+    script_call_free(&c);
+}
+END_TEST
+
 static Suite *
 diff_suite(void)
 {
@@ -766,6 +977,7 @@ diff_suite(void)
     tcase_add_test(tc, a_removed_ttl_is_put_back);
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
     tcase_add_test(tc, daemon_batch_fails_one_check_alone);
+    tcase_add_test(tc, daemon_admin_ops_answer_like_a_check_after_them);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -68,6 +68,49 @@ START_TEST(only_the_same_check)
 }
 END_TEST
 
+/* An admin action changed the key's state: its denial ends at once, and
+ * only its own (another key, the same key under another policy stay). */
+START_TEST(forget_ends_that_denial_only)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res in = denial(60000, 60000), out;
+
+    deny_cache_put(c, 7, "a", 1, 1, 1, 0, &in);
+    deny_cache_put(c, 7, "b", 1, 1, 1, 0, &in);
+    deny_cache_put(c, 8, "a", 1, 1, 1, 0, &in);
+    deny_cache_forget(c, 7, "a", 1);
+    ck_assert(!deny_cache_get(c, 7, "a", 1, 1, 1, SEC, &out));
+    ck_assert(deny_cache_get(c, 7, "b", 1, 1, 1, SEC, &out));
+    ck_assert(deny_cache_get(c, 8, "a", 1, 1, 1, SEC, &out));
+    deny_cache_forget(c, 7, "zz", 2);       /* nothing cached: nothing happens */
+    /* a later denial of the forgotten key is cached again */
+    deny_cache_put(c, 7, "a", 1, 1, 1, 2 * SEC, &in);
+    ck_assert(deny_cache_get(c, 7, "a", 1, 1, 1, 3 * SEC, &out));
+    deny_cache_free(c);
+}
+END_TEST
+
+/* A blocked caller's denial lasts as long as the block, but an unblock
+ * through another daemon must reach this one: kept a second at most, the
+ * numbers answered still the backend's (shortened by the time elapsed). */
+START_TEST(blocked_denial_kept_a_second)
+{
+    struct rl_deny_cache *c = deny_cache_new(64);
+    struct rl_check_res in = denial(600000, 600000), out;
+
+    in.blocked_ms = 600000;
+    deny_cache_put(c, 7, "k", 1, 1, 1, 0, &in);
+    ck_assert(deny_cache_get(c, 7, "k", 1, 1, 1, SEC / 2, &out));
+    ck_assert_int_eq(out.limits[0].retry_after_ms, 599500);
+    ck_assert(!deny_cache_get(c, 7, "k", 1, 1, 1, DENY_CACHE_BLOCKED_MS * 1000LL, &out));
+    /* a denial by the limits alone keeps its whole wait */
+    in.blocked_ms = 0;
+    deny_cache_put(c, 7, "k", 1, 1, 1, 0, &in);
+    ck_assert(deny_cache_get(c, 7, "k", 1, 1, 1, 500 * SEC, &out));
+    deny_cache_free(c);
+}
+END_TEST
+
 /* The bug this guards: keyed by the policy's address, a reloaded config's
  * policy allocated where an old one was found the old policy's denials.  Now
  * the key is the uid, which two loads never share (uids_differ_across_loads). */
@@ -170,6 +213,8 @@ main(void)
     tcase_add_test(tc, never_fits_and_short_waits_not_cached);
     tcase_add_test(tc, elapsed_times_stop_at_one_ms);
     tcase_add_test(tc, a_newcomer_takes_the_slot);
+    tcase_add_test(tc, forget_ends_that_denial_only);
+    tcase_add_test(tc, blocked_denial_kept_a_second);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

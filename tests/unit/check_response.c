@@ -353,6 +353,32 @@ START_TEST(body_denied_never_fits)
 }
 END_TEST
 
+START_TEST(body_denied_blocked)
+{
+    static struct rl_limit l[] = {{RL_ALGO_FIXED_WINDOW, 3, 10000, 3}};
+    static struct rl_policy p = {.name = name_upload, .limits = l, .nlimits = 1};
+    struct rl_check_res res = result(0, 1, (struct rl_limit_result[]){no(3, 0, 90000)});
+    struct rl_decision d;
+
+    /* blocked by the admin API: the backend's waits cover the block, and
+     * the body says why a caller with everything remaining is denied */
+    res.blocked_ms = 90000;
+    response_from_result(&d, &p, &res);
+    ck_assert_int_eq(d.status, 429);
+    ck_assert_int_eq(d.retry_after_ms, 90000);
+    expect_body(&d,
+        "{\"allowed\":false,\"policy\":\"upload\",\"blocked\":true,\"limit\":3,"
+        "\"remaining\":3,\"reset_ms\":0,\"retry_after_ms\":90000,\"limits\":["
+        "{\"algorithm\":\"fixed_window\",\"limit\":3,\"window_ms\":10000,"
+        "\"remaining\":3,\"reset_ms\":0,\"retry_after_ms\":90000}]}");
+    /* an allowed answer is never marked, whatever blocked_ms says */
+    res = result(1, 1, (struct rl_limit_result[]){ok(3, 0)});
+    res.blocked_ms = 5;
+    response_from_result(&d, &p, &res);
+    ck_assert_int_eq(d.blocked, 0);
+}
+END_TEST
+
 START_TEST(body_shadow)
 {
     struct rl_limit_result r[] = {no(0, 740, 740), ok(93, 1204000)};
@@ -890,6 +916,7 @@ response_suite(void)
     tcase_add_test(tc, body_allowed);
     tcase_add_test(tc, body_denied);
     tcase_add_test(tc, body_denied_never_fits);
+    tcase_add_test(tc, body_denied_blocked);
     tcase_add_test(tc, body_shadow);
     tcase_add_test(tc, body_degraded_open);
     tcase_add_test(tc, body_no_policy);

@@ -1,0 +1,378 @@
+/* admin.c — see admin.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <netinet/in.h>
+
+#include <jansson.h>
+
+#include "admin.h"
+#include "api.h"
+#include "backend.h"
+#include "check.h"
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "netaddr.h"
+#include "schema.h"
+#include "util.h"
+#include "worker.h"
+
+/* The longest block: a year, as the longest window. */
+#define BLOCK_MAX_MS (366LL * 24 * 3600 * 1000)
+
+static const char *const paths[RL_ADM_ACTION_COUNT] = {
+    "/admin/inspect", "/admin/reset", "/admin/block", "/admin/unblock",
+    "/admin/reward", "/admin/penalty"
+};
+
+/* One admin request from its body to the backend's answer. */
+struct admin_op {
+    struct http_req *r;
+    struct rl_worker *w;
+    struct rl_config *cfg;          /* a reference: the policy lives in it */
+    const struct rl_policy *policy; /* NULL until the body named one */
+    enum rl_admin_action action;
+    struct rl_check_req req;
+    int64_t sent_us;                /* now_monotonic_us() */
+    char peer[INET6_ADDRSTRLEN];
+    char id[RL_IDENTITY_MAX];       /* typed: "k:alice", "ip:10.0.0.7" */
+    size_t idlen;
+    char key[RL_REDIS_KEY_MAX];
+};
+
+/* The connection's peer, for the log: an address, or "unix". */
+static void
+peer_text(const struct http_req *r, char *buf, size_t size)
+{
+    const struct sockaddr_storage *ss = http_req_peer(r);
+
+    if (ss != NULL && ss->ss_family == AF_UNIX)
+        snprintf(buf, size, "unix");
+    else
+        api_peer_text(r, buf, size);
+}
+
+/* What an operator did and how it ended: one line per request, whatever
+ * the result.  The key is the escaped backend key, safe in a log line. */
+static void
+audit(const struct admin_op *op, enum rl_admin_result result, int status)
+{
+    metrics_admin(op->w->metrics, op->action, result);
+    log_info("msg=admin action=%s peer=%s policy=%s key=%s result=%s status=%d",
+             metrics_admin_action_name(op->action), op->peer,
+             op->policy != NULL ? op->policy->name : "-",
+             op->req.key_len > 0 ? op->key : "-", metrics_admin_result_name(result),
+             status);
+}
+
+static void
+op_free(struct admin_op *op)
+{
+    config_unref(op->cfg);
+    free(op);
+}
+
+/* Refuse op's request: the answer, the log line, the count. */
+static void
+refuse(struct admin_op *op, int status, const char *extra, const char *msg)
+{
+    api_error(op->r, status, extra, msg);
+    audit(op, status == 401 ? RL_ADM_UNAUTHORIZED : status >= 500 ? RL_ADM_ERROR
+                                                                : RL_ADM_INVALID, status);
+}
+
+/* Equal in time that depends only on the lengths: how much of the token a
+ * guess got right must not show in how long the answer took. */
+static int
+secret_equal(const char *got, size_t glen, const char *want, size_t wlen)
+{
+    unsigned char d = glen != wlen;
+
+    for (size_t i = 0; i < wlen; i++)
+        d |= (unsigned char)(want[i] ^ (i < glen ? got[i] : 0));
+    return d == 0;
+}
+
+static int
+authorized(const struct rl_config *cfg, const struct http_head *h)
+{
+    const struct http_header *a;
+
+    if (cfg->admin_token == NULL)
+        return 1;
+    a = http_head_find(h, "Authorization");
+    if (a == NULL || a->value_len < 7 || strncasecmp(a->value, "Bearer ", 7) != 0)
+        return 0;
+    return secret_equal(a->value + 7, a->value_len - 7, cfg->admin_token,
+                        strlen(cfg->admin_token));
+}
+
+/* The caller the body names, typed as identity_resolve types it, so the
+ * key is the one its checks use. */
+static int
+body_identity(json_t *root, struct admin_op *op, char **error)
+{
+    json_t *k = json_object_get(root, "key"), *ip = json_object_get(root, "ip");
+    char text[INET6_ADDRSTRLEN];
+    uint8_t addr[16];
+    int family;
+    size_t n;
+
+    if ((k == NULL) == (ip == NULL)) {
+        *error = xstrdup("key: give the caller as \"key\" or as \"ip\", one of them");
+        return RL_ERR;
+    }
+    if (k != NULL) {
+        if (!json_is_string(k) || (n = json_string_length(k)) == 0 || n > RL_KEY_MAX) {
+            *error = xasprintf("key: must be a string of 1..%d bytes", RL_KEY_MAX);
+            return RL_ERR;
+        }
+        memcpy(op->id, "k:", 2);
+        memcpy(op->id + 2, json_string_value(k), n);
+        op->idlen = n + 2;
+        return RL_OK;
+    }
+    if (!json_is_string(ip) ||
+        ip_parse(json_string_value(ip), json_string_length(ip), &family, addr) != RL_OK) {
+        *error = xstrdup("ip: must be an IPv4 or IPv6 address");
+        return RL_ERR;
+    }
+    ip_format(family, addr, text, sizeof(text));
+    op->idlen = (size_t)snprintf(op->id, sizeof(op->id), "ip:%s", text);
+    return RL_OK;
+}
+
+/* An optional integer field in lo..hi, *out left alone when absent. */
+static int
+get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out,
+        char **error)
+{
+    json_t *v = json_object_get(root, name);
+
+    if (v == NULL)
+        return RL_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        *error = xasprintf("%s: must be an integer %lld..%lld", name, (long long)lo,
+                           (long long)hi);
+        return RL_ERR;
+    }
+    *out = json_integer_value(v);
+    return RL_OK;
+}
+
+/* "duration": a duration like the config's ("15m") or milliseconds. */
+static int
+get_duration(json_t *root, int64_t *out, char **error)
+{
+    json_t *v = json_object_get(root, "duration");
+
+    if (json_is_string(v) && schema_parse_duration_ms(json_string_value(v), out) == RL_OK &&
+        *out >= 1 && *out <= BLOCK_MAX_MS)
+        return RL_OK;
+    if (json_is_integer(v) && json_integer_value(v) >= 1 &&
+        json_integer_value(v) <= BLOCK_MAX_MS) {
+        *out = json_integer_value(v);
+        return RL_OK;
+    }
+    *error = xasprintf("duration: must be a duration like \"15m\" or milliseconds, "
+                       "1ms..%lldms", (long long)BLOCK_MAX_MS);
+    return RL_ERR;
+}
+
+/* What the action asks of the backend (backend.h: RL_CHECK_*). */
+static int
+action_request(json_t *root, struct admin_op *op, char **error)
+{
+    struct rl_check_req *q = &op->req;
+    int64_t n = 1, limit = -1;
+
+    q->limit_index = -1;
+    switch (op->action) {
+    case RL_ADM_INSPECT:
+        q->cost = 0;
+        return RL_OK;
+    case RL_ADM_RESET:
+        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit,
+                    error) != RL_OK)
+            return RL_ERR;
+        q->flags = RL_CHECK_RESET;
+        q->limit_index = (int)limit;
+        return RL_OK;
+    case RL_ADM_BLOCK:
+        q->flags = RL_CHECK_BLOCK;
+        return get_duration(root, &q->block_ms, error);
+    case RL_ADM_UNBLOCK:
+        q->flags = RL_CHECK_BLOCK;
+        q->block_ms = 0;
+        return RL_OK;
+    case RL_ADM_REWARD:
+    case RL_ADM_PENALTY:
+    default:
+        if (get_int(root, "cost", 1, RL_COST_MAX, &n, error) != RL_OK)
+            return RL_ERR;
+        q->flags = RL_CHECK_FORCE;
+        q->cost = op->action == RL_ADM_REWARD ? -n : n;
+        return RL_OK;
+    }
+}
+
+/* The body into op->req; RL_ERR with *error naming the field. */
+static int
+parse_body(const char *body, size_t len, struct admin_op *op, char **error)
+{
+    json_error_t jerr;
+    json_t *root, *name;
+    const struct rl_policy *p;
+    size_t klen;
+    int rc = RL_ERR;
+
+    if (len == 0) {
+        *error = xstrdup("body: required: {\"policy\": ..., \"key\" or \"ip\": ...}");
+        return RL_ERR;
+    }
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    name = json_object_get(root, "policy");
+    if (root == NULL) {
+        *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    if (!json_is_object(root)) {
+        *error = xstrdup("body: must be a JSON object");
+    } else if (!json_is_string(name) ||
+               strlen(json_string_value(name)) != json_string_length(name) ||
+               (p = config_policy(op->cfg, json_string_value(name))) == NULL) {
+        *error = xstrdup("policy: must name a policy of the configuration");
+    } else if (body_identity(root, op, error) == RL_OK) {
+        op->policy = check_key_for(op->cfg, p, op->id, op->idlen, op->key,
+                                   sizeof(op->key), &klen);
+        op->req.key = op->key;
+        op->req.key_len = op->policy != NULL ? klen : 0;
+        if (op->policy == NULL)
+            *error = xstrdup("key: too long");
+        else
+            rc = action_request(root, op, error);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* {"action", "policy", "identity", "key", "blocked_ms", "limits": [...]}:
+ * the caller's state after the action. */
+static char *
+answer_json(const struct admin_op *op, const struct rl_check_res *res)
+{
+    json_t *limits = json_array(), *o;
+    char *s;
+
+    for (size_t i = 0; i < res->nlimits && i < op->policy->nlimits; i++) {
+        const struct rl_limit *l = &op->policy->limits[i];
+        json_t *e = json_pack("{s:s,s:I,s:I,s:I,s:I}", "algorithm", algo_def(l->algo)->name,
+                              "limit", (json_int_t)l->limit, "window_ms",
+                              (json_int_t)l->window_ms, "remaining",
+                              (json_int_t)res->limits[i].remaining, "reset_ms",
+                              (json_int_t)res->limits[i].reset_ms);
+        if (algo_def(l->algo)->uses_burst)
+            json_object_set_new(e, "burst", json_integer(l->burst));
+        json_array_append_new(limits, e);
+    }
+    o = json_pack("{s:s,s:s,s:s%,s:s,s:I,s:o}", "action",
+                  metrics_admin_action_name(op->action), "policy", op->policy->name,
+                  "identity", op->id, op->idlen, "key", op->key, "blocked_ms",
+                  (json_int_t)(res->blocked_ms > 0 ? res->blocked_ms : 0), "limits", limits);
+    s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static void
+on_answer(const struct rl_check_res *res, void *arg)
+{
+    struct admin_op *op = arg;
+    struct rl_worker *w = op->w;
+    struct http_response resp = {.status = 200};
+    char *s = NULL;
+
+    if (res->status != RL_BACKEND_OK) {
+        /* a timeout means it never reached the backend; a lost connection
+         * leaves it unknown */
+        char *msg = xasprintf("backend: %s%s", res->error != NULL ? res->error : "unavailable",
+                              res->status == RL_BACKEND_TIMEOUT ? " (not applied)"
+                              : op->action == RL_ADM_INSPECT ? ""
+                              : " (inspect to see whether it was applied)");
+        refuse(op, 503, NULL, msg);
+        free(msg);
+        goto out;
+    }
+    /* whatever this daemon remembers of the old state is void now */
+    if (op->action != RL_ADM_INSPECT)
+        worker_admin_done(w, op->cfg, &op->req, op->sent_us, res);
+    if ((s = answer_json(op, res)) == NULL) {
+        refuse(op, 500, NULL, "done, but the answer could not be written");
+        goto out;
+    }
+    resp.body = s;
+    resp.body_len = strlen(s);
+    http_respond(op->r, &resp);
+    audit(op, RL_ADM_OK, 200);
+    free(s);
+out:
+    op_free(op);
+    worker_check_done(w);
+}
+
+static int
+route(const struct http_head *h)
+{
+    for (int a = 0; a < RL_ADM_ACTION_COUNT; a++)
+        if (h->path_len == strlen(paths[a]) && memcmp(h->path, paths[a], h->path_len) == 0)
+            return a;
+    return -1;
+}
+
+void
+admin_handle(struct http_req *r, void *arg)
+{
+    struct rl_worker *w = arg;
+    int action = route(r->head);
+    struct admin_op *op;
+    char *error = NULL;
+
+    if (action < 0) {
+        api_error(r, 404, NULL, "no such path: use POST /admin/inspect, /admin/reset, "
+                  "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
+        return;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->r = r;
+    op->w = w;
+    op->cfg = config_ref(w->cfg);
+    op->action = (enum rl_admin_action)action;
+    op->req.timeout_ms = op->cfg->redis.timeout_ms;
+    peer_text(r, op->peer, sizeof(op->peer));
+    if (r->head->method != HTTP_M_POST) {
+        refuse(op, 405, "Allow: POST\r\n", "method not allowed");
+    } else if (!authorized(op->cfg, r->head)) {
+        refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
+               "authorization: a valid \"Bearer\" token is required");
+    } else if (w->draining) {
+        refuse(op, 503, NULL, "shutting down");
+    } else if ((int64_t)r->body_len > op->cfg->max_body) {
+        refuse(op, 413, NULL, "body: larger than max_body");
+    } else if (parse_body(r->body, r->body_len, op, &error) != RL_OK) {
+        refuse(op, 400, NULL, error);
+        free(error);
+    } else {
+        op->req.policy = op->policy;
+        /* the answer must say whether the action ran: once sent, only the
+         * reply (or the connection's loss) answers it, never a timer */
+        op->req.flags |= RL_CHECK_SETTLE;
+        op->sent_us = now_monotonic_us();
+        worker_check_begin(w);
+        w->backend->ops->check(w->backend, &op->req, on_answer, op);
+        return;
+    }
+    op_free(op);
+}
