@@ -56,8 +56,8 @@ seen_now(const struct rl_algo_seen *seen, int64_t cap, struct rl_limit_result *r
 }
 
 void
-algo_estimate_window(const struct rl_limit *lim, const struct rl_algo_seen *seen,
-                     int64_t cost, struct rl_limit_result *res)
+algo_estimate_window(const struct rl_limit *lim, const struct rl_algo_seen *seen, int64_t cost,
+                     struct rl_limit_result *res)
 {
     seen_now(seen, lim->limit, res);
     if (cost > lim->limit)
@@ -79,8 +79,8 @@ algo_estimate_take_window(const struct rl_limit *lim, int64_t cost,
 }
 
 void
-algo_estimate_refill(const struct rl_limit *lim, const struct rl_algo_seen *seen,
-                     int64_t cost, struct rl_limit_result *res)
+algo_estimate_refill(const struct rl_limit *lim, const struct rl_algo_seen *seen, int64_t cost,
+                     struct rl_limit_result *res)
 {
     seen_now(seen, lim->burst, res);
     if (cost > lim->burst) {
