@@ -574,7 +574,13 @@ report_success(void)
  * the bridge too: nothing else needs to know that a connection is TLS.
  */
 struct bridge {
-    struct bufferevent *plain;  /* our end of the socketpair */
+    /* Our end of the socketpair, read and written directly: a bufferevent
+     * there cost an ioctl, an epoll_ctl pair and a loop pass per batch. */
+    int fd;                     /* -1 once closed */
+    struct event *plain_rd;
+    struct event *plain_wr;     /* only while `pending` holds bytes */
+    struct evbuffer *pending;   /* for hiredis, not yet taken by the socketpair */
+    int flushing;               /* the TLS side is gone: close fd once pending is out */
     struct bufferevent *tls;    /* to the server */
     int handshake_done;
     int got_data;               /* the server answered: TLS works */
@@ -587,13 +593,20 @@ struct bridge {
     void (*cleanup)(void *);
 };
 
-static void
-close_plain_when_flushed(struct bufferevent *bev, void *arg)
-{
-    struct bridge *b = arg;
+/* A batch of hiredis's commands is a few KiB: one read takes it whole. */
+#define PLAIN_READ_MAX 32768
 
-    bufferevent_free(b->plain);
-    b->plain = NULL;
+static void
+close_plain(struct bridge *b)
+{
+    if (b->plain_rd != NULL)
+        event_free(b->plain_rd);
+    if (b->plain_wr != NULL)
+        event_free(b->plain_wr);
+    b->plain_rd = b->plain_wr = NULL;
+    if (b->fd >= 0)
+        close(b->fd);
+    b->fd = -1;
 }
 
 /*
@@ -607,23 +620,79 @@ drop_tls(struct bridge *b)
         bufferevent_free(b->tls);
         b->tls = NULL;
     }
-    if (b->plain == NULL)
+    if (b->fd < 0)
         return;
-    if (evbuffer_get_length(bufferevent_get_output(b->plain)) == 0) {
-        bufferevent_free(b->plain);
-        b->plain = NULL;
+    if (evbuffer_get_length(b->pending) == 0) {
+        close_plain(b);
         return;
     }
-    bufferevent_disable(b->plain, EV_READ);
-    bufferevent_setcb(b->plain, NULL, close_plain_when_flushed, NULL, b);
+    event_del(b->plain_rd);
+    b->flushing = 1;
+}
+
+/* hiredis's socket is gone (it never half-closes): so is the bridge's use. */
+static void
+plain_gone(struct bridge *b)
+{
+    close_plain(b);
+    drop_tls(b);
+}
+
+static int
+transient(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
 }
 
 static void
-on_plain_read(struct bufferevent *bev, void *arg)
+on_plain_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct bridge *b = arg;
+    char buf[PLAIN_READ_MAX];
+    ssize_t n = read(fd, buf, sizeof(buf));
+
+    if (n > 0 && b->tls != NULL)
+        bufferevent_write(b->tls, buf, (size_t)n);
+    else if (n == 0 || (n < 0 && !transient(errno)))
+        plain_gone(b);
+    (void)what;
+}
+
+static void
+on_plain_writable(evutil_socket_t fd, short what, void *arg)
 {
     struct bridge *b = arg;
 
-    bufferevent_write_buffer(b->tls, bufferevent_get_input(bev));
+    if (evbuffer_write(b->pending, fd) < 0 && !transient(errno)) {
+        plain_gone(b);
+        return;
+    }
+    if (evbuffer_get_length(b->pending) > 0)
+        return;
+    event_del(b->plain_wr);
+    if (b->flushing)
+        close_plain(b);
+    (void)what;
+}
+
+/* What the server said, to hiredis: written at once when nothing waits
+ * before it (the socketpair's buffer nearly always takes it all). */
+static void
+plain_send(struct bridge *b, struct evbuffer *src)
+{
+    if (b->fd < 0) {
+        evbuffer_drain(src, evbuffer_get_length(src));
+        return;
+    }
+    if (evbuffer_get_length(b->pending) == 0 && evbuffer_write(src, b->fd) < 0 &&
+        !transient(errno)) {
+        plain_gone(b);
+        return;
+    }
+    if (evbuffer_get_length(src) == 0)
+        return;
+    evbuffer_add_buffer(b->pending, src);
+    event_add(b->plain_wr, NULL);
 }
 
 static void
@@ -635,20 +704,7 @@ on_tls_read(struct bufferevent *bev, void *arg)
         b->got_data = 1;
         report_success();
     }
-    bufferevent_write_buffer(b->plain, bufferevent_get_input(bev));
-}
-
-static void
-on_plain_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct bridge *b = arg;
-
-    /* hiredis never half-closes; an end here means its socket is gone */
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        bufferevent_free(b->plain);
-        b->plain = NULL;
-        drop_tls(b);
-    }
+    plain_send(b, bufferevent_get_input(bev));
 }
 
 /* The server is not there (yet): not a TLS problem, the backend says so. */
@@ -771,8 +827,9 @@ hook_cleanup(void *p)
         b->cleanup(b->inner);
     if (b->tls != NULL)
         bufferevent_free(b->tls);
-    if (b->plain != NULL)
-        bufferevent_free(b->plain);
+    close_plain(b);
+    if (b->pending != NULL)
+        evbuffer_free(b->pending);
     free(b);
 }
 
@@ -911,19 +968,19 @@ rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
     }
     b = xcalloc(1, sizeof(*b));
     snprintf(b->peer, sizeof(b->peer), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
-    b->plain = bufferevent_socket_new(evb, sp[1], BEV_OPT_CLOSE_ON_FREE);
+    b->fd = sp[1];
+    b->plain_rd = event_new(evb, b->fd, EV_READ | EV_PERSIST, on_plain_readable, b);
+    b->plain_wr = event_new(evb, b->fd, EV_WRITE | EV_PERSIST, on_plain_writable, b);
+    b->pending = evbuffer_new();
     /* CLOSE_ON_FREE: the bufferevent frees the SSL and its socket */
     b->tls = bufferevent_openssl_socket_new(evb, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                             BEV_OPT_CLOSE_ON_FREE);
-    if (b->plain == NULL || b->tls == NULL) {
+    if (b->plain_rd == NULL || b->plain_wr == NULL || b->pending == NULL || b->tls == NULL) {
         if (b->tls == NULL)
             SSL_free(ssl);
-        if (b->plain == NULL)
-            close(sp[1]);
         *why = "cannot open the TLS bridge";
         goto fail;
     }
-    bufferevent_setcb(b->plain, on_plain_read, NULL, on_plain_event, b);
     bufferevent_setcb(b->tls, on_tls_read, NULL, on_tls_event, b);
     if (bufferevent_socket_connect(b->tls, (struct sockaddr *)&ss, sslen) < 0) {
         *why = "connect failed";
@@ -933,7 +990,7 @@ rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
      * ACK of the last one (Nagle with delayed ACKs: 40 ms a round) */
     one = 1;
     setsockopt(bufferevent_getfd(b->tls), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    bufferevent_enable(b->plain, EV_READ);
+    event_add(b->plain_rd, NULL);
     bufferevent_enable(b->tls, EV_READ);
     if ((ac = hiredis_on_socket(sp[0], why)) == NULL)
         goto fail;
@@ -945,8 +1002,9 @@ fail:
         close(sp[0]);
     if (b->tls != NULL)
         bufferevent_free(b->tls);
-    if (b->plain != NULL)
-        bufferevent_free(b->plain);
+    close_plain(b);
+    if (b->pending != NULL)
+        evbuffer_free(b->pending);
     free(b);
     return NULL;
 }
