@@ -258,14 +258,16 @@ targets(const struct rl_redis_conf *r, struct target *out)
             split_hostport(l->v[n], &out[n]);
         return n;
     }
-    if (r->url != NULL && redis_url_parse(r->url, &u, &cause) == RL_OK && u.host != NULL) {
+    if (r->url == NULL || redis_url_parse(r->url, &u, &cause) != RL_OK) {
+        free(cause);
+        return 0;
+    }
+    if (u.host != NULL) {
         out[0].host = xstrdup(u.host);
         out[0].port = u.port;
         n = 1;
     }
-    if (n == 1 || cause == NULL)
-        redis_url_clear(&u);
-    free(cause);
+    redis_url_clear(&u);
     return n;
 }
 
@@ -398,7 +400,8 @@ probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms
 /*
  * Whether ctx opens TLS to the servers r names: the first one reached
  * decides (a Cluster seed down does not hold a rotation up); none reached
- * is a failure too, since nothing says the new files would work.
+ * is a failure too, since nothing says the new files would work.  No
+ * server to try (a Unix socket, which is never TLS) is no failure.
  */
 static int
 probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **why)
@@ -418,9 +421,7 @@ probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **why)
     }
     for (i = 0; i < n; i++)
         free(t[i].host);
-    if (n == 0)
-        *why = xstrdup("no server to test against");
-    return res == 1 ? RL_OK : RL_ERR;
+    return res == 1 || n == 0 ? RL_OK : RL_ERR;
 }
 
 static void
