@@ -355,6 +355,13 @@ def failed_reloads(d):
     return int(m.group(1))
 
 
+def rotation_conf(port, ca, crt, key):
+    cfg = tls_conf("rediss://127.0.0.1:%d/0" % port, ca_file=ca, cert_file=crt, key_file=key)
+    # the bound of a reload's test handshake: generous on a loaded host
+    cfg["redis"]["connect_timeout"] = "10s"
+    return cfg
+
+
 def rotate_dir(x, name):
     """ca.pem, client.crt and client.key in a dir of their own, from CA A."""
     tdir = os.path.join(H.tmpdir(), name)
@@ -377,8 +384,7 @@ def t_rotation(x):
             with open(src, "rb") as g:
                 f.write(g.read())
     with TlsRedis("rotate", x.srv_a, both, (x.ca_a[0], x.cli_a), auth="yes") as srv:
-        with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % srv.port, ca_file=ca, cert_file=crt,
-                               key_file=key), workers=1, ready=True) as d:
+        with H.Daemon(rotation_conf(srv.port, ca, crt, key), workers=1, ready=True) as d:
             decided(d)
             conns = srv.other_clients()
             eq(len(conns), 1, "connections of one worker")
@@ -410,8 +416,7 @@ def t_rotation_refused(x):
     restarted still uses the running files."""
     ca, crt, key = rotate_dir(x, "rotate-bad")
     with TlsRedis("rotate-bad", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a), auth="yes") as srv:
-        with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % srv.port, ca_file=ca, cert_file=crt,
-                               key_file=key), workers=1, ready=True) as d:
+        with H.Daemon(rotation_conf(srv.port, ca, crt, key), workers=1, ready=True) as d:
             decided(d)
             conns = srv.other_clients()
             with open(key, "w") as f:
