@@ -27,6 +27,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "config.h"
 #include "log.h"
 #include "redis_tls.h"
 #include "redis_url.h"

@@ -18,11 +18,13 @@
 #ifndef RL_REDIS_TLS_H
 #define RL_REDIS_TLS_H
 
-#include "config.h"
+#include <hiredis/async.h>
+
 #include "rl.h"
 
+struct rl_redis_conf;
+
 struct event_base;
-struct redisAsyncContext;
 
 /*
  * Load the files `r->tls` names (and decide the name verified) into new
@@ -57,8 +59,8 @@ int rtls_check(const struct rl_redis_conf *r, char **cause) RL_WUR;
  * else as `host` (the name or address ip was reached by).  NULL and a static
  * reason when it could not be made.
  */
-struct redisAsyncContext *rtls_connect(struct event_base *evb, const char *host,
-                                       const char *ip, int port, const char **why);
+redisAsyncContext *rtls_connect(struct event_base *evb, const char *host, const char *ip,
+                                int port, const char **why);
 
 /* Forget the settings (process exit: keeps leak checkers quiet). */
 void rtls_shutdown(void);
