@@ -55,16 +55,27 @@ peer_text(const struct http_req *r, char *buf, size_t size)
 }
 
 /* What an operator did and how it ended: one line per request, whatever
- * the result.  The key is the escaped backend key, safe in a log line. */
+ * the result.  The caller is named by the escaped backend key, or, when a
+ * partition_key is set, by its pk (the hash the RateLimit headers carry, in hex):
+ * then an API key used as identity never reaches the log. */
 static void
 audit(const struct admin_op *op, enum rl_admin_result result, int status)
 {
+    const struct rl_config *cfg = op->cfg;
+    char who[32];
+    const char *key = op->req.key_len > 0 ? op->key : "-";
+
     metrics_admin(op->w->metrics, op->action, result);
+    if (cfg != NULL && cfg->partition_key != NULL && op->req.key_len > 0) {
+        snprintf(who, sizeof(who), "pk:%016llx",
+                 (unsigned long long)siphash24(cfg->pk_k0, cfg->pk_k1, op->key,
+                                               op->req.key_len));
+        key = who;
+    }
     log_info("msg=admin action=%s peer=%s policy=%s key=%s result=%s status=%d",
              metrics_admin_action_name(op->action), op->peer,
-             op->policy != NULL ? op->policy->name : "-",
-             op->req.key_len > 0 ? op->key : "-", metrics_admin_result_name(result),
-             status);
+             op->policy != NULL ? op->policy->name : "-", key,
+             metrics_admin_result_name(result), status);
 }
 
 static void

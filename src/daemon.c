@@ -235,7 +235,7 @@ reload(struct run_state *rs)
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
      * open keep theirs, new handshakes use the new ones */
-    if (cfg->backend == RL_BACKEND_REDIS && rtls_configure(&cfg->redis, &cause) != RL_OK) {
+    if (cfg->backend == RL_BACKEND_REDIS && rtls_reconfigure(&cfg->redis, &cause) != RL_OK) {
         log_error("msg=\"reload rejected, keeping the running configuration\" "
                   "problem=\"%s\"", cause);
         free(cause);

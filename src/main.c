@@ -11,6 +11,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "redis_tls.h"
 #include "util.h"
 
 static void
@@ -62,6 +63,7 @@ main(int argc, char **argv)
     struct rl_options opts = {0};
     struct rl_errors errs = {0};
     struct rl_config *cfg;
+    char *cause = NULL;
     int test = 0, c;
 
     opts.config_file = getenv("RATELIMITD_CONFIG");
@@ -97,6 +99,13 @@ main(int argc, char **argv)
         fprintf(stderr, "ratelimitd: %zu problem%s in the configuration\n", errs.n,
                 errs.n == 1 ? "" : "s");
         errors_free(&errs);
+        return 1;
+    }
+    /* what the start would read besides the configuration */
+    if (test && cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) {
+        fprintf(stderr, "%s\nratelimitd: 1 problem in the configuration\n", cause);
+        free(cause);
+        config_unref(cfg);
         return 1;
     }
     if (test) {

@@ -157,7 +157,8 @@ rconn_dns_free(struct evdns_base *dns)
 /* ---- connection ------------------------------------------------------------- */
 
 redisAsyncContext *
-rconn_open(struct event_base *evb, const char *ip, int port, const char *path, void *data,
+rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
+           const char *path, void *data,
            redisConnectCallback *on_connect, redisDisconnectCallback *on_disconnect,
            const char **why)
 {
@@ -165,7 +166,7 @@ rconn_open(struct event_base *evb, const char *ip, int port, const char *path, v
 
     /* TLS: hiredis speaks to a bridge (redis_tls.h), attached already */
     if (path == NULL && rtls_enabled()) {
-        if ((ac = rtls_connect(evb, ip, port, why)) == NULL)
+        if ((ac = rtls_connect(evb, host, ip, port, why)) == NULL)
             return NULL;
         goto attached;
     }
@@ -608,8 +609,8 @@ connect_ip(void *arg, const char *ip, const char *why)
     }
     c->pending = 0;
     c->sent_head = 0;
-    c->ac = rconn_open(c->conf.evb, ip, c->port, c->conf.path, c, on_connect, on_disconnect,
-                       &why);
+    c->ac = rconn_open(c->conf.evb, c->host, ip, c->port, c->conf.path, c, on_connect,
+                       on_disconnect, &why);
     if (c->ac == NULL)
         went_down(c, why);
 }

@@ -77,10 +77,11 @@ void rconn_dns_free(struct evdns_base *dns);
 /*
  * A context connecting to ip:port (or to the Unix socket `path` when not
  * NULL), attached to evb, with `data` and both callbacks set; NULL and a
- * static reason when hiredis refused at once.
+ * static reason when hiredis refused at once.  `host`: what ip was resolved
+ * from (over TLS, the name the certificate must carry).
  */
-redisAsyncContext *rconn_open(struct event_base *evb, const char *ip, int port,
-                              const char *path, void *data,
+redisAsyncContext *rconn_open(struct event_base *evb, const char *host, const char *ip,
+                              int port, const char *path, void *data,
                               redisConnectCallback *on_connect,
                               redisDisconnectCallback *on_disconnect, const char **why);
 

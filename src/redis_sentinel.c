@@ -83,13 +83,14 @@ on_sub_disconnect(const redisAsyncContext *ac, int status)
 
 /* Listen for failovers on the sentinel that just answered. */
 static void
-subscribe(struct rsentinel *s, const char *ip, int port)
+subscribe(struct rsentinel *s, const char *host, const char *ip, int port)
 {
     const char *why;
 
     if (s->subac != NULL || s->closing)
         return;
-    s->subac = rconn_open(s->evb, ip, port, NULL, s, on_sub_connect, on_sub_disconnect, &why);
+    s->subac = rconn_open(s->evb, host, ip, port, NULL, s, on_sub_connect, on_sub_disconnect,
+                          &why);
 }
 
 /* ---- asking ---------------------------------------------------------------------- */
@@ -115,7 +116,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%s", s->display,
               r->element[0]->str, r->element[1]->str);
-    subscribe(s, ac->c.tcp.host, node->port);
+    subscribe(s, node->host, ac->c.tcp.host, node->port);
     s->tries = 0;
     s->found(s->arg, r->element[0]->str, atoi(r->element[1]->str), NULL);
 }
@@ -153,8 +154,8 @@ connect_to(void *arg, const char *ip, const char *why)
 
     s->lookup = NULL;
     if (ip == NULL ||
-        (ac = rconn_open(s->evb, ip, node->port, NULL, s, on_connect, on_disconnect,
-                         &why)) == NULL) {
+        (ac = rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
+                         on_disconnect, &why)) == NULL) {
         ask_next(s);
         return;
     }

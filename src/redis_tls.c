@@ -2,8 +2,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,11 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -29,6 +35,7 @@
 
 #define NAME_MAX_LEN 256
 #define REASON_LEN 200
+#define PROBE_TARGETS_MAX 8
 
 /*
  * The settings every new connection copies.  The SSL_CTX is reference
@@ -38,18 +45,24 @@
 static struct {
     pthread_mutex_t mu;
     int on;
+    int verify;
     SSL_CTX *ctx;
-    char name[NAME_MAX_LEN];    /* "" when verification is off */
-    int name_is_ip;
+    /* server_name: every node is verified as it; "" when not given (each
+     * is verified as the host it is reached by) */
+    char name[NAME_MAX_LEN];
+    /* of the settings and the files' bytes: a reload that changes nothing
+     * TLS needs no test handshake */
+    unsigned char digest[SHA256_DIGEST_LENGTH];
     /* The failure logged since a connection last worked ("" when none): a
      * server refusing us for an hour writes one line, not one per retry. */
     char last_reason[REASON_LEN];
-} g = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, "", 0, ""};
+} g = {PTHREAD_MUTEX_INITIALIZER, 0, 1, NULL, "", {0}, ""};
 
 /* ---- settings --------------------------------------------------------------- */
 
+/* "FIELD FILE: WHAT: the library's reason", as config errors name a field. */
 static char *
-ssl_cause(const char *what, const char *file)
+ssl_cause(const char *field, const char *file, const char *what)
 {
     unsigned long e = ERR_peek_last_error();
     char buf[160] = "unknown error";
@@ -57,8 +70,39 @@ ssl_cause(const char *what, const char *file)
     if (e != 0)
         ERR_error_string_n(e, buf, sizeof(buf));
     ERR_clear_error();
-    return file != NULL ? xasprintf("redis.tls: %s %s: %s", what, file, buf)
-                        : xasprintf("redis.tls: %s: %s", what, buf);
+    return field != NULL ? xasprintf("%s %s: %s: %s", field, file, what, buf)
+                         : xasprintf("%s: %s", what, buf);
+}
+
+static int
+load_files(SSL_CTX *ctx, const struct rl_tls_conf *t, char **cause)
+{
+    if (t->ca_file != NULL) {
+        if (SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) != 1) {
+            *cause = ssl_cause("ca_file", t->ca_file, "cannot load the CA certificates");
+            return RL_ERR;
+        }
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        *cause = ssl_cause(NULL, NULL, "cannot load the system's certificate store");
+        return RL_ERR;
+    }
+    if (t->cert_file == NULL)
+        return RL_OK;
+    if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
+        *cause = ssl_cause("cert_file", t->cert_file, "cannot load the certificate");
+        return RL_ERR;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) != 1) {
+        *cause = ssl_cause("key_file", t->key_file,
+                           ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH
+                           ? "the key does not match cert_file" : "cannot load the private key");
+        return RL_ERR;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        *cause = ssl_cause("key_file", t->key_file, "the key does not match cert_file");
+        return RL_ERR;
+    }
+    return RL_OK;
 }
 
 static SSL_CTX *
@@ -67,108 +111,410 @@ make_ctx(const struct rl_tls_conf *t, char **cause)
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 
     if (ctx == NULL) {
-        *cause = ssl_cause("cannot make a TLS context", NULL);
+        *cause = ssl_cause(NULL, NULL, "cannot make a TLS context");
         return NULL;
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     /* Sessions are not resumed: a connection lives for hours, and a cache
      * shared across threads would be one more lock on the connect path. */
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-    if (t->ca_file != NULL) {
-        if (SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) != 1) {
-            *cause = ssl_cause("cannot load ca_file", t->ca_file);
-            goto fail;
-        }
-    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        *cause = ssl_cause("cannot load the system's certificate store", NULL);
-        goto fail;
-    }
-    if (t->cert_file != NULL) {
-        if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
-            *cause = ssl_cause("cannot load cert_file", t->cert_file);
-            goto fail;
-        }
-        if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) != 1) {
-            *cause = ssl_cause("cannot load key_file", t->key_file);
-            goto fail;
-        }
-        if (SSL_CTX_check_private_key(ctx) != 1) {
-            *cause = ssl_cause("key_file does not match cert_file", t->key_file);
-            goto fail;
-        }
+    if (load_files(ctx, t, cause) != RL_OK) {
+        SSL_CTX_free(ctx);
+        return NULL;
     }
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
     return ctx;
-fail:
-    SSL_CTX_free(ctx);
-    return NULL;
 }
 
-/* The host the settings name by default: the URL's, or in Cluster and
- * Sentinel the first node's (the others are reached at addresses they
- * report, so they must carry the same name). */
-static char *
-default_name(const struct rl_redis_conf *r)
+/* One warning per file holding a certificate past its notAfter: it loads,
+ * but a server will refuse it (or, for a CA, what it signed). */
+static void
+warn_expired(const char *field, const char *file)
 {
-    const char *hp = r->cluster.n > 0 ? r->cluster.v[0]
-                   : r->sentinel.master != NULL && r->sentinel.nodes.n > 0
-                   ? r->sentinel.nodes.v[0] : NULL;
-    struct rl_redis_url u;
-    char *cause = NULL, *name = NULL;
+    FILE *f = file != NULL ? fopen(file, "r") : NULL;
+    X509 *x;
+    char subject[160], when[64] = "?";
+    BIO *b;
 
-    if (hp != NULL) {
-        const char *colon = strrchr(hp, ':');
-        size_t n = colon != NULL ? (size_t)(colon - hp) : strlen(hp);
-        if (n >= 2 && hp[0] == '[' && hp[n - 1] == ']')
-            return xstrndup(hp + 1, n - 2);
-        return xstrndup(hp, n);
+    if (f == NULL)
+        return;
+    while ((x = PEM_read_X509(f, NULL, NULL, NULL)) != NULL) {
+        if (X509_cmp_current_time(X509_get0_notAfter(x)) < 0) {
+            X509_NAME_oneline(X509_get_subject_name(x), subject, sizeof(subject));
+            if ((b = BIO_new(BIO_s_mem())) != NULL) {
+                int n;
+
+                ASN1_TIME_print(b, X509_get0_notAfter(x));
+                n = BIO_read(b, when, sizeof(when) - 1);
+                when[n > 0 ? n : 0] = '\0';
+                BIO_free(b);
+            }
+            log_warn("msg=\"redis TLS certificate expired\" field=redis.tls.%s file=%s "
+                     "subject=\"%s\" not_after=\"%s\"", field, file, subject, when);
+            X509_free(x);
+            break;
+        }
+        X509_free(x);
+    }
+    ERR_clear_error();          /* the end of the file reads as an error */
+    fclose(f);
+}
+
+static void
+digest_file(EVP_MD_CTX *md, const char *file)
+{
+    char buf[4096];
+    size_t n;
+    FILE *f;
+
+    if (file == NULL)
+        return;
+    EVP_DigestUpdate(md, file, strlen(file) + 1);
+    if ((f = fopen(file, "rb")) == NULL)
+        return;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        EVP_DigestUpdate(md, buf, n);
+    fclose(f);
+}
+
+static void
+settings_digest(const struct rl_tls_conf *t, int on, unsigned char *out)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    char *head = xasprintf("%d %d %s", on, t->verify, t->server_name ? t->server_name : "");
+
+    memset(out, 0, SHA256_DIGEST_LENGTH);
+    if (md != NULL && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1) {
+        EVP_DigestUpdate(md, head, strlen(head) + 1);
+        digest_file(md, t->ca_file);
+        digest_file(md, t->cert_file);
+        digest_file(md, t->key_file);
+        EVP_DigestFinal_ex(md, out, NULL);
+    }
+    EVP_MD_CTX_free(md);
+    free(head);
+}
+
+/* Verify the peer as `name` (an address: its IP subjectAltName); a name is
+ * also sent as SNI.  NULL: no name checked. */
+static int
+set_peer_name(SSL *ssl, const char *name, int verify)
+{
+    unsigned char ip[sizeof(struct in6_addr)];
+    int is_ip;
+
+    if (name == NULL || name[0] == '\0')
+        return 1;
+    is_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
+    if (!is_ip && SSL_set_tlsext_host_name(ssl, name) != 1)
+        return 0;
+    if (!verify)
+        return 1;
+    return is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1
+                 : SSL_set1_host(ssl, name) == 1;
+}
+
+static int
+tls_wanted(const struct rl_redis_conf *r)
+{
+    return r->tls.enabled || (r->url != NULL && strncmp(r->url, "rediss://", 9) == 0);
+}
+
+/* Swap the new settings in; the old context goes when its last connection
+ * being set up lets it go. */
+/* ---- the test handshake of a reload ---------------------------------------- */
+
+struct target {
+    char *host;
+    int port;
+};
+
+/* "host:port" or "[v6]:port" (config.c checked the shape) */
+static void
+split_hostport(const char *s, struct target *out)
+{
+    const char *colon = strrchr(s, ':');
+    size_t n = colon != NULL ? (size_t)(colon - s) : strlen(s);
+
+    out->port = colon != NULL ? atoi(colon + 1) : 6379;
+    if (n >= 2 && s[0] == '[' && s[n - 1] == ']')
+        out->host = xstrndup(s + 1, n - 2);
+    else
+        out->host = xstrndup(s, n);
+}
+
+/* The servers the configuration names: the URL's, the Cluster seeds or the
+ * sentinels (whose files are the same as the nodes' they lead to). */
+static size_t
+targets(const struct rl_redis_conf *r, struct target *out)
+{
+    const struct rl_strlist *l = r->cluster.n > 0 ? &r->cluster
+                               : r->sentinel.master != NULL ? &r->sentinel.nodes : NULL;
+    struct rl_redis_url u;
+    char *cause = NULL;
+    size_t n = 0;
+
+    if (l != NULL) {
+        for (; n < l->n && n < PROBE_TARGETS_MAX; n++)
+            split_hostport(l->v[n], &out[n]);
+        return n;
     }
     if (r->url == NULL || redis_url_parse(r->url, &u, &cause) != RL_OK) {
         free(cause);
-        return NULL;
+        return 0;
     }
-    if (u.host != NULL)
-        name = xstrdup(u.host);
+    if (u.host != NULL) {
+        out[0].host = xstrdup(u.host);
+        out[0].port = u.port;
+        n = 1;
+    }
     redis_url_clear(&u);
-    return name;
+    return n;
+}
+
+/* A TCP connection to host:port made by the deadline (non-blocking); -1
+ * and *why when none. */
+static int
+tcp_connect(const char *host, int port, int64_t deadline_us, const char **why)
+{
+    struct addrinfo hints = {0}, *ai = NULL;
+    char ps[16];
+    int fd, err = 0, rc;
+    socklen_t len = sizeof(err);
+    struct pollfd p;
+
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof(ps), "%d", port);
+    if ((rc = getaddrinfo(host, ps, &hints, &ai)) != 0) {
+        *why = gai_strerror(rc);
+        return -1;
+    }
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        err = errno;
+    else if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+        err = errno;
+    freeaddrinfo(ai);
+    if (err == EINPROGRESS) {
+        p.fd = fd;
+        p.events = POLLOUT;
+        rc = poll(&p, 1, (int)((deadline_us - now_monotonic_us()) / 1000));
+        err = rc == 0 ? ETIMEDOUT : rc < 0 ? errno : 0;
+        if (rc > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+            err = errno;
+    }
+    if (err != 0) {
+        if (fd >= 0)
+            close(fd);
+        *why = strerror(err);
+        return -1;
+    }
+    return fd;
+}
+
+/* Wait for what the last SSL call on fd wants; RL_ERR at an error or the
+ * deadline. */
+static int
+ssl_wait(SSL *ssl, int fd, int rc, int64_t deadline_us)
+{
+    int e = SSL_get_error(ssl, rc);
+    int64_t left_ms = (deadline_us - now_monotonic_us()) / 1000;
+    struct pollfd p = {fd, e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, 0};
+
+    if ((e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) || left_ms <= 0)
+        return RL_ERR;
+    return poll(&p, 1, (int)left_ms) > 0 ? RL_OK : RL_ERR;
+}
+
+/*
+ * A handshake, then PING and the first byte of any reply: a TLS 1.3 server
+ * refuses a client certificate only after the handshake, at the first read.
+ */
+static int
+ssl_exchange(SSL *ssl, int fd, int64_t deadline_us)
+{
+    char c = 0;
+    int rc;
+
+    while ((rc = SSL_connect(ssl)) != 1)
+        if (ssl_wait(ssl, fd, rc, deadline_us) != RL_OK)
+            return RL_ERR;
+    while ((rc = SSL_write(ssl, "PING\r\n", 6)) <= 0)
+        if (ssl_wait(ssl, fd, rc, deadline_us) != RL_OK)
+            return RL_ERR;
+    while ((rc = SSL_read(ssl, &c, 1)) <= 0)
+        if (ssl_wait(ssl, fd, rc, deadline_us) != RL_OK)
+            return RL_ERR;
+    return c == '+' || c == '-' ? RL_OK : RL_ERR;
+}
+
+static void
+exchange_failure(SSL *ssl, int64_t deadline_us, char *buf, size_t n)
+{
+    long vr = SSL_get_verify_result(ssl);
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
+
+    if (vr != X509_V_OK)
+        snprintf(buf, n, "certificate verification failed: %s",
+                 X509_verify_cert_error_string(vr));
+    else if (r != NULL)
+        snprintf(buf, n, "TLS error: %s", r);
+    else if (now_monotonic_us() >= deadline_us)
+        snprintf(buf, n, "no answer within connect_timeout");
+    else
+        snprintf(buf, n, "the server closed the connection");
+    ERR_clear_error();
+}
+
+/* 1: TLS works with ctx at t, verified as `name` (NULL: t's host); 0: it
+ * does not (*why); -1: t is not reached (*why). */
+static int
+probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms,
+      char **why)
+{
+    int64_t deadline = now_monotonic_us() + timeout_ms * 1000;
+    const char *err = NULL;
+    char reason[REASON_LEN];
+    int fd, ok;
+    SSL *ssl;
+
+    if ((fd = tcp_connect(t->host, t->port, deadline, &err)) < 0) {
+        *why = xasprintf("%s:%d: %s", t->host, t->port, err);
+        return -1;
+    }
+    ssl = SSL_new(ctx);
+    ok = ssl != NULL && SSL_set_fd(ssl, fd) == 1 &&
+         set_peer_name(ssl, name != NULL ? name : t->host,
+                       SSL_CTX_get_verify_mode(ctx) != SSL_VERIFY_NONE) &&
+         ssl_exchange(ssl, fd, deadline) == RL_OK;
+    if (!ok) {
+        if (ssl != NULL)
+            exchange_failure(ssl, deadline, reason, sizeof(reason));
+        *why = xasprintf("%s:%d: %s", t->host, t->port, ssl != NULL ? reason : "no memory");
+    }
+    SSL_free(ssl);
+    close(fd);
+    return ok;
+}
+
+/*
+ * Whether ctx opens TLS to the servers r names: the first one reached
+ * decides (a Cluster seed down does not hold a rotation up); none reached
+ * is a failure too, since nothing says the new files would work.  No
+ * server to try (a Unix socket, which is never TLS) is no failure.
+ */
+static int
+probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **why)
+{
+    struct target t[PROBE_TARGETS_MAX];
+    size_t n = targets(r, t), i;
+    int res = -1;
+
+    *why = NULL;
+    for (i = 0; i < n && res < 0; i++) {
+        free(*why);
+        *why = NULL;
+        res = probe(ctx, r->tls.server_name, &t[i], r->connect_timeout_ms, why);
+        if (res == 1)
+            log_info("msg=\"redis TLS: a handshake with the new settings worked\" "
+                     "server=%s:%d", t[i].host, t[i].port);
+    }
+    for (i = 0; i < n; i++)
+        free(t[i].host);
+    return res == 1 || n == 0 ? RL_OK : RL_ERR;
+}
+
+static void
+install(const struct rl_tls_conf *t, int on, SSL_CTX *ctx, const unsigned char *digest)
+{
+    SSL_CTX *old;
+
+    if (on && !t->verify)
+        log_warn("msg=\"redis TLS certificate verification is off: anyone on the path "
+                 "can read and change what ratelimitd and Redis say\"");
+    pthread_mutex_lock(&g.mu);
+    old = g.ctx;
+    g.ctx = ctx;
+    g.on = on;
+    g.verify = t->verify;
+    snprintf(g.name, sizeof(g.name), "%s", t->server_name != NULL ? t->server_name : "");
+    memcpy(g.digest, digest, sizeof(g.digest));
+    g.last_reason[0] = '\0';
+    pthread_mutex_unlock(&g.mu);
+    SSL_CTX_free(old);
+}
+
+/* The context `r` asks for (NULL and RL_OK when TLS is off); warns about
+ * expired certificates in the files. */
+static int
+new_ctx(const struct rl_redis_conf *r, SSL_CTX **out, char **cause)
+{
+    char *why = NULL;
+
+    *out = NULL;
+    if (!tls_wanted(r))
+        return RL_OK;
+    if (r->tls.server_name != NULL && strlen(r->tls.server_name) >= NAME_MAX_LEN) {
+        *cause = xstrdup("redis.tls: server_name is too long");
+        return RL_ERR;
+    }
+    if ((*out = make_ctx(&r->tls, &why)) == NULL) {
+        *cause = xasprintf("redis.tls: %s", why);
+        free(why);
+        return RL_ERR;
+    }
+    warn_expired("ca_file", r->tls.ca_file);
+    warn_expired("cert_file", r->tls.cert_file);
+    return RL_OK;
+}
+
+int
+rtls_check(const struct rl_redis_conf *r, char **cause)
+{
+    SSL_CTX *ctx;
+
+    if (new_ctx(r, &ctx, cause) != RL_OK)
+        return RL_ERR;
+    SSL_CTX_free(ctx);
+    return RL_OK;
+}
+
+static int
+configure(const struct rl_redis_conf *r, int test_first, char **cause)
+{
+    int on = tls_wanted(r), same;
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SSL_CTX *ctx;
+    char *why = NULL;
+
+    if (new_ctx(r, &ctx, cause) != RL_OK)
+        return RL_ERR;
+    settings_digest(&r->tls, on, digest);
+    pthread_mutex_lock(&g.mu);
+    same = g.on == on && memcmp(g.digest, digest, sizeof(digest)) == 0;
+    pthread_mutex_unlock(&g.mu);
+    if (on && test_first && !same && probe_any(r, ctx, &why) != RL_OK) {
+        *cause = xasprintf("redis.tls: a TLS handshake with the new settings failed, the "
+                           "running ones stay: %s", why);
+        free(why);
+        SSL_CTX_free(ctx);
+        return RL_ERR;
+    }
+    install(&r->tls, on, ctx, digest);
+    return RL_OK;
 }
 
 int
 rtls_configure(const struct rl_redis_conf *r, char **cause)
 {
-    const struct rl_tls_conf *t = &r->tls;
-    int on = t->enabled || (r->url != NULL && strncmp(r->url, "rediss://", 9) == 0);
-    SSL_CTX *ctx = NULL, *old;
-    char *name = NULL;
-    unsigned char ip[sizeof(struct in6_addr)];
+    return configure(r, 0, cause);
+}
 
-    if (on) {
-        name = t->server_name != NULL ? xstrdup(t->server_name) : default_name(r);
-        if (t->verify && (name == NULL || strlen(name) >= NAME_MAX_LEN)) {
-            *cause = xstrdup("redis.tls: no usable server_name to verify");
-            free(name);
-            return RL_ERR;
-        }
-        if ((ctx = make_ctx(t, cause)) == NULL) {
-            free(name);
-            return RL_ERR;
-        }
-        if (!t->verify)
-            log_warn("msg=\"redis TLS certificate verification is off: anyone on the path "
-                     "can read and change what ratelimitd and Redis say\"");
-    }
-    pthread_mutex_lock(&g.mu);
-    old = g.ctx;
-    g.ctx = ctx;
-    g.on = on;
-    snprintf(g.name, sizeof(g.name), "%s", t->verify && name != NULL ? name : "");
-    g.name_is_ip = g.name[0] != '\0' && (inet_pton(AF_INET, g.name, ip) == 1 ||
-                                         inet_pton(AF_INET6, g.name, ip) == 1);
-    g.last_reason[0] = '\0';
-    pthread_mutex_unlock(&g.mu);
-    SSL_CTX_free(old);
-    free(name);
-    return RL_OK;
+int
+rtls_reconfigure(const struct rl_redis_conf *r, char **cause)
+{
+    return configure(r, 1, cause);
 }
 
 int
@@ -189,6 +535,7 @@ rtls_shutdown(void)
     SSL_CTX_free(g.ctx);
     g.ctx = NULL;
     g.on = 0;
+    memset(g.digest, 0, sizeof(g.digest));
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -229,7 +576,13 @@ report_success(void)
  * the bridge too: nothing else needs to know that a connection is TLS.
  */
 struct bridge {
-    struct bufferevent *plain;  /* our end of the socketpair */
+    /* Our end of the socketpair, read and written directly: a bufferevent
+     * there cost an ioctl, an epoll_ctl pair and a loop pass per batch. */
+    int fd;                     /* -1 once closed */
+    struct event *plain_rd;
+    struct event *plain_wr;     /* only while `pending` holds bytes */
+    struct evbuffer *pending;   /* for hiredis, not yet taken by the socketpair */
+    int flushing;               /* the TLS side is gone: close fd once pending is out */
     struct bufferevent *tls;    /* to the server */
     int handshake_done;
     int got_data;               /* the server answered: TLS works */
@@ -242,13 +595,20 @@ struct bridge {
     void (*cleanup)(void *);
 };
 
-static void
-close_plain_when_flushed(struct bufferevent *bev, void *arg)
-{
-    struct bridge *b = arg;
+/* A batch of hiredis's commands is a few KiB: one read takes it whole. */
+#define PLAIN_READ_MAX 32768
 
-    bufferevent_free(b->plain);
-    b->plain = NULL;
+static void
+close_plain(struct bridge *b)
+{
+    if (b->plain_rd != NULL)
+        event_free(b->plain_rd);
+    if (b->plain_wr != NULL)
+        event_free(b->plain_wr);
+    b->plain_rd = b->plain_wr = NULL;
+    if (b->fd >= 0)
+        close(b->fd);
+    b->fd = -1;
 }
 
 /*
@@ -262,23 +622,79 @@ drop_tls(struct bridge *b)
         bufferevent_free(b->tls);
         b->tls = NULL;
     }
-    if (b->plain == NULL)
+    if (b->fd < 0)
         return;
-    if (evbuffer_get_length(bufferevent_get_output(b->plain)) == 0) {
-        bufferevent_free(b->plain);
-        b->plain = NULL;
+    if (evbuffer_get_length(b->pending) == 0) {
+        close_plain(b);
         return;
     }
-    bufferevent_disable(b->plain, EV_READ);
-    bufferevent_setcb(b->plain, NULL, close_plain_when_flushed, NULL, b);
+    event_del(b->plain_rd);
+    b->flushing = 1;
+}
+
+/* hiredis's socket is gone (it never half-closes): so is the bridge's use. */
+static void
+plain_gone(struct bridge *b)
+{
+    close_plain(b);
+    drop_tls(b);
+}
+
+static int
+transient(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
 }
 
 static void
-on_plain_read(struct bufferevent *bev, void *arg)
+on_plain_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct bridge *b = arg;
+    char buf[PLAIN_READ_MAX];
+    ssize_t n = read(fd, buf, sizeof(buf));
+
+    if (n > 0 && b->tls != NULL)
+        bufferevent_write(b->tls, buf, (size_t)n);
+    else if (n == 0 || (n < 0 && !transient(errno)))
+        plain_gone(b);
+    (void)what;
+}
+
+static void
+on_plain_writable(evutil_socket_t fd, short what, void *arg)
 {
     struct bridge *b = arg;
 
-    bufferevent_write_buffer(b->tls, bufferevent_get_input(bev));
+    if (evbuffer_write(b->pending, fd) < 0 && !transient(errno)) {
+        plain_gone(b);
+        return;
+    }
+    if (evbuffer_get_length(b->pending) > 0)
+        return;
+    event_del(b->plain_wr);
+    if (b->flushing)
+        close_plain(b);
+    (void)what;
+}
+
+/* What the server said, to hiredis: written at once when nothing waits
+ * before it (the socketpair's buffer nearly always takes it all). */
+static void
+plain_send(struct bridge *b, struct evbuffer *src)
+{
+    if (b->fd < 0) {
+        evbuffer_drain(src, evbuffer_get_length(src));
+        return;
+    }
+    if (evbuffer_get_length(b->pending) == 0 && evbuffer_write(src, b->fd) < 0 &&
+        !transient(errno)) {
+        plain_gone(b);
+        return;
+    }
+    if (evbuffer_get_length(src) == 0)
+        return;
+    evbuffer_add_buffer(b->pending, src);
+    event_add(b->plain_wr, NULL);
 }
 
 static void
@@ -290,20 +706,7 @@ on_tls_read(struct bufferevent *bev, void *arg)
         b->got_data = 1;
         report_success();
     }
-    bufferevent_write_buffer(b->plain, bufferevent_get_input(bev));
-}
-
-static void
-on_plain_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct bridge *b = arg;
-
-    /* hiredis never half-closes; an end here means its socket is gone */
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        bufferevent_free(b->plain);
-        b->plain = NULL;
-        drop_tls(b);
-    }
+    plain_send(b, bufferevent_get_input(bev));
 }
 
 /* The server is not there (yet): not a TLS problem, the backend says so. */
@@ -426,8 +829,9 @@ hook_cleanup(void *p)
         b->cleanup(b->inner);
     if (b->tls != NULL)
         bufferevent_free(b->tls);
-    if (b->plain != NULL)
-        bufferevent_free(b->plain);
+    close_plain(b);
+    if (b->pending != NULL)
+        evbuffer_free(b->pending);
     free(b);
 }
 
@@ -493,81 +897,39 @@ peer_addr(const char *ip, int port, struct sockaddr_storage *ss, int *len)
     return RL_ERR;
 }
 
-/* A client session under the current settings: its own reference to them. */
+/* A client session under the current settings (its own reference to
+ * them), verified as server_name or else as `host`, the name or address the
+ * server was reached by. */
 static SSL *
-new_ssl(void)
+new_ssl(const char *host)
 {
     SSL *ssl = NULL;
-    int ok = 1;
+    char name[NAME_MAX_LEN];
+    int verify = 0;
 
     pthread_mutex_lock(&g.mu);
-    if (g.ctx != NULL && (ssl = SSL_new(g.ctx)) != NULL && g.name[0] != '\0') {
-        if (g.name_is_ip) {
-            ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), g.name) == 1;
-        } else {
-            ok = SSL_set1_host(ssl, g.name) == 1 &&
-                 SSL_set_tlsext_host_name(ssl, g.name) == 1;
-        }
+    if (g.ctx != NULL && (ssl = SSL_new(g.ctx)) != NULL) {
+        snprintf(name, sizeof(name), "%s", g.name[0] != '\0' ? g.name : host);
+        verify = g.verify;
     }
     pthread_mutex_unlock(&g.mu);
-    if (ssl != NULL && !ok) {
+    if (ssl != NULL && !set_peer_name(ssl, name, verify)) {
         SSL_free(ssl);
         ssl = NULL;
     }
     return ssl;
 }
 
-redisAsyncContext *
-rtls_connect(struct event_base *evb, const char *ip, int port, const char **why)
+/* The adapter attached, with the bridge between hiredis and its hooks. */
+static void
+attach(redisAsyncContext *ac, struct event_base *evb, struct bridge *b, const char *ip,
+       int port)
 {
-    struct sockaddr_storage ss;
-    int sslen, one, sp[2] = {-1, -1};
-    struct bridge *b = NULL;
-    redisAsyncContext *ac = NULL;
-    SSL *ssl;
-
-    if (peer_addr(ip, port, &ss, &sslen) != RL_OK) {
-        *why = "connect failed";
-        return NULL;
-    }
-    if ((ssl = new_ssl()) == NULL) {
-        *why = "cannot start TLS";
-        return NULL;
-    }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0) {
-        SSL_free(ssl);
-        *why = "cannot open the TLS bridge";
-        return NULL;
-    }
-    b = xcalloc(1, sizeof(*b));
-    snprintf(b->peer, sizeof(b->peer), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
-    b->plain = bufferevent_socket_new(evb, sp[1], BEV_OPT_CLOSE_ON_FREE);
-    /* CLOSE_ON_FREE: the bufferevent frees the SSL and its socket */
-    b->tls = bufferevent_openssl_socket_new(evb, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-                                            BEV_OPT_CLOSE_ON_FREE);
-    if (b->plain == NULL || b->tls == NULL) {
-        if (b->tls == NULL)
-            SSL_free(ssl);
-        if (b->plain == NULL)
-            close(sp[1]);
-        *why = "cannot open the TLS bridge";
-        goto fail;
-    }
-    bufferevent_setcb(b->plain, on_plain_read, NULL, on_plain_event, b);
-    bufferevent_setcb(b->tls, on_tls_read, NULL, on_tls_event, b);
-    if (bufferevent_socket_connect(b->tls, (struct sockaddr *)&ss, sslen) < 0) {
-        *why = "connect failed";
-        goto fail;
-    }
-    /* as hiredis does for its own sockets: a batch must not wait for the
-     * ACK of the last one (Nagle with delayed ACKs: 40 ms a round) */
-    one = 1;
-    setsockopt(bufferevent_getfd(b->tls), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    bufferevent_enable(b->plain, EV_READ);
-    bufferevent_enable(b->tls, EV_READ);
-    if ((ac = hiredis_on_socket(sp[0], why)) == NULL)
-        goto fail;
-    close(sp[0]);
+    /* the server's address, not the loopback listener's: the Sentinel
+     * code subscribes to the sentinel a context reached */
+    free(ac->c.tcp.host);
+    ac->c.tcp.host = xstrdup(ip);
+    ac->c.tcp.port = port;
     redisLibeventAttach(ac, evb);
     b->inner = ac->ev.data;
     b->add_read = ac->ev.addRead;
@@ -581,14 +943,70 @@ rtls_connect(struct event_base *evb, const char *ip, int port, const char **why)
     ac->ev.addWrite = hook_add_write;
     ac->ev.delWrite = hook_del_write;
     ac->ev.cleanup = hook_cleanup;
+}
+
+redisAsyncContext *
+rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
+             const char **why)
+{
+    struct sockaddr_storage ss;
+    int sslen, one, sp[2] = {-1, -1};
+    struct bridge *b = NULL;
+    redisAsyncContext *ac = NULL;
+    SSL *ssl;
+
+    if (peer_addr(ip, port, &ss, &sslen) != RL_OK) {
+        *why = "connect failed";
+        return NULL;
+    }
+    if ((ssl = new_ssl(host)) == NULL) {
+        *why = "cannot start TLS";
+        return NULL;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0) {
+        SSL_free(ssl);
+        *why = "cannot open the TLS bridge";
+        return NULL;
+    }
+    b = xcalloc(1, sizeof(*b));
+    snprintf(b->peer, sizeof(b->peer), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+    b->fd = sp[1];
+    b->plain_rd = event_new(evb, b->fd, EV_READ | EV_PERSIST, on_plain_readable, b);
+    b->plain_wr = event_new(evb, b->fd, EV_WRITE | EV_PERSIST, on_plain_writable, b);
+    b->pending = evbuffer_new();
+    /* CLOSE_ON_FREE: the bufferevent frees the SSL and its socket */
+    b->tls = bufferevent_openssl_socket_new(evb, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                            BEV_OPT_CLOSE_ON_FREE);
+    if (b->plain_rd == NULL || b->plain_wr == NULL || b->pending == NULL || b->tls == NULL) {
+        if (b->tls == NULL)
+            SSL_free(ssl);
+        *why = "cannot open the TLS bridge";
+        goto fail;
+    }
+    bufferevent_setcb(b->tls, on_tls_read, NULL, on_tls_event, b);
+    if (bufferevent_socket_connect(b->tls, (struct sockaddr *)&ss, sslen) < 0) {
+        *why = "connect failed";
+        goto fail;
+    }
+    /* as hiredis does for its own sockets: a batch must not wait for the
+     * ACK of the last one (Nagle with delayed ACKs: 40 ms a round) */
+    one = 1;
+    setsockopt(bufferevent_getfd(b->tls), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    event_add(b->plain_rd, NULL);
+    bufferevent_enable(b->tls, EV_READ);
+    if ((ac = hiredis_on_socket(sp[0], why)) == NULL)
+        goto fail;
+    close(sp[0]);
+    attach(ac, evb, b, ip, port);
     return ac;
 fail:
     if (sp[0] >= 0)
         close(sp[0]);
     if (b->tls != NULL)
         bufferevent_free(b->tls);
-    if (b->plain != NULL)
-        bufferevent_free(b->plain);
+    close_plain(b);
+    if (b->pending != NULL)
+        evbuffer_free(b->pending);
     free(b);
     return NULL;
 }

@@ -38,11 +38,29 @@ int rtls_configure(const struct rl_redis_conf *r, char **cause) RL_WUR;
 int rtls_enabled(void);
 
 /*
- * A hiredis context whose socket is a new bridge to ip:port over TLS,
- * attached to evb; NULL and a static reason when it could not be made.
+ * Like rtls_configure, but first a TLS handshake (and a PING) with the new
+ * settings to a server `r` names, when they differ from the running ones:
+ * on RL_ERR the running settings stay and *cause says why.  For SIGHUP,
+ * whose open connections stay on the old settings until they end.
  */
-redisAsyncContext *rtls_connect(struct event_base *evb, const char *ip, int port,
-                                const char **why);
+int rtls_reconfigure(const struct rl_redis_conf *r, char **cause) RL_WUR;
+
+/*
+ * What rtls_configure would do, without swapping anything in: when TLS is
+ * on, whether the files load (CA, certificate, its key): RL_ERR and *cause
+ * naming the field and the file when not; a warning for each file holding
+ * an expired certificate.  For ratelimitd -t.
+ */
+int rtls_check(const struct rl_redis_conf *r, char **cause) RL_WUR;
+
+/*
+ * A hiredis context whose socket is a new bridge to ip:port over TLS,
+ * attached to evb; the certificate is verified as redis.tls.server_name, or
+ * else as `host` (the name or address ip was reached by).  NULL and a static
+ * reason when it could not be made.
+ */
+redisAsyncContext *rtls_connect(struct event_base *evb, const char *host, const char *ip,
+                                int port, const char **why);
 
 /* Forget the settings (process exit: keeps leak checkers quiet). */
 void rtls_shutdown(void);

@@ -396,6 +396,14 @@ def t_unix_socket_and_memory(a, b, r):
         eq((st, remaining(got)), (200, [5, 10]), "reset of all")
         ln = [x for x in d.log().splitlines() if "msg=admin" in x and "action=reset" in x]
         check(ln and "peer=unix" in ln[-1], "the peer of a unix socket request: %r", ln)
+    # with a partition_key the audit line names the caller by its pk, never by the key
+    cfg["partition_key"] = "an-audit-secret-of-32-bytes-0123"
+    with H.Daemon(cfg, backend="memory", workers=1) as d:
+        st, got = unix_request(sock, "POST", "/admin/reset", {"policy": "fw", "key": "sk-live-42"})
+        eq(st, 200, "reset with a partition_key")
+        ln = [x for x in d.log().splitlines() if "msg=admin" in x]
+        check(ln and re.search(r" key=pk:[0-9a-f]{16} ", ln[-1]), "the pk in the audit line: %r", ln)
+        check("sk-live-42" not in d.log(), "the key itself never reaches the log")
 
 
 def t_config_refused(a, b, r):

@@ -97,7 +97,8 @@ class TlsResp:
             ctx.verify_mode = ssl.CERT_NONE
         ctx.load_cert_chain(*cert)
         raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        # every server certificate here carries IP:127.0.0.1, not all a name
+        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
         self.f = self.sock.makefile("rb")
 
     def __call__(self, *args):
@@ -341,44 +342,111 @@ def write_atomic(path, src):
     os.rename(tmp, path)
 
 
-def t_rotation(x):
-    """Files rotated under the same names: a reload with a bad key is rejected
-    and the connection goes on; a reload with the new CA and client
-    certificate keeps the open connection; the server restarted with a new
-    CA is reached with the new files."""
-    tdir = os.path.join(H.tmpdir(), "rotate")
+RELOAD_FAILED = re.compile(r'ratelimitd_config_reloads_total\{result="failed"\} (\d+)')
+TESTED_BAD = 'reload rejected, keeping the running configuration" problem="redis.tls: a TLS ' \
+    'handshake with the new settings failed'
+
+
+def failed_reloads(d):
+    st, _, text = H.request(d.port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    m = RELOAD_FAILED.search(text if isinstance(text, str) else str(text))
+    check(m, "no failed-reloads sample in /metrics")
+    return int(m.group(1))
+
+
+def rotation_conf(port, ca, crt, key):
+    cfg = tls_conf("rediss://127.0.0.1:%d/0" % port, ca_file=ca, cert_file=crt, key_file=key)
+    # the bound of a reload's test handshake: generous on a loaded host
+    cfg["redis"]["connect_timeout"] = "10s"
+    return cfg
+
+
+def rotate_dir(x, name):
+    """ca.pem, client.crt and client.key in a dir of their own, from CA A."""
+    tdir = os.path.join(H.tmpdir(), name)
     os.makedirs(tdir, exist_ok=True)
-    ca, crt, key = (os.path.join(tdir, n) for n in ("ca.pem", "client.crt", "client.key"))
-    for dst, src in ((ca, x.ca_a[0]), (crt, x.cli_a[0]), (key, x.cli_a[1])):
+    files = tuple(os.path.join(tdir, n) for n in ("ca.pem", "client.crt", "client.key"))
+    for dst, src in zip(files, (x.ca_a[0],) + x.cli_a):
         write_atomic(dst, src)
-    with TlsRedis("rotate", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a), auth="yes") as srv:
-        with H.Daemon(tls_conf("rediss://127.0.0.1:%d/0" % srv.port, ca_file=ca, cert_file=crt,
-                               key_file=key), workers=1, ready=True) as d:
+    return files
+
+
+def t_rotation(x):
+    """A good rotation: the server trusts both CAs' clients; the daemon's new
+    files (both CAs, client certificate B) pass the test handshake and the
+    open connection stays; the server restarted with certificate B, taking
+    only CA B's clients, is reached with the new files alone."""
+    ca, crt, key = rotate_dir(x, "rotate-good")
+    both = os.path.join(H.tmpdir(), "ca-a-and-b.pem")
+    with open(both, "wb") as f:
+        for src in (x.ca_a[0], x.ca_b[0]):
+            with open(src, "rb") as g:
+                f.write(g.read())
+    with TlsRedis("rotate", x.srv_a, both, (x.ca_a[0], x.cli_a), auth="yes") as srv:
+        with H.Daemon(rotation_conf(srv.port, ca, crt, key), workers=1, ready=True) as d:
             decided(d)
             conns = srv.other_clients()
             eq(len(conns), 1, "connections of one worker")
-
-            with open(key, "w") as f:
-                f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
-            d.reload()
-            wait_log(d, r'reload rejected.*key_file', what="the reload with a bad key rejected")
-            decided(d)
-            eq(srv.other_clients(), conns, "the connection after a rejected reload")
-
-            write_atomic(ca, x.ca_b[0])
+            write_atomic(ca, both)
             write_atomic(crt, x.cli_b[0])
             write_atomic(key, x.cli_b[1])
             d.reload()
             wait_log(d, r'msg="configuration reloaded"', what="the reload with new files")
+            check('a handshake with the new settings worked' in d.log(),
+                  "no test handshake logged before the reload took the new files")
             decided(d)
             eq(srv.other_clients(), conns, "the connection after the reload (kept until it ends)")
+            eq(failed_reloads(d), 0, "failed reloads")
 
-            # only the new files open this server: its certificate and the
-            # client certificates it takes are CA B's
+            # only the new files open this server: its certificate is CA B's
+            # and it takes only CA B's client certificates
             srv.restart(srv=x.srv_b, client_ca=x.ca_b[0], admin=(x.ca_b[0], x.cli_b))
             wait_log(d, r'msg="redis ready"', count=2, what="a reconnect with the new files")
             wait_ready(d, "with the new files")
             decided(d, "new")
+            check(FAILED_LINE.search(d.log()) is None, "a TLS failure logged:\n%s", d.log())
+
+
+def t_rotation_refused(x):
+    """Reloads whose files cannot open the server: a key that does not load,
+    a CA that did not sign the server's certificate, a client certificate
+    the server does not take.  Each is rejected with one line and counted;
+    checks go on over the open connection, and a reconnect after the server
+    restarted still uses the running files."""
+    ca, crt, key = rotate_dir(x, "rotate-bad")
+    with TlsRedis("rotate-bad", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a), auth="yes") as srv:
+        with H.Daemon(rotation_conf(srv.port, ca, crt, key), workers=1, ready=True) as d:
+            decided(d)
+            conns = srv.other_clients()
+            with open(key, "w") as f:
+                f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+            d.reload()
+            wait_log(d, r'reload rejected.*key_file %s' % re.escape(key),
+                     what="the reload with a bad key rejected")
+            write_atomic(key, x.cli_a[1])
+            steps = ((ca, x.ca_b[0], "certificate verification failed"),
+                     (crt, x.cli_b[0], "TLS error|closed the connection"))
+            for n, (dst, src, why) in enumerate(steps, 1):
+                keep = os.path.join(H.tmpdir(), "rotate-bad-keep")
+                write_atomic(keep, dst)
+                write_atomic(dst, src)
+                if dst == crt:
+                    write_atomic(key, x.cli_b[1])
+                d.reload()
+                wait_log(d, re.escape(TESTED_BAD), count=n, what="reload %d rejected" % n)
+                line = [ln for ln in d.log().splitlines() if TESTED_BAD in ln][-1]
+                check(re.search(why, line), "the rejection %r does not say %r", line, why)
+                decided(d, "after-%d" % n)
+                eq(srv.other_clients(), conns, "the connection after rejected reload %d" % n)
+                write_atomic(dst, keep)
+                write_atomic(key, x.cli_a[1])
+            eq(failed_reloads(d), 3, "failed reloads (bad key, wrong CA, foreign client cert)")
+            # the running settings are still CA A's: a new connection works
+            srv.restart()
+            wait_log(d, r'msg="redis ready"', count=2, what="a reconnect with the running files")
+            wait_ready(d, "after the restart")
+            decided(d, "reconnected")
             check(FAILED_LINE.search(d.log()) is None, "a TLS failure logged:\n%s", d.log())
 
 
@@ -471,12 +539,52 @@ def t_sentinel(x):
             s.kill()
 
 
+NODE_NAME = "node.cluster.test"
+
+
+def cluster_daemon(x, seed, **tls):
+    cfg = tls_conf(None, enabled=True, ca_file=x.ca_a[0], cert_file=x.cli_a[0],
+                   key_file=x.cli_a[1], **tls)
+    cfg["redis"]["cluster"] = [seed]
+    return cfg
+
+
+def cluster_cases(x, nodes):
+    """The seed's certificate names localhost, 127.0.0.1 and NODE_NAME; the
+    others' only 127.0.0.1 (the address CLUSTER SLOTS gives) and NODE_NAME."""
+    p0 = nodes[0].port
+    # no server_name: the seed verified as localhost, the others as 127.0.0.1
+    with H.Daemon(cluster_daemon(x, "localhost:%d" % p0), workers=2, ready=True) as d:
+        H.ready_everywhere(d.port)
+        for i in range(30):
+            decided(d, "c%d" % i)
+        sizes = [n.cmd("DBSIZE") for n in nodes]
+        eq(sum(sizes), 30, "keys over the cluster's nodes (%r)" % sizes)
+        check(sum(1 for s in sizes if s > 0) >= 2, "every key on one node: %r", sizes)
+        check(FAILED_LINE.search(d.log()) is None, "a TLS failure logged:\n%s", d.log())
+    # server_name: every node verified as it, whatever it is reached by
+    with H.Daemon(cluster_daemon(x, "127.0.0.1:%d" % p0, server_name=NODE_NAME),
+                  workers=1, ready=True) as d:
+        H.ready_everywhere(d.port)
+        for i in range(30):
+            decided(d, "n%d" % i)
+    with H.Daemon(cluster_daemon(x, "127.0.0.1:%d" % p0, server_name="localhost"),
+                  workers=1, ready=False) as d:
+        wait_log(d, FAILED_LINE, what="a node refused for server_name localhost")
+        refused = {int(m) for m in re.findall(
+            r'msg="redis TLS connection failed" server=127\.0\.0\.1:(\d+) '
+            r'reason="certificate verification failed: hostname mismatch"', d.log())}
+        check(refused and refused <= {nodes[1].port, nodes[2].port},
+              "nodes refused for a server_name only the seed carries: %r (nodes %r)",
+              refused, [n.port for n in nodes])
+
+
 def t_cluster(x):
     admin = (x.ca_a[0], x.cli_a)
     nodes = []
     try:
-        for _ in range(3):
-            nodes.append(TlsRedis("tls-cluster", x.srv_a, x.ca_a[0], admin, auth="yes", lines=[
+        for srv in (x.srv_seed, x.srv_node, x.srv_node):
+            nodes.append(TlsRedis("tls-cluster", srv, x.ca_a[0], admin, auth="yes", lines=[
                 "cluster-enabled yes", "cluster-config-file nodes.conf",
                 "cluster-node-timeout 5000", "cluster-require-full-coverage no",
                 "tls-cluster yes", "tls-replication yes"]))
@@ -497,16 +605,7 @@ def t_cluster(x):
         H._wait_until(consistent, "cluster_state:ok on every TLS node")
         ports = sorted(s[2][1] for s in nodes[0].cmd("CLUSTER", "SLOTS"))
         eq(ports, sorted(n.port for n in nodes), "CLUSTER SLOTS ports (the TLS ones)")
-        cfg = tls_conf(None, enabled=True, ca_file=x.ca_a[0], cert_file=x.cli_a[0],
-                       key_file=x.cli_a[1])
-        cfg["redis"]["cluster"] = ["127.0.0.1:%d" % nodes[0].port]
-        with H.Daemon(cfg, workers=2, ready=True) as d:
-            H.ready_everywhere(d.port)
-            for i in range(30):
-                decided(d, "c%d" % i)
-            sizes = [n.cmd("DBSIZE") for n in nodes]
-            eq(sum(sizes), 30, "keys over the cluster's nodes (%r)" % sizes)
-            check(sum(1 for s in sizes if s > 0) >= 2, "every key on one node: %r", sizes)
+        cluster_cases(x, nodes)
     finally:
         for n in nodes:
             n.kill()
@@ -525,6 +624,45 @@ def t_config_errors(x):
           "-t with key_file alone: exit %d, %r", rc, out + err)
 
 
+def config_test(tls):
+    """ratelimitd -t on a config with these redis.tls settings: (exit, output)."""
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(tls_conf("rediss://127.0.0.1:1/0",
+                                                                  **tls))])
+    return rc, out + err
+
+
+def t_config_test_files(x):
+    """-t reads the certificate files: each one that does not load fails the
+    test with the field and the file named; an expired one is a warning."""
+    garbage = os.path.join(H.tmpdir(), "garbage.pem")
+    with open(garbage, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+    absent = os.path.join(H.tmpdir(), "absent-ca.pem")
+    bad = [
+        ({"ca_file": absent}, r"redis\.tls: ca_file %s: cannot load" % re.escape(absent)),
+        ({"ca_file": garbage}, r"redis\.tls: ca_file %s: cannot load" % re.escape(garbage)),
+        ({"ca_file": x.ca_a[0], "cert_file": garbage, "key_file": x.cli_a[1]},
+         r"redis\.tls: cert_file %s: cannot load" % re.escape(garbage)),
+        ({"ca_file": x.ca_a[0], "cert_file": x.cli_a[0], "key_file": x.cli_b[1]},
+         r"redis\.tls: key_file %s: the key does not match cert_file" % re.escape(x.cli_b[1])),
+    ]
+    for tls, want in bad:
+        rc, out = config_test(tls)
+        eq(rc, 1, "-t exit code with %r (%s)" % (tls, out))
+        check(re.search(want, out), "-t with %r does not say %r:\n%s", tls, want, out)
+        check("configuration OK" not in out, "-t said OK with %r", tls)
+    rc, out = config_test({"ca_file": x.ca_a[0], "cert_file": x.expired[0],
+                           "key_file": x.expired[1]})
+    eq(rc, 0, "-t exit code with an expired client certificate (%s)" % out)
+    check("configuration OK" in out, "-t did not say OK:\n%s", out)
+    check(re.search(r'level=warn msg="redis TLS certificate expired" field=redis\.tls\.cert_file '
+                    r'file=%s ' % re.escape(x.expired[0]), out),
+          "no warning about the expired cert_file:\n%s", out)
+    rc, out = config_test({"ca_file": x.ca_a[0], "cert_file": x.cli_a[0], "key_file": x.cli_a[1]})
+    eq((rc, "configuration OK" in out, "level=warn" in out), (0, True, False),
+       "-t with good files (%s)" % out)
+
+
 CASES = [
     ("a check decided over TLS (rediss://, the CA given, SNI and name verified)", t_check_over_tls),
     ("a wrong CA: not ready, failure_mode open applied, one log line naming the reason",
@@ -536,15 +674,20 @@ CASES = [
     ("mTLS required: no client certificate refused, one from the CA works, another CA's refused",
      t_mtls),
     ("the TLS server restarted mid-run: the daemon reconnects and decides", t_restart),
-    ("SIGHUP with rotated certificates: a bad key rejected, the open connection kept, "
-     "the new files used for the next handshake", t_rotation),
+    ("SIGHUP with rotated certificates: tested with a handshake first, the open connection "
+     "kept, the new files used for the next handshake", t_rotation),
+    ("SIGHUP with files that cannot open the server (bad key, wrong CA, foreign client "
+     "certificate): rejected, counted, checks decided, reconnects use the running files",
+     t_rotation_refused),
     ("a TLS peer closing mid-record (in and after the handshake): survived, logged once",
      t_half_record),
     ("Sentinel over TLS: sentinel, master and replica (tls-replication)", t_sentinel),
-    ("Cluster over TLS (tls-cluster yes): CLUSTER SLOTS gives TLS ports, checks decided",
-     t_cluster),
+    ("Cluster over TLS (tls-cluster yes): CLUSTER SLOTS gives TLS ports, checks decided; each "
+     "node verified as the host it is reached by, or every one as server_name", t_cluster),
     ("bad TLS settings: an unreadable file stops the start; key_file alone is a config error",
      t_config_errors),
+    ("ratelimitd -t loads the files: absent, not PEM, a key that does not match named with "
+     "their field; an expired certificate a warning", t_config_test_files),
 ]
 
 
@@ -560,6 +703,9 @@ def fixture():
     x.srv_a = pki.leaf("server-a", x.ca_a)
     x.srv_b = pki.leaf("server-b", x.ca_b)
     x.expired = pki.leaf("server-expired", x.ca_a, days=-1)
+    x.srv_seed = pki.leaf("server-seed", x.ca_a,
+                          san="DNS:localhost,DNS:%s,IP:127.0.0.1" % NODE_NAME)
+    x.srv_node = pki.leaf("server-node", x.ca_a, san="DNS:%s,IP:127.0.0.1" % NODE_NAME)
     x.cli_a = pki.leaf("client-a", x.ca_a, san="DNS:ratelimitd")
     x.cli_b = pki.leaf("client-b", x.ca_b, san="DNS:ratelimitd")
     x.standalone = TlsRedis("standalone", x.srv_a, x.ca_a[0], (x.ca_a[0], x.cli_a))
