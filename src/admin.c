@@ -22,10 +22,9 @@
 /* The longest block: a year, as the longest window. */
 #define BLOCK_MAX_MS (366LL * 24 * 3600 * 1000)
 
-static const char *const paths[RL_ADM_ACTION_COUNT] = {
-    "/admin/inspect", "/admin/reset", "/admin/block", "/admin/unblock",
-    "/admin/reward", "/admin/penalty"
-};
+static const char *const paths[RL_ADM_ACTION_COUNT] = {"/admin/inspect", "/admin/reset",
+                                                       "/admin/block",   "/admin/unblock",
+                                                       "/admin/reward",  "/admin/penalty"};
 
 /* One admin request from its body to the backend's answer. */
 struct admin_op {
@@ -35,9 +34,9 @@ struct admin_op {
     const struct rl_policy *policy; /* NULL until the body named one */
     enum rl_admin_action action;
     struct rl_check_req req;
-    int64_t sent_us;                /* now_monotonic_us() */
+    int64_t sent_us; /* now_monotonic_us() */
     char peer[INET6_ADDRSTRLEN];
-    char id[RL_IDENTITY_MAX];       /* typed: "k:alice", "ip:10.0.0.7" */
+    char id[RL_IDENTITY_MAX]; /* typed: "k:alice", "ip:10.0.0.7" */
     size_t idlen;
     char key[RL_REDIS_KEY_MAX];
 };
@@ -67,9 +66,9 @@ audit(const struct admin_op *op, enum rl_admin_result result, int status)
 
     metrics_admin(op->w->metrics, op->action, result);
     if (cfg != NULL && cfg->partition_key != NULL && op->req.key_len > 0) {
-        snprintf(who, sizeof(who), "pk:%016llx",
-                 (unsigned long long)siphash24(cfg->pk_k0, cfg->pk_k1, op->key,
-                                               op->req.key_len));
+        snprintf(
+            who, sizeof(who), "pk:%016llx",
+            (unsigned long long)siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len));
         key = who;
     }
     log_info("msg=admin action=%s peer=%s policy=%s key=%s result=%s status=%d",
@@ -90,8 +89,11 @@ static void
 refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 {
     api_error(op->r, status, extra, msg);
-    audit(op, status == 401 ? RL_ADM_UNAUTHORIZED : status >= 500 ? RL_ADM_ERROR
-                                                                : RL_ADM_INVALID, status);
+    audit(op,
+          status == 401   ? RL_ADM_UNAUTHORIZED
+          : status >= 500 ? RL_ADM_ERROR
+                          : RL_ADM_INVALID,
+          status);
 }
 
 /* Equal in time that depends only on the lengths: how much of the token a
@@ -157,8 +159,7 @@ body_identity(json_t *root, struct admin_op *op, char **error)
 
 /* An optional integer field in lo..hi, *out left alone when absent. */
 static int
-get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out,
-        char **error)
+get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, char **error)
 {
     json_t *v = json_object_get(root, name);
 
@@ -188,7 +189,8 @@ get_duration(json_t *root, int64_t *out, char **error)
         return RL_OK;
     }
     *error = xasprintf("duration: must be a duration like \"15m\" or milliseconds, "
-                       "1ms..%lldms", (long long)BLOCK_MAX_MS);
+                       "1ms..%lldms",
+                       (long long)BLOCK_MAX_MS);
     return RL_ERR;
 }
 
@@ -201,12 +203,10 @@ action_request(json_t *root, struct admin_op *op, char **error)
 
     q->limit_index = -1;
     switch (op->action) {
-    case RL_ADM_INSPECT:
-        q->cost = 0;
-        return RL_OK;
+    case RL_ADM_INSPECT: q->cost = 0; return RL_OK;
     case RL_ADM_RESET:
-        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit,
-                    error) != RL_OK)
+        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit, error) !=
+            RL_OK)
             return RL_ERR;
         q->flags = RL_CHECK_RESET;
         q->limit_index = (int)limit;
@@ -257,8 +257,8 @@ parse_body(const char *body, size_t len, struct admin_op *op, char **error)
                (p = config_policy(op->cfg, json_string_value(name))) == NULL) {
         *error = xstrdup("policy: must name a policy of the configuration");
     } else if (body_identity(root, op, error) == RL_OK) {
-        op->policy = check_key_for(op->cfg, p, op->id, op->idlen, op->key,
-                                   sizeof(op->key), &klen);
+        op->policy = check_key_for(op->cfg, p, op->id, op->idlen, op->key, sizeof(op->key),
+                                   &klen);
         op->req.key = op->key;
         op->req.key_len = op->policy != NULL ? klen : 0;
         if (op->policy == NULL)
@@ -311,8 +311,9 @@ on_answer(const struct rl_check_res *res, void *arg)
          * leaves it unknown */
         char *msg = xasprintf("backend: %s%s", res->error != NULL ? res->error : "unavailable",
                               res->status == RL_BACKEND_TIMEOUT ? " (not applied)"
-                              : op->action == RL_ADM_INSPECT ? ""
-                              : " (inspect to see whether it was applied)");
+                              : op->action == RL_ADM_INSPECT
+                                  ? ""
+                                  : " (inspect to see whether it was applied)");
         refuse(op, 503, NULL, msg);
         free(msg);
         goto out;
@@ -352,7 +353,8 @@ admin_handle(struct http_req *r, void *arg)
     char *error = NULL;
 
     if (action < 0) {
-        api_error(r, 404, NULL, "no such path: use POST /admin/inspect, /admin/reset, "
+        api_error(r, 404, NULL,
+                  "no such path: use POST /admin/inspect, /admin/reset, "
                   "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
         return;
     }

@@ -34,9 +34,9 @@ enum rl_algo {
 /* One limit of a policy, as configured. */
 struct rl_limit {
     enum rl_algo algo;
-    int64_t limit;      /* cost units allowed per window */
-    int64_t window_ms;  /* > 0 */
-    int64_t burst;      /* token_bucket, gcra: capacity; defaults to limit */
+    int64_t limit;     /* cost units allowed per window */
+    int64_t window_ms; /* > 0 */
+    int64_t burst;     /* token_bucket, gcra: capacity; defaults to limit */
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */
@@ -52,8 +52,8 @@ struct rl_limit_result {
  * numbers inline; the sliding log keeps a growable ring of timestamps.
  */
 struct rl_algo_state {
-    int64_t a, b, c;        /* meaning is the algorithm's own */
-    int64_t *ring;          /* sliding_window_log only */
+    int64_t a, b, c; /* meaning is the algorithm's own */
+    int64_t *ring;   /* sliding_window_log only */
     uint32_t ring_cap, ring_head, ring_len;
 };
 
@@ -62,26 +62,26 @@ struct rl_algo_state {
  * answer Redis gave and the cost admitted locally since.
  */
 struct rl_algo_seen {
-    int64_t remaining, reset_ms;    /* Redis's last answer */
-    int64_t elapsed_ms;             /* since that answer came */
-    int64_t used;                   /* admitted locally, not yet in it */
+    int64_t remaining, reset_ms; /* Redis's last answer */
+    int64_t elapsed_ms;          /* since that answer came */
+    int64_t used;                /* admitted locally, not yet in it */
 };
 
 struct rl_algo_def {
-    const char *name;   /* config name, e.g. "fixed_window" */
-    const char *tag;    /* short id used in Redis keys and script arguments */
-    int uses_burst;     /* burst is meaningful (else it must equal limit) */
+    const char *name; /* config name, e.g. "fixed_window" */
+    const char *tag;  /* short id used in Redis keys and script arguments */
+    int uses_burst;   /* burst is meaningful (else it must equal limit) */
     /* Fill *res as things stand at now_us for a check of `cost`; no change. */
-    void (*peek)(const struct rl_limit *lim, const struct rl_algo_state *st,
-                 int64_t now_us, int64_t cost, struct rl_limit_result *res);
+    void (*peek)(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now_us,
+                 int64_t cost, struct rl_limit_result *res);
     /*
      * Consume `cost` (> 0) at now_us, whether it fits or not (see above).
      * *res holds peek()'s answer for this check: remaining and reset_ms
      * become the numbers after the commit; allowed and retry_after_ms keep
      * the decision (for a forced check that did not fit, it still did not).
      */
-    void (*commit)(const struct rl_limit *lim, struct rl_algo_state *st,
-                   int64_t now_us, int64_t cost, struct rl_limit_result *res);
+    void (*commit)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                   int64_t cost, struct rl_limit_result *res);
     /*
      * Give `units` (> 0) back at now_us (a reward), whatever the state: a
      * counter goes down (never below 0), a bucket fills (never past
@@ -89,8 +89,8 @@ struct rl_algo_def {
      * its newest `units` entries.  A state left worth nothing is all zero,
      * like a missing Redis key (the script deletes the key then).
      */
-    void (*give)(const struct rl_limit *lim, struct rl_algo_state *st,
-                 int64_t now_us, int64_t units);
+    void (*give)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                 int64_t units);
     /* Microseconds from now_us after which the state is worthless (its TTL). */
     int64_t (*ttl_us)(const struct rl_limit *lim, const struct rl_algo_state *st,
                       int64_t now_us);
@@ -100,8 +100,8 @@ struct rl_algo_def {
      * every limit of the policy allows it and cost > 0, estimate_take()
      * then turns *res into the numbers after the cost is taken.
      */
-    void (*estimate)(const struct rl_limit *lim, const struct rl_algo_seen *seen,
-                     int64_t cost, struct rl_limit_result *res);
+    void (*estimate)(const struct rl_limit *lim, const struct rl_algo_seen *seen, int64_t cost,
+                     struct rl_limit_result *res);
     void (*estimate_take)(const struct rl_limit *lim, int64_t cost,
                           struct rl_limit_result *res);
 };
@@ -140,7 +140,8 @@ algo_most_owed(const struct rl_limit *lim)
 }
 
 /* Rounding helpers shared by every algorithm: microseconds to milliseconds. */
-static inline int64_t algo_us_to_ms_ceil(int64_t us)
+static inline int64_t
+algo_us_to_ms_ceil(int64_t us)
 {
     return us <= 0 ? 0 : (us + 999) / 1000;
 }

@@ -16,8 +16,8 @@ fw_count(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now
 }
 
 static void
-fw_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
-        int64_t now, int64_t cost, struct rl_limit_result *res)
+fw_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now, int64_t cost,
+        struct rl_limit_result *res)
 {
     int64_t count = fw_count(lim, st, now);
     int64_t left = count > 0 ? st->b + lim->window_ms * 1000 - now : 0;
@@ -36,8 +36,8 @@ fw_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
 }
 
 static void
-fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-          int64_t cost, struct rl_limit_result *res)
+fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+          struct rl_limit_result *res)
 {
     if (fw_count(lim, st, now) == 0) {
         st->a = 0;
@@ -48,8 +48,7 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 }
 
 static void
-fw_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-        int64_t units)
+fw_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
     int64_t count = fw_count(lim, st, now);
 

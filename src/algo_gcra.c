@@ -23,7 +23,7 @@ struct gcra_t {
 static struct gcra_t
 gcra_norm(int64_t i, int64_t f, int64_t limit)
 {
-    struct gcra_t t = { i, f };
+    struct gcra_t t = {i, f};
 
     if (t.f >= limit) {
         t.i++;
@@ -55,10 +55,9 @@ gcra_room(const struct rl_limit *lim, struct gcra_t x)
 
 /* max(TAT, now) - now */
 static struct gcra_t
-gcra_ahead(const struct rl_limit *lim, const struct rl_algo_state *st,
-           int64_t now)
+gcra_ahead(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
-    struct gcra_t x = { 0, 0 };
+    struct gcra_t x = {0, 0};
     int64_t i = st->a, f = st->b;
 
     if (f >= lim->limit) {
@@ -100,8 +99,8 @@ gcra_next(const struct rl_limit *lim, struct gcra_t x, int64_t cost)
 }
 
 static void
-gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
-          int64_t now, int64_t cost, struct rl_limit_result *res)
+gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
+          int64_t cost, struct rl_limit_result *res)
 {
     struct gcra_t x = gcra_ahead(lim, st, now), n, tau;
     int64_t room = gcra_room(lim, x);
@@ -126,12 +125,11 @@ gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
 }
 
 static void
-gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-            int64_t cost, struct rl_limit_result *res)
+gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+            struct rl_limit_result *res)
 {
     int64_t most = algo_most_owed(lim), room;
-    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now),
-                                cost < most ? cost : most);
+    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now), cost < most ? cost : most);
     struct gcra_t cap = gcra_units(lim, most);
 
     /* a forced commit: TAT no further than 2 x tau ahead */
@@ -144,8 +142,7 @@ gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 }
 
 static void
-gcra_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-          int64_t units)
+gcra_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
     int64_t most = algo_most_owed(lim);
     struct gcra_t x = gcra_ahead(lim, st, now);
@@ -162,8 +159,7 @@ gcra_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 }
 
 static int64_t
-gcra_ttl(const struct rl_limit *lim, const struct rl_algo_state *st,
-         int64_t now)
+gcra_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
     return gcra_ceil(gcra_ahead(lim, st, now));
 }

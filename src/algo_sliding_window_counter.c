@@ -17,15 +17,15 @@
 
 /* The two counts as they stand at now. */
 struct swc_view {
-    int64_t cur;        /* window index, never before the stored one */
+    int64_t cur; /* window index, never before the stored one */
     int64_t curr, prev;
-    int64_t room;       /* limit - curr - ceil(weighted prev); may be < 0 */
-    int64_t reset;      /* us until the estimate is 0 */
+    int64_t room;  /* limit - curr - ceil(weighted prev); may be < 0 */
+    int64_t reset; /* us until the estimate is 0 */
 };
 
 static void
-swc_view(const struct rl_limit *lim, const struct rl_algo_state *st,
-         int64_t now, struct swc_view *v)
+swc_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
+         struct swc_view *v)
 {
     int64_t W = lim->window_ms * 1000;
     int64_t e = now % W, weighted, rem;
@@ -56,8 +56,8 @@ swc_view(const struct rl_limit *lim, const struct rl_algo_state *st,
 }
 
 static void
-swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
-         int64_t now, int64_t cost, struct rl_limit_result *res)
+swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now, int64_t cost,
+         struct rl_limit_result *res)
 {
     int64_t W = lim->window_ms * 1000;
     struct swc_view v;
@@ -77,19 +77,18 @@ swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
          */
         int64_t R = lim->limit - v.curr - cost, t;
 
-        if (R >= 0)     /* in this window, as prev fades (prev > R here) */
+        if (R >= 0) /* in this window, as prev fades (prev > R here) */
             t = v.cur * W + W - algo_muldiv(R, W, v.prev, NULL) - now;
-        else            /* in the next one, as curr fades */
-            t = (v.cur + 1) * W + W -
-                algo_muldiv(lim->limit - cost, W, v.curr, NULL) - now;
+        else /* in the next one, as curr fades */
+            t = (v.cur + 1) * W + W - algo_muldiv(lim->limit - cost, W, v.curr, NULL) - now;
         res->allowed = 0;
         res->retry_after_ms = algo_us_to_ms_ceil(t);
     }
 }
 
 static void
-swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-           int64_t cost, struct rl_limit_result *res)
+swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+           struct rl_limit_result *res)
 {
     int64_t W = lim->window_ms * 1000;
     struct swc_view v;
@@ -103,8 +102,7 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 
 /* From the current window's count first, then from the previous one's. */
 static void
-swc_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-         int64_t units)
+swc_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
     struct swc_view v;
     int64_t curr, prev;

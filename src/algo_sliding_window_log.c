@@ -37,14 +37,14 @@ swl_cost(const struct rl_algo_state *st, uint32_t i)
 
 /* The entries still inside the window (now - W, now]. */
 struct swl_view {
-    uint32_t first;     /* index of the oldest entry that still counts */
-    int64_t n;          /* units that still count */
-    int64_t newest;     /* time of the newest entry, when n > 0 */
+    uint32_t first; /* index of the oldest entry that still counts */
+    int64_t n;      /* units that still count */
+    int64_t newest; /* time of the newest entry, when n > 0 */
 };
 
 static void
-swl_view(const struct rl_limit *lim, const struct rl_algo_state *st,
-         int64_t now, struct swl_view *v)
+swl_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
+         struct swl_view *v)
 {
     int64_t cutoff = now - lim->window_ms * 1000;
     int64_t gone = 0;
@@ -58,8 +58,8 @@ swl_view(const struct rl_limit *lim, const struct rl_algo_state *st,
 }
 
 static void
-swl_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
-         int64_t now, int64_t cost, struct rl_limit_result *res)
+swl_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now, int64_t cost,
+         struct rl_limit_result *res)
 {
     int64_t W = lim->window_ms * 1000;
     struct swl_view v;
@@ -111,7 +111,7 @@ swl_reserve(const struct rl_limit *lim, struct rl_algo_state *st)
     if (cap < (uint64_t)st->ring_len + 1)
         cap = (uint64_t)st->ring_len + 1;
     if (cap > UINT32_MAX / 2)
-        abort();    /* limits are at most 1e9: cannot happen */
+        abort(); /* limits are at most 1e9: cannot happen */
     ring = xmalloc(cap * 2 * sizeof(*ring));
     for (uint32_t i = 0; i < st->ring_len; i++) {
         ring[2 * i] = swl_ts(st, i);
@@ -124,8 +124,8 @@ swl_reserve(const struct rl_limit *lim, struct rl_algo_state *st)
 }
 
 static void
-swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-           int64_t cost, struct rl_limit_result *res)
+swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+           struct rl_limit_result *res)
 {
     int64_t W = lim->window_ms * 1000;
     int64_t ts;
@@ -151,8 +151,7 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 
 /* Forget the newest `units` entries (all there are, at most). */
 static void
-swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-         int64_t units)
+swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
     uint32_t k = units < (int64_t)st->ring_len ? (uint32_t)units : st->ring_len;
 

@@ -33,16 +33,16 @@ tb_wait(int64_t d, int64_t f, int64_t x, int64_t W, int64_t limit)
 
 /* The bucket as it stands at now. */
 struct tb_view {
-    int64_t d, f;       /* deficit, after refill */
-    int64_t at;         /* the time it is evaluated at: max(now, last) */
-    int64_t skew;       /* at - now, > 0 only when a clock stepped back */
-    int64_t room;       /* floor(tokens) = burst - ceil(D); may be < 0 */
-    int64_t reset;      /* us from now until full */
+    int64_t d, f;  /* deficit, after refill */
+    int64_t at;    /* the time it is evaluated at: max(now, last) */
+    int64_t skew;  /* at - now, > 0 only when a clock stepped back */
+    int64_t room;  /* floor(tokens) = burst - ceil(D); may be < 0 */
+    int64_t reset; /* us from now until full */
 };
 
 static void
-tb_view(const struct rl_limit *lim, const struct rl_algo_state *st,
-        int64_t now, struct tb_view *v)
+tb_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
+        struct tb_view *v)
 {
     int64_t W = lim->window_ms * 1000;
     int64_t full = tb_wait(st->a, st->b, 0, W, lim->limit);
@@ -62,13 +62,12 @@ tb_view(const struct rl_limit *lim, const struct rl_algo_state *st,
         }
     }
     v->room = lim->burst - v->d - (v->f > 0);
-    v->reset = v->d > 0 || v->f > 0 ?
-        tb_wait(v->d, v->f, 0, W, lim->limit) + v->skew : 0;
+    v->reset = v->d > 0 || v->f > 0 ? tb_wait(v->d, v->f, 0, W, lim->limit) + v->skew : 0;
 }
 
 static void
-tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
-        int64_t now, int64_t cost, struct rl_limit_result *res)
+tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now, int64_t cost,
+        struct rl_limit_result *res)
 {
     struct tb_view v;
 
@@ -83,14 +82,13 @@ tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st,
     } else {
         res->allowed = 0;
         res->retry_after_ms = algo_us_to_ms_ceil(
-            tb_wait(v.d, v.f, lim->burst - cost, lim->window_ms * 1000,
-                    lim->limit) + v.skew);
+            tb_wait(v.d, v.f, lim->burst - cost, lim->window_ms * 1000, lim->limit) + v.skew);
     }
 }
 
 static void
-tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-          int64_t cost, struct rl_limit_result *res)
+tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+          struct rl_limit_result *res)
 {
     struct tb_view v;
     int64_t room;
@@ -109,8 +107,7 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
 }
 
 static void
-tb_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
-        int64_t units)
+tb_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
     struct tb_view v;
 

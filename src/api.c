@@ -25,12 +25,15 @@
 #define API_NO_BODY 0x1u
 
 static void
-respond(struct http_req *r, int status, const char *headers, size_t hlen,
-        const char *body, size_t blen)
+respond(struct http_req *r, int status, const char *headers, size_t hlen, const char *body,
+        size_t blen)
 {
     struct http_response resp = {
-        .status = status, .headers = headers, .headers_len = hlen,
-        .body = body, .body_len = blen,
+        .status = status,
+        .headers = headers,
+        .headers_len = hlen,
+        .body = body,
+        .body_len = blen,
     };
     http_respond(r, &resp);
 }
@@ -73,11 +76,11 @@ peer_text(const struct http_req *r, char *buf, size_t size)
     if (ss == NULL)
         return;
     if (ss->ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr,
-                  buf, (socklen_t)size);
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, buf,
+                  (socklen_t)size);
     else if (ss->ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr,
-                  buf, (socklen_t)size);
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, buf,
+                  (socklen_t)size);
 }
 
 void
@@ -89,8 +92,7 @@ api_peer_text(const struct http_req *r, char *buf, size_t size)
 /* One line per sampled check: what was decided, never who by key (a key
  * may be a secret); the peer address is the connection's, not the caller's. */
 static void
-access_log(const struct http_req *r, const struct rl_worker *w,
-           const struct rl_decision *d)
+access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_decision *d)
 {
     char peer[INET6_ADDRSTRLEN];
 
@@ -98,8 +100,8 @@ access_log(const struct http_req *r, const struct rl_worker *w,
     log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
              "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
              w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
-             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded,
-             d->shadow, peer, (long long)(now_monotonic_us() - r->start_us));
+             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded, d->shadow,
+             peer, (long long)(now_monotonic_us() - r->start_us));
 }
 
 static void
@@ -156,7 +158,7 @@ join_headers(void *hctx, const char *name, char *buf, size_t size)
         if (strcasecmp(h->name, name) != 0)
             continue;
         if (o + h->value_len + 2 > size)
-            return size;        /* does not fit: say so, never truncate */
+            return size; /* does not fit: say so, never truncate */
         if (o > 0)
             buf[o++] = ',';
         memcpy(buf + o, h->value, h->value_len);
@@ -181,7 +183,7 @@ peer_of(const struct http_req *r, struct rl_ident_input *in)
     } else if (ss->ss_family == AF_INET6) {
         const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)ss;
         const uint8_t *a = sin6->sin6_addr.s6_addr;
-        static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         if (memcmp(a, mapped, 12) == 0) {
             in->peer_family = AF_INET;
             memcpy(in->peer_addr, a + 12, 4);
@@ -201,7 +203,7 @@ query_has(const struct http_head *h, const char *param)
 
     if (q >= end || *q != '?')
         return 0;
-    for (q++; q < end; ) {
+    for (q++; q < end;) {
         const char *amp = memchr(q, '&', (size_t)(end - q));
         const char *e = amp != NULL ? amp : end;
         if ((size_t)(e - q) == n && memcmp(q, param, n) == 0)
@@ -231,7 +233,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
         respond_error(r, 503, NULL, "shutting down");
         return;
     }
-    if ((int64_t)r->body_len > cfg->max_body) {     /* chunked bodies end here */
+    if ((int64_t)r->body_len > cfg->max_body) { /* chunked bodies end here */
         metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
         respond_error(r, 413, NULL, "body: larger than max_body");
         return;
@@ -253,7 +255,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
         /* the gateway's body is its client's: never ours to parse */
         ci.body = NULL;
         ci.body_len = 0;
-        if (h->path_len > 6) {          /* "/check/<the original path>" */
+        if (h->path_len > 6) { /* "/check/<the original path>" */
             ci.path = h->path + 6;
             ci.path_len = h->path_len - 6;
         }
@@ -265,7 +267,8 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     peer_of(r, &ci.ident);
 
     r->start_us = cfg->access_log > 0 && ++w->access_seq % (uint64_t)cfg->access_log == 0
-                  ? now_monotonic_us() : 0;
+                      ? now_monotonic_us()
+                      : 0;
     worker_check_begin(w);
     if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &error) != RL_OK) {
         metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
@@ -302,7 +305,8 @@ handle_metrics(struct http_req *r, struct rl_worker *w)
 {
     struct evbuffer *out = evbuffer_new();
     struct http_response resp = {
-        .status = 200, .content_type = "text/plain; version=0.0.4; charset=utf-8",
+        .status = 200,
+        .content_type = "text/plain; version=0.0.4; charset=utf-8",
     };
 
     worker_metrics(w, out);
@@ -350,7 +354,8 @@ api_handle(struct http_req *r, void *arg)
             respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else {
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
-        respond_error(r, 404, NULL, "no such path: use POST /check, GET /healthz, "
+        respond_error(r, 404, NULL,
+                      "no such path: use POST /check, GET /healthz, "
                       "GET /readyz or GET /metrics");
     }
 }

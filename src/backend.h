@@ -22,15 +22,15 @@ struct rl_policy;
 
 enum rl_backend_status {
     RL_BACKEND_OK = 0,
-    RL_BACKEND_DOWN,        /* not connected: answered at once */
-    RL_BACKEND_TIMEOUT,     /* no answer within redis.timeout */
-    RL_BACKEND_ERROR        /* an error reply or a broken answer */
+    RL_BACKEND_DOWN,    /* not connected: answered at once */
+    RL_BACKEND_TIMEOUT, /* no answer within redis.timeout */
+    RL_BACKEND_ERROR    /* an error reply or a broken answer */
 };
 
 /* One check as the backend sees it: a policy's limits for one identity. */
 struct rl_check_req {
     const struct rl_policy *policy;
-    const char *key;        /* "{<prefix><policy>:<escaped identity>}" */
+    const char *key; /* "{<prefix><policy>:<escaped identity>}" */
     size_t key_len;
     /*
      * > 0 consumes, 0 only asks (inspect), < 0 gives |cost| units back (a
@@ -39,11 +39,11 @@ struct rl_check_req {
      * penalty.
      */
     int64_t cost;
-    int64_t timeout_ms;     /* answer by then, whatever happens */
-    unsigned flags;         /* RL_CHECK_* */
-    uint64_t writer, seq;   /* RL_CHECK_ONCE */
-    int limit_index;        /* RL_CHECK_RESET: this limit only; < 0: all */
-    int64_t block_ms;       /* RL_CHECK_BLOCK: for this long; 0 lifts it */
+    int64_t timeout_ms;   /* answer by then, whatever happens */
+    unsigned flags;       /* RL_CHECK_* */
+    uint64_t writer, seq; /* RL_CHECK_ONCE */
+    int limit_index;      /* RL_CHECK_RESET: this limit only; < 0: all */
+    int64_t block_ms;     /* RL_CHECK_BLOCK: for this long; 0 lifts it */
 };
 
 /* Consume `cost` even when it does not fit (the answer still says whether it
@@ -85,7 +85,7 @@ struct rl_check_req {
 
 struct rl_check_res {
     enum rl_backend_status status;
-    const char *error;      /* static text for logs when status != OK */
+    const char *error; /* static text for logs when status != OK */
     int allowed;
     /* > 0 while the key is blocked, ms until the block ends: then allowed
      * is 0, nothing was consumed (unless forced), and every limit's
@@ -109,8 +109,8 @@ struct rl_backend_ops {
     int (*create)(struct rl_backend **out, struct event_base *base,
                   const struct rl_config *cfg, char **cause);
     void (*destroy)(struct rl_backend *be);
-    void (*check)(struct rl_backend *be, const struct rl_check_req *req,
-                  rl_check_cb cb, void *arg);
+    void (*check)(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
+                  void *arg);
     /* RL_OK when checks can be answered; else RL_ERR and a static reason. */
     int (*ready)(struct rl_backend *be, const char **reason);
 };
@@ -141,8 +141,7 @@ size_t backend_memory_entries(void);
  * of one check share the hash tag of req->key.  Returns the length written,
  * or -1 when buf is too small.
  */
-int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf,
-                      size_t size);
+int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size);
 /* The key of a check's block: "<req->key>:block" (the same hash tag).  As
  * above. */
 int backend_block_key(const struct rl_check_req *req, char *buf, size_t size);

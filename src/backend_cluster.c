@@ -88,7 +88,7 @@ node_down(struct rconn *c)
     struct cnode *n = c->owner;
 
     if (n->master)
-        cluster_map_refresh(&n->cl->map);     /* a failover moves masters */
+        cluster_map_refresh(&n->cl->map); /* a failover moves masters */
     cnode_settle(n);
 }
 
@@ -124,12 +124,19 @@ cnode_get(struct cluster *cl, const char *host, int port)
         /* The cluster has database 0 only: no SELECT; a replica answers
          * MOVED, so no ROLE either. */
         struct rconn_conf conf = {
-            .evb = cl->evb, .dns = &cl->dns, .host = n->host, .port = port,
-            .name = n->name, .what = "redis cluster node", .field = "node",
+            .evb = cl->evb,
+            .dns = &cl->dns,
+            .host = n->host,
+            .port = port,
+            .name = n->name,
+            .what = "redis cluster node",
+            .field = "node",
             .login = {cl->username, cl->password, 0, RCONN_ROLE_NONE},
-            .connect_timeout_ms = cl->connect_timeout_ms, .max_pending = cl->max_pending,
+            .connect_timeout_ms = cl->connect_timeout_ms,
+            .max_pending = cl->max_pending,
             .heartbeat = 1,
-            .hooks = &node_hooks, .owner = n,
+            .hooks = &node_hooks,
+            .owner = n,
         };
         rconn_init(&n->c, &conf);
     }
@@ -236,8 +243,8 @@ map_pick(void *arg)
             continue;
         i = cl->rr++ % count;
         for (n = cl->nodes; n != NULL; n = n->next)
-            if (n->c.st.state == RCONN_READY && n->c.ac != NULL && (!want_master || n->master) &&
-                i-- == 0)
+            if (n->c.st.state == RCONN_READY && n->c.ac != NULL &&
+                (!want_master || n->master) && i-- == 0)
                 return &n->c;
     }
     return NULL;
@@ -295,8 +302,7 @@ on_tidy(evutil_socket_t fd, short what, void *arg)
 /* ---- the backend interface ---------------------------------------------------- */
 
 static void
-cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
-              void *arg)
+cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
 {
     struct cluster *cl = (struct cluster *)be;
     char key[RL_LIMIT_KEY_MAX];
@@ -317,7 +323,7 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     } else if (!cl->map.loaded && !cluster_awaits_map(cl)) {
         res.error = "cluster slot map not loaded";
     } else if (!cl->map.loaded) {
-        ;                       /* waits for the map under its deadline */
+        ; /* waits for the map under its deadline */
     } else if (n == NULL) {
         res.error = "cluster slot not covered";
         cluster_map_refresh(&cl->map);
@@ -380,8 +386,8 @@ parse_seed(const char *s, struct seed *out)
 static void cluster_destroy(struct rl_backend *be);
 
 static int
-cluster_create(struct rl_backend **out, struct event_base *evb,
-               const struct rl_config *cfg, char **cause)
+cluster_create(struct rl_backend **out, struct event_base *evb, const struct rl_config *cfg,
+               char **cause)
 {
     struct cluster *cl = xcalloc(1, sizeof(*cl));
     struct rl_redis_url url;
@@ -412,7 +418,8 @@ cluster_create(struct rl_backend **out, struct event_base *evb,
     cl->seeds = xcalloc(cfg->redis.cluster.n, sizeof(*cl->seeds));
     for (size_t i = 0; i < cfg->redis.cluster.n; i++) {
         if (parse_seed(cfg->redis.cluster.v[i], &cl->seeds[cl->nseeds]) != RL_OK) {
-            *cause = xasprintf("redis.cluster[%zu]: must be \"host:port\" or \"[v6]:port\"", i);
+            *cause = xasprintf("redis.cluster[%zu]: must be \"host:port\" or \"[v6]:port\"",
+                               i);
             cluster_destroy(&cl->base);
             return RL_ERR;
         }
@@ -473,4 +480,3 @@ const struct rl_backend_ops rl_backend_cluster_ops = {
     .check = cluster_check,
     .ready = cluster_ready,
 };
-

@@ -41,18 +41,18 @@
 #include "util.h"
 
 #define MEM_MAX_ENTRIES_DEFAULT 1000000
-#define MEM_SHARDS_MAX 64       /* a power of two */
-#define MEM_SWEEP_BATCH 16      /* expired entries reclaimed per shard visit */
+#define MEM_SHARDS_MAX 64  /* a power of two */
+#define MEM_SWEEP_BATCH 16 /* expired entries reclaimed per shard visit */
 #define MEM_BUCKETS_MIN 16
-#define MEM_KEYBUF 2048         /* limit keys of a check, on the stack */
+#define MEM_KEYBUF 2048 /* limit keys of a check, on the stack */
 /* ":<tag>:<window_ms>" and a NUL after the check's key */
 #define MEM_KEY_EXTRA 32
 
 struct mem_entry {
-    struct mem_entry *next;     /* hash chain */
+    struct mem_entry *next; /* hash chain */
     uint64_t hash;
-    int64_t expires;            /* us; the state is worthless from then on */
-    size_t heap;                /* index in the shard's heap */
+    int64_t expires; /* us; the state is worthless from then on */
+    size_t heap;     /* index in the shard's heap */
     struct rl_algo_state st;
     size_t key_len;
     char key[];
@@ -61,17 +61,17 @@ struct mem_entry {
 struct mem_shard {
     pthread_mutex_t lock;
     struct mem_entry **buckets;
-    size_t nbuckets;            /* a power of two, 0 until the first entry */
-    struct mem_entry **heap;    /* min-heap on expires; n entries */
+    size_t nbuckets;         /* a power of two, 0 until the first entry */
+    struct mem_entry **heap; /* min-heap on expires; n entries */
     size_t n, heap_cap;
-    size_t max;                 /* entries this shard may hold */
+    size_t max; /* entries this shard may hold */
 } __attribute__((aligned(64)));
 
 struct mem_store {
-    int refs;                   /* under store_lock */
-    uint64_t k0, k1;            /* hash key: callers choose identities */
-    unsigned nshards;           /* a power of two */
-    unsigned sweep_next;        /* round robin, atomic */
+    int refs;            /* under store_lock */
+    uint64_t k0, k1;     /* hash key: callers choose identities */
+    unsigned nshards;    /* a power of two */
+    unsigned sweep_next; /* round robin, atomic */
     struct mem_shard shards[MEM_SHARDS_MAX];
 };
 
@@ -242,8 +242,8 @@ shard_evict(struct mem_shard *sh, struct mem_entry *const *pin, size_t npin)
 }
 
 static struct mem_entry *
-shard_insert(struct mem_shard *sh, uint64_t hash, const char *key, size_t len,
-             int64_t now, struct mem_entry *const *pin, size_t npin)
+shard_insert(struct mem_shard *sh, uint64_t hash, const char *key, size_t len, int64_t now,
+             struct mem_entry *const *pin, size_t npin)
 {
     struct mem_entry *e;
 
@@ -340,8 +340,8 @@ backend_memory_entries(void)
 /* ---- the backend ---------------------------------------------------------- */
 
 static int
-mem_create(struct rl_backend **out, struct event_base *base,
-           const struct rl_config *cfg, char **cause)
+mem_create(struct rl_backend **out, struct event_base *base, const struct rl_config *cfg,
+           char **cause)
 {
     struct mem_backend *mb = xcalloc(1, sizeof(*mb));
 
@@ -405,8 +405,7 @@ op_key(struct mem_store *s, struct mem_op *op, size_t i, int len)
     if (len < 0)
         return RL_ERR;
     op->klen[i] = (size_t)len;
-    op->hash[i] = siphash24(s->k0, s->k1,
-                            (const unsigned char *)op->kbuf + i * op->per,
+    op->hash[i] = siphash24(s->k0, s->k1, (const unsigned char *)op->kbuf + i * op->per,
                             op->klen[i]);
     op->shard[i] = (unsigned)(op->hash[i] >> 32) & (s->nshards - 1);
     return RL_OK;
@@ -434,8 +433,7 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
         if (op_key(s, op, i, backend_limit_key(req, i, k, op->per)) != RL_OK)
             return RL_ERR;
     }
-    return op_key(s, op, n, backend_block_key(req, op->kbuf + n * op->per,
-                                              op->per));
+    return op_key(s, op, n, backend_block_key(req, op->kbuf + n * op->per, op->per));
 }
 
 /* Lock each shard of the check's keys once, in ascending order. */
@@ -474,8 +472,7 @@ static struct mem_entry *
 op_find(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
 {
     struct mem_shard *sh = &s->shards[op->shard[i]];
-    struct mem_entry *e = shard_find(sh, op->hash[i], op->kbuf + i * op->per,
-                                     op->klen[i]);
+    struct mem_entry *e = shard_find(sh, op->hash[i], op->kbuf + i * op->per, op->klen[i]);
 
     if (e != NULL && e->expires <= now) {
         shard_remove(sh, e);
@@ -490,12 +487,11 @@ op_get(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
 {
     struct mem_shard *sh = &s->shards[op->shard[i]];
 
-    if (op->e[i] == NULL)   /* two limits on one key insert it once */
-        op->e[i] = shard_find(sh, op->hash[i], op->kbuf + i * op->per,
-                              op->klen[i]);
+    if (op->e[i] == NULL) /* two limits on one key insert it once */
+        op->e[i] = shard_find(sh, op->hash[i], op->kbuf + i * op->per, op->klen[i]);
     if (op->e[i] == NULL)
-        op->e[i] = shard_insert(sh, op->hash[i], op->kbuf + i * op->per,
-                                op->klen[i], now, op->e, op->n + 1);
+        op->e[i] = shard_insert(sh, op->hash[i], op->kbuf + i * op->per, op->klen[i], now,
+                                op->e, op->n + 1);
     return op->e[i];
 }
 
@@ -509,8 +505,8 @@ op_drop(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
 
 /* The entry of limit i changed at now: it expires when its state is worthless. */
 static void
-op_expire(struct mem_store *s, struct mem_op *op, size_t i,
-          const struct rl_limit *lim, int64_t now)
+op_expire(struct mem_store *s, struct mem_op *op, size_t i, const struct rl_limit *lim,
+          int64_t now)
 {
     int64_t ttl = algo_def(lim->algo)->ttl_us(lim, &op->e[i]->st, now);
 
@@ -520,8 +516,7 @@ op_expire(struct mem_store *s, struct mem_op *op, size_t i,
 
 /* Reset, block, give back: in that order, as the script does. */
 static void
-op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
-         int64_t now)
+op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now)
 {
     const struct rl_policy *pol = req->policy;
 
@@ -545,16 +540,15 @@ op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
         /* a fresh state has nothing to give back */
         if (op_find(s, op, i, now) == NULL)
             continue;
-        algo_def(pol->limits[i].algo)->give(&pol->limits[i], &op->e[i]->st,
-                                            now, -req->cost);
+        algo_def(pol->limits[i].algo)->give(&pol->limits[i], &op->e[i]->st, now, -req->cost);
         op_expire(s, op, i, &pol->limits[i], now);
     }
 }
 
 /* Decide (peek every limit, then commit all or none) and answer into res. */
 static void
-op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
-          int64_t now, struct rl_check_res *res)
+op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now,
+          struct rl_check_res *res)
 {
     static const struct rl_algo_state fresh;
     const struct rl_policy *pol = req->policy;
@@ -567,8 +561,8 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         const struct rl_limit *lim = &pol->limits[i];
 
         op_find(s, op, i, now);
-        algo_def(lim->algo)->peek(lim, op->e[i] ? &op->e[i]->st : &fresh, now,
-                                  cost, &res->limits[i]);
+        algo_def(lim->algo)->peek(lim, op->e[i] ? &op->e[i]->st : &fresh, now, cost,
+                                  &res->limits[i]);
         if (!res->limits[i].allowed)
             res->allowed = 0;
     }
@@ -576,8 +570,8 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         for (size_t i = 0; cost > 0 && i < op->n; i++) {
             const struct rl_limit *lim = &pol->limits[i];
 
-            algo_def(lim->algo)->commit(lim, &op_get(s, op, i, now)->st, now,
-                                        cost, &res->limits[i]);
+            algo_def(lim->algo)->commit(lim, &op_get(s, op, i, now)->st, now, cost,
+                                        &res->limits[i]);
             op_expire(s, op, i, lim, now);
         }
     }
@@ -587,8 +581,7 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
 }
 
 static void
-mem_check(struct rl_backend *be, const struct rl_check_req *req,
-          rl_check_cb cb, void *arg)
+mem_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
 {
     struct mem_store *s = ((struct mem_backend *)be)->store;
     struct mem_op op;
@@ -600,8 +593,7 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req,
         fail(&res, "too many limits", cb, arg);
         return;
     }
-    if (req->limit_index >= (int)req->policy->nlimits &&
-        (req->flags & RL_CHECK_RESET)) {
+    if (req->limit_index >= (int)req->policy->nlimits && (req->flags & RL_CHECK_RESET)) {
         fail(&res, "no such limit", cb, arg);
         return;
     }

@@ -42,19 +42,19 @@ struct redis_backend {
     struct rl_backend base;
     struct event_base *evb;
     struct rl_redis_url url;
-    char *display;              /* the URL without credentials, for logs */
+    char *display; /* the URL without credentials, for logs */
     unsigned max_pending;
     /* Checks waiting for the end of this event-loop pass, to go to Redis as
      * one script call. */
     struct rconn_queue queue;
-    struct rl_script_call call;     /* scratch argv, reused */
+    struct rl_script_call call; /* scratch argv, reused */
     const struct rl_check_req **reqs;
-    struct rconn c;             /* the connection, its state and replies owed */
-    struct evdns_base *dns;     /* only when a host is named, not numbered */
+    struct rconn c;         /* the connection, its state and replies owed */
+    struct evdns_base *dns; /* only when a host is named, not numbered */
     /* Sentinel: the master's address comes from the sentinels, asked again
      * before every connection and whenever they announce a switch. */
     struct rsentinel *sentinel;
-    unsigned pending_checks;    /* checks in the replies owed: max_pending counts these */
+    unsigned pending_checks; /* checks in the replies owed: max_pending counts these */
     /* Checks that came while the connection was being made: sent when it is
      * ready, answered DOWN when it fails.  At most max_pending. */
     struct redis_op **waiting;
@@ -62,16 +62,16 @@ struct redis_backend {
 };
 
 struct redis_op {
-    struct rl_script_wait w;    /* the check: req, cb, answered */
-    struct event timer;         /* inline: one allocation per check, not two */
-    size_t nlimits;             /* its part of the reply, once req is gone */
+    struct rl_script_wait w; /* the check: req, cb, answered */
+    struct event timer;      /* inline: one allocation per check, not two */
+    size_t nlimits;          /* its part of the reply, once req is gone */
 };
 
 /* One script call: the checks coalesced into it, answered in order. */
 struct redis_batch {
     struct redis_backend *rb;
     int sent_eval;
-    unsigned counted;           /* its share of rb->pending_checks */
+    unsigned counted; /* its share of rb->pending_checks */
     size_t n;
     struct redis_op *ops[];
 };
@@ -136,8 +136,9 @@ send_batch(struct redis_batch *b, int eval)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
     if (script_call_build(&rb->call, rb->reqs, b->n,
-                          eval ? SCRIPT_EVAL : rb->c.functions ? SCRIPT_FCALL : SCRIPT_EVALSHA)
-        != RL_OK ||
+                          eval              ? SCRIPT_EVAL
+                          : rb->c.functions ? SCRIPT_FCALL
+                                            : SCRIPT_EVALSHA) != RL_OK ||
         rconn_send(&rb->c, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
@@ -228,7 +229,7 @@ flush(void *owner, void *const *items, size_t n)
     b->n = n;
     for (size_t i = 0; i < n; i++)
         b->ops[i] = items[i];
-    batch_compact(b);       /* a check may have timed out in this same pass */
+    batch_compact(b); /* a check may have timed out in this same pass */
     /* redis.max_pending counts checks, not calls: past it the newest fail
      * fast rather than queue behind work Redis would reach after their
      * deadline (a timed-out check still runs in Redis). */
@@ -317,8 +318,7 @@ waiting_end(struct redis_backend *rb, int ready, const char *why)
 }
 
 static void
-redis_check(struct rl_backend *be, const struct rl_check_req *req,
-            rl_check_cb cb, void *arg)
+redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
     struct redis_op *op;
@@ -421,8 +421,8 @@ static const struct rconn_hooks sentinel_hooks = {
 /* ---- the backend interface ---------------------------------------------------- */
 
 static int
-redis_create(struct rl_backend **out, struct event_base *evb,
-             const struct rl_config *cfg, char **cause)
+redis_create(struct rl_backend **out, struct event_base *evb, const struct rl_config *cfg,
+             char **cause)
 {
     struct redis_backend *rb = xcalloc(1, sizeof(*rb));
 
@@ -442,8 +442,8 @@ redis_create(struct rl_backend **out, struct event_base *evb,
     rb->base.ops = &rl_backend_redis_ops;
     rb->evb = evb;
     rb->display = cfg->redis.sentinel.master != NULL
-                  ? xasprintf("sentinel:%s", cfg->redis.sentinel.master)
-                  : redis_url_display(&rb->url);
+                      ? xasprintf("sentinel:%s", cfg->redis.sentinel.master)
+                      : redis_url_display(&rb->url);
     if (cfg->redis.sentinel.master != NULL)
         rb->sentinel = rsentinel_new(evb, &rb->dns, &cfg->redis.sentinel, rb->display,
                                      sentinel_found, sentinel_switched, rb);
@@ -453,13 +453,21 @@ redis_create(struct rl_backend **out, struct event_base *evb,
     {
         /* a sentinel's answer can be stale, and a URL can name a replica */
         struct rconn_conf conf = {
-            .evb = evb, .dns = &rb->dns, .host = rb->url.host, .port = rb->url.port,
-            .path = rb->url.path, .name = rb->display, .what = "redis", .field = "redis",
+            .evb = evb,
+            .dns = &rb->dns,
+            .host = rb->url.host,
+            .port = rb->url.port,
+            .path = rb->url.path,
+            .name = rb->display,
+            .what = "redis",
+            .field = "redis",
             .login = {rb->url.username, rb->url.password, rb->url.db,
                       rb->sentinel != NULL ? RCONN_ROLE_MUST : RCONN_ROLE_IF_ALLOWED},
             .connect_timeout_ms = cfg->redis.connect_timeout_ms,
-            .max_pending = rb->max_pending, .heartbeat = 1,
-            .hooks = rb->sentinel != NULL ? &sentinel_hooks : &direct_hooks, .owner = rb,
+            .max_pending = rb->max_pending,
+            .heartbeat = 1,
+            .hooks = rb->sentinel != NULL ? &sentinel_hooks : &direct_hooks,
+            .owner = rb,
         };
         rconn_init(&rb->c, &conf);
     }
@@ -482,7 +490,7 @@ redis_destroy(struct rl_backend *be)
     }
     rb->queue.n = 0;
     waiting_end(rb, 0, "shutting down");
-    rconn_close(&rb->c);        /* pending callbacks run with NULL */
+    rconn_close(&rb->c); /* pending callbacks run with NULL */
     rsentinel_free(rb->sentinel);
     rconn_queue_free(&rb->queue);
     free(rb->reqs);

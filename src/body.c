@@ -62,7 +62,7 @@ scan_int(struct cursor *c, int64_t *v)
     }
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
         if (digits == 1 && x == 0)
-            return RL_ERR;          /* a leading zero: invalid JSON */
+            return RL_ERR; /* a leading zero: invalid JSON */
         if (++digits > 18)
             return RL_ERR;
         x = x * 10 + (*c->p - '0');
@@ -85,21 +85,11 @@ scan_value(struct cursor *c, enum kind *k, const char **s, size_t *n, int64_t *v
     if (c->p >= c->end)
         return RL_ERR;
     switch (*c->p) {
-    case '"':
-        *k = V_STRING;
-        return scan_string(c, s, n);
-    case 'n':
-        *k = V_NULL;
-        return literal(c, "null", 4);
-    case 't':
-        *k = V_OTHER;
-        return literal(c, "true", 4);
-    case 'f':
-        *k = V_OTHER;
-        return literal(c, "false", 5);
-    default:
-        *k = V_INT;
-        return scan_int(c, v);
+    case '"': *k = V_STRING; return scan_string(c, s, n);
+    case 'n': *k = V_NULL; return literal(c, "null", 4);
+    case 't': *k = V_OTHER; return literal(c, "true", 4);
+    case 'f': *k = V_OTHER; return literal(c, "false", 5);
+    default: *k = V_INT; return scan_int(c, v);
     }
 }
 
@@ -116,8 +106,8 @@ copy_z(char *dst, size_t size, const char *s, size_t n)
 /* One member of the object: a known field takes its value when the type is
  * the one it needs; any other type of a known field is for jansson to name. */
 static int
-take(struct rl_body_fields *f, const char *name, size_t nlen, enum kind k,
-     const char *s, size_t n, int64_t v)
+take(struct rl_body_fields *f, const char *name, size_t nlen, enum kind k, const char *s,
+     size_t n, int64_t v)
 {
 #define IS(lit) (nlen == sizeof(lit) - 1 && memcmp(name, lit, nlen) == 0)
     if (IS("cost")) {
@@ -129,7 +119,7 @@ take(struct rl_body_fields *f, const char *name, size_t nlen, enum kind k,
         return RL_OK;
     }
     if (!IS("key") && !IS("policy") && !IS("path") && !IS("method"))
-        return RL_OK;               /* unknown fields are ignored */
+        return RL_OK; /* unknown fields are ignored */
     if (k == V_NULL)
         return RL_OK;
     if (k != V_STRING)
@@ -182,7 +172,7 @@ body_scan(const char *buf, size_t len, struct rl_body_fields *f)
                 return RL_ERR;
             for (size_t i = 0; i < nmembers; i++)
                 if (nlens[i] == nlen && memcmp(names[i], name, nlen) == 0)
-                    return RL_ERR;  /* a duplicate: jansson refuses it */
+                    return RL_ERR; /* a duplicate: jansson refuses it */
             names[nmembers] = name;
             nlens[nmembers++] = nlen;
             skip_ws(&c);

@@ -20,15 +20,15 @@
 #include "rl.h"
 
 struct rl_body_fields {
-    const char *key;            /* NULL when absent (or null) */
+    const char *key; /* NULL when absent (or null) */
     size_t key_len;
-    const char *policy;         /* NUL-terminated */
+    const char *policy; /* NUL-terminated */
     size_t policy_len;
     const char *path;
     size_t path_len;
-    const char *method;         /* NUL-terminated */
+    const char *method; /* NUL-terminated */
     size_t method_len;
-    int64_t cost;               /* 1 when absent */
+    int64_t cost; /* 1 when absent */
     /* where body_scan puts the NUL-terminated copies */
     char policy_buf[RL_NAME_MAX + 1];
     char method_buf[16];

@@ -28,16 +28,14 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch;         /* of the backend when the check was sent */
-    int hybrid;             /* a hybrid policy's key unknown locally */
-    int stale;              /* decided locally after a failed sync */
+    uint64_t epoch; /* of the backend when the check was sent */
+    int hybrid;     /* a hybrid policy's key unknown locally */
+    int stale;      /* decided locally after a failed sync */
     char key[RL_REDIS_KEY_MAX];
 };
 
-
 static int
-get_string(json_t *root, const char *name, const char **out, size_t *len,
-           char **error)
+get_string(json_t *root, const char *name, const char **out, size_t *len, char **error)
 {
     json_t *v = json_object_get(root, name);
 
@@ -148,9 +146,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
             }
             /* fall through */
         case RL_FAIL_OPEN:
-        default:
-            response_degraded_open(&d, op->policy);
-            break;
+        default: response_degraded_open(&d, op->policy); break;
         }
     }
     d.reset_epoch = cfg->reset_format == RL_RESET_EPOCH;
@@ -159,10 +155,11 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.pk = siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len);
     }
     metrics_check(op->env->metrics, op->policy->metrics_id,
-                  d.status == 503 ? RL_OUT_ERROR
-                  : d.degraded ? RL_OUT_DEGRADED
+                  d.status == 503            ? RL_OUT_ERROR
+                  : d.degraded               ? RL_OUT_DEGRADED
                   : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
-                  : d.allowed ? RL_OUT_ALLOWED : RL_OUT_DENIED);
+                  : d.allowed                ? RL_OUT_ALLOWED
+                                             : RL_OUT_DENIED);
     op->done(&d, op->arg);
     config_unref(op->cfg);
     free(op);
@@ -182,14 +179,14 @@ on_backend(const struct rl_check_res *res, void *arg)
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
         op->cfg->deny_cache)
-        deny_cache_put(op->env->deny, op->policy->uid, op->key, op->req.key_len,
-                       op->req.cost, op->epoch, op->start_us, res);
+        deny_cache_put(op->env->deny, op->policy->uid, op->key, op->req.key_len, op->req.cost,
+                       op->epoch, op->start_us, res);
     if (res->status == RL_BACKEND_OK && op->hybrid)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
                     op->start_us, res);
     if (res->status != RL_BACKEND_OK)
-        log_debug("msg=\"backend failed\" policy=%s error=\"%s\"",
-                  op->policy->name, res->error ? res->error : "");
+        log_debug("msg=\"backend failed\" policy=%s error=\"%s\"", op->policy->name,
+                  res->error ? res->error : "");
     finish(op, res);
 }
 
@@ -206,8 +203,8 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
     if (in->peer_family == 0 ||
         !cidr_list_contains(&cfg->trusted_proxies, in->peer_family, in->peer_addr))
         return NULL;
-    return in->header(in->hctx, cfg->request_headers == RL_REQHDR_FORWARDED
-                                ? forwarded : original);
+    return in->header(in->hctx,
+                      cfg->request_headers == RL_REQHDR_FORWARDED ? forwarded : original);
 }
 
 /*
@@ -230,8 +227,8 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
         }
     }
     *norm = xmalloc(*plen + 1);
-    if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES,
-                 *norm, &n, &cause) == RL_OK) {
+    if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES, *norm, &n,
+                 &cause) == RL_OK) {
         *plen = n;
         return RL_OK;
     }
@@ -271,11 +268,11 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
     if (body_scan(in->body, in->body_len, f) != RL_OK) {
         memset(f, 0, sizeof(*f));
         f->cost = 1;
-        *root = json_loadb(in->body, in->body_len,
-                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                           &jerr);
         if (*root == NULL) {
-            *error = xasprintf("body: malformed JSON at line %d column %d: %s",
-                               jerr.line, jerr.column, jerr.text);
+            *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+                               jerr.column, jerr.text);
             return RL_ERR;
         }
         if (fields_from_json(*root, f, error) != RL_OK)
@@ -291,8 +288,8 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
  */
 static int
 pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
-            const struct rl_check_input *in, const struct rl_policy **policy,
-            char **norm, char **error)
+            const struct rl_check_input *in, const struct rl_policy **policy, char **norm,
+            char **error)
 {
     const char *path = f->path, *method = f->method;
     size_t plen = f->path_len;
@@ -340,8 +337,8 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen,
-                            op->key, sizeof(op->key));
+    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, op->key,
+                            sizeof(op->key));
     if (klen < 0) {
         free(op);
         *error = xstrdup("key: too long");
@@ -361,12 +358,12 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
     op->epoch = env->backend->epoch;
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
-        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost,
-                          &local, &op->stale)) {
+        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
+                          &op->stale)) {
             finish(op, &local);
             return RL_OK;
         }
-        op->hybrid = 1;         /* the answer seeds the key's local view */
+        op->hybrid = 1; /* the answer seeds the key's local view */
     }
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
@@ -383,8 +380,8 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
 
 int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
-            const struct rl_check_input *in, rl_check_done done, void *arg,
-            int *status, char **error)
+            const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
+            char **error)
 {
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;

@@ -20,12 +20,12 @@ struct rl_metrics;
 
 /* What a worker lends each check. */
 struct rl_check_env {
-    struct rl_backend *backend;     /* the shared counts */
-    struct rl_backend *local;       /* in-process, for failure_mode local */
-    struct rl_metrics *metrics;     /* the worker's counters */
-    struct rl_deny_cache *deny;     /* NULL: no local cache of denials */
-    struct rl_hybrid *hybrid;       /* NULL: hybrid policies act as exact */
-    int64_t (*now_us)(void);        /* NULL: now_monotonic_us (tests drive it) */
+    struct rl_backend *backend; /* the shared counts */
+    struct rl_backend *local;   /* in-process, for failure_mode local */
+    struct rl_metrics *metrics; /* the worker's counters */
+    struct rl_deny_cache *deny; /* NULL: no local cache of denials */
+    struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
+    int64_t (*now_us)(void);    /* NULL: now_monotonic_us (tests drive it) */
 };
 
 struct rl_check_input {
@@ -37,7 +37,7 @@ struct rl_check_input {
     const char *path;
     size_t path_len;
     const char *method;
-    struct rl_ident_input ident;    /* body_key is filled by check_start */
+    struct rl_ident_input ident; /* body_key is filled by check_start */
 };
 
 /* Called exactly once with the decision; `d` lives only during the call. */
@@ -49,8 +49,8 @@ typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
  * *status is 400 and *error says why, naming the field (caller frees).
  */
 int check_start(const struct rl_check_env *env, struct rl_config *cfg,
-                const struct rl_check_input *in, rl_check_done done, void *arg,
-                int *status, char **error) RL_WUR;
+                const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
+                char **error) RL_WUR;
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

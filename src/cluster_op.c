@@ -155,7 +155,7 @@ op_route(struct cop *op)
     struct cnode *n = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
 
     if (n == NULL && cluster_awaits_map(cl)) {
-        op_arm_retry(op, WAIT_POLL_MS);     /* then by the map, when it comes */
+        op_arm_retry(op, WAIT_POLL_MS); /* then by the map, when it comes */
         return;
     }
     if (n == NULL) {
@@ -191,7 +191,8 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
             log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
                      n->name, msg);
-            script_answer_status(&op->w, RL_BACKEND_ERROR, "bad redirection from redis cluster");
+            script_answer_status(&op->w, RL_BACKEND_ERROR,
+                                 "bad redirection from redis cluster");
             return;
         }
         if (++op->redirects > MAX_REDIRECTS) {
@@ -210,7 +211,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             to->master = 1;
             cluster_map_refresh(&cl->map);
         }
-        op->sent_eval = 0;      /* a new connection: FCALL or EVALSHA first */
+        op->sent_eval = 0; /* a new connection: FCALL or EVALSHA first */
         op_send_to(op, to, ask);
         return;
     }
@@ -218,7 +219,8 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
         int64_t ms;
 
         if (++op->retries > MAX_RETRIES) {
-            script_answer_status(&op->w, RL_BACKEND_ERROR, "redis cluster kept asking to retry");
+            script_answer_status(&op->w, RL_BACKEND_ERROR,
+                                 "redis cluster kept asking to retry");
             return;
         }
         if (msg[0] == 'C')
@@ -230,7 +232,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             cnode_unref(op->wait);
             op->wait = NULL;
         }
-        op_arm_retry(op, ms);   /* then by the map again */
+        op_arm_retry(op, ms); /* then by the map again */
         return;
     }
     if (rconn_unusable(msg) != NULL) {
@@ -269,14 +271,14 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
     } else {
         if (op->w.answered)
-            ;                   /* late: the deadline answered it */
+            ; /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
         else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
             rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
         } else if (r->element[0]->type == REDIS_REPLY_ERROR) {
-            op_on_error(op, n, r->element[0]->str);     /* failed inside the script */
+            op_on_error(op, n, r->element[0]->str); /* failed inside the script */
         } else {
             rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
             script_answer_reply(&op->w, r, 0, op->nlimits);
@@ -329,13 +331,13 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (r == NULL)
             script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
         else if (op->w.answered)
-            ;                   /* late: the deadline answered it */
+            ; /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->str);     /* one slot: the same for each */
+            op_on_error(op, n, r->str); /* one slot: the same for each */
         else if (why != NULL)
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
         else if (r->element[at]->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->element[at]->str);    /* failed inside the script */
+            op_on_error(op, n, r->element[at]->str); /* failed inside the script */
         else
             script_answer_reply(&op->w, r, at, op->nlimits);
         at += script_reply_len(op->nlimits);
@@ -442,7 +444,7 @@ on_op_retry(evutil_socket_t fd, short what, void *arg)
 
     if (!op->w.answered) {
         if (n != NULL) {
-            op->wait = NULL;    /* our ref moves to this frame */
+            op->wait = NULL; /* our ref moves to this frame */
             op_send_to(op, n, op->wait_asking);
             cnode_unref(n);
         } else {
@@ -462,7 +464,7 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
     int stalled = op->inflight && n != NULL && rconn_stalled(&n->c, now_monotonic_us());
 
     if (stalled)
-        rconn_drop(&n->c, "redis stalled");     /* from a fresh stack: it answers op */
+        rconn_drop(&n->c, "redis stalled"); /* from a fresh stack: it answers op */
     if (n != NULL && !op->w.answered && (op->w.req->flags & RL_CHECK_SETTLE)) {
         /* Sent: only its reply or the loss of its connection settles it.
          * Look again until one of them comes. */

@@ -24,30 +24,30 @@ struct cnode;
 struct cnode {
     struct cluster *cl;
     struct cnode *next;
-    char *host;                 /* IP or name, without brackets */
+    char *host; /* IP or name, without brackets */
     int port;
-    char *name;                 /* "host:port" for logs */
-    struct rconn c;             /* the connection, its state and replies owed */
-    unsigned pending_checks;    /* checks in those replies: redis.max_pending counts these */
-    unsigned refs;              /* checks waiting for this node */
-    int master;                 /* owns slots in the current map */
+    char *name;              /* "host:port" for logs */
+    struct rconn c;          /* the connection, its state and replies owed */
+    unsigned pending_checks; /* checks in those replies: redis.max_pending counts these */
+    unsigned refs;           /* checks waiting for this node */
+    int master;              /* owns slots in the current map */
 };
 
 /* One check until it is answered and hiredis owes it nothing. */
 struct cop {
     struct cluster *cl;
     struct cop *prev, *next;
-    struct rl_script_wait w;    /* the check: req, cb, answered */
+    struct rl_script_wait w; /* the check: req, cb, answered */
     struct event *deadline;
-    struct event *retry_ev;     /* created on first use */
-    struct cnode *sent;         /* the node owing the reply, while inflight */
-    struct cnode *wait;         /* waiting for this node (holds a ref) */
+    struct event *retry_ev; /* created on first use */
+    struct cnode *sent;     /* the node owing the reply, while inflight */
+    struct cnode *wait;     /* waiting for this node (holds a ref) */
     int wait_asking;
     int slot;
-    size_t nlimits;             /* its part of a reply, once req is gone */
-    int inflight;               /* replies hiredis owes this check: 0 or 1 */
-    int asking;                 /* the last send was preceded by ASKING */
-    int sent_eval;              /* EVAL sent on the current node */
+    size_t nlimits; /* its part of a reply, once req is gone */
+    int inflight;   /* replies hiredis owes this check: 0 or 1 */
+    int asking;     /* the last send was preceded by ASKING */
+    int sent_eval;  /* EVAL sent on the current node */
     int redirects;
     int retries;
 };
@@ -66,8 +66,8 @@ struct cluster {
     struct seed *seeds;
     size_t nseeds;
     struct cnode *nodes;
-    struct cluster_map map;     /* slot -> master */
-    struct cop *ops;            /* every live check */
+    struct cluster_map map; /* slot -> master */
+    struct cop *ops;        /* every live check */
     /* Checks of this event-loop pass, sent in one script call per hash slot
      * (Redis runs a script only on keys of one slot). */
     struct rconn_queue queue;
@@ -75,8 +75,8 @@ struct cluster {
     struct rl_script_call call; /* scratch argv, reused */
     const struct rl_check_req **reqs;
     struct evdns_base *dns;
-    struct event *tidy_ev;      /* zero timer: drop stalled, free unused */
-    unsigned rr;                /* spreads refreshes over nodes */
+    struct event *tidy_ev; /* zero timer: drop stalled, free unused */
+    unsigned rr;           /* spreads refreshes over nodes */
     int destroying;
 };
 

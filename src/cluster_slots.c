@@ -133,7 +133,8 @@ valid_range(const redisReply *e)
 
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
         return 0;
-    if (e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
+    if (e->element[0]->type != REDIS_REPLY_INTEGER ||
+        e->element[1]->type != REDIS_REPLY_INTEGER)
         return 0;
     if (e->element[0]->integer < 0 || e->element[1]->integer >= CLUSTER_SLOTS ||
         e->element[0]->integer > e->element[1]->integer)
@@ -176,7 +177,8 @@ cluster_map_apply(struct cluster_map *m, const redisReply *r, const char *from_h
     map = xcalloc(CLUSTER_SLOTS, sizeof(*map));
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i], *mm = e->element[2];
-        const char *host = mm->element[0]->type == REDIS_REPLY_STRING ? mm->element[0]->str : "";
+        const char *host = mm->element[0]->type == REDIS_REPLY_STRING ? mm->element[0]->str
+                                                                      : "";
         void *n;
 
         if (strcmp(host, "?") == 0)
@@ -252,15 +254,14 @@ on_slots(redisAsyncContext *ac, void *reply, void *privdata)
     if (m->closing)
         return;
     if (c->closing || !m->inflight || t.gen != m->gen) {
-        m->hooks->replied(m->arg, c);   /* a refresh given up on: ignored */
+        m->hooks->replied(m->arg, c); /* a refresh given up on: ignored */
         return;
     }
     m->inflight = 0;
     evtimer_del(m->refresh_ev);
-    if (r == NULL ||
-        cluster_map_apply(m, r, c->host, m->hooks->node, m->arg, &applied, &changed,
-                          &why) != RL_OK) {
-        if (r != NULL && applied)       /* in use, but asked again soon */
+    if (r == NULL || cluster_map_apply(m, r, c->host, m->hooks->node, m->arg, &applied,
+                                       &changed, &why) != RL_OK) {
+        if (r != NULL && applied) /* in use, but asked again soon */
             m->hooks->applied(m->arg, c->conf.name, changed);
         refresh_failed(m, c->conf.name, why);
     } else {
@@ -269,7 +270,7 @@ on_slots(redisAsyncContext *ac, void *reply, void *privdata)
             log_info("msg=\"redis cluster slot map loaded again\" from=%s", c->conf.name);
         m->failing = 0;
         m->gap_ms = REFRESH_GAP_MS;
-        if (m->want)            /* asked for while this one was out */
+        if (m->want) /* asked for while this one was out */
             cluster_map_refresh(m);
         else if (m->hooks->master_down(m->arg))
             refresh_in(m, REFRESH_DEGRADED_MS);
@@ -301,7 +302,7 @@ refresh_start(struct cluster_map *m)
     m->want = 0;
     m->inflight = 1;
     m->last_us = now_monotonic_us();
-    evtimer_add(m->refresh_ev, &tv);    /* now this request's deadline */
+    evtimer_add(m->refresh_ev, &tv); /* now this request's deadline */
 }
 
 static void

@@ -56,20 +56,20 @@ struct cluster_map_hooks {
  * not more often than a gap that grows while refreshes fail.
  */
 struct cluster_map {
-    void *owner[CLUSTER_SLOTS];     /* the router's node, NULL: uncovered */
+    void *owner[CLUSTER_SLOTS]; /* the router's node, NULL: uncovered */
     int loaded;
-    int covered;                    /* slots with an owner */
+    int covered; /* slots with an owner */
     /* private */
     const struct cluster_map_hooks *hooks;
     void *arg;
-    int64_t timeout_ms;             /* for an answer to CLUSTER SLOTS */
-    struct event *refresh_ev;       /* start a refresh, or its deadline */
-    struct event *period_ev;        /* the periodic refresh (jittered) */
-    int want;                       /* a refresh asked for */
+    int64_t timeout_ms;       /* for an answer to CLUSTER SLOTS */
+    struct event *refresh_ev; /* start a refresh, or its deadline */
+    struct event *period_ev;  /* the periodic refresh (jittered) */
+    int want;                 /* a refresh asked for */
     int inflight;
-    uintptr_t gen;                  /* tells a late CLUSTER SLOTS reply */
+    uintptr_t gen; /* tells a late CLUSTER SLOTS reply */
     int64_t last_us, gap_ms;
-    int failing;                    /* logged once per run of failures */
+    int failing; /* logged once per run of failures */
     int closing;
 };
 

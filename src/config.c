@@ -49,8 +49,13 @@ free_identity(void *at)
 static int
 id_source(const char *s, struct rl_id_source *src)
 {
-    static const struct { const char *name; enum rl_id_kind kind; } plain[] = {
-        {"body", RL_ID_BODY}, {"forwarded", RL_ID_FORWARDED}, {"peer", RL_ID_PEER},
+    static const struct {
+        const char *name;
+        enum rl_id_kind kind;
+    } plain[] = {
+        {"body", RL_ID_BODY},
+        {"forwarded", RL_ID_FORWARDED},
+        {"peer", RL_ID_PEER},
     };
 
     for (size_t i = 0; i < RL_ARRAY_LEN(plain); i++) {
@@ -77,7 +82,8 @@ parse_identity(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
 
     free_identity(out);
     if (!json_is_array(v) || json_array_size(v) == 0) {
-        schema_bad(ctx, path, "must be a non-empty list of \"body\", \"header:NAME\", "
+        schema_bad(ctx, path,
+                   "must be a non-empty list of \"body\", \"header:NAME\", "
                    "\"forwarded\", \"peer\"");
         return;
     }
@@ -89,8 +95,10 @@ parse_identity(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
         else if (id_source(s, &out->v[out->n]) == RL_OK)
             out->n++;
         else
-            schema_bad_item(ctx, path, i, "unknown identity source \"%s\": use \"body\", "
-                            "\"header:NAME\", \"forwarded\" or \"peer\"", s);
+            schema_bad_item(ctx, path, i,
+                            "unknown identity source \"%s\": use \"body\", "
+                            "\"header:NAME\", \"forwarded\" or \"peer\"",
+                            s);
     }
 }
 
@@ -126,9 +134,12 @@ parse_cidrs(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
     }
 }
 
-static const struct { const char *name; unsigned bit; } method_bits[] = {
-    {"GET", RL_M_GET}, {"HEAD", RL_M_HEAD}, {"POST", RL_M_POST},
-    {"PUT", RL_M_PUT}, {"DELETE", RL_M_DELETE}, {"PATCH", RL_M_PATCH},
+static const struct {
+    const char *name;
+    unsigned bit;
+} method_bits[] = {
+    {"GET", RL_M_GET},         {"HEAD", RL_M_HEAD},       {"POST", RL_M_POST},
+    {"PUT", RL_M_PUT},         {"DELETE", RL_M_DELETE},   {"PATCH", RL_M_PATCH},
     {"OPTIONS", RL_M_OPTIONS}, {"CONNECT", RL_M_CONNECT}, {"TRACE", RL_M_TRACE},
 };
 
@@ -157,7 +168,8 @@ parse_methods(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
         const char *s = json_string_value(e);
         unsigned bit = s ? config_method_bit(s) : 0;
         if (bit == 0)
-            schema_bad_item(ctx, path, i, "must be an HTTP method: GET, HEAD, POST, PUT, "
+            schema_bad_item(ctx, path, i,
+                            "must be an HTTP method: GET, HEAD, POST, PUT, "
                             "DELETE, PATCH, OPTIONS, CONNECT or TRACE");
         *out |= bit;
     }
@@ -437,8 +449,7 @@ check_match(const void *obj, const char *path, struct schema_ctx *ctx)
 }
 
 static void
-check_limit_list(const struct rl_limit *l, size_t n, const char *path,
-                 struct schema_ctx *ctx)
+check_limit_list(const struct rl_limit *l, size_t n, const char *path, struct schema_ctx *ctx)
 {
     if (l != NULL && (n == 0 || n > RL_LIMITS_MAX))
         schema_bad_field(ctx, path, "limits", "must hold 1..%d limits", RL_LIMITS_MAX);
@@ -446,8 +457,10 @@ check_limit_list(const struct rl_limit *l, size_t n, const char *path,
         for (size_t j = 0; j < i; j++) {
             if (l[i].algo == l[j].algo && l[i].window_ms == l[j].window_ms) {
                 char *fp = xasprintf("%s.limits", path);
-                schema_bad_item(ctx, fp, i, "same algorithm and window as limits[%zu]: "
-                                "they would share one counter", j);
+                schema_bad_item(ctx, fp, i,
+                                "same algorithm and window as limits[%zu]: "
+                                "they would share one counter",
+                                j);
                 free(fp);
             }
         }
@@ -473,13 +486,16 @@ check_override(const void *obj, const char *path, struct schema_ctx *ctx)
         if (strncmp(v, "ip:", 3) == 0 && cidr_parse(v + 3, &c) == RL_OK)
             continue;
         if (strncmp(v, "ip:", 3) == 0)
-            schema_bad_item(ctx, ip, i, "\"%s\" is not an address or CIDR: write "
+            schema_bad_item(ctx, ip, i,
+                            "\"%s\" is not an address or CIDR: write "
                             "\"ip:10.0.0.7\", \"ip:10.1.0.0/16\" or \"ip:2001:db8::/32\"",
                             v + 3);
         else
-            schema_bad_item(ctx, ip, i, "\"%s\" has no type: write \"key:%s\" for an API "
+            schema_bad_item(ctx, ip, i,
+                            "\"%s\" has no type: write \"key:%s\" for an API "
                             "key (from the body or a header) or \"ip:%s\" for a client "
-                            "address or CIDR", v, v, v);
+                            "address or CIDR",
+                            v, v, v);
     }
     free(ip);
 }
@@ -490,8 +506,7 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
     const struct rl_policy *p = obj;
 
     if (p->name != NULL && !valid_name(p->name))
-        schema_bad_field(ctx, path, "name", "must be 1..%d of A-Z a-z 0-9 _ . -",
-                         RL_NAME_MAX);
+        schema_bad_field(ctx, path, "name", "must be 1..%d of A-Z a-z 0-9 _ . -", RL_NAME_MAX);
     check_limit_list(p->limits, p->nlimits, path, ctx);
     if (p->sync_interval_ms != 0 && p->mode != RL_MODE_HYBRID)
         schema_bad_field(ctx, path, "sync_interval",
@@ -617,7 +632,8 @@ check_admin(const struct rl_config *cfg, struct schema_ctx *ctx)
     if (cfg->listen != NULL && strcmp(cfg->admin_listen, cfg->listen) == 0)
         schema_bad(ctx, "admin_listen", "must not be the check listener's address");
     else if (!is_loopback(&la) && !cfg->admin_allow_remote)
-        schema_bad(ctx, "admin_listen", "not a loopback address or unix socket: set "
+        schema_bad(ctx, "admin_listen",
+                   "not a loopback address or unix socket: set "
                    "admin_allow_remote to true to serve the admin API there");
     else if (!is_loopback(&la) && cfg->admin_token_file == NULL)
         schema_bad(ctx, "admin_listen", "off loopback, the admin API needs admin_token_file");
@@ -829,8 +845,9 @@ finalize(struct rl_config *cfg, struct schema_ctx *ctx)
     if (cfg->admin_token != NULL)
         explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
     free(cfg->admin_token);
-    cfg->admin_token = cfg->admin_token_file == NULL ? NULL
-        : read_secret_file(cfg->admin_token_file, "admin_token_file", ctx);
+    cfg->admin_token = cfg->admin_token_file == NULL
+                           ? NULL
+                           : read_secret_file(cfg->admin_token_file, "admin_token_file", ctx);
     /* Every instance with the same secret names a caller's partition the
      * same way; without the secret no pk leads back to its identity. */
     if (cfg->partition_key != NULL) {

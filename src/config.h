@@ -39,7 +39,7 @@ enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
 
 struct rl_id_source {
     enum rl_id_kind kind;
-    char *header;               /* RL_ID_HEADER: the header's name */
+    char *header; /* RL_ID_HEADER: the header's name */
 };
 
 struct rl_identity_chain {
@@ -49,16 +49,22 @@ struct rl_identity_chain {
 
 /* HTTP methods a policy can match, as a bit set. */
 enum {
-    RL_M_GET = 1 << 0, RL_M_HEAD = 1 << 1, RL_M_POST = 1 << 2, RL_M_PUT = 1 << 3,
-    RL_M_DELETE = 1 << 4, RL_M_PATCH = 1 << 5, RL_M_OPTIONS = 1 << 6,
-    RL_M_CONNECT = 1 << 7, RL_M_TRACE = 1 << 8
+    RL_M_GET = 1 << 0,
+    RL_M_HEAD = 1 << 1,
+    RL_M_POST = 1 << 2,
+    RL_M_PUT = 1 << 3,
+    RL_M_DELETE = 1 << 4,
+    RL_M_PATCH = 1 << 5,
+    RL_M_OPTIONS = 1 << 6,
+    RL_M_CONNECT = 1 << 7,
+    RL_M_TRACE = 1 << 8
 };
 
 struct rl_match {
-    char *path;                 /* exact */
+    char *path; /* exact */
     char *path_prefix;
-    char *path_glob;            /* '*' any run of bytes, '?' one byte */
-    unsigned methods;           /* 0 = any */
+    char *path_glob;  /* '*' any run of bytes, '?' one byte */
+    unsigned methods; /* 0 = any */
 };
 
 struct rl_policy;
@@ -73,11 +79,11 @@ struct rl_override {
     struct rl_strlist identities;
     /* built from identities after parsing; not fields */
     struct rl_cidr_list ips;
-    char **keys;                    /* the values of "key:" entries (not owned) */
+    char **keys; /* the values of "key:" entries (not owned) */
     size_t nkeys;
     struct rl_limit *limits;
     size_t nlimits;
-    struct rl_policy *as_policy;    /* built after parsing; not a field */
+    struct rl_policy *as_policy; /* built after parsing; not a field */
 };
 
 struct rl_policy {
@@ -86,59 +92,59 @@ struct rl_policy {
     struct rl_limit *limits;
     size_t nlimits;
     int shadow;
-    struct rl_identity_chain identity;  /* n == 0: the global chain */
+    struct rl_identity_chain identity; /* n == 0: the global chain */
     struct rl_override *overrides;
     size_t noverrides;
-    int metrics_id;             /* config_set_metrics_ids() */
-    uint64_t uid;               /* never the same for two policies of one
+    int metrics_id; /* config_set_metrics_ids() */
+    uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms;   /* hybrid: counts go to Redis this often */
+    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
 };
 
 struct rl_sentinel_conf {
-    char *master;               /* the monitored master's name */
-    struct rl_strlist nodes;    /* "host:port" of the sentinels */
+    char *master;            /* the monitored master's name */
+    struct rl_strlist nodes; /* "host:port" of the sentinels */
 };
 
 /* redis.tls: Redis over TLS (redis_tls.c). */
 struct rl_tls_conf {
-    int enabled;                /* or a rediss:// URL */
-    char *ca_file;              /* NULL: the system's store */
-    char *cert_file;            /* client certificate (mTLS), with key_file */
+    int enabled;     /* or a rediss:// URL */
+    char *ca_file;   /* NULL: the system's store */
+    char *cert_file; /* client certificate (mTLS), with key_file */
     char *key_file;
-    char *server_name;          /* SNI and the name verified; NULL: the host */
+    char *server_name; /* SNI and the name verified; NULL: the host */
     int verify;
 };
 
 struct rl_redis_conf {
     char *url;
-    struct rl_strlist cluster;  /* seed nodes "host:port"; n > 0: Cluster */
-    struct rl_sentinel_conf sentinel;   /* master != NULL: Sentinel */
+    struct rl_strlist cluster;        /* seed nodes "host:port"; n > 0: Cluster */
+    struct rl_sentinel_conf sentinel; /* master != NULL: Sentinel */
     int64_t timeout_ms;
     int64_t connect_timeout_ms;
-    int64_t max_pending;        /* checks outstanding per connection */
-    int64_t coalesce;           /* checks per script call at most; 1: off */
+    int64_t max_pending; /* checks outstanding per connection */
+    int64_t coalesce;    /* checks per script call at most; 1: off */
     char *key_prefix;
     char *username;
     char *password;
-    char *password_file;        /* read into password at every load */
-    int password_from_file;     /* password came from password_file */
+    char *password_file;    /* read into password at every load */
+    int password_from_file; /* password came from password_file */
     struct rl_tls_conf tls;
 };
 
 /* The HTTP layer's bounds (http.c); every one reloadable. */
 struct rl_http_conf {
-    int64_t header_timeout_ms;  /* first byte of a request to its last header */
-    int64_t body_timeout_ms;    /* end of the head to the end of the body */
-    int64_t idle_timeout_ms;    /* keep-alive with nothing pending */
-    int64_t max_header_bytes;   /* request line + header fields */
-    int64_t max_pipelined;      /* requests read ahead of their answers */
-    int64_t max_connections;    /* open at once, the whole daemon */
+    int64_t header_timeout_ms; /* first byte of a request to its last header */
+    int64_t body_timeout_ms;   /* end of the head to the end of the body */
+    int64_t idle_timeout_ms;   /* keep-alive with nothing pending */
+    int64_t max_header_bytes;  /* request line + header fields */
+    int64_t max_pipelined;     /* requests read ahead of their answers */
+    int64_t max_connections;   /* open at once, the whole daemon */
 };
 
 struct rl_config {
-    char *file;                 /* where it came from, NULL for defaults */
+    char *file; /* where it came from, NULL for defaults */
     char *listen;
     int64_t workers;
     enum rl_backend_kind backend;
@@ -146,32 +152,32 @@ struct rl_config {
     enum rl_failure_mode failure_mode;
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
-    int forwarded_rfc7239;      /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
-    enum rl_request_headers request_headers;   /* forwarded_request_headers */
-    int merge_slashes;          /* "//" is "/" in paths before matching */
-    enum rl_bad_path bad_path;  /* unnormalizable_path */
-    enum rl_reset_format reset_format;  /* x_ratelimit_reset */
-    char *partition_key;        /* the secret of the pk parameter; NULL: no pk */
-    uint64_t pk_k0, pk_k1;      /* the SipHash key made from it; not a field */
+    int forwarded_rfc7239; /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    enum rl_request_headers request_headers; /* forwarded_request_headers */
+    int merge_slashes;                       /* "//" is "/" in paths before matching */
+    enum rl_bad_path bad_path;               /* unnormalizable_path */
+    enum rl_reset_format reset_format;       /* x_ratelimit_reset */
+    char *partition_key;                     /* the secret of the pk parameter; NULL: no pk */
+    uint64_t pk_k0, pk_k1;                   /* the SipHash key made from it; not a field */
     int64_t max_body;
-    int64_t max_inflight;       /* per worker; past it a fast 503 */
-    int deny_cache;             /* answer known denials locally */
-    int forward_auth;           /* any method on /check and /check/... */
-    int64_t access_log;         /* log one check in N; 0: off */
-    int64_t deny_cache_size;    /* slots per worker */
-    int64_t hybrid_table_size;  /* hybrid keys known per worker, at most */
+    int64_t max_inflight;      /* per worker; past it a fast 503 */
+    int deny_cache;            /* answer known denials locally */
+    int forward_auth;          /* any method on /check and /check/... */
+    int64_t access_log;        /* log one check in N; 0: off */
+    int64_t deny_cache_size;   /* slots per worker */
+    int64_t hybrid_table_size; /* hybrid keys known per worker, at most */
     int64_t shutdown_grace_ms;
     struct rl_http_conf http;
     enum rl_log_level log_level;
     struct rl_policy *policies;
     size_t npolicies;
-    char *admin_listen;         /* NULL: no admin API (admin.h) */
-    int admin_allow_remote;     /* a non-loopback admin_listen is meant */
+    char *admin_listen;     /* NULL: no admin API (admin.h) */
+    int admin_allow_remote; /* a non-loopback admin_listen is meant */
     char *admin_token_file;
-    char *admin_token;          /* read from it at every load; not a field */
+    char *admin_token; /* read from it at every load; not a field */
 
-    uint64_t hash;              /* FNV-1a of the file's bytes, 0 for defaults */
-    int refs;                   /* atomic; see config_ref() */
+    uint64_t hash; /* FNV-1a of the file's bytes, 0 for defaults */
+    int refs;      /* atomic; see config_ref() */
 };
 
 /* A config with every built-in default. */
@@ -181,13 +187,11 @@ struct rl_config *config_new_defaults(void);
  * Load FILE over the defaults.  On RL_ERR *errs holds every problem and
  * *out is NULL.  The file is read whole; comments are not JSON and not allowed.
  */
-int config_load_file(const char *file, struct rl_config **out,
-                     struct rl_errors *errs) RL_WUR;
+int config_load_file(const char *file, struct rl_config **out, struct rl_errors *errs) RL_WUR;
 
 /* Set one option by its dotted name ("redis.url") from text (flag or env). */
-int config_set_option(struct rl_config *cfg, const char *name,
-                      const char *text, const char *origin,
-                      struct rl_errors *errs) RL_WUR;
+int config_set_option(struct rl_config *cfg, const char *name, const char *text,
+                      const char *origin, struct rl_errors *errs) RL_WUR;
 
 /* Cross-field checks after every source is applied. */
 int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
@@ -197,8 +201,7 @@ int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
  * (listen, workers, backend, redis.url, ...) take the running values; the
  * names of those the new file tried to change are added to *changed.
  */
-void config_keep_restart_options(struct rl_config *next,
-                                 const struct rl_config *running,
+void config_keep_restart_options(struct rl_config *next, const struct rl_config *running,
                                  struct rl_errors *changed);
 
 /*
@@ -217,11 +220,10 @@ unsigned config_method_bit(const char *name);
 /* The policy for a caller: an override listing `id` (the typed identity of
  * identity_resolve: "k:alice", "ip:10.0.0.7"), else p itself.  A key never
  * matches an address entry, nor an address a key entry. */
-const struct rl_policy *config_policy_for(const struct rl_policy *p,
-                                          const char *id, size_t idlen);
+const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
+                                          size_t idlen);
 
 /* Policy by exact name, NULL when none. */
-const struct rl_policy *config_policy(const struct rl_config *cfg,
-                                      const char *name);
+const struct rl_policy *config_policy(const struct rl_config *cfg, const char *name);
 
 #endif

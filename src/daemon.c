@@ -51,8 +51,7 @@ set_config(struct rl_config *cfg)
 }
 
 int
-daemon_load_config(const struct rl_options *o, struct rl_config **out,
-                   struct rl_errors *errs)
+daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl_errors *errs)
 {
     struct rl_config *cfg;
     size_t before = errs->n;
@@ -65,8 +64,8 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out,
     }
     /* Every problem is collected in errs, so keep going after one. */
     for (size_t i = 0; i < o->nov; i++)
-        if (config_set_option(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin,
-                              errs) != RL_OK)
+        if (config_set_option(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin, errs) !=
+            RL_OK)
             continue;
     if (config_validate(cfg, errs) != RL_OK || errs->n != before) {
         config_unref(cfg);
@@ -154,8 +153,7 @@ open_unix(const struct rl_listen_addr *a, char **cause)
     /* connect() to a regular file says ECONNREFUSED too: without this a
      * mistyped -l would delete whatever file it named. */
     if (lstat(a->path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
-        *cause = xasprintf("%s exists and is not a socket: refusing to replace it",
-                           a->path);
+        *cause = xasprintf("%s exists and is not a socket: refusing to replace it", a->path);
         return -1;
     }
     if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) < 0)
@@ -199,13 +197,13 @@ open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
 
 struct run_state {
     struct event_base *base;
-    struct event *ready_ev;         /* READY=1 still owed to systemd */
-    struct event *sigs[3];          /* SIGTERM, SIGINT, SIGHUP */
+    struct event *ready_ev; /* READY=1 still owed to systemd */
+    struct event *sigs[3];  /* SIGTERM, SIGINT, SIGHUP */
     int64_t ready_by_us;
     const struct rl_options *opts;
     int stopping;
     size_t exited;
-    struct rl_listen_addr admin;    /* admin_listen, once open */
+    struct rl_listen_addr admin; /* admin_listen, once open */
 };
 
 static void
@@ -221,7 +219,8 @@ reload(struct run_state *rs)
     if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
         for (size_t i = 0; i < errs.n; i++)
             log_error("msg=\"reload rejected, keeping the running configuration\" "
-                      "problem=\"%s\"", errs.msg[i]);
+                      "problem=\"%s\"",
+                      errs.msg[i]);
         errors_free(&errs);
         metrics_reload(0, 0);
         notify_systemd("READY=1");
@@ -231,13 +230,15 @@ reload(struct run_state *rs)
     config_keep_restart_options(cfg, old, &errs);
     for (size_t i = 0; i < errs.n; i++)
         log_warn("msg=\"option changes only on restart; the running value stays\" "
-                 "option=%s", errs.msg[i]);
+                 "option=%s",
+                 errs.msg[i]);
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
      * open keep theirs, new handshakes use the new ones */
     if (cfg->backend == RL_BACKEND_REDIS && rtls_reconfigure(&cfg->redis, &cause) != RL_OK) {
         log_error("msg=\"reload rejected, keeping the running configuration\" "
-                  "problem=\"%s\"", cause);
+                  "problem=\"%s\"",
+                  cause);
         free(cause);
         config_unref(cfg);
         metrics_reload(0, 0);
@@ -328,15 +329,14 @@ serve_admin(struct run_state *rs, const struct rl_config *cfg)
         fd = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &cause)
                                          : open_tcp(&rs->admin, 0, &cause);
         if (fd >= 0 && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
-            log_info("msg=\"admin API listening\" admin_listen=%s token=%s",
-                     cfg->admin_listen, cfg->admin_token != NULL ? "required" : "none");
+            log_info("msg=\"admin API listening\" admin_listen=%s token=%s", cfg->admin_listen,
+                     cfg->admin_token != NULL ? "required" : "none");
             return RL_OK;
         }
         if (fd >= 0)
             close(fd);
     }
-    log_error("msg=\"cannot listen\" admin_listen=%s error=\"%s\"", cfg->admin_listen,
-              cause);
+    log_error("msg=\"cannot listen\" admin_listen=%s error=\"%s\"", cfg->admin_listen, cause);
     free(cause);
     return RL_ERR;
 }
@@ -360,7 +360,7 @@ on_ready_poll(evutil_socket_t fd, short what, void *arg)
     struct timeval tv = {0, READY_POLL_MS * 1000};
 
     if (rs->stopping)
-        return;                 /* STOPPING=1 said already */
+        return; /* STOPPING=1 said already */
     for (size_t i = 0; i < nworkers && reason == NULL; i++)
         reason = __atomic_load_n(&workers[i].ready_reason, __ATOMIC_ACQUIRE);
     if (reason != NULL && now_monotonic_us() < rs->ready_by_us) {
@@ -369,7 +369,8 @@ on_ready_poll(evutil_socket_t fd, short what, void *arg)
     }
     if (reason != NULL)
         log_warn("msg=\"backend not ready within connect_timeout, telling systemd ready\" "
-                 "reason=\"%s\"", reason);
+                 "reason=\"%s\"",
+                 reason);
     notify_systemd("READY=1");
     (void)fd;
     (void)what;

@@ -15,15 +15,15 @@ struct rl_errors;
 
 /* An option set outside the file: applied over it, again on every reload. */
 struct rl_setting {
-    const char *name;       /* dotted option name, e.g. "redis.url" */
+    const char *name; /* dotted option name, e.g. "redis.url" */
     const char *text;
-    const char *origin;     /* "-r", "RATELIMITD_REDIS_URL", ... */
+    const char *origin; /* "-r", "RATELIMITD_REDIS_URL", ... */
 };
 
 #define RL_SETTINGS_MAX 16
 
 struct rl_options {
-    const char *config_file;    /* NULL: built-in defaults */
+    const char *config_file; /* NULL: built-in defaults */
     struct rl_setting ov[RL_SETTINGS_MAX];
     size_t nov;
 };

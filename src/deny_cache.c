@@ -8,13 +8,13 @@
 
 struct slot {
     uint64_t hash;
-    uint64_t policy;        /* its uid: a reload makes new policies, no stale hit */
+    uint64_t policy; /* its uid: a reload makes new policies, no stale hit */
     char *key;
     size_t klen;
     int64_t cost;
     uint64_t epoch;
-    int64_t until_us;       /* local monotonic time the denial ends */
-    int64_t at_us;          /* when the numbers in res were true */
+    int64_t until_us; /* local monotonic time the denial ends */
+    int64_t at_us;    /* when the numbers in res were true */
     struct rl_check_res res;
 };
 
@@ -75,9 +75,8 @@ find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 }
 
 bool
-deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
-               size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
-               struct rl_check_res *res)
+deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen,
+               int64_t cost, uint64_t epoch, int64_t now_us, struct rl_check_res *res)
 {
     struct slot *s = find(c, policy, key, klen);
     int64_t elapsed_ms;
@@ -95,9 +94,8 @@ deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key,
 }
 
 void
-deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key,
-               size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
-               const struct rl_check_res *res)
+deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen,
+               int64_t cost, uint64_t epoch, int64_t sent_us, const struct rl_check_res *res)
 {
     int64_t wait_ms = 0;
     uint64_t h;

@@ -45,13 +45,13 @@ void deny_cache_free(struct rl_deny_cache *c);
  * policy is named by its uid (config.h): after a reload a new policy may sit
  * at an old one's address, never under its uid.
  */
-bool deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
-                    size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
+bool deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *key, size_t klen,
+                    int64_t cost, uint64_t epoch, int64_t now_us,
                     struct rl_check_res *res) RL_WUR;
 
 /* Remember a denial the backend gave for a check sent at sent_us. */
-void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *key,
-                    size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
+void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *key, size_t klen,
+                    int64_t cost, uint64_t epoch, int64_t sent_us,
                     const struct rl_check_res *res);
 
 /* The state of (policy, key) was changed behind the cache (the admin API):

@@ -38,17 +38,21 @@
 #define ACCEPT_PAUSE_MS 100
 
 enum conn_state {
-    C_HEAD,         /* reading a request head */
-    C_BODY,         /* reading a Content-Length body */
-    C_CHUNKED,      /* reading a chunked body */
-    C_DISCARD,      /* reading a body we refused, to keep the connection */
-    C_CLOSING,      /* the last answer is queued: read nothing more */
-    C_LINGER        /* answered and half-closed: discarding input */
+    C_HEAD,    /* reading a request head */
+    C_BODY,    /* reading a Content-Length body */
+    C_CHUNKED, /* reading a chunked body */
+    C_DISCARD, /* reading a body we refused, to keep the connection */
+    C_CLOSING, /* the last answer is queued: read nothing more */
+    C_LINGER   /* answered and half-closed: discarding input */
 };
 
 enum deadline {
-    D_NONE,         /* we owe an answer: the check has its own deadline */
-    D_HEADER, D_BODY, D_IDLE, D_WRITE, D_LINGER
+    D_NONE, /* we owe an answer: the check has its own deadline */
+    D_HEADER,
+    D_BODY,
+    D_IDLE,
+    D_WRITE,
+    D_LINGER
 };
 
 struct http_conn {
@@ -56,21 +60,21 @@ struct http_conn {
     int fd;
     struct event *rev, *wev;
     enum conn_state state;
-    int reading;            /* rev is added */
-    int writing;            /* wev is added */
-    int busy;               /* inside our own callback: not freed there */
-    int dead;               /* free at the next safe point */
-    int eof;                /* the client sent FIN */
-    int linger;             /* bytes may still come: linger before close */
-    int stalled;            /* process() stopped for back-pressure */
+    int reading; /* rev is added */
+    int writing; /* wev is added */
+    int busy;    /* inside our own callback: not freed there */
+    int dead;    /* free at the next safe point */
+    int eof;     /* the client sent FIN */
+    int linger;  /* bytes may still come: linger before close */
+    int stalled; /* process() stopped for back-pressure */
     enum deadline dkind;
     int64_t deadline_ms;
     /* input: unconsumed bytes are rbuf[rpos, rlen) */
     char *rbuf;
     size_t rcap, rlen, rpos;
-    size_t scan;            /* head bytes already searched for its end */
+    size_t scan; /* head bytes already searched for its end */
     size_t head_len;
-    int64_t need;           /* C_BODY: body bytes */
+    int64_t need; /* C_BODY: body bytes */
     struct http_chunked ch;
     struct http_head head;
     /* output: unsent bytes are wbuf[woff, wlen) */
@@ -92,17 +96,17 @@ struct http_server {
     http_handler handler;
     void *arg;
     struct http_counters *counters;
-    struct http_counters own;       /* when the caller keeps none */
+    struct http_counters own; /* when the caller keeps none */
     struct http_conn *conns;
     size_t nconns, cap;
-    int paused;                     /* accepting stopped by the cap */
+    int paused; /* accepting stopped by the cap */
     int draining;
     void (*empty)(void *);
     void *empty_arg;
     struct http_req *free_reqs;
     size_t nfree;
     time_t date_t;
-    char date[40];                  /* "Date: ...\r\n" of date_t */
+    char date[40]; /* "Date: ...\r\n" of date_t */
 };
 
 static void conn_settle(struct http_conn *c);
@@ -150,8 +154,8 @@ const char *
 http_method_name(enum http_method m)
 {
     static const char *const names[] = {
-        [HTTP_M_GET] = "GET", [HTTP_M_HEAD] = "HEAD", [HTTP_M_POST] = "POST",
-        [HTTP_M_PUT] = "PUT", [HTTP_M_DELETE] = "DELETE", [HTTP_M_OPTIONS] = "OPTIONS",
+        [HTTP_M_GET] = "GET",     [HTTP_M_HEAD] = "HEAD",       [HTTP_M_POST] = "POST",
+        [HTTP_M_PUT] = "PUT",     [HTTP_M_DELETE] = "DELETE",   [HTTP_M_OPTIONS] = "OPTIONS",
         [HTTP_M_TRACE] = "TRACE", [HTTP_M_CONNECT] = "CONNECT", [HTTP_M_PATCH] = "PATCH",
     };
     return (size_t)m < RL_ARRAY_LEN(names) ? names[m] : NULL;
@@ -236,8 +240,7 @@ want_write(struct http_conn *c, int on)
 {
     if (on && !c->writing) {
         if (c->wev == NULL)
-            c->wev = event_new(c->srv->base, c->fd, EV_WRITE | EV_PERSIST,
-                               on_write, c);
+            c->wev = event_new(c->srv->base, c->fd, EV_WRITE | EV_PERSIST, on_write, c);
         event_add(c->wev, NULL);
         c->writing = 1;
     } else if (!on && c->writing) {
@@ -274,7 +277,7 @@ flush(struct http_conn *c)
             want_write(c, 1);
             return RL_OK;
         }
-        c->dead = 1;        /* the peer is gone: nothing to tell it */
+        c->dead = 1; /* the peer is gone: nothing to tell it */
         return RL_ERR;
     }
     c->woff = c->wlen = 0;
@@ -290,8 +293,11 @@ flush(struct http_conn *c)
 static const char **
 head_string(struct http_head *h, size_t i)
 {
-    return i == 0 ? &h->method_name : i == 1 ? &h->target : i == 2 ? &h->path
-         : (i - 3) % 2 == 0 ? &h->headers[(i - 3) / 2].name : &h->headers[(i - 3) / 2].value;
+    return i == 0             ? &h->method_name
+           : i == 1           ? &h->target
+           : i == 2           ? &h->path
+           : (i - 3) % 2 == 0 ? &h->headers[(i - 3) / 2].name
+                              : &h->headers[(i - 3) / 2].value;
 }
 
 static void
@@ -406,7 +412,8 @@ format_answer(struct http_server *srv, const struct http_req *r,
             sb_mem(&sb, "Connection: keep-alive\r\n", 24);
         sb_mem(&sb, "Keep-Alive: timeout=", 20);
         sb_i64(&sb, srv->limits->idle_timeout_ms / 1000 > 0
-                    ? srv->limits->idle_timeout_ms / 1000 : 1);
+                        ? srv->limits->idle_timeout_ms / 1000
+                        : 1);
         sb_mem(&sb, "\r\n", 2);
     }
     sb_mem(&sb, "\r\n", 2);
@@ -434,7 +441,7 @@ http_respond(struct http_req *r, const struct http_response *resp)
     int close;
     size_t n;
 
-    if (c == NULL) {                    /* its connection died meanwhile */
+    if (c == NULL) { /* its connection died meanwhile */
         req_put(srv, r);
         return;
     }
@@ -517,8 +524,8 @@ dispatch(struct http_conn *c, const char *body, size_t len)
     if (!r->keep_alive)
         c->state = C_CLOSING;
     srv->handler(r, srv->arg);
-    r->head = NULL;         /* r may be answered (and reused) already: */
-    r = NULL;               /* touch it no more */
+    r->head = NULL; /* r may be answered (and reused) already: */
+    r = NULL;       /* touch it no more */
 }
 
 /* The head is in: decide how its body is framed. */
@@ -570,7 +577,7 @@ process(struct http_conn *c)
 
     while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
-            want_read(c, 0);            /* back-pressure: the client reads first */
+            want_read(c, 0); /* back-pressure: the client reads first */
             c->stalled = 1;
             return;
         }
@@ -603,7 +610,7 @@ process(struct http_conn *c)
                 break;
             }
             if (start_body(c, (size_t)n) != RL_OK)
-                continue;       /* refused: closing, or discarding its body */
+                continue; /* refused: closing, or discarding its body */
         }
         if (c->state == C_BODY) {
             size_t total = c->head_len + (size_t)c->need;
@@ -654,7 +661,7 @@ conn_free(struct http_conn *c)
         if (r->answered)
             req_put(srv, r);
         else
-            r->conn = NULL;     /* its handler answers into the void */
+            r->conn = NULL; /* its handler answers into the void */
     }
     if (c->rev != NULL)
         event_free(c->rev);
@@ -684,7 +691,7 @@ static void
 set_deadline(struct http_conn *c, enum deadline kind, int64_t ms)
 {
     if (c->dkind == kind)
-        return;             /* measured from when the phase began */
+        return; /* measured from when the phase began */
     c->dkind = kind;
     c->deadline_ms = kind == D_NONE ? 0 : coarse_ms() + ms;
 }
@@ -806,8 +813,8 @@ on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
-          int salen, void *arg)
+on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen,
+          void *arg)
 {
     struct http_server *srv = arg;
     struct http_conn *c = xcalloc(1, sizeof(*c));
@@ -848,7 +855,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
             continue;
         switch (c->dkind) {
         case D_HEADER:
-            if (c->rlen == c->rpos) {   /* never said a word: just go */
+            if (c->rlen == c->rpos) { /* never said a word: just go */
                 COUNT(srv, timeouts);
                 conn_free(c);
                 continue;
@@ -859,7 +866,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
             conn_settle(c);
             break;
         case D_BODY:
-            if (c->state == C_DISCARD) {    /* its 413 is out already */
+            if (c->state == C_DISCARD) { /* its 413 is out already */
                 COUNT(srv, timeouts);
                 conn_free(c);
                 continue;
@@ -873,9 +880,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
             COUNT(srv, timeouts);
             conn_free(c);
             break;
-        default:                        /* D_WRITE, D_LINGER */
-            conn_free(c);
-            break;
+        default: /* D_WRITE, D_LINGER */ conn_free(c); break;
         }
     }
     (void)fd;
@@ -913,8 +918,7 @@ on_accept_error(struct evconnlistener *lev, void *arg)
 int
 http_server_new(struct http_server **out, struct event_base *base, int fd,
                 const struct rl_http_conf *limits, const int64_t *max_body,
-                http_handler handler, void *arg, struct http_counters *counters,
-                char **cause)
+                http_handler handler, void *arg, struct http_counters *counters, char **cause)
 {
     struct http_server *srv = xcalloc(1, sizeof(*srv));
     struct timeval tv = {0, SWEEP_MS * 1000};
@@ -984,13 +988,13 @@ http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (c->state != C_HEAD || c->rlen > c->rpos)
-            continue;           /* a request is coming in: it gets its answer */
+            continue; /* a request is coming in: it gets its answer */
         if (c->nq == 0) {
             if (c->wlen == c->woff)
-                conn_free(c);   /* idle: nothing owed either way */
+                conn_free(c); /* idle: nothing owed either way */
             continue;
         }
-        c->state = C_CLOSING;   /* the last answer owed says close */
+        c->state = C_CLOSING; /* the last answer owed says close */
     }
     if (srv->nconns == 0 && empty != NULL)
         empty(arg);

@@ -30,31 +30,31 @@ struct http_conn;
  */
 struct http_req {
     struct http_server *srv;
-    struct http_conn *conn;         /* NULL once the connection died */
-    struct http_head *head;         /* during the handler only */
-    const char *body;               /* during the handler only */
+    struct http_conn *conn; /* NULL once the connection died */
+    struct http_head *head; /* during the handler only */
+    const char *body;       /* during the handler only */
     size_t body_len;
-    int head_only;                  /* HEAD: headers of the GET answer, no body */
-    int keep_alive;                 /* the client's wish */
+    int head_only;  /* HEAD: headers of the GET answer, no body */
+    int keep_alive; /* the client's wish */
     int minor;
     int answered;
-    int64_t start_us;               /* for the handler's own use (access log) */
-    unsigned flags;                 /* for the handler's own use */
+    int64_t start_us; /* for the handler's own use (access log) */
+    unsigned flags;   /* for the handler's own use */
     /* an answer ready before the ones ahead of it on the connection */
     char *out;
     size_t out_len;
-    struct http_req *next;          /* the connection's queue, or the free list */
+    struct http_req *next; /* the connection's queue, or the free list */
 };
 
 /* What the handler answers.  Header lines are "Name: value\r\n" each. */
 struct http_response {
     int status;
-    const char *content_type;       /* NULL: application/json */
-    const char *headers;            /* extra header lines, or NULL */
+    const char *content_type; /* NULL: application/json */
+    const char *headers;      /* extra header lines, or NULL */
     size_t headers_len;
     const char *body;
     size_t body_len;
-    int close;                      /* close the connection after this one */
+    int close; /* close the connection after this one */
 };
 
 typedef void (*http_handler)(struct http_req *r, void *arg);
@@ -64,11 +64,11 @@ typedef void (*http_handler)(struct http_req *r, void *arg);
  * another thread for /metrics), or NULL.
  */
 struct http_counters {
-    uint64_t accepted;              /* connections */
-    uint64_t open;                  /* gauge */
-    uint64_t bad_request;           /* 400-class framing refusals */
-    uint64_t too_large;             /* 413, 431 */
-    uint64_t timeouts;              /* 408 and idle closes */
+    uint64_t accepted;    /* connections */
+    uint64_t open;        /* gauge */
+    uint64_t bad_request; /* 400-class framing refusals */
+    uint64_t too_large;   /* 413, 431 */
+    uint64_t timeouts;    /* 408 and idle closes */
 };
 
 /*
@@ -78,9 +78,9 @@ struct http_counters {
  * http_server_set_conn_cap() says otherwise.
  */
 int http_server_new(struct http_server **out, struct event_base *base, int fd,
-                     const struct rl_http_conf *limits, const int64_t *max_body,
-                     http_handler handler, void *arg,
-                     struct http_counters *counters, char **cause) RL_WUR;
+                    const struct rl_http_conf *limits, const int64_t *max_body,
+                    http_handler handler, void *arg, struct http_counters *counters,
+                    char **cause) RL_WUR;
 void http_server_free(struct http_server *srv);
 
 /* This server's share of max_connections (also after a reload). */

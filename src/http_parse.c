@@ -13,10 +13,9 @@
 /* RFC 9110 5.6.2: tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" /
  * "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA */
 static const unsigned char tchar[256] = {
-    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
-    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
-    ['`'] = 1, ['|'] = 1, ['~'] = 1,
-    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1,
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1,         ['&'] = 1,         ['\''] = 1,
+    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1,         ['^'] = 1,         ['_'] = 1,
+    ['`'] = 1, ['|'] = 1, ['~'] = 1, ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1,
 };
 
 /* field-value bytes: VCHAR, obs-text, SP, HTAB (RFC 9110 5.5) */
@@ -37,10 +36,9 @@ static const struct {
     size_t len;
     enum http_method m;
 } methods[] = {
-    {"GET", 3, HTTP_M_GET}, {"POST", 4, HTTP_M_POST}, {"HEAD", 4, HTTP_M_HEAD},
-    {"PUT", 3, HTTP_M_PUT}, {"DELETE", 6, HTTP_M_DELETE},
-    {"OPTIONS", 7, HTTP_M_OPTIONS}, {"TRACE", 5, HTTP_M_TRACE},
-    {"CONNECT", 7, HTTP_M_CONNECT}, {"PATCH", 5, HTTP_M_PATCH},
+    {"GET", 3, HTTP_M_GET},     {"POST", 4, HTTP_M_POST},       {"HEAD", 4, HTTP_M_HEAD},
+    {"PUT", 3, HTTP_M_PUT},     {"DELETE", 6, HTTP_M_DELETE},   {"OPTIONS", 7, HTTP_M_OPTIONS},
+    {"TRACE", 5, HTTP_M_TRACE}, {"CONNECT", 7, HTTP_M_CONNECT}, {"PATCH", 5, HTTP_M_PATCH},
 };
 
 static enum http_method
@@ -52,7 +50,11 @@ method_of(const char *s, size_t n)
     return HTTP_M_OTHER;
 }
 
-#define FAIL(st, msg) do { *why = (msg); return -(st); } while (0)
+#define FAIL(st, msg) \
+    do { \
+        *why = (msg); \
+        return -(st); \
+    } while (0)
 
 /*
  * The request line [p, eol) (eol at its CR): method SP target SP version,
@@ -81,8 +83,8 @@ parse_request_line(char *p, char *eol, struct http_head *h, const char **why)
     h->target_len = (size_t)(s - p);
     *s++ = '\0';
 
-    if (eol - s != 8 || memcmp(s, "HTTP/", 5) != 0 || s[6] != '.' ||
-        s[5] < '0' || s[5] > '9' || s[7] < '0' || s[7] > '9')
+    if (eol - s != 8 || memcmp(s, "HTTP/", 5) != 0 || s[6] != '.' || s[5] < '0' ||
+        s[5] > '9' || s[7] < '0' || s[7] > '9')
         FAIL(400, "malformed HTTP version");
     if (s[5] != '1')
         FAIL(505, "HTTP version not supported: use HTTP/1.1");
@@ -228,8 +230,8 @@ read_semantics(struct http_head *h, const char **why)
 }
 
 ssize_t
-http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan,
-                struct http_head *h, const char **why)
+http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan, struct http_head *h,
+                const char **why)
 {
     size_t start = 0, i, end = 0;
     char *p, *eol;
@@ -303,15 +305,15 @@ http_head_find(const struct http_head *h, const char *name)
 /* ---- chunked ----------------------------------------------------------------- */
 
 enum {
-    CH_SIZE = 0,    /* chunk-size hex digits */
-    CH_SIZE_WS,     /* whitespace after them */
-    CH_EXT,         /* chunk extension, up to CR */
+    CH_SIZE = 0, /* chunk-size hex digits */
+    CH_SIZE_WS,  /* whitespace after them */
+    CH_EXT,      /* chunk extension, up to CR */
     CH_SIZE_LF,
     CH_DATA,
     CH_DATA_CR,
     CH_DATA_LF,
     CH_TRAILER_START,
-    CH_TRAILER,     /* a trailer field line, up to CR */
+    CH_TRAILER, /* a trailer field line, up to CR */
     CH_TRAILER_LF,
     CH_END_LF,
     CH_DONE
@@ -350,7 +352,7 @@ chunk_line_byte(struct http_chunked *c, unsigned char b, const char **why)
         else if (!ows((char)b))
             FAIL(400, "malformed chunk size");
         break;
-    default:        /* CH_EXT, CH_TRAILER */
+    default: /* CH_EXT, CH_TRAILER */
         if (b == '\r')
             c->state = c->state == CH_EXT ? CH_SIZE_LF : CH_TRAILER_LF;
         else if (!value_byte(b))
@@ -366,8 +368,7 @@ chunk_line_byte(struct http_chunked *c, unsigned char b, const char **why)
 /* One byte of what frames the data and the trailers (the line ends, the
  * start of a trailer line): 1 once the message has ended. */
 static int
-chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body,
-                 const char **why)
+chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body, const char **why)
 {
     switch (c->state) {
     case CH_SIZE_LF:
@@ -424,8 +425,7 @@ chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body,
         c->state = CH_DONE;
         c->in++;
         return 1;
-    default:
-        return 1;
+    default: return 1;
     }
     return 0;
 }
@@ -450,8 +450,8 @@ chunk_data(struct http_chunked *c, char *buf, size_t len)
 }
 
 int
-http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
-                    int64_t max_body, const char **why)
+http_chunked_decode(struct http_chunked *c, char *buf, size_t len, int64_t max_body,
+                    const char **why)
 {
     int rc = 0;
 
@@ -462,17 +462,10 @@ http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
         case CH_SIZE:
         case CH_SIZE_WS:
         case CH_EXT:
-        case CH_TRAILER:
-            rc = chunk_line_byte(c, b, why);
-            break;
-        case CH_DATA:
-            chunk_data(c, buf, len);
-            break;
-        case CH_DONE:
-            return 1;
-        default:
-            rc = chunk_frame_byte(c, b, max_body, why);
-            break;
+        case CH_TRAILER: rc = chunk_line_byte(c, b, why); break;
+        case CH_DATA: chunk_data(c, buf, len); break;
+        case CH_DONE: return 1;
+        default: rc = chunk_frame_byte(c, b, max_body, why); break;
         }
     }
     return rc != 0 ? rc : c->state == CH_DONE;

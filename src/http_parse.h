@@ -18,32 +18,39 @@
 #define HTTP_HEADERS_MAX 64
 
 enum http_method {
-    HTTP_M_OTHER = 0,       /* a valid token we do not serve */
-    HTTP_M_GET, HTTP_M_HEAD, HTTP_M_POST, HTTP_M_PUT, HTTP_M_DELETE,
-    HTTP_M_OPTIONS, HTTP_M_TRACE, HTTP_M_CONNECT, HTTP_M_PATCH
+    HTTP_M_OTHER = 0, /* a valid token we do not serve */
+    HTTP_M_GET,
+    HTTP_M_HEAD,
+    HTTP_M_POST,
+    HTTP_M_PUT,
+    HTTP_M_DELETE,
+    HTTP_M_OPTIONS,
+    HTTP_M_TRACE,
+    HTTP_M_CONNECT,
+    HTTP_M_PATCH
 };
 
 struct http_header {
-    const char *name;       /* NUL-terminated in place, as sent */
-    const char *value;      /* NUL-terminated in place, OWS trimmed */
+    const char *name;  /* NUL-terminated in place, as sent */
+    const char *value; /* NUL-terminated in place, OWS trimmed */
     size_t name_len, value_len;
 };
 
 struct http_head {
     enum http_method method;
-    const char *method_name;        /* NUL-terminated in place */
+    const char *method_name; /* NUL-terminated in place */
     size_t method_len;
-    const char *target;             /* request-target as sent, NUL-terminated */
+    const char *target; /* request-target as sent, NUL-terminated */
     size_t target_len;
-    const char *path;               /* origin-form path (absolute-form: the
+    const char *path;       /* origin-form path (absolute-form: the
                                      * part after the authority, "/" if none;
                                      * '*' and authority-form: the target) */
-    size_t path_len;                /* up to '?' (not NUL-terminated there) */
-    int minor;                      /* HTTP/1.<minor>: 0 or 1 */
-    int keep_alive;                 /* what the client asked for */
-    int chunked;                    /* Transfer-Encoding: chunked */
-    int64_t content_length;         /* -1 when absent */
-    int expect_continue;            /* Expect: 100-continue */
+    size_t path_len;        /* up to '?' (not NUL-terminated there) */
+    int minor;              /* HTTP/1.<minor>: 0 or 1 */
+    int keep_alive;         /* what the client asked for */
+    int chunked;            /* Transfer-Encoding: chunked */
+    int64_t content_length; /* -1 when absent */
+    int expect_continue;    /* Expect: 100-continue */
     size_t nheaders;
     struct http_header headers[HTTP_HEADERS_MAX];
 };
@@ -66,8 +73,7 @@ ssize_t http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan,
                         struct http_head *h, const char **why);
 
 /* The first header named `name` (case-insensitive), or NULL. */
-const struct http_header *http_head_find(const struct http_head *h,
-                                         const char *name);
+const struct http_header *http_head_find(const struct http_head *h, const char *name);
 
 /*
  * Chunked transfer coding (RFC 9112 7.1), decoded in place: raw bytes at
@@ -79,11 +85,11 @@ const struct http_header *http_head_find(const struct http_head *h,
  */
 struct http_chunked {
     int state;
-    uint64_t left;          /* bytes of the current chunk still to copy */
-    uint64_t body;          /* body bytes decoded so far */
-    size_t line;            /* bytes of the current size/trailer line */
-    size_t trailers;        /* trailer lines read */
-    size_t in, out;         /* raw input read up to, decoded body end */
+    uint64_t left;   /* bytes of the current chunk still to copy */
+    uint64_t body;   /* body bytes decoded so far */
+    size_t line;     /* bytes of the current size/trailer line */
+    size_t trailers; /* trailer lines read */
+    size_t in, out;  /* raw input read up to, decoded body end */
 };
 
 /*
@@ -92,7 +98,7 @@ struct http_chunked {
  * more input is needed; < 0 -status (400; 413 when the body passes
  * max_body) with *why.
  */
-int http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
-                        int64_t max_body, const char **why);
+int http_chunked_decode(struct http_chunked *c, char *buf, size_t len, int64_t max_body,
+                        const char **why);
 
 #endif

@@ -31,23 +31,23 @@ struct snap {
 struct sync_op;
 
 struct hentry {
-    struct hentry *hnext;           /* hash chain */
-    struct hentry *newer, *older;   /* by last touch */
-    struct hentry *dirty_next;      /* on the list of keys to sync */
-    struct rl_config *cfg;          /* a reference: the policy lives in it */
+    struct hentry *hnext;         /* hash chain */
+    struct hentry *newer, *older; /* by last touch */
+    struct hentry *dirty_next;    /* on the list of keys to sync */
+    struct rl_config *cfg;        /* a reference: the policy lives in it */
     const struct rl_policy *policy;
-    struct sync_op *op;             /* the sync in flight; pins the entry */
+    struct sync_op *op; /* the sync in flight; pins the entry */
     uint64_t hash;
-    int64_t snap_us;                /* when the snapshot's answer came */
-    int64_t snap_sent_us;           /* when the request that gave it went */
+    int64_t snap_us;      /* when the snapshot's answer came */
+    int64_t snap_sent_us; /* when the request that gave it went */
     int64_t touch_us, sync_us;
-    int64_t pending, inflight;      /* cost units */
-    int64_t block_end_us;           /* blocked until then, as Redis said */
-    uint64_t writer, seq;           /* RL_CHECK_ONCE: inflight's */
-    int dirty;                      /* on the dirty list */
-    int failed;                     /* the last sync failed */
+    int64_t pending, inflight; /* cost units */
+    int64_t block_end_us;      /* blocked until then, as Redis said */
+    uint64_t writer, seq;      /* RL_CHECK_ONCE: inflight's */
+    int dirty;                 /* on the dirty list */
+    int failed;                /* the last sync failed */
     size_t klen;
-    char *key;                      /* after snap[], same allocation */
+    char *key; /* after snap[], same allocation */
     struct snap snap[];
 };
 
@@ -64,22 +64,22 @@ struct rl_hybrid {
     struct rl_metrics *m;
     struct event *tick;
     int64_t tick_ms;
-    struct rl_config *cfg;          /* the newest seen (a reference) */
+    struct rl_config *cfg; /* the newest seen (a reference) */
     struct hentry **buckets;
     size_t mask, n, max;
     struct hentry *newest, *oldest;
     struct hentry *dirty;
-    size_t ops;                     /* syncs in flight */
-    int64_t units;                  /* pending + inflight, every entry */
+    size_t ops;    /* syncs in flight */
+    int64_t units; /* pending + inflight, every entry */
     /* RL_CHECK_ONCE: a writer's seqs for one key must only grow, so one
      * entry per (writer, key): a reload's new entries get a new writer while
      * the retired ones still resend under theirs. */
-    uint64_t writer, seq;           /* this run's id, the last seq */
-    uint64_t gen;                   /* configs seen */
+    uint64_t writer, seq; /* this run's id, the last seq */
+    uint64_t gen;         /* configs seen */
     int draining, closing;
     void (*idle_cb)(void *arg);
     void *idle_arg;
-    int64_t (*now)(void);           /* the clock: now_monotonic_us but in tests */
+    int64_t (*now)(void); /* the clock: now_monotonic_us but in tests */
 };
 
 static void on_tick(evutil_socket_t fd, short what, void *arg);
@@ -128,8 +128,8 @@ find(struct rl_hybrid *h, const struct rl_config *cfg, const struct rl_policy *p
      const char *key, size_t klen, uint64_t hash)
 {
     for (struct hentry *e = h->buckets[hash & h->mask]; e != NULL; e = e->hnext)
-        if (e->hash == hash && e->cfg == cfg && e->policy == policy &&
-            e->klen == klen && memcmp(e->key, key, klen) == 0)
+        if (e->hash == hash && e->cfg == cfg && e->policy == policy && e->klen == klen &&
+            memcmp(e->key, key, klen) == 0)
             return e;
     return NULL;
 }
@@ -214,8 +214,7 @@ mark_dirty(struct rl_hybrid *h, struct hentry *e)
 }
 
 static void
-take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
-              int64_t now)
+take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us, int64_t now)
 {
     for (size_t i = 0; i < e->policy->nlimits; i++) {
         e->snap[i].remaining = res->limits[i].remaining;
@@ -260,7 +259,7 @@ on_sync(const struct rl_check_res *res, void *arg)
             take_snapshot(e, res, op->sent_us, h->now());
         /* a resend carried only the units it had: newer ones go next */
         if (e->pending > 0)
-            mark_dirty(h, e);       /* the tick runs while there are entries */
+            mark_dirty(h, e); /* the tick runs while there are entries */
     } else {
         /* never dropped: sent again next interval, as they are and under
          * the same seq (RL_CHECK_ONCE), since they may have been applied */
@@ -298,7 +297,7 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     if (h->closing || e->op != NULL)
         return RL_ERR;
     if (h->be->ops->ready(h->be, &why) != RL_OK) {
-        e->failed = 1;          /* the local view is getting old */
+        e->failed = 1; /* the local view is getting old */
         return RL_ERR;
     }
     op = xcalloc(1, sizeof(*op));
@@ -311,7 +310,7 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     if (e->inflight == 0 && e->pending > 0) {
         e->inflight = e->pending;
         e->pending = 0;
-        e->seq = ++h->seq;      /* only grows: a new entry for a key too */
+        e->seq = ++h->seq; /* only grows: a new entry for a key too */
     }
     op->req.cost = e->inflight;
     op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE | (e->inflight > 0 ? RL_CHECK_ONCE : 0);
@@ -415,7 +414,7 @@ use_config(struct rl_hybrid *h, struct rl_config *cfg)
         if (e->cfg == cfg)
             continue;
         if (e->pending + e->inflight > 0)
-            (void)sync_entry(h, e, now);    /* else the tick retries it */
+            (void)sync_entry(h, e, now); /* else the tick retries it */
         else if (!e->dirty && e->op == NULL)
             entry_free(h, e);
     }
@@ -453,8 +452,8 @@ estimate(const struct hentry *e, int64_t now, int64_t cost, struct rl_check_res 
     for (size_t i = 0; i < policy->nlimits; i++) {
         seen.remaining = e->snap[i].remaining;
         seen.reset_ms = e->snap[i].reset_ms;
-        algo_def(policy->limits[i].algo)->estimate(&policy->limits[i], &seen, cost,
-                                                   &res->limits[i]);
+        algo_def(policy->limits[i].algo)
+            ->estimate(&policy->limits[i], &seen, cost, &res->limits[i]);
         if (!res->limits[i].allowed)
             res->allowed = 0;
     }
@@ -472,9 +471,9 @@ estimate(const struct hentry *e, int64_t now, int64_t cost, struct rl_check_res 
 }
 
 bool
-hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
-              const struct rl_policy *policy, const char *key, size_t klen,
-              int64_t cost, struct rl_check_res *res, int *degraded)
+hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
+              const char *key, size_t klen, int64_t cost, struct rl_check_res *res,
+              int *degraded)
 {
     struct hentry *e;
     int64_t now;
@@ -518,7 +517,7 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
     e = find(h, cfg, policy, key, klen, hash);
     if (e == NULL) {
         if (h->n >= h->max)
-            return;         /* full: this key stays on the exact path */
+            return; /* full: this key stays on the exact path */
         e = xcalloc(1, sizeof(*e) + policy->nlimits * sizeof(e->snap[0]) + klen);
         e->key = (char *)(e->snap + policy->nlimits);
         memcpy(e->key, key, klen);
@@ -537,16 +536,15 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
         arm(h);
         gauges(h);
     } else if (sent_us < e->snap_sent_us) {
-        return;             /* a newer answer is in already */
+        return; /* a newer answer is in already */
     }
     take_snapshot(e, res, sent_us, now);
 }
 
 void
-hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg,
-                  const struct rl_policy *policy, const char *key, size_t klen,
-                  int64_t sent_us, const struct rl_check_req *req,
-                  const struct rl_check_res *res)
+hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
+                  const char *key, size_t klen, int64_t sent_us,
+                  const struct rl_check_req *req, const struct rl_check_res *res)
 {
     struct hentry *e = find(h, cfg, policy, key, klen, hash_key(key, klen));
 
@@ -574,7 +572,7 @@ hybrid_drain(struct rl_hybrid *h, void (*idle_cb)(void *arg), void *arg)
     for (e = h->oldest; e != NULL; e = next) {
         next = e->newer;
         if (e->pending + e->inflight > 0)
-            (void)sync_entry(h, e, now);    /* else the tick retries it */
+            (void)sync_entry(h, e, now); /* else the tick retries it */
     }
 }
 
@@ -607,8 +605,8 @@ hybrid_free(struct rl_hybrid *h)
         free(e);
     }
     if (lost > 0)
-        log_warn("msg=\"hybrid counts not synced before exit\" keys=%zu units=%lld",
-                 keys, (long long)lost);
+        log_warn("msg=\"hybrid counts not synced before exit\" keys=%zu units=%lld", keys,
+                 (long long)lost);
     config_unref(h->cfg);
     event_free(h->tick);
     free(h->buckets);

@@ -80,15 +80,15 @@ void hybrid_set_clock(struct rl_hybrid *h, int64_t (*now_us)(void));
  * is overdue: the view may be stale), or false when the key is unknown (ask
  * the backend, then hybrid_seed with its answer).
  */
-bool hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg,
-                   const struct rl_policy *policy, const char *key, size_t klen,
-                   int64_t cost, struct rl_check_res *res, int *degraded) RL_WUR;
+bool hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
+                   const char *key, size_t klen, int64_t cost, struct rl_check_res *res,
+                   int *degraded) RL_WUR;
 
 /* The backend's answer to an exact check sent at sent_us (the table's clock)
  * for a hybrid policy: the key's snapshot from now on. */
-void hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg,
-                 const struct rl_policy *policy, const char *key, size_t klen,
-                 int64_t sent_us, const struct rl_check_res *res);
+void hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
+                 const char *key, size_t klen, int64_t sent_us,
+                 const struct rl_check_res *res);
 
 /*
  * The backend's answer to an admin operation req on a hybrid policy, sent

@@ -9,8 +9,7 @@
 #include "netaddr.h"
 
 static bool
-put_typed(const char *type, const char *v, size_t vlen, char *out, size_t size,
-          size_t *len)
+put_typed(const char *type, const char *v, size_t vlen, char *out, size_t size, size_t *len)
 {
     size_t tlen = strlen(type);
 
@@ -82,8 +81,8 @@ forwarded_for(const char *el, size_t n, const char **v, size_t *vlen)
 }
 
 bool
-identity_forwarded(const struct rl_cidr_list *trusted,
-                   const struct rl_ident_input *in, int *family, uint8_t addr[16])
+identity_forwarded(const struct rl_cidr_list *trusted, const struct rl_ident_input *in,
+                   int *family, uint8_t addr[16])
 {
     char h[RL_FORWARDED_MAX];
     const char *item;
@@ -91,8 +90,7 @@ identity_forwarded(const struct rl_cidr_list *trusted,
     bool found = false;
     int rfc;
 
-    if (in->peer_family == 0 ||
-        !cidr_list_contains(trusted, in->peer_family, in->peer_addr))
+    if (in->peer_family == 0 || !cidr_list_contains(trusted, in->peer_family, in->peer_addr))
         return false;
     /* Several header lines are one list (RFC 9110 5.3): a proxy that adds its
      * own line must not let the client's earlier line pick the identity. */
@@ -123,10 +121,8 @@ identity_forwarded(const struct rl_cidr_list *trusted,
 }
 
 bool
-identity_resolve(const struct rl_identity_chain *chain,
-                 const struct rl_cidr_list *trusted,
-                 const struct rl_ident_input *in, char *out, size_t size,
-                 size_t *len)
+identity_resolve(const struct rl_identity_chain *chain, const struct rl_cidr_list *trusted,
+                 const struct rl_ident_input *in, char *out, size_t size, size_t *len)
 {
     for (size_t i = 0; i < chain->n; i++) {
         const struct rl_id_source *s = &chain->v[i];
@@ -161,14 +157,13 @@ identity_resolve(const struct rl_identity_chain *chain,
 static bool
 safe_byte(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' ||
-           c == '@' || c == '/' || c == '=' || c == '+';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '-' || c == '_' || c == '@' || c == '/' || c == '=' || c == '+';
 }
 
 int
-identity_key(const char *prefix, const char *policy, const char *id,
-             size_t idlen, char *buf, size_t size)
+identity_key(const char *prefix, const char *policy, const char *id, size_t idlen, char *buf,
+             size_t size)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t plen = strlen(prefix), nlen = strlen(policy), o = 0;

@@ -21,9 +21,8 @@
 struct rl_cidr_list;
 struct rl_identity_chain;
 
-
 struct rl_ident_input {
-    const char *body_key;   /* "key" of the body, NULL when absent */
+    const char *body_key; /* "key" of the body, NULL when absent */
     size_t body_key_len;
     /* header value by name (case-insensitive), NULL when absent */
     const char *(*header)(void *hctx, const char *name);
@@ -35,7 +34,7 @@ struct rl_ident_input {
      * 7239 Forwarded (1).  Only that one is read; the other may come from
      * the client, passed through untouched, and must not be believed. */
     int forwarded_rfc7239;
-    int peer_family;        /* AF_INET, AF_INET6, or 0 (unix socket) */
+    int peer_family; /* AF_INET, AF_INET6, or 0 (unix socket) */
     uint8_t peer_addr[16];
 };
 
@@ -44,9 +43,8 @@ struct rl_ident_input {
  * true with `out` holding it typed (not NUL-terminated) and *len its length.
  */
 bool identity_resolve(const struct rl_identity_chain *chain,
-                     const struct rl_cidr_list *trusted,
-                     const struct rl_ident_input *in, char *out, size_t size,
-                     size_t *len) RL_WUR;
+                      const struct rl_cidr_list *trusted, const struct rl_ident_input *in,
+                      char *out, size_t size, size_t *len) RL_WUR;
 
 /*
  * The client address a forwarding chain vouches for: walk X-Forwarded-For
@@ -54,15 +52,14 @@ bool identity_resolve(const struct rl_identity_chain *chain,
  * not a trusted proxy.  Only when the direct peer itself is trusted; false
  * when the chain vouches for nothing.
  */
-bool identity_forwarded(const struct rl_cidr_list *trusted,
-                       const struct rl_ident_input *in, int *family,
-                       uint8_t addr[16]) RL_WUR;
+bool identity_forwarded(const struct rl_cidr_list *trusted, const struct rl_ident_input *in,
+                        int *family, uint8_t addr[16]) RL_WUR;
 
 /*
  * "{<prefix><policy>:<escaped identity>}": the hash tag that every key of
  * one check shares.  Returns the length, or -1 when buf is too small.
  */
-int identity_key(const char *prefix, const char *policy, const char *id,
-                 size_t idlen, char *buf, size_t size);
+int identity_key(const char *prefix, const char *policy, const char *id, size_t idlen,
+                 char *buf, size_t size);
 
 #endif

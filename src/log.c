@@ -41,7 +41,7 @@ log_set_level(enum rl_log_level level)
 /* A bounded line: writes past the end are dropped, the line stays one line. */
 struct line {
     char *buf;
-    size_t cap;                 /* bytes usable for text (the '\n' is extra) */
+    size_t cap; /* bytes usable for text (the '\n' is extra) */
     size_t n;
 };
 
@@ -114,11 +114,11 @@ put_value(struct line *l, const char *s, size_t len, int quoted)
 
 /* One conversion of the caller's format, as read. */
 struct spec {
-    char text[48];              /* "%", flags, width, precision, then length and conversion */
+    char text[48]; /* "%", flags, width, precision, then length and conversion */
     size_t len;
-    int prec;                   /* -1: none */
-    int lmod;                   /* 'h' 'H'(hh) 'l' 'L'(ll) 'z' 'j' 't' 'D'(L), 0: none */
-    char conv;                  /* '\0': the format ended inside the conversion */
+    int prec;  /* -1: none */
+    int lmod;  /* 'h' 'H'(hh) 'l' 'L'(ll) 'z' 'j' 't' 'D'(L), 0: none */
+    char conv; /* '\0': the format ended inside the conversion */
 };
 
 /*
@@ -157,9 +157,13 @@ read_spec(const char **pp, struct spec *sp, va_list *ap)
         sp->len += (size_t)snprintf(sp->text + sp->len, sizeof(sp->text) - sp->len, ".%d",
                                     sp->prec < 0 ? 0 : sp->prec);
     }
-    if (p[0] == 'h' && p[1] == 'h') { sp->lmod = 'H'; p += 2; }
-    else if (p[0] == 'l' && p[1] == 'l') { sp->lmod = 'L'; p += 2; }
-    else if (*p != '\0' && strchr("hlzjtL", *p) != NULL) {
+    if (p[0] == 'h' && p[1] == 'h') {
+        sp->lmod = 'H';
+        p += 2;
+    } else if (p[0] == 'l' && p[1] == 'l') {
+        sp->lmod = 'L';
+        p += 2;
+    } else if (*p != '\0' && strchr("hlzjtL", *p) != NULL) {
         sp->lmod = *p == 'L' ? 'D' : *p;
         p++;
     }
@@ -174,8 +178,14 @@ static void
 close_spec(struct spec *sp)
 {
     switch (sp->lmod) {
-    case 'H': sp->text[sp->len++] = 'h'; sp->text[sp->len++] = 'h'; break;
-    case 'L': sp->text[sp->len++] = 'l'; sp->text[sp->len++] = 'l'; break;
+    case 'H':
+        sp->text[sp->len++] = 'h';
+        sp->text[sp->len++] = 'h';
+        break;
+    case 'L':
+        sp->text[sp->len++] = 'l';
+        sp->text[sp->len++] = 'l';
+        break;
     case 'D': sp->text[sp->len++] = 'L'; break;
     case 0: break;
     default: sp->text[sp->len++] = (char)sp->lmod;
@@ -195,7 +205,12 @@ put_converted(struct line *l, struct spec *sp, va_list *ap)
 
     close_spec(sp);
     switch (sp->conv) {
-    case 'd': case 'i': case 'u': case 'x': case 'X': case 'o':
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'x':
+    case 'X':
+    case 'o':
         switch (sp->lmod) {
         case 'l': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long)); break;
         case 'L': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long long)); break;
@@ -205,20 +220,20 @@ put_converted(struct line *l, struct spec *sp, va_list *ap)
         default: m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int)); break;
         }
         break;
-    case 'c':
-        m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int));
-        break;
-    case 'p':
-        m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, void *));
-        break;
-    case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
+    case 'c': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int)); break;
+    case 'p': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, void *)); break;
+    case 'f':
+    case 'F':
+    case 'e':
+    case 'E':
+    case 'g':
+    case 'G':
         if (sp->lmod == 'D')
             m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long double));
         else
             m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, double));
         break;
-    default:
-        return false;
+    default: return false;
     }
     if (m > 0)
         put(l, tmp, (size_t)m < sizeof(tmp) ? (size_t)m : sizeof(tmp) - 1);

@@ -17,27 +17,25 @@
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-        "usage: ratelimitd [-c FILE] [-l ADDR:PORT] [-r REDIS_URL] [-b redis|memory]\n"
-        "                  [-w N] [-L LEVEL] [-t] [-V] [-h]\n"
-        "  -c FILE   JSON config file (env RATELIMITD_CONFIG)\n"
-        "  -l ADDR   listen address: 127.0.0.1:8080, [::1]:8080, unix:/path.sock\n"
-        "            (env RATELIMITD_LISTEN)\n"
-        "  -r URL    redis[s]://[user:password@]host:port[/db] or unix:///path.sock\n"
-        "            (env RATELIMITD_REDIS_URL)\n"
-        "  -b NAME   backend: redis (shared, default) or memory (one instance)\n"
-        "            (env RATELIMITD_BACKEND)\n"
-        "  -w N      worker threads (default 1; 0 = one per CPU)\n"
-        "  -L LEVEL  log level: error, warn, info, debug (env RATELIMITD_LOG_LEVEL)\n"
-        "  -t        check the configuration and exit\n"
-        "  -V        print the version and exit\n"
-        "  -h        print this help and exit\n"
-        "signals: HUP reloads the config; TERM/INT drain and stop (twice: now)\n");
+    fprintf(f, "usage: ratelimitd [-c FILE] [-l ADDR:PORT] [-r REDIS_URL] [-b redis|memory]\n"
+               "                  [-w N] [-L LEVEL] [-t] [-V] [-h]\n"
+               "  -c FILE   JSON config file (env RATELIMITD_CONFIG)\n"
+               "  -l ADDR   listen address: 127.0.0.1:8080, [::1]:8080, unix:/path.sock\n"
+               "            (env RATELIMITD_LISTEN)\n"
+               "  -r URL    redis[s]://[user:password@]host:port[/db] or unix:///path.sock\n"
+               "            (env RATELIMITD_REDIS_URL)\n"
+               "  -b NAME   backend: redis (shared, default) or memory (one instance)\n"
+               "            (env RATELIMITD_BACKEND)\n"
+               "  -w N      worker threads (default 1; 0 = one per CPU)\n"
+               "  -L LEVEL  log level: error, warn, info, debug (env RATELIMITD_LOG_LEVEL)\n"
+               "  -t        check the configuration and exit\n"
+               "  -V        print the version and exit\n"
+               "  -h        print this help and exit\n"
+               "signals: HUP reloads the config; TERM/INT drain and stop (twice: now)\n");
 }
 
 static void
-add_override(struct rl_options *o, const char *name, const char *text,
-             const char *origin)
+add_override(struct rl_options *o, const char *name, const char *text, const char *origin)
 {
     /* a later source of the same option replaces the earlier one */
     for (size_t i = 0; i < o->nov; i++) {
@@ -54,7 +52,9 @@ add_override(struct rl_options *o, const char *name, const char *text,
 int
 main(int argc, char **argv)
 {
-    static const struct { const char *env, *name; } envs[] = {
+    static const struct {
+        const char *env, *name;
+    } envs[] = {
         {"RATELIMITD_LISTEN", "listen"},
         {"RATELIMITD_REDIS_URL", "redis.url"},
         {"RATELIMITD_BACKEND", "backend"},

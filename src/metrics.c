@@ -14,27 +14,22 @@
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *reg_names[RL_METRICS_POLICIES];
-static int reg_n = 1;           /* id 0: no policy */
+static int reg_n = 1; /* id 0: no policy */
 
 static uint64_t reconnects, reloads_ok, reloads_failed, config_hash;
 static uint64_t redis_errors[RL_RERR_COUNT];
 static const char *const redis_error_kinds[RL_RERR_COUNT] = {
-    "oom", "readonly", "masterdown", "loading", "busy", "noscript", "wrongtype", "cluster",
-    "bad_reply", "other"
-};
+    "oom",      "readonly",  "masterdown", "loading",   "busy",
+    "noscript", "wrongtype", "cluster",    "bad_reply", "other"};
 
-static const char *const admin_actions[RL_ADM_ACTION_COUNT] = {
-    "inspect", "reset", "block", "unblock", "reward", "penalty"
-};
-static const char *const admin_results[RL_ADM_RESULT_COUNT] = {
-    "ok", "invalid", "unauthorized", "error"
-};
+static const char *const admin_actions[RL_ADM_ACTION_COUNT] = {"inspect", "reset",  "block",
+                                                               "unblock", "reward", "penalty"};
+static const char *const admin_results[RL_ADM_RESULT_COUNT] = {"ok", "invalid", "unauthorized",
+                                                               "error"};
 
 /* Upper bounds in microseconds; the text form is seconds. */
 static const int64_t lat_le_us[RL_LAT_BUCKETS] = {
-    100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
-    1000000, 5000000
-};
+    100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000};
 
 int
 metrics_policy_id(const char *name)
@@ -49,7 +44,7 @@ metrics_policy_id(const char *name)
         reg_names[reg_n] = xstrdup(name);
         id = reg_n++;
     } else {
-        id = RL_METRICS_POLICIES - 1;   /* "other" */
+        id = RL_METRICS_POLICIES - 1; /* "other" */
     }
 out:
     pthread_mutex_unlock(&reg_lock);
@@ -149,20 +144,21 @@ sum(struct rl_metrics *const *ms, size_t n, size_t off)
 static void
 format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
-    static const char *const outcomes[RL_OUT_COUNT] = {
-        "allowed", "denied", "shadow_denied", "degraded", "error"
-    };
+    static const char *const outcomes[RL_OUT_COUNT] = {"allowed", "denied", "shadow_denied",
+                                                       "degraded", "error"};
     int names;
 
-    evbuffer_add_printf(out,
-        "# HELP ratelimitd_checks_total Checks answered, by policy and result.\n"
-        "# TYPE ratelimitd_checks_total counter\n");
+    evbuffer_add_printf(
+        out, "# HELP ratelimitd_checks_total Checks answered, by policy and result.\n"
+             "# TYPE ratelimitd_checks_total counter\n");
     pthread_mutex_lock(&reg_lock);
     names = reg_n;
     pthread_mutex_unlock(&reg_lock);
     for (int id = 0; id < RL_METRICS_POLICIES; id++) {
-        const char *name = id == 0 ? "" : id < names ? reg_names[id]
-                         : id == RL_METRICS_POLICIES - 1 ? "(other)" : NULL;
+        const char *name = id == 0                         ? ""
+                           : id < names                    ? reg_names[id]
+                           : id == RL_METRICS_POLICIES - 1 ? "(other)"
+                                                           : NULL;
         if (name == NULL)
             continue;
         for (int o = 0; o < RL_OUT_COUNT; o++) {
@@ -170,7 +166,8 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
             /* a policy shows every result once it has any; unused ids stay quiet */
             if (v == 0 && (id == 0 || id == RL_METRICS_POLICIES - 1))
                 continue;
-            evbuffer_add_printf(out, "ratelimitd_checks_total{policy=\"%s\",result=\"%s\"} %llu\n",
+            evbuffer_add_printf(out,
+                                "ratelimitd_checks_total{policy=\"%s\",result=\"%s\"} %llu\n",
                                 name, outcomes[o], (unsigned long long)v);
         }
     }
@@ -180,23 +177,23 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 static void
 format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
-    static const char *const rejects[RL_REJ_COUNT] = {
-        "bad_request", "too_large", "overloaded", "draining", "not_found",
-        "method_not_allowed"
-    };
+    static const char *const rejects[RL_REJ_COUNT] = {"bad_request", "too_large",
+                                                      "overloaded",  "draining",
+                                                      "not_found",   "method_not_allowed"};
 
-    evbuffer_add_printf(out,
-        "# HELP ratelimitd_requests_rejected_total Requests refused before a check ran.\n"
-        "# TYPE ratelimitd_requests_rejected_total counter\n");
+    evbuffer_add_printf(
+        out, "# HELP ratelimitd_requests_rejected_total Requests refused before a check ran.\n"
+             "# TYPE ratelimitd_requests_rejected_total counter\n");
     for (int r = 0; r < RL_REJ_COUNT; r++) {
         /* the HTTP layer refuses malformed and oversize requests itself */
-        uint64_t v = SUM(rejected[r]) +
-                     (r == RL_REJ_BAD_REQUEST ? SUM(http.bad_request)
-                      : r == RL_REJ_TOO_LARGE ? SUM(http.too_large) : 0);
+        uint64_t v = SUM(rejected[r]) + (r == RL_REJ_BAD_REQUEST ? SUM(http.bad_request)
+                                         : r == RL_REJ_TOO_LARGE ? SUM(http.too_large)
+                                                                 : 0);
         evbuffer_add_printf(out, "ratelimitd_requests_rejected_total{reason=\"%s\"} %llu\n",
                             rejects[r], (unsigned long long)v);
     }
-    evbuffer_add_printf(out,
+    evbuffer_add_printf(
+        out,
         "ratelimitd_requests_rejected_total{reason=\"timeout\"} %llu\n"
         "# HELP ratelimitd_connections_accepted_total Connections accepted on the check listener.\n"
         "# TYPE ratelimitd_connections_accepted_total counter\n"
@@ -216,12 +213,13 @@ format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     uint64_t cum = 0;
 
     evbuffer_add_printf(out,
-        "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
-        "# TYPE ratelimitd_backend_requests_total counter\n");
+                        "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
+                        "# TYPE ratelimitd_backend_requests_total counter\n");
     for (int st = 0; st < 4; st++)
         evbuffer_add_printf(out, "ratelimitd_backend_requests_total{status=\"%s\"} %llu\n",
                             statuses[st], (unsigned long long)SUM(backend_status[st]));
-    evbuffer_add_printf(out,
+    evbuffer_add_printf(
+        out,
         "# HELP ratelimitd_backend_latency_seconds Time from asking the backend to its answer.\n"
         "# TYPE ratelimitd_backend_latency_seconds histogram\n");
     for (int b = 0; b < RL_LAT_BUCKETS; b++) {
@@ -231,24 +229,26 @@ format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     }
     cum += SUM(lat_inf);
     evbuffer_add_printf(out,
-        "ratelimitd_backend_latency_seconds_bucket{le=\"+Inf\"} %llu\n"
-        "ratelimitd_backend_latency_seconds_sum %.6f\n"
-        "ratelimitd_backend_latency_seconds_count %llu\n",
-        (unsigned long long)cum, (double)SUM(lat_sum_us) / 1e6,
-        (unsigned long long)SUM(lat_count));
+                        "ratelimitd_backend_latency_seconds_bucket{le=\"+Inf\"} %llu\n"
+                        "ratelimitd_backend_latency_seconds_sum %.6f\n"
+                        "ratelimitd_backend_latency_seconds_count %llu\n",
+                        (unsigned long long)cum, (double)SUM(lat_sum_us) / 1e6,
+                        (unsigned long long)SUM(lat_count));
 }
 
 void
 metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
     evbuffer_add_printf(out,
-        "# HELP ratelimitd_build_info Build information.\n"
-        "# TYPE ratelimitd_build_info gauge\n"
-        "ratelimitd_build_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
+                        "# HELP ratelimitd_build_info Build information.\n"
+                        "# TYPE ratelimitd_build_info gauge\n"
+                        "ratelimitd_build_info{version=\"%s\"} 1\n",
+                        PACKAGE_VERSION);
     format_checks(out, ms, n);
     format_requests(out, ms, n);
     format_backend(out, ms, n);
-    evbuffer_add_printf(out,
+    evbuffer_add_printf(
+        out,
         "# HELP ratelimitd_local_cache_hits_total Checks answered from the local cache.\n"
         "# TYPE ratelimitd_local_cache_hits_total counter\n"
         "ratelimitd_local_cache_hits_total %llu\n"
@@ -280,13 +280,14 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_config_info The loaded configuration (FNV-1a hash of the file).\n"
         "# TYPE ratelimitd_config_info gauge\n"
         "ratelimitd_config_info{hash=\"%016llx\"} 1\n",
-        (unsigned long long)SUM(local_cache_hits),
-        (unsigned long long)SUM(hybrid_local), (unsigned long long)SUM(hybrid_syncs),
-        (unsigned long long)SUM(hybrid_sync_failures), (unsigned long long)SUM(hybrid_pending),
-        (unsigned long long)SUM(hybrid_entries), (unsigned long long)SUM(inflight),
-        (unsigned long long)LOAD(&reconnects), (unsigned long long)LOAD(&reloads_ok),
-        (unsigned long long)LOAD(&reloads_failed), (unsigned long long)LOAD(&config_hash));
-    evbuffer_add_printf(out,
+        (unsigned long long)SUM(local_cache_hits), (unsigned long long)SUM(hybrid_local),
+        (unsigned long long)SUM(hybrid_syncs), (unsigned long long)SUM(hybrid_sync_failures),
+        (unsigned long long)SUM(hybrid_pending), (unsigned long long)SUM(hybrid_entries),
+        (unsigned long long)SUM(inflight), (unsigned long long)LOAD(&reconnects),
+        (unsigned long long)LOAD(&reloads_ok), (unsigned long long)LOAD(&reloads_failed),
+        (unsigned long long)LOAD(&config_hash));
+    evbuffer_add_printf(
+        out,
         "# HELP ratelimitd_redis_errors_total Checks answered by an error reply from Redis, by kind.\n"
         "# TYPE ratelimitd_redis_errors_total counter\n");
     for (int k = 0; k < RL_RERR_COUNT; k++)
@@ -297,13 +298,13 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 void
 metrics_format_admin(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
-    evbuffer_add_printf(out,
+    evbuffer_add_printf(
+        out,
         "# HELP ratelimitd_admin_actions_total Admin API requests, by action and result.\n"
         "# TYPE ratelimitd_admin_actions_total counter\n");
     for (int a = 0; a < RL_ADM_ACTION_COUNT; a++)
         for (int r = 0; r < RL_ADM_RESULT_COUNT; r++)
-            evbuffer_add_printf(out,
-                                "ratelimitd_admin_actions_total{action=\"%s\",result=\"%s\"} %llu\n",
-                                admin_actions[a], admin_results[r],
-                                (unsigned long long)SUM(admin[a][r]));
+            evbuffer_add_printf(
+                out, "ratelimitd_admin_actions_total{action=\"%s\",result=\"%s\"} %llu\n",
+                admin_actions[a], admin_results[r], (unsigned long long)SUM(admin[a][r]));
 }

@@ -18,14 +18,23 @@
 struct evbuffer;
 
 enum rl_outcome {
-    RL_OUT_ALLOWED = 0, RL_OUT_DENIED, RL_OUT_SHADOW_DENIED, RL_OUT_DEGRADED,
-    RL_OUT_ERROR, RL_OUT_COUNT
+    RL_OUT_ALLOWED = 0,
+    RL_OUT_DENIED,
+    RL_OUT_SHADOW_DENIED,
+    RL_OUT_DEGRADED,
+    RL_OUT_ERROR,
+    RL_OUT_COUNT
 };
 
 /* Requests refused before any check ran. */
 enum rl_reject {
-    RL_REJ_BAD_REQUEST = 0, RL_REJ_TOO_LARGE, RL_REJ_OVERLOADED, RL_REJ_DRAINING,
-    RL_REJ_NOT_FOUND, RL_REJ_METHOD, RL_REJ_COUNT
+    RL_REJ_BAD_REQUEST = 0,
+    RL_REJ_TOO_LARGE,
+    RL_REJ_OVERLOADED,
+    RL_REJ_DRAINING,
+    RL_REJ_NOT_FOUND,
+    RL_REJ_METHOD,
+    RL_REJ_COUNT
 };
 
 /* Distinct policy names counted; id 0 is "no policy matched", the last id
@@ -36,27 +45,36 @@ enum rl_reject {
 
 /* Admin API actions (admin.h) and how they ended. */
 enum rl_admin_action {
-    RL_ADM_INSPECT = 0, RL_ADM_RESET, RL_ADM_BLOCK, RL_ADM_UNBLOCK, RL_ADM_REWARD,
-    RL_ADM_PENALTY, RL_ADM_ACTION_COUNT
+    RL_ADM_INSPECT = 0,
+    RL_ADM_RESET,
+    RL_ADM_BLOCK,
+    RL_ADM_UNBLOCK,
+    RL_ADM_REWARD,
+    RL_ADM_PENALTY,
+    RL_ADM_ACTION_COUNT
 };
 enum rl_admin_result {
-    RL_ADM_OK = 0, RL_ADM_INVALID, RL_ADM_UNAUTHORIZED, RL_ADM_ERROR, RL_ADM_RESULT_COUNT
+    RL_ADM_OK = 0,
+    RL_ADM_INVALID,
+    RL_ADM_UNAUTHORIZED,
+    RL_ADM_ERROR,
+    RL_ADM_RESULT_COUNT
 };
 
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
     uint64_t rejected[RL_REJ_COUNT];
-    uint64_t lat_bucket[RL_LAT_BUCKETS];    /* cumulative on output only */
+    uint64_t lat_bucket[RL_LAT_BUCKETS]; /* cumulative on output only */
     uint64_t lat_inf, lat_count, lat_sum_us;
-    uint64_t backend_status[4];             /* by enum rl_backend_status */
+    uint64_t backend_status[4]; /* by enum rl_backend_status */
     uint64_t local_cache_hits;
     uint64_t inflight;
-    struct http_counters http;              /* the check listener's connections */
+    struct http_counters http; /* the check listener's connections */
     /* hybrid policies (hybrid.h) */
-    uint64_t hybrid_local;                  /* checks decided from the local view */
+    uint64_t hybrid_local; /* checks decided from the local view */
     uint64_t hybrid_syncs, hybrid_sync_failures;
-    uint64_t hybrid_pending;                /* gauge: units not acknowledged yet */
-    uint64_t hybrid_entries;                /* gauge: keys in the table */
+    uint64_t hybrid_pending; /* gauge: units not acknowledged yet */
+    uint64_t hybrid_entries; /* gauge: keys in the table */
     uint64_t admin[RL_ADM_ACTION_COUNT][RL_ADM_RESULT_COUNT];
 };
 
@@ -74,8 +92,16 @@ const char *metrics_admin_result_name(enum rl_admin_result r);
 /* Error replies from Redis to the check script, by kind (redis_conn.c tells
  * them apart), counted per check they answered. */
 enum rl_redis_error {
-    RL_RERR_OOM = 0, RL_RERR_READONLY, RL_RERR_MASTERDOWN, RL_RERR_LOADING, RL_RERR_BUSY,
-    RL_RERR_NOSCRIPT, RL_RERR_WRONGTYPE, RL_RERR_CLUSTER, RL_RERR_BAD_REPLY, RL_RERR_OTHER,
+    RL_RERR_OOM = 0,
+    RL_RERR_READONLY,
+    RL_RERR_MASTERDOWN,
+    RL_RERR_LOADING,
+    RL_RERR_BUSY,
+    RL_RERR_NOSCRIPT,
+    RL_RERR_WRONGTYPE,
+    RL_RERR_CLUSTER,
+    RL_RERR_BAD_REPLY,
+    RL_RERR_OTHER,
     RL_RERR_COUNT
 };
 
@@ -86,8 +112,7 @@ void metrics_reload(int ok, uint64_t config_hash);
 void metrics_set_config_hash(uint64_t hash);
 
 /* Everything, summed over `n` workers' metrics. */
-void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker,
-                    size_t n);
+void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker, size_t n);
 /* The admin API's counters, after metrics_format's. */
 void metrics_format_admin(struct evbuffer *out, struct rl_metrics *const *per_worker,
                           size_t n);

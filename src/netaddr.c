@@ -136,7 +136,7 @@ ip_parse(const char *s, size_t len, int *family, uint8_t addr[16])
     buf[n] = '\0';
     memset(addr, 0, 16);
     if (inet_pton(AF_INET6, buf, addr) == 1) {
-        static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         if (memcmp(addr, mapped, 12) == 0) {
             memmove(addr, addr + 12, 4);
             memset(addr + 4, 0, 12);
@@ -170,7 +170,7 @@ ip_format(int family, const uint8_t *addr, char *buf, size_t size)
 int
 cidr_parse(const char *s, struct rl_cidr *out)
 {
-    static const uint8_t mapped[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     const char *slash = strchr(s, '/');
     size_t alen = slash ? (size_t)(slash - s) : strlen(s);
     char buf[64];
@@ -197,8 +197,8 @@ cidr_parse(const char *s, struct rl_cidr *out)
     } else {
         errno = 0;
         p = strtol(slash + 1, &end, 10);
-        if (slash[1] < '0' || slash[1] > '9' || *end != '\0' || errno != 0 ||
-            p < 0 || p > (out->family == AF_INET ? 32 : 128))
+        if (slash[1] < '0' || slash[1] > '9' || *end != '\0' || errno != 0 || p < 0 ||
+            p > (out->family == AF_INET ? 32 : 128))
             return RL_ERR;
     }
     if (out->family == AF_INET6 && memcmp(out->addr, mapped, 12) == 0) {

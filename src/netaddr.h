@@ -14,7 +14,7 @@
 #include "rl.h"
 
 struct rl_cidr {
-    int family;                 /* AF_INET or AF_INET6 */
+    int family; /* AF_INET or AF_INET6 */
     uint8_t addr[16];
     int prefix;
 };
@@ -25,10 +25,10 @@ struct rl_cidr_list {
 };
 
 struct rl_listen_addr {
-    int family;             /* AF_INET, AF_INET6 or AF_UNIX */
+    int family; /* AF_INET, AF_INET6 or AF_UNIX */
     struct sockaddr_storage ss;
     socklen_t len;
-    char *path;             /* AF_UNIX only */
+    char *path; /* AF_UNIX only */
 };
 
 /* "127.0.0.1:8080", "0.0.0.0:8080", "[::1]:8080", "unix:/path.sock". */
@@ -37,8 +37,7 @@ void listen_addr_clear(struct rl_listen_addr *a);
 
 /* "10.0.0.0/8", "::1/128", or a bare address (full prefix). */
 int cidr_parse(const char *s, struct rl_cidr *out) RL_WUR;
-bool cidr_list_contains(const struct rl_cidr_list *l, int family,
-                       const uint8_t *addr);
+bool cidr_list_contains(const struct rl_cidr_list *l, int family, const uint8_t *addr);
 
 /*
  * Parse a textual IP address (IPv4, IPv6, bracketed IPv6, with an optional

@@ -28,13 +28,14 @@ notify_systemd(const char *state)
     sun.sun_family = AF_UNIX;
     memcpy(sun.sun_path, path, plen);
     if (path[0] == '@')
-        sun.sun_path[0] = '\0';     /* abstract namespace */
+        sun.sun_path[0] = '\0'; /* abstract namespace */
     if (strcmp(state, "RELOADING=1") == 0) {
         /* systemd 253+ wants the reload's start time on the same message */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
-                 (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000);
+                 (unsigned long long)ts.tv_sec * 1000000ULL +
+                     (unsigned long long)ts.tv_nsec / 1000);
     } else {
         snprintf(msg, sizeof(msg), "%s", state);
     }

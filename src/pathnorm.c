@@ -8,8 +8,8 @@
 static int
 unreserved(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
 }
 
 /*
@@ -81,10 +81,10 @@ segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
         int last = e == len;
 
         if (n == 0 && !(flags & RL_PATHNORM_KEEP_SLASHES) && !last) {
-            i = e;                      /* "//": one '/' is enough */
+            i = e; /* "//": one '/' is enough */
         } else if (n == 1 && p[s] == '.') {
             if (last)
-                p[o++] = '/';           /* "/a/." is "/a/" */
+                p[o++] = '/'; /* "/a/." is "/a/" */
             i = e;
         } else if (n == 2 && p[s] == '.' && p[s + 1] == '.') {
             if (o == 0) {
@@ -93,9 +93,9 @@ segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
             }
             while (o > 0 && p[o - 1] != '/')
                 o--;
-            o--;                        /* the '/' before the removed segment */
+            o--; /* the '/' before the removed segment */
             if (last)
-                p[o++] = '/';           /* "/a/b/.." is "/a/" */
+                p[o++] = '/'; /* "/a/b/.." is "/a/" */
             i = e;
         } else {
             memmove(p + o, p + i, n + 1);
@@ -110,8 +110,7 @@ segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
 }
 
 int
-pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen,
-         char **cause)
+pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen, char **cause)
 {
     const char *why = "not starting with '/'";
     size_t n;

@@ -23,7 +23,7 @@
  * On RL_OK *outlen is its length and out is NUL-terminated.  On RL_ERR
  * *cause (the caller frees it) says why the path cannot be normalised.
  */
-int pathnorm(const char *in, size_t len, unsigned flags, char *out,
-             size_t *outlen, char **cause) RL_WUR;
+int pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen,
+             char **cause) RL_WUR;
 
 #endif

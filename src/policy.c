@@ -48,8 +48,7 @@ match_fits(const struct rl_match *m, const char *path, size_t len, unsigned meth
 }
 
 const struct rl_policy *
-policy_match(const struct rl_config *cfg, const char *path, size_t len,
-             unsigned method)
+policy_match(const struct rl_config *cfg, const char *path, size_t len, unsigned method)
 {
     for (size_t i = 0; i < cfg->npolicies; i++)
         if (match_fits(&cfg->policies[i].match, path, len, method))

@@ -62,7 +62,7 @@ rconn_backoff(int64_t *backoff_ms)
 
 /* Outlives an abandon: libevent calls back even after a cancel. */
 struct rconn_lookup {
-    rconn_resolved_cb cb;       /* NULL once abandoned */
+    rconn_resolved_cb cb; /* NULL once abandoned */
     void *arg;
     struct evdns_getaddrinfo_request *req;
 };
@@ -72,7 +72,7 @@ resolver(struct evdns_base **dns, struct event_base *evb)
 {
     if (*dns == NULL)
         *dns = evdns_base_new(evb, EVDNS_BASE_INITIALIZE_NAMESERVERS |
-                              EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+                                       EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (*dns == NULL) {
         /* no resolv.conf at all: /etc/hosts alone still names localhost */
         *dns = evdns_base_new(evb, 0);
@@ -99,11 +99,11 @@ on_resolved(int result, struct evutil_addrinfo *res, void *arg)
         return;
     }
     if (res->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
-                  ip, sizeof(ip));
+        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr, ip,
+                  sizeof(ip));
     else
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr,
-                  ip, sizeof(ip));
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr, ip,
+                  sizeof(ip));
     evutil_freeaddrinfo(res);
     cb(cb_arg, ip, NULL);
 }
@@ -133,7 +133,7 @@ rconn_resolve(struct evdns_base **dns, struct event_base *evb, const char *host,
     l->arg = arg;
     req = evdns_getaddrinfo(*dns, host, NULL, &hints, on_resolved, l);
     if (req == NULL)
-        return NULL;            /* answered at once (/etc/hosts): l is gone */
+        return NULL; /* answered at once (/etc/hosts): l is gone */
     l->req = req;
     return l;
 }
@@ -158,9 +158,8 @@ rconn_dns_free(struct evdns_base *dns)
 
 redisAsyncContext *
 rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
-           const char *path, void *data,
-           redisConnectCallback *on_connect, redisDisconnectCallback *on_disconnect,
-           const char **why)
+           const char *path, void *data, redisConnectCallback *on_connect,
+           redisDisconnectCallback *on_disconnect, const char **why)
 {
     redisAsyncContext *ac;
 
@@ -205,8 +204,7 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
         rc |= send(owner, fn, (void *)"role", "ROLE");
     else if (login->role == RCONN_ROLE_IF_ALLOWED)
         rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
-    rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check,
-               rl_lua_check_len);
+    rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check, rl_lua_check_len);
     rc |= send(owner, fn, (void *)"function", "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
                rl_lua_check_lib_len);
     return rc == RL_OK ? RL_OK : RL_ERR;
@@ -225,10 +223,9 @@ rconn_step(const redisReply *r, const char *step, const char *who, const char **
         *why = "handshake failed";
         return RCONN_STEP_FAILED;
     }
-    if (strncmp(step, "role", 4) == 0 &&
-        (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-         r->element[0]->type != REDIS_REPLY_STRING ||
-         strcmp(r->element[0]->str, "master") != 0)) {
+    if (strncmp(step, "role", 4) == 0 && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                                          r->element[0]->type != REDIS_REPLY_STRING ||
+                                          strcmp(r->element[0]->str, "master") != 0)) {
         /* a sentinel's answer can be stale: only a master takes writes */
         *why = "not a master";
         return RCONN_STEP_FAILED;
@@ -247,7 +244,7 @@ rconn_step(const redisReply *r, const char *step, const char *who, const char **
 static const struct {
     const char *code;
     enum rl_redis_error kind;
-    const char *unusable;       /* not NULL: the connection cannot serve checks */
+    const char *unusable; /* not NULL: the connection cannot serve checks */
 } error_codes[] = {
     {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL},
     {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
@@ -350,8 +347,8 @@ rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *
     metrics_redis_error(i >= 0 ? error_codes[i].kind : RL_RERR_OTHER, nchecks);
     /* NOSCRIPT is answered by sending the script (a restart, SCRIPT FLUSH),
      * a redirection by following it: counted, nothing for an operator to do */
-    if (i >= 0 && (error_codes[i].kind == RL_RERR_NOSCRIPT ||
-                   error_codes[i].kind == RL_RERR_CLUSTER))
+    if (i >= 0 &&
+        (error_codes[i].kind == RL_RERR_NOSCRIPT || error_codes[i].kind == RL_RERR_CLUSTER))
         return;
     errlog_add(el, st, name, msg, nchecks);
 }
@@ -469,7 +466,7 @@ static void
 went_down(struct rconn *c, const char *why)
 {
     evtimer_del(c->connect_ev);
-    c->pending = 0;             /* the last connection's callbacks all ran */
+    c->pending = 0; /* the last connection's callbacks all ran */
     c->reloading = 0;
     c->sent_head = 0;
     set_state(c, RCONN_DOWN, why);
@@ -498,8 +495,7 @@ free_ac(struct rconn *c)
 static void
 functions_loaded(struct rconn *c, const redisReply *r)
 {
-    c->functions = r->type == REDIS_REPLY_STRING &&
-                   strcmp(r->str, rl_lua_check_fn) == 0;
+    c->functions = r->type == REDIS_REPLY_STRING && strcmp(r->str, rl_lua_check_fn) == 0;
     if (c->functions || c->functions_noted)
         return;
     c->functions_noted = 1;
@@ -521,15 +517,14 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     if (strcmp(step, "function") == 0)
         functions_loaded(c, r);
     switch (rconn_step(r, step, c->conf.name, &why)) {
-    case RCONN_STEP_WAIT:
-        break;
+    case RCONN_STEP_WAIT: break;
     case RCONN_STEP_FAILED:
-        if (r->type == REDIS_REPLY_ERROR)   /* what the server said, never the credentials */
+        if (r->type == REDIS_REPLY_ERROR) /* what the server said, never the credentials */
             log_error("msg=\"%s handshake failed\" %s=%s step=%s error=\"%.200s\"",
                       c->conf.what, c->conf.field, c->conf.name, step, r->str);
         else if (!c->st.announced_down)
-            log_warn("msg=\"%s is not a master, retrying\" %s=%s", c->conf.what,
-                     c->conf.field, c->conf.name);
+            log_warn("msg=\"%s is not a master, retrying\" %s=%s", c->conf.what, c->conf.field,
+                     c->conf.name);
         rconn_drop(c, why);
         break;
     case RCONN_STEP_READY:
@@ -627,7 +622,7 @@ rconn_connect_host(struct rconn *c, const char *host, int port)
     c->port = port;
     l = rconn_resolve(c->conf.dns, c->conf.evb, c->host, connect_ip, c);
     if (l != NULL)
-        c->lookup = l;      /* else connect_ip ran already */
+        c->lookup = l; /* else connect_ip ran already */
 }
 
 void
@@ -831,7 +826,7 @@ on_heartbeat(evutil_socket_t fd, short what, void *arg)
         static const char ping[] = "*1\r\n$4\r\nPING\r\n";
         static const char role[] = "*1\r\n$4\r\nROLE\r\n";
         const char *cmd = c->probe_plain || c->conf.login.role == RCONN_ROLE_NONE ? ping
-                                                                                   : role;
+                                                                                  : role;
 
         /* one at a time: a hung server gets no pile of them */
         if (rconn_send(c, on_probe, NULL, 0, cmd, sizeof(ping) - 1) == RL_OK)

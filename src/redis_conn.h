@@ -34,11 +34,11 @@ enum rconn_state { RCONN_DOWN, RCONN_CONNECTING, RCONN_HANDSHAKE, RCONN_READY };
 
 struct rconn_status {
     enum rconn_state state;
-    const char *down_reason;    /* static text: the last reason given */
-    int was_ready;              /* a READY now is a reconnect */
-    int announced_down;         /* "unavailable" logged since the last ready */
-    const char *what;           /* the log's words: "redis", "redis cluster node" */
-    const char *field;          /* and the field naming it: "redis", "node" */
+    const char *down_reason; /* static text: the last reason given */
+    int was_ready;           /* a READY now is a reconnect */
+    int announced_down;      /* "unavailable" logged since the last ready */
+    const char *what;        /* the log's words: "redis", "redis cluster node" */
+    const char *field;       /* and the field naming it: "redis", "node" */
 };
 
 /* Move to s (reason, when not NULL, replaces down_reason); `name` for the
@@ -87,21 +87,21 @@ redisAsyncContext *rconn_open(struct event_base *evb, const char *host, const ch
 
 /* Who we are on a new connection.  Credentials are never logged. */
 struct rconn_login {
-    const char *username;       /* NULL: AUTH <password> */
-    const char *password;       /* NULL: no AUTH */
-    int db;                     /* 0: no SELECT */
-    int role;                   /* RCONN_ROLE_*: must the server be a master */
+    const char *username; /* NULL: AUTH <password> */
+    const char *password; /* NULL: no AUTH */
+    int db;               /* 0: no SELECT */
+    int role;             /* RCONN_ROLE_*: must the server be a master */
 };
 
-#define RCONN_ROLE_NONE 0       /* not asked (Cluster: a replica answers MOVED) */
-#define RCONN_ROLE_MUST 1       /* a server that cannot say it is a master is refused */
+#define RCONN_ROLE_NONE 0 /* not asked (Cluster: a replica answers MOVED) */
+#define RCONN_ROLE_MUST 1 /* a server that cannot say it is a master is refused */
 /* Asked, and a replica refused, but an ACL that denies ROLE (NOPERM) is no
  * reason to refuse a server: READONLY replies still tell a replica. */
 #define RCONN_ROLE_IF_ALLOWED 2
 
 /* How the caller queues one command and counts the reply it is owed. */
-typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv,
-                             const char *fmt, ...);
+typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv, const char *fmt,
+                             ...);
 
 /*
  * Queue the handshake through `send`: AUTH, SELECT and ROLE as `login` asks,
@@ -114,9 +114,9 @@ int rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *o
                     redisCallbackFn *fn);
 
 enum rconn_step {
-    RCONN_STEP_WAIT,            /* fine; more replies to come */
-    RCONN_STEP_READY,           /* the last one: the connection is ready */
-    RCONN_STEP_FAILED           /* *why says what failed (static) */
+    RCONN_STEP_WAIT,  /* fine; more replies to come */
+    RCONN_STEP_READY, /* the last one: the connection is ready */
+    RCONN_STEP_FAILED /* *why says what failed (static) */
 };
 
 /* What the reply `r` to handshake step `step` means; `who` names the server
@@ -137,12 +137,12 @@ enum rconn_step rconn_step(const redisReply *r, const char *step, const char *wh
 
 struct rconn_errlog {
     struct {
-        char text[RCONN_ERRLOG_TEXT];   /* the error, cut: what makes it distinct */
-        uint64_t count;                 /* checks it answered since it first came */
-        uint64_t logged;                /* of those, already in the log */
+        char text[RCONN_ERRLOG_TEXT]; /* the error, cut: what makes it distinct */
+        uint64_t count;               /* checks it answered since it first came */
+        uint64_t logged;              /* of those, already in the log */
     } e[RCONN_ERRLOG_SLOTS];
     int64_t last_summary_us;
-    int active;                         /* some slot in use */
+    int active; /* some slot in use */
 };
 
 /* ---- coalescing ---------------------------------------------------------------
@@ -208,15 +208,15 @@ struct rconn_hooks {
 
 struct rconn_conf {
     struct event_base *evb;
-    struct evdns_base **dns;            /* the owner's resolver, made at first use */
-    const char *host;                   /* NULL with locate */
+    struct evdns_base **dns; /* the owner's resolver, made at first use */
+    const char *host;        /* NULL with locate */
     int port;
-    const char *path;                   /* a Unix socket instead */
-    const char *name;                   /* for the log */
-    const char *what, *field;           /* the log's words: "redis", "redis" */
-    struct rconn_login login;           /* strings borrowed for c's life */
+    const char *path;         /* a Unix socket instead */
+    const char *name;         /* for the log */
+    const char *what, *field; /* the log's words: "redis", "redis" */
+    struct rconn_login login; /* strings borrowed for c's life */
     int64_t connect_timeout_ms;
-    unsigned max_pending;               /* replies owed at most: rconn_send refuses more */
+    unsigned max_pending; /* replies owed at most: rconn_send refuses more */
     /* The heartbeat: every RCONN_HEARTBEAT_MS a connection whose oldest reply
      * is overdue is dropped, and every RCONN_PROBE_MS, busy or idle, it is
      * asked ROLE (PING when login.role is NONE or an ACL denies ROLE): a hung
@@ -229,11 +229,11 @@ struct rconn_conf {
 };
 
 struct rconn {
-    redisAsyncContext *ac;              /* NULL while not connected */
+    redisAsyncContext *ac; /* NULL while not connected */
     struct rconn_status st;
     struct rconn_errlog errs;
     void *owner;
-    unsigned pending;                   /* replies hiredis still owes on ac */
+    unsigned pending; /* replies hiredis still owes on ac */
     /* The handshake loaded the function library: calls are FCALLs.  0: the
      * server has no FUNCTION (Redis 6, a renamed command, an ACL, OOM at
      * connect time): EVALSHA. */
@@ -241,21 +241,21 @@ struct rconn {
     int64_t last_reply_us;
     /* private */
     struct rconn_conf conf;
-    char *host;                         /* this attempt's, from locate */
+    char *host; /* this attempt's, from locate */
     int port;
     struct rconn_lookup *lookup;
-    struct event *retry_ev;             /* reconnect after backoff */
-    struct event *connect_ev;           /* connect/handshake deadline */
-    struct event *drop_ev;              /* drop, off every callback */
+    struct event *retry_ev;   /* reconnect after backoff */
+    struct event *connect_ev; /* connect/handshake deadline */
+    struct event *drop_ev;    /* drop, off every callback */
     const char *drop_reason;
-    int drop_was_ready;                 /* the drop is news for the log */
+    int drop_was_ready; /* the drop is news for the log */
     int64_t backoff_ms;
     struct event *heartbeat_ev;
-    int probe_out, probe_plain;         /* a probe waits for its reply; PING, not ROLE */
+    int probe_out, probe_plain; /* a probe waits for its reply; PING, not ROLE */
     int64_t last_probe_us;
-    int functions_noted;                /* the fallback to EVALSHA was logged */
-    int reloading;                      /* a FUNCTION LOAD after "not found" is out */
-    int64_t *sent;                      /* deadline ring: by when each reply is due */
+    int functions_noted; /* the fallback to EVALSHA was logged */
+    int reloading;       /* a FUNCTION LOAD after "not found" is out */
+    int64_t *sent;       /* deadline ring: by when each reply is due */
     unsigned sent_head, sent_cap;
     int closing;
 };
@@ -314,6 +314,7 @@ void rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, con
                      const char *why, size_t nchecks);
 /* A reply that was no error, or the connection's end: the errors seen since
  * the last such call are over, and their totals logged. */
-void rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st, const char *name);
+void rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st,
+                      const char *name);
 
 #endif

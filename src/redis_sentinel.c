@@ -20,12 +20,12 @@ struct rsentinel {
     struct event_base *evb;
     struct evdns_base **dns;
     const char *display;
-    char *master;               /* the name the sentinels know it by */
+    char *master; /* the name the sentinels know it by */
     struct rl_hostport *nodes;
     size_t nnodes, next, tries;
-    struct rconn_lookup *lookup;    /* a sentinel's name being resolved */
-    redisAsyncContext *ac;      /* asking a sentinel for the master */
-    redisAsyncContext *subac;   /* subscribed to +switch-master */
+    struct rconn_lookup *lookup; /* a sentinel's name being resolved */
+    redisAsyncContext *ac;       /* asking a sentinel for the master */
+    redisAsyncContext *subac;    /* subscribed to +switch-master */
     rsentinel_found_cb found;
     rsentinel_switch_cb switched;
     void *arg;
@@ -103,9 +103,9 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     const struct rl_hostport *node = privdata;
 
     if (s->ac != ac)
-        return;             /* an answer that no longer matters */
+        return; /* an answer that no longer matters */
     s->ac = NULL;
-    redisAsyncDisconnect(ac);   /* deferred by hiredis until we return */
+    redisAsyncDisconnect(ac); /* deferred by hiredis until we return */
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
@@ -128,7 +128,7 @@ on_connect(const redisAsyncContext *cac, int status)
     struct rsentinel *s = ac->data;
 
     if (status != REDIS_OK && s->ac == ac) {
-        s->ac = NULL;       /* hiredis frees it after this returns */
+        s->ac = NULL; /* hiredis frees it after this returns */
         ask_next(s);
     }
 }
@@ -138,7 +138,7 @@ on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct rsentinel *s = ac->data;
 
-    if (s->ac == ac) {      /* lost before it answered */
+    if (s->ac == ac) { /* lost before it answered */
         s->ac = NULL;
         ask_next(s);
     }
@@ -153,9 +153,8 @@ connect_to(void *arg, const char *ip, const char *why)
     redisAsyncContext *ac;
 
     s->lookup = NULL;
-    if (ip == NULL ||
-        (ac = rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
-                         on_disconnect, &why)) == NULL) {
+    if (ip == NULL || (ac = rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
+                                       on_disconnect, &why)) == NULL) {
         ask_next(s);
         return;
     }
@@ -182,7 +181,7 @@ ask_next(struct rsentinel *s)
     s->next = (s->next + 1) % s->nnodes;
     l = rconn_resolve(s->dns, s->evb, node->host, connect_to, s);
     if (l != NULL)
-        s->lookup = l;      /* else connect_to ran already */
+        s->lookup = l; /* else connect_to ran already */
 }
 
 void
@@ -218,7 +217,7 @@ parse_hostport(const char *s, struct rl_hostport *out)
 {
     const char *colon = strrchr(s, ':');
 
-    if (colon == NULL) {        /* config.c makes this unreachable */
+    if (colon == NULL) { /* config.c makes this unreachable */
         out->host = xstrdup(s);
         out->port = 26379;
         return;

@@ -95,7 +95,8 @@ load_files(SSL_CTX *ctx, const struct rl_tls_conf *t, char **cause)
     if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) != 1) {
         *cause = ssl_cause("key_file", t->key_file,
                            ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH
-                           ? "the key does not match cert_file" : "cannot load the private key");
+                               ? "the key does not match cert_file"
+                               : "cannot load the private key");
         return RL_ERR;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
@@ -150,13 +151,14 @@ warn_expired(const char *field, const char *file)
                 BIO_free(b);
             }
             log_warn("msg=\"redis TLS certificate expired\" field=redis.tls.%s file=%s "
-                     "subject=\"%s\" not_after=\"%s\"", field, file, subject, when);
+                     "subject=\"%s\" not_after=\"%s\"",
+                     field, file, subject, when);
             X509_free(x);
             break;
         }
         X509_free(x);
     }
-    ERR_clear_error();          /* the end of the file reads as an error */
+    ERR_clear_error(); /* the end of the file reads as an error */
     fclose(f);
 }
 
@@ -248,8 +250,9 @@ split_hostport(const char *s, struct target *out)
 static size_t
 targets(const struct rl_redis_conf *r, struct target *out)
 {
-    const struct rl_strlist *l = r->cluster.n > 0 ? &r->cluster
-                               : r->sentinel.master != NULL ? &r->sentinel.nodes : NULL;
+    const struct rl_strlist *l = r->cluster.n > 0             ? &r->cluster
+                                 : r->sentinel.master != NULL ? &r->sentinel.nodes
+                                                              : NULL;
     struct rl_redis_url u;
     char *cause = NULL;
     size_t n = 0;
@@ -370,8 +373,7 @@ exchange_failure(SSL *ssl, int64_t deadline_us, char *buf, size_t n)
 /* 1: TLS works with ctx at t, verified as `name` (NULL: t's host); 0: it
  * does not (*why); -1: t is not reached (*why). */
 static int
-probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms,
-      char **why)
+probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms, char **why)
 {
     int64_t deadline = now_monotonic_us() + timeout_ms * 1000;
     const char *err = NULL;
@@ -418,7 +420,8 @@ probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **why)
         res = probe(ctx, r->tls.server_name, &t[i], r->connect_timeout_ms, why);
         if (res == 1)
             log_info("msg=\"redis TLS: a handshake with the new settings worked\" "
-                     "server=%s:%d", t[i].host, t[i].port);
+                     "server=%s:%d",
+                     t[i].host, t[i].port);
     }
     for (i = 0; i < n; i++)
         free(t[i].host);
@@ -496,7 +499,8 @@ configure(const struct rl_redis_conf *r, int test_first, char **cause)
     pthread_mutex_unlock(&g.mu);
     if (on && test_first && !same && probe_any(r, ctx, &why) != RL_OK) {
         *cause = xasprintf("redis.tls: a TLS handshake with the new settings failed, the "
-                           "running ones stay: %s", why);
+                           "running ones stay: %s",
+                           why);
         free(why);
         SSL_CTX_free(ctx);
         return RL_ERR;
@@ -552,11 +556,9 @@ report_failure(const char *peer, const char *reason)
         snprintf(g.last_reason, sizeof(g.last_reason), "%s", reason);
     pthread_mutex_unlock(&g.mu);
     if (fresh)
-        log_warn("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer,
-                 reason);
+        log_warn("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer, reason);
     else
-        log_debug("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer,
-                  reason);
+        log_debug("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer, reason);
 }
 
 static void
@@ -578,16 +580,16 @@ report_success(void)
 struct bridge {
     /* Our end of the socketpair, read and written directly: a bufferevent
      * there cost an ioctl, an epoll_ctl pair and a loop pass per batch. */
-    int fd;                     /* -1 once closed */
+    int fd; /* -1 once closed */
     struct event *plain_rd;
-    struct event *plain_wr;     /* only while `pending` holds bytes */
-    struct evbuffer *pending;   /* for hiredis, not yet taken by the socketpair */
-    int flushing;               /* the TLS side is gone: close fd once pending is out */
-    struct bufferevent *tls;    /* to the server */
+    struct event *plain_wr;   /* only while `pending` holds bytes */
+    struct evbuffer *pending; /* for hiredis, not yet taken by the socketpair */
+    int flushing;             /* the TLS side is gone: close fd once pending is out */
+    struct bufferevent *tls;  /* to the server */
     int handshake_done;
-    int got_data;               /* the server answered: TLS works */
+    int got_data; /* the server answered: TLS works */
     char peer[INET6_ADDRSTRLEN + 8];
-    void *inner;                /* the adapter's own state and hooks */
+    void *inner; /* the adapter's own state and hooks */
     void (*add_read)(void *);
     void (*del_read)(void *);
     void (*add_write)(void *);
@@ -745,12 +747,14 @@ describe(struct bridge *b, short what, int sock_err, char *buf, size_t n)
         r = ERR_reason_error_string(first);
         snprintf(buf, n, "TLS error: %s", r != NULL ? r : "unknown");
     } else if (b->got_data) {
-        snprintf(buf, n, "%s", sock_err != 0 && !(what & BEV_EVENT_EOF)
-                 ? evutil_socket_error_to_string(sock_err)
-                 : "the server closed the connection");
+        snprintf(buf, n, "%s",
+                 sock_err != 0 && !(what & BEV_EVENT_EOF)
+                     ? evutil_socket_error_to_string(sock_err)
+                     : "the server closed the connection");
     } else if (b->handshake_done) {
         /* TLS 1.3 servers check a client certificate after the handshake */
-        snprintf(buf, n, "the server closed the connection after the TLS handshake "
+        snprintf(buf, n,
+                 "the server closed the connection after the TLS handshake "
                  "(%s): does it require a client certificate (cert_file)?",
                  sock_err != 0 ? evutil_socket_error_to_string(sock_err) : "end of stream");
     } else if (sock_err != 0 && unreachable(sock_err)) {
@@ -759,8 +763,8 @@ describe(struct bridge *b, short what, int sock_err, char *buf, size_t n)
         snprintf(buf, n, "the server closed the connection during the TLS handshake (%s)",
                  sock_err != 0 ? evutil_socket_error_to_string(sock_err) : "end of stream");
     }
-    return !b->got_data && (vr != X509_V_OK || first != 0 || b->handshake_done ||
-                            !unreachable(sock_err));
+    return !b->got_data &&
+           (vr != X509_V_OK || first != 0 || b->handshake_done || !unreachable(sock_err));
 }
 
 static void
@@ -853,8 +857,8 @@ hiredis_on_socket(int fd, const char **why)
     memset(&sin, 0, sizeof(sin));
     sin.sin_family = AF_INET;
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 ||
-        listen(lfd, 1) < 0 || getsockname(lfd, (struct sockaddr *)&sin, &len) < 0) {
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sin, &len) < 0) {
         log_debug("msg=\"redis TLS bridge: no loopback listener\" error=\"%s\"",
                   strerror(errno));
         *why = "cannot open the TLS bridge";

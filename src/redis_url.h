@@ -9,13 +9,13 @@
 #include "rl.h"
 
 struct rl_redis_url {
-    char *host;         /* NULL for unix sockets */
+    char *host; /* NULL for unix sockets */
     int port;
-    char *path;         /* unix socket path, else NULL */
-    char *username;     /* NULL when none */
-    char *password;     /* NULL when none */
+    char *path;     /* unix socket path, else NULL */
+    char *username; /* NULL when none */
+    char *password; /* NULL when none */
     int db;
-    int tls;            /* rediss:// */
+    int tls; /* rediss:// */
 };
 
 int redis_url_parse(const char *url, struct rl_redis_url *out, char **cause) RL_WUR;

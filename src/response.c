@@ -29,7 +29,8 @@ capacity_ms(const struct rl_limit *l)
     /* a bucket refills limit per window: burst takes burst/limit windows
      * (bounded at load to 366 days, so this fits) */
     return (int64_t)(((unsigned __int128)l->burst * (unsigned __int128)l->window_ms +
-                      (unsigned __int128)l->limit - 1) / (unsigned __int128)l->limit);
+                      (unsigned __int128)l->limit - 1) /
+                     (unsigned __int128)l->limit);
 }
 
 /*
@@ -134,7 +135,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, "{\"allowed\":true,\"policy\":null}");
         goto out;
     }
-    sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\"" : "{\"allowed\":false,\"policy\":\"");
+    sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\""
+                           : "{\"allowed\":false,\"policy\":\"");
     sb_str(&sb, d->policy->name);
     sb_str(&sb, "\"");
     if (d->shadow)
@@ -146,7 +148,7 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, ",\"never_fits\":true");
     if (d->blocked)
         sb_str(&sb, ",\"blocked\":true");
-    if (d->nlimits == 0) {      /* allowed without asking anyone */
+    if (d->nlimits == 0) { /* allowed without asking anyone */
         sb_str(&sb, "}");
         goto out;
     }
@@ -193,7 +195,7 @@ sb_pk(struct strbuf *sb, uint64_t pk)
         out[o + 2] = b64[v >> 6 & 63];
         out[o + 3] = b64[v & 63];
     }
-    out[11] = '=';          /* 8 bytes: the last group holds 2 */
+    out[11] = '='; /* 8 bytes: the last group holds 2 */
     out[12] = '\0';
     sb_str(sb, ";pk=:");
     sb_str(sb, out);
@@ -244,13 +246,14 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
 
     add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
     add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
-    add("X-RateLimit-Reset", num(v, sizeof(v), d->reset_epoch
-                                 ? (int64_t)time(NULL) + reset_s : reset_s), arg);
+    add("X-RateLimit-Reset",
+        num(v, sizeof(v), d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s), arg);
     /* w is whole seconds in the draft: a window it cannot state exactly
      * (500ms, 1500ms) is left out rather than rounded into a wrong promise */
-    add("RateLimit-Policy", sf_item(v, sizeof(v), d, "\";q=", d->limit,
-                                    period_ms % 1000 == 0 ? ";w=" : NULL,
-                                    period_ms / 1000), arg);
+    add("RateLimit-Policy",
+        sf_item(v, sizeof(v), d, "\";q=", d->limit, period_ms % 1000 == 0 ? ";w=" : NULL,
+                period_ms / 1000),
+        arg);
     add("RateLimit", sf_item(v, sizeof(v), d, "\";r=", d->remaining, ";t=", t_s), arg);
     if (d->status == 429)
         add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);

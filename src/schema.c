@@ -52,7 +52,7 @@ errors_free(struct rl_errors *e)
 }
 
 static void RL_PRINTF(3, 0)
-bad_v(struct schema_ctx *ctx, const char *path, const char *fmt, va_list ap)
+    bad_v(struct schema_ctx *ctx, const char *path, const char *fmt, va_list ap)
 {
     char *what = xvasprintf(fmt, ap);
 
@@ -76,8 +76,8 @@ join_path(const char *path, const char *name)
 }
 
 void
-schema_bad_field(struct schema_ctx *ctx, const char *path, const char *name,
-                 const char *fmt, ...)
+schema_bad_field(struct schema_ctx *ctx, const char *path, const char *name, const char *fmt,
+                 ...)
 {
     char *fp = join_path(path, name);
     va_list ap;
@@ -114,8 +114,14 @@ leading_number(const char *s, long long *v, char **end)
 int
 schema_parse_duration_ms(const char *s, int64_t *out)
 {
-    static const struct { const char *unit; int64_t ms; } units[] = {
-        {"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 3600 * 1000},
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {
+        {"ms", 1},
+        {"s", 1000},
+        {"m", 60 * 1000},
+        {"h", 3600 * 1000},
     };
     char *end;
     long long v;
@@ -185,20 +191,11 @@ free_field(const struct schema_field *f, void *obj)
         *sp = NULL;
         break;
     }
-    case SCHEMA_STRLIST:
-        free_strlist(AT(obj, f->off, struct rl_strlist));
-        break;
-    case SCHEMA_OBJECT:
-        schema_free(f->sub, AT(obj, f->off, char));
-        break;
-    case SCHEMA_ARRAY:
-        free_array(f, obj);
-        break;
-    case SCHEMA_CUSTOM:
-        f->custom->free(AT(obj, f->off, char));
-        break;
-    default:
-        break;
+    case SCHEMA_STRLIST: free_strlist(AT(obj, f->off, struct rl_strlist)); break;
+    case SCHEMA_OBJECT: schema_free(f->sub, AT(obj, f->off, char)); break;
+    case SCHEMA_ARRAY: free_array(f, obj); break;
+    case SCHEMA_CUSTOM: f->custom->free(AT(obj, f->off, char)); break;
+    default: break;
     }
 }
 
@@ -345,38 +342,26 @@ parse_field(const struct schema_field *f, void *obj, json_t *v, const char *path
             struct schema_ctx *ctx)
 {
     switch (f->type) {
-    case SCHEMA_STRING:
-        parse_string(f, obj, v, path, ctx);
-        break;
+    case SCHEMA_STRING: parse_string(f, obj, v, path, ctx); break;
     case SCHEMA_INT:
     case SCHEMA_DURATION:
-    case SCHEMA_SIZE:
-        parse_number(f, obj, v, path, ctx);
-        break;
+    case SCHEMA_SIZE: parse_number(f, obj, v, path, ctx); break;
     case SCHEMA_BOOL:
         if (!json_is_boolean(v))
             schema_bad(ctx, path, "must be true or false");
         else
             *AT(obj, f->off, int) = json_is_true(v);
         break;
-    case SCHEMA_ENUM:
-        parse_enum(f, obj, v, path, ctx);
-        break;
-    case SCHEMA_STRLIST:
-        parse_strlist(f, obj, v, path, ctx);
-        break;
+    case SCHEMA_ENUM: parse_enum(f, obj, v, path, ctx); break;
+    case SCHEMA_STRLIST: parse_strlist(f, obj, v, path, ctx); break;
     case SCHEMA_OBJECT:
         if (!json_is_object(v))
             schema_bad(ctx, path, "must be an object");
         else
             schema_parse(f->sub, AT(obj, f->off, char), v, path, ctx);
         break;
-    case SCHEMA_ARRAY:
-        parse_array(f, obj, v, path, ctx);
-        break;
-    case SCHEMA_CUSTOM:
-        f->custom->parse(v, AT(obj, f->off, char), path, ctx);
-        break;
+    case SCHEMA_ARRAY: parse_array(f, obj, v, path, ctx); break;
+    case SCHEMA_CUSTOM: f->custom->parse(v, AT(obj, f->off, char), path, ctx); break;
     }
 }
 
@@ -450,8 +435,7 @@ find_dotted(const struct schema **s, void **obj, const char *name)
     const struct schema_field *f = NULL;
     char *copy = xstrdup(name), *part, *save = NULL;
 
-    for (part = strtok_r(copy, ".", &save); part != NULL;
-         part = strtok_r(NULL, ".", &save)) {
+    for (part = strtok_r(copy, ".", &save); part != NULL; part = strtok_r(NULL, ".", &save)) {
         if (f != NULL) {
             if (f->type != SCHEMA_OBJECT) {
                 f = NULL;
@@ -559,18 +543,17 @@ keep_field(const struct schema_field *f, void *np, const void *op, const char *p
 }
 
 void
-schema_keep_restart(const struct schema *s, void *nobj, const void *oobj,
-                    const char *path, struct rl_errors *changed)
+schema_keep_restart(const struct schema *s, void *nobj, const void *oobj, const char *path,
+                    struct rl_errors *changed)
 {
     for (size_t i = 0; i < s->nfields; i++) {
         const struct schema_field *f = &s->fields[i];
         char *fp = join_path(path, f->name);
         if (f->type == SCHEMA_OBJECT)
-            schema_keep_restart(f->sub, AT(nobj, f->off, char),
-                                AT_CONST(oobj, f->off, char), fp, changed);
+            schema_keep_restart(f->sub, AT(nobj, f->off, char), AT_CONST(oobj, f->off, char),
+                                fp, changed);
         else if (f->flags & SCHEMA_RESTART)
-            keep_field(f, AT(nobj, f->off, char), AT_CONST(oobj, f->off, char), fp,
-                       changed);
+            keep_field(f, AT(nobj, f->off, char), AT_CONST(oobj, f->off, char), fp, changed);
         free(fp);
     }
 }

@@ -23,11 +23,11 @@ enum schema_type {
     SCHEMA_DURATION, /* "500ms", "10s", "1m", "1h" or milliseconds */
     SCHEMA_SIZE,     /* "64k", "1m" or bytes */
     SCHEMA_BOOL,
-    SCHEMA_ENUM,     /* a string from .names, stored as its index (an int) */
-    SCHEMA_STRLIST,  /* struct rl_strlist of 1..RL_KEY_MAX byte strings */
-    SCHEMA_OBJECT,   /* a struct of its own, described by .sub */
-    SCHEMA_ARRAY,    /* a pointer to .sub elements, counted at .count_off */
-    SCHEMA_CUSTOM    /* parsed and freed by .custom */
+    SCHEMA_ENUM,    /* a string from .names, stored as its index (an int) */
+    SCHEMA_STRLIST, /* struct rl_strlist of 1..RL_KEY_MAX byte strings */
+    SCHEMA_OBJECT,  /* a struct of its own, described by .sub */
+    SCHEMA_ARRAY,   /* a pointer to .sub elements, counted at .count_off */
+    SCHEMA_CUSTOM   /* parsed and freed by .custom */
 };
 
 #define SCHEMA_REQUIRED 0x1 /* must be present in its object */
@@ -59,8 +59,8 @@ struct schema_field {
     const char *const *names; /* ENUM: by value, NULL-terminated */
     const struct schema *sub; /* OBJECT, ARRAY */
     const struct schema_custom *custom;
-    size_t count_off;         /* ARRAY: offsetof its size_t count */
-    unsigned flags;           /* SCHEMA_* */
+    size_t count_off; /* ARRAY: offsetof its size_t count */
+    unsigned flags;   /* SCHEMA_* */
 };
 
 /* Problems found while loading, each "ORIGIN: path: what is wrong". */
@@ -97,24 +97,24 @@ void schema_bad(struct schema_ctx *ctx, const char *path, const char *fmt, ...)
     RL_PRINTF(3, 4);
 void schema_bad_field(struct schema_ctx *ctx, const char *path, const char *name,
                       const char *fmt, ...) RL_PRINTF(4, 5);
-void schema_bad_item(struct schema_ctx *ctx, const char *path, size_t i,
-                     const char *fmt, ...) RL_PRINTF(4, 5);
+void schema_bad_item(struct schema_ctx *ctx, const char *path, size_t i, const char *fmt, ...)
+    RL_PRINTF(4, 5);
 
 /* Every field of obj to its default, sub-objects too. */
 void schema_defaults(const struct schema *s, void *obj);
 
 /* Apply the JSON object j to obj; unknown keys are problems, except those
  * starting with '_' (JSON has no comments). */
-void schema_parse(const struct schema *s, void *obj, struct json_t *j,
-                  const char *path, struct schema_ctx *ctx);
+void schema_parse(const struct schema *s, void *obj, struct json_t *j, const char *path,
+                  struct schema_ctx *ctx);
 
 /*
  * Set one field by its dotted name ("redis.url") from text (a flag or the
  * environment).  The object holding it is checked again; the top level is
  * not (its check needs every source applied).
  */
-int schema_set(const struct schema *top, void *obj, const char *name,
-               const char *text, struct schema_ctx *ctx) RL_WUR;
+int schema_set(const struct schema *top, void *obj, const char *name, const char *text,
+               struct schema_ctx *ctx) RL_WUR;
 
 void schema_free(const struct schema *s, void *obj);
 

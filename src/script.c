@@ -112,7 +112,7 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
         sb_mem(&sb, " ", 1);
         sb_i64(&sb, l[i].burst);
     }
-    if (!sb_ok(&sb))     /* cannot happen: 8 limits of 4 short fields */
+    if (!sb_ok(&sb)) /* cannot happen: 8 limits of 4 short fields */
         return NULL;
     if (s == NULL)
         s = c->specs[slot] = xcalloc(1, sizeof(*s));
@@ -187,8 +187,8 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
 }
 
 int
-script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs,
-                  size_t n, enum script_cmd cmd)
+script_call_build(struct rl_script_call *c, const struct rl_check_req *const *reqs, size_t n,
+                  enum script_cmd cmd)
 {
     size_t nkeys = 0, nargs = 0;
 
@@ -284,8 +284,7 @@ error_text(const char *e)
 }
 
 void
-script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
-                    size_t nlimits)
+script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, size_t nlimits)
 {
     struct rl_check_res res;
 

@@ -144,7 +144,7 @@ worker_set_config(struct rl_worker *w, struct rl_config *cfg)
     struct rl_config *stale = __atomic_exchange_n(&w->next_cfg, config_ref(cfg),
                                                   __ATOMIC_ACQ_REL);
 
-    config_unref(stale);        /* one the worker never took: superseded */
+    config_unref(stale); /* one the worker never took: superseded */
     /* thread-safe: evthread_use_pthreads() was called before any base */
     event_active(w->cfg_ev, EV_READ, 0);
 }
@@ -152,8 +152,8 @@ worker_set_config(struct rl_worker *w, struct rl_config *cfg)
 /* An admin action's answer, on its way to a worker's local views. */
 struct worker_news {
     struct worker_news *next;
-    struct rl_config *cfg;          /* a reference: the policy lives in it */
-    struct rl_check_req req;        /* req.key points at key below */
+    struct rl_config *cfg;   /* a reference: the policy lives in it */
+    struct rl_check_req req; /* req.key points at key below */
     struct rl_check_res res;
     int64_t sent_us;
     char key[];
@@ -253,8 +253,7 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
 }
 
 int
-worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
-            char **cause)
+worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg, char **cause)
 {
     memset(w, 0, sizeof(*w));
     w->id = id;
@@ -303,7 +302,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
     if (http_server_new(&w->http, w->base, listen_fd, &w->cfg->http, &w->cfg->max_body,
                         api_handle, w, &w->metrics->http, cause) != RL_OK)
         return RL_ERR;
-    w->listen_fd = -1;      /* the server owns it now */
+    w->listen_fd = -1; /* the server owns it now */
     return RL_OK;
 }
 
@@ -347,7 +346,7 @@ worker_join(struct rl_worker *w)
 void
 worker_free(struct rl_worker *w)
 {
-    take_news(w, 0);            /* what was pushed and never taken */
+    take_news(w, 0); /* what was pushed and never taken */
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);
@@ -355,7 +354,7 @@ worker_free(struct rl_worker *w)
         w->backend->ops->destroy(w->backend);
     if (w->local != NULL)
         w->local->ops->destroy(w->local);
-    hybrid_free(w->env.hybrid);      /* its timer lives on the base */
+    hybrid_free(w->env.hybrid); /* its timer lives on the base */
     http_server_free(w->http);
     http_server_free(w->admin);
     if (w->listen_fd >= 0)

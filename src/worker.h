@@ -23,31 +23,31 @@ struct rl_worker {
     int id;
     pthread_t thread;
     struct event_base *base;
-    struct http_server *http;       /* the check listener */
-    struct http_server *admin;      /* admin_listen, on worker 0 only */
-    struct rl_config *cfg;          /* in force on this worker (a reference) */
-    struct rl_config *next_cfg;     /* handed over by worker_set_config (atomic) */
+    struct http_server *http;   /* the check listener */
+    struct http_server *admin;  /* admin_listen, on worker 0 only */
+    struct rl_config *cfg;      /* in force on this worker (a reference) */
+    struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
     int listen_fd;
     struct rl_backend *backend;
-    struct rl_backend *local;       /* the memory backend that failure_mode
+    struct rl_backend *local; /* the memory backend that failure_mode
                                      * local falls back on: made whenever the
                                      * backend is Redis, whatever the mode;
                                      * NULL with the memory backend */
     struct rl_check_env env;
-    struct event *drain_ev;         /* activated by the main thread */
-    struct event *grace_ev;         /* end of shutdown_grace */
-    struct event *exited_ev;        /* on the main base: this loop ended */
-    struct rl_metrics *metrics;     /* this worker's counters */
+    struct event *drain_ev;     /* activated by the main thread */
+    struct event *grace_ev;     /* end of shutdown_grace */
+    struct event *exited_ev;    /* on the main base: this loop ended */
+    struct rl_metrics *metrics; /* this worker's counters */
     int draining;
     int64_t grace_ms;
-    uint64_t access_seq;            /* checks seen, for access_log sampling */
+    uint64_t access_seq; /* checks seen, for access_log sampling */
     /* Readiness is the daemon's, not one worker's: a probe lands on any
      * worker, and a check on any other.  Each worker publishes its own. */
-    struct rl_worker *peers;        /* every worker, this one included */
+    struct rl_worker *peers; /* every worker, this one included */
     size_t npeers;
-    struct event *ready_ev;         /* republishes ready_reason */
-    const char *ready_reason;       /* NULL: ready; static text (atomic) */
+    struct event *ready_ev;   /* republishes ready_reason */
+    const char *ready_reason; /* NULL: ready; static text (atomic) */
     /* Answers of admin actions for this worker's local views: pushed by
      * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
     struct worker_news *news;
@@ -55,8 +55,8 @@ struct rl_worker {
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
-int worker_init(struct rl_worker *w, int id, int listen_fd,
-                struct rl_config *cfg, char **cause) RL_WUR;
+int worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
+                char **cause) RL_WUR;
 /* Serve the admin API (admin.h) on listening socket fd (taken) too. */
 int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
 /*
