@@ -43,17 +43,20 @@ MODULES['tb'] = function(with_give)
     local at = now
     if t > now then at = t end
     local skew = at - now
-    if d == 0 and f == 0 then
-      -- a full bucket (or none): nothing to refill
-    elseif at - t >= tb_wait(d, f, 0, W, limit) then
-      d, f = 0, 0
-    else
-      local q, r = muldiv(limit, at - t, W)
-      d, f = d - q, f - r
-      if f < 0 then d, f = d - 1, f + W end
-    end
     local reset = 0
-    if d > 0 or f > 0 then reset = tb_wait(d, f, 0, W, limit) + skew end
+    if d ~= 0 or f ~= 0 then
+      local wait = tb_wait(d, f, 0, W, limit)
+      if at - t >= wait then
+        d, f = 0, 0
+      else
+        local q, r = muldiv(limit, at - t, W)
+        d, f = d - q, f - r
+        if f < 0 then d, f = d - 1, f + W end
+        -- D W fell by exactly limit (at - t), an integer multiple of
+        -- limit: the wait by exactly at - t, no second tb_wait needed
+        reset = wait - (at - t) + skew
+      end
+    end
     if v then repair = reset end
     -- floor(tokens) = burst - ceil(D)
     local room = burst - d
