@@ -47,6 +47,9 @@
 local floor = math.floor
 
 local MODULES, ALGOS = {}, {}
+-- the tags whose peek reads its key itself, not as a string: the driver
+-- then reads only the block key (a GET is half an MGET of two keys)
+local OWN_READ = {}
 -- the module of tag, built on first use in this call; nil if none.  Built
 -- without its give, which only an admin call needs (MODULES[tag](true)
 -- builds it then): a closure less per call.
