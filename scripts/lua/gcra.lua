@@ -84,6 +84,9 @@ MODULES['gcra'] = function(with_give)
 
   -- (ni, nf): peek's next TAT for this cost, if it got that far; fits: it
   -- is within tau
+  -- the last value and TTL written, as strings: every new key of a policy
+  -- in a call gets the same (a format costs half a small command)
+  local m_at, m_f, m_value, m_left, m_ttl
   local function commit(key, now, limit, W, burst, cost, xi, xf, ni, nf, fits)
     if ni == nil then
       local most = 2 * burst
@@ -99,7 +102,12 @@ MODULES['gcra'] = function(with_give)
     end
     local left = gcra_ceil(ni, nf)
     -- value and TTL in one command
-    call('SET', key, format('%d %d', now + ni, nf), 'PX', format('%d', ttl_ms(left)))
+    if now + ni ~= m_at or nf ~= m_f then
+      m_at, m_f = now + ni, nf
+      m_value = format('%d %d', m_at, nf)
+    end
+    if left ~= m_left then m_left, m_ttl = left, format('%d', ttl_ms(left)) end
+    call('SET', key, m_value, 'PX', m_ttl)
     return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
   end
 
