@@ -84,7 +84,7 @@ local function spec_of(s)
       sp.err = 'bad limit in ' .. s
     elseif sp == nil then
       -- the first limit: the table in one allocation, room for n and ttl
-      sp = { m[1], m[2], l, w * 1000, b, n = 1, ttl = 1000 }
+      sp = { m[1], m[2], l, w * 1000, b, n = 1, ttl = 1000, own = OWN_READ[m[3]] }
       if w > ttl then ttl = w end
     else
       sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, w * 1000, b
@@ -110,14 +110,16 @@ end
 
 -- The first limit's value (false: missing, or not a string) and the ms
 -- until the block ends (0: none), in one MGET; where the block cannot be
--- read here (a migrating Cluster slot, see above), neither.
-local function read_first(key, bkey, now)
+-- read here (a migrating Cluster slot, see above), neither.  own: the
+-- limit's peek reads its key itself (OWN_READ); only the block is read.
+local function read_first(key, bkey, now, own)
   -- redis.pcall: an error comes back as a table, no Lua pcall frame
-  local got, v, e = redis.pcall('MGET', key, bkey), false, nil
-  if got.err == nil then
-    v, e = got[1], got[2]
-  else
+  local got, v, e = own or redis.pcall('MGET', key, bkey), false, nil
+  if own or got.err then
+    -- a GET error (a block key of the wrong type) is a table: no block
     e = redis.pcall('GET', bkey)
+  else
+    v, e = got[1], got[2]
   end
   e = e and tonumber(e)
   if e and e > now then return v, ceil_ms(e - now) end
@@ -192,7 +194,7 @@ local function run1(sp, cf, k, bkey, once_key, seq, now, a)
     cost, force = 0, false
   end
   local key = KEYS[k + 1]
-  local v, blocked = read_first(key, bkey, now)
+  local v, blocked = read_first(key, bkey, now, sp.own)
   local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost, v)
   if ((ok and blocked == 0) or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
     rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
@@ -218,7 +220,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
     admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
-  local pre, blocked = read_first(KEYS[k + 1], bkey, now)
+  local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
   local allowed = blocked == 0
   for i = 1, n do
     local j = 5 * i - 5
@@ -278,9 +280,9 @@ else
   now = t[1] * 1000000 + t[2]
 end
 
-local nchecks = tonumber(ARGV[2])
--- one check of one limit (coalescing off, or a quiet moment): no tables
-if nchecks == 1 then
+-- one check of one limit (coalescing off, or a quiet moment): no tables,
+-- and no tonumber for n (glibc's strtod: ~1.4k instructions, even for '1')
+if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
@@ -294,8 +296,10 @@ end
 
 local out, st = {}, nil
 local o, k, b = 0, 0, 3
-for _ = 1, nchecks do
-  local sp, cf = cached(ARGV[b], ARGV[b + 1])
+for _ = 1, tonumber(ARGV[2]) do
+  local s, c = ARGV[b], ARGV[b + 1]
+  local sp, cf = SPECS[s], COSTS[c]
+  if sp == nil or cf == nil then sp, cf = cached(s, c) end
   local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
   b = b + 3
   if cf[3] then

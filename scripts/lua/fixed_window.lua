@@ -30,12 +30,24 @@ MODULES['fw'] = function(with_give)
     return true, room, reset, 0, repair, count, start
   end
 
+  -- A window opened now: its value "<cost>:<now>" and TTL (W) are the same
+  -- for every new key of a policy in a call (most keys, when keys are
+  -- many), so they are formatted once, not per check.
+  local f_cost, f_now, f_W, f_value, f_ttl
   local function commit(key, now, limit, W, burst, cost, count, start)
-    if count == 0 then start = now end
-    count = count + cost
-    local left = start + W - now
+    local left, value, ttl
+    if count == 0 then
+      if cost ~= f_cost or now ~= f_now or W ~= f_W then
+        f_cost, f_now, f_W = cost, now, W
+        f_value, f_ttl = format('%d:%d', cost, now), format('%d', ttl_ms(W))
+      end
+      count, left, value, ttl = cost, W, f_value, f_ttl
+    else
+      count, left = count + cost, start + W - now
+      value, ttl = format('%d:%d', count, start), format('%d', ttl_ms(left))
+    end
     -- value and TTL in one command
-    call('SET', key, format('%d:%d', count, start), 'PX', format('%d', ttl_ms(left)))
+    call('SET', key, value, 'PX', ttl)
     local room = limit - count
     if room < 0 then room = 0 end
     return room, ceil_ms(left)

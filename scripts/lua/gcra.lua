@@ -76,23 +76,38 @@ MODULES['gcra'] = function(with_give)
     if ni > gi or (ni == gi and nf > gf) then
       -- allowed once now has grown by n - tau
       local ei, ef = gcra_norm(ni - gi, nf - gf, limit)
-      return false, room, reset, ceil_ms(gcra_ceil(ei, ef)), repair, xi, xf
+      return false, room, reset, ceil_ms(gcra_ceil(ei, ef)), repair, xi, xf, ni, nf
     end
-    return true, room, reset, 0, repair, xi, xf
+    -- commit's TAT (ni, nf) as well: within tau, so within 2 tau
+    return true, room, reset, 0, repair, xi, xf, ni, nf, true
   end
 
-  local function commit(key, now, limit, W, burst, cost, xi, xf)
-    local most = 2 * burst
-    if cost > most then cost = most end
-    local ni, nf = gcra_next(xi, xf, cost, W, limit)
-    -- a forced commit: TAT no further than 2 x tau ahead
-    -- T * 2 burst = 2 tau, exactly
-    local mi, mf = tau(W, burst, limit)
-    mi, mf = gcra_norm(2 * mi, 2 * mf, limit)
-    if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
+  -- (ni, nf): peek's next TAT for this cost, if it got that far; fits: it
+  -- is within tau
+  -- the last value and TTL written, as strings: every new key of a policy
+  -- in a call gets the same (a format costs half a small command)
+  local m_at, m_f, m_value, m_left, m_ttl
+  local function commit(key, now, limit, W, burst, cost, xi, xf, ni, nf, fits)
+    if ni == nil then
+      local most = 2 * burst
+      if cost > most then cost = most end
+      ni, nf = gcra_next(xi, xf, cost, W, limit)
+    end
+    if not fits then
+      -- a forced commit: TAT no further than 2 x tau ahead
+      -- T * 2 burst = 2 tau, exactly
+      local mi, mf = tau(W, burst, limit)
+      mi, mf = gcra_norm(2 * mi, 2 * mf, limit)
+      if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
+    end
     local left = gcra_ceil(ni, nf)
     -- value and TTL in one command
-    call('SET', key, format('%d %d', now + ni, nf), 'PX', format('%d', ttl_ms(left)))
+    if now + ni ~= m_at or nf ~= m_f then
+      m_at, m_f = now + ni, nf
+      m_value = format('%d %d', m_at, nf)
+    end
+    if left ~= m_left then m_left, m_ttl = left, format('%d', ttl_ms(left)) end
+    call('SET', key, m_value, 'PX', m_ttl)
     return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
   end
 

@@ -10,7 +10,8 @@
 local function intmath()
   -- floor(x / c) and x - c * floor(x / c), for integers 0 <= x < 2^53, c > 0.
   local function divmod(x, c)
-    local q = floor(x / c)
+    local q = x / c
+    q = q - q % 1
     local r = x - q * c
     -- a correctly rounded x / c never needs this; it costs nothing to be sure
     if r < 0 then
@@ -28,7 +29,8 @@ local function intmath()
   local function muldiv31(a, b, c)
     local p = a * b
     if p < 9007199254740992 then return divmod(p, c) end
-    local hi = floor(a / 2097152)
+    local hi = a / 2097152
+    hi = hi - hi % 1
     local q, r = muldiv31(hi, b, c)
     local q2, r2 = divmod(r * 2097152 + (a - hi * 2097152) * b, c)
     return q * 2097152 + q2, r2

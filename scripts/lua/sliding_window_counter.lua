@@ -71,11 +71,18 @@ MODULES['swc'] = function(with_give)
     return true, rem, reset, 0, repair, cur, curr, prev, room
   end
 
+  -- the last value and TTL written, as strings: the TTL is the same for
+  -- every key of a policy in a call, the value for every new key (a format
+  -- costs half a small command)
+  local m_cur, m_c, m_p, m_value, m_reset, m_ttl
   local function commit(key, now, limit, W, burst, cost, cur, curr, prev, room)
-    local reset = (cur + 2) * W - now
+    local reset, c = (cur + 2) * W - now, curr + cost
+    if cur ~= m_cur or c ~= m_c or prev ~= m_p then
+      m_cur, m_c, m_p, m_value = cur, c, prev, format('%d:%d:%d', cur, c, prev)
+    end
+    if reset ~= m_reset then m_reset, m_ttl = reset, format('%d', ttl_ms(reset)) end
     -- value and TTL in one command
-    call('SET', key, format('%d:%d:%d', cur, curr + cost, prev),
-         'PX', format('%d', ttl_ms(reset)))
+    call('SET', key, m_value, 'PX', m_ttl)
     room = room - cost
     if room < 0 then room = 0 end
     return room, ceil_ms(reset)

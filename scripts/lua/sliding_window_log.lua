@@ -14,8 +14,21 @@
 -- the price of the bound, paid only when a key is already over its limit.
 -- Mirrors src/algo_sliding_window_log.c.
 
+OWN_READ['swl'] = true
 MODULES['swl'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  -- now - W as ZRANGEBYSCORE's exclusive bound and ZREMRANGEBYSCORE's
+  -- inclusive one, now, and the TTL of an entry logged now: the same for
+  -- every check of a policy in a call, so formatted once (a format costs
+  -- half a small command)
+  local m_now, m_W, s_gone, s_live, s_now, s_ttl
+  local function strs(now, W)
+    if now ~= m_now or W ~= m_W then
+      m_now, m_W = now, W
+      s_gone, s_now, s_ttl = format('%d', now - W), format('%d', now), format('%d', ttl_ms(W))
+      s_live = '(' .. s_gone
+    end
+  end
 
   local function set_ttl(key, us)
     call('PEXPIRE', key, format('%d', ttl_ms(us)))
@@ -55,7 +68,8 @@ MODULES['swl'] = function(with_give)
     if last[1] then
       local score = tonumber(last[2])
       if score > now - W then
-        local first = call('ZRANGEBYSCORE', key, format('(%d', now - W), '+inf',
+        strs(now, W)
+        local first = call('ZRANGEBYSCORE', key, s_live, '+inf',
                            'WITHSCORES', 'LIMIT', '0', '1')
         local c0, k0 = swl_parse(first[1])
         base = c0 - k0
@@ -94,7 +108,8 @@ MODULES['swl'] = function(with_give)
   end
 
   local function commit(key, now, limit, W, burst, cost, n, base, cum, newest, prune)
-    if prune then call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - W)) end
+    strs(now, W)
+    if prune then call('ZREMRANGEBYSCORE', key, '-inf', s_gone) end
     -- a clock that stepped back must not put an entry before older ones
     local ts = now
     if newest > now then ts = newest end
@@ -103,11 +118,13 @@ MODULES['swl'] = function(with_give)
       swl_rebase(key, base)
       cum = n + cost
     end
-    call('ZADD', key, format('%d', ts), swl_member(cum, cost))
+    local at, ttl = s_now, s_ttl
+    if ts ~= now then at, ttl = format('%d', ts), format('%d', ttl_ms(ts + W - now)) end
+    call('ZADD', key, at, swl_member(cum, cost))
     -- n live units hold at most n entries: only n >= limit (a forced
     -- commit) can pass `limit` entries; keep the newest `limit`
     if n >= limit then call('ZREMRANGEBYRANK', key, 0, -limit - 1) end
-    set_ttl(key, ts + W - now)
+    call('PEXPIRE', key, ttl)
     local room = limit - n - cost
     if room < 0 then room = 0 end
     return room, ceil_ms(ts + W - now)

@@ -43,17 +43,20 @@ MODULES['tb'] = function(with_give)
     local at = now
     if t > now then at = t end
     local skew = at - now
-    if d == 0 and f == 0 then
-      -- a full bucket (or none): nothing to refill
-    elseif at - t >= tb_wait(d, f, 0, W, limit) then
-      d, f = 0, 0
-    else
-      local q, r = muldiv(limit, at - t, W)
-      d, f = d - q, f - r
-      if f < 0 then d, f = d - 1, f + W end
-    end
     local reset = 0
-    if d > 0 or f > 0 then reset = tb_wait(d, f, 0, W, limit) + skew end
+    if d ~= 0 or f ~= 0 then
+      local wait = tb_wait(d, f, 0, W, limit)
+      if at - t >= wait then
+        d, f = 0, 0
+      else
+        local q, r = muldiv(limit, at - t, W)
+        d, f = d - q, f - r
+        if f < 0 then d, f = d - 1, f + W end
+        -- D W fell by exactly limit (at - t), an integer multiple of
+        -- limit: the wait by exactly at - t, no second tb_wait needed
+        reset = wait - (at - t) + skew
+      end
+    end
     if v then repair = reset end
     -- floor(tokens) = burst - ceil(D)
     local room = burst - d
@@ -69,12 +72,19 @@ MODULES['tb'] = function(with_give)
     return true, rem, reset_ms, 0, repair, d, f, at, skew
   end
 
+  -- the last value and TTL written, as strings: every new key of a policy
+  -- in a call gets the same (a format costs half a small command)
+  local m_d, m_f, m_at, m_value, m_reset, m_ttl
   local function commit(key, now, limit, W, burst, cost, d, f, at, skew)
     d = d + cost
     if d >= 2 * burst then d, f = 2 * burst, 0 end
     local reset = tb_wait(d, f, 0, W, limit) + skew
     -- value and TTL in one command
-    call('SET', key, format('%d:%d:%d', d, f, at), 'PX', format('%d', ttl_ms(reset)))
+    if d ~= m_d or f ~= m_f or at ~= m_at then
+      m_d, m_f, m_at, m_value = d, f, at, format('%d:%d:%d', d, f, at)
+    end
+    if reset ~= m_reset then m_reset, m_ttl = reset, format('%d', ttl_ms(reset)) end
+    call('SET', key, m_value, 'PX', m_ttl)
     local room = burst - d
     if f > 0 then room = room - 1 end
     if room < 0 then room = 0 end

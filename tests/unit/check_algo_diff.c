@@ -958,6 +958,46 @@ START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
 }
 END_TEST
 
+/*
+ * A log first: its peek reads its sorted set itself, so the script reads
+ * only the block key for it (no MGET).  The block must deny all the same, in
+ * the one-limit path and as the first of two limits, and not another key.
+ */
+START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
+{
+    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5}};
+    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5},
+                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5}};
+    char n1[] = "pl1", n2[] = "pl2";
+    struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
+    struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
+    struct rl_check_req use1 = {.policy = &p1, .key = "{d:l}", .key_len = 5, .cost = 1};
+    struct rl_check_req use2 = {.policy = &p2, .key = "{d:l}", .key_len = 5, .cost = 1};
+    struct rl_check_req other = {.policy = &p1, .key = "{d:m}", .key_len = 5, .cost = 1};
+    struct rl_check_req block = {.policy = &p1, .key = "{d:l}", .key_len = 5,
+                                 .flags = RL_CHECK_BLOCK, .block_ms = 60000};
+    const struct rl_check_req *r1[] = {&use1, &use2, &block, &use1, &use2, &other};
+    struct rl_script_call c = {0};
+    struct answer ans[6];
+
+    daemon_call(&c, r1, 6, ans);
+    for (int k = 0; k < 6; k++)
+        ck_assert_int_eq(ans[k].res.status, RL_BACKEND_OK);
+    ck_assert(ans[0].res.allowed && ans[1].res.allowed && ans[5].res.allowed);
+    ck_assert_int_eq(ans[0].res.limits[0].remaining, 4);
+    ck_assert_int_eq(ans[1].res.limits[0].remaining, 3);
+    for (int k = 2; k <= 4; k++) {
+        ck_assert(!ans[k].res.allowed);
+        ck_assert_int_gt(ans[k].res.blocked_ms, 50000);
+        ck_assert_int_le(ans[k].res.blocked_ms, 60000);
+        /* denied: nothing consumed */
+        ck_assert_int_eq(ans[k].res.limits[0].remaining, 3);
+    }
+    ck_assert_int_eq(ans[4].res.limits[1].remaining, 4);
+    script_call_free(&c);
+}
+END_TEST
+
 static Suite *
 diff_suite(void)
 {
@@ -978,6 +1018,7 @@ diff_suite(void)
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
     tcase_add_test(tc, daemon_batch_fails_one_check_alone);
     tcase_add_test(tc, daemon_admin_ops_answer_like_a_check_after_them);
+    tcase_add_test(tc, a_block_denies_a_policy_whose_first_limit_is_a_log);
     suite_add_tcase(s, tc);
     return s;
 }
