@@ -536,23 +536,20 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     }
 }
 
+static int vsendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt,
+                  va_list ap);
+
+/* The handshake's commands are timed by the same ring as every other. */
 static int
 handshake_send(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
 {
-    struct rconn *c = owner;
     va_list ap;
     int rc;
 
-    if (c->ac == NULL)
-        return RL_ERR;
     va_start(ap, fmt);
-    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
+    rc = vsendf(owner, fn, priv, fmt, ap);
     va_end(ap);
-    if (rc != REDIS_OK)
-        return RL_ERR;
-    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, 0);
-    c->pending++;
-    return RL_OK;
+    return rc;
 }
 
 static void
@@ -710,6 +707,16 @@ rconn_drop(struct rconn *c, const char *why)
     event_active(c->drop_ev, EV_TIMEOUT, 0);
 }
 
+/* A command queued on c: its deadline goes into the ring. */
+static void
+note_sent(struct rconn *c, int64_t wait_ms)
+{
+    if (c->pending == 0)
+        c->last_reply_us = now_monotonic_us();
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, wait_ms);
+    c->pending++;
+}
+
 int
 rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, const char *cmd,
            size_t len)
@@ -717,10 +724,17 @@ rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, co
     if (c->ac == NULL || c->pending >= c->sent_cap ||
         redisAsyncFormattedCommand(c->ac, fn, priv, cmd, len) != REDIS_OK)
         return RL_ERR;
-    if (c->pending == 0)
-        c->last_reply_us = now_monotonic_us();
-    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, wait_ms);
-    c->pending++;
+    note_sent(c, wait_ms);
+    return RL_OK;
+}
+
+static int
+vsendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, va_list ap)
+{
+    if (c->ac == NULL || c->pending >= c->sent_cap ||
+        redisvAsyncCommand(c->ac, fn, priv, fmt, ap) != REDIS_OK)
+        return RL_ERR;
+    note_sent(c, 0);
     return RL_OK;
 }
 
@@ -730,18 +744,10 @@ rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, .
     va_list ap;
     int rc;
 
-    if (c->ac == NULL || c->pending >= c->sent_cap)
-        return RL_ERR;
     va_start(ap, fmt);
-    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
+    rc = vsendf(c, fn, priv, fmt, ap);
     va_end(ap);
-    if (rc != REDIS_OK)
-        return RL_ERR;
-    if (c->pending == 0)
-        c->last_reply_us = now_monotonic_us();
-    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, 0);
-    c->pending++;
-    return RL_OK;
+    return rc;
 }
 
 void
