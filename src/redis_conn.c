@@ -1,6 +1,7 @@
 /* redis_conn.c — see redis_conn.h. */
 #include <arpa/inet.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +206,7 @@ rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner
     else if (login->role == RCONN_ROLE_IF_ALLOWED)
         rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
     rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check, rl_lua_check_len);
-    rc |= send(owner, fn, (void *)"function", "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
+    rc |= send(owner, fn, (void *)"function", "FUNCTION LOAD %b", rl_lua_check_lib,
                rl_lua_check_lib_len);
     return rc == RL_OK ? RL_OK : RL_ERR;
 }
@@ -489,13 +490,33 @@ free_ac(struct rconn *c)
     redisAsyncFree(ac);
 }
 
-/* The reply to FUNCTION LOAD REPLACE: FCALL from now on when it names our
- * library, else EVALSHA (said once per connection object: a Redis 6 is no
- * news on every reconnect). */
+/*
+ * Redis 7's answer to FUNCTION LOAD of a library name it holds.  Our name is
+ * the hash of our code, so that library is ours byte for byte: loaded, as if
+ * this load had done it.  Matched whole (name included), since another error
+ * that merely starts alike must still mean EVALSHA.
+ */
+static bool
+library_exists(const redisReply *r)
+{
+    static const char pre[] = "ERR Library '", post[] = "' already exists";
+    size_t n = strlen(rl_lua_check_fn);
+
+    return r->type == REDIS_REPLY_ERROR && strncmp(r->str, pre, sizeof(pre) - 1) == 0 &&
+           strncmp(r->str + sizeof(pre) - 1, rl_lua_check_fn, n) == 0 &&
+           strcmp(r->str + sizeof(pre) - 1 + n, post) == 0;
+}
+
+/* The reply to FUNCTION LOAD (without REPLACE: a library already there is
+ * ours, and replacing it would replicate and log its ~43 KB on every
+ * handshake of every daemon): FCALL from now on when it names our library
+ * or says it exists, else EVALSHA (said once per connection object: a Redis
+ * 6 is no news on every reconnect). */
 static void
 functions_loaded(struct rconn *c, const redisReply *r)
 {
-    c->functions = r->type == REDIS_REPLY_STRING && strcmp(r->str, rl_lua_check_fn) == 0;
+    c->functions = (r->type == REDIS_REPLY_STRING && strcmp(r->str, rl_lua_check_fn) == 0) ||
+                   library_exists(r);
     if (c->functions || c->functions_noted)
         return;
     c->functions_noted = 1;
@@ -790,7 +811,7 @@ rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *e
     if (i < 0 || error_codes[i].kind != RL_RERR_NOSCRIPT)
         return 0;
     if (strcmp(err, FUNCTION_NOT_FOUND) == 0 && c->ac == ac && !c->reloading &&
-        rconn_sendf(c, on_reload, NULL, "FUNCTION LOAD REPLACE %b", rl_lua_check_lib,
+        rconn_sendf(c, on_reload, NULL, "FUNCTION LOAD %b", rl_lua_check_lib,
                     rl_lua_check_lib_len) == RL_OK)
         c->reloading = 1;
     return 1;

@@ -105,7 +105,7 @@ typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv, const
 
 /*
  * Queue the handshake through `send`: AUTH, SELECT and ROLE as `login` asks,
- * then SCRIPT LOAD of the check script and FUNCTION LOAD REPLACE of the same
+ * then SCRIPT LOAD of the check script and FUNCTION LOAD of the same
  * as a library (its reply says whether calls can be FCALLs).  Each reply
  * goes to `fn` with the step's name as privdata, for rconn_step.  RL_ERR
  * when a command could not be queued.

@@ -538,6 +538,62 @@ def t_functions(_):
             check("no function library" not in d.log(), "a fallback to EVALSHA logged")
 
 
+def repl_offset(r):
+    m = re.search(r"^master_repl_offset:(\d+)", r.cli("INFO", "replication"), re.M)
+    return int(m.group(1))
+
+
+def replicated(m, rep):
+    """rep is m's replica, in sync: every write on m from now on counts in
+    m's master_repl_offset (without a replica Redis keeps no offset)."""
+    eq(rep.cli("REPLICAOF", "127.0.0.1", m.port), "OK", "REPLICAOF")
+    wait_for(lambda: "master_link_status:up" in rep.cli("INFO", "replication"),
+             "the replica in sync")
+    wait_for(lambda: repl_offset(m) > 0, "a replication offset on the master")
+
+
+def t_library_kept(_):
+    """Our library already on the server (its name is its code's hash) is
+    ours: a handshake that meets it (a reconnect, a second daemon) loads
+    nothing, so nothing is replicated, and checks stay FCALLs.  Before:
+    FUNCTION LOAD REPLACE wrote and replicated the whole library (~32 KB) on
+    every connection's every handshake."""
+    size = len(H.lua_check_source())
+    loads = r"function\|load"
+    # the sync's RDB in our directory (Redis 7 refuses CONFIG SET dir)
+    rdb = ["dir %s" % H.tmpdir()]
+    with H.Redis(topology="standalone", conf=rdb) as r, \
+            H.Redis(topology="standalone", conf=rdb) as rep:
+        replicated(r, rep)
+        cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3)}
+        with H.Daemon(cfg, redis=r, workers=WORKERS) as d:
+            limit3(d, "k1", "limit 3, the library loaded")
+            eq(libraries(r), [library()], "libraries once loaded")
+            n0, off0 = calls(r, loads), repl_offset(r)
+            killed = int(r.cli("CLIENT", "KILL", "TYPE", "normal"))
+            check(killed >= WORKERS, "%d connections killed, %d workers", killed, WORKERS)
+            wait_for(lambda: calls(r, loads) >= n0 + WORKERS, "the workers' handshakes again")
+            H.ready_everywhere(d.port, timeout=15 * H.SLOW)
+            grew = repl_offset(r) - off0
+            print("# %d handshakes again: replication offset +%d bytes (library %d bytes)"
+                  % (calls(r, loads) - n0, grew, size))
+            check(grew < size // 4, "reconnects replicated %d bytes (library: %d)", grew, size)
+            fcalls = calls(r, "fcall")
+            limit3(d, "k2", "limit 3 after the reconnect")
+            check(calls(r, "fcall") >= fcalls + 4, "checks after the reconnect are not FCALLs")
+            off1 = repl_offset(r)
+            with H.Daemon(cfg, redis=r, workers=WORKERS) as d2:
+                limit3(d2, "k3", "limit 3 on a second daemon")
+            grew = repl_offset(r) - off1
+            print("# a second daemon's start and 4 checks: replication offset +%d bytes" % grew)
+            check(grew < size // 4, "a second daemon replicated %d bytes (library: %d)", grew,
+                  size)
+            eq(libraries(r), [library()], "libraries after reconnects and a second daemon")
+            eq(libraries(rep), [library()], "the replica's libraries")
+            eq((calls(r, "evalsha"), calls(r, "eval")), (0, 0), "EVALSHA and EVAL calls")
+            check("no function library" not in d.log() + d2.log(), "a fallback to EVALSHA logged")
+
+
 def t_same_lua_both_paths(_):
     """FCALL and EVALSHA of the same script answer the same numbers, call for
     call: single checks and batches, every algorithm, several limits, costs
@@ -603,6 +659,8 @@ CASES = per_topology("OOM for 3 s: a handful of log lines with counts, every err
      t_ready_after_handshake),
     ("Redis 7: FCALL of the library named by the script's hash, another version's kept; "
      "FUNCTION FLUSH: reloaded, no check lost", t_functions),
+    ("our library already loaded (a reconnect, a second daemon): nothing replicated, FCALLs",
+     t_library_kept),
     ("no FUNCTION (rename-command): EVALSHA, logged once, NOSCRIPT still handled",
      t_no_functions),
     ("FCALL and EVALSHA answer alike, call for call, every algorithm", t_same_lua_both_paths),
