@@ -1,4 +1,5 @@
 /* script.c — see script.h. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,27 +30,52 @@ put_raw(struct rl_script_call *c, const char *s, size_t n)
     c->len += n;
 }
 
-/* <prefix><v>\r\n: the array and bulk string headers of the protocol */
-static void
-put_header(struct rl_script_call *c, char prefix, long long v)
+/* Decimal digits of n. */
+static size_t
+digits(size_t n)
 {
-    char tmp[NUM_MAX + 3];
-    struct strbuf sb;
+    size_t d = 1;
 
-    sb_init(&sb, tmp, sizeof(tmp));
-    sb_mem(&sb, &prefix, 1);
-    sb_i64(&sb, v);
-    sb_mem(&sb, "\r\n", 2);
-    put_raw(c, tmp, sb.len);
+    while (n >= 10) {
+        n /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* <prefix><n>\r\n at p, d = digits(n) of them: the array and bulk string
+ * headers of the protocol (sb_i64 and its bounds checks were a tenth of a
+ * call's build, for numbers that are never negative). */
+static char *
+header_at(char *p, char prefix, size_t n, size_t d)
+{
+    *p++ = prefix;
+    for (size_t i = d; i > 0; i--, n /= 10)
+        p[i - 1] = (char)('0' + n % 10);
+    p += d;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+static void
+put_header(struct rl_script_call *c, char prefix, size_t n)
+{
+    grow(c, NUM_MAX + 3);
+    c->len = (size_t)(header_at(c->buf + c->len, prefix, n, digits(n)) - c->buf);
 }
 
 /* One argument: $<len>\r\n<bytes>\r\n */
 static void
 put(struct rl_script_call *c, const char *s, size_t n)
 {
-    put_header(c, '$', (long long)n);
-    put_raw(c, s, n);
-    put_raw(c, "\r\n", 2);
+    char *p;
+
+    grow(c, NUM_MAX + 5 + n);
+    p = header_at(c->buf + c->len, '$', n, digits(n));
+    memcpy(p, s, n);
+    memcpy(p + n, "\r\n", 2);
+    c->len = (size_t)(p + n + 2 - c->buf);
 }
 
 static void
@@ -129,42 +155,68 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
     return s;
 }
 
+enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK };
+
+/*
+ * One key as an argument, formatted by backend.c straight into the call (no
+ * copy through a buffer of its own): behind a header of the width a guess
+ * of its length needs (the check's key and some 6 to 25 bytes), the key
+ * moved by a byte when its length needs another width.
+ */
+static int
+put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind kind, size_t i)
+{
+    size_t d = digits(req->key_len + 8), kd;
+    char *at;
+    int len;
+
+    grow(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX);
+    at = c->buf + c->len + 1 + d + 2;
+    if (kind == KEY_LIMIT)
+        len = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX);
+    else if (kind == KEY_ONCE)
+        len = backend_once_key(req, at, RL_LIMIT_KEY_MAX);
+    else
+        len = backend_block_key(req, at, RL_LIMIT_KEY_MAX);
+    if (len < 0)
+        return RL_ERR;
+    if ((kd = digits((size_t)len)) != d) {
+        ptrdiff_t shift = (ptrdiff_t)kd - (ptrdiff_t)d;
+
+        memmove(at + shift, at, (size_t)len);
+        at += shift;
+    }
+    header_at(c->buf + c->len, '$', (size_t)len, kd);
+    memcpy(at + len, "\r\n", 2);
+    c->len = (size_t)(at + len + 2 - c->buf);
+    return RL_OK;
+}
+
 /* A check's keys: its limits', its once key's. */
 static int
 put_keys(struct rl_script_call *c, const struct rl_check_req *req)
 {
-    char key[RL_LIMIT_KEY_MAX];
-    int len;
-
-    for (size_t i = 0; i < req->policy->nlimits; i++) {
-        if ((len = backend_limit_key(req, i, key, sizeof(key))) < 0)
+    for (size_t i = 0; i < req->policy->nlimits; i++)
+        if (put_key(c, req, KEY_LIMIT, i) != RL_OK)
             return RL_ERR;
-        put(c, key, (size_t)len);
-    }
-    if (req->flags & RL_CHECK_ONCE) {
-        if ((len = backend_once_key(req, key, sizeof(key))) < 0)
-            return RL_ERR;
-        put(c, key, (size_t)len);
-    }
+    if (req->flags & RL_CHECK_ONCE)
+        return put_key(c, req, KEY_ONCE, 0);
     return RL_OK;
 }
 
-/*
- * A check's arguments: spec, cost and flags, its block key (an argument, not
- * one of KEYS: check.lua says why), then seq, limit index, block ms.
- */
-static int
-put_args(struct rl_script_call *c, const struct rl_check_req *req)
+/* The cost and the flags the script reads: "1", as nearly every check has
+ * it, is a constant. */
+static void
+put_cost(struct rl_script_call *c, const struct rl_check_req *req)
 {
-    const struct rl_policy *p = req->policy;
-    const struct rl_script_spec *sp = spec_for(c, p->limits, p->nlimits);
-    char tmp[NUM_MAX + 4], key[RL_LIMIT_KEY_MAX];
-    int len = backend_block_key(req, key, sizeof(key));
+    const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN;
+    char tmp[NUM_MAX + 4];
     struct strbuf sb;
 
-    if (sp == NULL || len < 0)
-        return RL_ERR;
-    put_raw(c, sp->bytes, sp->len);
+    if (req->cost == 1 && (req->flags & lettered) == 0) {
+        put_raw(c, "$1\r\n1\r\n", 7);
+        return;
+    }
     sb_init(&sb, tmp, sizeof(tmp));
     sb_i64(&sb, req->cost);
     if (req->flags & RL_CHECK_FORCE)
@@ -176,7 +228,24 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
     if (req->flags & RL_CHECK_BLOCK)
         sb_mem(&sb, "b", 1);
     put(c, tmp, sb.len);
-    put(c, key, (size_t)len);
+}
+
+/*
+ * A check's arguments: spec, cost and flags, its block key (an argument, not
+ * one of KEYS: check.lua says why), then seq, limit index, block ms.
+ */
+static int
+put_args(struct rl_script_call *c, const struct rl_check_req *req)
+{
+    const struct rl_policy *p = req->policy;
+    const struct rl_script_spec *sp = spec_for(c, p->limits, p->nlimits);
+
+    if (sp == NULL)
+        return RL_ERR;
+    put_raw(c, sp->bytes, sp->len);
+    put_cost(c, req);
+    if (put_key(c, req, KEY_BLOCK, 0) != RL_OK)
+        return RL_ERR;
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
     if (req->flags & RL_CHECK_RESET)
@@ -203,7 +272,7 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     }
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
-    put_header(c, '*', (long long)(5 + nkeys + nargs));
+    put_header(c, '*', 5 + nkeys + nargs);
     if (cmd == SCRIPT_FCALL) {
         put(c, "FCALL", 5);
         put(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
