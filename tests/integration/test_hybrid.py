@@ -63,8 +63,8 @@ def rkey(policy, key, window_ms=3600000, tag="fw"):
 
 
 def redis_count(r, policy, key):
-    v = r.cli("GET", rkey(policy, key))     # fixed_window: "<count>:<start>"
-    return int(v.split(":")[0]) if v else 0
+    v = H.state_numbers(r.cli, rkey(policy, key))     # fixed_window: count, start
+    return v[0] if v else 0
 
 
 def evalsha_calls(r):

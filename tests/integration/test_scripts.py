@@ -88,8 +88,8 @@ def rkey(ident):
 
 
 def count(r, ident):
-    v = r.cli("GET", rkey(ident))       # "<count>:<start>"
-    return int(v.split(":")[0]) if v else 0
+    v = H.state_numbers(r.cli, rkey(ident))       # count, start
+    return v[0] if v else 0
 
 
 def evalsha_calls(r):
