@@ -18,15 +18,22 @@ OWN_READ['swl'] = true
 MODULES['swl'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   -- now - W as ZRANGEBYSCORE's exclusive bound and ZREMRANGEBYSCORE's
-  -- inclusive one, now, and the TTL of an entry logged now: the same for
-  -- every check of a policy in a call, so formatted once (a format costs
-  -- half a small command)
-  local m_now, m_W, s_gone, s_live, s_now, s_ttl
-  local function strs(now, W)
-    if now ~= m_now or W ~= m_W then
-      m_now, m_W = now, W
-      s_gone, s_now, s_ttl = format('%d', now - W), format('%d', now), format('%d', ttl_ms(W))
+  -- inclusive one (gone), and now and the TTL of an entry logged now (now):
+  -- the same for every check of a policy in a call, so formatted once (a
+  -- format costs half a small command), and each pair only when needed (a
+  -- new key's check logs an entry but reads and drops nothing)
+  local g_now, g_W, s_gone, s_live, n_now, n_W, s_now, s_ttl
+  local function strs_gone(now, W)
+    if now ~= g_now or W ~= g_W then
+      g_now, g_W = now, W
+      s_gone = format('%d', now - W)
       s_live = '(' .. s_gone
+    end
+  end
+  local function strs_now(now, W)
+    if now ~= n_now or W ~= n_W then
+      n_now, n_W = now, W
+      s_now, s_ttl = format('%d', now), format('%d', ttl_ms(W))
     end
   end
 
@@ -68,7 +75,7 @@ MODULES['swl'] = function(with_give)
     if last[1] then
       local score = tonumber(last[2])
       if score > now - W then
-        strs(now, W)
+        strs_gone(now, W)
         local first = call('ZRANGEBYSCORE', key, s_live, '+inf',
                            'WITHSCORES', 'LIMIT', '0', '1')
         local c0, k0 = swl_parse(first[1])
@@ -108,8 +115,10 @@ MODULES['swl'] = function(with_give)
   end
 
   local function commit(key, now, limit, W, burst, cost, n, base, cum, newest, prune)
-    strs(now, W)
-    if prune then call('ZREMRANGEBYSCORE', key, '-inf', s_gone) end
+    if prune then
+      strs_gone(now, W)
+      call('ZREMRANGEBYSCORE', key, '-inf', s_gone)
+    end
     -- a clock that stepped back must not put an entry before older ones
     local ts = now
     if newest > now then ts = newest end
@@ -118,6 +127,7 @@ MODULES['swl'] = function(with_give)
       swl_rebase(key, base)
       cum = n + cost
     end
+    strs_now(now, W)
     local at, ttl = s_now, s_ttl
     if ts ~= now then at, ttl = format('%d', ts), format('%d', ttl_ms(ts + W - now)) end
     call('ZADD', key, at, swl_member(cum, cost))
