@@ -28,8 +28,7 @@
 --   ms     only for a 'block': block for this long; 0 lifts the block
 --
 -- The block key holds the block's end (us, this script's clock) and expires
--- with it.  It is read in the same MGET as the first limit's value, so a
--- check pays no extra call for it (but one GET when that key is missing).
+-- with it.  It is read by one GET next to the first limit's (read_first).
 -- It is an argument, not one of KEYS, on purpose: it rarely exists, and a
 -- Redis Cluster node answers a call whose keys are partly missing while
 -- their slot migrates with TRYAGAIN, so with it among KEYS every check of a
@@ -108,19 +107,18 @@ local function cost_of(s)
   return cf
 end
 
--- The first limit's value (false: missing, or not a string) and the ms
--- until the block ends (0: none), in one MGET; where the block cannot be
--- read here (a migrating Cluster slot, see above), neither.  own: the
--- limit's peek reads its key itself (OWN_READ); only the block is read.
+-- The first limit's value (false: missing) and the ms until the block ends
+-- (0: none).  Two GETs, not one MGET: an MGET answers a table (~1.3k more
+-- than a GET) and nil for a key of the wrong type, which then needed a GET
+-- of its own to fail the check; a GET of the limit's key raises WRONGTYPE
+-- itself (this check fails alone), one of the block key answers an error
+-- table, taken as no block, as is a block key where a migrating Cluster
+-- slot cannot read it (see above).  own: the limit's peek reads its key
+-- itself (OWN_READ); only the block is read.
 local function read_first(key, bkey, now, own)
-  -- redis.pcall: an error comes back as a table, no Lua pcall frame
-  local got, v, e = own or redis.pcall('MGET', key, bkey), false, nil
-  if own or got.err then
-    -- a GET error (a block key of the wrong type) is a table: no block
-    e = redis.pcall('GET', bkey)
-  else
-    v, e = got[1], got[2]
-  end
+  local v = nil
+  if not own then v = redis.call('GET', key) end
+  local e = redis.pcall('GET', bkey)
   e = e and tonumber(e)
   if e and e > now then return v, ceil_ms(e - now) end
   return v, 0

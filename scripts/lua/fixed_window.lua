@@ -1,21 +1,18 @@
 -- fixed_window: a counter whose window opens at the first counted request and
--- lasts `window`.  String value "<count>:<start>" (start in us), written with
--- its TTL in one SET ... PX (the first limit's value may come read already,
--- `pre`, in the MGET that reads the block).  A forced commit counts past the limit; the
--- window still closes on time.
+-- lasts `window`.  Value count, start (in us) as state2 reads them (prelude),
+-- written with its TTL in one SET ... PX.  A forced commit counts past the
+-- limit; the window still closes on time.
 -- Mirrors src/algo_fixed_window.c.
 
 MODULES['fw'] = function(with_give)
-  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local call, format = redis.call, string.format
   local function peek(key, now, limit, W, burst, cost, pre)
-    local v = pre or call('GET', key)
+    local v = pre
+    if v == nil then v = call('GET', key) end
     local count, start, left, repair = 0, 0, 0, nil
     if v then
-      local p = find(v, ':', 1, true)
-      if p then
-        count = tonumber(sub(v, 1, p - 1)) or 0
-        start = tonumber(sub(v, p + 1)) or 0
-      end
+      local c, s = state2(v)
+      if c then count, start = c, s end
       if count > 0 then
         left = start + W - now
         if left <= 0 then count, left = 0, 0 end
@@ -30,7 +27,7 @@ MODULES['fw'] = function(with_give)
     return true, room, reset, 0, repair, count, start
   end
 
-  -- A window opened now: its value "<cost>:<now>" and TTL (W) are the same
+  -- A window opened now: its value (cost, now) and TTL (W) are the same
   -- for every new key of a policy in a call (most keys, when keys are
   -- many), so they are formatted once, not per check.
   local f_cost, f_now, f_W, f_value, f_ttl
@@ -39,12 +36,12 @@ MODULES['fw'] = function(with_give)
     if count == 0 then
       if cost ~= f_cost or now ~= f_now or W ~= f_W then
         f_cost, f_now, f_W = cost, now, W
-        f_value, f_ttl = format('%d:%d', cost, now), format('%d', ttl_ms(W))
+        f_value, f_ttl = pack_state('<dd', cost, now), format('%d', ttl_ms(W))
       end
       count, left, value, ttl = cost, W, f_value, f_ttl
     else
       count, left = count + cost, start + W - now
-      value, ttl = format('%d:%d', count, start), format('%d', ttl_ms(left))
+      value, ttl = pack_state('<dd', count, start), format('%d', ttl_ms(left))
     end
     -- value and TTL in one command
     call('SET', key, value, 'PX', ttl)
@@ -62,7 +59,7 @@ MODULES['fw'] = function(with_give)
       call('DEL', key)
       return
     end
-    call('SET', key, format('%d:%d', count, start), 'PX', format('%d', ttl_ms(start + W - now)))
+    call('SET', key, pack_state('<dd', count, start), 'PX', format('%d', ttl_ms(start + W - now)))
   end
 
   return peek, commit, give

@@ -7,10 +7,10 @@
 -- T is rarely a whole number of microseconds,
 -- so times are kept exactly as i + f / limit (0 <= f < limit) and compared
 -- as pairs; products go through muldiv (intmath.lua).
--- String value "<i> <f>" of TAT.  Mirrors src/algo_gcra.c.
+-- Value i, f of TAT as state2 reads them (prelude).  Mirrors src/algo_gcra.c.
 
 MODULES['gcra'] = function(with_give)
-  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local call, format = redis.call, string.format
   local divmod, muldiv = intmath()
   -- Pair (i, f) normalised after f may have left [0, limit).
   local function gcra_norm(i, f, limit)
@@ -55,12 +55,13 @@ MODULES['gcra'] = function(with_give)
   end
 
   local function peek(key, now, limit, W, burst, cost, pre)
-    local v = pre or call('GET', key)
+    local v = pre
+    if v == nil then v = call('GET', key) end
     -- x = max(TAT, now) - now
     local xi, xf, left, repair = 0, 0, 0, nil
     if v then
-      local a, b = string.match(v, '^(%d+) (%d+)$')
-      local ti, tf = tonumber(a) or 0, tonumber(b) or 0
+      local ti, tf = state2(v)
+      if ti == nil then ti, tf = 0, 0 end
       -- f was kept over an older limit: round TAT up to the microsecond
       if tf >= limit then ti, tf = ti + 1, 0 end
       if ti >= now then
@@ -104,7 +105,7 @@ MODULES['gcra'] = function(with_give)
     -- value and TTL in one command
     if now + ni ~= m_at or nf ~= m_f then
       m_at, m_f = now + ni, nf
-      m_value = format('%d %d', m_at, nf)
+      m_value = pack_state('<dd', m_at, nf)
     end
     if left ~= m_left then m_left, m_ttl = left, format('%d', ttl_ms(left)) end
     call('SET', key, m_value, 'PX', m_ttl)
@@ -122,7 +123,7 @@ MODULES['gcra'] = function(with_give)
       call('DEL', key)
       return
     end
-    call('SET', key, format('%d %d', now + ni, nf), 'PX', format('%d', ttl_ms(gcra_ceil(ni, nf))))
+    call('SET', key, pack_state('<dd', now + ni, nf), 'PX', format('%d', ttl_ms(gcra_ceil(ni, nf))))
   end
 
   return peek, commit, give

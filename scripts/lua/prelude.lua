@@ -6,9 +6,10 @@
 --
 -- The algorithm interface, algo(tag) = { peek, commit }, with W the window
 -- in microseconds (the driver converts once per policy, not per check):
---   peek(key, now, limit, W, burst, cost)
+--   peek(key, now, limit, W, burst, cost, pre)
 --     -> ok, remaining, reset_ms, retry_after_ms, repair, s1, ..., s5
---     reads only: the answer as things stand; repair, the TTL (us) the key
+--     pre: the key's value when the driver read it already (false: no
+--     key), nil to read it here.  Reads only: the answer as things stand; repair, the TTL (us) the key
 --     needs if it was found without one (nil when there is no key); s1..s5,
 --     what commit needs of the state read.
 --   commit(key, now, limit, W, burst, cost, s1, ..., s5) -> remaining, reset_ms
@@ -48,7 +49,7 @@ local floor = math.floor
 
 local MODULES, ALGOS = {}, {}
 -- the tags whose peek reads its key itself, not as a string: the driver
--- then reads only the block key (a GET is half an MGET of two keys)
+-- then reads only the block key, not that key
 local OWN_READ = {}
 -- the module of tag, built on first use in this call; nil if none.  Built
 -- without its give, which only an admin call needs (MODULES[tag](true)
@@ -76,6 +77,47 @@ local function ttl_ms(us)
   if us <= 1000 then return 1 end
   us = (us + 999) / 1000
   return us - us % 1
+end
+
+-- State values: the O(1) algorithms keep two or three integers per key as
+-- little-endian doubles (struct.pack '<dd' / '<ddd', 16 or 24 bytes; every
+-- value is an integer below 2^53, exact in a double).  Reading them is one C
+-- call, where the text layout of 0.1 ("5:1700000000000000") cost a find, a
+-- sub and a glibc strtod per number (~6k instructions of a ~49k check), and
+-- writing them another (~4k).  state2(v) and state3(v): the two or three
+-- numbers of a value, nothing for a value that is not that many whole
+-- numbers in [0, 2^53) (NaN, infinities and fractions are not: a key written
+-- by hand, which the modules take as no state).  A value in the text layout
+-- of 0.1 ("<a>:<b>[:<c>]", gcra "<a> <b>") is read too, so that windows and
+-- buckets carry over an upgrade; no text value is 16 or 24 bytes of whole
+-- doubles (an ASCII byte as a double's top byte makes it tiny or huge).
+local unpack_state, pack_state = struct.unpack, struct.pack
+local function text_state(v)
+  local a, b, c = string.match(v, '^(%d+)[: ](%d+):?(%d*)$')
+  return tonumber(a), tonumber(b), tonumber(c)
+end
+local function state2(v)
+  if #v == 16 then
+    local a, b = unpack_state('<dd', v)
+    if a >= 0 and a < 9007199254740992 and a % 1 == 0 and
+       b >= 0 and b < 9007199254740992 and b % 1 == 0 then
+      return a, b
+    end
+  end
+  local a, b, c = text_state(v)
+  if a and b and not c then return a, b end
+end
+local function state3(v)
+  if #v == 24 then
+    local a, b, c = unpack_state('<ddd', v)
+    if a >= 0 and a < 9007199254740992 and a % 1 == 0 and
+       b >= 0 and b < 9007199254740992 and b % 1 == 0 and
+       c >= 0 and c < 9007199254740992 and c % 1 == 0 then
+      return a, b, c
+    end
+  end
+  local a, b, c = text_state(v)
+  if a and b and c then return a, b, c end
 end
 
 -- A key found without a TTL is repaired: no key may live forever.

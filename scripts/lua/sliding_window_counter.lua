@@ -2,38 +2,30 @@
 -- epoch-aligned windows (window index = floor(now / W)), the previous one
 -- weighted by the part of it still inside the sliding window:
 --   estimate = prev * (W - elapsed) / W + curr.
--- String value "<w>:<c>:<p>": w = window index, c = its count, p = the count
--- of window w - 1, written with its TTL in one SET ... PX.
+-- Value w, c, p as state3 reads them (prelude): w = window index, c = its
+-- count, p = the count of window w - 1, written with its TTL in one SET ... PX.
 -- The weighted term is rounded up, which decides exactly like the real-valued
 -- comparison because the rest of it is integer.  Products go through muldiv
 -- (intmath.lua).  A forced commit counts past the limit.
 -- Mirrors src/algo_sliding_window_counter.c.
 
 MODULES['swc'] = function(with_give)
-  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local call, format = redis.call, string.format
   local divmod, muldiv = intmath()
   local function peek(key, now, limit, W, burst, cost, pre)
-    local v = pre or call('GET', key)
+    local v = pre
+    if v == nil then v = call('GET', key) end
     local cur, e = divmod(now, W)
     local curr, prev, repair = 0, 0, nil
     if v then
-      local sw, c, p
-      local i = find(v, ':', 1, true)
-      if i then
-        local j = find(v, ':', i + 1, true)
-        if j then
-          sw = tonumber(sub(v, 1, i - 1))
-          c = tonumber(sub(v, i + 1, j - 1))
-          p = tonumber(sub(v, j + 1))
-        end
-      end
+      local sw, c, p = state3(v)
       -- a clock that stepped back sees the stored window from its start
       if sw then
         if sw > cur then cur, e = sw, 0 end
         if sw == cur then
-          curr, prev = c or 0, p or 0
+          curr, prev = c, p
         elseif sw == cur - 1 then
-          prev = c or 0
+          prev = c
         end
       end
     end
@@ -78,7 +70,7 @@ MODULES['swc'] = function(with_give)
   local function commit(key, now, limit, W, burst, cost, cur, curr, prev, room)
     local reset, c = (cur + 2) * W - now, curr + cost
     if cur ~= m_cur or c ~= m_c or prev ~= m_p then
-      m_cur, m_c, m_p, m_value = cur, c, prev, format('%d:%d:%d', cur, c, prev)
+      m_cur, m_c, m_p, m_value = cur, c, prev, pack_state('<ddd', cur, c, prev)
     end
     if reset ~= m_reset then m_reset, m_ttl = reset, format('%d', ttl_ms(reset)) end
     -- value and TTL in one command
@@ -103,7 +95,7 @@ MODULES['swc'] = function(with_give)
     end
     local reset = (cur + 1) * W - now
     if c > 0 then reset = reset + W end
-    call('SET', key, format('%d:%d:%d', cur, c, p), 'PX', format('%d', ttl_ms(reset)))
+    call('SET', key, pack_state('<ddd', cur, c, p), 'PX', format('%d', ttl_ms(reset)))
   end
 
   return peek, commit, give

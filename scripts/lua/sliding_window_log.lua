@@ -1,11 +1,15 @@
 -- sliding_window_log: the exact log of the allowed checks.  A sorted set with
--- one member per allowed check: score = its time (us), member =
--- "<cum>:<cost>", where cum is the running total of units logged in this key
--- up to and including this check.  The running total makes members unique
--- (even for many checks in one microsecond) and makes the window's count one
+-- one member per allowed check: score = its time (us), member = cum, cost,
+-- where cum is the running total of units logged in this key up to and
+-- including this check.  The running total makes members unique (even for
+-- many checks in one microsecond) and makes the window's count one
 -- subtraction, newest cum - (oldest cum - oldest cost), instead of a sum over
--- every member.  cum is zero-padded to 16 digits so that members sharing a
--- score sort by cum, keeping index order = time order = cum order.
+-- every member.  A member is cum and cost as big-endian doubles (16 bytes,
+-- struct.pack '>dd'): members sharing a score sort by their bytes, and the
+-- bytes of non-negative big-endian doubles sort as their values, keeping
+-- index order = time order = cum order; reading one is a C call where the
+-- text of 0.1 ("<cum, 16 digits>:<cost>", still read) cost a match and two
+-- glibc strtods (~6k instructions, twice per check).
 --
 -- Memory stays bounded by `limit` members.  An allowed check cannot pass it
 -- (every member holds at least one unit), but a forced one can (a hybrid sync
@@ -18,15 +22,22 @@ OWN_READ['swl'] = true
 MODULES['swl'] = function(with_give)
   local call, format, find, sub = redis.call, string.format, string.find, string.sub
   -- now - W as ZRANGEBYSCORE's exclusive bound and ZREMRANGEBYSCORE's
-  -- inclusive one, now, and the TTL of an entry logged now: the same for
-  -- every check of a policy in a call, so formatted once (a format costs
-  -- half a small command)
-  local m_now, m_W, s_gone, s_live, s_now, s_ttl
-  local function strs(now, W)
-    if now ~= m_now or W ~= m_W then
-      m_now, m_W = now, W
-      s_gone, s_now, s_ttl = format('%d', now - W), format('%d', now), format('%d', ttl_ms(W))
+  -- inclusive one (gone), and now and the TTL of an entry logged now (now):
+  -- the same for every check of a policy in a call, so formatted once (a
+  -- format costs half a small command), and each pair only when needed (a
+  -- new key's check logs an entry but reads and drops nothing)
+  local g_now, g_W, s_gone, s_live, n_now, n_W, s_now, s_ttl
+  local function strs_gone(now, W)
+    if now ~= g_now or W ~= g_W then
+      g_now, g_W = now, W
+      s_gone = format('%d', now - W)
       s_live = '(' .. s_gone
+    end
+  end
+  local function strs_now(now, W)
+    if now ~= n_now or W ~= n_W then
+      n_now, n_W = now, W
+      s_now, s_ttl = format('%d', now), format('%d', ttl_ms(W))
     end
   end
 
@@ -37,11 +48,18 @@ MODULES['swl'] = function(with_give)
   -- rebased before cum could leave the range where doubles are exact.
   local SWL_CUM_MAX = 4503599627370496 -- 2^52
 
+  local pack, unpack = struct.pack, struct.unpack
   local function swl_member(cum, cost)
-    return format('%016d:%d', cum, cost)
+    return pack('>dd', cum, cost)
   end
 
   local function swl_parse(m)
+    if #m == 16 then
+      -- NaN fails both: such a member (not ours) fails its check, as a
+      -- text one that is not "<cum>:<cost>" does below
+      local cum, cost = unpack('>dd', m)
+      if cum >= 0 and cost > 0 then return cum, cost end
+    end
     local cum, cost = string.match(m, '^(%d+):(%d+)$')
     return tonumber(cum), tonumber(cost)
   end
@@ -68,9 +86,8 @@ MODULES['swl'] = function(with_give)
     if last[1] then
       local score = tonumber(last[2])
       if score > now - W then
-        strs(now, W)
-        local first = call('ZRANGEBYSCORE', key, s_live, '+inf',
-                           'WITHSCORES', 'LIMIT', '0', '1')
+        strs_gone(now, W)
+        local first = call('ZRANGEBYSCORE', key, s_live, '+inf', 'LIMIT', '0', '1')
         local c0, k0 = swl_parse(first[1])
         base = c0 - k0
         cum = swl_parse(last[1])
@@ -108,8 +125,10 @@ MODULES['swl'] = function(with_give)
   end
 
   local function commit(key, now, limit, W, burst, cost, n, base, cum, newest, prune)
-    strs(now, W)
-    if prune then call('ZREMRANGEBYSCORE', key, '-inf', s_gone) end
+    if prune then
+      strs_gone(now, W)
+      call('ZREMRANGEBYSCORE', key, '-inf', s_gone)
+    end
     -- a clock that stepped back must not put an entry before older ones
     local ts = now
     if newest > now then ts = newest end
@@ -118,6 +137,7 @@ MODULES['swl'] = function(with_give)
       swl_rebase(key, base)
       cum = n + cost
     end
+    strs_now(now, W)
     local at, ttl = s_now, s_ttl
     if ts ~= now then at, ttl = format('%d', ts), format('%d', ttl_ms(ts + W - now)) end
     call('ZADD', key, at, swl_member(cum, cost))

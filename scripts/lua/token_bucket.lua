@@ -8,11 +8,12 @@
 -- which refill pays back before any token is free again, of one bucket at
 -- most (D <= 2 x burst, algo_most_owed in src/algo.h); every argument of
 -- muldiv/divmod stays >= 0 (D itself never goes below 0).
--- String value "<d>:<f>:<t>", written with its TTL in one SET ... PX.
+-- Value d, f, t as state3 reads them (prelude), written with its TTL in one
+-- SET ... PX.
 -- Mirrors src/algo_token_bucket.c.
 
 MODULES['tb'] = function(with_give)
-  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local call, format = redis.call, string.format
   local divmod, muldiv = intmath()
   -- Microseconds, rounded up, until D has fallen to `x` tokens (0 if it has).
   local function tb_wait(d, f, x, W, limit)
@@ -25,18 +26,12 @@ MODULES['tb'] = function(with_give)
   end
 
   local function peek(key, now, limit, W, burst, cost, pre)
-    local v = pre or call('GET', key)
+    local v = pre
+    if v == nil then v = call('GET', key) end
     local d, f, t, repair = 0, 0, 0, nil
     if v then
-      local i = find(v, ':', 1, true)
-      if i then
-        local j = find(v, ':', i + 1, true)
-        if j then
-          d = tonumber(sub(v, 1, i - 1)) or 0
-          f = tonumber(sub(v, i + 1, j - 1)) or 0
-          t = tonumber(sub(v, j + 1)) or 0
-        end
-      end
+      local a, b, c = state3(v)
+      if a then d, f, t = a, b, c end
     end
     -- a clock that stepped back refills nothing until it catches up; every
     -- duration is still measured from `now` (skew)
@@ -81,7 +76,7 @@ MODULES['tb'] = function(with_give)
     local reset = tb_wait(d, f, 0, W, limit) + skew
     -- value and TTL in one command
     if d ~= m_d or f ~= m_f or at ~= m_at then
-      m_d, m_f, m_at, m_value = d, f, at, format('%d:%d:%d', d, f, at)
+      m_d, m_f, m_at, m_value = d, f, at, pack_state('<ddd', d, f, at)
     end
     if reset ~= m_reset then m_reset, m_ttl = reset, format('%d', ttl_ms(reset)) end
     call('SET', key, m_value, 'PX', m_ttl)
@@ -99,7 +94,7 @@ MODULES['tb'] = function(with_give)
       call('DEL', key)
       return
     end
-    call('SET', key, format('%d:%d:%d', d, f, at), 'PX',
+    call('SET', key, pack_state('<ddd', d, f, at), 'PX',
          format('%d', ttl_ms(tb_wait(d, f, 0, W, limit) + skew)))
   end
 

@@ -422,6 +422,23 @@ def lua_check_source():
     return b"".join(out)
 
 
+# The numbers an O(1) algorithm keeps in its key (little-endian doubles, see
+# scripts/lua/prelude.lua), decoded by Redis itself, so that a Cluster client
+# that follows MOVED reads them where the key lives.
+STATE_LUA = ("local v = redis.call('GET', KEYS[1]) if not v then return {} end "
+             "local t = {struct.unpack('<' .. string.rep('d', #v / 8), v)} "
+             "t[#t] = nil return t")
+
+
+def state_numbers(run, key):
+    """[count, start] of a fixed window ([] for no key): run(*args) is a
+    Redis client call, r.cli (text) or a Resp/_resp (list)."""
+    out = run("EVAL", STATE_LUA, 1, key)
+    if isinstance(out, list):
+        return [int(x) for x in out]
+    return [int(x) for x in re.findall(r"-?\d+", out or "")]
+
+
 def _cli_at(port, args):
     if shutil.which(REDIS_CLI) is None:
         raise HarnessError("redis-cli not found in PATH")

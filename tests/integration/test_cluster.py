@@ -796,8 +796,8 @@ def case_hybrid_stall(fx):
     body = {"key": ident, "policy": "hyb"}
 
     def count():
-        v = rcmd(victim.port, "GET", key)      # fixed_window: "<count>:<start>"
-        return int(v.split(":")[0]) if v else 0
+        v = H.state_numbers(lambda *a: rcmd(victim.port, *a), key)     # count, start
+        return v[0] if v else 0
 
     def wait_count(cond, what, timeout):
         deadline = time.monotonic() + timeout * H.SLOW

@@ -63,8 +63,8 @@ def rkey(policy, key, window_ms=3600000, tag="fw"):
 
 
 def redis_count(r, policy, key):
-    v = r.cli("GET", rkey(policy, key))     # fixed_window: "<count>:<start>"
-    return int(v.split(":")[0]) if v else 0
+    v = H.state_numbers(r.cli, rkey(policy, key))     # fixed_window: count, start
+    return v[0] if v else 0
 
 
 def evalsha_calls(r):
@@ -326,8 +326,8 @@ def t_script_once(d, r):
                            "%d%s" % (cost, flags), block, *extra)
 
         def count():
-            v = own.cli("GET", key)
-            return int(v.split(":")[0]) if v else 0
+            v = H.state_numbers(own.cli, key)     # fixed_window: count, start
+            return v[0] if v else 0
 
         eq(call("fo", 3, 5)[:2], [1, 7], "seq 5 applied: [allowed, remaining]")
         eq((count(), own.cli("GET", once)), (3, "5"), "count and last seq after seq 5")

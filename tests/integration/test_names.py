@@ -31,8 +31,8 @@ def limit_of_three(d, r, who):
         eq((st, b.get("allowed"), b.get("degraded", False)), (200, True, False), "check %d" % i)
     st, _, b = H.request(d.port, "POST", "/check", {"key": who})
     eq((st, b.get("allowed")), (429, False), "the fourth check")
-    v = r.cli("GET", "{rl:named:k:%s}:fw:60000" % who)     # "<count>:<window start>"
-    eq(v.split(":")[0] if v else None, "3", "the count in Redis")
+    v = H.state_numbers(r.cli, "{rl:named:k:%s}:fw:60000" % who)     # count, start
+    eq(v[0] if v else None, 3, "the count in Redis")
 
 
 def t_url_by_name(_):

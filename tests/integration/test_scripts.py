@@ -88,8 +88,8 @@ def rkey(ident):
 
 
 def count(r, ident):
-    v = r.cli("GET", rkey(ident))       # "<count>:<start>"
-    return int(v.split(":")[0]) if v else 0
+    v = H.state_numbers(r.cli, rkey(ident))       # count, start
+    return v[0] if v else 0
 
 
 def evalsha_calls(r):
@@ -190,7 +190,7 @@ def t_script_admin(r):
     a = one(r, T + 1000000, 1)
     eq(a[0], -59000, "a check 1 s into the block: %r" % a)
     eq((a[1], a[4]), (7, 7), "a blocked check consumes nothing")
-    eq(r.cli("GET", FW).split(":")[0], "3", "the fixed window's count while blocked")
+    eq(H.state_numbers(r.cli, FW)[0], 3, "the fixed window's count while blocked")
     a = one(r, T + 1000000, "2f")
     eq((a[0], a[1], a[4]), (-59000, 5, 5), "a forced check lands while blocked: %r" % a)
     # give 4 back, reset the token bucket, lift the block: in that order
@@ -198,14 +198,14 @@ def t_script_admin(r):
     eq((a[0], a[1], a[4]), (1, 9, 10), "give back 4, reset limit 1, lift: %r" % a)
     eq(r.cli("EXISTS", BLOCK), "0", "the block key after the lift")
     eq(r.cli("EXISTS", TB), "0", "the reset limit's key")
-    eq(r.cli("GET", FW).split(":")[0], "1", "the fixed window after giving 4 of 5 back")
+    eq(H.state_numbers(r.cli, FW)[0], 1, "the fixed window after giving 4 of 5 back")
     # a limit the policy lacks: that check fails, and wrote nothing
     a = script(r, [FW, TB, "{s:adm}:2:fw:60000", "{s:adm}:2:tb:60000"],
                T + 2000000, 2, SPEC, "-1rb", BLOCK, 2, 5000, SPEC, 1, "{s:adm}:2:block")
     check(isinstance(a[0], str) and "limit index" in a[0], "a bad index: %r", a)
     eq(a[7], 1, "the next check of the batch is decided: %r" % a)
     eq(r.cli("EXISTS", BLOCK), "0", "the failed check set no block")
-    eq(r.cli("GET", FW).split(":")[0], "1", "the failed check gave nothing back")
+    eq(H.state_numbers(r.cli, FW)[0], 1, "the failed check gave nothing back")
     # block, then reset everything: no key is left
     eq(one(r, T + 3000000, "0b", 60000)[0], -60000, "blocked again")
     a = one(r, T + 3000000, "0r", -1)
