@@ -300,8 +300,15 @@ reply_free(void *reply)
     }
 }
 
-static redisReplyObjectFunctions reply_fns = {reply_string, reply_array, reply_integer,
-                                              reply_nil, reply_free};
+/* by name: hiredis 1.x adds createDouble and createBool (RESP3 only, which
+ * these connections never speak), and positions would shift */
+static redisReplyObjectFunctions reply_fns = {
+    .createString = reply_string,
+    .createArray = reply_array,
+    .createInteger = reply_integer,
+    .createNil = reply_nil,
+    .freeObject = reply_free,
+};
 
 /* ---- connection ------------------------------------------------------------- */
 
