@@ -29,25 +29,26 @@ MODULES['fw'] = function(with_give)
 
   -- A window opened now: its value (cost, now) and TTL (W) are the same
   -- for every new key of a policy in a call (most keys, when keys are
-  -- many), so they are formatted once, not per check.
-  local f_cost, f_now, f_W, f_value, f_ttl
+  -- many), so they are formatted once, not per check.  The TTL is the
+  -- reset: ttl_ms and ceil_ms agree on a window still open (left > 0).
+  local f_cost, f_now, f_W, f_value, f_ttl, f_reset
   local function commit(key, now, limit, W, burst, cost, count, start)
-    local left, value, ttl
+    local reset, value, ttl
     if count == 0 then
       if cost ~= f_cost or now ~= f_now or W ~= f_W then
-        f_cost, f_now, f_W = cost, now, W
-        f_value, f_ttl = pack_state('<dd', cost, now), format('%d', ttl_ms(W))
+        f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(W)
+        f_value, f_ttl = pack_state('<dd', cost, now), format('%d', f_reset)
       end
-      count, left, value, ttl = cost, W, f_value, f_ttl
+      count, reset, value, ttl = cost, f_reset, f_value, f_ttl
     else
-      count, left = count + cost, start + W - now
-      value, ttl = pack_state('<dd', count, start), format('%d', ttl_ms(left))
+      count, reset = count + cost, ceil_ms(start + W - now)
+      value, ttl = pack_state('<dd', count, start), format('%d', reset)
     end
     -- value and TTL in one command
     call('SET', key, value, 'PX', ttl)
     local room = limit - count
     if room < 0 then room = 0 end
-    return room, ceil_ms(left)
+    return room, reset
   end
 
   if not with_give then return peek, commit end
