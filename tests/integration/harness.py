@@ -261,10 +261,15 @@ class Redis:
             conf = [os.path.join(tmpdir(), "redis-%d.conf" % port)]
             with open(conf[0], "w") as f:
                 f.write("\n".join(self.conf) + "\n")
+        # a directory of its own: a replica's full sync writes dump.rdb
+        # there, and a server started later in the same directory (the
+        # build's, without this) would load that file's keys
+        rdir = os.path.join(tmpdir(), "redis-%d.d" % port)
+        os.makedirs(rdir, exist_ok=True)
         try:
             self.proc = _track(subprocess.Popen(
                 [REDIS_SERVER] + conf + ["--port", str(port), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                 "--dir", rdir, "--save", "", "--appendonly", "no", "--daemonize", "no"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
         finally:
             log.close()

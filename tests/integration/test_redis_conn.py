@@ -303,7 +303,6 @@ def t_demoted_master(_):
         with H.Daemon(cfg, redis=a, workers=WORKERS) as d:
             eq([post(d, "k1")[0] for _ in range(4)], [200, 200, 200, 429], "limit 3 on the master")
             H.ready_everywhere(d.port)
-            a.cli("CONFIG", "SET", "dir", H.tmpdir())     # where a replica writes its RDB
             # 1. idle: no check tells, the heartbeat must
             eq(a.cli("REPLICAOF", "127.0.0.1", b.port), "OK", "REPLICAOF")
             t0 = time.monotonic()
@@ -356,7 +355,6 @@ def t_demoted_master(_):
 def t_url_names_replica(_):
     """A URL naming a replica: never ready, checks fail at once; promoted: ready."""
     with H.Redis(topology="standalone") as m, H.Redis(topology="standalone") as r:
-        r.cli("CONFIG", "SET", "dir", H.tmpdir())         # where a replica writes its RDB
         eq(r.cli("REPLICAOF", "127.0.0.1", m.port), "OK", "REPLICAOF")
         wait_role(r.port, "slave")
         cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
@@ -560,10 +558,7 @@ def t_library_kept(_):
     every connection's every handshake."""
     size = len(H.lua_check_source())
     loads = r"function\|load"
-    # the sync's RDB in our directory (Redis 7 refuses CONFIG SET dir)
-    rdb = ["dir %s" % H.tmpdir()]
-    with H.Redis(topology="standalone", conf=rdb) as r, \
-            H.Redis(topology="standalone", conf=rdb) as rep:
+    with H.Redis(topology="standalone") as r, H.Redis(topology="standalone") as rep:
         replicated(r, rep)
         cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3)}
         with H.Daemon(cfg, redis=r, workers=WORKERS) as d:
