@@ -20,7 +20,7 @@
 
 OWN_READ['swl'] = true
 MODULES['swl'] = function(with_give)
-  local call, format, find, sub = redis.call, string.format, string.find, string.sub
+  local call, format = redis.call, string.format
   -- now - W as ZRANGEBYSCORE's exclusive bound and ZREMRANGEBYSCORE's
   -- inclusive one (gone), and now and the TTL of an entry logged now (now):
   -- the same for every check of a policy in a call, so formatted once (a
@@ -48,16 +48,15 @@ MODULES['swl'] = function(with_give)
   -- rebased before cum could leave the range where doubles are exact.
   local SWL_CUM_MAX = 4503599627370496 -- 2^52
 
-  local pack, unpack = struct.pack, struct.unpack
   local function swl_member(cum, cost)
-    return pack('>dd', cum, cost)
+    return pack_state('>dd', cum, cost)
   end
 
   local function swl_parse(m)
     if #m == 16 then
       -- NaN fails both: such a member (not ours) fails its check, as a
       -- text one that is not "<cum>:<cost>" does below
-      local cum, cost = unpack('>dd', m)
+      local cum, cost = unpack_state('>dd', m)
       if cum >= 0 and cost > 0 then return cum, cost end
     end
     local cum, cost = string.match(m, '^(%d+):(%d+)$')
