@@ -926,6 +926,34 @@ START_TEST(o1_reads_the_text_layout_and_ignores_garbage)
 }
 END_TEST
 
+/*
+ * A sliding-log member that is neither packed numbers nor 0.1's text (16
+ * bytes of NaN, written by hand) fails its check alone, with an error,
+ * rather than deciding with NaN counts.
+ */
+START_TEST(log_member_of_garbage_fails_its_check)
+{
+    static const unsigned char nan16[16] = {
+        0x7f, 0xf8, 0, 0, 0, 0, 0, 0, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0,
+    };
+    const char *key = "{garbage:swl}:swl:60000";
+    redisReply *r;
+
+    freeReplyObject(redisCommand(rc, "DEL %s", key));
+    freeReplyObject(redisCommand(rc, "ZADD %s %lld %b", key, (long long)T0, nan16,
+                                 sizeof(nan16)));
+    r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s 1 {garbage:swl}:block", rl_lua_check_sha, key,
+                     (long long)(T0 + MS), "swl 10 60000 0");
+    ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+                      r->element[0]->type == REDIS_REPLY_ERROR,
+                  "a NaN member: type %d", r != NULL && r->elements > 0 ? r->element[0]->type : -1);
+    freeReplyObject(r);
+    r = redisCommand(rc, "ZCARD %s", key);
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+}
+END_TEST
+
 START_TEST(daemon_batch_fails_one_check_alone)
 {
     struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10}};
@@ -1111,6 +1139,7 @@ diff_suite(void)
     tcase_add_test(tc, a_removed_ttl_is_put_back);
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
     tcase_add_test(tc, o1_reads_the_text_layout_and_ignores_garbage);
+    tcase_add_test(tc, log_member_of_garbage_fails_its_check);
     tcase_add_test(tc, daemon_batch_fails_one_check_alone);
     tcase_add_test(tc, daemon_admin_ops_answer_like_a_check_after_them);
     tcase_add_test(tc, a_block_denies_a_policy_whose_first_limit_is_a_log);
