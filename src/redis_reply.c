@@ -101,12 +101,25 @@ reply_string(const redisReadTask *task, char *str, size_t len)
     return r;
 }
 
+/*
+ * Elements one array may have.  Our largest replies are a batch's answer
+ * (1024 checks at most, 1 + 3 numbers per limit each) and CLUSTER SLOTS (up
+ * to 16384 ranges); an array past this comes from a broken or hostile
+ * server, whose "*2000000000" would otherwise have the daemon allocate and
+ * zero 16 GB of element pointers.  Refused, it fails the reader as an
+ * allocation failure does: the connection is dropped.
+ */
+#define REPLY_MAX_ELEMENTS (1 << 20)
+
 static void *
 reply_array(const redisReadTask *task, int elements)
 {
     size_t n = elements > 0 ? (size_t)elements : 0;
-    redisReply *r = reply_object(task, REDIS_REPLY_ARRAY, n * sizeof(redisReply *), n);
+    redisReply *r;
 
+    if (n > REPLY_MAX_ELEMENTS)
+        return NULL;
+    r = reply_object(task, REDIS_REPLY_ARRAY, n * sizeof(redisReply *), n);
     if (r == NULL)
         return NULL;
     r->elements = n;

@@ -153,6 +153,22 @@ START_TEST(a_broken_reply_is_freed_whole)
 }
 END_TEST
 
+/* An array header past any reply of ours (2 million elements): refused at
+ * once, not allocated, the reader failed. */
+START_TEST(an_oversized_array_is_refused)
+{
+    static const char resp[] = "*2000000\r\n:1\r\n";
+    redisReader *r = redisReaderCreate();
+    void *reply = NULL;
+
+    redis_reply_attach(r);
+    ck_assert_int_eq(redisReaderFeed(r, resp, sizeof(resp) - 1), REDIS_OK);
+    ck_assert_int_eq(redisReaderGetReply(r, &reply), REDIS_ERR);
+    ck_assert_ptr_null(reply);
+    redisReaderFree(r);
+}
+END_TEST
+
 static Suite *
 redis_reply_suite(void)
 {
@@ -162,6 +178,7 @@ redis_reply_suite(void)
     tcase_add_test(tc, small_replies_match_hiredis);
     tcase_add_test(tc, large_and_nested_replies_match_hiredis);
     tcase_add_test(tc, a_broken_reply_is_freed_whole);
+    tcase_add_test(tc, an_oversized_array_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }
