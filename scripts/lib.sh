@@ -8,16 +8,22 @@ export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
 # Build and test dependencies, by Debian 12 package name.
 RL_PACKAGES=(build-essential autoconf automake pkg-config
              libevent-dev libssl-dev libhiredis-dev libjansson-dev check
+             libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
              redis-server redis-tools python3 curl openssl)
 # What only the tests need: nginx and caddy (the gateway recipes), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
 # (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk,
 # haproxy (its recipe), prometheus (promtool: the alert rules), gnuplot-nox
 # (scripts/bench --plot), nodejs (examples/node), python3-h11 (test_http_h11's
-# independent HTTP/1.1 parser).
+# independent HTTP/1.1 parser), python3-grpcio + python3-protobuf +
+# protobuf-compiler (a real gRPC client of the rate limit service, its
+# classes generated from src/proto/), nghttp2-client (h2load, nghttp),
+# python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
-                  haproxy prometheus gnuplot-nox nodejs python3-h11 clang-format)
+                  haproxy prometheus gnuplot-nox nodejs python3-h11 clang-format
+                  python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
+                  python3-pytest autoconf-archive)
 
 say() { printf '==> %s\n' "$*" >&2; }
 

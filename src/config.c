@@ -210,6 +210,8 @@ static void check_policy(const void *obj, const char *path, struct schema_ctx *c
 static void check_sentinel(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_tls(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_redis(const void *obj, const char *path, struct schema_ctx *ctx);
+static void check_rls_tls(const void *obj, const char *path, struct schema_ctx *ctx);
+static void check_rls(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_top(const void *obj, const char *path, struct schema_ctx *ctx);
 
 /* offsetof in the struct a table describes */
@@ -221,6 +223,8 @@ static void check_top(const void *obj, const char *path, struct schema_ctx *ctx)
 #define TLS(m) offsetof(struct rl_tls_conf, m)
 #define REDIS(m) offsetof(struct rl_redis_conf, m)
 #define HTTP(m) offsetof(struct rl_http_conf, m)
+#define RLS_TLS(m) offsetof(struct rl_rls_tls_conf, m)
+#define RLS(m) offsetof(struct rl_rls_conf, m)
 #define TOP(m) offsetof(struct rl_config, m)
 
 static const struct schema_field limit_fields[] = {
@@ -351,6 +355,41 @@ static const struct schema http_schema = {
     SCHEMA_FIELDS(http_fields), sizeof(struct rl_http_conf), NULL, NULL
 };
 
+/* File names are reloadable: a reload reads them again (rotation). */
+static const struct schema_field rls_tls_fields[] = {
+    {.name = "cert_file", .type = SCHEMA_STRING, .off = RLS_TLS(cert_file),
+     .flags = SCHEMA_NONEMPTY},
+    {.name = "key_file", .type = SCHEMA_STRING, .off = RLS_TLS(key_file),
+     .flags = SCHEMA_NONEMPTY},
+    {.name = "client_ca_file", .type = SCHEMA_STRING, .off = RLS_TLS(client_ca_file),
+     .flags = SCHEMA_NONEMPTY},
+};
+static const struct schema rls_tls_schema = {
+    SCHEMA_FIELDS(rls_tls_fields), sizeof(struct rl_rls_tls_conf), check_rls_tls, NULL
+};
+
+static const struct schema_field rls_fields[] = {
+    {.name = "listen", .type = SCHEMA_STRING, .off = RLS(listen),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "tls", .type = SCHEMA_OBJECT, .off = RLS(tls), .sub = &rls_tls_schema},
+    {.name = "config", .type = SCHEMA_STRING, .off = RLS(config), .flags = SCHEMA_NONEMPTY},
+    {.name = "response_headers", .type = SCHEMA_BOOL, .off = RLS(response_headers),
+     .def = "false"},
+    {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
+     .min = 256, .max = 4 * 1024 * 1024},
+    {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),
+     .def = "100", .min = 1, .max = 65536},
+    {.name = "max_header_list", .type = SCHEMA_SIZE, .off = RLS(max_header_list),
+     .def = "\"16k\"", .min = 1024, .max = 1024 * 1024},
+    {.name = "max_connections", .type = SCHEMA_INT, .off = RLS(max_connections),
+     .def = "10000", .min = 1, .max = 10000000},
+    {.name = "idle_timeout", .type = SCHEMA_DURATION, .off = RLS(idle_timeout_ms),
+     .def = "\"5m\"", .min = 10, .max = 24 * 3600 * 1000},
+};
+static const struct schema rls_schema = {
+    SCHEMA_FIELDS(rls_fields), sizeof(struct rl_rls_conf), check_rls, NULL
+};
+
 static const struct schema_field top_fields[] = {
     {.name = "listen", .type = SCHEMA_STRING, .off = TOP(listen), .def = "\"127.0.0.1:8080\"",
      .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
@@ -392,6 +431,7 @@ static const struct schema_field top_fields[] = {
     {.name = "shutdown_grace", .type = SCHEMA_DURATION, .off = TOP(shutdown_grace_ms),
      .def = "\"10s\"", .min = 0, .max = 3600 * 1000},
     {.name = "http", .type = SCHEMA_OBJECT, .off = TOP(http), .sub = &http_schema},
+    {.name = "rls", .type = SCHEMA_OBJECT, .off = TOP(rls), .sub = &rls_schema},
     {.name = "log_level", .type = SCHEMA_ENUM, .off = TOP(log_level), .def = "\"info\"",
      .names = log_level_names},
     {.name = "policies", .type = SCHEMA_ARRAY, .off = TOP(policies), .sub = &policy_schema,
@@ -559,6 +599,40 @@ check_tls(const void *obj, const char *path, struct schema_ctx *ctx)
         schema_bad(ctx, path, "give cert_file and key_file together");
 }
 
+static void
+check_rls_tls(const void *obj, const char *path, struct schema_ctx *ctx)
+{
+    const struct rl_rls_tls_conf *t = obj;
+
+    if ((t->cert_file == NULL) != (t->key_file == NULL))
+        schema_bad(ctx, path, "give cert_file and key_file together");
+    if (t->client_ca_file != NULL && t->cert_file == NULL)
+        schema_bad_field(ctx, path, "client_ca_file",
+                         "verifying clients needs TLS: give cert_file and key_file");
+}
+
+/* A listener needs rules to serve, and an address that parses. */
+static void
+check_rls(const void *obj, const char *path, struct schema_ctx *ctx)
+{
+    const struct rl_rls_conf *r = obj;
+    struct rl_listen_addr la;
+    char *cause = NULL;
+
+    if (r->listen == NULL)
+        return;
+    if (listen_addr_parse(r->listen, &la, &cause) != RL_OK) {
+        schema_bad_field(ctx, path, "listen", "%s", cause);
+        free(cause);
+        return;
+    }
+    listen_addr_clear(&la);
+    if (r->config == NULL)
+        schema_bad_field(ctx, path, "config",
+                         "rls.listen serves the rules of rls.config: give a YAML file or a "
+                         "directory of them");
+}
+
 /* The URL parses, and names database 0 when it seeds a Cluster. */
 static void
 check_redis_url(const struct rl_redis_conf *r, const char *path, struct schema_ctx *ctx)
@@ -665,6 +739,10 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
             }
         }
     }
+    if (cfg->rls.listen != NULL &&
+        ((cfg->listen != NULL && strcmp(cfg->rls.listen, cfg->listen) == 0) ||
+         (cfg->admin_listen != NULL && strcmp(cfg->rls.listen, cfg->admin_listen) == 0)))
+        schema_bad(ctx, "rls.listen", "must differ from listen and admin_listen");
     if (cfg->partition_key != NULL && strlen(cfg->partition_key) < 16)
         schema_bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
     check_admin(cfg, ctx);

@@ -143,6 +143,30 @@ struct rl_http_conf {
     int64_t max_connections;   /* open at once, the whole daemon */
 };
 
+/* rls.tls: the gRPC listener over TLS, ALPN "h2" (mTLS with client_ca_file). */
+struct rl_rls_tls_conf {
+    char *cert_file; /* with key_file: TLS on; both absent: h2c */
+    char *key_file;
+    char *client_ca_file; /* clients must present a certificate it signed */
+};
+
+/*
+ * rls: Envoy's rate limit service (envoy.service.ratelimit.v3) over gRPC on
+ * a listener of its own, with envoyproxy/ratelimit's YAML rule files
+ * (docs/API.md, "Envoy's rate limit service").
+ */
+struct rl_rls_conf {
+    char *listen; /* "host:port" or "unix:PATH"; NULL: no gRPC listener */
+    struct rl_rls_tls_conf tls;
+    char *config;         /* one YAML file, or a directory of *.yaml / *.yml */
+    int response_headers; /* the RateLimit fields in response_headers_to_add */
+    int64_t max_message;  /* bytes of one gRPC message, either way */
+    int64_t max_concurrent_streams; /* per connection (SETTINGS) */
+    int64_t max_header_list;        /* bytes of a stream's header list */
+    int64_t max_connections;        /* open at once, the whole daemon */
+    int64_t idle_timeout_ms;        /* a connection with no stream open */
+};
+
 struct rl_config {
     char *file; /* where it came from, NULL for defaults */
     char *listen;
@@ -168,6 +192,7 @@ struct rl_config {
     int64_t hybrid_table_size; /* hybrid keys known per worker, at most */
     int64_t shutdown_grace_ms;
     struct rl_http_conf http;
+    struct rl_rls_conf rls;
     enum rl_log_level log_level;
     struct rl_policy *policies;
     size_t npolicies;

@@ -22,7 +22,7 @@
  *   layer 5: backend.h cluster_slots.h
  *   layer 6: script.h deny_cache.h response.h metrics.h
  *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
- *   layer 8: check.h
+ *   layer 8: check.h rls.h
  *   layer 9: worker.h admin.h
  *   layer 10: daemon.h api.c
  *   layer 11: main.c
