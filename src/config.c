@@ -197,6 +197,7 @@ static const char *const mode_names[] = {"exact", "hybrid", NULL};
 static const char *const reqhdr_names[] = {"original", "forwarded", NULL};
 static const char *const badpath_names[] = {"reject", "raw", NULL};
 static const char *const reset_names[] = {"delta", "epoch", NULL};
+static const char *const align_names[] = {"first", "epoch", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
     "token_bucket", "gcra", NULL
@@ -236,6 +237,8 @@ static const struct schema_field limit_fields[] = {
      .max = 366 * DAY_MS, .flags = SCHEMA_REQUIRED},
     /* 0 (absent): the limit, set by finalize */
     {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
+    {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",
+     .names = align_names},
 };
 static const struct schema limit_schema = {
     SCHEMA_FIELDS(limit_fields), sizeof(struct rl_limit), check_limit, NULL
@@ -460,6 +463,8 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
 
     if (l->burst != 0 && !d->uses_burst)
         schema_bad_field(ctx, path, "burst", "only token_bucket and gcra take a burst");
+    if (l->align != RL_ALIGN_FIRST && d->aligned_tag == NULL)
+        schema_bad_field(ctx, path, "align", "only fixed_window has windows to align");
     /* time to refill a whole bucket = burst/limit x window: bounded so the
      * algorithms' exact integer arithmetic cannot overflow */
     if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&

@@ -23,6 +23,8 @@ char *xvasprintf(const char *fmt, va_list ap) RL_PRINTF(1, 0);
 
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t now_monotonic_us(void);
+/* The Unix time in microseconds (CLOCK_REALTIME: it may step). */
+int64_t now_unix_us(void);
 
 /* Case-insensitive ASCII comparison of the first n bytes. */
 int str_ieq(const char *a, const char *b);
