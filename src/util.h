@@ -23,6 +23,9 @@ char *xvasprintf(const char *fmt, va_list ap) RL_PRINTF(1, 0);
 
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t now_monotonic_us(void);
+/* CLOCK_MONOTONIC_COARSE in milliseconds (a tick's precision, no syscall):
+ * for deadlines swept now and then, not for measuring. */
+int64_t now_coarse_ms(void);
 
 /* Case-insensitive ASCII comparison of the first n bytes. */
 int str_ieq(const char *a, const char *b);
