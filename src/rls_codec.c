@@ -21,7 +21,8 @@
 /* room before each allocation for its size, keeping the alignment */
 #define SIZE_HDR alignof(max_align_t)
 
-#define TOO_COMPLEX "the message is too complex to decode (rls.max_message bounds it)"
+const char rls_codec_too_complex[] =
+    "the message is too complex to decode (its memory is bounded by rls.max_message)";
 
 struct codec_alloc {
     ProtobufCAllocator pa; /* first: protobuf-c passes &pa back as data */
@@ -87,7 +88,7 @@ unpack(struct arena *a, const ProtobufCMessageDescriptor *d, const uint8_t *buf,
 
     codec_init(&ca, a);
     if ((m = protobuf_c_message_unpack(d, &ca.pa, len, buf)) == NULL)
-        *why = ca.capped ? TOO_COMPLEX : not_one;
+        *why = ca.capped ? rls_codec_too_complex : not_one;
     return m;
 }
 
@@ -142,7 +143,7 @@ rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
             goto capped;
     return RL_OK;
 capped:
-    *why = TOO_COMPLEX;
+    *why = rls_codec_too_complex;
     return RL_ERR;
 }
 

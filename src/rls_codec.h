@@ -16,12 +16,17 @@
 
 struct arena;
 
+/* *why when decoding stopped at the arena's cap (the message is not wrong,
+ * only too costly to decode). */
+extern const char rls_codec_too_complex[];
+
 /*
  * Decode `len` bytes of a RateLimitRequest into *req, whose arrays and
  * strings live in `a` until it is released (strings keep every byte the
  * message held, a NUL too).  RL_ERR and a static *why when the bytes are
- * not a RateLimitRequest, or decoding them would pass the arena's cap.
- * req->timeout_ms is left 0 (the transport's to set).
+ * not a RateLimitRequest, or decoding them would pass the arena's cap
+ * (*why is rls_codec_too_complex).  req->timeout_ms is left 0 (the
+ * transport's to set).
  */
 int rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
                              struct rls_request *req, const char **why) RL_WUR;
