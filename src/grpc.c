@@ -79,8 +79,9 @@ struct grpc_call {
     unsigned grpc_ct : 1;  /* content-type application/grpc... */
     unsigned encoding : 1; /* grpc-encoding given, and not identity */
     unsigned has_reply : 1;
-    int refusal;     /* decided before dispatch: a grpc-status, -1: none */
-    const char *why; /* its message (static) */
+    unsigned stop : 1; /* answered early: RST_STREAM unless it ends */
+    int refusal;       /* decided before dispatch: a grpc-status, -1: none */
+    const char *why;   /* its message (static) */
     size_t hdr_bytes;
     int64_t deadline_us; /* 0: none */
     char path[PATH_MAX_LEN];
@@ -112,6 +113,7 @@ struct grpc_conn {
     int raw;              /* not HTTP/2: only out goes out, then close */
     int flush_pending;    /* flush_ev is active */
     int goaway;           /* we sent (queued) a GOAWAY */
+    int stops;            /* a call has stop set: conn_settle sends RST_STREAMs */
     size_t nopen;         /* streams open (calls attached) */
     size_t nowed;         /* calls the handler owes on this connection */
     int64_t active_ms;    /* the last sign of use, for idle_timeout */
@@ -380,8 +382,23 @@ submit(struct grpc_call *call, int http_status, enum grpc_status status, const c
         c->dead = 1;
         return;
     }
-    if (!call->ended)
-        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, call->stream_id, NGHTTP2_NO_ERROR);
+    /* decided when the batch read is through: its END_STREAM may be in it */
+    call->stop = 1;
+    c->stops = 1;
+}
+
+/* Requests refused while the client may still be sending: RST_STREAM
+ * NO_ERROR after the answer, so it stops (those that ended need none). */
+static void
+stop_requests(struct grpc_conn *c)
+{
+    c->stops = 0;
+    for (struct grpc_call *call = c->calls; call != NULL; call = call->next) {
+        if (call->stop && !call->ended)
+            nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->stream_id,
+                                      NGHTTP2_NO_ERROR);
+        call->stop = 0;
+    }
 }
 
 /* The transport answers a request itself (before, or instead of, the
@@ -698,9 +715,11 @@ on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t stream_id, const uint8
 {
     struct grpc_call *call = stream_call(h2, stream_id);
 
-    if (call != NULL)
-        take_data(call, data, len);
-    (void)flags;
+    if (call == NULL)
+        return 0;
+    if (flags & NGHTTP2_FLAG_END_STREAM)
+        call->ended = 1; /* a refusal needs no RST_STREAM then */
+    take_data(call, data, len);
     (void)user_data;
     return 0;
 }
@@ -942,11 +961,12 @@ answer_http1(struct grpc_conn *c, const uint8_t *p, size_t n)
     char head[160];
     size_t i = 0;
 
-    /* a method token and a space: a request line */
+    /* a method token and a space: a request line (but HTTP/2's own "PRI":
+     * a preface gone wrong gets a close) */
     while (i < n && i < 16 && p[i] >= 'A' && p[i] <= 'Z')
         i++;
     c->raw = 1;
-    if (i == 0 || i >= n || p[i] != ' ')
+    if (i == 0 || i >= n || p[i] != ' ' || (i == 3 && memcmp(p, "PRI", 3) == 0))
         return;
     snprintf(head, sizeof(head),
              "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Type: text/plain\r\n"
@@ -1034,6 +1054,8 @@ conn_settle(struct grpc_conn *c)
 
     if (c->busy)
         return;
+    if (c->stops && !c->dead && !c->raw)
+        stop_requests(c);
     if (!c->dead && c->tls_ok) {
         pump(c);
         flush(c);
