@@ -79,7 +79,7 @@ struct grpc_call {
     unsigned grpc_ct : 1;  /* content-type application/grpc... */
     unsigned encoding : 1; /* grpc-encoding given, and not identity */
     unsigned has_reply : 1;
-    unsigned stop : 1; /* answered early: RST_STREAM unless it ends */
+    unsigned stop : 1; /* answered early: RST_STREAM after it, unless it ended */
     int refusal;       /* decided before dispatch: a grpc-status, -1: none */
     const char *why;   /* its message (static) */
     size_t hdr_bytes;
@@ -113,7 +113,6 @@ struct grpc_conn {
     int raw;              /* not HTTP/2: only out goes out, then close */
     int flush_pending;    /* flush_ev is active */
     int goaway;           /* we sent (queued) a GOAWAY */
-    int stops;            /* a call has stop set: conn_settle sends RST_STREAMs */
     size_t nopen;         /* streams open (calls attached) */
     size_t nowed;         /* calls the handler owes on this connection */
     int64_t active_ms;    /* the last sign of use, for idle_timeout */
@@ -330,8 +329,6 @@ read_answer(nghttp2_session *h2, int32_t stream_id, uint8_t *buf, size_t length,
 /*
  * The answer, to nghttp2: the message and trailers, or trailers only (a
  * status other than OK, or http_status for a request that is not gRPC).
- * A request still coming in is told to stop (RFC 9113 8.1: RST_STREAM
- * NO_ERROR after a complete answer).
  */
 static void
 submit(struct grpc_call *call, int http_status, enum grpc_status status, const char *msg)
@@ -381,23 +378,6 @@ submit(struct grpc_call *call, int http_status, enum grpc_status status, const c
     if (nghttp2_submit_response(h2, call->stream_id, hd, n, NULL) != 0) {
         c->dead = 1;
         return;
-    }
-    /* decided when the batch read is through: its END_STREAM may be in it */
-    call->stop = 1;
-    c->stops = 1;
-}
-
-/* Requests refused while the client may still be sending: RST_STREAM
- * NO_ERROR after the answer, so it stops (those that ended need none). */
-static void
-stop_requests(struct grpc_conn *c)
-{
-    c->stops = 0;
-    for (struct grpc_call *call = c->calls; call != NULL; call = call->next) {
-        if (call->stop && !call->ended)
-            nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->stream_id,
-                                      NGHTTP2_NO_ERROR);
-        call->stop = 0;
     }
 }
 
@@ -596,6 +576,11 @@ take_data(struct grpc_call *call, const uint8_t *data, size_t len)
         }
         if ((int64_t)msg_len(call->in) > lim->max_message) {
             refuse(call, 200, GRPC_RESOURCE_EXHAUSTED, "message: larger than rls.max_message");
+            /* no use sending the rest: told to stop once the answer is out
+             * (on_frame_send; nghttp2 would send an RST_STREAM submitted
+             * now before the HEADERS).  Other refusals read the rest and
+             * drop it: curl, for one, takes such a reset for an error. */
+            call->stop = 1;
             return;
         }
         want = PREFIX_LEN + msg_len(call->in);
@@ -763,12 +748,18 @@ static int
 on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
 {
     struct grpc_conn *c = user_data;
+    struct grpc_call *call;
 
     /* nghttp2 ends a session that broke the protocol (a flood, a bad
      * frame, too many resets) with a GOAWAY carrying the error */
     if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR)
         COUNT(c->srv, refused[GRPC_REF_PROTOCOL]);
-    (void)h2;
+    /* an answer given while the request was still coming in: RFC 9113
+     * 8.1, RST_STREAM NO_ERROR after it so the client stops sending */
+    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        (call = stream_call(h2, frame->hd.stream_id)) != NULL && call->stop && !call->ended)
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -1054,8 +1045,6 @@ conn_settle(struct grpc_conn *c)
 
     if (c->busy)
         return;
-    if (c->stops && !c->dead && !c->raw)
-        stop_requests(c);
     if (!c->dead && c->tls_ok) {
         pump(c);
         flush(c);

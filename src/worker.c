@@ -254,7 +254,7 @@ worker_serve_rls(struct rl_worker *w, int fd, char **cause)
 {
     w->rls_svc = rls_grpc_new(w);
     return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w->rls_svc,
-                           &w->metrics->rls, cause);
+                           &w->metrics->grpc, cause);
 }
 
 void

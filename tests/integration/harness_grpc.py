@@ -296,6 +296,35 @@ class Raw:
                                  % (sid, timeout, self.closed))
         return self.headers_of(sid), self.data_of(sid)
 
+    def answer_after_goaway(self, sid, timeout=H.HTTP_TIMEOUT):
+        """(headers, data) of stream sid read by hand until the server
+        closes: the h2 library drops what comes after a GOAWAY."""
+        self.sock.settimeout(timeout)
+        buf = b""
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except (socket.timeout, OSError):
+                break
+            if not chunk:
+                break
+            buf += chunk
+        hdrs, data, i = {}, b"", 0
+        while i + 9 <= len(buf):
+            n = int.from_bytes(buf[i:i + 3], "big")
+            ftype, flags = buf[i + 3], buf[i + 4]
+            fsid = int.from_bytes(buf[i + 5:i + 9], "big") & 0x7fffffff
+            payload = buf[i + 9:i + 9 + n]
+            i += 9 + n
+            if ftype == 1:  # HEADERS (no padding or priority from nghttp2 here)
+                for k, v in self.conn.decoder.decode(payload):
+                    if fsid == sid:
+                        hdrs[k if isinstance(k, str) else k.decode()] = \
+                            v if isinstance(v, str) else v.decode()
+            elif ftype == 0 and fsid == sid:
+                data += payload
+        return hdrs, data
+
     def close(self):
         try:
             self.sock.close()
