@@ -15,6 +15,7 @@ the transport's metrics.
 """
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -663,6 +664,135 @@ def t_metrics(x):
     check(metric(d, "ratelimitd_rls_connections_accepted_total") >= 1, "connections counted")
 
 
+def yaml_docs(path):
+    try:
+        import yaml
+    except ImportError:
+        sys.path.append("/usr/lib/python3/dist-packages")
+        try:
+            import yaml
+        except ImportError:
+            raise H.HarnessError("no YAML parser: install the Debian package python3-yaml")
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def envoy_descriptors(route_rate_limits, peer, headers):
+    """The descriptors Envoy's actions build for a request (the two kinds the
+    recipes use), as [[(key, value), ...]]; an action that finds nothing
+    drops its descriptor, as Envoy does."""
+    out = []
+    for rl in route_rate_limits:
+        entries = []
+        for a in rl["actions"]:
+            if "remote_address" in a:
+                entries.append(("remote_address", peer))
+            elif "request_headers" in a:
+                h = a["request_headers"]
+                if h["header_name"] not in headers:
+                    entries = None
+                    break
+                entries.append((h["descriptor_key"], headers[h["header_name"]]))
+            else:
+                raise H.Fail("an action the test does not know: %r" % a)
+        if entries:
+            out.append(entries)
+    return out
+
+
+def t_recipes(x):
+    """deploy/envoy/ratelimit.yaml, its rules and ratelimitd config, the
+    Istio EnvoyFilter and the Kubernetes sidecar agree with each other; the
+    daemon, run with the recipe's config and rules, answers the descriptors
+    Envoy's actions build as the rules say (no Envoy binary here: its side
+    is read from its config)."""
+    src = H.RL_SRCDIR
+    envoy = yaml_docs(os.path.join(src, "deploy/envoy/ratelimit.yaml"))[0]
+    hcm = envoy["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    vhost = hcm["route_config"]["virtual_hosts"][0]
+    rlf = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ratelimit"][0]
+    rlcfg = rlf["typed_config"]
+    eq(rlcfg["rate_limit_service"]["transport_api_version"], "V3", "transport_api_version")
+    cname = rlcfg["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"]
+    cluster = [c for c in envoy["static_resources"]["clusters"] if c["name"] == cname][0]
+    opts = cluster["typed_extension_protocol_options"][
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    check("http2_protocol_options" in opts["explicit_http_config"], "the cluster is not HTTP/2")
+    eq(cluster["health_checks"][0]["grpc_health_check"]["service_name"], "ratelimit",
+       "the cluster's gRPC health check")
+    port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
+        "address"]["socket_address"]["port_value"]
+    with open(os.path.join(src, "deploy/envoy/ratelimitd-rls.json")) as f:
+        rcfg = json.load(f)
+    eq(rcfg["rls"]["listen"], "127.0.0.1:%d" % port, "rls.listen against Envoy's cluster")
+    rules = yaml_docs(os.path.join(src, "deploy/envoy/ratelimit-rules.yaml"))[0]
+    eq(rules["domain"], rlcfg["domain"], "the rules' domain against the filter's")
+
+    # the recipe's own config (on free ports) and rules, decided by the daemon
+    rcfg["listen"] = "127.0.0.1:%d" % H.free_port()
+    rls_port = H.free_port()
+    rcfg["rls"]["listen"] = "127.0.0.1:%d" % rls_port
+    rcfg["rls"]["config"] = os.path.join(src, "deploy/envoy/ratelimit-rules.yaml")
+    rcfg["redis"].pop("url", None)
+    rcfg["redis"]["timeout"] = "2s"
+    with H.Daemon(rcfg, redis=x.redis, listen=False, port=int(rcfg["listen"].split(":")[1]),
+                  workers=1) as d, G.Client(rls_port) as c:
+        peer = "198.51.100.%d" % (uuid.uuid4().int % 250)
+        descs = envoy_descriptors(vhost["rate_limits"], peer, {"x-api-key": "partner-7f3a"})
+        eq(descs, [[("remote_address", peer)], [("api_key", "partner-7f3a")]], "descriptors")
+        r = c.check(rlcfg["domain"], descs)
+        eq([s.current_limit.requests_per_unit for s in r.statuses], [20, 1000],
+           "each descriptor under its rule")
+        eq(r.statuses[1].current_limit.name, "partner", "the partner key's rule")
+        check(any(h.key.lower().startswith(("ratelimit", "x-ratelimit"))
+                  for h in r.response_headers_to_add),
+              "rls.response_headers: no RateLimit header in %r", r.response_headers_to_add)
+        r = c.check(rlcfg["domain"], envoy_descriptors(vhost["rate_limits"], peer, {}))
+        eq(len(r.statuses), 1, "no API key: one descriptor")
+        del d
+
+    # Istio: the same filter, cluster, actions
+    ist = yaml_docs(os.path.join(src, "deploy/istio/envoyfilter.yaml"))
+    filt = [d for d in ist if d["kind"] == "EnvoyFilter" and d["metadata"]["name"] ==
+            "ratelimitd-filter"][0]["spec"]["configPatches"][0]["patch"]["value"]
+    eq(filt["name"], "envoy.filters.http.ratelimit", "Istio's filter")
+    eq(filt["typed_config"]["domain"], rules["domain"], "Istio's domain")
+    svc = [d for d in ist if d["kind"] == "Service"][0]
+    ncl = filt["typed_config"]["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"]
+    eq(ncl, "outbound|%d||%s.%s.svc.cluster.local" % (svc["spec"]["ports"][0]["port"],
+                                                       svc["metadata"]["name"],
+                                                       svc["metadata"]["namespace"]),
+       "Istio's cluster name against the Service")
+    eq(svc["spec"]["ports"][0].get("appProtocol"), "grpc", "the Service's appProtocol")
+    acts = [d for d in ist if d["kind"] == "EnvoyFilter" and d["metadata"]["name"] ==
+            "ratelimitd-descriptors"][0]["spec"]["configPatches"][0]["patch"]["value"]
+    eq(acts["rate_limits"], vhost["rate_limits"], "Istio's actions against the Envoy recipe's")
+
+    # Kubernetes: a gRPC readiness probe on rls.listen's port, service
+    # "ratelimit"; the config it mounts passes -t with its rules
+    k8s = yaml_docs(os.path.join(src, "deploy/kubernetes/envoy-sidecar.yaml"))
+    cms = {d["metadata"]["name"]: d for d in k8s if d["kind"] == "ConfigMap"}
+    dep = [d for d in k8s if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]
+    rl = [c for c in dep["initContainers"] if c["name"] == "ratelimitd"][0]
+    eq(rl.get("restartPolicy"), "Always", "a native sidecar")
+    kcfg = json.loads(cms["ratelimitd-rls"]["data"]["ratelimitd.json"])
+    kport = int(kcfg["rls"]["listen"].rsplit(":", 1)[1])
+    for probe in ("readinessProbe", "startupProbe"):
+        eq(rl[probe]["grpc"], {"port": kport, "service": "ratelimit"}, probe)
+    rdir = os.path.join(H.tmpdir(), "k8s-rules")
+    os.makedirs(rdir, exist_ok=True)
+    for name, text in cms["ratelimitd-rules"]["data"].items():
+        with open(os.path.join(rdir, name), "w") as f:
+            f.write(text)
+    kcfg["rls"]["config"] = rdir
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(kcfg)],
+                             env={"RATELIMITD_REDIS_URL": "redis://redis:6379/0"})
+    eq(rc, 0, "-t of the sidecar's config and rules (%s)" % err.strip())
+    mounts = {m["mountPath"] for m in rl["volumeMounts"]}
+    check("/etc/ratelimitd/rules" in mounts and kcfg["rls"]["config"],
+          "the rules are not mounted where rls.config says")
+
+
 CASES = [
     ("ShouldRateLimit (grpcio): statuses in order, limit, remaining, reset, OVER_LIMIT at the "
      "limit; an unmatched descriptor has no limit; an empty domain INVALID_ARGUMENT",
@@ -698,6 +828,9 @@ CASES = [
     ("SIGHUP rotates rls.tls's files; a bad key keeps the running ones", t_tls_rotation),
     ("ratelimitd -t names an rls.tls file that does not load", t_config_test),
     ("the transport's metrics", t_metrics),
+    ("recipes: deploy/envoy (filter, HTTP/2 cluster, rules, config), Istio's EnvoyFilter, the "
+     "Kubernetes sidecar's gRPC probe agree; the daemon answers Envoy's descriptors by them",
+     t_recipes),
 ]
 
 
