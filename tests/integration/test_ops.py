@@ -479,7 +479,8 @@ SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", 
             "tls_fields": ("THE REDIS OBJECT", "redis.tls."),
             "policy_fields": ("POLICIES", ""), "match_fields": ("THE MATCH OBJECT", ""),
             "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", ""),
-            "http_fields": ("THE HTTP OBJECT", "http.")}
+            "http_fields": ("THE HTTP OBJECT", "http."),
+            "rls_fields": ("THE RLS OBJECT", "rls."), "rls_tls_fields": ("THE RLS OBJECT", "rls.tls.")}
 
 
 def t_man5_options():
