@@ -1063,6 +1063,25 @@ load_json(const char *file, struct rl_errors *errs, uint64_t *hash)
     return root;
 }
 
+/*
+ * The rule files of rls.config, read again at every validation (a reload
+ * sees edited files); their hash joins the config's, so ratelimitd_config_info
+ * changes with them.  Read here, after flags and environment, not by
+ * config_load_file: a flag may name other files.
+ */
+static void
+load_rules(struct rl_config *cfg, struct rl_errors *errs)
+{
+    if (cfg->rls.rules != NULL)
+        cfg->hash ^= cfg->rls.rules->hash;
+    rls_rules_free(cfg->rls.rules);
+    cfg->rls.rules = NULL;
+    if (cfg->rls.config == NULL)
+        return;
+    if (rls_rules_load(cfg->rls.config, next_uid, &cfg->rls.rules, errs) == RL_OK)
+        cfg->hash ^= cfg->rls.rules->hash;
+}
+
 int
 config_load_file(const char *file, struct rl_config **out, struct rl_errors *errs)
 {
@@ -1085,6 +1104,9 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
     json_decref(root);
     finalize(cfg, &ctx);
     if (errs->n != before) {
+        /* the rule files' problems too, so that -t reports them all at
+         * once (a good file reads them in config_validate) */
+        load_rules(cfg, errs);
         config_unref(cfg);
         return RL_ERR;
     }
@@ -1099,25 +1121,6 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
     struct schema_ctx ctx = {origin, errs};
 
     return schema_set(&top_schema, cfg, name, text, &ctx);
-}
-
-/*
- * The rule files of rls.config, read again at every validation (a reload
- * sees edited files); their hash joins the config's, so ratelimitd_config_info
- * changes with them.  Read here, after flags and environment, not by
- * config_load_file: a flag may name other files.
- */
-static void
-load_rules(struct rl_config *cfg, struct rl_errors *errs)
-{
-    if (cfg->rls.rules != NULL)
-        cfg->hash ^= cfg->rls.rules->hash;
-    rls_rules_free(cfg->rls.rules);
-    cfg->rls.rules = NULL;
-    if (cfg->rls.config == NULL)
-        return;
-    if (rls_rules_load(cfg->rls.config, next_uid, &cfg->rls.rules, errs) == RL_OK)
-        cfg->hash ^= cfg->rls.rules->hash;
 }
 
 int

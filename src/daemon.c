@@ -27,6 +27,7 @@
 #include "netaddr.h"
 #include "notify.h"
 #include "redis_tls.h"
+#include "rls_rules.h"
 #include "util.h"
 #include "worker.h"
 
@@ -254,7 +255,8 @@ reload(struct run_state *rs)
     log_set_level(cfg->log_level);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
-    log_info("msg=\"configuration reloaded\" policies=%zu", cfg->npolicies);
+    log_info("msg=\"configuration reloaded\" policies=%zu rls_rules=%zu", cfg->npolicies,
+             cfg->rls.rules != NULL ? cfg->rls.rules->nrules : 0);
     notify_systemd("READY=1");
 }
 

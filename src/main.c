@@ -56,10 +56,9 @@ main(int argc, char **argv)
     static const struct {
         const char *env, *name;
     } envs[] = {
-        {"RATELIMITD_LISTEN", "listen"},
-        {"RATELIMITD_REDIS_URL", "redis.url"},
-        {"RATELIMITD_BACKEND", "backend"},
-        {"RATELIMITD_LOG_LEVEL", "log_level"},
+        {"RATELIMITD_LISTEN", "listen"},         {"RATELIMITD_REDIS_URL", "redis.url"},
+        {"RATELIMITD_BACKEND", "backend"},       {"RATELIMITD_LOG_LEVEL", "log_level"},
+        {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
     struct rl_options opts = {0};
     struct rl_errors errs = {0};
@@ -116,12 +115,14 @@ main(int argc, char **argv)
         config_unref(cfg);
         return 0;
     }
-    if (cfg->npolicies == 0) {
+    if (cfg->npolicies == 0 && cfg->rls.rules == NULL) {
         /* The built-in defaults have no policy: every check would be a 200
-         * with "policy": null, which looks like a working limiter. */
+         * with "policy": null, which looks like a working limiter (rules of
+         * rls.config alone are a limiter: Envoy's rate limit service). */
         log_set_level(cfg->log_level);
         log_warn("msg=\"no policies: every check is allowed, nothing is limited\" "
-                 "config=%s hint=\"give a file with policies: -c FILE or RATELIMITD_CONFIG\"",
+                 "config=%s hint=\"give a file with policies or rls.config: -c FILE or "
+                 "RATELIMITD_CONFIG\"",
                  opts.config_file != NULL ? opts.config_file : "(built-in defaults)");
     }
     return daemon_run(&opts, cfg);

@@ -103,7 +103,7 @@ metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n)
     if (id < 0 || id >= RL_METRICS_RLS_RULES)
         id = RL_METRICS_RLS_RULES - 1;
     if (n > 0)
-        __atomic_add_fetch(&m->rls[id][s], n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&m->rls_rules[id][s], n, __ATOMIC_RELAXED);
 }
 
 void
@@ -348,7 +348,7 @@ add_label(struct evbuffer *out, const char *s, size_t len)
 
 /* Envoy's rate limit service: requests, and hits per domain and rule. */
 static void
-format_rls(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
     static const char *const results[RL_RLS_RESULT_COUNT] = {"ok", "over_limit", "invalid",
                                                              "unavailable"};
@@ -389,7 +389,7 @@ format_rls(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n", stats[s].name,
                             stats[s].help, stats[s].name);
         for (int id = 0; id < RL_METRICS_RLS_RULES; id++) {
-            uint64_t v = SUM(rls[id][s]);
+            uint64_t v = SUM(rls_rules[id][s]);
             if (id >= names && (id != RL_METRICS_RLS_RULES - 1 || v == 0))
                 continue;
             evbuffer_add_printf(out, "%s{domain=\"", stats[s].name);
@@ -463,7 +463,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     for (int k = 0; k < RL_RERR_COUNT; k++)
         evbuffer_add_printf(out, "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
                             redis_error_kinds[k], (unsigned long long)LOAD(&redis_errors[k]));
-    format_rls(out, ms, n);
+    format_rls_rules(out, ms, n);
 }
 
 void

@@ -105,7 +105,7 @@ struct rl_metrics {
     uint64_t hybrid_pending; /* gauge: units not acknowledged yet */
     uint64_t hybrid_entries; /* gauge: keys in the table */
     uint64_t admin[RL_ADM_ACTION_COUNT][RL_ADM_RESULT_COUNT];
-    uint64_t rls[RL_METRICS_RLS_RULES][RL_RLS_STAT_COUNT];
+    uint64_t rls_rules[RL_METRICS_RLS_RULES][RL_RLS_STAT_COUNT];
     uint64_t rls_requests[RL_RLS_RESULT_COUNT];
     uint64_t rls_domain_not_found; /* descriptors of a domain no file has */
     uint64_t rls_global_shadow;    /* OVER_LIMIT answered OK by rls.shadow_mode */

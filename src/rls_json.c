@@ -30,7 +30,8 @@ static int RL_PRINTF(4, 5)
     va_start(ap, fmt);
     what = xvasprintf(fmt, ap);
     va_end(ap);
-    *cause = xasprintf("%s%s%s: %s", path, *path && *name ? "." : "", name, what);
+    *cause = xasprintf("%s%s%s: %s", *path || *name ? path : "body", *path && *name ? "." : "",
+                       name, what);
     free(what);
     return RL_ERR;
 }

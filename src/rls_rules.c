@@ -55,6 +55,7 @@ struct yload {
     struct rl_errors *errs;
     size_t errs_before;
     size_t visits;
+    int too_big;    /* said so once */
     size_t *nrules; /* of the whole set */
     uint64_t (*new_uid)(void);
     struct rls_domain *domain;
@@ -402,7 +403,8 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
     memset(rl, 0, sizeof(*rl));
 #define FIELD(i, call) \
     do { \
-        fp = join(path, l_names[i]); \
+        /* an absent field is its default: no path needed */ \
+        fp = at[i] != NULL ? join(path, l_names[i]) : NULL; \
         if ((call) != RL_OK) \
             ok = RL_ERR; \
         free(fp); \
@@ -486,10 +488,11 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
 #undef FIELD
     if (unlimited) {
         r->unlimited = 1;
-        if (keys[L_WINDOW] || keys[L_ALGORITHM] || keys[L_BURST] || keys[L_REQUESTS]) {
+        /* requests_per_unit is ignored, as envoyproxy/ratelimit ignores it */
+        if (keys[L_WINDOW] || keys[L_ALGORITHM] || keys[L_BURST] || keys[L_ALIGN]) {
             ybad(y, m, path,
-                 "an unlimited rate limit counts nothing: no requests_per_unit, window, "
-                 "algorithm or burst");
+                 "an unlimited rate limit counts nothing: no window, algorithm, burst or "
+                 "align");
             ok = RL_ERR;
         }
         if (name != NULL)
@@ -751,7 +754,7 @@ load_rule(struct yload *y, yaml_node_t *m, const char *path, struct rls_rule *r,
     r->stat_id = -1;
 #define FIELD(i, call) \
     do { \
-        fp = join(path, d_names[i]); \
+        fp = at[i] != NULL ? join(path, d_names[i]) : NULL; \
         if ((call) != RL_OK) \
             ok = RL_ERR; \
         free(fp); \
@@ -937,9 +940,10 @@ load_descriptors(struct yload *y, yaml_node_t *seq, const char *path, struct rls
         char *ip = xasprintf("%s[%zu]", path, i);
 
         if (y->visits > VISITS_MAX || *y->nrules > RLS_RULES_MAX) {
-            if (y->visits > VISITS_MAX)
+            if (y->visits > VISITS_MAX && !y->too_big)
                 ybad(y, m, ip, "the file expands to more than %d nodes (aliases?)",
                      VISITS_MAX);
+            y->too_big = 1;
             free(ip);
             return RL_ERR;
         }
