@@ -1,6 +1,6 @@
 /*
  * config.h — the daemon's configuration: built-in defaults, then the JSON
- * file, then environment, then flags (API.md precedence).  The options are
+ * file, then environment, then flags (docs/API.md precedence).  The options are
  * tables of rows (config.c) walked by schema.c; every problem is collected
  * with where it is, so `-t` can report them all at once.  What is derived
  * from the options (the overrides' policies, defaults that depend on other
