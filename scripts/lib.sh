@@ -18,12 +18,14 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 # independent HTTP/1.1 parser), python3-grpcio + python3-protobuf +
 # protobuf-compiler (a real gRPC client of the rate limit service, its
 # classes generated from src/proto/), nghttp2-client (h2load, nghttp),
-# python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD).
+# python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD),
+# python3-h2 (HTTP/2 frames by hand: what no gRPC client sends); npm (with
+# nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
                   haproxy prometheus gnuplot-nox nodejs python3-h11 clang-format
                   python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
-                  python3-pytest autoconf-archive)
+                  python3-pytest autoconf-archive python3-h2)
 
 say() { printf '==> %s\n' "$*" >&2; }
 

@@ -10,6 +10,7 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "redis_tls.h"
 #include "util.h"
@@ -101,7 +102,9 @@ main(int argc, char **argv)
         return 1;
     }
     /* what the start would read besides the configuration */
-    if (test && cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) {
+    if (test &&
+        ((cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) ||
+         grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK)) {
         fprintf(stderr, "%s\nratelimitd: 1 problem in the configuration\n", cause);
         free(cause);
         config_unref(cfg);

@@ -260,6 +260,47 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         (unsigned long long)SUM(http.open));
 }
 
+/* The gRPC listener (rls.listen): connections, streams, answers by status,
+ * what the transport turned away itself. */
+static void
+format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_rls_connections_accepted_total Connections accepted on the gRPC listener (rls.listen).\n"
+        "# TYPE ratelimitd_rls_connections_accepted_total counter\n"
+        "ratelimitd_rls_connections_accepted_total %llu\n"
+        "# HELP ratelimitd_rls_connections_open Connections open on the gRPC listener.\n"
+        "# TYPE ratelimitd_rls_connections_open gauge\n"
+        "ratelimitd_rls_connections_open %llu\n"
+        "# HELP ratelimitd_rls_idle_closes_total gRPC connections closed after rls.idle_timeout unused (or unread).\n"
+        "# TYPE ratelimitd_rls_idle_closes_total counter\n"
+        "ratelimitd_rls_idle_closes_total %llu\n"
+        "# HELP ratelimitd_rls_streams_total gRPC calls (HTTP/2 streams) opened.\n"
+        "# TYPE ratelimitd_rls_streams_total counter\n"
+        "ratelimitd_rls_streams_total %llu\n"
+        "# HELP ratelimitd_rls_streams_cancelled_total gRPC calls the client reset (or lost) before their answer.\n"
+        "# TYPE ratelimitd_rls_streams_cancelled_total counter\n"
+        "ratelimitd_rls_streams_cancelled_total %llu\n"
+        "# HELP ratelimitd_rls_responses_total gRPC answers, by grpc-status.\n"
+        "# TYPE ratelimitd_rls_responses_total counter\n",
+        (unsigned long long)SUM(grpc.accepted), (unsigned long long)SUM(grpc.open),
+        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.calls),
+        (unsigned long long)SUM(grpc.cancelled));
+    for (int s = 0; s < GRPC_STATUS_COUNT; s++)
+        evbuffer_add_printf(out, "ratelimitd_rls_responses_total{grpc_status=\"%s\"} %llu\n",
+                            grpc_status_name((enum grpc_status)s),
+                            (unsigned long long)SUM(grpc.status[s]));
+    evbuffer_add_printf(out,
+                        "# HELP ratelimitd_rls_refused_total Connections and requests the "
+                        "gRPC listener turned away itself, by reason.\n"
+                        "# TYPE ratelimitd_rls_refused_total counter\n");
+    for (int r = 0; r < GRPC_REF_COUNT; r++)
+        evbuffer_add_printf(out, "ratelimitd_rls_refused_total{reason=\"%s\"} %llu\n",
+                            grpc_refusal_name((enum grpc_refusal)r),
+                            (unsigned long long)SUM(grpc.refused[r]));
+}
+
 /* Backend calls by outcome, and how long they took. */
 static void
 format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
@@ -375,6 +416,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                         PACKAGE_VERSION);
     format_checks(out, ms, n);
     format_requests(out, ms, n);
+    format_grpc(out, ms, n);
     format_backend(out, ms, n);
     evbuffer_add_printf(
         out,

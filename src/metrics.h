@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "grpc.h"
 #include "http.h"
 
 struct evbuffer;
@@ -97,6 +98,7 @@ struct rl_metrics {
     uint64_t local_cache_hits;
     uint64_t inflight;
     struct http_counters http; /* the check listener's connections */
+    struct grpc_counters grpc; /* the gRPC listener's (rls.listen) */
     /* hybrid policies (hybrid.h) */
     uint64_t hybrid_local; /* checks decided from the local view */
     uint64_t hybrid_syncs, hybrid_sync_failures;

@@ -29,6 +29,9 @@ int read_file_bounded(const char *file, size_t max, char **text, size_t *len,
 
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t now_monotonic_us(void);
+/* CLOCK_MONOTONIC_COARSE in milliseconds (a tick's precision, no syscall):
+ * for deadlines swept now and then, not for measuring. */
+int64_t now_coarse_ms(void);
 /* The Unix time in microseconds (CLOCK_REALTIME: it may step). */
 int64_t now_unix_us(void);
 

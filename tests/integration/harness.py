@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -765,6 +766,52 @@ def ready_everywhere(port, timeout=START_TIMEOUT, streak=12):
         time.sleep(0.01 if st == 200 else 0.05)
     raise DaemonError("GET /readyz not 200 on every worker within %ss (last %r)" % (timeout, last))
 
+
+
+# ---------------------------------------------------------------- TLS files
+
+OPENSSL = os.environ.get("OPENSSL", "openssl")
+
+
+class Pki:
+    """CAs and leaf certificates (P-256 keys: quick to make) in one dir, made
+    with the openssl command (test_tls.py, test_rls_grpc.py)."""
+
+    def __init__(self):
+        if shutil.which(OPENSSL) is None:
+            raise HarnessError("openssl not found in PATH (Debian package openssl)")
+        self.dir = os.path.join(tmpdir(), "pki")
+        os.makedirs(self.dir, exist_ok=True)
+
+    def _run(self, *args):
+        r = subprocess.run([OPENSSL] + list(args), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise HarnessError("openssl %s failed: %s" % (args[0], r.stderr.decode()))
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def ca(self, name):
+        crt, key = self.path(name + ".crt"), self.path(name + ".key")
+        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=" + name,
+                  "-addext", "basicConstraints=critical,CA:TRUE",
+                  "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        return crt, key
+
+    def leaf(self, name, ca, days=2, san="DNS:localhost,IP:127.0.0.1"):
+        """A certificate signed by ca ((crt, key)); days -1: expired a day ago."""
+        crt, key, csr = self.path(name + ".crt"), self.path(name + ".key"), self.path(name + ".csr")
+        ext = self.path(name + ".ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\n" % san)
+        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                  "-keyout", key, "-out", csr, "-subj", "/CN=" + name)
+        self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+                  "-set_serial", str(secrets.randbits(62)), "-days", str(days),
+                  "-out", crt, "-extfile", ext)
+        return crt, key
 
 
 # -------------------------------------------------------------------- Daemon

@@ -15,8 +15,6 @@ Cluster (tls-cluster yes) over TLS."""
 import contextlib
 import os
 import re
-import secrets
-import shutil
 import socket
 import ssl
 import subprocess
@@ -26,9 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import Pki, check, eq  # noqa: E402
 
-OPENSSL = os.environ.get("OPENSSL", "openssl")
 POLICY = {"name": "api", "match": {"path_prefix": "/"},
           "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": "60s"}]}
 FAILED_LINE = re.compile(r'level=warn msg="redis TLS connection failed" server=\S+ reason="([^"]*)"')
@@ -36,46 +33,6 @@ RETRY_LINE = re.compile(r'level=debug msg="redis TLS connection failed"')
 
 
 # ------------------------------------------------------------- certificates
-
-class Pki:
-    """CAs and leaf certificates (P-256 keys: quick to make) in one dir."""
-
-    def __init__(self):
-        if shutil.which(OPENSSL) is None:
-            raise H.HarnessError("openssl not found in PATH (Debian package openssl)")
-        self.dir = os.path.join(H.tmpdir(), "pki")
-        os.makedirs(self.dir, exist_ok=True)
-
-    def _run(self, *args):
-        r = subprocess.run([OPENSSL] + list(args), stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=60)
-        if r.returncode != 0:
-            raise H.HarnessError("openssl %s failed: %s" % (args[0], r.stderr.decode()))
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
-
-    def ca(self, name):
-        crt, key = self.path(name + ".crt"), self.path(name + ".key")
-        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=" + name,
-                  "-addext", "basicConstraints=critical,CA:TRUE",
-                  "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-        return crt, key
-
-    def leaf(self, name, ca, days=2, san="DNS:localhost,IP:127.0.0.1"):
-        """A certificate signed by ca ((crt, key)); days -1: expired a day ago."""
-        crt, key, csr = self.path(name + ".crt"), self.path(name + ".key"), self.path(name + ".csr")
-        ext = self.path(name + ".ext")
-        with open(ext, "w") as f:
-            f.write("subjectAltName=%s\n" % san)
-        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                  "-keyout", key, "-out", csr, "-subj", "/CN=" + name)
-        self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
-                  "-set_serial", str(secrets.randbits(62)), "-days", str(days),
-                  "-out", crt, "-extfile", ext)
-        return crt, key
-
 
 # -------------------------------------------------------------- TLS Redis
 
