@@ -249,6 +249,12 @@ def metric(text, name, **labels):
     return int(m.group(1)) if m and not labels else None
 
 
+def script_calls(r):
+    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
+    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
+                                          r.cli("INFO", "commandstats"), re.M))
+
+
 def redis_now(r):
     out = r.cli("TIME").split()
     return int(out[0]) + int(out[1]) / 1e6
@@ -376,6 +382,15 @@ def t_order_codes_and_errors(ds, r):
         H.expect_error(st, h, b, 400, field, "body %r" % body)
     st, h, b = H.request(p, "POST", "/json", b"{not json")
     H.expect_error(st, h, b, 400, "body")
+    # bounds: descriptors and entries per request
+    st, h, b = post(p, {"domain": "it", "descriptors": [desc(("client", "b"))] * 257})
+    H.expect_error(st, h, b, 400, "descriptors: at most 256")
+    st, h, b = post(p, {"domain": "it", "descriptors": [desc(*[("k", "v")] * 65)]})
+    H.expect_error(st, h, b, 400, "descriptors[0].entries: at most 64")
+    st, ans = ask(p, "it", *[desc(("client", "many%d" % i)) for i in range(256)], want=200)
+    eq(len(ans["statuses"]), 256, "256 descriptors answered")
+    st, h, b = H.request(p, "POST", "/json", b'{"domain": "it", "descriptors": ' + b"[" * 5000)
+    H.expect_error(st, h, b, 400, "body")
     st, h, b = H.request(p, "GET", "/json")
     eq(st, 405, "GET /json")
     eq(h.get("allow"), "POST", "Allow")
@@ -487,6 +502,7 @@ def t_exact_counts_two_daemons(ds, r):
             with lock:
                 errors.append("%s: %s" % (type(e).__name__, e))
 
+    calls_before = script_calls(r)
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
@@ -500,6 +516,13 @@ def t_exact_counts_two_daemons(ds, r):
     eq(sum(v for k, v in results.items() if k[0] == 200),
        sum(v for k, v in results.items() if k[1:] == ("OK", "OK")), "200 exactly when both OK")
     eq(sum(results.values()), n // threads * threads, "answers")
+    # coalescing, as for /check: a request's two descriptors start in one
+    # event-loop pass and share one script call (not on Cluster, where their
+    # keys live on different nodes)
+    calls = script_calls(r) - calls_before
+    if H.TOPOLOGY != "cluster":
+        check(calls <= sum(results.values()), "%d script calls for %d requests of 2 descriptors",
+              calls, sum(results.values()))
 
 
 def t_metrics(ds, r):
