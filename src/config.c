@@ -397,8 +397,6 @@ static const struct schema_field rls_fields[] = {
     {.name = "shadow_mode", .type = SCHEMA_BOOL, .off = RLS(shadow_mode), .def = "false"},
     {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
      .def = "0.8", .custom = &ratio_type},
-    {.name = "all_or_nothing", .type = SCHEMA_BOOL, .off = RLS(all_or_nothing),
-     .def = "false"},
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
      .min = 256, .max = 4 * 1024 * 1024},
     {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),
