@@ -393,7 +393,8 @@ format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                             stats[s].help, stats[s].name);
         for (int id = 0; id < RL_METRICS_RLS_RULES; id++) {
             uint64_t v = SUM(rls_rules[id][s]);
-            if (id >= names && (id != RL_METRICS_RLS_RULES - 1 || v == 0))
+            /* the gathering series always, so every family has a sample */
+            if (id >= names && id != RL_METRICS_RLS_RULES - 1)
                 continue;
             evbuffer_add_printf(out, "%s{domain=\"", stats[s].name);
             if (id < names)
