@@ -386,9 +386,6 @@ format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     names = rls_n;
     pthread_mutex_unlock(&rls_lock);
     for (int s = 0; s < RL_RLS_STAT_COUNT; s++) {
-        /* a family without a series is left out: no rule has a label yet */
-        if (names == 0 && SUM(rls_rules[RL_METRICS_RLS_RULES - 1][s]) == 0)
-            continue;
         evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n", stats[s].name,
                             stats[s].help, stats[s].name);
         for (int id = 0; id < RL_METRICS_RLS_RULES; id++) {
