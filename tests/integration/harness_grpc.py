@@ -220,9 +220,14 @@ class Raw:
             self.flush()
 
     def flush(self):
+        """Send what h2 has queued; a connection the server ended is closed."""
         data = self.conn.data_to_send()
         if data:
-            self.sock.sendall(data)
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                self.closed = True
+                raise
 
     def send_raw(self, data):
         self.sock.sendall(data)

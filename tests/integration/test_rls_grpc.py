@@ -282,7 +282,21 @@ def t_reset_flood(x):
             r.conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"),
                                       (":path", G.SHOULD_RATE_LIMIT), (":authority", "x")]
                                 + G.Raw.GRPC_HEADERS)
-            r.conn.send_data(sid, good, end_stream=True)
+            for _ in range(20):
+                try:
+                    r.conn.send_data(sid, good, end_stream=True)
+                    break
+                except G.h2.exceptions.FlowControlError:
+                    # a slow daemon's WINDOW_UPDATEs are still unread: read them
+                    try:
+                        r.flush()
+                    except OSError:
+                        break  # the daemon ended the connection
+                    r.read(1.0)
+                    if r.goaway is not None or r.closed:
+                        break
+            if r.goaway is not None or r.closed:
+                break
             r.conn.reset_stream(sid)
             try:
                 r.flush()
@@ -421,8 +435,10 @@ def t_health_draining(x):
                 fut = c.check_future(DOMAIN, one("client", "held"), timeout=30)
                 wait_for(lambda: metric(d, "ratelimitd_inflight_checks") >= 1,
                          "a check in flight")
+                opened = metric(d, "ratelimitd_rls_streams_total")
                 sid = r.request(G.HEALTH_CHECK, None, end=False)
-                r.until(lambda r: r.events, 5)
+                wait_for(lambda: metric(d, "ratelimitd_rls_streams_total") > opened,
+                         "the health call's stream read")
                 d.send_signal(signal.SIGTERM)
                 r.until(lambda r: r.goaway is not None, 10)
                 check(r.goaway is not None, "no GOAWAY on SIGTERM")
