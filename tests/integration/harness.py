@@ -2,8 +2,11 @@
 
 Each test file is an executable script: it starts a real redis-server on a free
 loopback port, the real daemon ($RATELIMITD) against it, drives it over HTTP and
-prints one line per case (`ok - name` / `FAIL - name: reason`) and a final
-`N passed, M failed`.  Exit status 0 when every case passed, else 1.
+reports one TAP line per case (`ok 3 - name` / `not ok 4 - name` and the reason
+as `#` lines; see "runner" below), the plan and a last `# N passed, M failed`.
+Exit status 0 when every case that ran passed, else 1.  `-k WORDS` (or
+RL_CASE=WORDS) runs only the cases whose name contains WORDS; `--list` names
+them.
 
 Environment:
   RATELIMITD   absolute path of the built daemon (default: ../../src/ratelimitd
@@ -1375,9 +1378,63 @@ def expect_error(status, headers, body, want_status, field=None, what=""):
 
 
 # ----------------------------------------------------------------- runner
+#
+# A file's cases are reported in TAP (the Test Anything Protocol), which
+# automake's tap-driver.sh reads: `make check` then counts and names every
+# case, not only the file.
+#
+#     ok 1 - a check under the limit is allowed
+#     not ok 2 - the limit is exact
+#     # expected 429, got 200            <- the reason, then the daemons' logs
+#     1..2
+#     # 1 passed, 1 failed
+#
+# Some cases alone: `python3 test_x.py -k WORDS` (or RL_CASE=WORDS in the
+# environment, which also reaches the files `make check` runs) runs only the
+# cases whose name contains WORDS, case-insensitively (several -k: any of
+# them); `--list` prints the names instead of running them.
+
+USAGE = """usage: %s [-k WORDS]... [--list]
+  -k WORDS  run only the cases whose name contains WORDS (case-insensitive;
+            several -k: a case matching any runs).  RL_CASE=WORDS: the same.
+  --list    print the names of the cases instead of running them (a file
+            with its own main still starts what it starts between cases)"""
+
+
+def _options(argv):
+    """(patterns, listing) from the command line and RL_CASE; exits on a bad one."""
+    pats = [os.environ["RL_CASE"]] if os.environ.get("RL_CASE") else []
+    listing = False
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "-k" and args:
+            pats.append(args.pop(0))
+        elif a.startswith("-k") and len(a) > 2:
+            pats.append(a[2:])
+        elif a == "--list":
+            listing = True
+        elif a in ("-h", "--help"):
+            print(USAGE % os.path.basename(sys.argv[0]))
+            sys.exit(0)
+        else:
+            sys.stderr.write("%s: unknown argument %r\n%s\n"
+                             % (os.path.basename(sys.argv[0]), a, USAGE % os.path.basename(sys.argv[0])))
+            sys.exit(2)
+    return [p.lower() for p in pats if p], listing
+
+
+def tap_name(name):
+    """A case name as one TAP description: one line, and a '#' that would
+    read as a SKIP/TODO directive escaped."""
+    name = " ".join(str(name).split())
+    return name.replace("#", "\\#") if re.search(r"#\s*(skip|todo)", name, re.I) else name
+
 
 class Tests:
-    """One file's cases: prints `ok - name` / `FAIL - name: reason`, then `N passed, M failed`.
+    """One file's cases, reported in TAP (see above); `finish()` ends with the
+    plan and `# N passed, M failed`, and says the exit status: 0 when every
+    case that ran passed and at least one ran.
 
     A watchdog ends the whole file (as a failure) after `timeout` seconds.
     """
@@ -1385,8 +1442,10 @@ class Tests:
     def __init__(self, timeout=120):
         self.passed = 0
         self.failed = 0
+        self.number = 0          # the last TAP test number given
         self.done = set()
-        self.out_lock = threading.Lock()
+        self.out_lock = threading.RLock()
+        self.patterns, self.listing = _options(sys.argv[1:])
         timeout *= SLOW
         self.timeout = timeout
         w = threading.Timer(timeout, self._expired)
@@ -1399,12 +1458,12 @@ class Tests:
             sys.stdout.flush()
 
     def _expired(self):
-        self._emit("FAIL - global timeout: the file did not finish within %ss" % self.timeout)
-        self._dump_logs()
-        self.failed += 1
-        self._emit("%d passed, %d failed" % (self.passed, self.failed))
-        _cleanup()
-        os._exit(1)
+        # the lock is kept to the end: no line of the main thread after the plan
+        with self.out_lock:
+            self.fail("global timeout", "the file did not finish within %ss" % self.timeout)
+            self._plan()
+            _cleanup()
+            os._exit(1)
 
     def _dump_logs(self):
         with _lock:
@@ -1416,22 +1475,36 @@ class Tests:
             for line in _squeeze(_tail(d.logfile, 400))[-20:]:
                 self._emit("#     " + line)
 
+    def wanted(self, name):
+        """Whether the case `name` is to run (-k / RL_CASE)."""
+        low = str(name).lower()
+        return not self.patterns or any(p in low for p in self.patterns)
+
     def ok(self, name):
-        self.passed += 1
-        self.done.add(name)
-        self._emit("ok - " + name)
+        with self.out_lock:
+            self.passed += 1
+            self.number += 1
+            self.done.add(name)
+            self._emit("ok %d - %s" % (self.number, tap_name(name)))
 
     def fail(self, name, reason):
-        self.failed += 1
-        self.done.add(name)
-        first, _, rest = str(reason).partition("\n")
-        self._emit("FAIL - %s: %s" % (name, first))
-        for line in rest.splitlines():
-            self._emit("#   " + line)
-        self._dump_logs()
+        with self.out_lock:
+            self.failed += 1
+            self.number += 1
+            self.done.add(name)
+            self._emit("not ok %d - %s" % (self.number, tap_name(name)))
+            for line in str(reason).splitlines() or [""]:
+                self._emit("#   " + line)
+            self._dump_logs()
 
     def run(self, name, fn, *args, **kw):
-        """Run one case; any exception is its failure.  Returns fn's result or None."""
+        """Run one case; any exception is its failure.  Returns fn's result or
+        None (also when the case is not selected)."""
+        if not self.wanted(name):
+            return None
+        if self.listing:
+            self._emit(name)
+            return None
         try:
             r = fn(*args, **kw)
         except Fail as e:
@@ -1455,34 +1528,49 @@ class Tests:
             self.run(name, fn, *args)
 
     def fail_rest(self, cases, reason):
-        """Mark every case of `cases` not run yet as failed (a fixture broke)."""
+        """Mark every selected case of `cases` not run yet as failed (a fixture broke)."""
         first = True
         for name, _ in cases:
-            if name not in self.done:
+            if name not in self.done and self.wanted(name) and not self.listing:
                 self.fail(name, reason if first else str(reason).split("\n")[0][:160] + " (see above)")
                 first = False
 
+    def _plan(self):
+        if self.number == 0:
+            why = ("no case matches %s" % " or ".join(repr(p) for p in self.patterns)
+                   if self.patterns else "no case ran")
+            self._emit("1..0 # SKIP %s" % why)
+        else:
+            self._emit("1..%d" % self.number)
+        self._emit("# %d passed, %d failed" % (self.passed, self.failed))
+
     def finish(self):
+        if self.listing:
+            return 0
         with _lock:
             reports = list(_valgrind_reports)
         for argv, code, report in reports:
             # once per daemon valgrind complained about, even when the case
             # that stopped it already failed on it
-            self.failed += 1
-            self._emit("FAIL - %s: exit %s for daemon %s" % ("valgrind" if VALGRIND else "sanitizer",
-                                                             code, " ".join(argv[1:])))
-            for line in report.splitlines()[:200]:
-                self._emit("#   " + line)
-        self._emit("%d passed, %d failed" % (self.passed, self.failed))
+            self.fail("%s: exit %s for daemon %s" % ("valgrind" if VALGRIND else "sanitizer",
+                                                     code, " ".join(argv[1:])),
+                      "\n".join(report.splitlines()[:200]))
+        with self.out_lock:
+            self._plan()
         return 0 if self.failed == 0 and self.passed > 0 else 1
 
 
 def suite(cases, fixture, timeout=120):
-    """Run `cases` with the objects `fixture()` (a context manager) yields; exit.
+    """Run `cases` ([(name, fn)]) with the objects `fixture()` (a context
+    manager) yields; exit.
 
-    When the fixture itself fails, every case not run yet is a failure.
+    When the fixture itself fails, every selected case not run yet is a
+    failure; when -k selects none, the fixture is not started.
     """
     t = Tests(timeout=timeout)
+    if t.listing or not any(t.wanted(name) for name, _ in cases):
+        t.run_cases(cases)
+        sys.exit(t.finish())
     try:
         with fixture() as fx:
             t.run_cases(cases, *(fx if isinstance(fx, tuple) else (fx,)))
