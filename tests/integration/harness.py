@@ -81,18 +81,27 @@ _daemons = []             # live Daemon objects, their logs shown on failure
 _valgrind_reports = []    # (daemon argv, exit code, valgrind's output) of every complaint
 _lock = threading.Lock()
 _tmpdir = None
+_keep_tmpdir = False
 
 
 class HarnessError(Exception):
     """The environment or a fixture failed (not an assertion about the daemon)."""
 
 
-def tmpdir():
+def tmpdir(prefix="rl-it-"):
+    """The process's temporary directory (made at the first call, with
+    `prefix`), removed at exit unless keep_tmpdir() was called."""
     global _tmpdir
     with _lock:
         if _tmpdir is None:
-            _tmpdir = tempfile.mkdtemp(prefix="rl-it-")
+            _tmpdir = tempfile.mkdtemp(prefix=prefix)
         return _tmpdir
+
+
+def keep_tmpdir(keep=True):
+    """Leave tmpdir() in place at exit (logs, configs, raw results)."""
+    global _keep_tmpdir
+    _keep_tmpdir = keep
 
 
 def _track(p):
@@ -115,7 +124,7 @@ def _kill_all():
 
 def _cleanup():
     _kill_all()
-    if _tmpdir is not None:
+    if _tmpdir is not None and not _keep_tmpdir:
         shutil.rmtree(_tmpdir, ignore_errors=True)
 
 
@@ -913,10 +922,15 @@ class Daemon:
     wait     False: do not wait for /healthz (for daemons expected to fail)
     ready    also wait for GET /readyz 200 (the backend connected) before returning;
              default: when `redis` is given or backend is "memory"
+    wrapper  a command line the daemon runs under (scripts/bench: valgrind
+             --tool=callgrind), with `start_timeout` seconds to get ready
     """
 
     def __init__(self, config=None, redis=None, backend=None, args=(), env=None,
-                 listen=True, port=None, wait=True, workers=None, ready=None):
+                 listen=True, port=None, wait=True, workers=None, ready=None,
+                 wrapper=(), start_timeout=None):
+        self.wrapper = list(wrapper)
+        self.start_timeout = start_timeout or START_TIMEOUT
         self.want_ready = ready if ready is not None else (redis is not None or backend == "memory")
         # RL_TOPOLOGY cluster/sentinel: the Redis's seeds/sentinels go in the
         # config instead of -r (standalone: config untouched, -r URL)
@@ -973,8 +987,8 @@ class Daemon:
         if not os.access(RATELIMITD, os.X_OK):
             raise DaemonError("daemon binary %r is not an executable file (set RATELIMITD)" % RATELIMITD)
         fd, self.logfile = tempfile.mkstemp(prefix="daemon-", suffix=".log", dir=tmpdir())
-        run = argv
-        if VALGRIND:
+        run = self.wrapper + argv
+        if VALGRIND and not self.wrapper:
             if shutil.which(VALGRIND_BIN) is None:
                 os.close(fd)
                 raise DaemonError("RL_VALGRIND=1 but %r is not in PATH (Debian package valgrind)"
@@ -990,7 +1004,7 @@ class Daemon:
         self.vg_checked = False
 
     def _wait_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         healthy, path, body = False, "/healthz", None
         while time.monotonic() < deadline:
             rc = self.proc.poll()
@@ -1010,7 +1024,7 @@ class Daemon:
             time.sleep(0.02)
         self.kill()
         raise DaemonError("daemon %s did not answer GET %s 200 within %ss (last: %r); stderr:\n%s"
-                          % (self.argv, path, START_TIMEOUT, body, self.log()))
+                          % (self.argv, path, self.start_timeout, body, self.log()))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
