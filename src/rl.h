@@ -42,7 +42,7 @@
 
 #define RL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Limits of the public API (API.md). */
+/* Limits of the public API (docs/API.md). */
 #define RL_KEY_MAX 512      /* bytes of a caller identity */
 #define RL_COST_MAX 1000000 /* largest cost a check may ask for */
 #define RL_LIMITS_MAX 8     /* limits per policy, decided in one script call */
