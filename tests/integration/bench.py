@@ -810,9 +810,7 @@ class Bench:
         self.ratelimitd = os.path.join(build, "src", "ratelimitd")
         self.bare = os.path.join(build, "tests", "bare_http")
         self.lua_c = os.path.join(build, "src", "lua_scripts.c")
-        self.tmp = H.tmpdir(prefix="rl-bench.")
-        self.res_dir = os.path.join(self.tmp, "res")
-        os.makedirs(self.res_dir, exist_ok=True)
+        self.tmp = self.res_dir = None      # check_build() makes them
         self.warn = Warnings()
         self.targets = {}
         self.res = {}
@@ -833,6 +831,9 @@ class Bench:
             die("no rl_lua_check_sha in %s" % self.lua_c)
         self.sha = m.group(1)
         H.RATELIMITD = self.ratelimitd
+        self.tmp = H.tmpdir(prefix="rl-bench.")
+        self.res_dir = os.path.join(self.tmp, "res")
+        os.makedirs(self.res_dir, exist_ok=True)
 
     def log(self, name):
         return os.path.join(self.tmp, name + ".log")
