@@ -6,7 +6,7 @@ RL_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
 
 # Build and test dependencies, by Debian 12 package name.
-RL_PACKAGES=(build-essential autoconf automake pkg-config
+RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
              libevent-dev libssl-dev libhiredis-dev libjansson-dev check
              libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
              redis-server redis-tools python3 curl openssl)

@@ -16,7 +16,7 @@
  * pushing every expiry far out leaves only the script to decide what a key
  * holds.
  */
-#include <check.h>
+#include "unit.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1243,17 +1243,13 @@ diff_suite(void)
 int
 main(void)
 {
-    SRunner *sr;
-    int failed;
+    int status;
 
     if (test_redis_start(&srv) != 0) {
         fprintf(stderr, "check_algo_diff: needs a redis-server\n");
         return EXIT_FAILURE;
     }
-    sr = srunner_create(diff_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    status = rl_unit_run(diff_suite(), CK_FORK_GETENV);
     test_redis_stop(&srv);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return status;
 }

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "algo.h"
 #include "config.h"
@@ -1226,11 +1226,5 @@ config_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(config_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(config_suite(), CK_FORK_GETENV);
 }

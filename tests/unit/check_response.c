@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <check.h>
+#include "unit.h"
 #include <jansson.h>
 
 #include "config.h"
@@ -947,11 +947,5 @@ response_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(response_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(response_suite(), CK_FORK_GETENV);
 }
