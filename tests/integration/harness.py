@@ -1340,6 +1340,31 @@ def blast(ports, bodies, threads):
     return results
 
 
+def pipelined(port, reqs, depth=32, timeout=HTTP_TIMEOUT):
+    """Send raw requests (bytes each) on one keep-alive connection, `depth`
+    ahead of their answers (the daemon's http.max_pipelined is 32 by
+    default); the statuses, in order.  Fast enough to load a daemon from
+    one Python thread."""
+    out = []
+    with RawConn(port, timeout=timeout) as c:
+        for i in range(0, len(reqs), depth):
+            batch = reqs[i:i + depth]
+            c.send(b"".join(batch))
+            for _ in batch:
+                out.append(c.read_response()[0])
+    return out
+
+
+def metric(port, name, labels=""):
+    """One sample of GET /metrics as a float: `name` with exactly `labels`
+    ('{a="b"}' or ''); a missing one is a failure."""
+    st, _, text = request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    m = re.search(r"^%s%s ([0-9.eE+-]+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    check(m, "no %s%s in /metrics", name, labels)
+    return float(m.group(1))
+
+
 def is_int(v):
     return type(v) is int
 
@@ -1450,8 +1475,12 @@ class Tests:
         return r
 
     def run_cases(self, cases, *args):
-        """cases: [(name, fn)]; each fn(*args)."""
+        """cases: [(name, fn)]; each fn(*args).  RL_CASE=text runs only the
+        cases whose name holds it (by hand, to run one alone)."""
+        only = os.environ.get("RL_CASE", "")
         for name, fn in cases:
+            if only and only not in name:
+                continue
             self.run(name, fn, *args)
 
     def fail_rest(self, cases, reason):
