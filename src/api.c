@@ -228,11 +228,9 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     char *error = NULL;
     int status;
 
-    if (w->draining) {
-        metrics_reject(w->metrics, RL_REJ_DRAINING);
-        respond_error(r, 503, NULL, "shutting down");
-        return;
-    }
+    /* Draining: a check already sent (in the kernel's buffer, maybe) is
+     * decided like any other, the backend is still there; its answer says
+     * close (http.c), so the client takes its next one elsewhere. */
     if ((int64_t)r->body_len > cfg->max_body) { /* chunked bodies end here */
         metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
         respond_error(r, 413, NULL, "body: larger than max_body");

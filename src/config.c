@@ -350,6 +350,11 @@ static const struct schema_field http_fields[] = {
      .min = 1, .max = 1024},
     {.name = "max_connections", .type = SCHEMA_INT, .off = HTTP(max_connections),
      .def = "10000", .min = 1, .max = 10000000},
+    /* after SIGTERM, how long a keep-alive connection between requests
+     * may still bring one (a busy client's next, maybe in the kernel's
+     * buffer already) before its lingering close */
+    {.name = "drain_idle", .type = SCHEMA_DURATION, .off = HTTP(drain_idle_ms),
+     .def = "\"1s\"", .min = 0, .max = 60 * 1000},
 };
 static const struct schema http_schema = {
     SCHEMA_FIELDS(http_fields), sizeof(struct rl_http_conf), NULL, NULL

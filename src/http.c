@@ -9,10 +9,12 @@
  * SWEEP_MS with a coarse clock, not a timer per request.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -52,7 +54,8 @@ enum deadline {
     D_BODY,
     D_IDLE,
     D_WRITE,
-    D_LINGER
+    D_LINGER,
+    D_DRAIN /* draining, between requests: http.drain_idle's grace */
 };
 
 struct http_conn {
@@ -69,6 +72,7 @@ struct http_conn {
     int stalled; /* process() stopped for back-pressure */
     enum deadline dkind;
     int64_t deadline_ms;
+    int64_t drain_until_ms; /* draining: the grace for a next request ends */
     /* input: unconsumed bytes are rbuf[rpos, rlen) */
     char *rbuf;
     size_t rcap, rlen, rpos;
@@ -261,6 +265,16 @@ want_read(struct http_conn *c, int on)
     }
 }
 
+/* Bytes the client sent that we have not read: a close() now would answer
+ * them with a reset, which may destroy our last answer on its way. */
+static int
+unread(const struct http_conn *c)
+{
+    int n = 0;
+
+    return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Write what is pending; RL_ERR when the connection broke (then dead). */
 static int
 flush(struct http_conn *c)
@@ -447,7 +461,11 @@ http_respond(struct http_req *r, const struct http_response *resp)
     }
     /* the last request before a close says so; a request with more behind
      * it on the connection cannot be the last */
-    close = (resp->close || !r->keep_alive || c->state == C_CLOSING) && r->next == NULL;
+    close = (resp->close || !r->keep_alive || c->state == C_CLOSING ||
+             (srv->draining && c->state == C_HEAD && c->rlen == c->rpos && !unread(c))) &&
+            r->next == NULL;
+    if (close)
+        c->state = C_CLOSING;
     if (resp->close || !r->keep_alive) {
         c->state = C_CLOSING;
         close = 1;
@@ -508,8 +526,14 @@ refuse(struct http_conn *c, int status, const char *why)
 
 /* ---- one request ---------------------------------------------------------------- */
 
+/*
+ * `more`: bytes of another request follow this one in the buffer.  While
+ * draining, every request already read is answered, and the last of them
+ * says close: a client that pipelined several before the SIGTERM gets all
+ * its answers, and none after a "Connection: close".
+ */
 static void
-dispatch(struct http_conn *c, const char *body, size_t len)
+dispatch(struct http_conn *c, const char *body, size_t len, int more)
 {
     struct http_server *srv = c->srv;
     struct http_req *r = req_get(srv);
@@ -518,7 +542,7 @@ dispatch(struct http_conn *c, const char *body, size_t len)
     r->body = body;
     r->body_len = len;
     r->head_only = c->head.method == HTTP_M_HEAD;
-    r->keep_alive = c->head.keep_alive && !srv->draining;
+    r->keep_alive = c->head.keep_alive && (!srv->draining || more);
     r->minor = c->head.minor;
     enqueue(c, r);
     if (!r->keep_alive)
@@ -618,7 +642,8 @@ process(struct http_conn *c)
                 make_room(c, total);
                 break;
             }
-            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need);
+            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need,
+                     c->rpos + total < c->rlen || (c->srv->draining && unread(c)));
             c->rpos += total;
         } else {
             size_t body_at = c->rpos + c->head_len;
@@ -638,7 +663,8 @@ process(struct http_conn *c)
                 make_room(c, c->rlen - c->rpos + 1);
                 break;
             }
-            dispatch(c, c->rbuf + body_at, c->ch.out - body_at);
+            dispatch(c, c->rbuf + body_at, c->ch.out - body_at,
+                     c->ch.in < c->rlen || (c->srv->draining && unread(c)));
             c->rpos = c->ch.in;
         }
         if (c->state != C_CLOSING)
@@ -696,6 +722,19 @@ set_deadline(struct http_conn *c, enum deadline kind, int64_t ms)
     c->deadline_ms = kind == D_NONE ? 0 : coarse_ms() + ms;
 }
 
+/* All answered: half-close and read (discarding) until the client closes
+ * or LINGER_MS, so that what it sent meanwhile never turns into a reset
+ * ahead of the answers it has still to read. */
+static void
+start_linger(struct http_conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    c->state = C_LINGER;
+    c->rpos = c->rlen = 0;
+    want_read(c, 1);
+    set_deadline(c, D_LINGER, LINGER_MS);
+}
+
 /* After anything happened: write, close when done, pick the deadline, and
  * free a dead connection.  c may be gone when this returns. */
 static void
@@ -730,27 +769,29 @@ conn_settle(struct http_conn *c)
     if (c->state == C_CLOSING || (c->eof && c->state != C_LINGER)) {
         /* all answered: a client that may still be sending gets time to
          * read the answer before the close */
-        if (!c->linger && c->rlen == c->rpos) {
+        if (c->eof || (!c->linger && c->rlen == c->rpos && !unread(c))) {
             conn_free(c);
             return;
         }
-        shutdown(c->fd, SHUT_WR);
-        c->state = C_LINGER;
-        c->rpos = c->rlen = 0;
-        want_read(c, 1);
-        set_deadline(c, D_LINGER, LINGER_MS);
-        if (c->eof)
-            conn_free(c);
+        start_linger(c);
         return;
     }
     if (c->state == C_LINGER)
         return;
     if (c->state == C_HEAD && c->rlen == c->rpos) {
         if (c->srv->draining) {
-            conn_free(c);
-            return;
+            /* between requests: a grace for the one the client is about
+             * to send (or sent already: it is in the kernel's buffer),
+             * then a lingering close */
+            int64_t left = c->drain_until_ms - coarse_ms();
+            if (left <= 0) {
+                start_linger(c);
+                return;
+            }
+            set_deadline(c, D_DRAIN, left);
+        } else {
+            set_deadline(c, D_IDLE, lim->idle_timeout_ms);
         }
-        set_deadline(c, D_IDLE, lim->idle_timeout_ms);
     } else if (c->state == C_HEAD) {
         set_deadline(c, D_HEADER, lim->header_timeout_ms);
     } else {
@@ -880,6 +921,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
             COUNT(srv, timeouts);
             conn_free(c);
             break;
+        case D_DRAIN: start_linger(c); break;
         default: /* D_WRITE, D_LINGER */ conn_free(c); break;
         }
     }
@@ -976,25 +1018,54 @@ stop_listening(struct http_server *srv)
     }
 }
 
+/*
+ * Connections the kernel completed and queued on the listening socket: a
+ * close of the socket would reset them, requests already sent and all.
+ * Taken now, they are drained like the others.
+ */
+static void
+accept_queued(struct http_server *srv)
+{
+    evutil_socket_t lfd;
+
+    if (srv->lev == NULL || (lfd = evconnlistener_get_fd(srv->lev)) < 0)
+        return;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return; /* EAGAIN: none left; EMFILE: the rest are lost anyway */
+        }
+        on_accept(srv->lev, fd, (struct sockaddr *)&ss, (int)len, srv);
+    }
+}
+
 void
 http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
 {
     struct http_conn *c, *next;
+    int64_t until = coarse_ms() + srv->limits->drain_idle_ms;
 
     srv->draining = 1;
     srv->empty = empty;
     srv->empty_arg = arg;
+    accept_queued(srv);
     stop_listening(srv);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
-        if (c->state != C_HEAD || c->rlen > c->rpos)
-            continue; /* a request is coming in: it gets its answer */
-        if (c->nq == 0) {
-            if (c->wlen == c->woff)
-                conn_free(c); /* idle: nothing owed either way */
-            continue;
-        }
-        c->state = C_CLOSING; /* the last answer owed says close */
+        c->drain_until_ms = until;
+        /* Between requests: conn_settle gives it http.drain_idle for the
+         * next one (it may sit in the kernel's buffer already).  Anything
+         * else is reading a request or owes answers: every request read
+         * is answered, and the last one says close (dispatch,
+         * http_respond). */
+        if (c->state == C_HEAD && c->rlen == c->rpos && c->nq == 0 && c->wlen == c->woff &&
+            !c->busy)
+            conn_settle(c);
     }
     if (srv->nconns == 0 && empty != NULL)
         empty(arg);

@@ -795,6 +795,117 @@ def t_drain(ctx):
             busy.close()
 
 
+DRAIN_CONNS = 10    # of each kind: idle keep-alive, and queued on the listening socket
+
+
+def check_req(key):
+    return H.http_bytes("POST", "/check", {"policy": "seq", "key": key})
+
+
+def answered_then_closed(c, what):
+    """A 200 check answer saying close, then the server's close (a reset
+    fails: it would have destroyed the answer on a real network)."""
+    st, h, b = c.read_response()
+    eq(st, 200, "%s: status" % what)
+    eq(json.loads(b).get("allowed"), True, "%s: allowed" % what)
+    eq(h.get("connection", "").lower(), "close", "%s: Connection header" % what)
+    check(c.is_closed(CLOSE_WAIT), "%s: still open %.0f s after an answer that said close", what, CLOSE_WAIT)
+
+
+def t_drain_kernel_buffered(ctx):
+    """Issue 24, 2: complete requests in the kernel's buffers at SIGTERM are
+    all answered, the last of each connection with close, none lost to a
+    reset or to a close without an answer.  Held there two ways: a
+    connection with MAX_PIPELINED checks waiting for a paused Redis reads
+    nothing more (back-pressure), so the next ones stay in the kernel; and
+    with the daemon stopped (SIGSTOP), requests written on idle keep-alive
+    connections and on connections the kernel accepted for it."""
+    r = ctx.redis
+    cfg = dict(MAIN_CONFIG, shutdown_grace="30s")
+    with H.Daemon(cfg, redis=r, workers=1) as d:
+        piped = H.RawConn(d.port, timeout=LATE)
+        idle = [H.RawConn(d.port, timeout=LATE) for _ in range(DRAIN_CONNS)]
+        queued = []
+        extra = 3
+        try:
+            for c in idle:
+                c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                eq(c.read_response()[0], 200, "an idle connection's first request")
+            r.pause()
+            try:
+                piped.send(b"".join(check_req("piped-%d" % i) for i in range(MAX_PIPELINED)))
+                deadline = time.monotonic() + 5 * H.SLOW
+                while metric(d.port, "ratelimitd_inflight_checks") < MAX_PIPELINED:
+                    check(time.monotonic() < deadline, "the pipelined checks never went in flight")
+                    time.sleep(0.02)
+                piped.send(b"".join(check_req("piped-k%d" % i) for i in range(extra)))
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                try:
+                    queued = [H.RawConn(d.port, timeout=LATE) for _ in range(DRAIN_CONNS)]
+                    for i, c in enumerate(idle + queued):
+                        c.send(check_req("kernel-%d" % i))
+                    d.send_signal(signal.SIGTERM)
+                finally:
+                    os.kill(d.proc.pid, signal.SIGCONT)
+            finally:
+                r.resume()
+            lost, total = [], MAX_PIPELINED + extra
+            for i in range(total):
+                try:
+                    st, h, b = piped.read_response()
+                except (ConnectionResetError, EOFError) as e:
+                    lost.append("pipelined requests %d..%d: %s" % (i, total - 1, type(e).__name__))
+                    break
+                eq(st, 200, "pipelined request %d" % i)
+                closes = h.get("connection", "").lower() == "close"
+                if i < total - 1 and closes:
+                    lost.append("pipelined requests %d..%d: the answer to %d said close" % (i + 1, total - 1, i))
+                    break
+                if i == total - 1:
+                    check(closes, "the last pipelined answer does not say close")
+            for i, c in enumerate(idle + queued):
+                what = "%s connection %d" % ("idle" if i < DRAIN_CONNS else "queued", i)
+                try:
+                    answered_then_closed(c, what)
+                except (ConnectionResetError, EOFError) as e:
+                    lost.append("%s: %s" % (what, type(e).__name__))
+            check(not lost, "%d requests sent before SIGTERM got no answer: %s", len(lost),
+                  "; ".join(lost[:4]))
+            check(piped.is_closed(CLOSE_WAIT), "the pipelined connection is still open")
+            eq(d.wait(), 0, "exit code after drain")
+        finally:
+            for c in [piped] + idle + queued:
+                c.close()
+
+
+def t_drain_grace(ctx):
+    """After SIGTERM a client between requests may still send one within
+    http.drain_idle: answered, with close.  One that sends nothing gets a
+    lingering close after it: an orderly end of stream, never a reset."""
+    cfg = dict(MAIN_CONFIG, shutdown_grace="30s")    # http.drain_idle: its default, 1 s
+    with H.Daemon(cfg, redis=ctx.redis, workers=1) as d:
+        busy = H.RawConn(d.port, timeout=LATE)
+        quiet = H.RawConn(d.port, timeout=LATE)
+        try:
+            for c in (busy, quiet):
+                c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                eq(c.read_response()[0], 200, "a first request")
+            d.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            time.sleep(0.3)
+            busy.send(check_req("grace"))
+            answered_then_closed(busy, "the request sent 0.3 s after SIGTERM")
+            check(readable(quiet.sock, 1 + CLOSE_WAIT), "the quiet connection was never closed")
+            took = time.monotonic() - t0
+            eq(quiet.sock.recv(4096), b"", "what the quiet connection got")
+            check(took >= EARLY, "the quiet connection closed %.2f s after SIGTERM, before "
+                  "http.drain_idle (1 s)", took)
+            eq(d.wait(), 0, "exit code after drain")
+        finally:
+            busy.close()
+            quiet.close()
+
+
 CASES = [
     ("a body that outgrows the first buffer after its head: head and body read right", t_body_outgrows_buffer),
     ("HEAD with a Content-Length body: the body is a body, the POST in it not counted", t_head_body_is_body),
@@ -819,7 +930,11 @@ CASES = [
     ("body_timeout holds against a byte every 200 ms", t_body_timeout_dribble),
     ("idle_timeout: Keep-Alive announced, silent close", t_idle_timeout),
     ("max_connections: the next waits in the backlog, served once one closes", t_max_connections),
-    ("drain on SIGTERM: in-flight answered with close, idle closed at once", t_drain),
+    ("drain on SIGTERM: in-flight answered with close, idle closed after http.drain_idle", t_drain),
+    ("drain on SIGTERM: requests in the kernel's buffers at the signal (idle keep-alive connections "
+     "and connections not accepted yet) all answered with close, no reset", t_drain_kernel_buffered),
+    ("drain on SIGTERM: a request sent within http.drain_idle is answered with close; an idle "
+     "connection ends with a lingering close, no reset", t_drain_grace),
 ]
 
 
