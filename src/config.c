@@ -940,6 +940,54 @@ finalize(struct rl_config *cfg, struct schema_ctx *ctx)
     }
 }
 
+/* ---- warnings -------------------------------------------------------------- */
+
+/*
+ * A sliding log keeps one entry per admitted check inside its window: a
+ * caller at the limit holds `limit` entries.  Measured with Redis 7.0 and
+ * the packed members: 118-129 bytes per entry once a key has more than 128
+ * (a skiplist; ~31 below), so 10,000 entries make a key of about 1.2 MB;
+ * the memory backend holds 16 bytes per entry.
+ */
+#define SWL_WARN_ENTRIES 10000
+#define SWL_BYTES_PER_ENTRY 120
+
+static void
+warn_limits(const struct rl_limit *l, size_t n, const char *path, const char *file,
+            struct rl_errors *warns)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (l[i].algo != RL_ALGO_SLIDING_WINDOW_LOG || l[i].limit <= SWL_WARN_ENTRIES)
+            continue;
+        errors_add(warns,
+                   "%s: %s.limits[%zu]: a sliding_window_log of limit %lld keeps up to %lld "
+                   "entries per caller: about %.1f MB per key in Redis (~%d bytes an entry), "
+                   "%.1f MB in the memory backend; sliding_window_counter keeps one small key",
+                   file, path, i, (long long)l[i].limit, (long long)l[i].limit,
+                   (double)l[i].limit * SWL_BYTES_PER_ENTRY / 1e6, SWL_BYTES_PER_ENTRY,
+                   (double)l[i].limit * 16 / 1e6);
+    }
+}
+
+void
+config_warnings(const struct rl_config *cfg, struct rl_errors *warns)
+{
+    const char *file = cfg->file != NULL ? cfg->file : "configuration";
+
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        const struct rl_policy *p = &cfg->policies[i];
+        char *path = xasprintf("policies[%zu]", i);
+
+        warn_limits(p->limits, p->nlimits, path, file, warns);
+        for (size_t k = 0; k < p->noverrides; k++) {
+            char *op = xasprintf("policies[%zu].overrides[%zu]", i, k);
+            warn_limits(p->overrides[k].limits, p->overrides[k].nlimits, op, file, warns);
+            free(op);
+        }
+        free(path);
+    }
+}
+
 /* ---- public API ------------------------------------------------------------ */
 
 const struct rl_policy *

@@ -223,6 +223,13 @@ int config_set_option(struct rl_config *cfg, const char *name, const char *text,
 int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
 
 /*
+ * What is allowed but likely a mistake or costly, each message with where
+ * it is (a sliding_window_log whose limit makes each caller's key large):
+ * printed by -t, logged at start and at every reload.
+ */
+void config_warnings(const struct rl_config *cfg, struct rl_errors *warns);
+
+/*
  * Before a reload swaps `next` in: options that only a restart can change
  * (listen, workers, backend, redis.url, ...) take the running values; the
  * names of those the new file tried to change are added to *changed.

@@ -404,6 +404,13 @@ class Resp:
         except OSError:
             pass
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
 
 def _resp(port, *args, timeout=2.0, raw=False):
     """One command on a fresh connection (see Resp)."""
