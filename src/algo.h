@@ -31,12 +31,17 @@ enum rl_algo {
     RL_ALGO_COUNT
 };
 
+struct rl_identity_chain;
+
 /* One limit of a policy, as configured. */
 struct rl_limit {
     enum rl_algo algo;
     int64_t limit;     /* cost units allowed per window */
     int64_t window_ms; /* > 0 */
     int64_t burst;     /* token_bucket, gcra: capacity; defaults to limit */
+    /* who this limit counts by, when not the policy's caller (config.h);
+     * NULL: the policy's identity */
+    struct rl_identity_chain *identity;
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */

@@ -371,9 +371,12 @@ op_release(struct mem_op *op)
 static int
 op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
 {
-    size_t n = op->n = req->policy->nlimits;
+    size_t n = op->n = req->policy->nlimits, longest = req->key_len;
 
-    op->per = req->key_len + MEM_KEY_EXTRA;
+    for (size_t i = 0; req->limit_key != NULL && i < n; i++)
+        if (req->limit_key[i] != NULL && req->limit_key_len[i] > longest)
+            longest = req->limit_key_len[i];
+    op->per = longest + MEM_KEY_EXTRA;
     op->kbuf = op->stackbuf;
     if ((n + 1) * op->per > sizeof(op->stackbuf))
         op->kbuf = xmalloc((n + 1) * op->per);

@@ -35,11 +35,23 @@ enum rl_bad_path { RL_BADPATH_REJECT = 0, RL_BADPATH_RAW };
 /* x_ratelimit_reset: seconds from now, or the Unix time of the reset */
 enum rl_reset_format { RL_RESET_DELTA = 0, RL_RESET_EPOCH };
 
-enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
+/* trusted_header: a header read only from a peer in trusted_proxies (one
+ * the proxy sets itself, after authenticating the client) */
+enum rl_id_kind {
+    RL_ID_BODY = 0,
+    RL_ID_HEADER,
+    RL_ID_FORWARDED,
+    RL_ID_PEER,
+    RL_ID_TRUSTED_HEADER
+};
+
+/* Parts of a compound source ("forwarded+body") at most. */
+#define RL_ID_PARTS_MAX 3
 
 struct rl_id_source {
     enum rl_id_kind kind;
-    char *header; /* RL_ID_HEADER: the header's name */
+    char *header;              /* RL_ID_HEADER, RL_ID_TRUSTED_HEADER: its name */
+    struct rl_id_source *also; /* a compound's next part (owned), or NULL */
 };
 
 struct rl_identity_chain {
@@ -99,7 +111,12 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
+    int64_t sync_interval_ms;         /* hybrid: counts go to Redis this often */
+    int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
+    /* derived by finalize, not fields: */
+    int fold4, fold6; /* the address identity's network, in bits */
+    int limit_ids;    /* a limit (or an override's) has an identity of its own:
+                       * every key of the policy in one hash tag (identity.h) */
 };
 
 struct rl_sentinel_conf {
@@ -177,9 +194,11 @@ struct rl_config {
     enum rl_failure_mode failure_mode;
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
-    int forwarded_rfc7239; /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    int forwarded_rfc7239;            /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    int64_t ipv4_prefix, ipv6_prefix; /* an address identity's network */
     enum rl_request_headers request_headers; /* forwarded_request_headers */
     int merge_slashes;                       /* "//" is "/" in paths before matching */
+    unsigned path_fold;                      /* RL_PATHFOLD_* (pathnorm.h) */
     enum rl_bad_path bad_path;               /* unnormalizable_path */
     enum rl_reset_format reset_format;       /* x_ratelimit_reset */
     char *partition_key;                     /* the secret of the pk parameter; NULL: no pk */
