@@ -231,8 +231,8 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
     if (in->peer_family == 0 ||
         !cidr_list_contains(&cfg->trusted_proxies, in->peer_family, in->peer_addr))
         return NULL;
-    return in->header(in->hctx,
-                      cfg->request_headers == RL_REQHDR_FORWARDED ? forwarded : original);
+    return in->header(in->hctx, config_request_headers(cfg) == RL_REQHDR_FORWARDED ? forwarded
+                                                                                   : original);
 }
 
 /*

@@ -309,7 +309,7 @@ static const char *const backend_names[] = {"redis", "memory", NULL};
 static const char *const failure_names[] = {"open", "closed", "local", NULL};
 static const char *const fwd_header_names[] = {"x-forwarded-for", "forwarded", NULL};
 static const char *const mode_names[] = {"exact", "hybrid", NULL};
-static const char *const reqhdr_names[] = {"original", "forwarded", NULL};
+static const char *const reqhdr_names[] = {"original", "forwarded", "auto", NULL};
 static const char *const badpath_names[] = {"reject", "raw", NULL};
 static const char *const reset_names[] = {"delta", "epoch", NULL};
 static const char *const algo_name_list[] = {
@@ -542,7 +542,7 @@ static const struct schema_field top_fields[] = {
     {.name = "ipv6_prefix", .type = SCHEMA_INT, .off = TOP(ipv6_prefix), .def = "64",
      .min = 16, .max = 128},
     {.name = "forwarded_request_headers", .type = SCHEMA_ENUM, .off = TOP(request_headers),
-     .def = "\"original\"", .names = reqhdr_names},
+     .def = "\"auto\"", .names = reqhdr_names},
     {.name = "merge_slashes", .type = SCHEMA_BOOL, .off = TOP(merge_slashes), .def = "true"},
     {.name = "path_fold", .type = SCHEMA_CUSTOM, .off = TOP(path_fold), .def = "[]",
      .custom = &folds_type},

@@ -28,8 +28,10 @@ enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
 enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
 
 /* forwarded_request_headers: which family of original-request headers the
- * trusted proxies write (the other may be the client's, passed through). */
-enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED };
+ * trusted proxies write (the other may be the client's, passed through).
+ * auto: forwarded with forward_auth on (what Traefik and Caddy send, and
+ * both pass a client's own X-Original-URI on), original otherwise. */
+enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED, RL_REQHDR_AUTO };
 /* unnormalizable_path: what a path that cannot be normalised gets */
 enum rl_bad_path { RL_BADPATH_REJECT = 0, RL_BADPATH_RAW };
 /* x_ratelimit_reset: seconds from now, or the Unix time of the reset */
@@ -274,6 +276,15 @@ unsigned config_method_bit(const char *name);
  * matches an address entry, nor an address a key entry. */
 const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
                                           size_t idlen);
+
+/* The family of original-request headers believed, auto resolved. */
+static inline enum rl_request_headers
+config_request_headers(const struct rl_config *cfg)
+{
+    if (cfg->request_headers != RL_REQHDR_AUTO)
+        return cfg->request_headers;
+    return cfg->forward_auth ? RL_REQHDR_FORWARDED : RL_REQHDR_ORIGINAL;
+}
 
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg, const char *name);

@@ -568,7 +568,13 @@ START_TEST(patterns_normalised)
     ck_assert_str_eq(cfg->policies[2].match.path_glob, "/~*/x");
     ck_assert_str_eq(cfg->policies[3].match.path_glob, "*.png");   /* not a path */
     /* the defaults of the request options */
-    ck_assert_int_eq(cfg->request_headers, RL_REQHDR_ORIGINAL);
+    ck_assert_int_eq(cfg->request_headers, RL_REQHDR_AUTO);
+    ck_assert_int_eq(config_request_headers(cfg), RL_REQHDR_ORIGINAL);
+    /* forward_auth: what Traefik and Caddy send (issue 24) */
+    cfg->forward_auth = 1;
+    ck_assert_int_eq(config_request_headers(cfg), RL_REQHDR_FORWARDED);
+    cfg->request_headers = RL_REQHDR_ORIGINAL;
+    ck_assert_int_eq(config_request_headers(cfg), RL_REQHDR_ORIGINAL);
     ck_assert_int_eq(cfg->merge_slashes, 1);
     ck_assert_int_eq(cfg->bad_path, RL_BADPATH_REJECT);
     ck_assert_int_eq(cfg->reset_format, RL_RESET_DELTA);
