@@ -478,6 +478,10 @@ static const struct schema_field http_fields[] = {
      * buffer already) before its lingering close */
     {.name = "drain_idle", .type = SCHEMA_DURATION, .off = HTTP(drain_idle_ms),
      .def = "\"1s\"", .min = 0, .max = 60 * 1000},
+    /* request bytes buffered past each connection's first 4 KiB, the whole
+     * daemon: slow bodies cannot hold memory without bound */
+    {.name = "max_buffered", .type = SCHEMA_SIZE, .off = HTTP(max_buffered), .def = "\"64m\"",
+     .min = 64 * 1024, .max = 16LL * 1024 * 1024 * 1024},
 };
 static const struct schema http_schema = {
     SCHEMA_FIELDS(http_fields), sizeof(struct rl_http_conf), NULL, NULL
@@ -890,6 +894,12 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
         ((cfg->listen != NULL && strcmp(cfg->rls.listen, cfg->listen) == 0) ||
          (cfg->admin_listen != NULL && strcmp(cfg->rls.listen, cfg->admin_listen) == 0)))
         schema_bad(ctx, "rls.listen", "must differ from listen and admin_listen");
+    if (cfg->http.max_buffered < cfg->max_body)
+        schema_bad(
+            ctx, "http.max_buffered",
+            "must be at least max_body (%lld bytes): a body of that size could never be "
+            "read",
+            (long long)cfg->max_body);
     if (cfg->partition_key != NULL && strlen(cfg->partition_key) < 16)
         schema_bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
     check_admin(cfg, ctx);
