@@ -363,7 +363,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
  * RL_ERR (a 400) when a limit's identity cannot be read or none is found.
  */
 static int
-limit_keys(const struct rl_config *cfg, const struct rl_policy *policy,
+limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const char *keyname,
            const struct rl_ident_input *ident, const char *key, size_t klen,
            struct limit_keys **out, char **error)
 {
@@ -386,8 +386,7 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy,
                                i);
             return RL_ERR;
         }
-        len = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, 1, ks[i],
-                           sizeof(ks[i]));
+        len = identity_key(cfg->redis.key_prefix, keyname, id, idlen, 1, ks[i], sizeof(ks[i]));
         if (len < 0) {
             *error = xstrdup("key: too long");
             return RL_ERR;
@@ -414,26 +413,35 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy,
 }
 
 /* Decide a check of `cost` for (policy, identity): locally when the hybrid
- * table or the deny cache can, else by the backend. */
+ * table or the deny cache can, else by the backend.  `ident`: the request,
+ * for the limits with identities of their own (NULL: the policy has none). */
 static int
-send_check(const struct rl_check_env *env, struct rl_config *cfg,
-           const struct rl_policy *policy, const char *id, size_t idlen,
-           const struct rl_ident_input *ident, int64_t cost, rl_check_done done, void *arg,
-           char **error)
+start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+             const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
+             const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
+             rl_check_done done, void *arg, char **error)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids,
+    if (keyname == NULL)
+        keyname = policy->name;
+    int klen = identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids,
                             op->key, sizeof(op->key));
     if (klen < 0) {
         free(op);
         *error = xstrdup("key: too long");
         return RL_ERR;
     }
-    if (policy->limit_ids &&
-        limit_keys(cfg, policy, ident, op->key, (size_t)klen, &op->lk, error) != RL_OK) {
+    if (policy->limit_ids && ident == NULL) {
+        free(op);
+        *error = xstrdup("key: the policy's limits have identities of their own, and this "
+                         "check has no request to resolve them from");
+        return RL_ERR;
+    }
+    if (policy->limit_ids && limit_keys(cfg, policy, keyname, ident, op->key, (size_t)klen,
+                                        &op->lk, error) != RL_OK) {
         free(op);
         return RL_ERR;
     }
@@ -450,9 +458,13 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
         op->req.limit_key_len = op->lk->len;
     }
     op->req.cost = cost;
-    op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
+                             ? timeout_ms
+                             : cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     op->epoch = env->backend->epoch;
+    if (env->hybrid != NULL)
+        hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
         if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
@@ -479,6 +491,16 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
 }
 
 int
+check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *keyname, const char *id,
+                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                   void *arg, char **error)
+{
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, done,
+                        arg, error);
+}
+
+int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
             char **error)
@@ -493,8 +515,6 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     int rc = RL_ERR;
 
     *status = 400;
-    if (env->hybrid != NULL)
-        hybrid_use_config(env->hybrid, cfg);
     if (read_body(in, &f, &root, error) != RL_OK ||
         pick_policy(cfg, &f, in, &policy, &norm, error) != RL_OK)
         goto out;
@@ -525,7 +545,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = send_check(env, cfg, policy, id, idlen, &ident, f.cost, done, arg, error);
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0, done, arg, error);
 out:
     free(norm);
     json_decref(root);

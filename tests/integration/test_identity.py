@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Who is the caller: every source of the identity chain end to end (API.md
+"""Who is the caller: every source of the identity chain end to end (docs/API.md
 "identity", "trusted_proxies"), forwarding headers that a client cannot spoof,
 address normalisation, and caller keys that cannot escape their Redis hash tag.
 
@@ -129,8 +129,7 @@ def rfc_twin(d, names):
 
 
 def post(d, body=None, headers=None):
-    d = rfc_twin(d, (headers or {}).keys())
-    return H.request(d.port, "POST", "/check", body, headers)
+    return H.post(rfc_twin(d, (headers or {}).keys()), body, headers)
 
 
 def raw_check(d, header_lines, body):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SIGHUP reloads the config file (API.md "Signals", README "Signals").
+"""SIGHUP reloads the config file (docs/API.md "Signals", README "Signals").
 
 A good file takes effect for new checks (a changed limit, a new policy, a
 removed one); a broken file (bad JSON, or valid JSON with semantic problems) is
@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 WAIT = 10.0          # a reload's log line must appear within this
 
@@ -111,10 +111,6 @@ def reload_with(d, lw, cfg, expect_ok=True):
     else:
         check(not re.search(RELOADED, text), "a broken file was reloaded:\n%s", text)
     return text
-
-
-def post(d, body, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def expect(resp, policy, limit, want, what):
@@ -251,9 +247,9 @@ def metric_samples(d):
 
 
 def t_reload_metrics(d, lw, S):
-    # API.md: /metrics has "config reloads (ok/failed)"
+    # docs/API.md: /metrics has "config reloads (ok/failed)"
     m0 = metric_samples(d)
-    check(m0, "/metrics has no sample about reloads (API.md: config reloads (ok/failed))")
+    check(m0, "/metrics has no sample about reloads (docs/API.md: config reloads (ok/failed))")
     reload_with(d, lw, S.cfg)
     m1 = metric_samples(d)
     reload_with(d, lw, b"{", expect_ok=False)
@@ -408,7 +404,7 @@ CASES = [
     ("broken file (bad JSON, empty): logged, the running config stays", t_broken_json),
     ("broken file (semantic problems): every problem logged, the running config stays", t_broken_semantics),
     ("restart-only listen: logged as such, the old address keeps serving", t_restart_only_listen),
-    ("metrics count reloads ok/failed (API.md)", t_reload_metrics),
+    ("metrics count reloads ok/failed (docs/API.md)", t_reload_metrics),
     ("under load: %d SIGHUPs good/broken, zero failed requests (cost printed)" % RELOADS, t_reload_under_load),
 ]
 

@@ -12,11 +12,11 @@
  * nodes looked at (probes) shows every lookup walking the chain; under
  * keytable_hash the same keys cost what random keys cost.
  */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "unit.h"
 #include "keytable.h"
 #include "util.h"
 
@@ -207,17 +207,11 @@ main(void)
 {
     Suite *s = suite_create("keytable");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, insert_find_remove_and_grow);
     tcase_add_test(tc, the_hash_is_keyed_and_salted);
     tcase_add_test(tc, crafted_collisions_cost_what_random_keys_cost);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }
