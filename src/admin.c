@@ -122,19 +122,22 @@ authorized(const struct rl_config *cfg, const struct http_head *h)
                         strlen(cfg->admin_token));
 }
 
-/* The caller the body names, typed as identity_resolve types it, so the
- * key is the one its checks use. */
+/* The caller the body names, typed as identity_resolve types it under
+ * policy p (an address is its network at p's prefix lengths), so the key
+ * is the one its checks use. */
 static int
-body_identity(json_t *root, struct admin_op *op, char **error)
+body_identity(json_t *root, const struct rl_policy *p, struct admin_op *op, char **error)
 {
     json_t *k = json_object_get(root, "key"), *ip = json_object_get(root, "ip");
-    char text[INET6_ADDRSTRLEN];
+    json_t *id = json_object_get(root, "identity");
+    char text[64];
     uint8_t addr[16];
     int family;
     size_t n;
 
-    if ((k == NULL) == (ip == NULL)) {
-        *error = xstrdup("key: give the caller as \"key\" or as \"ip\", one of them");
+    if ((k != NULL) + (ip != NULL) + (id != NULL) != 1) {
+        *error = xstrdup("key: give the caller as \"key\", as \"ip\" or as \"identity\", "
+                         "one of them");
         return RL_ERR;
     }
     if (k != NULL) {
@@ -147,14 +150,52 @@ body_identity(json_t *root, struct admin_op *op, char **error)
         op->idlen = n + 2;
         return RL_OK;
     }
-    if (!json_is_string(ip) ||
-        ip_parse(json_string_value(ip), json_string_length(ip), &family, addr) != RL_OK) {
-        *error = xstrdup("ip: must be an IPv4 or IPv6 address");
-        return RL_ERR;
+    if (id != NULL) {
+        /* typed, as inspect and the checks show it: "k:alice",
+         * "ip:2001:db8:1:2::/64", "+ip:203.0.113.7+k:alice" */
+        const char *v = json_string_value(id);
+
+        n = json_string_length(id);
+        if (v == NULL || n == 0 || n > sizeof(op->id) ||
+            (strncmp(v, "k:", 2) != 0 && strncmp(v, "ip:", 3) != 0 &&
+             strncmp(v, "unix:", 5) != 0 && v[0] != '+')) {
+            *error = xasprintf(
+                "identity: must be a typed identity of 1..%zu bytes, as a check "
+                "resolves it: \"k:KEY\", \"ip:ADDRESS\" or a compound "
+                "\"+ip:ADDRESS+k:KEY\"",
+                sizeof(op->id));
+            return RL_ERR;
+        }
+        if (strncmp(v, "ip:", 3) != 0) {
+            memcpy(op->id, v, n);
+            op->idlen = n;
+            return RL_OK;
+        }
+        ip = NULL;
+        if (ip_parse(v + 3, n - 3, &family, addr) != RL_OK) {
+            struct rl_cidr c;
+
+            if (n - 3 >= sizeof(text))
+                goto bad_ip;
+            memcpy(text, v + 3, n - 3);
+            text[n - 3] = '\0';
+            if (cidr_parse(text, &c) != RL_OK)
+                goto bad_ip;
+            family = c.family;
+            memcpy(addr, c.addr, 16);
+        }
+        goto fold;
     }
-    ip_format(family, addr, text, sizeof(text));
+    if (!json_is_string(ip) ||
+        ip_parse(json_string_value(ip), json_string_length(ip), &family, addr) != RL_OK)
+        goto bad_ip;
+fold:
+    ip_format_net(family, addr, family == AF_INET ? p->fold4 : p->fold6, text, sizeof(text));
     op->idlen = (size_t)snprintf(op->id, sizeof(op->id), "ip:%s", text);
     return RL_OK;
+bad_ip:
+    *error = xstrdup("ip: must be an IPv4 or IPv6 address");
+    return RL_ERR;
 }
 
 /* An optional integer field in lo..hi, *out left alone when absent. */
@@ -240,7 +281,8 @@ parse_body(const char *body, size_t len, struct admin_op *op, char **error)
     int rc = RL_ERR;
 
     if (len == 0) {
-        *error = xstrdup("body: required: {\"policy\": ..., \"key\" or \"ip\": ...}");
+        *error = xstrdup("body: required: {\"policy\": ..., \"key\", \"ip\" or \"identity\": "
+                         "...}");
         return RL_ERR;
     }
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
@@ -256,7 +298,7 @@ parse_body(const char *body, size_t len, struct admin_op *op, char **error)
                strlen(json_string_value(name)) != json_string_length(name) ||
                (p = config_policy(op->cfg, json_string_value(name))) == NULL) {
         *error = xstrdup("policy: must name a policy of the configuration");
-    } else if (body_identity(root, op, error) == RL_OK) {
+    } else if (body_identity(root, p, op, error) == RL_OK) {
         op->policy = check_key_for(op->cfg, p, op->id, op->idlen, op->key, sizeof(op->key),
                                    &klen);
         op->req.key = op->key;

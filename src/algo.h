@@ -31,6 +31,8 @@ enum rl_algo {
     RL_ALGO_COUNT
 };
 
+struct rl_identity_chain;
+
 /*
  * Where a fixed window's windows start.  FIRST: a window opens at the first
  * counted request and lasts `window`.  EPOCH: windows are the consecutive
@@ -48,6 +50,9 @@ struct rl_limit {
     int64_t window_ms;   /* > 0 */
     int64_t burst;       /* token_bucket, gcra: capacity; defaults to limit */
     enum rl_align align; /* fixed_window only (algo_def's aligned_tag) */
+    /* who this limit counts by, when not the policy's caller (config.h);
+     * NULL: the policy's identity */
+    struct rl_identity_chain *identity;
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */

@@ -17,11 +17,19 @@
  * entries, like the script's ZREMRANGEBYRANK.  The units of the entries it
  * forgets stop counting early; that is the price of the bound, paid only
  * when a key is already over its limit.
+ *
+ * A commit drops at most SWL_DROP_MAX entries that have left the window,
+ * as the script must (one call dropping a million members stalled Redis):
+ * the same entries stay behind here, so that both count the same ones
+ * should the clock step back.  The trim to `limit` waits until none is left.
  */
 #include <stdlib.h>
 
 #include "algo.h"
 #include "util.h"
+
+/* Expired entries one commit drops at most (sliding_window_log.lua). */
+#define SWL_DROP_MAX 1000
 
 static int64_t
 swl_ts(const struct rl_algo_state *st, uint32_t i)
@@ -133,11 +141,11 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     uint32_t slot;
 
     swl_view(lim, st, now, &v);
-    swl_drop(st, v.first);
+    swl_drop(st, v.first < SWL_DROP_MAX ? v.first : SWL_DROP_MAX);
     ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
     /* only a forced commit finds `limit` entries here (an allowed one adds
      * to at most limit - cost units): keep the newest limit - 1, then this */
-    if (st->ring_len >= lim->limit)
+    if (v.first <= SWL_DROP_MAX && st->ring_len >= lim->limit)
         swl_drop(st, st->ring_len - (uint32_t)lim->limit + 1);
     swl_reserve(lim, st);
     slot = (st->ring_head + st->ring_len) % st->ring_cap;
@@ -146,7 +154,9 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     st->ring_len++;
     st->a += cost;
 
-    algo_set_numbers(res, lim->limit - st->a, ts + W - now);
+    /* the units still inside the window: not those left behind */
+    swl_view(lim, st, now, &v);
+    algo_set_numbers(res, lim->limit - v.n, ts + W - now);
 }
 
 /* Forget the newest `units` entries (all there are, at most). */

@@ -149,25 +149,26 @@ find_header(void *hctx, const char *name)
     return h != NULL ? h->value : NULL;
 }
 
+/* identity.c reads every line of a header the HTTP layer keeps */
+_Static_assert(HTTP_HEADERS_MAX <= RL_HEADER_LINES_MAX, "header lines identity.c may miss");
+
 static size_t
-join_headers(void *hctx, const char *name, char *buf, size_t size)
+header_lines(void *hctx, const char *name, const char **vals, size_t *lens, size_t max)
 {
     const struct http_head *head = hctx;
-    size_t o = 0;
+    size_t n = 0;
 
     for (size_t i = 0; i < head->nheaders; i++) {
         const struct http_header *h = &head->headers[i];
         if (strcasecmp(h->name, name) != 0)
             continue;
-        if (o + h->value_len + 2 > size)
-            return size; /* does not fit: say so, never truncate */
-        if (o > 0)
-            buf[o++] = ',';
-        memcpy(buf + o, h->value, h->value_len);
-        o += h->value_len;
-        buf[o] = '\0';
+        if (n < max) {
+            vals[n] = h->value;
+            lens[n] = h->value_len;
+        }
+        n++;
     }
-    return o;
+    return n;
 }
 
 static void
@@ -220,11 +221,9 @@ query_has(const struct http_head *h, const char *param)
 static int
 admit(struct http_req *r, struct rl_worker *w)
 {
-    if (w->draining) {
-        metrics_reject(w->metrics, RL_REJ_DRAINING);
-        respond_error(r, 503, NULL, "shutting down");
-        return 0;
-    }
+    /* Draining: a check already sent (in the kernel's buffer, maybe) is
+     * decided like any other, the backend is still there; its answer says
+     * close (http.c), so the client takes its next one elsewhere. */
     if ((int64_t)r->body_len > w->cfg->max_body) { /* chunked bodies end here */
         metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
         respond_error(r, 413, NULL, "body: larger than max_body");
@@ -274,7 +273,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
         ci.method = http_method_name(h->method);
     }
     ci.ident.header = find_header;
-    ci.ident.header_all = join_headers;
+    ci.ident.header_lines = header_lines;
     ci.ident.hctx = (void *)(uintptr_t)h;
     peer_of(r, &ci.ident);
 

@@ -21,7 +21,10 @@ backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t si
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
-    sb_mem(&sb, req->key, req->key_len);
+    if (req->limit_key != NULL && req->limit_key[i] != NULL)
+        sb_mem(&sb, req->limit_key[i], req->limit_key_len[i]);
+    else
+        sb_mem(&sb, req->key, req->key_len);
     sb_str(&sb, ":");
     sb_str(&sb, algo_def(l->algo)->tag);
     sb_str(&sb, ":");

@@ -30,8 +30,22 @@ enum rl_backend_status {
 /* One check as the backend sees it: a policy's limits for one identity. */
 struct rl_check_req {
     const struct rl_policy *policy;
-    const char *key; /* "{<prefix><policy>:<escaped identity>}" */
+    /* "{<prefix><policy>:<escaped identity>}", or with a policy whose limits
+     * have identities of their own "{<prefix><policy>}:<escaped identity>"
+     * (identity.h): the key of the block and of the once seq, and of every
+     * limit that limit_key does not name */
+    const char *key;
     size_t key_len;
+    /*
+     * NULL, or one entry per limit of the policy: limit i counts under
+     * limit_key[i] (limit_key_len[i] bytes) when it is not NULL, under key
+     * otherwise.  A limit with an identity of its own has one; so will an
+     * Envoy descriptor decided with others all or nothing.  Every key of a
+     * check, these too, must share key's Redis Cluster hash slot (one hash
+     * tag): the check is one script call, atomic across its limits.
+     */
+    const char *const *limit_key;
+    const size_t *limit_key_len;
     /*
      * > 0 consumes, 0 only asks (inspect), < 0 gives |cost| units back (a
      * reward): always applied, as if forced, whatever the limits say; per

@@ -317,6 +317,19 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
         slot = cluster_key_slot(key, (size_t)klen);
         n = cl->map.owner[slot];
     }
+    /* keys of their own must share the check's slot: one script call */
+    for (size_t i = 1; klen >= 0 && req->limit_key != NULL && i < req->policy->nlimits; i++) {
+        char k[RL_LIMIT_KEY_MAX];
+        int len = backend_limit_key(req, i, k, sizeof(k));
+
+        if (len >= 0 && cluster_key_slot(k, (size_t)len) != slot) {
+            res.status = RL_BACKEND_ERROR;
+            res.error = "the keys of one check are in different cluster slots";
+            cb(&res, arg);
+            return;
+        }
+        klen = len;
+    }
     if (klen < 0) {
         res.status = RL_BACKEND_ERROR;
         res.error = "key too long";

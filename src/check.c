@@ -19,6 +19,20 @@
 #include "response.h"
 #include "util.h"
 
+/*
+ * The keys of a policy whose limits have identities of their own: each such
+ * limit's key base, and what names the whole decision for the deny cache
+ * (the check's key and every limit's: a denial of alice at this address is
+ * not one of bob's).  One allocation.
+ */
+struct limit_keys {
+    const char *key[RL_LIMITS_MAX];
+    size_t len[RL_LIMITS_MAX];
+    const char *all; /* the deny cache's key */
+    size_t all_len;
+    char buf[];
+};
+
 /* A check waiting for its backend; freed in the backend's callback. */
 struct check_op {
     struct rl_config *cfg;
@@ -28,11 +42,20 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch; /* of the backend when the check was sent */
-    int hybrid;     /* a hybrid policy's key unknown locally */
-    int stale;      /* decided locally after a failed sync */
+    uint64_t epoch;        /* of the backend when the check was sent */
+    int hybrid;            /* a hybrid policy's key unknown locally */
+    int stale;             /* decided locally after a failed sync */
+    struct limit_keys *lk; /* NULL: every limit under key */
     char key[RL_REDIS_KEY_MAX];
 };
+
+/* What names op's decision in the deny cache. */
+static const char *
+deny_key(const struct check_op *op, size_t *len)
+{
+    *len = op->lk != NULL ? op->lk->all_len : op->req.key_len;
+    return op->lk != NULL ? op->lk->all : op->key;
+}
 
 static int
 get_string(json_t *root, const char *name, const char **out, size_t *len, char **error)
@@ -162,6 +185,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
                                              : RL_OUT_DENIED);
     op->done(&d, op->arg);
     config_unref(op->cfg);
+    free(op->lk);
     free(op);
 }
 
@@ -178,9 +202,13 @@ on_backend(const struct rl_check_res *res, void *arg)
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache)
-        deny_cache_put(op->env->deny, op->policy->uid, op->key, op->req.key_len, op->req.cost,
-                       op->epoch, op->start_us, res);
+        op->cfg->deny_cache) {
+        size_t dlen;
+        const char *dkey = deny_key(op, &dlen);
+
+        deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, op->req.cost, op->epoch,
+                       op->start_us, res);
+    }
     if (res->status == RL_BACKEND_OK && op->hybrid)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
                     op->start_us, res);
@@ -203,8 +231,8 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
     if (in->peer_family == 0 ||
         !cidr_list_contains(&cfg->trusted_proxies, in->peer_family, in->peer_addr))
         return NULL;
-    return in->header(in->hctx,
-                      cfg->request_headers == RL_REQHDR_FORWARDED ? forwarded : original);
+    return in->header(in->hctx, config_request_headers(cfg) == RL_REQHDR_FORWARDED ? forwarded
+                                                                                   : original);
 }
 
 /*
@@ -229,12 +257,13 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     *norm = xmalloc(*plen + 1);
     if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES, *norm, &n,
                  &cause) == RL_OK) {
-        *plen = n;
+        *plen = cfg->path_fold ? pathnorm_fold(*norm, n, cfg->path_fold) : n;
         return RL_OK;
     }
     if (cfg->bad_path == RL_BADPATH_RAW) {
         memcpy(*norm, path, *plen);
         (*norm)[*plen] = '\0';
+        *plen = pathnorm_fold(*norm, *plen, cfg->path_fold);
         free(cause);
         return RL_OK;
     }
@@ -247,7 +276,8 @@ const struct rl_policy *
 check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const char *id,
               size_t idlen, char *key, size_t size, size_t *klen)
 {
-    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, key, size);
+    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids,
+                         key, size);
 
     if (n < 0)
         return NULL;
@@ -326,23 +356,93 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
     return RL_OK;
 }
 
+/*
+ * The key of every limit of `policy` with an identity of its own, resolved
+ * from `ident` ("{<prefix><policy>}:<escaped identity>", the policy's one
+ * tag), and the deny cache's key: the check's key, then each limit's.
+ * RL_ERR (a 400) when a limit's identity cannot be read or none is found.
+ */
+static int
+limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const char *keyname,
+           const struct rl_ident_input *ident, const char *key, size_t klen,
+           struct limit_keys **out, char **error)
+{
+    char id[RL_IDENTITY_MAX], ks[RL_LIMITS_MAX][RL_REDIS_KEY_MAX];
+    size_t n[RL_LIMITS_MAX] = {0}, total = klen, o;
+    struct limit_keys *lk;
+
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        size_t idlen;
+        int len;
+
+        if (policy->limits[i].identity == NULL)
+            continue;
+        if (identity_resolve(policy->limits[i].identity, &cfg->trusted_proxies, ident, id,
+                             sizeof(id), &idlen, error) != RL_OK)
+            return RL_ERR;
+        if (idlen == 0) {
+            *error = xasprintf("key: no identity for limits[%zu]: no source of its identity "
+                               "chain gave one",
+                               i);
+            return RL_ERR;
+        }
+        len = identity_key(cfg->redis.key_prefix, keyname, id, idlen, 1, ks[i], sizeof(ks[i]));
+        if (len < 0) {
+            *error = xstrdup("key: too long");
+            return RL_ERR;
+        }
+        n[i] = (size_t)len;
+        total += 1 + n[i];
+    }
+    lk = xcalloc(1, sizeof(*lk) + total);
+    memcpy(lk->buf, key, klen);
+    o = klen;
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        if (n[i] == 0)
+            continue;
+        lk->buf[o++] = '\n'; /* never in a key: escaped */
+        memcpy(lk->buf + o, ks[i], n[i]);
+        lk->key[i] = lk->buf + o;
+        lk->len[i] = n[i];
+        o += n[i];
+    }
+    lk->all = lk->buf;
+    lk->all_len = o;
+    *out = lk;
+    return RL_OK;
+}
+
 /* Decide a check of `cost` for (policy, identity): locally when the hybrid
- * table or the deny cache can, else by the backend. */
-int
-check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
-                   const struct rl_policy *policy, const char *keyname, const char *id,
-                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                   void *arg, char **error)
+ * table or the deny cache can, else by the backend.  `ident`: the request,
+ * for the limits with identities of their own (NULL: the policy has none). */
+static int
+start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+             const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
+             const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
+             rl_check_done done, void *arg, char **error)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, keyname != NULL ? keyname : policy->name,
-                            id, idlen, op->key, sizeof(op->key));
+    if (keyname == NULL)
+        keyname = policy->name;
+    int klen = identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids,
+                            op->key, sizeof(op->key));
     if (klen < 0) {
         free(op);
         *error = xstrdup("key: too long");
+        return RL_ERR;
+    }
+    if (policy->limit_ids && ident == NULL) {
+        free(op);
+        *error = xstrdup("key: the policy's limits have identities of their own, and this "
+                         "check has no request to resolve them from");
+        return RL_ERR;
+    }
+    if (policy->limit_ids && limit_keys(cfg, policy, keyname, ident, op->key, (size_t)klen,
+                                        &op->lk, error) != RL_OK) {
+        free(op);
         return RL_ERR;
     }
     op->cfg = config_ref(cfg);
@@ -353,6 +453,10 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     op->req.policy = policy;
     op->req.key = op->key;
     op->req.key_len = (size_t)klen;
+    if (op->lk != NULL) {
+        op->req.limit_key = op->lk->key;
+        op->req.limit_key_len = op->lk->len;
+    }
     op->req.cost = cost;
     op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
                              ? timeout_ms
@@ -372,8 +476,11 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     }
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
-        if (deny_cache_get(env->deny, policy->uid, op->key, op->req.key_len, cost,
-                           env->backend->epoch, op->start_us, &cached)) {
+        size_t dlen;
+        const char *dkey = deny_key(op, &dlen);
+
+        if (deny_cache_get(env->deny, policy->uid, dkey, dlen, cost, env->backend->epoch,
+                           op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);
             return RL_OK;
@@ -381,6 +488,16 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     }
     env->backend->ops->check(env->backend, &op->req, on_backend, op);
     return RL_OK;
+}
+
+int
+check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *keyname, const char *id,
+                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                   void *arg, char **error)
+{
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, done,
+                        arg, error);
 }
 
 int
@@ -412,10 +529,15 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     }
 
     ident.forwarded_rfc7239 = cfg->forwarded_rfc7239;
+    ident.ipv4_prefix = policy->fold4;
+    ident.ipv6_prefix = policy->fold6;
     ident.body_key = f.key;
     ident.body_key_len = f.key_len;
-    if (!identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
-                          &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen)) {
+    if (identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
+                         &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen,
+                         error) != RL_OK)
+        goto out;
+    if (idlen == 0) {
         *error = xstrdup("key: no identity: the body has no \"key\" and no "
                          "other source of the identity chain gave one");
         goto out;
@@ -423,7 +545,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = check_start_policy(env, cfg, policy, NULL, id, idlen, f.cost, 0, done, arg, error);
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0, done, arg, error);
 out:
     free(norm);
     json_decref(root);

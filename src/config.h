@@ -29,18 +29,32 @@ enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
 enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
 
 /* forwarded_request_headers: which family of original-request headers the
- * trusted proxies write (the other may be the client's, passed through). */
-enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED };
+ * trusted proxies write (the other may be the client's, passed through).
+ * auto: forwarded with forward_auth on (what Traefik and Caddy send, and
+ * both pass a client's own X-Original-URI on), original otherwise. */
+enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED, RL_REQHDR_AUTO };
 /* unnormalizable_path: what a path that cannot be normalised gets */
 enum rl_bad_path { RL_BADPATH_REJECT = 0, RL_BADPATH_RAW };
 /* x_ratelimit_reset: seconds from now, or the Unix time of the reset */
 enum rl_reset_format { RL_RESET_DELTA = 0, RL_RESET_EPOCH };
 
-enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
+/* trusted_header: a header read only from a peer in trusted_proxies (one
+ * the proxy sets itself, after authenticating the client) */
+enum rl_id_kind {
+    RL_ID_BODY = 0,
+    RL_ID_HEADER,
+    RL_ID_FORWARDED,
+    RL_ID_PEER,
+    RL_ID_TRUSTED_HEADER
+};
+
+/* Parts of a compound source ("forwarded+body") at most. */
+#define RL_ID_PARTS_MAX 3
 
 struct rl_id_source {
     enum rl_id_kind kind;
-    char *header; /* RL_ID_HEADER: the header's name */
+    char *header;              /* RL_ID_HEADER, RL_ID_TRUSTED_HEADER: its name */
+    struct rl_id_source *also; /* a compound's next part (owned), or NULL */
 };
 
 struct rl_identity_chain {
@@ -100,7 +114,12 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
+    int64_t sync_interval_ms;         /* hybrid: counts go to Redis this often */
+    int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
+    /* derived by finalize, not fields: */
+    int fold4, fold6; /* the address identity's network, in bits */
+    int limit_ids;    /* a limit (or an override's) has an identity of its own:
+                       * every key of the policy in one hash tag (identity.h) */
 };
 
 struct rl_sentinel_conf {
@@ -142,6 +161,8 @@ struct rl_http_conf {
     int64_t max_header_bytes;  /* request line + header fields */
     int64_t max_pipelined;     /* requests read ahead of their answers */
     int64_t max_connections;   /* open at once, the whole daemon */
+    int64_t drain_idle_ms;     /* draining: the grace for a next request */
+    int64_t max_buffered;      /* request bytes buffered, the whole daemon */
 };
 
 /* rls.tls: the gRPC listener over TLS, ALPN "h2" (mTLS with client_ca_file). */
@@ -182,9 +203,11 @@ struct rl_config {
     enum rl_failure_mode failure_mode;
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
-    int forwarded_rfc7239; /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    int forwarded_rfc7239;            /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    int64_t ipv4_prefix, ipv6_prefix; /* an address identity's network */
     enum rl_request_headers request_headers; /* forwarded_request_headers */
     int merge_slashes;                       /* "//" is "/" in paths before matching */
+    unsigned path_fold;                      /* RL_PATHFOLD_* (pathnorm.h) */
     enum rl_bad_path bad_path;               /* unnormalizable_path */
     enum rl_reset_format reset_format;       /* x_ratelimit_reset */
     char *partition_key;                     /* the secret of the pk parameter; NULL: no pk */
@@ -229,6 +252,13 @@ int config_set_option(struct rl_config *cfg, const char *name, const char *text,
 int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
 
 /*
+ * What is allowed but likely a mistake or costly, each message with where
+ * it is (a sliding_window_log whose limit makes each caller's key large):
+ * printed by -t, logged at start and at every reload.
+ */
+void config_warnings(const struct rl_config *cfg, struct rl_errors *warns);
+
+/*
  * Before a reload swaps `next` in: options that only a restart can change
  * (listen, workers, backend, redis.url, ...) take the running values; the
  * names of those the new file tried to change are added to *changed.
@@ -256,6 +286,14 @@ unsigned config_method_bit(const char *name);
 const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
                                           size_t idlen);
 
+/* The family of original-request headers believed, auto resolved. */
+static inline enum rl_request_headers
+config_request_headers(const struct rl_config *cfg)
+{
+    if (cfg->request_headers != RL_REQHDR_AUTO)
+        return cfg->request_headers;
+    return cfg->forward_auth ? RL_REQHDR_FORWARDED : RL_REQHDR_ORIGINAL;
+}
 /* A uid no other policy of this process has (struct rl_policy.uid). */
 uint64_t config_new_uid(void);
 

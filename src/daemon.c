@@ -253,6 +253,10 @@ reload(struct run_state *rs)
         return;
     }
     log_set_level(cfg->log_level);
+    config_warnings(cfg, &errs);
+    for (size_t i = 0; i < errs.n; i++)
+        log_warn("msg=\"configuration warning\" warning=\"%s\"", errs.msg[i]);
+    errors_free(&errs);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
     log_info("msg=\"configuration reloaded\" policies=%zu rls_rules=%zu", cfg->npolicies,

@@ -4,6 +4,7 @@
 
 #include "deny_cache.h"
 #include "backend.h"
+#include "keytable.h"
 #include "util.h"
 
 struct slot {
@@ -30,12 +31,13 @@ struct rl_deny_cache {
     size_t mask;
 };
 
+/* Keyed (keytable.h): a caller who could aim at a victim's slot could
+ * evict its cached denial at will, and every check of an abusive caller
+ * would reach Redis again. */
 static uint64_t
 hash_key(uint64_t policy, const char *k, size_t n)
 {
-    uint64_t h = fnv1a(FNV1A_INIT ^ policy, k, n);
-
-    return h ^ (h >> 29);
+    return keytable_hash_salted(policy, k, n);
 }
 
 struct rl_deny_cache *

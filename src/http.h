@@ -69,6 +69,7 @@ struct http_counters {
     uint64_t bad_request; /* 400-class framing refusals */
     uint64_t too_large;   /* 413, 431 */
     uint64_t timeouts;    /* 408 and idle closes */
+    uint64_t overloaded;  /* 503: past http.max_buffered */
 };
 
 /*
@@ -100,6 +101,10 @@ size_t http_server_connections(const struct http_server *srv);
 
 /* Answer r (exactly once per request). */
 void http_respond(struct http_req *r, const struct http_response *resp);
+
+/* Request bytes the whole process buffers past each connection's first
+ * 4 KiB (bounded by http.max_buffered), for /metrics. */
+int64_t http_buffered_bytes(void);
 
 /* The handler's arg of the server that read r. */
 void *http_req_arg(const struct http_req *r);

@@ -1,4 +1,7 @@
 /* listener.c — see listener.h. */
+#include <errno.h>
+#include <sys/socket.h>
+
 #include <event2/event.h>
 #include <event2/listener.h>
 
@@ -93,6 +96,28 @@ listener_set_cap(struct listener *l, size_t cap)
 {
     l->cap = cap > 0 ? cap : 1;
     pause_or_resume(l);
+}
+
+void
+listener_take_queued(struct listener *l)
+{
+    evutil_socket_t lfd;
+
+    if (l->lev == NULL || (lfd = evconnlistener_get_fd(l->lev)) < 0)
+        return;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return; /* EAGAIN: none left; EMFILE: the rest are lost anyway */
+        }
+        l->open++;
+        l->cb(fd, (struct sockaddr *)&ss, (int)len, l->arg);
+    }
 }
 
 void

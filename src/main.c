@@ -61,7 +61,7 @@ main(int argc, char **argv)
         {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
     struct rl_options opts = {0};
-    struct rl_errors errs = {0};
+    struct rl_errors errs = {0}, warns = {0};
     struct rl_config *cfg;
     char *cause = NULL;
     int test = 0, c;
@@ -110,6 +110,14 @@ main(int argc, char **argv)
         config_unref(cfg);
         return 1;
     }
+    config_warnings(cfg, &warns);
+    for (size_t i = 0; i < warns.n; i++) {
+        if (test)
+            fprintf(stderr, "warning: %s\n", warns.msg[i]);
+        else
+            log_warn("msg=\"configuration warning\" warning=\"%s\"", warns.msg[i]);
+    }
+    errors_free(&warns);
     if (test) {
         printf("configuration OK\n");
         config_unref(cfg);

@@ -241,9 +241,10 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
              "# TYPE ratelimitd_requests_rejected_total counter\n");
     for (int r = 0; r < RL_REJ_COUNT; r++) {
         /* the HTTP layer refuses malformed and oversize requests itself */
-        uint64_t v = SUM(rejected[r]) + (r == RL_REJ_BAD_REQUEST ? SUM(http.bad_request)
-                                         : r == RL_REJ_TOO_LARGE ? SUM(http.too_large)
-                                                                 : 0);
+        uint64_t v = SUM(rejected[r]) + (r == RL_REJ_BAD_REQUEST  ? SUM(http.bad_request)
+                                         : r == RL_REJ_TOO_LARGE  ? SUM(http.too_large)
+                                         : r == RL_REJ_OVERLOADED ? SUM(http.overloaded)
+                                                                  : 0);
         evbuffer_add_printf(out, "ratelimitd_requests_rejected_total{reason=\"%s\"} %llu\n",
                             rejects[r], (unsigned long long)v);
     }
@@ -255,9 +256,12 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "ratelimitd_connections_accepted_total %llu\n"
         "# HELP ratelimitd_connections_open Connections open on the check listener.\n"
         "# TYPE ratelimitd_connections_open gauge\n"
-        "ratelimitd_connections_open %llu\n",
+        "ratelimitd_connections_open %llu\n"
+        "# HELP ratelimitd_http_buffered_bytes Request bytes buffered past each connection's first 4 KiB (http.max_buffered bounds it).\n"
+        "# TYPE ratelimitd_http_buffered_bytes gauge\n"
+        "ratelimitd_http_buffered_bytes %lld\n",
         (unsigned long long)SUM(http.timeouts), (unsigned long long)SUM(http.accepted),
-        (unsigned long long)SUM(http.open));
+        (unsigned long long)SUM(http.open), (long long)http_buffered_bytes());
 }
 
 /* The gRPC listener (rls.listen): connections, streams, answers by status,

@@ -32,7 +32,8 @@ enum rl_reject {
     RL_REJ_BAD_REQUEST = 0,
     RL_REJ_TOO_LARGE,
     RL_REJ_OVERLOADED,
-    RL_REJ_DRAINING,
+    RL_REJ_DRAINING, /* none since issue 24: checks are decided while draining;
+                      * the label stays for the dashboards that read it */
     RL_REJ_NOT_FOUND,
     RL_REJ_METHOD,
     RL_REJ_COUNT

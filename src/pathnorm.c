@@ -125,3 +125,27 @@ pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen, 
     *outlen = n;
     return RL_OK;
 }
+
+size_t
+pathnorm_fold(char *path, size_t len, unsigned folds)
+{
+    size_t o = 0;
+    int param = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = path[i];
+
+        if (c == '/')
+            param = 0;
+        else if (c == ';' && (folds & RL_PATHFOLD_PARAMS))
+            param = 1;
+        if (param)
+            continue;
+        if ((folds & RL_PATHFOLD_CASE) && c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        path[o++] = c;
+    }
+    if (o < len)
+        path[o] = '\0';
+    return o;
+}

@@ -15,7 +15,7 @@
  * the lines below; a .c file not named is in its header's layer.
  *
  *   layer 0: rl.h
- *   layer 1: arena.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c redis_reply.h
+ *   layer 1: arena.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c redis_reply.h
  *   layer 2: schema.h
  *   layer 3: config.h rls_rules.h
  *   layer 4: identity.h policy.h http.h grpc.h grpc_tls.h rls_grpc.h redis_conn.h redis_tls.h redis_sentinel.h api.h
@@ -47,8 +47,9 @@
 #define RL_COST_MAX 1000000 /* largest cost a check may ask for */
 #define RL_LIMITS_MAX 8     /* limits per policy, decided in one script call */
 #define RL_NAME_MAX 64      /* policy names become part of Redis keys */
-/* A typed identity ("k:" + key) and its escaped form inside a hash tag. */
-#define RL_IDENTITY_MAX (8 + RL_KEY_MAX)
+/* A typed identity ("k:" + key; a compound's two such parts) and its
+ * escaped form inside a hash tag. */
+#define RL_IDENTITY_MAX (2 * (8 + RL_KEY_MAX))
 #define RL_REDIS_KEY_MAX (4 + RL_NAME_MAX * 2 + 3 * RL_IDENTITY_MAX)
 /* A limit's key: the tag, ":<algorithm tag>:<window ms>". */
 #define RL_LIMIT_KEY_MAX (RL_REDIS_KEY_MAX + 32)

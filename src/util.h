@@ -43,7 +43,9 @@ int str_ieq(const char *a, const char *b);
 uint64_t siphash24(uint64_t k0, uint64_t k1, const void *p, size_t len);
 
 /* FNV-1a of n bytes, continuing from h (start with FNV1A_INIT): a fast,
- * well-spread hash for in-process tables and the config's fingerprint. */
+ * well-spread hash for bytes the operator writes (the config's
+ * fingerprint).  Never for a table keyed by bytes a caller chooses: anyone
+ * can compute it and aim at one chain (keytable.h). */
 #define FNV1A_INIT 14695981039346656037ULL
 static inline uint64_t
 fnv1a(uint64_t h, const char *p, size_t n)

@@ -13,8 +13,11 @@
 -- the client's body is never sent, so a client cannot pick its key, policy or
 -- cost.  Results, as transaction variables for the rules in haproxy.cfg:
 --
---   txn.rl_status       200 | 429 from ratelimitd; 503 when it could not answer
---                       (refused, timeout, 503, anything else) and the mode is
+--   txn.rl_status       200 | 429 from ratelimitd; 400 when ratelimitd refused
+--                       the check (any 4xx but 429: the client's doing, e.g. a
+--                       path it cannot normalise, /api%2Fitems): denied
+--                       whatever the mode; 503 when it could not answer
+--                       (refused, timeout, 5xx, anything else) and the mode is
 --                       closed; unset when it failed open
 --   txn.rl_retry_after, txn.rl_limit, txn.rl_remaining, txn.rl_reset,
 --   txn.rl_policy, txn.rl_ratelimit   the answer's Retry-After, X-RateLimit-*,
@@ -80,9 +83,19 @@ local function check(txn, url, mode, timeout)
         return failed(tostring(res))
     end
     local status = res and tonumber(res.status) or 0
+    if status >= 400 and status < 500 and status ~= 429 then
+        -- the check HAProxy built from the client's request was refused:
+        -- the client's doing (a path ratelimitd cannot normalise) or a
+        -- misconfiguration (see ratelimitd's log), never ratelimitd's
+        -- failure: the failure mode would let every such request walk
+        -- around the limits
+        txn:set_var('txn.rl_status', 400)
+        core.Warning(string.format('ratelimitd: check refused (status %d), denying', status))
+        return
+    end
     if status ~= 200 and status ~= 429 then
-        -- 0: refused or timed out; 503: ratelimitd's failure_mode closed or
-        -- overload; 400: a misconfigured policy name (see ratelimitd's log)
+        -- 0: refused or timed out; 5xx: ratelimitd's failure_mode closed or
+        -- overload
         return failed('status ' .. status)
     end
     txn:set_var('txn.rl_status', status)

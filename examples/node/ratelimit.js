@@ -10,10 +10,13 @@
 //   real rates).  A request that fails on a reused socket the daemon closed
 //   (it drops idle connections after 60 s) is retried once on a fresh one.
 // - A timeout (default 200 ms): the limiter must never be why a request hangs.
-// - A stated policy when the daemon cannot answer (refused, timeout, 503, any
-//   answer but 200/429): failOpen true (default) lets the request through with
-//   a warning; false answers 503.  A 400 is a bug in the caller: logged as an
-//   error, same policy.
+// - A stated policy when the daemon cannot answer (refused, timeout, 5xx):
+//   failOpen true (default) lets the request through with a warning; false
+//   answers 503.
+// - A 4xx but 429 denies the request (400 to the client), never the failure
+//   policy: the daemon refused what this request made of its client's (a path
+//   it cannot normalise, /api%2Fitems), and letting it through would let a
+//   client walk around every limit.  Logged as an error.
 // - The client's address is forwarded (X-Forwarded-For) so anonymous callers
 //   are told apart; override clientIp(req) behind a proxy.
 // - A 429 is passed through with the daemon's Retry-After and quota headers.
@@ -83,7 +86,11 @@ function createClient(opts = {}) {
       return { allowed: false, status: 429, retryAfter: res.headers['retry-after'] || '1', headers: quota, degraded: false };
     }
     const reason = `ratelimitd answered ${res.status}: ${res.body.toString().slice(0, 200)}`;
-    if (res.status === 400) logger.error(`${reason} (a bug in this client's request)`);
+    if (res.status >= 400 && res.status < 500) {
+      // the client's doing or a bug here: denied, never the failure policy
+      logger.error(`${reason}: the request is refused`);
+      return { allowed: false, status: 400, headers: {}, degraded: false, reason };
+    }
     return failed(reason);
   }
 
@@ -102,7 +109,7 @@ function rateLimit(opts = {}) {
     if (d.allowed) return next();
     const body = JSON.stringify(d.status === 429
       ? { error: 'too many requests', retry_after: Number(d.retryAfter) }
-      : { error: 'rate limiter unavailable' });
+      : d.status === 400 ? { error: 'bad request' } : { error: 'rate limiter unavailable' });
     res.writeHead(d.status, { ...d.headers, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
     res.end(body);
   };

@@ -19,10 +19,13 @@ What it does, and why:
   in a way the caller could see, at worst one unit was counted).
 - **A timeout** (default 200 ms): the limiter must never be why a request hangs.
 - **A stated policy when the daemon cannot answer** (connection refused,
-  timeout, 503, any answer that is not 200/429): ``fail_open=True`` (the
-  default) lets the request through and logs a warning; ``fail_open=False``
-  answers 503.  A 400 is a bug in the caller (a bad key or policy name): it is
-  logged at error level and follows the same policy.
+  timeout, 5xx): ``fail_open=True`` (the default) lets the request through and
+  logs a warning; ``fail_open=False`` answers 503.
+- **A 4xx but 429 denies the request** (400 to the client), never the failure
+  policy: the daemon refused what this request made of its client's (a path
+  it cannot normalise, ``/api%2Fitems``, or a bug here, an oversized key), and
+  letting it through would let a client walk around every limit by sending
+  such a path.  Logged at error level.
 - **The client's address is forwarded** (``X-Forwarded-For``) so anonymous
   callers are told apart; otherwise they would all be this app's address.
   Behind a reverse proxy, pass ``client_ip=`` to pick the right hop: trust the
@@ -51,8 +54,9 @@ class Decision:
     """What the daemon said (or what the failure policy decided).
 
     allowed      the request may proceed
-    status       200 / 429 from the daemon; 503 when it could not answer and
-                 the policy is fail-closed; 200 when it failed open
+    status       200 / 429 from the daemon; 400 when the daemon refused the
+                 check (a 4xx: the request is denied); 503 when it could not
+                 answer and the policy is fail-closed; 200 when it failed open
     retry_after  seconds (str) on a 429, else None
     headers      [(name, value)] of quota headers to pass on
     degraded     True when the decision is the failure policy's, not the daemon's
@@ -146,8 +150,11 @@ class RateLimitClient:
             ra = next((v for k, v in rh if k.lower() == "retry-after"), "1")
             return Decision(False, 429, retry_after=ra, headers=quota)
         reason = "ratelimitd answered %d: %s" % (status, data[:200].decode("utf-8", "replace"))
-        if status == 400:
-            log.error("%s (a bug in this client's request)", reason)
+        if 400 <= status < 500:
+            # the client's doing (a path the daemon cannot read) or a bug
+            # here: denied, never the failure policy
+            log.error("%s: the request is refused", reason)
+            return Decision(False, 400, reason=reason)
         return self._failed(reason)
 
     def _failed(self, reason):
@@ -161,7 +168,13 @@ class RateLimitClient:
 def _deny_body(d):
     if d.status == 429:
         return json.dumps({"error": "too many requests", "retry_after": int(d.retry_after)}).encode()
+    if d.status == 400:
+        return json.dumps({"error": "bad request"}).encode()
     return json.dumps({"error": "rate limiter unavailable"}).encode()
+
+
+_STATUS_LINES = {429: "429 Too Many Requests", 400: "400 Bad Request",
+                 503: "503 Service Unavailable"}
 
 
 class RateLimitWSGI:
@@ -184,7 +197,7 @@ class RateLimitWSGI:
         if d.allowed:
             return self.app(environ, start_response)
         body = _deny_body(d)
-        status = "429 Too Many Requests" if d.status == 429 else "503 Service Unavailable"
+        status = _STATUS_LINES.get(d.status, "503 Service Unavailable")
         start_response(status, [("Content-Type", "application/json"),
                                 ("Content-Length", str(len(body)))] + d.headers)
         return [body]

@@ -8,8 +8,9 @@
 # Exit status (of ratelimit_check and of the script, per key for several):
 #   0  allowed (also when the daemon cannot answer and RATELIMIT_FAIL=open)
 #   1  limited: 429; RL_RETRY_AFTER holds the daemon's Retry-After (seconds)
-#   2  a bad request (400: empty/oversized key, unknown policy): a bug, never
-#      read as "limited" — unlike `curl -sf ... || echo limited`
+#   2  a bad request (any 4xx but 429: empty/oversized key, unknown policy):
+#      a bug, never read as "limited" — unlike `curl -sf ... || echo limited`
+#      — nor as "allowed": the failure policy is for the daemon's own failures
 #   3  the daemon could not answer (refused, timeout, 503, ...) and
 #      RATELIMIT_FAIL=closed
 # Environment: RATELIMITD_URL (http://127.0.0.1:8080), RATELIMIT_TIMEOUT
@@ -50,7 +51,7 @@ _rl_verdict() {
     case $1 in
     200) return 0 ;;
     429) return 1 ;;
-    400|404|405|413) echo "ratelimit: bad request ($1): a bug in the caller" >&2; return 2 ;;
+    4[0-9][0-9]) echo "ratelimit: bad request ($1): a bug in the caller" >&2; return 2 ;;
     esac
     if [ "$RATELIMIT_FAIL" = closed ]; then
         echo "ratelimit: daemon unavailable (${1:-no answer}), failing closed" >&2

@@ -14,7 +14,8 @@ shell helper (examples/shell/ratelimit.sh, run by /bin/sh) — must:
     connection the daemon closed is replaced without a failed check;
   - fail open by default when the daemon is down (refused), hung (timeout,
     bounded in time) or answers 503; fail closed (503, or the shell's exit 3)
-    when told to; never read a 400 as "limited".
+    when told to; never read a 400 as "limited", nor let it through: a 4xx
+    (a path the daemon cannot normalise) denies with 400.
 
 A missing node is a failure, never a skip (Debian package nodejs).
 """
@@ -307,11 +308,24 @@ def t_py_failure_policy(fx):
             client = RL.RateLimitClient("http://127.0.0.1:%d" % d503.port, fail_open=fail_open, timeout=2)
             eq(wsgi_call(RL.RateLimitWSGI(hello_wsgi, client))[0], want,
                "the daemon answering 503, fail_open=%s" % fail_open)
-    # a 400 (unknown policy) is a bug, not "limited": the failure policy, logged
+    # a 400 (unknown policy) is a bug, not "limited" nor the failure policy:
+    # denied, whatever fail_open says (issue 24: a 4xx is never the daemon's
+    # failure)
     client = RL.RateLimitClient("http://127.0.0.1:%d" % fx.daemon.port, policy="no-such-policy",
                                 timeout=OK_TIMEOUT)
     d = client.check(key="k")
-    check(d.allowed and d.degraded and "400" in (d.reason or ""), "a 400 through the client: %r", d)
+    check(not d.allowed and d.status == 400 and "400" in (d.reason or ""), "a 400 through the client: %r", d)
+    # a path the daemon cannot normalise, from the client: 400, the app never runs
+    client = RL.RateLimitClient("http://127.0.0.1:%d" % fx.daemon.port, timeout=OK_TIMEOUT)
+    ran = []
+
+    def app(environ, start_response):
+        ran.append(environ["PATH_INFO"])
+        return hello_wsgi(environ, start_response)
+    for path in ("/api/it\x00ems", "/api/../../items"):
+        st, hd, body = wsgi_call(RL.RateLimitWSGI(app, client), path=path, remote=fresh_ip())
+        eq((st, body), (400, b'{"error": "bad request"}'), "WSGI, PATH_INFO %r" % path)
+    eq(ran, [], "requests with an unnormalisable path the app saw")
 
 
 # ----------------------------------------------------------------------- Node
@@ -412,6 +426,16 @@ def t_node_failure_policy(fx):
         with NodeApp(d503.port, TIMEOUT_MS=2000) as app:
             eq(app.get()[0], 200, "the daemon answering 503, fail open")
             check("503" in app.stderr(), "the 503 is not logged: %r", app.stderr())
+    # a path the daemon cannot normalise (the middleware passes req.url as
+    # the client sent it): 400, never the failure policy (issue 24)
+    with NodeApp(fx.daemon.port, TIMEOUT_MS=int(OK_TIMEOUT * 1000)) as app:
+        for path in ("/api%2Fitems", "/api/items%zz", "/api/it%00ems"):
+            c = http.client.HTTPConnection("127.0.0.1", app.port, timeout=10 * SLOW)
+            c.request("GET", path)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            eq((r.status, body), (400, b'{"error":"bad request"}'), "Node, GET %s" % path)
 
 
 # ---------------------------------------------------------------------- shell
@@ -498,11 +522,12 @@ CASES = [
     ("python WSGI: limit then 429 + Retry-After, client address forwarded, one connection, reconnects",
      t_py_wsgi),
     ("python ASGI: limit then 429, concurrent clients, connections bounded by the pool", t_py_asgi),
-    ("python: refused / hung / 503 fail open by default, 503 when closed; a 400 is not 'limited'",
-     t_py_failure_policy),
+    ("python: refused / hung / 503 fail open by default, 503 when closed; a 4xx (a path the daemon "
+     "cannot normalise) denies with 400, never fails open", t_py_failure_policy),
     ("node: limit then 429 + Retry-After, address forwarded, one keep-alive connection, reconnects",
      t_node),
-    ("node: refused / hung / 503 fail open by default, 503 when closed", t_node_failure_policy),
+    ("node: refused / hung / 503 fail open by default, 503 when closed; a 4xx denies with 400",
+     t_node_failure_policy),
     ("shell: exit 0 / 1 with Retry-After / 2 on a 400; many keys over one connection", t_shell),
     ("shell: refused / hung / 503 fail open by default, exit 3 when closed", t_shell_failure_policy),
 ]

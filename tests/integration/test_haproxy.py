@@ -254,6 +254,24 @@ def t_fail_open_and_closed(fx):
             eq(hap.request()[0], 503, "ratelimitd answering 503, closed")
 
 
+def t_client_fault_denied(fx):
+    """Issue 24, 7: a 4xx from ratelimitd is the client's doing (here a path
+    it cannot normalise), never the failure mode: with the limit spent, the
+    recipe used to let each of these through to the app in open mode."""
+    k = key()
+    for _ in range(LIMIT):
+        eq(fx.hap.request(headers={"X-Api-Key": k})[0], 200, "spending the limit")
+    eq(fx.hap.request(headers={"X-Api-Key": k})[0], 429, "the limit spent")
+    seen0 = len(fx.app.seen)
+    for path in ("/api%2Fitems", "/api/items%zz", "/api/../../items", "/api/it%00ems"):
+        st, hd, body = fx.hap.request(path=path, headers={"X-Api-Key": k})
+        eq((st, body), (400, b'{"error":"bad request"}'), "GET %s" % path)
+    eq(len(fx.app.seen) - seen0, 0, "requests with an unnormalisable path the app saw")
+    # the closed variant too: still the client's 400, not a 503
+    with HAProxy(fx.daemon.port, fx.app.port, mode="closed") as hap:
+        eq(hap.request(path="/api%2Fitems", headers={"X-Api-Key": k})[0], 400, "closed, /api%2Fitems")
+
+
 def t_connection_reuse(fx):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_examples import Relay
@@ -298,6 +316,8 @@ CASES = [
     ("identity: the API key, else haproxy's view of the client (a forged X-Forwarded-For is ignored)",
      t_identity),
     ("the original path (no query) and method reach ratelimitd", t_path_and_method),
+    ("a 4xx from ratelimitd (a path it cannot normalise) denies with 400, never fails open",
+     t_client_fault_denied),
     ("ratelimitd down / hung / 503: fail open; the closed variant answers 503 + Retry-After: 1",
      t_fail_open_and_closed),
     ("checks in a row share one kept-alive connection to ratelimitd", t_connection_reuse),

@@ -467,6 +467,36 @@ def t_keepalive(fx):
     print("# 40 checks through the nginx recipe: %d new connection(s) to ratelimitd" % new, flush=True)
 
 
+def t_shipped_login(fx):
+    """Issue 24, 6: conf/hybrid.json's login policy behind the recipe.  A fresh
+    X-Api-Key per attempt used to be a fresh bucket (10 of 10 reached the
+    app), and /login/, /Login, /login;x, /login%20 missed the exact path:
+    now 5 attempts a minute per address, whatever the key or the spelling."""
+    with open(os.path.join(H.RL_SRCDIR, "conf", "hybrid.json")) as f:
+        cfg = json.load(f)
+    # only the addresses (flags) and a timeout a loaded host cannot hit:
+    # a degraded answer would let the request through (failure_mode open)
+    cfg["redis"]["timeout"] = "2s"
+    with H.Daemon(cfg, redis=fx.redis, workers=1) as d:
+        ng = Nginx(d.port, fx.app.port)
+        try:
+            seen0 = fx.app.count()
+            got = []
+            for i in range(10):
+                st, hdrs, body = H.request(ng.port, "POST", "/login", body={"user": "u"},
+                                           headers={"X-Api-Key": "fresh-%d" % i})
+                got.append(st)
+            eq(got, [200] * 5 + [429] * 5, "10 logins, a fresh X-Api-Key each")
+            for path in ("/login/", "/Login", "/login;x", "/login%20", "/LOGIN/", "/login;jsessionid=1",
+                         "/login/x"):
+                st, hdrs, body = H.request(ng.port, "POST", path, body={"user": "u"},
+                                           headers={"X-Api-Key": "another"})
+                check(st == 429, "POST %s: status %r, expected 429 (the login policy, spent)", path, st)
+            eq(fx.app.count() - seen0, 5, "logins the app saw")
+        finally:
+            ng.stop()
+
+
 CASES = [
     ("nginx -t accepts the recipe", t_nginx_t),
     ("the recipe keeps its connections to ratelimitd (?body=none): 40 checks, at most 2 connections", t_keepalive),
@@ -485,6 +515,8 @@ CASES = [
     ("ratelimitd hung: fail open after proxy_read_timeout", t_hung),
     ("ratelimitd answers 503 (failure_mode closed, Redis gone): 503 with Retry-After", t_closed),
     ("ratelimitd down: fail open, no quota headers", t_down),
+    ("conf/hybrid.json's login behind the recipe: 5 per address whatever X-Api-Key, "
+     "/login/ /Login /login;x /login%20 included", t_shipped_login),
 ]
 
 

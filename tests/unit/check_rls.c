@@ -550,7 +550,7 @@ START_TEST(several_limits_decided_together)
         char key[RL_REDIS_KEY_MAX];
 
         p.nlimits = 1;
-        ck_assert_int_gt(identity_key("rl:", "rls", id, sizeof(id) - 1, key, sizeof(key)), 0);
+        ck_assert_int_gt(identity_key("rl:", "rls", id, sizeof(id) - 1, 0, key, sizeof(key)), 0);
         ck_assert_str_eq(key, "{rl:rls:d:test-domain%1Epair%1Fx}");
         ck_assert_int_eq(tu_check(f.mem, &p, key, 0, 0).limits[0].remaining, 3);
     }
