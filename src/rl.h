@@ -1,13 +1,28 @@
 /*
  * rl.h — the conventions every module shares.
  *
- * Errors.  An operation that can fail returns RL_OK or RL_ERR (marked
- * RL_WUR); when a person will read why, the reason travels out through a
- * `char **cause` the callee allocates and the caller frees.  A lookup that
- * may find nothing returns bool (found or not) or a pointer (NULL: none),
- * never RL_ERR: "not there" is an answer, not a failure.  Loading a
- * configuration is the one collector: every problem of a file is added to a
- * struct rl_errors (schema.h) so `-t` reports them all at once.
+ * Errors: four shapes, and the signature says which.
+ *
+ * 1. An operation that can fail returns RL_OK or RL_ERR (marked RL_WUR); when
+ *    a person will read why, the reason travels out through a `char **cause`
+ *    the callee allocates and the caller frees.
+ * 2. A lookup that may find nothing returns bool (found or not) or a pointer
+ *    (NULL: none), never RL_ERR: "not there" is an answer, not a failure.  A
+ *    predicate is a bool.  Asking what is wrong is a lookup too: `const char *`
+ *    static text naming the problem, NULL when there is none
+ *    (rconn_unusable, script_reply_problem, the backends' not_ready).  That
+ *    is the shape where the reason is one of a few fixed texts kept past the
+ *    call without an owner (a connection's down_reason, a check's res.error),
+ *    on paths where allocating a cause per call would cost (a reply, a
+ *    request, a reconnect attempt).
+ * 3. Loading a configuration is the one collector: every problem of a file is
+ *    added to a struct rl_errors (schema.h) so `-t` reports them all at once.
+ * 4. An incremental reader, fed as bytes or replies arrive, returns enum
+ *    rl_parse: RL_PARSE_MORE (not complete: call again with more),
+ *    RL_PARSE_DONE or RL_PARSE_ERR, and on RL_PARSE_ERR says why through an
+ *    out-parameter, as static text (http_parse.h: with the status to answer).
+ *    Why a fourth: "not yet" is neither success nor failure, and a reader
+ *    runs on every request, so it never allocates.
  *
  * Layers.  A header includes only headers of lower layers, and only what its
  * own declarations need (a forward declaration where a pointer is enough); a
@@ -35,6 +50,9 @@
 
 #define RL_OK 0
 #define RL_ERR (-1)
+
+/* An incremental reader's answer (Errors, 4 above). */
+enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
 
 #define RL_WUR __attribute__((warn_unused_result))
 #define RL_PRINTF(f, a) __attribute__((format(printf, f, a)))
