@@ -1,4 +1,5 @@
 /* admin.c — see admin.h. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,7 @@ refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 
 /* Equal in time that depends only on the lengths: how much of the token a
  * guess got right must not show in how long the answer took. */
-static int
+static bool
 secret_equal(const char *got, size_t glen, const char *want, size_t wlen)
 {
     unsigned char d = glen != wlen;
@@ -108,16 +109,16 @@ secret_equal(const char *got, size_t glen, const char *want, size_t wlen)
     return d == 0;
 }
 
-static int
+static bool
 authorized(const struct rl_config *cfg, const struct http_head *h)
 {
     const struct http_header *a;
 
     if (cfg->admin_token == NULL)
-        return 1;
+        return true;
     a = http_head_find(h, "Authorization");
     if (a == NULL || a->value_len < 7 || strncasecmp(a->value, "Bearer ", 7) != 0)
-        return 0;
+        return false;
     return secret_equal(a->value + 7, a->value_len - 7, cfg->admin_token,
                         strlen(cfg->admin_token));
 }
@@ -125,7 +126,7 @@ authorized(const struct rl_config *cfg, const struct http_head *h)
 /* The caller the body names, typed as identity_resolve types it, so the
  * key is the one its checks use. */
 static int
-body_identity(json_t *root, struct admin_op *op, char **error)
+body_identity(json_t *root, struct admin_op *op, char **cause)
 {
     json_t *k = json_object_get(root, "key"), *ip = json_object_get(root, "ip");
     char text[INET6_ADDRSTRLEN];
@@ -134,12 +135,12 @@ body_identity(json_t *root, struct admin_op *op, char **error)
     size_t n;
 
     if ((k == NULL) == (ip == NULL)) {
-        *error = xstrdup("key: give the caller as \"key\" or as \"ip\", one of them");
+        *cause = xstrdup("key: give the caller as \"key\" or as \"ip\", one of them");
         return RL_ERR;
     }
     if (k != NULL) {
         if (!json_is_string(k) || (n = json_string_length(k)) == 0 || n > RL_KEY_MAX) {
-            *error = xasprintf("key: must be a string of 1..%d bytes", RL_KEY_MAX);
+            *cause = xasprintf("key: must be a string of 1..%d bytes", RL_KEY_MAX);
             return RL_ERR;
         }
         memcpy(op->id, "k:", 2);
@@ -149,7 +150,7 @@ body_identity(json_t *root, struct admin_op *op, char **error)
     }
     if (!json_is_string(ip) ||
         ip_parse(json_string_value(ip), json_string_length(ip), &family, addr) != RL_OK) {
-        *error = xstrdup("ip: must be an IPv4 or IPv6 address");
+        *cause = xstrdup("ip: must be an IPv4 or IPv6 address");
         return RL_ERR;
     }
     ip_format(family, addr, text, sizeof(text));
@@ -159,14 +160,14 @@ body_identity(json_t *root, struct admin_op *op, char **error)
 
 /* An optional integer field in lo..hi, *out left alone when absent. */
 static int
-get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, char **error)
+get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, char **cause)
 {
     json_t *v = json_object_get(root, name);
 
     if (v == NULL)
         return RL_OK;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        *error = xasprintf("%s: must be an integer %lld..%lld", name, (long long)lo,
+        *cause = xasprintf("%s: must be an integer %lld..%lld", name, (long long)lo,
                            (long long)hi);
         return RL_ERR;
     }
@@ -176,7 +177,7 @@ get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, ch
 
 /* "duration": a duration like the config's ("15m") or milliseconds. */
 static int
-get_duration(json_t *root, int64_t *out, char **error)
+get_duration(json_t *root, int64_t *out, char **cause)
 {
     json_t *v = json_object_get(root, "duration");
 
@@ -188,7 +189,7 @@ get_duration(json_t *root, int64_t *out, char **error)
         *out = json_integer_value(v);
         return RL_OK;
     }
-    *error = xasprintf("duration: must be a duration like \"15m\" or milliseconds, "
+    *cause = xasprintf("duration: must be a duration like \"15m\" or milliseconds, "
                        "1ms..%lldms",
                        (long long)BLOCK_MAX_MS);
     return RL_ERR;
@@ -196,7 +197,7 @@ get_duration(json_t *root, int64_t *out, char **error)
 
 /* What the action asks of the backend (backend.h: RL_CHECK_*). */
 static int
-action_request(json_t *root, struct admin_op *op, char **error)
+action_request(json_t *root, struct admin_op *op, char **cause)
 {
     struct rl_check_req *q = &op->req;
     int64_t n = 1, limit = -1;
@@ -205,7 +206,7 @@ action_request(json_t *root, struct admin_op *op, char **error)
     switch (op->action) {
     case RL_ADM_INSPECT: q->cost = 0; return RL_OK;
     case RL_ADM_RESET:
-        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit, error) !=
+        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit, cause) !=
             RL_OK)
             return RL_ERR;
         q->flags = RL_CHECK_RESET;
@@ -213,7 +214,7 @@ action_request(json_t *root, struct admin_op *op, char **error)
         return RL_OK;
     case RL_ADM_BLOCK:
         q->flags = RL_CHECK_BLOCK;
-        return get_duration(root, &q->block_ms, error);
+        return get_duration(root, &q->block_ms, cause);
     case RL_ADM_UNBLOCK:
         q->flags = RL_CHECK_BLOCK;
         q->block_ms = 0;
@@ -221,7 +222,7 @@ action_request(json_t *root, struct admin_op *op, char **error)
     case RL_ADM_REWARD:
     case RL_ADM_PENALTY:
     default:
-        if (get_int(root, "cost", 1, RL_COST_MAX, &n, error) != RL_OK)
+        if (get_int(root, "cost", 1, RL_COST_MAX, &n, cause) != RL_OK)
             return RL_ERR;
         q->flags = RL_CHECK_FORCE;
         q->cost = op->action == RL_ADM_REWARD ? -n : n;
@@ -229,9 +230,9 @@ action_request(json_t *root, struct admin_op *op, char **error)
     }
 }
 
-/* The body into op->req; RL_ERR with *error naming the field. */
+/* The body into op->req; RL_ERR with *cause naming the field. */
 static int
-parse_body(const char *body, size_t len, struct admin_op *op, char **error)
+parse_body(const char *body, size_t len, struct admin_op *op, char **cause)
 {
     json_error_t jerr;
     json_t *root, *name;
@@ -240,31 +241,31 @@ parse_body(const char *body, size_t len, struct admin_op *op, char **error)
     int rc = RL_ERR;
 
     if (len == 0) {
-        *error = xstrdup("body: required: {\"policy\": ..., \"key\" or \"ip\": ...}");
+        *cause = xstrdup("body: required: {\"policy\": ..., \"key\" or \"ip\": ...}");
         return RL_ERR;
     }
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     name = json_object_get(root, "policy");
     if (root == NULL) {
-        *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+        *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
                            jerr.column, jerr.text);
         return RL_ERR;
     }
     if (!json_is_object(root)) {
-        *error = xstrdup("body: must be a JSON object");
+        *cause = xstrdup("body: must be a JSON object");
     } else if (!json_is_string(name) ||
                strlen(json_string_value(name)) != json_string_length(name) ||
                (p = config_policy(op->cfg, json_string_value(name))) == NULL) {
-        *error = xstrdup("policy: must name a policy of the configuration");
-    } else if (body_identity(root, op, error) == RL_OK) {
+        *cause = xstrdup("policy: must name a policy of the configuration");
+    } else if (body_identity(root, op, cause) == RL_OK) {
         op->policy = check_key_for(op->cfg, p, op->id, op->idlen, op->key, sizeof(op->key),
                                    &klen);
         op->req.key = op->key;
         op->req.key_len = op->policy != NULL ? klen : 0;
         if (op->policy == NULL)
-            *error = xstrdup("key: too long");
+            *cause = xstrdup("key: too long");
         else
-            rc = action_request(root, op, error);
+            rc = action_request(root, op, cause);
     }
     json_decref(root);
     return rc;
@@ -335,24 +336,28 @@ out:
     worker_check_done(w);
 }
 
-static int
-route(const struct http_head *h)
+/* The action the path names, if any. */
+static bool
+route(const struct http_head *h, enum rl_admin_action *out)
 {
-    for (int a = 0; a < RL_ADM_ACTION_COUNT; a++)
-        if (h->path_len == strlen(paths[a]) && memcmp(h->path, paths[a], h->path_len) == 0)
-            return a;
-    return -1;
+    for (int a = 0; a < RL_ADM_ACTION_COUNT; a++) {
+        if (h->path_len == strlen(paths[a]) && memcmp(h->path, paths[a], h->path_len) == 0) {
+            *out = (enum rl_admin_action)a;
+            return true;
+        }
+    }
+    return false;
 }
 
 void
 admin_handle(struct http_req *r, void *arg)
 {
     struct rl_worker *w = arg;
-    int action = route(r->head);
+    enum rl_admin_action action;
     struct admin_op *op;
-    char *error = NULL;
+    char *cause = NULL;
 
-    if (action < 0) {
+    if (!route(r->head, &action)) {
         api_error(r, 404, NULL,
                   "no such path: use POST /admin/inspect, /admin/reset, "
                   "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
@@ -362,7 +367,7 @@ admin_handle(struct http_req *r, void *arg)
     op->r = r;
     op->w = w;
     op->cfg = config_ref(w->cfg);
-    op->action = (enum rl_admin_action)action;
+    op->action = action;
     op->req.timeout_ms = op->cfg->redis.timeout_ms;
     peer_text(r, op->peer, sizeof(op->peer));
     if (r->head->method != HTTP_M_POST) {
@@ -374,9 +379,9 @@ admin_handle(struct http_req *r, void *arg)
         refuse(op, 503, NULL, "shutting down");
     } else if ((int64_t)r->body_len > op->cfg->max_body) {
         refuse(op, 413, NULL, "body: larger than max_body");
-    } else if (parse_body(r->body, r->body_len, op, &error) != RL_OK) {
-        refuse(op, 400, NULL, error);
-        free(error);
+    } else if (parse_body(r->body, r->body_len, op, &cause) != RL_OK) {
+        refuse(op, 400, NULL, cause);
+        free(cause);
     } else {
         op->req.policy = op->policy;
         /* the answer must say whether the action ran: once sent, only the

@@ -13,6 +13,8 @@
  * burst, forced commits included (TAT at most 2 x tau ahead: algo_most_owed);
  * the two differ in what they store.
  */
+#include <stdbool.h>
+
 #include "algo.h"
 
 /* An exact time i + f / limit microseconds. */
@@ -83,7 +85,7 @@ gcra_units(const struct rl_limit *lim, int64_t units)
 }
 
 /* a > b */
-static int
+static bool
 gcra_later(struct gcra_t a, struct gcra_t b)
 {
     return a.i > b.i || (a.i == b.i && a.f > b.f);

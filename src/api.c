@@ -1,4 +1,5 @@
 /* api.c — see api.h. */
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 #include <netinet/in.h>
@@ -195,22 +196,22 @@ peer_of(const struct http_req *r, struct rl_ident_input *in)
 }
 
 /* Is `param` ("name=value") one of the target's query parameters? */
-static int
+static bool
 query_has(const struct http_head *h, const char *param)
 {
     const char *q = h->path + h->path_len, *end = h->target + h->target_len;
     size_t n = strlen(param);
 
     if (q >= end || *q != '?')
-        return 0;
+        return false;
     for (q++; q < end;) {
         const char *amp = memchr(q, '&', (size_t)(end - q));
         const char *e = amp != NULL ? amp : end;
         if ((size_t)(e - q) == n && memcmp(q, param, n) == 0)
-            return 1;
+            return true;
         q = e + 1;
     }
-    return 0;
+    return false;
 }
 
 /*
@@ -225,7 +226,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     struct rl_config *cfg = w->cfg;
     const struct http_head *h = r->head;
     struct rl_check_input ci;
-    char *error = NULL;
+    char *cause = NULL;
     int status;
 
     if (w->draining) {
@@ -270,10 +271,10 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
                       ? now_monotonic_us()
                       : 0;
     worker_check_begin(w);
-    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &error) != RL_OK) {
+    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &cause) != RL_OK) {
         metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, status, NULL, error);
-        free(error);
+        respond_error(r, status, NULL, cause);
+        free(cause);
         worker_check_done(w);
     }
 }
@@ -316,7 +317,7 @@ handle_metrics(struct http_req *r, struct rl_worker *w)
     evbuffer_free(out);
 }
 
-static int
+static bool
 path_is(const struct http_head *h, const char *p, size_t n)
 {
     return h->path_len == n && memcmp(h->path, p, n) == 0;

@@ -10,6 +10,7 @@
 #ifndef RL_BACKEND_H
 #define RL_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -111,8 +112,8 @@ struct rl_backend_ops {
     void (*destroy)(struct rl_backend *be);
     void (*check)(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
                   void *arg);
-    /* RL_OK when checks can be answered; else RL_ERR and a static reason. */
-    int (*ready)(struct rl_backend *be, const char **reason);
+    /* Why checks cannot be answered now (static text), NULL when they can. */
+    const char *(*not_ready)(struct rl_backend *be);
 };
 
 /* Every implementation starts with this. */
@@ -149,7 +150,7 @@ int backend_block_key(const struct rl_check_req *req, char *buf, size_t size);
  * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
 void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);
 /* Whether req is an admin operation (reset, block or give back). */
-static inline int
+static inline bool
 backend_is_admin(const struct rl_check_req *req)
 {
     return (req->flags & RL_CHECK_ADMIN) != 0 || req->cost < 0;

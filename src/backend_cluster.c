@@ -33,6 +33,7 @@
  * Replies lost with a connection are never replayed elsewhere, since the
  * script may have run.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,7 +162,7 @@ node_free(struct cnode *n)
  * new owner named by MOVED, ASK or a new map, or a reconnect attempt under
  * way).  One known down (between attempts) answers DOWN at once instead, as
  * backend_redis.c: a dead node never queues work. */
-int
+bool
 cnode_connecting(const struct cnode *n)
 {
     return n->c.st.state == RCONN_CONNECTING || n->c.st.state == RCONN_HANDSHAKE;
@@ -169,17 +170,17 @@ cnode_connecting(const struct cnode *n)
 
 /* No map yet, but one is on its way: a seed connecting, asked, or about to
  * be asked (not after failed refreshes: then the cluster is known down). */
-int
+bool
 cluster_awaits_map(const struct cluster *cl)
 {
     if (cl->map.loaded)
-        return 0;
+        return false;
     if (cluster_map_coming(&cl->map))
-        return 1;
+        return true;
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
         if (cnode_connecting(n))
-            return 1;
-    return 0;
+            return true;
+    return false;
 }
 
 /* ---- the slot map's hooks ------------------------------------------------------ */
@@ -193,7 +194,7 @@ map_node(void *arg, const char *host, int port)
 
 /* The nodes that own slots are the masters. */
 static void
-map_applied(void *arg, const char *from, int changed)
+map_applied(void *arg, const char *from, bool changed)
 {
     struct cluster *cl = arg;
     int masters = 0;
@@ -215,15 +216,15 @@ map_applied(void *arg, const char *from, int changed)
         log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from);
 }
 
-static int
+static bool
 map_master_down(void *arg)
 {
     struct cluster *cl = arg;
 
     for (const struct cnode *n = cl->nodes; n != NULL; n = n->next)
         if (n->master && n->c.st.state == RCONN_DOWN)
-            return 1;
-    return 0;
+            return true;
+    return false;
 }
 
 /* A ready node to ask, masters first, taking turns. */
@@ -337,26 +338,19 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
     cop_start(cl, req, cb, arg, slot);
 }
 
-static int
-cluster_ready(struct rl_backend *be, const char **reason)
+static const char *
+cluster_not_ready(struct rl_backend *be)
 {
     struct cluster *cl = (struct cluster *)be;
 
-    if (!cl->map.loaded) {
-        *reason = "cluster slot map not loaded";
-        return RL_ERR;
-    }
-    if (cl->map.covered < CLUSTER_SLOTS) {
-        *reason = "not every cluster slot has a master";
-        return RL_ERR;
-    }
-    for (struct cnode *n = cl->nodes; n != NULL; n = n->next) {
-        if (n->master && n->c.st.state != RCONN_READY) {
-            *reason = "a cluster master is not connected";
-            return RL_ERR;
-        }
-    }
-    return RL_OK;
+    if (!cl->map.loaded)
+        return "cluster slot map not loaded";
+    if (cl->map.covered < CLUSTER_SLOTS)
+        return "not every cluster slot has a master";
+    for (struct cnode *n = cl->nodes; n != NULL; n = n->next)
+        if (n->master && n->c.st.state != RCONN_READY)
+            return "a cluster master is not connected";
+    return NULL;
 }
 
 /* "host:port" or "[v6]:port" (config.c validated the shape). */
@@ -478,5 +472,5 @@ const struct rl_backend_ops rl_backend_cluster_ops = {
     .create = cluster_create,
     .destroy = cluster_destroy,
     .check = cluster_check,
-    .ready = cluster_ready,
+    .not_ready = cluster_not_ready,
 };

@@ -29,6 +29,7 @@
  * Times are CLOCK_MONOTONIC microseconds: the state of a process only ever
  * meets the clock of that process.
  */
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,13 +215,13 @@ shard_grow(struct mem_shard *sh)
     sh->nbuckets = nb;
 }
 
-static int
+static bool
 pinned(struct mem_entry *e, struct mem_entry *const *pin, size_t npin)
 {
     for (size_t i = 0; i < npin; i++)
         if (pin[i] == e)
-            return 1;
-    return 0;
+            return true;
+    return false;
 }
 
 /*
@@ -370,10 +371,10 @@ mem_destroy(struct rl_backend *be)
     free(mb);
 }
 
-static int
-mem_ready(struct rl_backend *be, const char **reason)
+static const char *
+mem_not_ready(struct rl_backend *be)
 {
-    return RL_OK;
+    return NULL;
 }
 
 static void
@@ -633,5 +634,5 @@ const struct rl_backend_ops rl_backend_memory_ops = {
     .create = mem_create,
     .destroy = mem_destroy,
     .check = mem_check,
-    .ready = mem_ready,
+    .not_ready = mem_not_ready,
 };

@@ -18,6 +18,7 @@
  * each under its own deadline; checks that arrive while DOWN (between
  * attempts) are answered DOWN at once, so a dead Redis never queues work.
  */
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,7 +190,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             rconn_drop(&rb->c, rconn_unusable(r->str));
     } else if (r->type == REDIS_REPLY_ERROR) {
         batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
-    } else if (script_reply_check(r, len, &why) != RL_OK) {
+    } else if ((why = script_reply_problem(r, len)) != NULL) {
         rconn_bad_reply(&rb->c.errs, &rb->c.st, rb->display, why, b->n);
         batch_answer_status(b, RL_BACKEND_ERROR, why);
     } else {
@@ -262,13 +263,13 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Room for one more waiting check: those their deadline answered go first. */
-static int
+static bool
 waiting_room(struct redis_backend *rb)
 {
     size_t k = 0;
 
     if (rb->nwaiting < rb->waiting_cap)
-        return 1;
+        return true;
     for (size_t i = 0; i < rb->nwaiting; i++) {
         if (rb->waiting[i]->w.answered)
             op_free(rb->waiting[i]);
@@ -277,14 +278,14 @@ waiting_room(struct redis_backend *rb)
     }
     rb->nwaiting = k;
     if (k < rb->waiting_cap)
-        return 1;
+        return true;
     if (rb->waiting_cap >= rb->max_pending)
-        return 0;
+        return false;
     rb->waiting_cap = rb->waiting_cap == 0 ? 16 : rb->waiting_cap * 2;
     if (rb->waiting_cap > rb->max_pending)
         rb->waiting_cap = rb->max_pending;
     rb->waiting = xrealloc(rb->waiting, rb->waiting_cap * sizeof(*rb->waiting));
-    return 1;
+    return true;
 }
 
 /* The connection the waiting checks waited for is ready (send them) or
@@ -379,7 +380,7 @@ sentinel_locate(struct rconn *c)
     rsentinel_ask(((struct redis_backend *)c->owner)->sentinel);
 }
 
-static int
+static bool
 sentinel_abandon(struct rconn *c)
 {
     return rsentinel_cancel(((struct redis_backend *)c->owner)->sentinel);
@@ -501,19 +502,16 @@ redis_destroy(struct rl_backend *be)
     free(rb);
 }
 
-static int
-redis_ready(struct rl_backend *be, const char **reason)
+static const char *
+redis_not_ready(struct rl_backend *be)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
     if (rb->c.st.state == RCONN_READY && !rconn_stalled(&rb->c, now_monotonic_us()))
-        return RL_OK;
-    if (rb->c.st.state == RCONN_READY) {
-        *reason = "redis stalled";
-        return RL_ERR;
-    }
-    *reason = rb->c.st.down_reason ? rb->c.st.down_reason : "redis not connected";
-    return RL_ERR;
+        return NULL;
+    if (rb->c.st.state == RCONN_READY)
+        return "redis stalled";
+    return rb->c.st.down_reason ? rb->c.st.down_reason : "redis not connected";
 }
 
 const struct rl_backend_ops rl_backend_redis_ops = {
@@ -521,5 +519,5 @@ const struct rl_backend_ops rl_backend_redis_ops = {
     .create = redis_create,
     .destroy = redis_destroy,
     .check = redis_check,
-    .ready = redis_ready,
+    .not_ready = redis_not_ready,
 };

@@ -35,14 +35,14 @@ struct check_op {
 };
 
 static int
-get_string(json_t *root, const char *name, const char **out, size_t *len, char **error)
+get_string(json_t *root, const char *name, const char **out, size_t *len, char **cause)
 {
     json_t *v = json_object_get(root, name);
 
     if (v == NULL || json_is_null(v))
         return RL_OK;
     if (!json_is_string(v)) {
-        *error = xasprintf("%s: must be a string", name);
+        *cause = xasprintf("%s: must be a string", name);
         return RL_ERR;
     }
     *out = json_string_value(v);
@@ -53,18 +53,18 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
 
 /* Fields are looked up by name; unknown fields are ignored (forward compat). */
 static int
-fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
+fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
 {
     json_t *cost;
 
     if (!json_is_object(root)) {
-        *error = xstrdup("body: must be a JSON object");
+        *cause = xstrdup("body: must be a JSON object");
         return RL_ERR;
     }
-    if (get_string(root, "key", &f->key, &f->key_len, error) != RL_OK ||
-        get_string(root, "policy", &f->policy, &f->policy_len, error) != RL_OK ||
-        get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
-        get_string(root, "method", &f->method, &f->method_len, error) != RL_OK)
+    if (get_string(root, "key", &f->key, &f->key_len, cause) != RL_OK ||
+        get_string(root, "policy", &f->policy, &f->policy_len, cause) != RL_OK ||
+        get_string(root, "path", &f->path, &f->path_len, cause) != RL_OK ||
+        get_string(root, "method", &f->method, &f->method_len, cause) != RL_OK)
         return RL_ERR;
     cost = json_object_get(root, "cost");
     if (cost != NULL && !json_is_null(cost)) {
@@ -76,25 +76,25 @@ fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
 
 /* What the fields may hold, whoever read them. */
 static int
-check_fields(const struct rl_body_fields *f, char **error)
+check_fields(const struct rl_body_fields *f, char **cause)
 {
     if (f->key != NULL && (f->key_len == 0 || f->key_len > RL_KEY_MAX)) {
-        *error = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
+        *cause = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
         return RL_ERR;
     }
     if (f->path != NULL && (f->path_len == 0 || f->path[0] != '/')) {
-        *error = xstrdup("path: must start with '/'");
+        *cause = xstrdup("path: must start with '/'");
         return RL_ERR;
     }
     /* A key may hold any byte, NUL included (its length travels with it);
      * a method may not: "GET\u0000x" must not read as GET. */
     if (f->method != NULL &&
         (strlen(f->method) != f->method_len || config_method_bit(f->method) == 0)) {
-        *error = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
+        *cause = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
     if (f->cost < 0 || f->cost > RL_COST_MAX) {
-        *error = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+        *cause = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
         return RL_ERR;
     }
     return RL_OK;
@@ -214,9 +214,9 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
  */
 static int
 match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **norm,
-           char **error)
+           char **cause)
 {
-    char *cause = NULL;
+    char *why = NULL;
     size_t n;
 
     /* the query string and fragment are not part of the path */
@@ -228,18 +228,18 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     }
     *norm = xmalloc(*plen + 1);
     if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES, *norm, &n,
-                 &cause) == RL_OK) {
+                 &why) == RL_OK) {
         *plen = n;
         return RL_OK;
     }
     if (cfg->bad_path == RL_BADPATH_RAW) {
         memcpy(*norm, path, *plen);
         (*norm)[*plen] = '\0';
-        free(cause);
+        free(why);
         return RL_OK;
     }
-    *error = xasprintf("path: cannot be normalised: %s", cause);
-    free(cause);
+    *cause = xasprintf("path: cannot be normalised: %s", why);
+    free(why);
     return RL_ERR;
 }
 
@@ -259,7 +259,7 @@ check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const
  * gives up.  *root is the caller's to free (NULL when not parsed). */
 static int
 read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **root,
-          char **error)
+          char **cause)
 {
     json_error_t jerr;
 
@@ -271,14 +271,14 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
         *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
                            &jerr);
         if (*root == NULL) {
-            *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+            *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
                                jerr.column, jerr.text);
             return RL_ERR;
         }
-        if (fields_from_json(*root, f, error) != RL_OK)
+        if (fields_from_json(*root, f, cause) != RL_OK)
             return RL_ERR;
     }
-    return check_fields(f, error);
+    return check_fields(f, cause);
 }
 
 /*
@@ -289,7 +289,7 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
 static int
 pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             const struct rl_check_input *in, const struct rl_policy **policy, char **norm,
-            char **error)
+            char **cause)
 {
     const char *path = f->path, *method = f->method;
     size_t plen = f->path_len;
@@ -298,7 +298,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
         /* a NUL inside the JSON string must not shorten the name */
         *policy = strlen(f->policy) == f->policy_len ? config_policy(cfg, f->policy) : NULL;
         if (*policy == NULL) {
-            *error = xstrdup("policy: no policy has this name");
+            *cause = xstrdup("policy: no policy has this name");
             return RL_ERR;
         }
         return RL_OK;
@@ -315,7 +315,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             plen = 1;
         }
     }
-    if (match_path(cfg, path, &plen, norm, error) != RL_OK)
+    if (match_path(cfg, path, &plen, norm, cause) != RL_OK)
         return RL_ERR;
     if (method == NULL) {
         method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
@@ -331,7 +331,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
 static int
 send_check(const struct rl_check_env *env, struct rl_config *cfg,
            const struct rl_policy *policy, const char *id, size_t idlen, int64_t cost,
-           rl_check_done done, void *arg, char **error)
+           rl_check_done done, void *arg, char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
@@ -341,7 +341,7 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
                             sizeof(op->key));
     if (klen < 0) {
         free(op);
-        *error = xstrdup("key: too long");
+        *cause = xstrdup("key: too long");
         return RL_ERR;
     }
     op->cfg = config_ref(cfg);
@@ -381,7 +381,7 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
 int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
-            char **error)
+            char **cause)
 {
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
@@ -395,8 +395,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     *status = 400;
     if (env->hybrid != NULL)
         hybrid_use_config(env->hybrid, cfg);
-    if (read_body(in, &f, &root, error) != RL_OK ||
-        pick_policy(cfg, &f, in, &policy, &norm, error) != RL_OK)
+    if (read_body(in, &f, &root, cause) != RL_OK ||
+        pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
         goto out;
 
     if (policy == NULL) {
@@ -413,14 +413,14 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     ident.body_key_len = f.key_len;
     if (!identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
                           &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen)) {
-        *error = xstrdup("key: no identity: the body has no \"key\" and no "
+        *cause = xstrdup("key: no identity: the body has no \"key\" and no "
                          "other source of the identity chain gave one");
         goto out;
     }
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = send_check(env, cfg, policy, id, idlen, f.cost, done, arg, error);
+    rc = send_check(env, cfg, policy, id, idlen, f.cost, done, arg, cause);
 out:
     free(norm);
     json_decref(root);

@@ -46,11 +46,11 @@ typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
 /*
  * Start a check under `cfg` (the check takes its own reference).  RL_OK: done
  * will be called, maybe before this returns.  RL_ERR: the request is bad;
- * *status is 400 and *error says why, naming the field (caller frees).
+ * *status is 400 and *cause says why, naming the field (caller frees).
  */
 int check_start(const struct rl_check_env *env, struct rl_config *cfg,
                 const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
-                char **error) RL_WUR;
+                char **cause) RL_WUR;
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

@@ -7,6 +7,7 @@
  * EVAL, a node still connecting waited for (polled).  Whatever happens, the
  * check is answered exactly once and its request never touched afterwards.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,7 +167,7 @@ op_route(struct cop *op)
     op_send_to(op, n, 0);
 }
 
-static int
+static bool
 is_error(const char *msg, const char *code)
 {
     size_t n = strlen(code);
@@ -274,7 +275,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             ; /* late: the deadline answered it */
         else if (r->type == REDIS_REPLY_ERROR)
             op_on_error(op, n, r->str);
-        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
+        else if ((why = script_reply_problem(r, script_reply_len(op->nlimits))) != NULL) {
             rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
             script_answer_status(&op->w, RL_BACKEND_ERROR, why);
         } else if (r->element[0]->type == REDIS_REPLY_ERROR) {
@@ -314,7 +315,7 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         len += script_reply_len(b->ops[i]->nlimits);
     }
     if (r != NULL) {
-        if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK) {
+        if (r->type != REDIS_REPLY_ERROR && (why = script_reply_problem(r, len)) != NULL) {
             rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, b->n);
         } else if (r->type != REDIS_REPLY_ERROR) {
             /* the log's error ends only when no check failed inside */

@@ -7,6 +7,7 @@
 #ifndef RL_CLUSTER_OP_H
 #define RL_CLUSTER_OP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,9 +90,9 @@ void cnode_settle(struct cnode *n);
 /* A check stopped waiting for n. */
 void cnode_unref(struct cnode *n);
 /* A connection being made: a check may wait for it. */
-int cnode_connecting(const struct cnode *n);
+bool cnode_connecting(const struct cnode *n);
 /* No slot map yet, but one is on its way. */
-int cluster_awaits_map(const struct cluster *cl);
+bool cluster_awaits_map(const struct cluster *cl);
 
 /* The node of a hiredis callback. */
 static inline struct cnode *

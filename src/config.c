@@ -671,14 +671,14 @@ check_redis(const void *obj, const char *path, struct schema_ctx *ctx)
     check_redis_url(r, path, ctx);
 }
 
-static int
+static bool
 is_loopback(const struct rl_listen_addr *a)
 {
     const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)&a->ss;
     const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)&a->ss;
 
     if (a->family == AF_UNIX)
-        return 1;
+        return true;
     if (a->family == AF_INET)
         return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
     return IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr) ||

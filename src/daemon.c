@@ -90,28 +90,30 @@ set_nonblock_cloexec(int fd)
     return RL_OK;
 }
 
-/* The fd is closed and -1 returned; errno says why. */
+/* RL_ERR with errno's words as the cause; fd (when one) is closed. */
 static int
 fail_socket(int fd, char **cause)
 {
     *cause = xasprintf("%s", strerror(errno));
     if (fd >= 0)
         close(fd);
-    return -1;
+    return RL_ERR;
 }
 
-/* The fd listening at a, or -1 (closed). */
+/* fd bound to a and listening: *out; on RL_ERR fd is closed. */
 static int
-bind_listen(int fd, const struct rl_listen_addr *a, char **cause)
+bind_listen(int fd, const struct rl_listen_addr *a, int *out, char **cause)
 {
     if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
         listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
         return fail_socket(fd, cause);
-    return fd;
+    *out = fd;
+    return RL_OK;
 }
 
+/* *out: a socket listening at a (with SO_REUSEPORT when asked). */
 static int
-open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
+open_tcp(const struct rl_listen_addr *a, int reuseport, int *out, char **cause)
 {
     int one = 1;
     int fd = socket(a->family, SOCK_STREAM, 0);
@@ -123,7 +125,7 @@ open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
         goto fail;
-    return bind_listen(fd, a, cause);
+    return bind_listen(fd, a, out, cause);
 fail:
     return fail_socket(fd, cause);
 }
@@ -136,16 +138,17 @@ fail:
 static int
 probe_tcp(const struct rl_listen_addr *a, char **cause)
 {
-    int fd = open_tcp(a, 0, cause);
+    int fd;
 
-    if (fd < 0)
+    if (open_tcp(a, 0, &fd, cause) != RL_OK)
         return RL_ERR;
     close(fd);
     return RL_OK;
 }
 
+/* *out: a socket listening at the path of a. */
 static int
-open_unix(const struct rl_listen_addr *a, char **cause)
+open_unix(const struct rl_listen_addr *a, int *out, char **cause)
 {
     struct stat st;
     int fd;
@@ -154,7 +157,7 @@ open_unix(const struct rl_listen_addr *a, char **cause)
      * mistyped -l would delete whatever file it named. */
     if (lstat(a->path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
         *cause = xasprintf("%s exists and is not a socket: refusing to replace it", a->path);
-        return -1;
+        return RL_ERR;
     }
     if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) < 0)
         goto fail;
@@ -165,7 +168,7 @@ open_unix(const struct rl_listen_addr *a, char **cause)
     }
     if (errno == ECONNREFUSED)
         unlink(a->path);
-    return bind_listen(fd, a, cause);
+    return bind_listen(fd, a, out, cause);
 fail:
     return fail_socket(fd, cause);
 }
@@ -175,7 +178,7 @@ static int
 open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
 {
     if (a->family == AF_UNIX) {
-        if ((fds[0] = open_unix(a, cause)) < 0)
+        if (open_unix(a, &fds[0], cause) != RL_OK)
             return RL_ERR;
         for (size_t i = 1; i < n; i++)
             fds[i] = fcntl(fds[0], F_DUPFD_CLOEXEC, 0);
@@ -184,7 +187,7 @@ open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
     if (n > 1 && probe_tcp(a, cause) != RL_OK)
         return RL_ERR;
     for (size_t i = 0; i < n; i++) {
-        if ((fds[i] = open_tcp(a, n > 1, cause)) < 0) {
+        if (open_tcp(a, n > 1, &fds[i], cause) != RL_OK) {
             while (i-- > 0)
                 close(fds[i]);
             return RL_ERR;
@@ -321,14 +324,14 @@ static int
 serve_admin(struct run_state *rs, const struct rl_config *cfg)
 {
     char *cause = NULL;
-    int fd;
+    int fd = -1, rc;
 
     if (cfg->admin_listen == NULL)
         return RL_OK;
     if (listen_addr_parse(cfg->admin_listen, &rs->admin, &cause) == RL_OK) {
-        fd = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &cause)
-                                         : open_tcp(&rs->admin, 0, &cause);
-        if (fd >= 0 && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
+        rc = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &fd, &cause)
+                                         : open_tcp(&rs->admin, 0, &fd, &cause);
+        if (rc == RL_OK && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
             log_info("msg=\"admin API listening\" admin_listen=%s token=%s", cfg->admin_listen,
                      cfg->admin_token != NULL ? "required" : "none");
             return RL_OK;

@@ -1002,7 +1002,7 @@ http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
         empty(arg);
 }
 
-int
+bool
 http_server_draining(const struct http_server *srv)
 {
     return srv->draining;

@@ -1,4 +1,5 @@
 /* hybrid.c — see hybrid.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -229,13 +230,13 @@ take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
 
 /* ---- syncs ---------------------------------------------------------------- */
 
-static int
+static bool
 idle(const struct rl_hybrid *h)
 {
     return h->units == 0 && h->ops == 0;
 }
 
-int
+bool
 hybrid_idle(const struct rl_hybrid *h)
 {
     return h == NULL || idle(h);
@@ -292,11 +293,10 @@ static int
 sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
 {
     struct sync_op *op;
-    const char *why;
 
     if (h->closing || e->op != NULL)
         return RL_ERR;
-    if (h->be->ops->ready(h->be, &why) != RL_OK) {
+    if (h->be->ops->not_ready(h->be) != NULL) {
         e->failed = 1; /* the local view is getting old */
         return RL_ERR;
     }
@@ -355,7 +355,6 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     struct rl_hybrid *h = arg;
     struct hentry *list = h->dirty, *e;
     int64_t now = h->now(), half = h->tick_ms * 500;
-    const char *why;
 
     h->dirty = NULL;
     while ((e = list) != NULL) {
@@ -372,7 +371,7 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         }
     }
     /* in an outage a snapshot is all there is to go by: keep them */
-    if (h->be->ops->ready(h->be, &why) == RL_OK)
+    if (h->be->ops->not_ready(h->be) == NULL)
         evict(h, now);
     if (h->n == 0)
         evtimer_del(h->tick);

@@ -1,11 +1,12 @@
 /* pathnorm.c — see pathnorm.h. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "pathnorm.h"
 #include "util.h"
 
 /* RFC 3986 §2.3: the only bytes whose escapes mean the same as themselves. */
-static int
+static bool
 unreserved(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

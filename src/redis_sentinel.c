@@ -1,4 +1,5 @@
 /* redis_sentinel.c — see redis_sentinel.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,12 +86,11 @@ on_sub_disconnect(const redisAsyncContext *ac, int status)
 static void
 subscribe(struct rsentinel *s, const char *host, const char *ip, int port)
 {
-    const char *why;
-
     if (s->subac != NULL || s->closing)
         return;
-    s->subac = rconn_open(s->evb, host, ip, port, NULL, s, on_sub_connect, on_sub_disconnect,
-                          &why);
+    /* when none can be made, the next answer from a sentinel tries again */
+    (void)rconn_open(s->evb, host, ip, port, NULL, s, on_sub_connect, on_sub_disconnect,
+                     &s->subac);
 }
 
 /* ---- asking ---------------------------------------------------------------------- */
@@ -153,8 +153,8 @@ connect_to(void *arg, const char *ip, const char *why)
     redisAsyncContext *ac;
 
     s->lookup = NULL;
-    if (ip == NULL || (ac = rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
-                                       on_disconnect, &why)) == NULL) {
+    if (ip == NULL || rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
+                                 on_disconnect, &ac) != NULL) {
         ask_next(s);
         return;
     }
@@ -190,14 +190,14 @@ rsentinel_ask(struct rsentinel *s)
     ask_next(s);
 }
 
-int
+bool
 rsentinel_cancel(struct rsentinel *s)
 {
     if (s->lookup != NULL) {
         rconn_abandon(s->lookup);
         s->lookup = NULL;
         s->tries = 0;
-        return 1;
+        return true;
     }
     if (s->ac != NULL) {
         /* a timer's frame, not a hiredis callback: freeing here is safe */
@@ -205,9 +205,9 @@ rsentinel_cancel(struct rsentinel *s)
         s->ac = NULL;
         redisAsyncFree(ac);
         s->tries = 0;
-        return 1;
+        return true;
     }
-    return 0;
+    return false;
 }
 
 /* ---- life ------------------------------------------------------------------------- */

@@ -1,4 +1,5 @@
 /* redis_tls.c — see redis_tls.h. */
+#include <stdbool.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -106,14 +107,14 @@ load_files(SSL_CTX *ctx, const struct rl_tls_conf *t, char **cause)
     return RL_OK;
 }
 
-static SSL_CTX *
-make_ctx(const struct rl_tls_conf *t, char **cause)
+static int
+make_ctx(const struct rl_tls_conf *t, SSL_CTX **out, char **cause)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 
     if (ctx == NULL) {
         *cause = ssl_cause(NULL, NULL, "cannot make a TLS context");
-        return NULL;
+        return RL_ERR;
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     /* Sessions are not resumed: a connection lives for hours, and a cache
@@ -121,10 +122,11 @@ make_ctx(const struct rl_tls_conf *t, char **cause)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     if (load_files(ctx, t, cause) != RL_OK) {
         SSL_CTX_free(ctx);
-        return NULL;
+        return RL_ERR;
     }
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
-    return ctx;
+    *out = ctx;
+    return RL_OK;
 }
 
 /* One warning per file holding a certificate past its notAfter: it loads,
@@ -199,24 +201,24 @@ settings_digest(const struct rl_tls_conf *t, int on, unsigned char *out)
 
 /* Verify the peer as `name` (an address: its IP subjectAltName); a name is
  * also sent as SNI.  NULL: no name checked. */
-static int
+static bool
 set_peer_name(SSL *ssl, const char *name, int verify)
 {
     unsigned char ip[sizeof(struct in6_addr)];
     int is_ip;
 
     if (name == NULL || name[0] == '\0')
-        return 1;
+        return true;
     is_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
     if (!is_ip && SSL_set_tlsext_host_name(ssl, name) != 1)
-        return 0;
+        return false;
     if (!verify)
-        return 1;
+        return true;
     return is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1
                  : SSL_set1_host(ssl, name) == 1;
 }
 
-static int
+static bool
 tls_wanted(const struct rl_redis_conf *r)
 {
     return r->tls.enabled || (r->url != NULL && strncmp(r->url, "rediss://", 9) == 0);
@@ -275,10 +277,9 @@ targets(const struct rl_redis_conf *r, struct target *out)
     return n;
 }
 
-/* A TCP connection to host:port made by the deadline (non-blocking); -1
- * and *why when none. */
+/* *out: a TCP connection to t made by the deadline (non-blocking). */
 static int
-tcp_connect(const char *host, int port, int64_t deadline_us, const char **why)
+tcp_connect(const struct target *t, int64_t deadline_us, int *out, char **cause)
 {
     struct addrinfo hints = {0}, *ai = NULL;
     char ps[16];
@@ -287,10 +288,10 @@ tcp_connect(const char *host, int port, int64_t deadline_us, const char **why)
     struct pollfd p;
 
     hints.ai_socktype = SOCK_STREAM;
-    snprintf(ps, sizeof(ps), "%d", port);
-    if ((rc = getaddrinfo(host, ps, &hints, &ai)) != 0) {
-        *why = gai_strerror(rc);
-        return -1;
+    snprintf(ps, sizeof(ps), "%d", t->port);
+    if ((rc = getaddrinfo(t->host, ps, &hints, &ai)) != 0) {
+        *cause = xasprintf("%s:%d: %s", t->host, t->port, gai_strerror(rc));
+        return RL_ERR;
     }
     fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -309,10 +310,11 @@ tcp_connect(const char *host, int port, int64_t deadline_us, const char **why)
     if (err != 0) {
         if (fd >= 0)
             close(fd);
-        *why = strerror(err);
-        return -1;
+        *cause = xasprintf("%s:%d: %s", t->host, t->port, strerror(err));
+        return RL_ERR;
     }
-    return fd;
+    *out = fd;
+    return RL_OK;
 }
 
 /* Wait for what the last SSL call on fd wants; RL_ERR at an error or the
@@ -370,21 +372,23 @@ exchange_failure(SSL *ssl, int64_t deadline_us, char *buf, size_t n)
     ERR_clear_error();
 }
 
-/* 1: TLS works with ctx at t, verified as `name` (NULL: t's host); 0: it
- * does not (*why); -1: t is not reached (*why). */
+/* Whether TLS works with ctx at t, verified as `name` (NULL: t's host):
+ * RL_OK, or RL_ERR and *cause, with *reached false when t did not answer at
+ * all. */
 static int
-probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms, char **why)
+probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms,
+      bool *reached, char **cause)
 {
     int64_t deadline = now_monotonic_us() + timeout_ms * 1000;
-    const char *err = NULL;
     char reason[REASON_LEN];
-    int fd, ok;
+    int fd;
+    bool ok;
     SSL *ssl;
 
-    if ((fd = tcp_connect(t->host, t->port, deadline, &err)) < 0) {
-        *why = xasprintf("%s:%d: %s", t->host, t->port, err);
-        return -1;
-    }
+    *reached = false;
+    if (tcp_connect(t, deadline, &fd, cause) != RL_OK)
+        return RL_ERR;
+    *reached = true;
     ssl = SSL_new(ctx);
     ok = ssl != NULL && SSL_set_fd(ssl, fd) == 1 &&
          set_peer_name(ssl, name != NULL ? name : t->host,
@@ -393,11 +397,11 @@ probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms
     if (!ok) {
         if (ssl != NULL)
             exchange_failure(ssl, deadline, reason, sizeof(reason));
-        *why = xasprintf("%s:%d: %s", t->host, t->port, ssl != NULL ? reason : "no memory");
+        *cause = xasprintf("%s:%d: %s", t->host, t->port, ssl != NULL ? reason : "no memory");
     }
     SSL_free(ssl);
     close(fd);
-    return ok;
+    return ok ? RL_OK : RL_ERR;
 }
 
 /*
@@ -407,25 +411,26 @@ probe(SSL_CTX *ctx, const char *name, const struct target *t, int64_t timeout_ms
  * server to try (a Unix socket, which is never TLS) is no failure.
  */
 static int
-probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **why)
+probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **cause)
 {
     struct target t[PROBE_TARGETS_MAX];
     size_t n = targets(r, t), i;
-    int res = -1;
+    bool reached = false;
+    int rc = RL_ERR;
 
-    *why = NULL;
-    for (i = 0; i < n && res < 0; i++) {
-        free(*why);
-        *why = NULL;
-        res = probe(ctx, r->tls.server_name, &t[i], r->connect_timeout_ms, why);
-        if (res == 1)
+    *cause = NULL;
+    for (i = 0; i < n && !reached; i++) {
+        free(*cause);
+        *cause = NULL;
+        rc = probe(ctx, r->tls.server_name, &t[i], r->connect_timeout_ms, &reached, cause);
+        if (rc == RL_OK)
             log_info("msg=\"redis TLS: a handshake with the new settings worked\" "
                      "server=%s:%d",
                      t[i].host, t[i].port);
     }
     for (i = 0; i < n; i++)
         free(t[i].host);
-    return res == 1 || n == 0 ? RL_OK : RL_ERR;
+    return rc == RL_OK || n == 0 ? RL_OK : RL_ERR;
 }
 
 static void
@@ -453,7 +458,7 @@ install(const struct rl_tls_conf *t, int on, SSL_CTX *ctx, const unsigned char *
 static int
 new_ctx(const struct rl_redis_conf *r, SSL_CTX **out, char **cause)
 {
-    char *why = NULL;
+    char *inner = NULL;
 
     *out = NULL;
     if (!tls_wanted(r))
@@ -462,9 +467,9 @@ new_ctx(const struct rl_redis_conf *r, SSL_CTX **out, char **cause)
         *cause = xstrdup("redis.tls: server_name is too long");
         return RL_ERR;
     }
-    if ((*out = make_ctx(&r->tls, &why)) == NULL) {
-        *cause = xasprintf("redis.tls: %s", why);
-        free(why);
+    if (make_ctx(&r->tls, out, &inner) != RL_OK) {
+        *cause = xasprintf("redis.tls: %s", inner);
+        free(inner);
         return RL_ERR;
     }
     warn_expired("ca_file", r->tls.ca_file);
@@ -489,7 +494,7 @@ configure(const struct rl_redis_conf *r, int test_first, char **cause)
     int on = tls_wanted(r), same;
     unsigned char digest[SHA256_DIGEST_LENGTH];
     SSL_CTX *ctx;
-    char *why = NULL;
+    char *inner = NULL;
 
     if (new_ctx(r, &ctx, cause) != RL_OK)
         return RL_ERR;
@@ -497,11 +502,11 @@ configure(const struct rl_redis_conf *r, int test_first, char **cause)
     pthread_mutex_lock(&g.mu);
     same = g.on == on && memcmp(g.digest, digest, sizeof(digest)) == 0;
     pthread_mutex_unlock(&g.mu);
-    if (on && test_first && !same && probe_any(r, ctx, &why) != RL_OK) {
+    if (on && test_first && !same && probe_any(r, ctx, &inner) != RL_OK) {
         *cause = xasprintf("redis.tls: a TLS handshake with the new settings failed, the "
                            "running ones stay: %s",
-                           why);
-        free(why);
+                           inner);
+        free(inner);
         SSL_CTX_free(ctx);
         return RL_ERR;
     }
@@ -521,10 +526,10 @@ rtls_reconfigure(const struct rl_redis_conf *r, char **cause)
     return configure(r, 1, cause);
 }
 
-int
+bool
 rtls_enabled(void)
 {
-    int on;
+    bool on;
 
     pthread_mutex_lock(&g.mu);
     on = g.on;
@@ -642,7 +647,7 @@ plain_gone(struct bridge *b)
     drop_tls(b);
 }
 
-static int
+static bool
 transient(int err)
 {
     return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
@@ -712,7 +717,7 @@ on_tls_read(struct bufferevent *bev, void *arg)
 }
 
 /* The server is not there (yet): not a TLS problem, the backend says so. */
-static int
+static bool
 unreachable(int err)
 {
     return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
@@ -724,7 +729,7 @@ unreachable(int err)
  * a warning (the TLS setup itself failed), 0 when it is a connection lost
  * or refused that the backend reports anyway.
  */
-static int
+static bool
 describe(struct bridge *b, short what, int sock_err, char *buf, size_t n)
 {
     SSL *ssl = bufferevent_openssl_get_ssl(b->tls);
@@ -846,14 +851,15 @@ hook_cleanup(void *p)
  * number.  Nothing ever reads that listener; the bytes flow only through
  * the socketpair.
  */
-static redisAsyncContext *
-hiredis_on_socket(int fd, const char **why)
+static const char *
+hiredis_on_socket(int fd, redisAsyncContext **out)
 {
     struct sockaddr_in sin;
     socklen_t len = sizeof(sin);
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     redisAsyncContext *ac = NULL;
 
+    *out = NULL;
     memset(&sin, 0, sizeof(sin));
     sin.sin_family = AF_INET;
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -861,7 +867,6 @@ hiredis_on_socket(int fd, const char **why)
         getsockname(lfd, (struct sockaddr *)&sin, &len) < 0) {
         log_debug("msg=\"redis TLS bridge: no loopback listener\" error=\"%s\"",
                   strerror(errno));
-        *why = "cannot open the TLS bridge";
         goto out;
     }
     ac = redisAsyncConnect("127.0.0.1", ntohs(sin.sin_port));
@@ -871,12 +876,12 @@ hiredis_on_socket(int fd, const char **why)
         if (ac != NULL)
             redisAsyncFree(ac);
         ac = NULL;
-        *why = "cannot open the TLS bridge";
     }
 out:
     if (lfd >= 0)
         close(lfd);
-    return ac;
+    *out = ac;
+    return ac != NULL ? NULL : "cannot open the TLS bridge";
 }
 
 static int
@@ -949,28 +954,24 @@ attach(redisAsyncContext *ac, struct event_base *evb, struct bridge *b, const ch
     ac->ev.cleanup = hook_cleanup;
 }
 
-redisAsyncContext *
+const char *
 rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
-             const char **why)
+             redisAsyncContext **out)
 {
     struct sockaddr_storage ss;
     int sslen, one, sp[2] = {-1, -1};
     struct bridge *b = NULL;
-    redisAsyncContext *ac = NULL;
+    const char *why;
     SSL *ssl;
 
-    if (peer_addr(ip, port, &ss, &sslen) != RL_OK) {
-        *why = "connect failed";
-        return NULL;
-    }
-    if ((ssl = new_ssl(host)) == NULL) {
-        *why = "cannot start TLS";
-        return NULL;
-    }
+    *out = NULL;
+    if (peer_addr(ip, port, &ss, &sslen) != RL_OK)
+        return "connect failed";
+    if ((ssl = new_ssl(host)) == NULL)
+        return "cannot start TLS";
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0) {
         SSL_free(ssl);
-        *why = "cannot open the TLS bridge";
-        return NULL;
+        return "cannot open the TLS bridge";
     }
     b = xcalloc(1, sizeof(*b));
     snprintf(b->peer, sizeof(b->peer), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
@@ -984,12 +985,12 @@ rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
     if (b->plain_rd == NULL || b->plain_wr == NULL || b->pending == NULL || b->tls == NULL) {
         if (b->tls == NULL)
             SSL_free(ssl);
-        *why = "cannot open the TLS bridge";
+        why = "cannot open the TLS bridge";
         goto fail;
     }
     bufferevent_setcb(b->tls, on_tls_read, NULL, on_tls_event, b);
     if (bufferevent_socket_connect(b->tls, (struct sockaddr *)&ss, sslen) < 0) {
-        *why = "connect failed";
+        why = "connect failed";
         goto fail;
     }
     /* as hiredis does for its own sockets: a batch must not wait for the
@@ -998,11 +999,11 @@ rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
     setsockopt(bufferevent_getfd(b->tls), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     event_add(b->plain_rd, NULL);
     bufferevent_enable(b->tls, EV_READ);
-    if ((ac = hiredis_on_socket(sp[0], why)) == NULL)
+    if ((why = hiredis_on_socket(sp[0], out)) != NULL)
         goto fail;
     close(sp[0]);
-    attach(ac, evb, b, ip, port);
-    return ac;
+    attach(*out, evb, b, ip, port);
+    return NULL;
 fail:
     if (sp[0] >= 0)
         close(sp[0]);
@@ -1012,5 +1013,5 @@ fail:
     if (b->pending != NULL)
         evbuffer_free(b->pending);
     free(b);
-    return NULL;
+    return why;
 }

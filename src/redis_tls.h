@@ -18,6 +18,8 @@
 #ifndef RL_REDIS_TLS_H
 #define RL_REDIS_TLS_H
 
+#include <stdbool.h>
+
 #include <hiredis/async.h>
 
 #include "rl.h"
@@ -35,7 +37,7 @@ struct event_base;
 int rtls_configure(const struct rl_redis_conf *r, char **cause) RL_WUR;
 
 /* Whether new Redis connections go over TLS. */
-int rtls_enabled(void);
+bool rtls_enabled(void);
 
 /*
  * Like rtls_configure, but first a TLS handshake (and a PING) with the new
@@ -54,13 +56,13 @@ int rtls_reconfigure(const struct rl_redis_conf *r, char **cause) RL_WUR;
 int rtls_check(const struct rl_redis_conf *r, char **cause) RL_WUR;
 
 /*
- * A hiredis context whose socket is a new bridge to ip:port over TLS,
+ * *out: a hiredis context whose socket is a new bridge to ip:port over TLS,
  * attached to evb; the certificate is verified as redis.tls.server_name, or
- * else as `host` (the name or address ip was reached by).  NULL and a static
- * reason when it could not be made.
+ * else as `host` (the name or address ip was reached by).  Returns NULL, or
+ * why it could not be made (static text).
  */
-redisAsyncContext *rtls_connect(struct event_base *evb, const char *host, const char *ip,
-                                int port, const char **why);
+const char *rtls_connect(struct event_base *evb, const char *host, const char *ip, int port,
+                         redisAsyncContext **out);
 
 /* Forget the settings (process exit: keeps leak checkers quiet). */
 void rtls_shutdown(void);

@@ -1,4 +1,5 @@
 /* script.c — see script.h. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,17 +99,17 @@ script_call_free(struct rl_script_call *c)
     memset(c, 0, sizeof(*c));
 }
 
-static int
+static bool
 same_limits(const struct rl_script_spec *s, const struct rl_limit *l, size_t n)
 {
     if (s->at != l || s->n != n)
-        return 0;
+        return false;
     for (size_t i = 0; i < n; i++) {
         if (s->limits[i].algo != l[i].algo || s->limits[i].limit != l[i].limit ||
             s->limits[i].window_ms != l[i].window_ms || s->limits[i].burst != l[i].burst)
-            return 0;
+            return false;
     }
-    return 1;
+    return true;
 }
 
 /* The spec argument of limits l[0..n): from the cache, else built into it. */
@@ -295,21 +296,17 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     return RL_OK;
 }
 
-int
-script_reply_check(const redisReply *r, size_t len, const char **why)
+const char *
+script_reply_problem(const redisReply *r, size_t len)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != len) {
-        *why = "unexpected reply from the check script";
-        return RL_ERR;
-    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != len)
+        return "unexpected reply from the check script";
     for (size_t i = 0; i < r->elements; i++) {
         if (r->element[i]->type != REDIS_REPLY_INTEGER &&
-            r->element[i]->type != REDIS_REPLY_ERROR) {
-            *why = "non-integer in the check script's reply";
-            return RL_ERR;
-        }
+            r->element[i]->type != REDIS_REPLY_ERROR)
+            return "non-integer in the check script's reply";
     }
-    return RL_OK;
+    return NULL;
 }
 
 void

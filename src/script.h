@@ -62,10 +62,10 @@ int script_call_build(struct rl_script_call *c, const struct rl_check_req *const
  * -blocked_ms for a blocked key) then
  * (remaining, reset_ms, retry_after_ms) per limit, all integers; or, for a
  * check that failed alone (a key of the wrong type), an error in place of
- * allowed, then integers.  RL_OK when r has exactly `len` elements, each an
- * integer or an error, else RL_ERR and a static *why.
+ * allowed, then integers.  What is wrong with r as that answer, `len`
+ * elements each an integer or an error (static text), or NULL when nothing.
  */
-int script_reply_check(const redisReply *r, size_t len, const char **why) RL_WUR;
+const char *script_reply_problem(const redisReply *r, size_t len);
 
 /* Elements of a batch reply that answer one check of `nlimits` limits. */
 static inline size_t
@@ -89,7 +89,7 @@ struct rl_script_wait {
 
 void script_answer_status(struct rl_script_wait *w, enum rl_backend_status st,
                           const char *why);
-/* The check's part of a reply script_reply_check() accepted: its elements
+/* The check's part of a reply script_reply_problem() found fine: its elements
  * from `at` on, for `nlimits` limits.  An error there answers the check
  * RL_BACKEND_ERROR (static text naming the error's code), and it alone. */
 void script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,

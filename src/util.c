@@ -1,4 +1,5 @@
 /* util.c — see util.h. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +90,7 @@ now_monotonic_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-int
+bool
 str_ieq(const char *a, const char *b)
 {
     return strcasecmp(a, b) == 0;

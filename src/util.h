@@ -7,6 +7,7 @@
 #define RL_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,7 +26,7 @@ char *xvasprintf(const char *fmt, va_list ap) RL_PRINTF(1, 0);
 int64_t now_monotonic_us(void);
 
 /* Case-insensitive ASCII comparison of the first n bytes. */
-int str_ieq(const char *a, const char *b);
+bool str_ieq(const char *a, const char *b);
 
 /* SipHash-2-4 of len bytes under the key (k0, k1): a keyed hash, for values
  * a caller must not be able to aim at (hash chains) or to invert. */
@@ -102,7 +103,7 @@ sb_str(struct strbuf *sb, const char *s)
 void sb_i64(struct strbuf *sb, int64_t v);
 
 /* Everything appended fitted. */
-static inline int
+static inline bool
 sb_ok(const struct strbuf *sb)
 {
     return sb->len < sb->size;

@@ -1,4 +1,5 @@
 /* worker.c — see worker.h. */
+#include <stdbool.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@
  * waits for the backend, and every count a hybrid policy admitted has
  * reached it (or shutdown_grace is over).  A connection closes only after
  * its last answer was written, so nothing is left to flush. */
-static int
+static bool
 drained(const struct rl_worker *w)
 {
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
@@ -82,13 +83,9 @@ on_drain(evutil_socket_t fd, short what, void *arg)
 static const char *
 own_readiness(struct rl_worker *w)
 {
-    const char *reason = NULL;
-
     if (w->draining)
         return "shutting down";
-    if (w->backend->ops->ready(w->backend, &reason) == RL_OK)
-        return NULL;
-    return reason != NULL ? reason : "backend not ready";
+    return w->backend->ops->not_ready(w->backend);
 }
 
 static void
