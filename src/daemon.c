@@ -26,6 +26,7 @@
 #include "netaddr.h"
 #include "notify.h"
 #include "redis_tls.h"
+#include "redis_tls_reload.h"
 #include "util.h"
 #include "worker.h"
 
@@ -238,7 +239,7 @@ reload(struct run_state *rs)
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
      * open keep theirs, new handshakes use the new ones */
-    if (cfg->backend == RL_BACKEND_REDIS && rtls_reconfigure(&cfg->redis, &cause) != RL_OK) {
+    if (cfg->backend == RL_BACKEND_REDIS && rtls_reload(&cfg->redis, &cause) != RL_OK) {
         log_error("msg=\"reload rejected, keeping the running configuration\" "
                   "problem=\"%s\"",
                   cause);

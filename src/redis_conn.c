@@ -17,6 +17,7 @@
 #include "redis_conn.h"
 #include "redis_reply.h"
 #include "redis_tls.h"
+#include "redis_tls_bridge.h"
 #include "util.h"
 
 static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
@@ -167,9 +168,9 @@ rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
     const char *why;
 
     *out = NULL;
-    /* TLS: hiredis speaks to a bridge (redis_tls.h), attached already */
+    /* TLS: hiredis speaks to a bridge (redis_tls_bridge.h), attached already */
     if (path == NULL && rtls_enabled()) {
-        if ((why = rtls_connect(evb, host, ip, port, &ac)) != NULL)
+        if ((why = rtls_bridge_connect(evb, host, ip, port, &ac)) != NULL)
             return why;
         goto attached;
     }

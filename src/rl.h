@@ -33,7 +33,7 @@
  *   layer 1: util.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c redis_reply.h
  *   layer 2: schema.h
  *   layer 3: config.h
- *   layer 4: identity.h policy.h http.h redis_conn.h redis_tls.h redis_sentinel.h api.h
+ *   layer 4: identity.h policy.h http.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h api.h
  *   layer 5: backend.h cluster_slots.h
  *   layer 6: script.h deny_cache.h response.h metrics.h
  *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
