@@ -557,17 +557,13 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
 static bool
 valid_host_port(const char *s)
 {
-    const char *colon = strrchr(s, ':');
-    size_t hlen;
+    char *host;
+    int port;
 
-    if (colon == NULL || colon == s || colon[1] == '\0' ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) < 1 ||
-        atoi(colon + 1) > 65535)
+    if (redis_url_hostport(s, &host, &port) != RL_OK)
         return false;
-    hlen = (size_t)(colon - s);
-    if (s[0] == '[')
-        return hlen > 2 && s[hlen - 1] == ']';
-    return memchr(s, ':', hlen) == NULL;
+    free(host);
+    return true;
 }
 
 static void

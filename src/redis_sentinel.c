@@ -10,6 +10,7 @@
 #include "log.h"
 #include "redis_conn.h"
 #include "redis_sentinel.h"
+#include "redis_url.h"
 #include "util.h"
 
 struct rl_hostport {
@@ -212,23 +213,6 @@ rsentinel_cancel(struct rsentinel *s)
 
 /* ---- life ------------------------------------------------------------------------- */
 
-static void
-parse_hostport(const char *s, struct rl_hostport *out)
-{
-    const char *colon = strrchr(s, ':');
-
-    if (colon == NULL) { /* config.c makes this unreachable */
-        out->host = xstrdup(s);
-        out->port = 26379;
-        return;
-    }
-    if (s[0] == '[')
-        out->host = xstrndup(s + 1, (size_t)(colon - s - 2));
-    else
-        out->host = xstrndup(s, (size_t)(colon - s));
-    out->port = atoi(colon + 1);
-}
-
 struct rsentinel *
 rsentinel_new(struct event_base *evb, struct evdns_base **dns,
               const struct rl_sentinel_conf *conf, const char *display,
@@ -240,10 +224,12 @@ rsentinel_new(struct event_base *evb, struct evdns_base **dns,
     s->dns = dns;
     s->display = display;
     s->master = xstrdup(conf->master);
-    s->nnodes = conf->nodes.n;
-    s->nodes = xcalloc(s->nnodes > 0 ? s->nnodes : 1, sizeof(*s->nodes));
-    for (size_t i = 0; i < s->nnodes; i++)
-        parse_hostport(conf->nodes.v[i], &s->nodes[i]);
+    s->nodes = xcalloc(conf->nodes.n > 0 ? conf->nodes.n : 1, sizeof(*s->nodes));
+    /* config.c checked every one with the same parser */
+    for (size_t i = 0; i < conf->nodes.n; i++)
+        if (redis_url_hostport(conf->nodes.v[i], &s->nodes[s->nnodes].host,
+                               &s->nodes[s->nnodes].port) == RL_OK)
+            s->nnodes++;
     s->found = found;
     s->switched = switched;
     s->arg = arg;

@@ -28,20 +28,6 @@ struct target {
     int port;
 };
 
-/* "host:port" or "[v6]:port" (config.c checked the shape) */
-static void
-split_hostport(const char *s, struct target *out)
-{
-    const char *colon = strrchr(s, ':');
-    size_t n = colon != NULL ? (size_t)(colon - s) : strlen(s);
-
-    out->port = colon != NULL ? atoi(colon + 1) : 6379;
-    if (n >= 2 && s[0] == '[' && s[n - 1] == ']')
-        out->host = xstrndup(s + 1, n - 2);
-    else
-        out->host = xstrndup(s, n);
-}
-
 /* The servers the configuration names: the URL's, the Cluster seeds or the
  * sentinels (whose files are the same as the nodes' they lead to). */
 static size_t
@@ -55,8 +41,10 @@ targets(const struct rl_redis_conf *r, struct target *out)
     size_t n = 0;
 
     if (l != NULL) {
-        for (; n < l->n && n < PROBE_TARGETS_MAX; n++)
-            split_hostport(l->v[n], &out[n]);
+        /* config.c checked every one with the same parser */
+        for (size_t i = 0; i < l->n && n < PROBE_TARGETS_MAX; i++)
+            if (redis_url_hostport(l->v[i], &out[n].host, &out[n].port) == RL_OK)
+                n++;
         return n;
     }
     if (r->url == NULL || redis_url_parse(r->url, &u, &cause) != RL_OK) {
