@@ -1,12 +1,4 @@
-/*
- * cluster_op.c — a check on the Cluster backend from the moment the router
- * queued it to its answer (see backend_cluster.c for the whole picture): the
- * checks of one event-loop pass sent as one script call per hash slot, each
- * under its own deadline; MOVED and ASK followed, TRYAGAIN and CLUSTERDOWN
- * retried on a short timer, a forgotten script or library sent again as
- * EVAL, a node still connecting waited for (polled).  Whatever happens, the
- * check is answered exactly once and its request never touched afterwards.
- */
+/* cluster_op.c — see cluster_op.h (and backend_cluster.c for the whole picture). */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,19 +24,38 @@
 /* How often a check waiting for a connecting node looks again. */
 #define WAIT_POLL_MS 2
 
+/* One check until it is answered and hiredis owes it nothing. */
+struct cop {
+    struct cops *o;
+    struct cop *prev, *next;
+    struct rl_script_wait w; /* the check: req, cb, answered */
+    struct event *deadline;
+    struct event *retry_ev; /* created on first use */
+    struct cnode *sent;     /* the node owing the reply, while inflight */
+    struct cnode *wait;     /* waiting for this node (holds a ref) */
+    int wait_asking;
+    int slot;
+    size_t nlimits; /* its part of a reply, once req is gone */
+    int inflight;   /* replies hiredis owes this check: 0 or 1 */
+    int asking;     /* the last send was preceded by ASKING */
+    int sent_eval;  /* EVAL sent on the current node */
+    int redirects;
+    int retries;
+};
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* ---- answering checks ------------------------------------------------------ */
 
-void
+static void
 cop_free(struct cop *op)
 {
-    struct cluster *cl = op->cl;
+    struct cops *o = op->o;
 
     if (op->prev != NULL)
         op->prev->next = op->next;
     else
-        cl->ops = op->next;
+        o->live = op->next;
     if (op->next != NULL)
         op->next->prev = op->prev;
     event_free(op->deadline);
@@ -91,10 +102,10 @@ script_cmd(const struct cnode *n, int eval)
 static int
 op_send(struct cop *op, struct cnode *n, int asking)
 {
-    struct rl_script_call *c = &op->cl->call;
+    struct rl_script_call *c = &op->o->call;
 
     /* as backend_redis.c: past redis.max_pending fail fast, do not queue */
-    if (n->pending_checks + 1 > op->cl->max_pending ||
+    if (n->pending_checks + 1 > op->o->max_pending ||
         script_call_build(c, &op->w.req, 1, script_cmd(n, op->sent_eval)) != RL_OK)
         return RL_ERR;
     /* Both on one connection, so they arrive back to back. */
@@ -152,15 +163,15 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
 static void
 op_route(struct cop *op)
 {
-    struct cluster *cl = op->cl;
-    struct cnode *n = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
+    struct cops *o = op->o;
+    struct cnode *n = o->map->loaded ? o->map->owner[op->slot] : NULL;
 
-    if (n == NULL && cluster_awaits_map(cl)) {
+    if (n == NULL && cnodes_map_coming(o->nodes)) {
         op_arm_retry(op, WAIT_POLL_MS); /* then by the map, when it comes */
         return;
     }
     if (n == NULL) {
-        cluster_map_refresh(&cl->map);
+        cluster_map_refresh(o->map);
         script_answer_status(&op->w, RL_BACKEND_DOWN, "cluster slot not covered");
         return;
     }
@@ -179,8 +190,8 @@ is_error(const char *msg, const char *code)
 static void
 op_on_error(struct cop *op, struct cnode *n, const char *msg)
 {
-    struct cluster *cl = op->cl;
-    int moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
+    struct cops *o = op->o;
+    bool moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
 
     rconn_error(&n->c.errs, &n->c.st, n->name, msg, 1);
 
@@ -200,17 +211,17 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             script_answer_status(&op->w, RL_BACKEND_ERROR, "too many cluster redirections");
             return;
         }
-        to = cnode_get(cl, host, port);
+        to = cnode_get(o->nodes, host, port);
         log_debug("msg=\"redis cluster redirection\" kind=%s slot=%d from=%s to=%s",
                   moved ? "moved" : "ask", slot, n->name, to->name);
         if (moved) {
             /* The slot has a new owner for good: use it now, and let a
              * refresh bring the rest of the map up to date. */
-            if (cl->map.owner[slot] == NULL)
-                cl->map.covered++;
-            cl->map.owner[slot] = to;
-            to->master = 1;
-            cluster_map_refresh(&cl->map);
+            if (o->map->owner[slot] == NULL)
+                o->map->covered++;
+            o->map->owner[slot] = to;
+            to->master = true;
+            cluster_map_refresh(o->map);
         }
         op->sent_eval = 0; /* a new connection: FCALL or EVALSHA first */
         op_send_to(op, to, ask);
@@ -225,7 +236,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
             return;
         }
         if (msg[0] == 'C')
-            cluster_map_refresh(&cl->map);
+            cluster_map_refresh(o->map);
         ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
         if (ms > RETRY_MAX_MS)
             ms = RETRY_MAX_MS;
@@ -241,7 +252,7 @@ op_on_error(struct cop *op, struct cnode *n, const char *msg)
          * drop the connection, ask for the map (a failover moves masters) */
         script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
         rconn_drop(&n->c, rconn_unusable(msg));
-        cluster_map_refresh(&cl->map);
+        cluster_map_refresh(o->map);
         return;
     }
     if (!op->sent_eval && rconn_script_missing(&n->c, n->c.ac, msg)) {
@@ -351,7 +362,7 @@ on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 /* ops[0..k), all of one slot owned by the ready node n, as one call. */
 static void
-batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
+batch_send(struct cops *o, struct cnode *n, struct cop **ops, size_t k)
 {
     struct cbatch *b;
     int64_t wait_ms = 0;
@@ -361,15 +372,15 @@ batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
         return;
     }
     for (size_t i = 0; i < k; i++)
-        cl->reqs[i] = ops[i]->w.req;
-    if (n->pending_checks + k > cl->max_pending ||
-        script_call_build(&cl->call, cl->reqs, k, script_cmd(n, 0)) != RL_OK)
+        o->reqs[i] = ops[i]->w.req;
+    if (n->pending_checks + k > o->max_pending ||
+        script_call_build(&o->call, o->reqs, k, script_cmd(n, 0)) != RL_OK)
         goto fail;
     b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
     for (size_t i = 0; i < k; i++)
         if (ops[i]->w.req->timeout_ms > wait_ms)
             wait_ms = ops[i]->w.req->timeout_ms;
-    if (rconn_send(&n->c, on_batch_reply, b, wait_ms, cl->call.buf, cl->call.len) != RL_OK) {
+    if (rconn_send(&n->c, on_batch_reply, b, wait_ms, o->call.buf, o->call.len) != RL_OK) {
         free(b);
         goto fail;
     }
@@ -388,15 +399,16 @@ fail:
 }
 
 /*
- * Send the checks queued in this pass: those of one slot whose owner is ready
- * together, in their order; any other goes its own way (waiting for a node
- * that is connecting, or answered DOWN).  The queue holds each check
- * (inflight), so a deadline in the same pass cannot free it under us.
+ * rconn_flush_fn: send the checks queued in this pass: those of one slot
+ * whose owner is ready together, in their order; any other goes its own way
+ * (waiting for a node that is connecting, or answered DOWN).  The queue holds
+ * each check (inflight), so a deadline in the same pass cannot free it under
+ * us.
  */
-void
-cop_flush(void *owner, void *const *items, size_t n)
+static void
+cops_flush(void *owner, void *const *items, size_t n)
 {
-    struct cluster *cl = owner;
+    struct cops *o = owner;
     /* Our own copy: answering a check runs its callback, which may queue
      * (and flush) new checks. */
     struct cop **q = xcalloc(2 * n + 1, sizeof(*q)), **group = q + n;
@@ -416,7 +428,7 @@ cop_flush(void *owner, void *const *items, size_t n)
             op_release(op);
             continue;
         }
-        node = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
+        node = o->map->loaded ? o->map->owner[op->slot] : NULL;
         if (node == NULL || node->c.st.state != RCONN_READY || node->c.ac == NULL) {
             op_route(op);
             op_release(op);
@@ -430,7 +442,7 @@ cop_flush(void *owner, void *const *items, size_t n)
                 q[j] = NULL;
             }
         }
-        batch_send(cl, node, group, k);
+        batch_send(o, node, group, k);
         for (size_t j = 0; j < k; j++)
             op_release(group[j]);
     }
@@ -482,32 +494,55 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
-/* A check for `slot` the router accepted: queued for this pass's flush,
- * under its deadline. */
 void
-cop_start(struct cluster *cl, const struct rl_check_req *req, rl_check_cb cb, void *arg,
-          int slot)
+cop_start(struct cops *o, const struct rl_check_req *req, rl_check_cb cb, void *arg, int slot)
 {
     struct cop *op;
     struct timeval tv;
 
     op = xcalloc(1, sizeof(*op));
-    op->cl = cl;
+    op->o = o;
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
     op->slot = slot;
     op->nlimits = req->policy->nlimits;
-    op->next = cl->ops;
-    if (cl->ops != NULL)
-        cl->ops->prev = op;
-    cl->ops = op;
-    op->deadline = evtimer_new(cl->evb, on_op_deadline, op);
-    op->retry_ev = evtimer_new(cl->evb, on_op_retry, op);
+    op->next = o->live;
+    if (o->live != NULL)
+        o->live->prev = op;
+    o->live = op;
+    op->deadline = evtimer_new(o->evb, on_op_deadline, op);
+    op->retry_ev = evtimer_new(o->evb, on_op_retry, op);
     tv.tv_sec = req->timeout_ms / 1000;
     tv.tv_usec = (req->timeout_ms % 1000) * 1000;
     evtimer_add(op->deadline, &tv);
     /* held by the queue until the flush at the end of this pass */
     op->inflight++;
-    rconn_queue_add(&cl->queue, op);
+    rconn_queue_add(&o->queue, op);
+}
+
+void
+cops_init(struct cops *o, struct event_base *evb, struct cluster_map *map,
+          struct cnodes *nodes, unsigned max_pending, size_t coalesce)
+{
+    memset(o, 0, sizeof(*o));
+    o->evb = evb;
+    o->map = map;
+    o->nodes = nodes;
+    o->max_pending = max_pending;
+    rconn_queue_init(&o->queue, evb, coalesce, cops_flush, o);
+    o->reqs = xcalloc(coalesce, sizeof(*o->reqs));
+}
+
+void
+cops_close(struct cops *o)
+{
+    while (o->live != NULL) {
+        script_answer_status(&o->live->w, RL_BACKEND_DOWN, "shutting down");
+        cop_free(o->live);
+    }
+    rconn_queue_free(&o->queue);
+    free(o->reqs);
+    script_call_free(&o->call);
+    memset(o, 0, sizeof(*o));
 }

@@ -35,7 +35,7 @@
  *   layer 3: config.h
  *   layer 4: identity.h policy.h http.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h api.h
  *   layer 5: backend.h cluster_slots.h
- *   layer 6: script.h deny_cache.h response.h metrics.h
+ *   layer 6: script.h deny_cache.h response.h metrics.h cluster_nodes.h
  *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
  *   layer 8: check.h rls.h
  *   layer 9: worker.h admin.h
