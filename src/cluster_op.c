@@ -24,26 +24,46 @@
 /* How often a check waiting for a connecting node looks again. */
 #define WAIT_POLL_MS 2
 
+/*
+ * Checks of one slot sent as one script call; each stays a check of its own
+ * (deadline, redirections, retries) the moment the call is answered.  A
+ * check sent alone (a redirection, a resend, a slot with one check this
+ * pass) is a call of its own, op->solo: no allocation.
+ */
+struct cbatch {
+    size_t n;
+    bool eval;                 /* sent as EVAL */
+    bool allocated;            /* freed after its reply; else some check's solo */
+    struct rl_script_wait **w; /* n checks, each the `w` of a struct cop */
+    struct rl_script_wait *one;
+};
+
 /* One check until it is answered and hiredis owes it nothing. */
 struct cop {
     struct cops *o;
     struct cop *prev, *next;
-    struct rl_script_wait w; /* the check: req, cb, answered */
+    struct rl_script_wait w; /* the check: req, cb, answered, nlimits */
+    struct cbatch solo;      /* w alone, as a call */
     struct event *deadline;
     struct event *retry_ev; /* created on first use */
     struct cnode *sent;     /* the node owing the reply, while inflight */
     struct cnode *wait;     /* waiting for this node (holds a ref) */
     int wait_asking;
     int slot;
-    size_t nlimits; /* its part of a reply, once req is gone */
-    int inflight;   /* replies hiredis owes this check: 0 or 1 */
-    int asking;     /* the last send was preceded by ASKING */
-    int sent_eval;  /* EVAL sent on the current node */
+    int inflight;  /* replies hiredis owes this check: 0 or 1 */
+    int asking;    /* the last send was preceded by ASKING */
+    int sent_eval; /* EVAL sent on the current node */
     int redirects;
     int retries;
 };
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+static void on_call_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+static struct cop *
+cop_of(struct rl_script_wait *w)
+{
+    return RL_CONTAINER_OF(w, struct cop, w);
+}
 
 /* ---- answering checks ------------------------------------------------------ */
 
@@ -98,26 +118,44 @@ script_cmd(const struct cnode *n, int eval)
     return eval ? SCRIPT_EVAL : n->c.functions ? SCRIPT_FCALL : SCRIPT_EVALSHA;
 }
 
-/* FCALL (EVALSHA, EVAL) of the check script on n, after ASKING when asked to. */
+/* FCALL (EVALSHA, EVAL) of the check script for b's checks on n, after
+ * ASKING when asked to; RL_ERR when it cannot go. */
 static int
-op_send(struct cop *op, struct cnode *n, int asking)
+cbatch_send(struct cops *o, struct cnode *n, struct cbatch *b, int asking)
 {
-    struct rl_script_call *c = &op->o->call;
+    int64_t wait_ms = 0;
 
+    for (size_t i = 0; i < b->n; i++) {
+        o->reqs[i] = b->w[i]->req;
+        if (o->reqs[i]->timeout_ms > wait_ms)
+            wait_ms = o->reqs[i]->timeout_ms;
+    }
     /* as backend_redis.c: past redis.max_pending fail fast, do not queue */
-    if (n->pending_checks + 1 > op->o->max_pending ||
-        script_call_build(c, &op->w.req, 1, script_cmd(n, op->sent_eval)) != RL_OK)
+    if (n->pending_checks + b->n > o->max_pending ||
+        script_call_build(&o->call, o->reqs, b->n, script_cmd(n, b->eval)) != RL_OK)
         return RL_ERR;
     /* Both on one connection, so they arrive back to back. */
     if (asking && rconn_sendf(&n->c, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (rconn_send(&n->c, on_reply, op, op->w.req->timeout_ms, c->buf, c->len) != RL_OK)
+    if (rconn_send(&n->c, on_call_reply, b, wait_ms, o->call.buf, o->call.len) != RL_OK)
         return RL_ERR;
-    n->pending_checks++;
-    op->inflight++;
-    op->sent = n;
-    op->asking = asking;
+    n->pending_checks += (unsigned)b->n;
+    for (size_t i = 0; i < b->n; i++) {
+        struct cop *op = cop_of(b->w[i]);
+
+        op->inflight++;
+        op->sent = n;
+        op->asking = asking;
+    }
     return RL_OK;
+}
+
+/* The check alone, as a call of its own. */
+static int
+op_send(struct cop *op, struct cnode *n, int asking)
+{
+    op->solo.eval = op->sent_eval;
+    return cbatch_send(op->o, n, &op->solo, asking);
 }
 
 static void
@@ -178,186 +216,156 @@ op_route(struct cop *op)
     op_send_to(op, n, 0);
 }
 
-static bool
-is_error(const char *msg, const char *code)
-{
-    size_t n = strlen(code);
+/* ---- what a reply says ---------------------------------------------------------- */
 
-    return strncmp(msg, code, n) == 0 && (msg[n] == ' ' || msg[n] == '\0');
+/* The errors of the Cluster itself: its own to follow or retry. */
+static bool
+cluster_error(const char *err)
+{
+    return rconn_error_is(err, "MOVED") || rconn_error_is(err, "ASK") ||
+           rconn_error_is(err, "TRYAGAIN") || rconn_error_is(err, "CLUSTERDOWN");
 }
 
-/* An error reply to the script from node n. */
+/* A MOVED or an ASK from node n: to the node it names. */
 static void
-op_on_error(struct cop *op, struct cnode *n, const char *msg)
+op_redirect(struct cop *op, struct cnode *n, const char *msg)
 {
     struct cops *o = op->o;
-    bool moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
+    bool moved = rconn_error_is(msg, "MOVED");
+    char host[CLUSTER_HOST_MAX];
+    int slot, port;
+    struct cnode *to;
 
-    rconn_error(&n->c.errs, &n->c.st, n->name, msg, 1);
-
-    if (moved || ask) {
-        char host[CLUSTER_HOST_MAX];
-        int slot, port;
-        struct cnode *to;
-
-        if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
-            log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
-                     n->name, msg);
-            script_answer_status(&op->w, RL_BACKEND_ERROR,
-                                 "bad redirection from redis cluster");
-            return;
-        }
-        if (++op->redirects > MAX_REDIRECTS) {
-            script_answer_status(&op->w, RL_BACKEND_ERROR, "too many cluster redirections");
-            return;
-        }
-        to = cnode_get(o->nodes, host, port);
-        log_debug("msg=\"redis cluster redirection\" kind=%s slot=%d from=%s to=%s",
-                  moved ? "moved" : "ask", slot, n->name, to->name);
-        if (moved) {
-            /* The slot has a new owner for good: use it now, and let a
-             * refresh bring the rest of the map up to date. */
-            if (o->map->owner[slot] == NULL)
-                o->map->covered++;
-            o->map->owner[slot] = to;
-            to->master = true;
-            cluster_map_refresh(o->map);
-        }
-        op->sent_eval = 0; /* a new connection: FCALL or EVALSHA first */
-        op_send_to(op, to, ask);
+    if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
+        log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
+                 n->name, msg);
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "bad redirection from redis cluster");
         return;
     }
-    if (is_error(msg, "TRYAGAIN") || is_error(msg, "CLUSTERDOWN")) {
-        int64_t ms;
-
-        if (++op->retries > MAX_RETRIES) {
-            script_answer_status(&op->w, RL_BACKEND_ERROR,
-                                 "redis cluster kept asking to retry");
-            return;
-        }
-        if (msg[0] == 'C')
-            cluster_map_refresh(o->map);
-        ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
-        if (ms > RETRY_MAX_MS)
-            ms = RETRY_MAX_MS;
-        if (op->wait != NULL) {
-            cnode_unref(op->wait);
-            op->wait = NULL;
-        }
-        op_arm_retry(op, ms); /* then by the map again */
+    if (++op->redirects > MAX_REDIRECTS) {
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "too many cluster redirections");
         return;
     }
-    if (rconn_unusable(msg) != NULL) {
-        /* Nothing ran, and nothing will there until it is a master again:
-         * drop the connection, ask for the map (a failover moves masters) */
-        script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
-        rconn_drop(&n->c, rconn_unusable(msg));
+    to = cnode_get(o->nodes, host, port);
+    log_debug("msg=\"redis cluster redirection\" kind=%s slot=%d from=%s to=%s",
+              moved ? "moved" : "ask", slot, n->name, to->name);
+    if (moved) {
+        /* The slot has a new owner for good: use it now, and let a refresh
+         * bring the rest of the map up to date. */
+        if (o->map->owner[slot] == NULL)
+            o->map->covered++;
+        o->map->owner[slot] = to;
+        to->master = true;
         cluster_map_refresh(o->map);
-        return;
     }
-    if (!op->sent_eval && rconn_script_missing(&n->c, n->c.ac, msg)) {
-        /* This node forgot the script or the library (restart, SCRIPT or
-         * FUNCTION FLUSH): send it whole once. */
-        op->sent_eval = 1;
-        op_send_to(op, n, op->asking);
-        return;
-    }
-    script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
+    op->sent_eval = 0; /* a new connection: FCALL or EVALSHA first */
+    op_send_to(op, to, !moved);
 }
 
+/* TRYAGAIN or CLUSTERDOWN: by the map again, after a short wait. */
 static void
-on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+op_retry(struct cop *op, const char *msg)
 {
-    struct cop *op = privdata;
-    struct cnode *n = cnode_of(ac);
-    redisReply *r = reply;
-    const char *why;
+    int64_t ms;
 
-    rconn_replied(&n->c, ac, reply);
-    n->pending_checks--;
-    op->inflight--;
-    op->sent = NULL;
-    if (r == NULL) {
-        /* The connection died or is being freed.  Not resent anywhere: the
-         * script may have run. */
-        script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
-    } else {
-        if (op->w.answered)
-            ; /* late: the deadline answered it */
-        else if (r->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->str);
-        else if ((why = script_reply_problem(r, script_reply_len(op->nlimits))) != NULL) {
-            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
-            script_answer_status(&op->w, RL_BACKEND_ERROR, why);
-        } else if (r->element[0]->type == REDIS_REPLY_ERROR) {
-            op_on_error(op, n, r->element[0]->str); /* failed inside the script */
-        } else {
-            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
-            script_answer_reply(&op->w, r, 0, op->nlimits);
-        }
+    if (++op->retries > MAX_RETRIES) {
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "redis cluster kept asking to retry");
+        return;
     }
-    cnode_settle(n);
-    op_release(op);
+    if (rconn_error_is(msg, "CLUSTERDOWN"))
+        cluster_map_refresh(op->o->map);
+    ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
+    if (ms > RETRY_MAX_MS)
+        ms = RETRY_MAX_MS;
+    if (op->wait != NULL) {
+        cnode_unref(op->wait);
+        op->wait = NULL;
+    }
+    op_arm_retry(op, ms); /* then by the map again */
 }
 
-/* ---- coalescing ------------------------------------------------------------- */
-
-/* Checks of one slot sent as one script call; each stays a check of its own
- * (deadline, redirections, retries) the moment the call is answered. */
-struct cbatch {
-    size_t n;
-    struct cop *ops[];
+/* What the walker's hooks need of one reply: its call and the node. */
+struct call_reply {
+    struct cbatch *b;
+    struct cnode *n;
 };
 
+/* script_batch's take: a Cluster error for check i. */
 static void
-on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
+reply_take(void *arg, size_t i, const char *err)
+{
+    struct call_reply *cr = arg;
+    struct cop *op = cop_of(cr->b->w[i]);
+
+    if (rconn_error_is(err, "MOVED") || rconn_error_is(err, "ASK"))
+        op_redirect(op, cr->n, err);
+    else
+        op_retry(op, err);
+}
+
+/* script_batch's resend: this node forgot the script or the library
+ * (restart, SCRIPT or FUNCTION FLUSH): each check sent again, whole. */
+static bool
+reply_resend(void *arg)
+{
+    struct call_reply *cr = arg;
+
+    for (size_t i = 0; i < cr->b->n; i++) {
+        struct cop *op = cop_of(cr->b->w[i]);
+
+        if (op->w.answered)
+            continue;
+        op->sent_eval = 1;
+        op_send_to(op, cr->n, op->asking);
+    }
+    return false;
+}
+
+/* script_batch's unusable: a failover moves masters, ask for the map. */
+static void
+reply_unusable(void *arg)
+{
+    struct call_reply *cr = arg;
+
+    cluster_map_refresh(cr->n->set->map);
+}
+
+static void
+on_call_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct cbatch *b = privdata;
     struct cnode *n = cnode_of(ac);
-    redisReply *r = reply;
-    const char *why = NULL;
-    size_t len = 0, at = 0;
+    struct call_reply cr = {b, n};
+    struct script_batch walk = {
+        .c = &n->c,
+        .ac = ac,
+        .w = b->w,
+        .n = b->n,
+        .eval = b->eval,
+        .own = cluster_error,
+        .take = reply_take,
+        .resend = reply_resend,
+        .unusable = reply_unusable,
+        .arg = &cr,
+    };
+    /* read before the checks are released: a solo goes with its check */
+    size_t k = b->n;
+    bool allocated = b->allocated;
 
     rconn_replied(&n->c, ac, reply);
-    n->pending_checks -= (unsigned)b->n;
-    for (size_t i = 0; i < b->n; i++) {
-        b->ops[i]->inflight--;
-        b->ops[i]->sent = NULL;
-        len += script_reply_len(b->ops[i]->nlimits);
-    }
-    if (r != NULL) {
-        if (r->type != REDIS_REPLY_ERROR && (why = script_reply_problem(r, len)) != NULL) {
-            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, b->n);
-        } else if (r->type != REDIS_REPLY_ERROR) {
-            /* the log's error ends only when no check failed inside */
-            size_t failed = 0;
-            for (size_t i = 0, e = 0; i < b->n; e += script_reply_len(b->ops[i]->nlimits), i++)
-                failed += r->element[e]->type == REDIS_REPLY_ERROR;
-            if (failed == 0)
-                rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
-        }
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        struct cop *op = b->ops[i];
+    n->pending_checks -= (unsigned)k;
+    for (size_t i = 0; i < k; i++) {
+        struct cop *op = cop_of(b->w[i]);
 
-        if (r == NULL)
-            script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
-        else if (op->w.answered)
-            ; /* late: the deadline answered it */
-        else if (r->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->str); /* one slot: the same for each */
-        else if (why != NULL)
-            script_answer_status(&op->w, RL_BACKEND_ERROR, why);
-        else if (r->element[at]->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->element[at]->str); /* failed inside the script */
-        else
-            script_answer_reply(&op->w, r, at, op->nlimits);
-        at += script_reply_len(op->nlimits);
+        op->inflight--;
+        op->sent = NULL;
     }
+    (void)script_batch_reply(&walk, reply);
     cnode_settle(n);
-    for (size_t i = 0; i < b->n; i++)
-        op_release(b->ops[i]);
-    free(b);
+    for (size_t i = 0; i < k; i++)
+        op_release(cop_of(b->w[i]));
+    if (allocated)
+        free(b);
 }
 
 /* ops[0..k), all of one slot owned by the ready node n, as one call. */
@@ -365,37 +373,22 @@ static void
 batch_send(struct cops *o, struct cnode *n, struct cop **ops, size_t k)
 {
     struct cbatch *b;
-    int64_t wait_ms = 0;
 
     if (k == 1) {
         op_send_to(ops[0], n, 0);
         return;
     }
-    for (size_t i = 0; i < k; i++)
-        o->reqs[i] = ops[i]->w.req;
-    if (n->pending_checks + k > o->max_pending ||
-        script_call_build(&o->call, o->reqs, k, script_cmd(n, 0)) != RL_OK)
-        goto fail;
-    b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
-    for (size_t i = 0; i < k; i++)
-        if (ops[i]->w.req->timeout_ms > wait_ms)
-            wait_ms = ops[i]->w.req->timeout_ms;
-    if (rconn_send(&n->c, on_batch_reply, b, wait_ms, o->call.buf, o->call.len) != RL_OK) {
-        free(b);
-        goto fail;
-    }
-    n->pending_checks += (unsigned)k;
+    b = xcalloc(1, sizeof(*b) + k * sizeof(b->w[0]));
     b->n = k;
-    for (size_t i = 0; i < k; i++) {
-        b->ops[i] = ops[i];
-        ops[i]->inflight++;
-        ops[i]->sent = n;
-        ops[i]->asking = 0;
-    }
-    return;
-fail:
+    b->allocated = true;
+    b->w = (struct rl_script_wait **)(void *)(b + 1);
     for (size_t i = 0; i < k; i++)
-        script_answer_status(&ops[i]->w, RL_BACKEND_ERROR, "cannot queue the command");
+        b->w[i] = &ops[i]->w;
+    if (cbatch_send(o, n, b, 0) != RL_OK) {
+        for (size_t i = 0; i < k; i++)
+            script_answer_status(&ops[i]->w, RL_BACKEND_ERROR, "cannot queue the command");
+        free(b);
+    }
 }
 
 /*
@@ -505,8 +498,11 @@ cop_start(struct cops *o, const struct rl_check_req *req, rl_check_cb cb, void *
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
+    op->w.nlimits = req->policy->nlimits;
+    op->solo.n = 1;
+    op->solo.w = &op->solo.one;
+    op->solo.one = &op->w;
     op->slot = slot;
-    op->nlimits = req->policy->nlimits;
     op->next = o->live;
     if (o->live != NULL)
         o->live->prev = op;

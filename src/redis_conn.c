@@ -196,36 +196,47 @@ attached:
 
 #define FUNCTION_NOT_FOUND "ERR Function not found"
 
+/* The error replies we know, by their code: the metric's kind, what a check
+ * they answer alone says, and whether the server can serve checks at all. */
 struct error_code {
     const char *code;
     enum rl_redis_error kind;
     const char *unusable; /* not NULL: the connection cannot serve checks */
+    const char *answer;   /* NULL: "error reply from the check script" */
 };
 
 static const struct error_code error_codes[] = {
-    {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL},
-    {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
-    {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)"},
-    {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)"},
-    {"OOM", RL_RERR_OOM, NULL},
-    {"BUSY", RL_RERR_BUSY, NULL},
-    {"NOSCRIPT", RL_RERR_NOSCRIPT, NULL},
-    {"WRONGTYPE", RL_RERR_WRONGTYPE, NULL},
-    {"MOVED", RL_RERR_CLUSTER, NULL},
-    {"ASK", RL_RERR_CLUSTER, NULL},
-    {"TRYAGAIN", RL_RERR_CLUSTER, NULL},
-    {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL},
+    {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL, NULL},
+    {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)",
+     "READONLY: redis is a replica"},
+    {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)", NULL},
+    {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)", NULL},
+    {"OOM", RL_RERR_OOM, NULL, "OOM: redis is out of memory (maxmemory)"},
+    {"BUSY", RL_RERR_BUSY, NULL, NULL},
+    {"NOSCRIPT", RL_RERR_NOSCRIPT, NULL, "NOSCRIPT"},
+    {"WRONGTYPE", RL_RERR_WRONGTYPE, NULL,
+     "WRONGTYPE: a key of the check holds a value of the wrong type"},
+    {"MOVED", RL_RERR_CLUSTER, NULL, NULL},
+    {"ASK", RL_RERR_CLUSTER, NULL, NULL},
+    {"TRYAGAIN", RL_RERR_CLUSTER, NULL, NULL},
+    {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL, NULL},
 };
+
+bool
+rconn_error_is(const char *err, const char *code)
+{
+    size_t n = strlen(code);
+
+    return strncmp(err, code, n) == 0 && (err[n] == ' ' || err[n] == '\0');
+}
 
 /* The entry for the error code that starts err, or NULL. */
 static const struct error_code *
 error_code(const char *err)
 {
-    for (size_t i = 0; i < RL_ARRAY_LEN(error_codes); i++) {
-        size_t n = strlen(error_codes[i].code);
-        if (strncmp(err, error_codes[i].code, n) == 0 && (err[n] == ' ' || err[n] == '\0'))
+    for (size_t i = 0; i < RL_ARRAY_LEN(error_codes); i++)
+        if (rconn_error_is(err, error_codes[i].code))
             return &error_codes[i];
-    }
     return NULL;
 }
 
@@ -235,6 +246,14 @@ rconn_unusable(const char *err)
     const struct error_code *e = error_code(err);
 
     return e != NULL ? e->unusable : NULL;
+}
+
+const char *
+rconn_error_text(const char *err)
+{
+    const struct error_code *e = error_code(err);
+
+    return e != NULL && e->answer != NULL ? e->answer : "error reply from the check script";
 }
 
 /* Log the repeats of every slot not logged yet; `last`: the run is over. */

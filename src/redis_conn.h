@@ -281,6 +281,14 @@ bool rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const ch
  */
 const char *rconn_unusable(const char *err);
 
+/* What a check answered by the error reply `err` alone says (static text,
+ * naming the error's code when it is one we know). */
+const char *rconn_error_text(const char *err);
+
+/* Whether the error reply `err` has the code `code` ("MOVED 3999 ...":
+ * "MOVED"). */
+bool rconn_error_is(const char *err, const char *code);
+
 /* An error reply `msg` that answered `nchecks` checks of the server `name`
  * (st names it in the log).  Counted in /metrics by kind. */
 void rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,

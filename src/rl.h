@@ -59,6 +59,8 @@ enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
 #define RL_NORETURN __attribute__((noreturn))
 
 #define RL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* The struct of `type` whose `member` p points at. */
+#define RL_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* Limits of the public API (API.md). */
 #define RL_KEY_MAX 512      /* bytes of a caller identity */

@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "lua_scripts.h"
+#include "redis_conn.h"
 #include "script.h"
 #include "util.h"
 
@@ -324,33 +325,8 @@ script_answer_status(struct rl_script_wait *w, enum rl_backend_status st, const 
     w->cb(&res, w->arg);
 }
 
-/*
- * res.error is static text: what a failed check's error reply says, by its
- * code.  The reply itself is freed once its checks are answered.
- */
-static const char *
-error_text(const char *e)
-{
-    static const struct {
-        const char *code, *text;
-    } known[] = {
-        {"WRONGTYPE", "WRONGTYPE: a key of the check holds a value of the wrong type"},
-        {"OOM", "OOM: redis is out of memory (maxmemory)"},
-        {"READONLY", "READONLY: redis is a replica"},
-        {"NOSCRIPT", "NOSCRIPT"},
-    };
-
-    for (size_t i = 0; i < RL_ARRAY_LEN(known); i++) {
-        size_t n = strlen(known[i].code);
-
-        if (strncmp(e, known[i].code, n) == 0 && (e[n] == ' ' || e[n] == '\0'))
-            return known[i].text;
-    }
-    return "error reply from the check script";
-}
-
 void
-script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, size_t nlimits)
+script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
 {
     struct rl_check_res res;
 
@@ -358,10 +334,10 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, si
         return;
     /* this check alone failed in the script; the others of its batch stand */
     if (r->element[at]->type == REDIS_REPLY_ERROR) {
-        script_answer_status(w, RL_BACKEND_ERROR, error_text(r->element[at]->str));
+        script_answer_status(w, RL_BACKEND_ERROR, rconn_error_text(r->element[at]->str));
         return;
     }
-    for (size_t i = 1; i <= 3 * nlimits; i++) {
+    for (size_t i = 1; i <= 3 * w->nlimits; i++) {
         if (r->element[at + i]->type != REDIS_REPLY_INTEGER) {
             script_answer_status(w, RL_BACKEND_ERROR, "error in the check script's reply");
             return;
@@ -370,8 +346,8 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, si
     memset(&res, 0, sizeof(res));
     res.status = RL_BACKEND_OK;
     res.allowed = r->element[at]->integer == 1;
-    res.nlimits = nlimits;
-    for (size_t i = 0; i < nlimits; i++) {
+    res.nlimits = w->nlimits;
+    for (size_t i = 0; i < w->nlimits; i++) {
         struct rl_limit_result *l = &res.limits[i];
         l->remaining = r->element[at + 1 + 3 * i]->integer;
         l->reset_ms = r->element[at + 2 + 3 * i]->integer;
@@ -384,4 +360,97 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, si
     w->answered = 1;
     w->req = NULL;
     w->cb(&res, w->arg);
+}
+
+/* ---- a batch's reply ------------------------------------------------------------ */
+
+static void
+batch_answer(const struct script_batch *b, enum rl_backend_status st, const char *why)
+{
+    for (size_t i = 0; i < b->n; i++)
+        script_answer_status(b->w[i], st, why);
+}
+
+/* Nothing runs on this server until it is a master again: leave it (the
+ * name is resolved again: DNS, Sentinel, the slot map). */
+static void
+batch_leave(const struct script_batch *b, const char *why)
+{
+    if (b->c->ac == b->ac)
+        rconn_drop(b->c, why);
+    if (b->unusable != NULL)
+        b->unusable(b->arg);
+}
+
+/* The call's own error, the same for every check. */
+static bool
+batch_error(const struct script_batch *b, const char *err)
+{
+    const char *unusable = rconn_unusable(err);
+
+    rconn_error(&b->c->errs, &b->c->st, b->c->conf.name, err, b->n);
+    if (b->own != NULL && b->own(err)) {
+        for (size_t i = 0; i < b->n; i++)
+            if (!b->w[i]->answered)
+                b->take(b->arg, i, err);
+        return false;
+    }
+    /* The server forgot the script or the library (restart, SCRIPT or
+     * FUNCTION FLUSH): sent whole once. */
+    if (!b->eval && rconn_script_missing(b->c, b->ac, err))
+        return b->resend(b->arg);
+    if (unusable != NULL) {
+        /* nothing ran, and nothing will on this server */
+        batch_answer(b, RL_BACKEND_DOWN, unusable);
+        batch_leave(b, unusable);
+        return false;
+    }
+    batch_answer(b, RL_BACKEND_ERROR, "error reply from redis");
+    return false;
+}
+
+bool
+script_batch_reply(const struct script_batch *b, const redisReply *r)
+{
+    const char *name = b->c->conf.name, *why, *unusable = NULL;
+    size_t len = 0, at = 0, failed = 0;
+
+    if (r == NULL) {
+        /* The connection died or is being freed: every pending callback
+         * runs once with NULL.  Never resent: the script may have run. */
+        batch_answer(b, RL_BACKEND_DOWN, "connection lost");
+        return false;
+    }
+    if (r->type == REDIS_REPLY_ERROR)
+        return batch_error(b, r->str);
+    for (size_t i = 0; i < b->n; i++)
+        len += script_reply_len(b->w[i]->nlimits);
+    if ((why = script_reply_problem(r, len)) != NULL) {
+        rconn_bad_reply(&b->c->errs, &b->c->st, name, why, b->n);
+        batch_answer(b, RL_BACKEND_ERROR, why);
+        return false;
+    }
+    for (size_t i = 0; i < b->n; at += script_reply_len(b->w[i]->nlimits), i++) {
+        const redisReply *e = r->element[at];
+
+        /* a check that failed alone inside the script (pcall) is an error
+         * reply all the same: logged, counted, and a server that cannot
+         * take writes is left */
+        if (e->type == REDIS_REPLY_ERROR) {
+            failed++;
+            rconn_error(&b->c->errs, &b->c->st, name, e->str, 1);
+            if (b->own != NULL && !b->w[i]->answered && b->own(e->str)) {
+                b->take(b->arg, i, e->str);
+                continue;
+            }
+            if (unusable == NULL)
+                unusable = rconn_unusable(e->str);
+        }
+        script_answer_reply(b->w[i], r, at);
+    }
+    if (failed == 0)
+        rconn_errlog_end(&b->c->errs, &b->c->st, name);
+    if (unusable != NULL)
+        batch_leave(b, unusable);
+    return false;
 }
