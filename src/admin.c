@@ -72,10 +72,10 @@ audit(const struct admin_op *op, enum rl_admin_result result, int status)
             (unsigned long long)siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len));
         key = who;
     }
-    log_info("msg=admin action=%s peer=%s policy=%s key=%s result=%s status=%d",
-             metrics_admin_action_name(op->action), op->peer,
-             op->policy != NULL ? op->policy->name : "-", key,
-             metrics_admin_result_name(result), status);
+    log_info(LOG_MSG("admin"), LOG_S("action", metrics_admin_action_name(op->action)),
+             LOG_S("peer", op->peer),
+             LOG_S("policy", op->policy != NULL ? op->policy->name : "-"), LOG_S("key", key),
+             LOG_S("result", metrics_admin_result_name(result)), LOG_I("status", status));
 }
 
 static void

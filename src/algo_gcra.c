@@ -8,10 +8,10 @@
  *
  * T is rarely a whole number of microseconds and rounding it would drift, so
  * times are exact pairs i + f / limit (0 <= f < limit): the state (st->gcra)
- * is TAT's, tat_us = i and tat_frac = f.  An all-zero state is a TAT long past, like a missing Redis key.
- * It decides exactly like the token bucket with the same limit, window and
- * burst, forced commits included (TAT at most 2 x tau ahead: algo_most_owed);
- * the two differ in what they store.
+ * is TAT's, tat_us = i and tat_frac = f.  An all-zero state is a TAT long
+ * past, like a missing Redis key.  It decides exactly like the token bucket
+ * with the same limit, window and burst, forced commits included (TAT at most
+ * 2 x tau ahead: algo_most_owed); the two differ in what they store.
  */
 #include <stdbool.h>
 

@@ -4,8 +4,9 @@
  * Mirrors scripts/lua/token_bucket.lua.
  *
  * State (st->tb): what the bucket misses, D = owed + owed_frac / W tokens (W =
- * window in us, 0 <= owed_frac < W), as of time at_us.  Keeping the deficit rather than the tokens makes
- * an all-zero state a full bucket, like a missing Redis key.  The fraction is
+ * window in us, 0 <= owed_frac < W), as of time at_us.  Keeping the deficit
+ * rather than the tokens makes an all-zero state a full bucket, like a
+ * missing Redis key.  The fraction is
  * exact, so refilling gives the same bucket however often anyone asks.
  * Products reach limit x window (2^66): 128-bit here, digit-wise in the script.
  *

@@ -98,11 +98,11 @@ access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_
     char peer[INET6_ADDRSTRLEN];
 
     peer_text(r, peer, sizeof(peer));
-    log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
-             "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
-             w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
-             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded, d->shadow,
-             peer, (long long)(now_monotonic_us() - r->start_us));
+    log_info(LOG_MSG("check"), LOG_I("worker", w->id), LOG_I("status", d->status),
+             LOG_S("policy", d->policy ? d->policy->name : "-"), LOG_I("allowed", d->allowed),
+             LOG_I("remaining", d->remaining), LOG_I("retry_after_ms", d->retry_after_ms),
+             LOG_I("degraded", d->degraded), LOG_I("shadow", d->shadow), LOG_S("peer", peer),
+             LOG_I("us", (now_monotonic_us() - r->start_us)));
 }
 
 static void

@@ -185,8 +185,8 @@ on_backend(const struct rl_check_res *res, void *arg)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
                     op->start_us, res);
     if (res->status != RL_BACKEND_OK)
-        log_debug("msg=\"backend failed\" policy=%s error=\"%s\"", op->policy->name,
-                  res->error ? res->error : "");
+        log_debug(LOG_MSG("backend failed"), LOG_S("policy", op->policy->name),
+                  LOG_Q("error", res->error ? res->error : ""));
     finish(op, res);
 }
 

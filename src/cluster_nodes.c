@@ -173,10 +173,10 @@ map_applied(void *arg, const char *from, bool changed)
         }
     }
     if (changed)
-        log_info("msg=\"redis cluster slot map loaded\" from=%s masters=%d slots_covered=%d",
-                 from, masters, s->map->covered);
+        log_info(LOG_MSG("redis cluster slot map loaded"), LOG_S("from", from),
+                 LOG_I("masters", masters), LOG_I("slots_covered", s->map->covered));
     else
-        log_debug("msg=\"redis cluster slot map unchanged\" from=%s", from);
+        log_debug(LOG_MSG("redis cluster slot map unchanged"), LOG_S("from", from));
 }
 
 static bool
@@ -252,7 +252,7 @@ on_tidy(evutil_socket_t fd, short what, void *arg)
 
     while ((n = *pp) != NULL) {
         if (!keep_others && !n->master && n->c.pending == 0 && n->refs == 0) {
-            log_debug("msg=\"redis cluster node closed\" node=%s", n->name);
+            log_debug(LOG_MSG("redis cluster node closed"), LOG_S("node", n->name));
             *pp = n->next;
             node_free(n);
             continue;

@@ -237,8 +237,8 @@ op_redirect(struct cop *op, struct cnode *n, const char *msg)
     struct cnode *to;
 
     if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
-        log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
-                 n->name, msg);
+        log_warn(LOG_MSG("bad redirection from redis cluster"), LOG_S("node", n->name),
+                 LOG_QN("error", msg, 200));
         script_answer_status(&op->w, RL_BACKEND_ERROR, "bad redirection from redis cluster");
         return;
     }
@@ -247,8 +247,8 @@ op_redirect(struct cop *op, struct cnode *n, const char *msg)
         return;
     }
     to = cnode_get(o->nodes, host, port);
-    log_debug("msg=\"redis cluster redirection\" kind=%s slot=%d from=%s to=%s",
-              moved ? "moved" : "ask", slot, n->name, to->name);
+    log_debug(LOG_MSG("redis cluster redirection"), LOG_S("kind", moved ? "moved" : "ask"),
+              LOG_I("slot", slot), LOG_S("from", n->name), LOG_S("to", to->name));
     if (moved) {
         /* The slot has a new owner for good: use it now, and let a refresh
          * bring the rest of the map up to date. */

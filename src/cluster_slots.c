@@ -202,8 +202,8 @@ static void
 refresh_failed(struct cluster_map *m, const char *node, const char *why)
 {
     if (!m->failing)
-        log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
-                 node, why);
+        log_warn(LOG_MSG("cannot load the redis cluster slot map"), LOG_S("node", node),
+                 LOG_QN("reason", why, 200));
     m->failing = 1;
     m->gap_ms = m->gap_ms * 2 > RCONN_BACKOFF_MAX_MS ? RCONN_BACKOFF_MAX_MS : m->gap_ms * 2;
     cluster_map_refresh(m);
@@ -256,7 +256,8 @@ on_slots(redisAsyncContext *ac, void *reply, void *privdata)
     } else {
         m->hooks->applied(m->arg, c->conf.name, changed);
         if (m->failing)
-            log_info("msg=\"redis cluster slot map loaded again\" from=%s", c->conf.name);
+            log_info(LOG_MSG("redis cluster slot map loaded again"),
+                     LOG_S("from", c->conf.name));
         m->failing = 0;
         m->gap_ms = REFRESH_GAP_MS;
         if (m->want) /* asked for while this one was out */

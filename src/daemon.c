@@ -218,13 +218,12 @@ reload(struct run_state *rs)
     char *cause = NULL;
 
     notify_systemd("RELOADING=1");
-    log_info("msg=\"reloading configuration\" file=%s",
-             rs->opts->config_file ? rs->opts->config_file : "(built-in)");
+    log_info(LOG_MSG("reloading configuration"),
+             LOG_S("file", rs->opts->config_file ? rs->opts->config_file : "(built-in)"));
     if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
         for (size_t i = 0; i < errs.n; i++)
-            log_error("msg=\"reload rejected, keeping the running configuration\" "
-                      "problem=\"%s\"",
-                      errs.msg[i]);
+            log_error(LOG_MSG("reload rejected, keeping the running configuration"),
+                      LOG_Q("problem", errs.msg[i]));
         errors_free(&errs);
         metrics_reload(0, 0);
         notify_systemd("READY=1");
@@ -233,16 +232,14 @@ reload(struct run_state *rs)
     old = current;
     config_keep_restart_options(cfg, old, &errs);
     for (size_t i = 0; i < errs.n; i++)
-        log_warn("msg=\"option changes only on restart; the running value stays\" "
-                 "option=%s",
-                 errs.msg[i]);
+        log_warn(LOG_MSG("option changes only on restart; the running value stays"),
+                 LOG_S("option", errs.msg[i]));
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
      * open keep theirs, new handshakes use the new ones */
     if (cfg->backend == RL_BACKEND_REDIS && rtls_reload(&cfg->redis, &cause) != RL_OK) {
-        log_error("msg=\"reload rejected, keeping the running configuration\" "
-                  "problem=\"%s\"",
-                  cause);
+        log_error(LOG_MSG("reload rejected, keeping the running configuration"),
+                  LOG_Q("problem", cause));
         free(cause);
         config_unref(cfg);
         metrics_reload(0, 0);
@@ -252,7 +249,7 @@ reload(struct run_state *rs)
     log_set_level(cfg->log_level);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
-    log_info("msg=\"configuration reloaded\" policies=%zu", cfg->npolicies);
+    log_info(LOG_MSG("configuration reloaded"), LOG_U("policies", cfg->npolicies));
     notify_systemd("READY=1");
 }
 
@@ -278,13 +275,13 @@ on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     if (rs->stopping) {
-        log_warn("msg=\"second signal, exiting now\"");
+        log_warn(LOG_MSG("second signal, exiting now"));
         _exit(0);
     }
     rs->stopping = 1;
     notify_systemd("STOPPING=1");
-    log_info("msg=\"stopping: draining in-flight checks\" grace_ms=%lld",
-             (long long)current->shutdown_grace_ms);
+    log_info(LOG_MSG("stopping: draining in-flight checks"),
+             LOG_I("grace_ms", current->shutdown_grace_ms));
     for (size_t i = 0; i < nworkers; i++)
         worker_drain(&workers[i], current->shutdown_grace_ms);
     /* The workers end on their own; on_worker_exit ends this loop. */
@@ -301,7 +298,8 @@ init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
 
     for (size_t i = 0; i < nworkers; i++) {
         if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
-            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
+            log_error(LOG_MSG("cannot start worker"), LOG_U("worker", i),
+                      LOG_Q("error", cause));
             free(cause);
             for (size_t j = i + 1; j < nworkers; j++)
                 close(fds[j]);
@@ -333,14 +331,15 @@ serve_admin(struct run_state *rs, const struct rl_config *cfg)
         rc = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &fd, &cause)
                                          : open_tcp(&rs->admin, 0, &fd, &cause);
         if (rc == RL_OK && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
-            log_info("msg=\"admin API listening\" admin_listen=%s token=%s", cfg->admin_listen,
-                     cfg->admin_token != NULL ? "required" : "none");
+            log_info(LOG_MSG("admin API listening"), LOG_S("admin_listen", cfg->admin_listen),
+                     LOG_S("token", cfg->admin_token != NULL ? "required" : "none"));
             return RL_OK;
         }
         if (fd >= 0)
             close(fd);
     }
-    log_error("msg=\"cannot listen\" admin_listen=%s error=\"%s\"", cfg->admin_listen, cause);
+    log_error(LOG_MSG("cannot listen"), LOG_S("admin_listen", cfg->admin_listen),
+              LOG_Q("error", cause));
     free(cause);
     return RL_ERR;
 }
@@ -372,9 +371,8 @@ on_ready_poll(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (reason != NULL)
-        log_warn("msg=\"backend not ready within connect_timeout, telling systemd ready\" "
-                 "reason=\"%s\"",
-                 reason);
+        log_warn(LOG_MSG("backend not ready within connect_timeout, telling systemd ready"),
+                 LOG_Q("reason", reason));
     notify_systemd("READY=1");
     (void)fd;
     (void)what;
@@ -412,7 +410,7 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
     pthread_sigmask(SIG_BLOCK, &block, &old);
     for (; *started < nworkers; (*started)++) {
         if (worker_start(&workers[*started]) != RL_OK) {
-            log_error("msg=\"cannot start worker thread\" worker=%zu", *started);
+            log_error(LOG_MSG("cannot start worker thread"), LOG_U("worker", *started));
             pthread_sigmask(SIG_SETMASK, &old, NULL);
             for (size_t i = 0; i < *started; i++)
                 worker_drain(&workers[i], 0);
@@ -431,8 +429,9 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
 static void
 serve(struct run_state *rs, const struct rl_config *cfg)
 {
-    log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
-             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg)->name);
+    log_info(LOG_MSG("ratelimitd started"), LOG_S("version", PACKAGE_VERSION),
+             LOG_S("listen", cfg->listen), LOG_U("workers", nworkers),
+             LOG_S("backend", backend_ops(cfg)->name));
     /* Ready means listening (the sockets are bound, every worker runs) and
      * the backend connected: see on_ready_poll. */
     rs->ready_ev = evtimer_new(rs->base, on_ready_poll, rs);
@@ -475,18 +474,20 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     set_config(cfg);
     nworkers = worker_count(cfg);
     if (listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
-        log_error("msg=\"bad listen address\" listen=%s error=\"%s\"", cfg->listen, cause);
+        log_error(LOG_MSG("bad listen address"), LOG_S("listen", cfg->listen),
+                  LOG_Q("error", cause));
         free(cause);
         return 1;
     }
     if (cfg->backend == RL_BACKEND_REDIS && rtls_configure(&cfg->redis, &cause) != RL_OK) {
-        log_error("msg=\"cannot set up Redis TLS\" error=\"%s\"", cause);
+        log_error(LOG_MSG("cannot set up Redis TLS"), LOG_Q("error", cause));
         free(cause);
         return 1;
     }
     fds = xcalloc(nworkers, sizeof(*fds));
     if (open_listeners(&la, fds, nworkers, &cause) != RL_OK) {
-        log_error("msg=\"cannot listen\" listen=%s error=\"%s\"", cfg->listen, cause);
+        log_error(LOG_MSG("cannot listen"), LOG_S("listen", cfg->listen),
+                  LOG_Q("error", cause));
         free(cause);
         free(fds);
         listen_addr_clear(&la);
@@ -512,6 +513,6 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     listen_addr_clear(&rs.admin);
     set_config(NULL);
     rtls_shutdown();
-    log_info("msg=\"ratelimitd stopped\" exit=%d", rc);
+    log_info(LOG_MSG("ratelimitd stopped"), LOG_I("exit", rc));
     return rc;
 }

@@ -909,8 +909,8 @@ on_accept_error(struct evconnlistener *lev, void *arg)
     int err = EVUTIL_SOCKET_ERROR();
     struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
 
-    log_warn("msg=\"accept failed, pausing 100ms\" error=\"%s\"",
-             evutil_socket_error_to_string(err));
+    log_warn(LOG_MSG("accept failed, pausing 100ms"),
+             LOG_Q("error", evutil_socket_error_to_string(err)));
     evconnlistener_disable(lev);
     event_base_once(srv->base, -1, EV_TIMEOUT, on_accept_resume, srv, &tv);
 }

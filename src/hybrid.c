@@ -267,8 +267,9 @@ on_sync(const struct rl_check_res *res, void *arg)
         e->failed = 1;
         mark_dirty(h, e);
         ADD(&h->m->hybrid_sync_failures, 1);
-        log_debug("msg=\"hybrid sync failed\" policy=%s inflight=%lld error=\"%s\"",
-                  e->policy->name, (long long)e->inflight, res->error ? res->error : "");
+        log_debug(LOG_MSG("hybrid sync failed"), LOG_S("policy", e->policy->name),
+                  LOG_I("inflight", e->inflight),
+                  LOG_Q("error", res->error ? res->error : ""));
     }
     free(op);
     gauges(h);
@@ -604,8 +605,8 @@ hybrid_free(struct rl_hybrid *h)
         free(e);
     }
     if (lost > 0)
-        log_warn("msg=\"hybrid counts not synced before exit\" keys=%zu units=%lld", keys,
-                 (long long)lost);
+        log_warn(LOG_MSG("hybrid counts not synced before exit"), LOG_U("keys", keys),
+                 LOG_I("units", lost));
     config_unref(h->cfg);
     event_free(h->tick);
     free(h->buckets);

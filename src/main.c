@@ -117,9 +117,10 @@ main(int argc, char **argv)
         /* The built-in defaults have no policy: every check would be a 200
          * with "policy": null, which looks like a working limiter. */
         log_set_level(cfg->log_level);
-        log_warn("msg=\"no policies: every check is allowed, nothing is limited\" "
-                 "config=%s hint=\"give a file with policies: -c FILE or RATELIMITD_CONFIG\"",
-                 opts.config_file != NULL ? opts.config_file : "(built-in defaults)");
+        log_warn(LOG_MSG("no policies: every check is allowed, nothing is limited"),
+                 LOG_S("config",
+                       opts.config_file != NULL ? opts.config_file : "(built-in defaults)"),
+                 LOG_Q("hint", "give a file with policies: -c FILE or RATELIMITD_CONFIG"));
     }
     return daemon_run(&opts, cfg);
 }

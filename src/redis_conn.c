@@ -33,19 +33,19 @@ rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
     if (st->state == s)
         return false;
     if (s == RCONN_READY) {
-        log_info("msg=\"%s ready\" %s=%s", st->what, st->field, name);
+        log_info(LOG_MSGJ(st->what, " ready", NULL), LOG_S(st->field, name));
         if (st->was_ready)
             metrics_reconnect();
         st->was_ready = 1;
         st->announced_down = 0;
         became_ready = true;
     } else if (s == RCONN_DOWN && !st->announced_down && !quiet) {
-        log_warn("msg=\"%s unavailable\" %s=%s reason=\"%s\"", st->what, st->field, name,
-                 st->down_reason ? st->down_reason : "");
+        log_warn(LOG_MSGJ(st->what, " unavailable", NULL), LOG_S(st->field, name),
+                 LOG_Q("reason", st->down_reason ? st->down_reason : ""));
         st->announced_down = 1;
     }
-    log_debug("msg=\"%s state\" %s=%s from=%s to=%s", st->what, st->field, name,
-              state_names[st->state], state_names[s]);
+    log_debug(LOG_MSGJ(st->what, " state", NULL), LOG_S(st->field, name),
+              LOG_S("from", state_names[st->state]), LOG_S("to", state_names[s]));
     st->state = s;
     return became_ready;
 }
@@ -176,8 +176,9 @@ rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
     }
     ac = path != NULL ? redisAsyncConnectUnix(path) : redisAsyncConnect(ip, port);
     if (ac == NULL || ac->err) {
-        log_debug("msg=\"redis connect failed\" addr=%s:%d error=\"%s\"",
-                  path != NULL ? path : ip, port, ac != NULL ? ac->errstr : "out of memory");
+        log_debug(LOG_MSG("redis connect failed"),
+                  LOG_HP("addr", path != NULL ? path : ip, port),
+                  LOG_Q("error", ac != NULL ? ac->errstr : "out of memory"));
         if (ac != NULL)
             redisAsyncFree(ac);
         return "connect failed";
@@ -265,9 +266,9 @@ errlog_summary(struct rconn_errlog *el, const struct rconn_status *st, const cha
         if (el->e[i].count == 0)
             continue;
         if (el->e[i].count != el->e[i].logged)
-            log_warn("msg=\"%s errors %s\" %s=%s error=\"%s\" count=%llu", st->what,
-                     last ? "ended" : "go on", st->field, name, el->e[i].text,
-                     (unsigned long long)el->e[i].count);
+            log_warn(LOG_MSGJ(st->what, " errors ", last ? "ended" : "go on"),
+                     LOG_S(st->field, name), LOG_Q("error", el->e[i].text),
+                     LOG_U("count", el->e[i].count));
         el->e[i].logged = el->e[i].count;
         if (last)
             el->e[i].count = el->e[i].logged = 0;
@@ -301,8 +302,8 @@ errlog_add(struct rconn_errlog *el, const struct rconn_status *st, const char *n
         for (char *c = el->e[i].text; *c != '\0'; c++)
             if (*c == '"' || *c == '\n' || *c == '\r')
                 *c = '\'';
-        log_warn("msg=\"%s error\" %s=%s error=\"%s\" checks=%zu", st->what, st->field, name,
-                 el->e[i].text, nchecks);
+        log_warn(LOG_MSGJ(st->what, " error", NULL), LOG_S(st->field, name),
+                 LOG_Q("error", el->e[i].text), LOG_U("checks", nchecks));
         if (!el->active)
             el->last_summary_us = now_monotonic_us();
         el->active = 1;
@@ -494,9 +495,12 @@ functions_loaded(struct rconn *c, const redisReply *r)
     if (c->functions || c->functions_noted)
         return;
     c->functions_noted = 1;
-    log_info("msg=\"%s: no function library, calls are EVALSHA\" %s=%s reply=\"%.120s\"",
-             c->conf.what, c->conf.field, c->conf.name,
-             r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING ? r->str : "");
+    log_info(
+        LOG_MSGJ(c->conf.what, ": no function library, calls are EVALSHA", NULL),
+        LOG_S(c->conf.field, c->conf.name),
+        LOG_QN("reply",
+               r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING ? r->str : "",
+               120));
 }
 
 /* ---- handshake -------------------------------------------------------------- */
@@ -560,7 +564,8 @@ handshake_step(const struct rconn *c, const redisReply *r, const char *step, con
     if (strcmp(step, "script") != 0)
         return RL_PARSE_MORE;
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
-        log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s", c->conf.name);
+        log_error(LOG_MSG("SCRIPT LOAD returned an unexpected digest"),
+                  LOG_S("redis", c->conf.name));
     return RL_PARSE_MORE;
 }
 
@@ -580,11 +585,12 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
     case RL_PARSE_MORE: break;
     case RL_PARSE_ERR:
         if (r->type == REDIS_REPLY_ERROR) /* what the server said, never the credentials */
-            log_error("msg=\"%s handshake failed\" %s=%s step=%s error=\"%.200s\"",
-                      c->conf.what, c->conf.field, c->conf.name, step, r->str);
+            log_error(LOG_MSGJ(c->conf.what, " handshake failed", NULL),
+                      LOG_S(c->conf.field, c->conf.name), LOG_S("step", step),
+                      LOG_QN("error", r->str, 200));
         else if (!c->st.announced_down)
-            log_warn("msg=\"%s is not a master, retrying\" %s=%s", c->conf.what, c->conf.field,
-                     c->conf.name);
+            log_warn(LOG_MSGJ(c->conf.what, " is not a master, retrying", NULL),
+                     LOG_S(c->conf.field, c->conf.name));
         rconn_drop(c, why);
         break;
     case RL_PARSE_DONE:
@@ -606,8 +612,8 @@ on_connect(const redisAsyncContext *cac, int status)
         return;
     if (status != REDIS_OK) {
         /* hiredis frees the context after this returns */
-        log_debug("msg=\"%s connect failed\" %s=%s error=\"%s\"", c->conf.what, c->conf.field,
-                  c->conf.name, ac->errstr);
+        log_debug(LOG_MSGJ(c->conf.what, " connect failed", NULL),
+                  LOG_S(c->conf.field, c->conf.name), LOG_Q("error", ac->errstr));
         c->ac = NULL;
         went_down(c, "connection refused");
         return;
@@ -638,8 +644,8 @@ connect_ip(void *arg, const char *ip, const char *why)
 
     c->lookup = NULL;
     if (ip == NULL) {
-        log_debug("msg=\"cannot resolve a host\" %s=%s error=\"%s\"", c->conf.field,
-                  c->conf.name, why);
+        log_debug(LOG_MSG("cannot resolve a host"), LOG_S(c->conf.field, c->conf.name),
+                  LOG_Q("error", why));
         went_down(c, "cannot resolve the host");
         return;
     }
@@ -704,14 +710,14 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
     if (c->lookup != NULL) {
         rconn_abandon(c->lookup);
         c->lookup = NULL;
-        log_debug("msg=\"%s resolution timed out\" %s=%s", c->conf.what, c->conf.field,
-                  c->conf.name);
+        log_debug(LOG_MSGJ(c->conf.what, " resolution timed out", NULL),
+                  LOG_S(c->conf.field, c->conf.name));
         went_down(c, "resolve timeout");
     } else if (c->conf.hooks->abandon != NULL && c->conf.hooks->abandon(c)) {
         went_down(c, "no answer in time");
     } else if (c->ac != NULL && c->st.state != RCONN_READY) {
-        log_debug("msg=\"%s connect timed out\" %s=%s", c->conf.what, c->conf.field,
-                  c->conf.name);
+        log_debug(LOG_MSGJ(c->conf.what, " connect timed out", NULL),
+                  LOG_S(c->conf.field, c->conf.name));
         /* a timer, not a hiredis callback: freeing here is safe */
         free_ac(c);
         went_down(c, "connect timeout");
@@ -728,8 +734,9 @@ on_drop(evutil_socket_t fd, short what, void *arg)
     if (c->ac == NULL)
         return;
     if (c->drop_was_ready)
-        log_warn("msg=\"dropping the %s connection\" %s=%s reason=\"%s\" pending=%u",
-                 c->conf.what, c->conf.field, c->conf.name, c->drop_reason, c->pending);
+        log_warn(LOG_MSGJ("dropping the ", c->conf.what, " connection"),
+                 LOG_S(c->conf.field, c->conf.name), LOG_Q("reason", c->drop_reason),
+                 LOG_U("pending", c->pending));
     /* Free, not Disconnect: Disconnect waits for replies a hung server will
      * never send.  Every pending callback runs now with NULL. */
     free_ac(c);
@@ -851,8 +858,8 @@ on_probe(redisAsyncContext *ac, void *reply, void *privdata)
                r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
                strcmp(r->element[0]->str, "master") != 0 && c->st.state == RCONN_READY) {
         /* demoted: PING would still answer, checks would not */
-        log_warn("msg=\"%s is no longer a master\" %s=%s role=%.20s", c->conf.what,
-                 c->conf.field, c->conf.name, r->element[0]->str);
+        log_warn(LOG_MSGJ(c->conf.what, " is no longer a master", NULL),
+                 LOG_S(c->conf.field, c->conf.name), LOG_SN("role", r->element[0]->str, 20));
         rconn_drop(c, "redis is no longer a master");
     }
     (void)privdata;

@@ -52,8 +52,8 @@ on_switch_master(redisAsyncContext *ac, void *reply, void *privdata)
     n = strlen(s->master);
     if (strncmp(r->element[2]->str, s->master, n) != 0 || r->element[2]->str[n] != ' ')
         return;
-    log_info("msg=\"sentinel switched the master\" redis=%s switch=\"%.200s\"", s->display,
-             r->element[2]->str);
+    log_info(LOG_MSG("sentinel switched the master"), LOG_S("redis", s->display),
+             LOG_QN("switch", r->element[2]->str, 200));
     s->switched(s->arg);
     (void)privdata;
 }
@@ -110,13 +110,13 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
-        log_debug("msg=\"a sentinel did not name the master\" redis=%s sentinel=%s:%d",
-                  s->display, node->host, node->port);
+        log_debug(LOG_MSG("a sentinel did not name the master"), LOG_S("redis", s->display),
+                  LOG_HP("sentinel", node->host, node->port));
         ask_next(s);
         return;
     }
-    log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%s", s->display,
-              r->element[0]->str, r->element[1]->str);
+    log_debug(LOG_MSG("sentinel named the master"), LOG_S("redis", s->display),
+              LOG_J("master", r->element[0]->str, ":", r->element[1]->str));
     subscribe(s, node->host, ac->c.tcp.host, node->port);
     s->tries = 0;
     s->found(s->arg, r->element[0]->str, atoi(r->element[1]->str), NULL);

@@ -125,9 +125,9 @@ warn_expired(const char *field, const char *file)
                 when[n > 0 ? n : 0] = '\0';
                 BIO_free(b);
             }
-            log_warn("msg=\"redis TLS certificate expired\" field=redis.tls.%s file=%s "
-                     "subject=\"%s\" not_after=\"%s\"",
-                     field, file, subject, when);
+            log_warn(LOG_MSG("redis TLS certificate expired"),
+                     LOG_J("field", "redis.tls.", field, NULL), LOG_S("file", file),
+                     LOG_Q("subject", subject), LOG_Q("not_after", when));
             X509_free(x);
             break;
         }
@@ -233,8 +233,8 @@ rtls_settings_install(struct rtls_settings *s)
     SSL_CTX *old;
 
     if (s->on && !s->verify)
-        log_warn("msg=\"redis TLS certificate verification is off: anyone on the path "
-                 "can read and change what ratelimitd and Redis say\"");
+        log_warn(LOG_MSG("redis TLS certificate verification is off: anyone on the path "
+                         "can read and change what ratelimitd and Redis say"));
     pthread_mutex_lock(&g.mu);
     old = g.cur.ctx;
     g.cur = *s;
@@ -345,9 +345,11 @@ rtls_failed(const char *peer, const char *reason)
         snprintf(g.last_reason, sizeof(g.last_reason), "%s", reason);
     pthread_mutex_unlock(&g.mu);
     if (fresh)
-        log_warn("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer, reason);
+        log_warn(LOG_MSG("redis TLS connection failed"), LOG_S("server", peer),
+                 LOG_Q("reason", reason));
     else
-        log_debug("msg=\"redis TLS connection failed\" server=%s reason=\"%s\"", peer, reason);
+        log_debug(LOG_MSG("redis TLS connection failed"), LOG_S("server", peer),
+                  LOG_Q("reason", reason));
 }
 
 void

@@ -234,8 +234,8 @@ on_tls_event(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_CONNECTED) {
         b->handshake_done = 1;
-        log_debug("msg=\"redis TLS handshake done\" server=%s version=%s", b->peer,
-                  SSL_get_version(bufferevent_openssl_get_ssl(bev)));
+        log_debug(LOG_MSG("redis TLS handshake done"), LOG_S("server", b->peer),
+                  LOG_S("version", SSL_get_version(bufferevent_openssl_get_ssl(bev))));
         return;
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
@@ -245,8 +245,8 @@ on_tls_event(struct bufferevent *bev, short what, void *arg)
     if (describe(b, what, (what & BEV_EVENT_ERROR) ? sock_err : 0, reason, sizeof(reason)))
         rtls_failed(b->peer, reason);
     else
-        log_debug("msg=\"redis TLS connection ended\" server=%s reason=\"%s\"", b->peer,
-                  reason);
+        log_debug(LOG_MSG("redis TLS connection ended"), LOG_S("server", b->peer),
+                  LOG_Q("reason", reason));
     drop_tls(b);
 }
 
@@ -306,14 +306,14 @@ hiredis_on_socket(int fd, redisAsyncContext **out)
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(lfd, 1) < 0 ||
         getsockname(lfd, (struct sockaddr *)&sin, &len) < 0) {
-        log_debug("msg=\"redis TLS bridge: no loopback listener\" error=\"%s\"",
-                  strerror(errno));
+        log_debug(LOG_MSG("redis TLS bridge: no loopback listener"),
+                  LOG_Q("error", strerror(errno)));
         goto out;
     }
     ac = redisAsyncConnect("127.0.0.1", ntohs(sin.sin_port));
     if (ac == NULL || ac->err || dup3(fd, ac->c.fd, O_CLOEXEC) < 0) {
-        log_debug("msg=\"redis TLS bridge: cannot connect hiredis\" error=\"%s\"",
-                  ac != NULL && ac->err ? ac->errstr : strerror(errno));
+        log_debug(LOG_MSG("redis TLS bridge: cannot connect hiredis"),
+                  LOG_Q("error", ac != NULL && ac->err ? ac->errstr : strerror(errno)));
         if (ac != NULL)
             redisAsyncFree(ac);
         ac = NULL;

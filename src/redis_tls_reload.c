@@ -207,9 +207,8 @@ probe_any(const struct rl_redis_conf *r, SSL_CTX *ctx, char **cause)
         *cause = NULL;
         rc = probe(ctx, r->tls.server_name, &t[i], r->connect_timeout_ms, &reached, cause);
         if (rc == RL_OK)
-            log_info("msg=\"redis TLS: a handshake with the new settings worked\" "
-                     "server=%s:%d",
-                     t[i].host, t[i].port);
+            log_info(LOG_MSG("redis TLS: a handshake with the new settings worked"),
+                     LOG_HP("server", t[i].host, t[i].port));
     }
     for (i = 0; i < n; i++)
         free(t[i].host);

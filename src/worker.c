@@ -48,8 +48,8 @@ on_grace(evutil_socket_t fd, short what, void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_warn("msg=\"shutdown grace over\" worker=%d abandoned=%llu", w->id,
-             (unsigned long long)w->metrics->inflight);
+    log_warn(LOG_MSG("shutdown grace over"), LOG_I("worker", w->id),
+             LOG_U("abandoned", w->metrics->inflight));
     event_base_loopexit(w->base, NULL);
     (void)fd;
     (void)what;
@@ -308,9 +308,9 @@ worker_main(void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_debug("msg=\"worker running\" worker=%d", w->id);
+    log_debug(LOG_MSG("worker running"), LOG_I("worker", w->id));
     event_base_dispatch(w->base);
-    log_debug("msg=\"worker stopped\" worker=%d", w->id);
+    log_debug(LOG_MSG("worker stopped"), LOG_I("worker", w->id));
     if (w->exited_ev != NULL)
         event_active(w->exited_ev, EV_READ, 0);
     return NULL;
