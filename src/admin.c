@@ -44,7 +44,7 @@ struct admin_op {
 
 /* The connection's peer, for the log: an address, or "unix". */
 static void
-peer_text(const struct http_req *r, char *buf, size_t size)
+admin_peer_text(const struct http_req *r, char *buf, size_t size)
 {
     const struct sockaddr_storage *ss = http_req_peer(r);
 
@@ -79,7 +79,7 @@ audit(const struct admin_op *op, enum rl_admin_result result, int status)
 }
 
 static void
-op_free(struct admin_op *op)
+admin_op_free(struct admin_op *op)
 {
     config_unref(op->cfg);
     free(op);
@@ -87,7 +87,7 @@ op_free(struct admin_op *op)
 
 /* Refuse op's request: the answer, the log line, the count. */
 static void
-refuse(struct admin_op *op, int status, const char *extra, const char *msg)
+admin_refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 {
     api_error(op->r, status, extra, msg);
     audit(op,
@@ -315,7 +315,7 @@ on_answer(const struct rl_check_res *res, void *arg)
                               : op->action == RL_ADM_INSPECT
                                   ? ""
                                   : " (inspect to see whether it was applied)");
-        refuse(op, 503, NULL, msg);
+        admin_refuse(op, 503, NULL, msg);
         free(msg);
         goto out;
     }
@@ -323,7 +323,7 @@ on_answer(const struct rl_check_res *res, void *arg)
     if (op->action != RL_ADM_INSPECT)
         worker_admin_done(w, op->cfg, &op->req, op->sent_us, res);
     if ((s = answer_json(op, res)) == NULL) {
-        refuse(op, 500, NULL, "done, but the answer could not be written");
+        admin_refuse(op, 500, NULL, "done, but the answer could not be written");
         goto out;
     }
     resp.body = s;
@@ -332,7 +332,7 @@ on_answer(const struct rl_check_res *res, void *arg)
     audit(op, RL_ADM_OK, 200);
     free(s);
 out:
-    op_free(op);
+    admin_op_free(op);
     worker_check_done(w);
 }
 
@@ -369,18 +369,18 @@ admin_handle(struct http_req *r, void *arg)
     op->cfg = config_ref(w->cfg);
     op->action = action;
     op->req.timeout_ms = op->cfg->redis.timeout_ms;
-    peer_text(r, op->peer, sizeof(op->peer));
+    admin_peer_text(r, op->peer, sizeof(op->peer));
     if (r->head->method != HTTP_M_POST) {
-        refuse(op, 405, "Allow: POST\r\n", "method not allowed");
+        admin_refuse(op, 405, "Allow: POST\r\n", "method not allowed");
     } else if (!authorized(op->cfg, r->head)) {
-        refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
-               "authorization: a valid \"Bearer\" token is required");
+        admin_refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
+                     "authorization: a valid \"Bearer\" token is required");
     } else if (w->draining) {
-        refuse(op, 503, NULL, "shutting down");
+        admin_refuse(op, 503, NULL, "shutting down");
     } else if ((int64_t)r->body_len > op->cfg->max_body) {
-        refuse(op, 413, NULL, "body: larger than max_body");
+        admin_refuse(op, 413, NULL, "body: larger than max_body");
     } else if (parse_body(r->body, r->body_len, op, &cause) != RL_OK) {
-        refuse(op, 400, NULL, cause);
+        admin_refuse(op, 400, NULL, cause);
         free(cause);
     } else {
         op->req.policy = op->policy;
@@ -392,5 +392,5 @@ admin_handle(struct http_req *r, void *arg)
         w->backend->ops->check(w->backend, &op->req, on_answer, op);
         return;
     }
-    op_free(op);
+    admin_op_free(op);
 }

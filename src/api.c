@@ -68,8 +68,8 @@ respond_405(struct http_req *r, struct rl_worker *w, const char *allow)
     respond_error(r, 405, allow, "method not allowed");
 }
 
-static void
-peer_text(const struct http_req *r, char *buf, size_t size)
+void
+api_peer_text(const struct http_req *r, char *buf, size_t size)
 {
     const struct sockaddr_storage *ss = http_req_peer(r);
 
@@ -84,12 +84,6 @@ peer_text(const struct http_req *r, char *buf, size_t size)
                   (socklen_t)size);
 }
 
-void
-api_peer_text(const struct http_req *r, char *buf, size_t size)
-{
-    peer_text(r, buf, size);
-}
-
 /* One line per sampled check: what was decided, never who by key (a key
  * may be a secret); the peer address is the connection's, not the caller's. */
 static void
@@ -97,7 +91,7 @@ access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_
 {
     char peer[INET6_ADDRSTRLEN];
 
-    peer_text(r, peer, sizeof(peer));
+    api_peer_text(r, peer, sizeof(peer));
     log_info(LOG_MSG("check"), LOG_I("worker", w->id), LOG_I("status", d->status),
              LOG_S("policy", d->policy ? d->policy->name : "-"), LOG_I("allowed", d->allowed),
              LOG_I("remaining", d->remaining), LOG_I("retry_after_ms", d->retry_after_ms),

@@ -85,7 +85,7 @@ op_of(struct rl_script_wait *w)
 }
 
 static void
-op_free(struct redis_op *op)
+redis_op_free(struct redis_op *op)
 {
     event_del(&op->timer);
     free(op);
@@ -99,7 +99,7 @@ static void
 batch_free(struct redis_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
-        op_free(op_of(b->w[i]));
+        redis_op_free(op_of(b->w[i]));
     free(b);
 }
 
@@ -120,7 +120,7 @@ batch_compact(struct redis_batch *b)
 
     for (size_t i = 0; i < b->n; i++) {
         if (b->w[i]->answered)
-            op_free(op_of(b->w[i]));
+            redis_op_free(op_of(b->w[i]));
         else
             b->w[k++] = b->w[i];
     }
@@ -206,7 +206,7 @@ redis_flush(void *owner, void *const *items, size_t n)
     while (b->n > 0 && rb->pending_checks + b->n > rb->max_pending) {
         struct rl_script_wait *w = b->w[--b->n];
         script_answer_status(w, RL_BACKEND_ERROR, "too many checks waiting for redis");
-        op_free(op_of(w));
+        redis_op_free(op_of(w));
     }
     if (b->n == 0) {
         free(b);
@@ -241,7 +241,7 @@ waiting_room(struct redis_backend *rb)
         return true;
     for (size_t i = 0; i < rb->nwaiting; i++) {
         if (rb->waiting[i]->w.answered)
-            op_free(rb->waiting[i]);
+            redis_op_free(rb->waiting[i]);
         else
             rb->waiting[k++] = rb->waiting[i];
     }
@@ -273,10 +273,10 @@ waiting_end(struct redis_backend *rb, int ready, const char *why)
         struct redis_op *op = w[i];
 
         if (op->w.answered) {
-            op_free(op);
+            redis_op_free(op);
         } else if (!ready) {
             script_answer_status(&op->w, RL_BACKEND_DOWN, why ? why : "redis not connected");
-            op_free(op);
+            redis_op_free(op);
         } else {
             /* sent now: from here on only its reply settles it */
             if (op->w.req->flags & RL_CHECK_SETTLE)
@@ -456,7 +456,7 @@ redis_destroy(struct rl_backend *be)
         struct redis_op *op = rb->queue.items[i];
 
         script_answer_status(&op->w, RL_BACKEND_DOWN, "shutting down");
-        op_free(op);
+        redis_op_free(op);
     }
     rb->queue.n = 0;
     waiting_end(rb, 0, "shutting down");

@@ -92,7 +92,7 @@ cop_free(struct cop *op)
  * op afterwards; the functions they call never free op.
  */
 static void
-op_release(struct cop *op)
+cop_release(struct cop *op)
 {
     if (op->w.answered && op->inflight == 0)
         cop_free(op);
@@ -363,7 +363,7 @@ on_call_reply(redisAsyncContext *ac, void *reply, void *privdata)
     (void)script_batch_reply(&walk, reply);
     cnode_settle(n);
     for (size_t i = 0; i < k; i++)
-        op_release(cop_of(b->w[i]));
+        cop_release(cop_of(b->w[i]));
     if (allocated)
         free(b);
 }
@@ -418,13 +418,13 @@ cops_flush(void *owner, void *const *items, size_t n)
         if (op == NULL)
             continue;
         if (op->w.answered) {
-            op_release(op);
+            cop_release(op);
             continue;
         }
         node = o->map->loaded ? o->map->owner[op->slot] : NULL;
         if (node == NULL || node->c.st.state != RCONN_READY || node->c.ac == NULL) {
             op_route(op);
-            op_release(op);
+            cop_release(op);
             continue;
         }
         /* gather the rest of this slot behind op, keeping their order */
@@ -437,7 +437,7 @@ cops_flush(void *owner, void *const *items, size_t n)
         }
         batch_send(o, node, group, k);
         for (size_t j = 0; j < k; j++)
-            op_release(group[j]);
+            cop_release(group[j]);
     }
     free(q);
 }
@@ -457,7 +457,7 @@ on_op_retry(evutil_socket_t fd, short what, void *arg)
             op_route(op);
         }
     }
-    op_release(op);
+    cop_release(op);
     (void)fd;
     (void)what;
 }
@@ -482,7 +482,7 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
         script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
     }
     /* Still owed a reply: freed when hiredis hands it back (or NULL). */
-    op_release(op);
+    cop_release(op);
     (void)fd;
     (void)what;
 }

@@ -24,7 +24,7 @@ struct rl_deny_cache {
 };
 
 static uint64_t
-hash_key(uint64_t policy, const char *k, size_t n)
+dc_hash(uint64_t policy, const char *k, size_t n)
 {
     uint64_t h = fnv1a(FNV1A_INIT ^ policy, k, n);
 
@@ -63,9 +63,9 @@ less(int64_t ms, int64_t elapsed_ms)
 
 /* The slot that holds (policy, key), NULL when none does. */
 static struct slot *
-find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
+dc_find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 {
-    uint64_t h = hash_key(policy, key, klen);
+    uint64_t h = dc_hash(policy, key, klen);
     struct slot *s = &c->slots[h & c->mask];
 
     if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
@@ -78,7 +78,7 @@ bool
 deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen,
                int64_t cost, uint64_t epoch, int64_t now_us, struct rl_check_res *res)
 {
-    struct slot *s = find(c, policy, key, klen);
+    struct slot *s = dc_find(c, policy, key, klen);
     int64_t elapsed_ms;
 
     if (s == NULL || now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
@@ -114,7 +114,7 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
         return;
     if (res->blocked_ms > 0 && wait_ms > DENY_CACHE_BLOCKED_MS)
         wait_ms = DENY_CACHE_BLOCKED_MS;
-    h = hash_key(policy, key, klen);
+    h = dc_hash(policy, key, klen);
     s = &c->slots[h & c->mask];
     /* direct-mapped: a newcomer replaces whoever held the slot */
     if (s->key == NULL || s->klen < klen) {
@@ -137,7 +137,7 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
 void
 deny_cache_forget(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 {
-    struct slot *s = find(c, policy, key, klen);
+    struct slot *s = dc_find(c, policy, key, klen);
 
     if (s != NULL)
         s->until_us = 0;

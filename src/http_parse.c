@@ -159,7 +159,7 @@ parse_length(const char *v, size_t n, int64_t *out)
 
 /* One header line [p, eol): name ":" OWS value OWS. */
 static int
-parse_field(char *p, char *eol, struct http_head *h, struct http_refusal *no)
+parse_header_field(char *p, char *eol, struct http_head *h, struct http_refusal *no)
 {
     char *s = p, *v, *e;
 
@@ -288,7 +288,7 @@ http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan, struct htt
         eol = memchr(p, '\r', (size_t)(buf + end - p));
         if (eol[1] != '\n')
             FAIL_PARSE(400, "CR without LF");
-        if (parse_field(p, eol, h, no) != RL_OK)
+        if (parse_header_field(p, eol, h, no) != RL_OK)
             return RL_PARSE_ERR;
     }
     if (read_semantics(h, no) != RL_OK)

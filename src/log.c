@@ -45,7 +45,7 @@ struct line {
 };
 
 static void
-put(struct line *l, const char *s, size_t len)
+line_put(struct line *l, const char *s, size_t len)
 {
     if (len > l->cap - l->n)
         len = l->cap - l->n;
@@ -54,9 +54,9 @@ put(struct line *l, const char *s, size_t len)
 }
 
 static void
-putc_(struct line *l, char c)
+line_putc(struct line *l, char c)
 {
-    put(l, &c, 1);
+    line_put(l, &c, 1);
 }
 
 /* Inside quotes '"', '\\' and control bytes are escaped, so a value cannot
@@ -70,17 +70,17 @@ put_escaped(struct line *l, const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         switch (c) {
-        case '"': put(l, "\\\"", 2); break;
-        case '\\': put(l, "\\\\", 2); break;
-        case '\n': put(l, "\\n", 2); break;
-        case '\r': put(l, "\\r", 2); break;
-        case '\t': put(l, "\\t", 2); break;
+        case '"': line_put(l, "\\\"", 2); break;
+        case '\\': line_put(l, "\\\\", 2); break;
+        case '\n': line_put(l, "\\n", 2); break;
+        case '\r': line_put(l, "\\r", 2); break;
+        case '\t': line_put(l, "\\t", 2); break;
         default:
             if (c < 0x20 || c == 0x7f) {
                 char esc[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
-                put(l, esc, 4);
+                line_put(l, esc, 4);
             } else {
-                putc_(l, (char)c);
+                line_putc(l, (char)c);
             }
         }
     }
@@ -96,14 +96,14 @@ put_u64(struct line *l, uint64_t v)
         tmp[--n] = (char)('0' + v % 10);
         v /= 10;
     } while (v > 0);
-    put(l, tmp + n, sizeof(tmp) - n);
+    line_put(l, tmp + n, sizeof(tmp) - n);
 }
 
 static void
 put_i64(struct line *l, int64_t v)
 {
     if (v < 0) {
-        putc_(l, '-');
+        line_putc(l, '-');
         put_u64(l, -(uint64_t)v);
     } else {
         put_u64(l, (uint64_t)v);
@@ -157,7 +157,7 @@ put_text(struct line *l, const struct log_kv *f)
     size_t left = f->max > 0 ? f->max : SIZE_MAX;
 
     if (quote)
-        putc_(l, '"');
+        line_putc(l, '"');
     for (int i = 0; i < 3; i++) {
         const char *p;
         size_t n = text_part(f, i, &left, &p);
@@ -165,12 +165,12 @@ put_text(struct line *l, const struct log_kv *f)
         if (quote)
             put_escaped(l, p, n);
         else
-            put(l, p, n);
+            line_put(l, p, n);
     }
     if (f->with_i)
         put_i64(l, f->i);
     if (quote)
-        putc_(l, '"');
+        line_putc(l, '"');
 }
 
 void
@@ -187,9 +187,9 @@ log_kv(enum rl_log_level level, const struct log_kv *kv, size_t n)
     l.n += (size_t)snprintf(buf + l.n, sizeof(buf) - l.n, ".%03ldZ level=%s",
                             (long)(tv.tv_usec / 1000), log_level_name(level));
     for (size_t i = 0; i < n; i++) {
-        putc_(&l, ' ');
-        put(&l, kv[i].key, strlen(kv[i].key));
-        putc_(&l, '=');
+        line_putc(&l, ' ');
+        line_put(&l, kv[i].key, strlen(kv[i].key));
+        line_putc(&l, '=');
         switch (kv[i].type) {
         case LOG_KV_INT: put_i64(&l, kv[i].i); break;
         case LOG_KV_UINT: put_u64(&l, kv[i].u); break;

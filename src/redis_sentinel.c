@@ -97,7 +97,7 @@ subscribe(struct rsentinel *s, const char *host, const char *ip, int port)
 /* ---- asking ---------------------------------------------------------------------- */
 
 static void
-on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+on_sentinel_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct rsentinel *s = ac->data;
     redisReply *r = reply;
@@ -123,7 +123,7 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 }
 
 static void
-on_connect(const redisAsyncContext *cac, int status)
+on_sentinel_connect(const redisAsyncContext *cac, int status)
 {
     redisAsyncContext *ac = (redisAsyncContext *)cac;
     struct rsentinel *s = ac->data;
@@ -135,7 +135,7 @@ on_connect(const redisAsyncContext *cac, int status)
 }
 
 static void
-on_disconnect(const redisAsyncContext *ac, int status)
+on_sentinel_disconnect(const redisAsyncContext *ac, int status)
 {
     struct rsentinel *s = ac->data;
 
@@ -154,14 +154,14 @@ connect_to(void *arg, const char *ip, const char *why)
     redisAsyncContext *ac;
 
     s->lookup = NULL;
-    if (ip == NULL || rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
-                                 on_disconnect, &ac) != NULL) {
+    if (ip == NULL || rconn_open(s->evb, node->host, ip, node->port, NULL, s,
+                                 on_sentinel_connect, on_sentinel_disconnect, &ac) != NULL) {
         ask_next(s);
         return;
     }
     s->ac = ac;
-    redisAsyncCommand(ac, on_reply, (void *)node, "SENTINEL get-master-addr-by-name %s",
-                      s->master);
+    redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
+                      "SENTINEL get-master-addr-by-name %s", s->master);
 }
 
 /* Ask the sentinels in turn; when every one failed, say so. */

@@ -16,7 +16,7 @@
 #define NUM_MAX 24
 
 static void
-grow(struct rl_script_call *c, size_t more)
+call_grow(struct rl_script_call *c, size_t more)
 {
     if (c->len + more > c->cap) {
         c->cap = (c->len + more) * 2;
@@ -27,7 +27,7 @@ grow(struct rl_script_call *c, size_t more)
 static void
 put_raw(struct rl_script_call *c, const char *s, size_t n)
 {
-    grow(c, n);
+    call_grow(c, n);
     memcpy(c->buf + c->len, s, n);
     c->len += n;
 }
@@ -63,17 +63,17 @@ header_at(char *p, char prefix, size_t n, size_t d)
 static void
 put_header(struct rl_script_call *c, char prefix, size_t n)
 {
-    grow(c, NUM_MAX + 3);
+    call_grow(c, NUM_MAX + 3);
     c->len = (size_t)(header_at(c->buf + c->len, prefix, n, digits(n)) - c->buf);
 }
 
 /* One argument: $<len>\r\n<bytes>\r\n */
 static void
-put(struct rl_script_call *c, const char *s, size_t n)
+put_arg(struct rl_script_call *c, const char *s, size_t n)
 {
     char *p;
 
-    grow(c, NUM_MAX + 5 + n);
+    call_grow(c, NUM_MAX + 5 + n);
     p = header_at(c->buf + c->len, '$', n, digits(n));
     memcpy(p, s, n);
     memcpy(p + n, "\r\n", 2);
@@ -88,7 +88,7 @@ put_num(struct rl_script_call *c, long long v)
 
     sb_init(&sb, tmp, sizeof(tmp));
     sb_i64(&sb, v);
-    put(c, tmp, sb.len);
+    put_arg(c, tmp, sb.len);
 }
 
 void
@@ -172,7 +172,7 @@ put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind 
     char *at;
     int len;
 
-    grow(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX);
+    call_grow(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX);
     at = c->buf + c->len + 1 + d + 2;
     if (kind == KEY_LIMIT)
         len = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX);
@@ -229,7 +229,7 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "r", 1);
     if (req->flags & RL_CHECK_BLOCK)
         sb_mem(&sb, "b", 1);
-    put(c, tmp, sb.len);
+    put_arg(c, tmp, sb.len);
 }
 
 /*
@@ -276,20 +276,20 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
     put_header(c, '*', 5 + nkeys + nargs);
     if (cmd == SCRIPT_FCALL) {
-        put(c, "FCALL", 5);
-        put(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
+        put_arg(c, "FCALL", 5);
+        put_arg(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
     } else if (cmd == SCRIPT_EVAL) {
-        put(c, "EVAL", 4);
-        put(c, rl_lua_check, rl_lua_check_len);
+        put_arg(c, "EVAL", 4);
+        put_arg(c, rl_lua_check, rl_lua_check_len);
     } else {
-        put(c, "EVALSHA", 7);
-        put(c, rl_lua_check_sha, strlen(rl_lua_check_sha));
+        put_arg(c, "EVALSHA", 7);
+        put_arg(c, rl_lua_check_sha, strlen(rl_lua_check_sha));
     }
     put_num(c, (long long)nkeys);
     for (size_t j = 0; j < n; j++)
         if (put_keys(c, reqs[j]) != RL_OK)
             return RL_ERR;
-    put(c, "", 0);
+    put_arg(c, "", 0);
     put_num(c, (long long)n);
     for (size_t j = 0; j < n; j++)
         if (put_args(c, reqs[j]) != RL_OK)
