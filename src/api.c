@@ -29,14 +29,11 @@ static void
 respond(struct http_req *r, int status, const char *headers, size_t hlen, const char *body,
         size_t blen)
 {
-    struct http_response resp = {
-        .status = status,
-        .headers = headers,
-        .headers_len = hlen,
-        .body = body,
-        .body_len = blen,
-    };
-    http_respond(r, &resp);
+    http_respond(r, &(const struct http_response){.status = status,
+                                                  .headers = headers,
+                                                  .headers_len = hlen,
+                                                  .body = body,
+                                                  .body_len = blen});
 }
 
 /* {"error": msg} with msg escaped: it may quote what the caller sent. */

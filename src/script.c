@@ -15,20 +15,21 @@
 /* Room for one number in decimal: 20 digits, a sign and a NUL. */
 #define NUM_MAX 24
 
-static void
-call_grow(struct rl_script_call *c, size_t more)
+/* Where the next bytes of the call go, with room for `more` of them. */
+static char *
+call_room(struct rl_script_call *c, size_t more)
 {
     if (c->len + more > c->cap) {
         c->cap = (c->len + more) * 2;
         c->buf = xrealloc(c->buf, c->cap);
     }
+    return c->buf + c->len;
 }
 
 static void
 put_raw(struct rl_script_call *c, const char *s, size_t n)
 {
-    call_grow(c, n);
-    memcpy(c->buf + c->len, s, n);
+    memcpy(call_room(c, n), s, n);
     c->len += n;
 }
 
@@ -63,8 +64,7 @@ header_at(char *p, char prefix, size_t n, size_t d)
 static void
 put_header(struct rl_script_call *c, char prefix, size_t n)
 {
-    call_grow(c, NUM_MAX + 3);
-    c->len = (size_t)(header_at(c->buf + c->len, prefix, n, digits(n)) - c->buf);
+    c->len = (size_t)(header_at(call_room(c, NUM_MAX + 3), prefix, n, digits(n)) - c->buf);
 }
 
 /* One argument: $<len>\r\n<bytes>\r\n */
@@ -73,8 +73,7 @@ put_arg(struct rl_script_call *c, const char *s, size_t n)
 {
     char *p;
 
-    call_grow(c, NUM_MAX + 5 + n);
-    p = header_at(c->buf + c->len, '$', n, digits(n));
+    p = header_at(call_room(c, NUM_MAX + 5 + n), '$', n, digits(n));
     memcpy(p, s, n);
     memcpy(p + n, "\r\n", 2);
     c->len = (size_t)(p + n + 2 - c->buf);
@@ -172,8 +171,7 @@ put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind 
     char *at;
     int len;
 
-    call_grow(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX);
-    at = c->buf + c->len + 1 + d + 2;
+    at = call_room(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX) + 1 + d + 2;
     if (kind == KEY_LIMIT)
         len = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX);
     else if (kind == KEY_ONCE)
