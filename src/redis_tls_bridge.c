@@ -36,8 +36,9 @@
  * the bridge too: nothing else needs to know that a connection is TLS.
  */
 struct bridge {
-    /* Our end of the socketpair, read and written directly: a bufferevent
-     * there cost an ioctl, an epoll_ctl pair and a loop pass per batch. */
+    /* Our end of the socketpair, read and written directly, not through a
+     * second bufferevent (docs/BENCHMARKS.md, "Measurements behind the
+     * code": what that one cost per batch). */
     int fd; /* -1 once closed */
     struct event *plain_rd;
     struct event *plain_wr;   /* only while `pending` holds bytes */

@@ -47,8 +47,9 @@ digits(size_t n)
 }
 
 /* <prefix><n>\r\n at p, d = digits(n) of them: the array and bulk string
- * headers of the protocol (sb_i64 and its bounds checks were a tenth of a
- * call's build, for numbers that are never negative). */
+ * headers of the protocol, for numbers that are never negative (sb_i64 and
+ * its bounds checks cost more: docs/BENCHMARKS.md, "Measurements behind the
+ * code"). */
 static char *
 header_at(char *p, char prefix, size_t n, size_t d)
 {

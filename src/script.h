@@ -36,8 +36,9 @@ struct rl_script_spec {
 /*
  * One script call deciding a batch of checks (coalescing: the checks that
  * arrive in one event-loop pass share one call), formatted as the Redis
- * protocol so hiredis only copies it (redisAsyncFormattedCommand): its own
- * printf-style formatting was 6% of the daemon's instructions per check.
+ * protocol so hiredis only copies it (redisAsyncFormattedCommand), not
+ * through its printf-style formatting (docs/BENCHMARKS.md, "Measurements
+ * behind the code").
  * Reused from call to call, with the specs of the policies it carried
  * lately; one per connection (never shared between threads).
  */

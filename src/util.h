@@ -60,8 +60,9 @@ hex_value(unsigned char c)
 
 /*
  * Appending to a fixed buffer without printf: the hot path formats a dozen
- * integers per check, and snprintf's format parsing was a fifth of the
- * daemon's instructions.  Past `size` the text is cut (sb.len keeps
+ * integers per check, and snprintf parses its format every time
+ * (docs/BENCHMARKS.md, "Measurements behind the code").  Past `size` the
+ * text is cut (sb.len keeps
  * counting, so sb_ok() tells); the buffer is always NUL-terminated.
  */
 struct strbuf {
