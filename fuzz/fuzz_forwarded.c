@@ -173,9 +173,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (identity_resolve(&chain, &trusted, &ii, id, sizeof(id), &idlen)) {
         if (idlen > sizeof(id))
             abort();
-        int klen = identity_key("rl:", "policy", id, idlen, key, sizeof(key));
-        if (klen < 0 || (size_t)klen >= sizeof(key) || key[0] != '{' || key[klen - 1] != '}' ||
-            memchr(key + 1, '}', (size_t)klen - 2) != NULL || memchr(key + 1, '{', (size_t)klen - 2) != NULL)
+        size_t klen;
+        if (identity_key("rl:", "policy", id, idlen, key, sizeof(key), &klen) != RL_OK ||
+            klen >= sizeof(key) || key[0] != '{' || key[klen - 1] != '}' ||
+            memchr(key + 1, '}', klen - 2) != NULL || memchr(key + 1, '{', klen - 2) != NULL)
             abort();
     }
     free(body_key);

@@ -40,6 +40,7 @@
  * nodes, and the nodes hear of the map, only through hooks.
  */
 #include <stdbool.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,18 +63,19 @@ cluster_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb
 {
     struct cluster *cl = (struct cluster *)be;
     char key[RL_LIMIT_KEY_MAX];
-    int klen = backend_limit_key(req, 0, key, sizeof(key));
+    size_t klen;
+    bool fits = backend_limit_key(req, 0, key, sizeof(key), &klen) == RL_OK;
     struct cnode *n = NULL;
     struct rl_check_res res;
     int slot = 0;
 
     memset(&res, 0, sizeof(res));
     res.status = RL_BACKEND_DOWN;
-    if (klen >= 0) {
-        slot = cluster_key_slot(key, (size_t)klen);
+    if (fits) {
+        slot = cluster_key_slot(key, klen);
         n = cl->map.owner[slot];
     }
-    if (klen < 0) {
+    if (!fits) {
         res.status = RL_BACKEND_ERROR;
         res.error = "key too long";
     } else if (!cl->map.loaded && !cnodes_map_coming(&cl->nodes)) {

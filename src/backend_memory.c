@@ -400,16 +400,13 @@ struct mem_op {
     struct mem_entry *e[RL_LIMITS_MAX + 1];
 };
 
-static int
-op_key(struct mem_store *s, struct mem_op *op, size_t i, int len)
+static void
+op_key(struct mem_store *s, struct mem_op *op, size_t i, size_t len)
 {
-    if (len < 0)
-        return RL_ERR;
-    op->klen[i] = (size_t)len;
+    op->klen[i] = len;
     op->hash[i] = siphash24(s->k0, s->k1, (const unsigned char *)op->kbuf + i * op->per,
                             op->klen[i]);
     op->shard[i] = (unsigned)(op->hash[i] >> 32) & (s->nshards - 1);
-    return RL_OK;
 }
 
 static void
@@ -422,19 +419,21 @@ op_release(struct mem_op *op)
 static int
 op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
 {
-    size_t n = op->n = req->policy->nlimits;
+    size_t n = op->n = req->policy->nlimits, len;
 
     op->per = req->key_len + MEM_KEY_EXTRA;
     op->kbuf = op->stackbuf;
     if ((n + 1) * op->per > sizeof(op->stackbuf))
         op->kbuf = xmalloc((n + 1) * op->per);
     for (size_t i = 0; i < n; i++) {
-        char *k = op->kbuf + i * op->per;
-
-        if (op_key(s, op, i, backend_limit_key(req, i, k, op->per)) != RL_OK)
+        if (backend_limit_key(req, i, op->kbuf + i * op->per, op->per, &len) != RL_OK)
             return RL_ERR;
+        op_key(s, op, i, len);
     }
-    return op_key(s, op, n, backend_block_key(req, op->kbuf + n * op->per, op->per));
+    if (backend_block_key(req, op->kbuf + n * op->per, op->per, &len) != RL_OK)
+        return RL_ERR;
+    op_key(s, op, n, len);
+    return RL_OK;
 }
 
 /* Lock each shard of the check's keys once, in ascending order. */

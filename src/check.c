@@ -247,11 +247,8 @@ const struct rl_policy *
 check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const char *id,
               size_t idlen, char *key, size_t size, size_t *klen)
 {
-    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, key, size);
-
-    if (n < 0)
+    if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, key, size, klen) != RL_OK)
         return NULL;
-    *klen = (size_t)n;
     return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
 }
 
@@ -337,9 +334,10 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, op->key,
-                            sizeof(op->key));
-    if (klen < 0) {
+    size_t klen;
+
+    if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, op->key, sizeof(op->key),
+                     &klen) != RL_OK) {
         free(op);
         *cause = xstrdup("key: too long");
         return RL_ERR;
@@ -351,7 +349,7 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
     op->arg = arg;
     op->req.policy = policy;
     op->req.key = op->key;
-    op->req.key_len = (size_t)klen;
+    op->req.key_len = klen;
     op->req.cost = cost;
     op->req.timeout_ms = cfg->redis.timeout_ms;
     op->start_us = now_us(env);

@@ -333,7 +333,7 @@ chunk_line_byte(struct http_chunked *c, unsigned char b, struct http_refusal *no
 
     switch (c->state) {
     case CH_SIZE:
-        if ((x = hex_value(b)) >= 0) {
+        if (hex_digit(b, &x)) {
             if (c->left >> 60)
                 FAIL(400, "chunk size too large");
             c->left = c->left << 4 | (unsigned)x;

@@ -163,7 +163,7 @@ safe_byte(unsigned char c)
 
 int
 identity_key(const char *prefix, const char *policy, const char *id, size_t idlen, char *buf,
-             size_t size)
+             size_t size, size_t *len)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t plen = strlen(prefix), nlen = strlen(policy), o = 0;
@@ -172,7 +172,7 @@ identity_key(const char *prefix, const char *policy, const char *id, size_t idle
     size_t typelen = colon ? (size_t)(colon - id) + 1 : 0;
 
     if (plen + nlen + typelen + 3 * (idlen - typelen) + 4 > size)
-        return -1;
+        return RL_ERR;
     buf[o++] = '{';
     memcpy(buf + o, prefix, plen), o += plen;
     memcpy(buf + o, policy, nlen), o += nlen;
@@ -190,5 +190,6 @@ identity_key(const char *prefix, const char *policy, const char *id, size_t idle
     }
     buf[o++] = '}';
     buf[o] = '\0';
-    return (int)o;
+    *len = o;
+    return RL_OK;
 }

@@ -57,9 +57,10 @@ bool identity_forwarded(const struct rl_cidr_list *trusted, const struct rl_iden
 
 /*
  * "{<prefix><policy>:<escaped identity>}": the hash tag that every key of
- * one check shares.  Returns the length, or -1 when buf is too small.
+ * one check shares, NUL-terminated in buf and its length in *len.  RL_ERR
+ * when buf is too small (buf is then untouched).
  */
 int identity_key(const char *prefix, const char *policy, const char *id, size_t idlen,
-                 char *buf, size_t size);
+                 char *buf, size_t size, size_t *len) RL_WUR;
 
 #endif

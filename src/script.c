@@ -168,26 +168,26 @@ enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK };
 static int
 put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind kind, size_t i)
 {
-    size_t d = digits(req->key_len + 8), kd;
+    size_t d = digits(req->key_len + 8), kd, len;
     char *at;
-    int len;
+    int rc;
 
     at = call_room(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX) + 1 + d + 2;
     if (kind == KEY_LIMIT)
-        len = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX);
+        rc = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX, &len);
     else if (kind == KEY_ONCE)
-        len = backend_once_key(req, at, RL_LIMIT_KEY_MAX);
+        rc = backend_once_key(req, at, RL_LIMIT_KEY_MAX, &len);
     else
-        len = backend_block_key(req, at, RL_LIMIT_KEY_MAX);
-    if (len < 0)
+        rc = backend_block_key(req, at, RL_LIMIT_KEY_MAX, &len);
+    if (rc != RL_OK)
         return RL_ERR;
-    if ((kd = digits((size_t)len)) != d) {
+    if ((kd = digits(len)) != d) {
         ptrdiff_t shift = (ptrdiff_t)kd - (ptrdiff_t)d;
 
-        memmove(at + shift, at, (size_t)len);
+        memmove(at + shift, at, len);
         at += shift;
     }
-    header_at(c->buf + c->len, '$', (size_t)len, kd);
+    header_at(c->buf + c->len, '$', len, kd);
     memcpy(at + len, "\r\n", 2);
     c->len = (size_t)(at + len + 2 - c->buf);
     return RL_OK;

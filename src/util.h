@@ -45,17 +45,19 @@ fnv1a(uint64_t h, const char *p, size_t n)
     return h;
 }
 
-/* The value of a hex digit, -1 for any other byte. */
-static inline int
-hex_value(unsigned char c)
+/* Whether c is a hex digit, and its value in *v. */
+static inline bool
+hex_digit(unsigned char c, int *v)
 {
     if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+        *v = c - '0';
+    else if (c >= 'a' && c <= 'f')
+        *v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+        *v = c - 'A' + 10;
+    else
+        return false;
+    return true;
 }
 
 /*

@@ -587,9 +587,10 @@ START_TEST(key_exact)
 {
     const struct key_case *c = &key_cases[_i];
     char buf[RL_REDIS_KEY_MAX];
-    int n = identity_key("rl:", "api", c->id, c->len, buf, sizeof(buf));
+    size_t n;
 
-    ck_assert_int_eq(n, (int)strlen(c->key));
+    ck_assert_int_eq(identity_key("rl:", "api", c->id, c->len, buf, sizeof(buf), &n), RL_OK);
+    ck_assert_uint_eq(n, strlen(c->key));
     ck_assert_str_eq(buf, c->key);
 }
 END_TEST
@@ -601,7 +602,7 @@ START_TEST(key_all_distinct_one_hash_tag)
     static char k512[2 + RL_KEY_MAX], k511[2 + RL_KEY_MAX], kcurly[2 + RL_KEY_MAX];
     const char *ids[N];
     size_t lens[N];
-    int n[N];
+    size_t n[N];
     size_t m = 0;
 
     for (size_t i = 0; i < RL_ARRAY_LEN(key_cases); i++, m++) {
@@ -618,8 +619,9 @@ START_TEST(key_all_distinct_one_hash_tag)
     ids[m] = kcurly, lens[m++] = 2 + RL_KEY_MAX;
 
     for (size_t i = 0; i < m; i++) {
-        n[i] = identity_key("rl:", "api", ids[i], lens[i], big[i], sizeof(big[i]));
-        ck_assert_msg(n[i] > 0, "id %zu: no key", i);
+        ck_assert_msg(identity_key("rl:", "api", ids[i], lens[i], big[i], sizeof(big[i]), &n[i]) ==
+                          RL_OK && n[i] > 0,
+                      "id %zu: no key", i);
         ck_assert_msg(strlen(big[i]) == (size_t)n[i], "id %zu: NUL inside the key", i);
         ck_assert_msg(big[i][0] == '{' && big[i][n[i] - 1] == '}',
                       "id %zu: %s is not one hash tag", i, big[i]);
@@ -638,7 +640,7 @@ START_TEST(key_worst_case_fits)
     /* the longest prefix and policy name, 512 bytes that all need escaping */
     char prefix[RL_NAME_MAX + 1], policy[RL_NAME_MAX + 1], id[2 + RL_KEY_MAX];
     char buf[RL_REDIS_KEY_MAX];
-    int n;
+    size_t n;
 
     memset(prefix, 'p', RL_NAME_MAX);
     prefix[RL_NAME_MAX] = '\0';
@@ -646,9 +648,9 @@ START_TEST(key_worst_case_fits)
     policy[RL_NAME_MAX] = '\0';
     memcpy(id, "k:", 2);
     memset(id + 2, '}', RL_KEY_MAX);
-    n = identity_key(prefix, policy, id, sizeof(id), buf, sizeof(buf));
+    ck_assert_int_eq(identity_key(prefix, policy, id, sizeof(id), buf, sizeof(buf), &n), RL_OK);
     /* '{' prefix policy ':' "k:" 512 x "%7D" '}' */
-    ck_assert_int_eq(n, 1 + RL_NAME_MAX + RL_NAME_MAX + 1 + 2 + 3 * RL_KEY_MAX + 1);
+    ck_assert_uint_eq(n, 1 + RL_NAME_MAX + RL_NAME_MAX + 1 + 2 + 3 * RL_KEY_MAX + 1);
     ck_assert_int_eq(count_byte(buf, (size_t)n, '}'), 1);
 }
 END_TEST
@@ -656,15 +658,17 @@ END_TEST
 START_TEST(key_buffer_too_small)
 {
     char buf[32];
+    size_t n = 0;
     /* "{rl:api:k:%7D}" is 14 bytes and its NUL */
     memset(buf, 'x', sizeof(buf));
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 15), 14);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 15, &n), RL_OK);
+    ck_assert_uint_eq(n, 14);
     ck_assert_str_eq(buf, "{rl:api:k:%7D}");
     memset(buf, 'x', sizeof(buf));
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 14), -1);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 14, &n), RL_ERR);
     for (size_t i = 0; i < sizeof(buf); i++)
         ck_assert_int_eq(buf[i], 'x');
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 0), -1);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 0, &n), RL_ERR);
 }
 END_TEST
 
@@ -688,15 +692,16 @@ START_TEST(key_typed_apart)
     body_key(&in, "ip:1.2.3.4", 10);
     ck_assert(identity_resolve(&full_chain, &trusted, &in, id3, sizeof(id3), &l3));
 
-    int n1 = identity_key("rl:", "login", id1, l1, k1, sizeof(k1));
-    int n2 = identity_key("rl:", "login", id2, l2, k2, sizeof(k2));
-    int n3 = identity_key("rl:", "login", id3, l3, k3, sizeof(k3));
+    size_t n1, n2, n3;
+    ck_assert_int_eq(identity_key("rl:", "login", id1, l1, k1, sizeof(k1), &n1), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", id2, l2, k2, sizeof(k2), &n2), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", id3, l3, k3, sizeof(k3), &n3), RL_OK);
     ck_assert_str_eq(k1, "{rl:login:k:1.2.3.4}");
     ck_assert_str_eq(k2, "{rl:login:ip:1.2.3.4}");
     ck_assert_str_eq(k3, "{rl:login:k:ip%3A1.2.3.4}");
-    ck_assert_int_eq(n1, (int)strlen(k1));
-    ck_assert_int_eq(n2, (int)strlen(k2));
-    ck_assert_int_eq(n3, (int)strlen(k3));
+    ck_assert_uint_eq(n1, strlen(k1));
+    ck_assert_uint_eq(n2, strlen(k2));
+    ck_assert_uint_eq(n3, strlen(k3));
 }
 END_TEST
 
