@@ -43,7 +43,7 @@ struct rconn_status {
 };
 
 /* Move to s (reason, when not NULL, replaces down_reason); `name` for the
- * log; `quiet`: no "unavailable" line (shutting down).  Returns 1 when this
+ * log; `quiet`: no "unavailable" line (shutting down).  True when this
  * makes a connection ready: what the caller knew of the server is void. */
 bool rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
                      const char *name, int quiet);
@@ -263,7 +263,7 @@ void rconn_close(struct rconn *c);
  * An error reply to a script call from c's current context `ac` that says
  * the server forgot the script (NOSCRIPT: a restart, SCRIPT FLUSH) or the
  * function library ("Function not found": FUNCTION FLUSH, FLUSHALL, a
- * failover to a server that never had it).  Returns 1 when the caller should
+ * failover to a server that never had it).  True when the caller should
  * send the call again once as EVAL (the whole text: it runs whichever was
  * forgotten, and caches the script); for a lost library a FUNCTION LOAD is
  * queued first, once, so later calls are FCALLs again (or EVALSHAs, when the

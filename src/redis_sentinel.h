@@ -30,7 +30,7 @@ struct rsentinel *rsentinel_new(struct event_base *evb, struct evdns_base **dns,
                                 void *arg);
 /* Ask the sentinels in turn; `found` runs once, perhaps before this returns. */
 void rsentinel_ask(struct rsentinel *s);
-/* Give up the question under way (the caller's deadline passed): 1 when there
+/* Give up the question under way (the caller's deadline passed): true when there
  * was one, and `found` will not run for it. */
 bool rsentinel_cancel(struct rsentinel *s);
 void rsentinel_free(struct rsentinel *s);
