@@ -1,5 +1,5 @@
 /*
- * api.h — the check listener's routes (API.md): POST /check (and, with
+ * api.h — the check listener's routes (docs/API.md): POST /check (and, with
  * forward_auth, any method on /check and /check/<path>), GET|HEAD /healthz,
  * /readyz and /metrics.  Every answer, errors included, is JSON but
  * /metrics'.  The HTTP layer (http.c) calls api_handle for each request.

@@ -1,6 +1,6 @@
 /*
  * config.h — the daemon's configuration: built-in defaults, then the JSON
- * file, then environment, then flags (API.md precedence).  The options are
+ * file, then environment, then flags (docs/API.md precedence).  The options are
  * tables of rows (config.c) walked by schema.c; every problem is collected
  * with where it is, so `-t` can report them all at once.  What is derived
  * from the options (the overrides' policies, defaults that depend on other
@@ -158,9 +158,9 @@ struct rl_rls_tls_conf {
 struct rl_rls_conf {
     char *listen; /* "host:port" or "unix:PATH"; NULL: no gRPC listener */
     struct rl_rls_tls_conf tls;
-    char *config;         /* one YAML file, or a directory of *.yaml / *.yml */
-    int response_headers; /* the RateLimit fields in response_headers_to_add */
-    int64_t max_message;  /* bytes of one gRPC message, either way */
+    char *config;                   /* one YAML file, or a directory of *.yaml / *.yml */
+    int response_headers;           /* the RateLimit fields in response_headers_to_add */
+    int64_t max_message;            /* bytes of one gRPC message, either way */
     int64_t max_concurrent_streams; /* per connection (SETTINGS) */
     int64_t max_header_list;        /* bytes of a stream's header list */
     int64_t max_connections;        /* open at once, the whole daemon */

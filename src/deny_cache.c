@@ -18,8 +18,15 @@ struct slot {
     struct rl_check_res res;
 };
 
+/*
+ * Slots are allocated when first written: a lookup reads only the pointer
+ * array (8 bytes a slot), so a flood of new keys that are never denied
+ * touches no more than that.  A table of whole slots (~350 bytes each, 22 MiB
+ * at the default size) was paid in RSS by every lookup of a new key on
+ * kernels that map no shared zero page for reads of untouched memory.
+ */
 struct rl_deny_cache {
-    struct slot *slots;
+    struct slot **slots;
     size_t mask;
 };
 
@@ -49,8 +56,11 @@ deny_cache_free(struct rl_deny_cache *c)
 {
     if (c == NULL)
         return;
-    for (size_t i = 0; i <= c->mask; i++)
-        free(c->slots[i].key);
+    for (size_t i = 0; i <= c->mask; i++) {
+        if (c->slots[i] != NULL)
+            free(c->slots[i]->key);
+        free(c->slots[i]);
+    }
     free(c->slots);
     free(c);
 }
@@ -66,10 +76,10 @@ static struct slot *
 dc_find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 {
     uint64_t h = dc_hash(policy, key, klen);
-    struct slot *s = &c->slots[h & c->mask];
+    struct slot *s = c->slots[h & c->mask];
 
-    if (s->key == NULL || s->hash != h || s->policy != policy || s->klen != klen ||
-        memcmp(s->key, key, klen) != 0)
+    if (s == NULL || s->key == NULL || s->hash != h || s->policy != policy ||
+        s->klen != klen || memcmp(s->key, key, klen) != 0)
         return NULL;
     return s;
 }
@@ -115,7 +125,9 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
     if (res->blocked_ms > 0 && wait_ms > DENY_CACHE_BLOCKED_MS)
         wait_ms = DENY_CACHE_BLOCKED_MS;
     h = dc_hash(policy, key, klen);
-    s = &c->slots[h & c->mask];
+    if (c->slots[h & c->mask] == NULL)
+        c->slots[h & c->mask] = xcalloc(1, sizeof(struct slot));
+    s = c->slots[h & c->mask];
     /* direct-mapped: a newcomer replaces whoever held the slot */
     if (s->key == NULL || s->klen < klen) {
         free(s->key);

@@ -1,5 +1,5 @@
 /*
- * identity.h — who is calling: the identity chain of API.md (first source
+ * identity.h — who is calling: the identity chain of docs/API.md (first source
  * that yields a value wins), and the Redis key built from it.
  *
  * Identities are typed ("k:" a key from the body or a header, "ip:" an

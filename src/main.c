@@ -1,5 +1,5 @@
 /*
- * main.c — the command line (API.md): flags beat environment, environment
+ * main.c — the command line (docs/API.md): flags beat environment, environment
  * beats the file, the file beats built-in defaults.
  */
 #include <getopt.h>

@@ -1,6 +1,6 @@
 /*
  * response.h — a decision and how it is written: the JSON body and the quota
- * headers of API.md.  Pure functions of the decision, so they are unit tested
+ * headers of docs/API.md.  Pure functions of the decision, so they are unit tested
  * without a server.
  */
 #ifndef RL_RESPONSE_H

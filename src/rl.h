@@ -62,7 +62,7 @@ enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
 /* The struct of `type` whose `member` p points at. */
 #define RL_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
-/* Limits of the public API (API.md). */
+/* Limits of the public API (docs/API.md). */
 #define RL_KEY_MAX 512      /* bytes of a caller identity */
 #define RL_COST_MAX 1000000 /* largest cost a check may ask for */
 #define RL_LIMITS_MAX 8     /* limits per policy, decided in one script call */

@@ -27,6 +27,7 @@ Environment:
 A missing redis-server is a failure, never a skip.
 """
 
+import ast
 import atexit
 import http.client
 import json
@@ -1282,6 +1283,168 @@ def http_bytes(method, path, body=b"", headers=None, version="HTTP/1.1"):
     return head.encode("latin-1") + body
 
 
+# ---------------------------------------------------------------- metrics
+
+def scrape_metrics(port):
+    """The daemon's /metrics: ({family: its TYPE}, {series name: {label: {values}}});
+    a histogram's series are name_bucket, name_sum and name_count."""
+    st, _, body = request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    text = body if isinstance(body, str) else body.decode()
+    metrics, types = {}, {}
+    for line in text.splitlines():
+        m = re.match(r"# TYPE (\w+) (\w+)", line)
+        if m:
+            types[m.group(1)] = m.group(2)
+            continue
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"(\w+)(?:\{(.*)\})? ", line)
+        check(m, "unparsable /metrics line %r", line)
+        labels = metrics.setdefault(m.group(1), {})
+        for k, v in re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""):
+            labels.setdefault(k, set()).add(v)
+    for name, kind in types.items():
+        if kind == "histogram":
+            check(name + "_bucket" in metrics, "histogram %s has no _bucket series", name)
+        else:
+            check(name in metrics, "%s has a TYPE line but no sample", name)
+    return types, metrics
+
+
+# ------------------------------------------------- src/config.c's option tables
+
+def _c_split(s, sep=","):
+    """Split at `sep` outside parentheses, braces and string literals."""
+    out, depth, cur, i, q = [], 0, [], 0, False
+    while i < len(s):
+        c = s[i]
+        if q:
+            cur.append(c)
+            if c == "\\":
+                cur.append(s[i + 1])
+                i += 1
+            elif c == '"':
+                q = False
+        elif c == '"':
+            q = True
+            cur.append(c)
+        elif c in "({":
+            depth += 1
+            cur.append(c)
+        elif c in ")}":
+            depth -= 1
+            cur.append(c)
+        elif c == sep and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def _c_int(expr, consts):
+    e = re.sub(r"(\d+)(?:LL|L|U|ULL)\b", r"\1", expr)
+    for k, v in consts.items():
+        e = re.sub(r"\b%s\b" % k, str(v), e)
+    check(re.fullmatch(r"[0-9\s*+()-]+", e), "cannot evaluate %r from src/config.c", expr)
+    return int(eval(e, {"__builtins__": {}}))  # digits and * + - ( ) only
+
+
+def _config_sources():
+    srcs = {}
+    for fn in ("config.c", "log.c"):
+        with open(os.path.join(RL_SRCDIR, "src", fn)) as f:
+            srcs[fn] = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    return srcs
+
+
+def config_tables():
+    """{table name: [field dict]} from src/config.c's rows (designated initialisers;
+    the names arrays from src/config.c and src/log.c).  A field: name, type
+    (SCHEMA_*), default (JSON text or None), min, max, names (enum values or
+    None), sub (the table an OBJECT or ARRAY row holds, or None), restart,
+    required.  The daemon cannot list its options itself, so its tables are
+    read where they are written; test_api_doc.py holds the result against the
+    binary (`ratelimitd -t`)."""
+    srcs = _config_sources()
+    src = srcs["config.c"]
+    consts = {"DAY_MS": 24 * 3600 * 1000}
+    names = {}
+    for text in srcs.values():
+        for m in re.finditer(r"const char \*const (\w+)\[\] = \{(.*?)\};", text, re.S):
+            names[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    schemas = dict(re.findall(r"static const struct schema (\w+) = \{\s*SCHEMA_FIELDS\((\w+)\)", src))
+    tables = {}
+    for m in re.finditer(r"static const struct schema_field (\w+)\[\] = \{(.*?)\n\};", src, re.S):
+        fields = []
+        for entry in _c_split(m.group(2)):
+            entry = entry.strip()
+            if not entry.startswith("{"):
+                continue
+            row = {}
+            for part in _c_split(entry[1:-1]):
+                k = re.fullmatch(r"\.(\w+)\s*=\s*(.*)", part, re.S)
+                check(k, "unexpected part %r of a row in %s", part[:80], m.group(1))
+                row[k.group(1)] = k.group(2).strip()
+            flags = row.get("flags", "")
+            sub = row.get("sub", "").lstrip("&") or None
+            fields.append({
+                "name": ast.literal_eval(row["name"]), "type": row["type"],
+                "default": ast.literal_eval(row["def"]) if "def" in row else None,
+                "min": _c_int(row.get("min", "0"), consts), "max": _c_int(row.get("max", "0"), consts),
+                "names": names.get(row["names"]) if "names" in row else None,
+                "sub": schemas.get(sub) if sub else None,
+                "restart": "SCHEMA_RESTART" in flags, "required": "SCHEMA_REQUIRED" in flags,
+            })
+        tables[m.group(1)] = fields
+    # every row found: the parse above must not skip one silently
+    nrows = len(re.findall(r"\{\s*\.name\s*=", src))
+    check(nrows == sum(len(v) for v in tables.values()),
+          "src/config.c has %d rows, %d were read", nrows, sum(len(v) for v in tables.values()))
+    return tables
+
+
+def config_options(tables=None):
+    """Every option as [(path, field)], walked from top_fields: "redis.timeout",
+    "policies[].limits[].window".  A table reached twice (the limit object of
+    policies[].limits and policies[].overrides[].limits) is listed at its first
+    path only."""
+    tables = tables or config_tables()
+    out, seen = [], set()
+
+    def walk(table, prefix):
+        seen.add(table)
+        for f in tables[table]:
+            path = prefix + f["name"]
+            out.append((path, f))
+            if f["sub"] and f["sub"] not in seen:
+                walk(f["sub"], path + ("[]." if f["type"] == "SCHEMA_ARRAY" else "."))
+
+    walk("top_fields", "")
+    check(seen == set(tables), "tables not reachable from top_fields: %s", sorted(set(tables) - seen))
+    return out
+
+
+def config_renderings(v, ftype):
+    """The ways a bound of a duration (ms) or size (bytes) may be written: "60000",
+    "60s", "1m"; "1024", "1k"."""
+    out = {str(v)}
+    if ftype == "SCHEMA_DURATION":
+        out.add("%dms" % v)
+        for unit, ms in (("s", 1000), ("m", 60000), ("h", 3600000)):
+            if v % ms == 0:
+                out.add("%d%s" % (v // ms, unit))
+    elif ftype == "SCHEMA_SIZE":
+        for unit, b in (("k", 1024), ("m", 1024 * 1024)):
+            if v % b == 0:
+                out.add("%d%s" % (v // b, unit))
+    return out
+
+
 # -------------------------------------------------------------- assertions
 
 class Fail(AssertionError):
@@ -1364,7 +1527,7 @@ def expect_json(status, headers, body, want_status, what=""):
 
 
 def expect_error(status, headers, body, want_status, field=None, what=""):
-    """An error answer per API.md: status, JSON {"error": "..."} naming `field`."""
+    """An error answer per docs/API.md: status, JSON {"error": "..."} naming `field`."""
     pre = (what + ": ") if what else ""
     expect_json(status, headers, body, want_status, what)
     err = body.get("error")

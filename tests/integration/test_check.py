@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """POST /check against a real Redis: the seed article's case (limit 3 -> allowed
 x3 then 429) with every header and body field asserted, cost, policy selection
-and policies of several limits decided together (API.md, ALGORITHMS.md)."""
+and policies of several limits decided together (docs/API.md, ALGORITHMS.md)."""
 
 import contextlib
 import os

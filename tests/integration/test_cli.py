@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The command line of API.md: -t (every problem, with where it is), -V, -h,
+"""The command line of docs/API.md: -t (every problem, with where it is), -V, -h,
 bad arguments, environment variables and their precedence (flag > environment >
 file > default), exit codes (0 clean stop, 1 bad config/arguments, 2 runtime
 failure) and signals (SIGTERM/SIGINT stop with 0, SIGHUP reloads)."""

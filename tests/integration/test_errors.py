@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every error answer of API.md: status, Content-Type application/json and
+"""Every error answer of docs/API.md: status, Content-Type application/json and
 {"error": "..."} naming the field; the daemon survives all of them and keeps
 serving, also on the same connection.  Plus /healthz and /readyz."""
 

@@ -3,7 +3,7 @@
 
 Every case runs its own redis-server (or a fake one) and its own daemon, keeps
 a load of keep-alive clients going through the fault, and asserts what
-API.md and README promise:
+docs/API.md and README promise:
 
   (a) Redis hangs (SIGSTOP): every check is answered within redis.timeout (+
       a margin), by failure_mode (open: 200 degraded, closed: 503
@@ -548,7 +548,7 @@ def t_pause(mode):
 
 
 def t_ready_idle_hang():
-    """/readyz while Redis hangs and no check is waiting: API.md says 200 only
+    """/readyz while Redis hangs and no check is waiting: docs/API.md says 200 only
     when the backend is reachable.  (Stall detection runs only from a check's
     timer, so an idle worker keeps a hung connection READY.)"""
     with H.Redis() as r, H.Daemon(config("open"), redis=r, workers=1) as d:

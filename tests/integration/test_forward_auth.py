@@ -3,7 +3,7 @@
 /check or /check/<original path>, no body, the original request from the
 X-Original-* headers (Envoy's recipe) or X-Forwarded-* ones (Traefik, Caddy:
 forwarded_request_headers "forwarded"), never both — while with the option off
-/check stays POST only (API.md: 405 with Allow)."""
+/check stays POST only (docs/API.md: 405 with Allow)."""
 
 import contextlib
 import os

@@ -7,7 +7,7 @@ numbers, duplicate keys.
 
 The daemon runs one worker, so every hostile connection shares the event loop
 with the normal client (the hardest case).  After everything it must be
-alive, answer /healthz, and its RSS must be bounded.  API.md: "The daemon
+alive, answer /healthz, and its RSS must be bounded.  docs/API.md: "The daemon
 never crashes, hangs or leaks on any input."
 """
 

@@ -555,7 +555,7 @@ def t_expect_continue(ctx):
 
 def t_over_max_body_kept(ctx):
     """A body over max_body but small enough to drop: JSON 413, the body read
-    and dropped, and the connection goes on (API.md: keep-alive preserved
+    and dropped, and the connection goes on (docs/API.md: keep-alive preserved
     where HTTP allows)."""
     d = ctx.main
     body = b"x" * (3 * MAX_BODY)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Who is the caller: every source of the identity chain end to end (API.md
+"""Who is the caller: every source of the identity chain end to end (docs/API.md
 "identity", "trusted_proxies"), forwarding headers that a client cannot spoof,
 address normalisation, and caller keys that cannot escape their Redis hash tag.
 

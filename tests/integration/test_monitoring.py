@@ -77,28 +77,7 @@ def dashboard_exprs():
 def scrape(port):
     """{metric name: {label: {values}}} from the daemon's /metrics (histograms
     also under name_bucket/_sum/_count)."""
-    st, _, body = H.request(port, "GET", "/metrics")
-    eq(st, 200, "GET /metrics")
-    text = body if isinstance(body, str) else body.decode()
-    metrics, types = {}, {}
-    for line in text.splitlines():
-        m = re.match(r"# TYPE (\w+) (\w+)", line)
-        if m:
-            types[m.group(1)] = m.group(2)
-            continue
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"(\w+)(?:\{(.*)\})? ", line)
-        check(m, "unparsable /metrics line %r", line)
-        labels = metrics.setdefault(m.group(1), {})
-        for k, v in re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""):
-            labels.setdefault(k, set()).add(v)
-    for name, kind in types.items():
-        if kind == "histogram":
-            check(name + "_bucket" in metrics, "histogram %s has no _bucket series", name)
-        else:
-            check(name in metrics, "%s has a TYPE line but no sample", name)
-    return metrics
+    return H.scrape_metrics(port)[1]
 
 
 SELECTOR = re.compile(r"\b(ratelimitd_\w+)\s*(\{[^}]*\})?")

@@ -20,7 +20,6 @@ A missing tool (systemd-analyze, groff, man, a YAML parser) is a failure, never
 a skip.  Debian packages: systemd, groff-base, man-db, python3-yaml.
 """
 
-import ast
 import glob
 import json
 import os
@@ -370,98 +369,7 @@ def t_man8_flags():
     check(not missing, "ENVIRONMENT of ratelimitd(8) lacks %s", missing)
 
 
-# --- src/config.c's option table
-
-def c_split(s, sep=","):
-    """Split at `sep` outside parentheses, braces and string literals."""
-    out, depth, cur, i, q = [], 0, [], 0, False
-    while i < len(s):
-        c = s[i]
-        if q:
-            cur.append(c)
-            if c == "\\":
-                cur.append(s[i + 1])
-                i += 1
-            elif c == '"':
-                q = False
-        elif c == '"':
-            q = True
-            cur.append(c)
-        elif c in "({":
-            depth += 1
-            cur.append(c)
-        elif c in ")}":
-            depth -= 1
-            cur.append(c)
-        elif c == sep and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(c)
-        i += 1
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
-
-
-def c_int(expr, consts):
-    e = re.sub(r"(\d+)(?:LL|L|U|ULL)\b", r"\1", expr)
-    for k, v in consts.items():
-        e = re.sub(r"\b%s\b" % k, str(v), e)
-    check(re.fullmatch(r"[0-9\s*+()-]+", e), "cannot evaluate %r from src/config.c", expr)
-    return int(eval(e, {"__builtins__": {}}))  # digits and * + - ( ) only
-
-
-def config_table():
-    """{table name: [field dict]} from src/config.c's rows (designated initialisers;
-    the names arrays from src/config.c and src/log.c)."""
-    srcs = {}
-    for fn in ("config.c", "log.c"):
-        with open(os.path.join(SRC, "src", fn)) as f:
-            srcs[fn] = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
-    src = srcs["config.c"]
-    consts = {"DAY_MS": 24 * 3600 * 1000}
-    names = {}
-    for text in srcs.values():
-        for m in re.finditer(r"const char \*const (\w+)\[\] = \{(.*?)\};", text, re.S):
-            names[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
-    tables = {}
-    for m in re.finditer(r"static const struct schema_field (\w+)\[\] = \{(.*?)\n\};", src, re.S):
-        fields = []
-        for entry in c_split(m.group(2)):
-            entry = entry.strip()
-            if not entry.startswith("{"):
-                continue
-            row = {}
-            for part in c_split(entry[1:-1]):
-                k = re.fullmatch(r"\.(\w+)\s*=\s*(.*)", part, re.S)
-                check(k, "unexpected part %r of a row in %s", part[:80], m.group(1))
-                row[k.group(1)] = k.group(2).strip()
-            flags = row.get("flags", "")
-            fields.append({
-                "name": ast.literal_eval(row["name"]), "type": row["type"],
-                "default": ast.literal_eval(row["def"]) if "def" in row else None,
-                "min": c_int(row.get("min", "0"), consts), "max": c_int(row.get("max", "0"), consts),
-                "names": names.get(row["names"]) if "names" in row else None,
-                "restart": "SCHEMA_RESTART" in flags, "required": "SCHEMA_REQUIRED" in flags,
-            })
-        tables[m.group(1)] = fields
-    return tables
-
-
-def renderings(v, ftype):
-    out = {str(v)}
-    if ftype == "SCHEMA_DURATION":
-        out.add("%dms" % v)
-        for unit, ms in (("s", 1000), ("m", 60000), ("h", 3600000)):
-            if v % ms == 0:
-                out.add("%d%s" % (v // ms, unit))
-    elif ftype == "SCHEMA_SIZE":
-        for unit, b in (("k", 1024), ("m", 1024 * 1024)):
-            if v % b == 0:
-                out.add("%d%s" % (v // b, unit))
-    return out
-
+# --- src/config.c's option table (read by harness.config_tables)
 
 def render_default(text):
     v = json.loads(text)
@@ -479,11 +387,12 @@ SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", 
             "tls_fields": ("THE REDIS OBJECT", "redis.tls."),
             "policy_fields": ("POLICIES", ""), "match_fields": ("THE MATCH OBJECT", ""),
             "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", ""),
-            "http_fields": ("THE HTTP OBJECT", "http.")}
+            "http_fields": ("THE HTTP OBJECT", "http."), "rls_fields": ("THE RLS OBJECT", "rls."),
+            "rls_tls_fields": ("THE RLS OBJECT", "rls.tls.")}
 
 
 def t_man5_options():
-    tables = config_table()
+    tables = H.config_tables()
     check(set(SECTIONS) == set(tables), "src/config.c's tables are %s, this test knows %s: "
           "document the new one and map it to its section in SECTIONS",
           sorted(tables), sorted(SECTIONS))
@@ -504,12 +413,12 @@ def t_man5_options():
                 if want not in text:
                     problems.append("%s: the default should read %r" % (name, want))
             if f["type"] in ("SCHEMA_INT", "SCHEMA_DURATION", "SCHEMA_SIZE") and (f["min"], f["max"]) != (0, 0):
-                ok = any("%s..%s" % (a, b) in text for a in renderings(f["min"], f["type"])
-                         for b in renderings(f["max"], f["type"]))
+                ok = any("%s..%s" % (a, b) in text for a in H.config_renderings(f["min"], f["type"])
+                         for b in H.config_renderings(f["max"], f["type"]))
                 if not ok:
                     problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
             if table in ("top_fields", "redis_fields", "sentinel_fields", "tls_fields",
-                         "http_fields"):
+                         "http_fields", "rls_fields", "rls_tls_fields"):
                 if f["restart"] != ("restart-only" in text):
                     problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
             if f["required"] and "required" not in text:

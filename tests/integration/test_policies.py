@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which policy decides a check (API.md "Policies are matched in file order"):
+"""Which policy decides a check (docs/API.md "Policies are matched in file order"):
 exact path, path_prefix, path_glob ('*' any run of bytes, '?' one byte), methods,
 first match in file order, explicit "policy" by name, where path and method come
 from (body > the one family of X-Original-* or X-Forwarded-* that
@@ -446,14 +446,14 @@ def t_untyped_override_refused(d, r):
 
 
 def t_metrics_by_policy(d, r):
-    # API.md: "/metrics: ... checks by policy and result"
+    # docs/API.md: "/metrics: ... checks by policy and result"
     text = metrics(d)
     s = samples(text, "ratelimitd_checks_total")
     check(s, "no ratelimitd_checks_total in /metrics")
     pols = {l.get("policy") for l, _ in s}
     check("shadowpol" in pols and "exact" in pols,
           "ratelimitd_checks_total has no policy label for the policies checked above "
-          "(API.md: checks by policy and result); label sets seen: %r", sorted({tuple(sorted(l)) for l, _ in s}))
+          "(docs/API.md: checks by policy and result); label sets seen: %r", sorted({tuple(sorted(l)) for l, _ in s}))
 
 
 # ------------------------------------------------------------ shipped configs
@@ -498,7 +498,7 @@ CASES = [
      t_overrides),
     ("an untyped override identity is a config error saying how to write it",
      t_untyped_override_refused),
-    ("metrics: checks counted by policy (API.md)", t_metrics_by_policy),
+    ("metrics: checks counted by policy (docs/API.md)", t_metrics_by_policy),
     ("conf/*.json exist", t_conf_files_exist),
 ] + [("conf/%s passes -t" % os.path.basename(p), conf_case(p)) for p in CONF_FILES]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SIGHUP reloads the config file (API.md "Signals", README "Signals").
+"""SIGHUP reloads the config file (docs/API.md "Signals", README "Signals").
 
 A good file takes effect for new checks (a changed limit, a new policy, a
 removed one); a broken file (bad JSON, or valid JSON with semantic problems) is
@@ -251,9 +251,9 @@ def metric_samples(d):
 
 
 def t_reload_metrics(d, lw, S):
-    # API.md: /metrics has "config reloads (ok/failed)"
+    # docs/API.md: /metrics has "config reloads (ok/failed)"
     m0 = metric_samples(d)
-    check(m0, "/metrics has no sample about reloads (API.md: config reloads (ok/failed))")
+    check(m0, "/metrics has no sample about reloads (docs/API.md: config reloads (ok/failed))")
     reload_with(d, lw, S.cfg)
     m1 = metric_samples(d)
     reload_with(d, lw, b"{", expect_ok=False)
@@ -408,7 +408,7 @@ CASES = [
     ("broken file (bad JSON, empty): logged, the running config stays", t_broken_json),
     ("broken file (semantic problems): every problem logged, the running config stays", t_broken_semantics),
     ("restart-only listen: logged as such, the old address keeps serving", t_restart_only_listen),
-    ("metrics count reloads ok/failed (API.md)", t_reload_metrics),
+    ("metrics count reloads ok/failed (docs/API.md)", t_reload_metrics),
     ("under load: %d SIGHUPs good/broken, zero failed requests (cost printed)" % RELOADS, t_reload_under_load),
 ]
 

@@ -323,7 +323,7 @@ END_TEST
 
 START_TEST(api_md_example_loads)
 {
-    /* The example of API.md, verbatim: it must stay valid. */
+    /* The example of docs/API.md, verbatim: it must stay valid. */
     static const char json[] =
         "{\n"
         "  \"listen\": \"127.0.0.1:8080\",\n"
@@ -694,7 +694,7 @@ END_TEST
 /*
  * Problems only found across fields (duplicate names, a listen address that
  * does not parse) are reported together with the problems of single fields:
- * `-t` must print them all at once (API.md), not one batch per run.
+ * `-t` must print them all at once (docs/API.md), not one batch per run.
  */
 START_TEST(cross_field_problems_reported_with_the_rest)
 {

@@ -2,7 +2,7 @@
  * check_response.c — a backend answer becomes a decision (which limit binds,
  * what the top level says), and a decision becomes a JSON body and quota
  * headers.  Every expected body and header is written out by hand from
- * API.md.
+ * docs/API.md.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -275,7 +275,7 @@ static const char allowed_body[] =
     "{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000,\"remaining\":93,"
     "\"reset_ms\":1204000,\"retry_after_ms\":0}]}";
 
-/* API.md's example answer, with the fields this implementation adds */
+/* docs/API.md's example answer */
 static const char denied_body[] =
     "{\"allowed\":false,\"policy\":\"login\",\"limit\":10,\"remaining\":0,\"reset_ms\":740,"
     "\"retry_after_ms\":740,\"limits\":["
