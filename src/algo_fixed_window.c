@@ -1,9 +1,14 @@
 /*
- * algo_fixed_window.c — a counter whose window opens at the first counted
- * request and lasts `window`.  Mirrors scripts/lua/fixed_window.lua.
+ * algo_fixed_window.c — a counter whose window lasts `window` and opens at
+ * the first counted request, or, aligned to the epoch (align: epoch), at the
+ * multiple of `window` that holds it: the window every instance and every
+ * key shares, as envoyproxy/ratelimit counts.  Mirrors
+ * scripts/lua/fixed_window.lua.
  *
- * State (st->fw): the count and when the window started.  The window's edge admits up to
- * 2 x limit in a short span: documented, not a bug.
+ * State (st->fw): the count and when the window started.  Only opening a
+ * window knows the alignment: an open window is read the same either way, so
+ * a limit's state carries over when its alignment changes.  The window's
+ * edge admits up to 2 x limit in a short span: documented, not a bug.
  */
 #include "algo.h"
 
@@ -41,7 +46,8 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
 {
     if (fw_count(lim, st, now) == 0) {
         st->fw.count = 0;
-        st->fw.start_us = now;
+        st->fw.start_us = lim->align == RL_ALIGN_EPOCH ? algo_epoch_window_start(lim, now)
+                                                       : now;
     }
     st->fw.count += cost;
     algo_set_numbers(res, lim->limit - st->fw.count,
@@ -74,6 +80,7 @@ fw_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 const struct rl_algo_def rl_algo_fixed_window = {
     .name = "fixed_window",
     .tag = "fw",
+    .aligned_tag = "fwa",
     .uses_burst = 0,
     .peek = fw_peek,
     .commit = fw_commit,

@@ -325,10 +325,11 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
 
 /* Decide a check of `cost` for (policy, identity): locally when the hybrid
  * table or the deny cache can, else by the backend. */
-static int
-send_check(const struct rl_check_env *env, struct rl_config *cfg,
-           const struct rl_policy *policy, const char *id, size_t idlen, int64_t cost,
-           rl_check_done done, void *arg, char **cause)
+int
+check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *keyname, const char *id,
+                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                   void *arg, char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
@@ -336,8 +337,8 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
     memset(op, 0, offsetof(struct check_op, key));
     size_t klen;
 
-    if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, op->key, sizeof(op->key),
-                     &klen) != RL_OK) {
+    if (identity_key(cfg->redis.key_prefix, keyname != NULL ? keyname : policy->name, id,
+                     idlen, op->key, sizeof(op->key), &klen) != RL_OK) {
         free(op);
         *cause = xstrdup("key: too long");
         return RL_ERR;
@@ -351,9 +352,13 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
     op->req.key = op->key;
     op->req.key_len = klen;
     op->req.cost = cost;
-    op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
+                             ? timeout_ms
+                             : cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     op->epoch = env->backend->epoch;
+    if (env->hybrid != NULL)
+        hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
         if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
@@ -391,8 +396,6 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     int rc = RL_ERR;
 
     *status = 400;
-    if (env->hybrid != NULL)
-        hybrid_use_config(env->hybrid, cfg);
     if (read_body(in, &f, &root, cause) != RL_OK ||
         pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
         goto out;
@@ -418,7 +421,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = send_check(env, cfg, policy, id, idlen, f.cost, done, arg, cause);
+    rc = check_start_policy(env, cfg, policy, NULL, id, idlen, f.cost, 0, done, arg, cause);
 out:
     free(norm);
     json_decref(root);

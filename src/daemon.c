@@ -21,12 +21,14 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
 #include "notify.h"
 #include "redis_tls.h"
 #include "redis_tls_reload.h"
+#include "rls_rules.h"
 #include "util.h"
 #include "worker.h"
 
@@ -208,6 +210,8 @@ struct run_state {
     int stopping;
     size_t exited;
     struct rl_listen_addr admin; /* admin_listen, once open */
+    struct rl_listen_addr rls;   /* rls.listen, once open */
+    int *rls_fds;                /* one per worker, until each takes its own */
 };
 
 static void
@@ -236,8 +240,11 @@ reload(struct run_state *rs)
                  LOG_S("option", errs.msg[i]));
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
-     * open keep theirs, new handshakes use the new ones */
-    if (cfg->backend == RL_BACKEND_REDIS && rtls_reload(&cfg->redis, &cause) != RL_OK) {
+     * open keep theirs, new handshakes use the new ones.  The gRPC
+     * listener's are checked first, so a bad one changes nothing. */
+    if (grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK ||
+        (cfg->backend == RL_BACKEND_REDIS && rtls_reload(&cfg->redis, &cause) != RL_OK) ||
+        grpc_tls_configure(&cfg->rls.tls, &cause) != RL_OK) {
         log_error(LOG_MSG("reload rejected, keeping the running configuration"),
                   LOG_Q("problem", cause));
         free(cause);
@@ -249,7 +256,8 @@ reload(struct run_state *rs)
     log_set_level(cfg->log_level);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
-    log_info(LOG_MSG("configuration reloaded"), LOG_U("policies", cfg->npolicies));
+    log_info(LOG_MSG("configuration reloaded"), LOG_U("policies", cfg->npolicies),
+             LOG_U("rls_rules", cfg->rls.rules != NULL ? cfg->rls.rules->nrules : 0));
     notify_systemd("READY=1");
 }
 
@@ -344,6 +352,47 @@ serve_admin(struct run_state *rs, const struct rl_config *cfg)
     return RL_ERR;
 }
 
+/*
+ * The gRPC listener (rls.listen) on every worker, as the check listener:
+ * one SO_REUSEPORT socket each, or one Unix socket shared.
+ */
+static int
+serve_rls(struct run_state *rs, const struct rl_config *cfg)
+{
+    char *cause = NULL;
+    size_t i = 0;
+
+    if (cfg->rls.listen == NULL)
+        return RL_OK;
+    rs->rls_fds = xcalloc(nworkers, sizeof(*rs->rls_fds));
+    if (listen_addr_parse(cfg->rls.listen, &rs->rls, &cause) != RL_OK ||
+        open_listeners(&rs->rls, rs->rls_fds, nworkers, &cause) != RL_OK) {
+        log_error(LOG_MSG("cannot listen"), LOG_S("rls.listen", cfg->rls.listen),
+                  LOG_Q("error", cause));
+        free(cause);
+        /* nothing bound: a Unix path is not ours to remove */
+        listen_addr_clear(&rs->rls);
+        memset(&rs->rls, 0, sizeof(rs->rls));
+        return RL_ERR;
+    }
+    for (; i < nworkers; i++) {
+        if (worker_serve_rls(&workers[i], rs->rls_fds[i], &cause) != RL_OK) {
+            log_error(LOG_MSG("cannot serve rls.listen"), LOG_U("worker", i),
+                      LOG_Q("error", cause));
+            free(cause);
+            for (size_t j = i + 1; j < nworkers; j++)
+                close(rs->rls_fds[j]);
+            return RL_ERR;
+        }
+    }
+    log_info(LOG_MSG("rate limit service (gRPC) listening"),
+             LOG_S("rls.listen", cfg->rls.listen),
+             LOG_S("tls", cfg->rls.tls.cert_file == NULL        ? "off"
+                          : cfg->rls.tls.client_ca_file != NULL ? "mutual"
+                                                                : "on"));
+    return RL_OK;
+}
+
 /* ---- run --------------------------------------------------------------------- */
 
 /* How often the start looks whether every worker's backend is ready. */
@@ -400,7 +449,8 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
     sigset_t block, old;
 
     workers = xcalloc(nworkers, sizeof(*workers));
-    if (init_workers(rs, cfg, fds) != RL_OK || serve_admin(rs, cfg) != RL_OK)
+    if (init_workers(rs, cfg, fds) != RL_OK || serve_admin(rs, cfg) != RL_OK ||
+        serve_rls(rs, cfg) != RL_OK)
         return RL_ERR;
 
     /* Workers never see these signals: the main loop turns them into events. */
@@ -484,6 +534,12 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
         free(cause);
         return 1;
     }
+    if (grpc_tls_configure(&cfg->rls.tls, &cause) != RL_OK) {
+        log_error(LOG_MSG("cannot set up the gRPC listener's TLS"), LOG_Q("error", cause));
+        free(cause);
+        rtls_shutdown();
+        return 1;
+    }
     fds = xcalloc(nworkers, sizeof(*fds));
     if (open_listeners(&la, fds, nworkers, &cause) != RL_OK) {
         log_error(LOG_MSG("cannot listen"), LOG_S("listen", cfg->listen),
@@ -511,8 +567,13 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     if (rs.admin.family == AF_UNIX && rs.admin.path != NULL)
         unlink(rs.admin.path);
     listen_addr_clear(&rs.admin);
+    if (rs.rls.family == AF_UNIX && rs.rls.path != NULL)
+        unlink(rs.rls.path);
+    listen_addr_clear(&rs.rls);
+    free(rs.rls_fds);
     set_config(NULL);
     rtls_shutdown();
+    grpc_tls_shutdown();
     log_info(LOG_MSG("ratelimitd stopped"), LOG_I("exit", rc));
     return rc;
 }

@@ -1,4 +1,5 @@
 /* util.c — see util.h. */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,12 +83,69 @@ xasprintf(const char *fmt, ...)
     return p;
 }
 
+/* The clock `id` read in units of 1/per_s of a second. */
+static inline int64_t
+clock_read(clockid_t id, int64_t per_s)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * per_s + ts.tv_nsec / (1000000000 / per_s);
+}
+
 int64_t
 now_monotonic_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return clock_read(CLOCK_MONOTONIC, 1000000);
+}
+
+int64_t
+now_coarse_ms(void)
+{
+    return clock_read(CLOCK_MONOTONIC_COARSE, 1000);
+}
+
+int64_t
+now_unix_us(void)
+{
+    return clock_read(CLOCK_REALTIME, 1000000);
+}
+
+int
+read_file_bounded(const char *file, size_t max, char **text, size_t *len, char **cause)
+{
+    FILE *f = fopen(file, "rb");
+    size_t cap = 4096, n = 0, r;
+    char *buf;
+
+    if (f == NULL) {
+        *cause = xasprintf("%s: %s", file, strerror(errno));
+        return RL_ERR;
+    }
+    buf = xmalloc(cap);
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            if (cap >= max) {
+                *cause = xasprintf("%s: larger than %zu bytes", file, max);
+                fclose(f);
+                free(buf);
+                return RL_ERR;
+            }
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+    }
+    if (ferror(f)) {
+        *cause = xasprintf("%s: %s", file, strerror(errno));
+        fclose(f);
+        free(buf);
+        return RL_ERR;
+    }
+    fclose(f);
+    *text = buf;
+    *len = n;
+    return RL_OK;
 }
 
 bool

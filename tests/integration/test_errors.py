@@ -3,14 +3,13 @@
 {"error": "..."} naming the field; the daemon survives all of them and keeps
 serving, also on the same connection.  Plus /healthz and /readyz."""
 
-import contextlib
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 CONFIG = {
     "identity": ["body", "peer"],
@@ -20,10 +19,6 @@ CONFIG = {
         {"name": "p", "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": "60s"}]},
     ],
 }
-
-
-def post(d, body, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def err(d, body, status, field=None, what=None, headers=None):
@@ -230,10 +225,8 @@ CASES = [
 ]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":
