@@ -1,4 +1,5 @@
 /* api.c — see api.h. */
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 #include <netinet/in.h>
@@ -30,14 +31,11 @@ static void
 respond(struct http_req *r, int status, const char *headers, size_t hlen, const char *body,
         size_t blen)
 {
-    struct http_response resp = {
-        .status = status,
-        .headers = headers,
-        .headers_len = hlen,
-        .body = body,
-        .body_len = blen,
-    };
-    http_respond(r, &resp);
+    http_respond(r, &(const struct http_response){.status = status,
+                                                  .headers = headers,
+                                                  .headers_len = hlen,
+                                                  .body = body,
+                                                  .body_len = blen});
 }
 
 /* {"error": msg} with msg escaped: it may quote what the caller sent. */
@@ -69,8 +67,8 @@ respond_405(struct http_req *r, struct rl_worker *w, const char *allow)
     respond_error(r, 405, allow, "method not allowed");
 }
 
-static void
-peer_text(const struct http_req *r, char *buf, size_t size)
+void
+api_peer_text(const struct http_req *r, char *buf, size_t size)
 {
     const struct sockaddr_storage *ss = http_req_peer(r);
 
@@ -85,12 +83,6 @@ peer_text(const struct http_req *r, char *buf, size_t size)
                   (socklen_t)size);
 }
 
-void
-api_peer_text(const struct http_req *r, char *buf, size_t size)
-{
-    peer_text(r, buf, size);
-}
-
 /* One line per sampled check: what was decided, never who by key (a key
  * may be a secret); the peer address is the connection's, not the caller's. */
 static void
@@ -98,12 +90,12 @@ access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_
 {
     char peer[INET6_ADDRSTRLEN];
 
-    peer_text(r, peer, sizeof(peer));
-    log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
-             "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
-             w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
-             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded, d->shadow,
-             peer, (long long)(now_monotonic_us() - r->start_us));
+    api_peer_text(r, peer, sizeof(peer));
+    log_info(LOG_MSG("check"), LOG_I("worker", w->id), LOG_I("status", d->status),
+             LOG_S("policy", d->policy ? d->policy->name : "-"), LOG_I("allowed", d->allowed),
+             LOG_I("remaining", d->remaining), LOG_I("retry_after_ms", d->retry_after_ms),
+             LOG_I("degraded", d->degraded), LOG_I("shadow", d->shadow), LOG_S("peer", peer),
+             LOG_I("us", (now_monotonic_us() - r->start_us)));
 }
 
 static void
@@ -198,22 +190,22 @@ peer_of(const struct http_req *r, struct rl_ident_input *in)
 }
 
 /* Is `param` ("name=value") one of the target's query parameters? */
-static int
+static bool
 query_has(const struct http_head *h, const char *param)
 {
     const char *q = h->path + h->path_len, *end = h->target + h->target_len;
     size_t n = strlen(param);
 
     if (q >= end || *q != '?')
-        return 0;
+        return false;
     for (q++; q < end;) {
         const char *amp = memchr(q, '&', (size_t)(end - q));
         const char *e = amp != NULL ? amp : end;
         if ((size_t)(e - q) == n && memcmp(q, param, n) == 0)
-            return 1;
+            return true;
         q = e + 1;
     }
-    return 0;
+    return false;
 }
 
 /* Whether a request that asks the backend may start now; else it is
@@ -252,7 +244,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     struct rl_config *cfg = w->cfg;
     const struct http_head *h = r->head;
     struct rl_check_input ci;
-    char *error = NULL;
+    char *cause = NULL;
     int status;
 
     if (!admit(r, w))
@@ -281,10 +273,10 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
                       ? now_monotonic_us()
                       : 0;
     worker_check_begin(w);
-    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &error) != RL_OK) {
+    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &cause) != RL_OK) {
         metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, status, NULL, error);
-        free(error);
+        respond_error(r, status, NULL, cause);
+        free(cause);
         worker_check_done(w);
     }
 }
@@ -376,7 +368,7 @@ handle_metrics(struct http_req *r, struct rl_worker *w)
     evbuffer_free(out);
 }
 
-static int
+static bool
 path_is(const struct http_head *h, const char *p, size_t n)
 {
     return h->path_len == n && memcmp(h->path, p, n) == 0;

@@ -732,17 +732,13 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
 static bool
 valid_host_port(const char *s)
 {
-    const char *colon = strrchr(s, ':');
-    size_t hlen;
+    char *host;
+    int port;
 
-    if (colon == NULL || colon == s || colon[1] == '\0' ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) < 1 ||
-        atoi(colon + 1) > 65535)
+    if (redis_url_hostport(s, &host, &port) != RL_OK)
         return false;
-    hlen = (size_t)(colon - s);
-    if (s[0] == '[')
-        return hlen > 2 && s[hlen - 1] == ']';
-    return memchr(s, ':', hlen) == NULL;
+    free(host);
+    return true;
 }
 
 static void
@@ -846,14 +842,14 @@ check_redis(const void *obj, const char *path, struct schema_ctx *ctx)
     check_redis_url(r, path, ctx);
 }
 
-static int
+static bool
 is_loopback(const struct rl_listen_addr *a)
 {
     const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)&a->ss;
     const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)&a->ss;
 
     if (a->family == AF_UNIX)
-        return 1;
+        return true;
     if (a->family == AF_INET)
         return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
     return IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr) ||

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -605,8 +606,10 @@ dispatch(struct http_conn *c, const char *body, size_t len, int more)
     r = NULL;       /* touch it no more */
 }
 
-/* The head is in: decide how its body is framed. */
-static int
+/* The head is in: decide how its body is framed.  False when the request was
+ * refused instead (the connection closing, or discarding its body): then
+ * there is no body to read, and processing carries on from the new state. */
+static bool
 start_body(struct http_conn *c, size_t head_len)
 {
     struct http_head *h = &c->head;
@@ -620,13 +623,13 @@ start_body(struct http_conn *c, size_t head_len)
         if (h->expect_continue || h->content_length > cap || !h->keep_alive ||
             c->srv->draining) {
             refuse(c, 413, "body: larger than max_body");
-            return RL_ERR;
+            return false;
         }
         refuse_keep(c, 413, "body: larger than max_body", 1);
         c->rpos += head_len;
         c->need = h->content_length;
         c->state = C_DISCARD;
-        return RL_ERR;
+        return false;
     }
     if (h->chunked) {
         memset(&c->ch, 0, sizeof(c->ch));
@@ -639,7 +642,7 @@ start_body(struct http_conn *c, size_t head_len)
     if (h->expect_continue && c->nq == 0 &&
         (h->chunked || (size_t)c->need > c->rlen - c->rpos - head_len))
         wb_add(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-    return RL_OK;
+    return true;
 }
 
 /* Read every complete request that is buffered, as far as back-pressure
@@ -648,9 +651,8 @@ static void
 process(struct http_conn *c)
 {
     const struct rl_http_conf *lim = c->srv->limits;
-    const char *why;
-    ssize_t n;
-    int rc;
+    struct http_refusal no;
+    enum rl_parse rc;
 
     while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
@@ -676,18 +678,18 @@ process(struct http_conn *c)
             size_t avail = c->rlen - c->rpos;
             if (avail == 0)
                 break;
-            n = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
-                                &c->scan, &c->head, &why);
-            if (n < 0) {
-                refuse(c, (int)-n, why);
+            rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
+                                 &c->scan, &c->head, &no);
+            if (rc == RL_PARSE_ERR) {
+                refuse(c, no.status, no.why);
                 break;
             }
-            if (n == 0) {
+            if (rc == RL_PARSE_MORE) {
                 if (make_room(c, avail + 1, 0) != RL_OK)
                     refuse_busy(c);
                 break;
             }
-            if (start_body(c, (size_t)n) != RL_OK)
+            if (!start_body(c, c->head.len))
                 continue; /* refused: closing, or discarding its body */
         }
         if (c->state == C_BODY) {
@@ -703,12 +705,12 @@ process(struct http_conn *c)
             c->rpos += total;
         } else {
             size_t body_at = c->rpos + c->head_len;
-            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &why);
-            if (rc < 0) {
-                refuse(c, -rc, why);
+            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
+            if (rc == RL_PARSE_ERR) {
+                refuse(c, no.status, no.why);
                 break;
             }
-            if (rc == 0) {
+            if (rc == RL_PARSE_MORE) {
                 /* decoded bytes stay; the raw tail moves down onto the
                  * framing already read */
                 if (c->ch.in > c->ch.out) {
@@ -1090,7 +1092,7 @@ http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
         empty(arg);
 }
 
-int
+bool
 http_server_draining(const struct http_server *srv)
 {
     return srv->draining;

@@ -11,6 +11,7 @@
 #ifndef RL_HTTP_H
 #define RL_HTTP_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #include "http_parse.h"
@@ -96,7 +97,7 @@ void http_server_set_limits(struct http_server *srv, const struct rl_http_conf *
  * called (on the server's thread) once no connection is left.
  */
 void http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg);
-int http_server_draining(const struct http_server *srv);
+bool http_server_draining(const struct http_server *srv);
 size_t http_server_connections(const struct http_server *srv);
 
 /* Answer r (exactly once per request). */

@@ -9,13 +9,13 @@
 
 #include <pthread.h>
 
+#include "arena.h"
 #include "check.h"
 
 struct event_base;
 struct event;
 struct evbuffer;
 struct grpc_server;
-struct rls_grpc;
 struct http_server;
 struct rl_check_req;
 struct rl_check_res;
@@ -28,7 +28,7 @@ struct rl_worker {
     struct http_server *http;   /* the check listener */
     struct http_server *admin;  /* admin_listen, on worker 0 only */
     struct grpc_server *rls;    /* rls.listen, Envoy's rate limit service */
-    struct rls_grpc *rls_svc;   /* its services */
+    struct arena rls_arena;     /* its services' messages (rls_grpc.c) */
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
