@@ -17,9 +17,11 @@
 #include "util.h"
 #include "worker.h"
 
-/* Room for every quota header of a decision. */
-#define HEADERS_MAX 1024
 #define BODY_MAX 2048
+
+/* On every 503 of ours: the backend reconnects within a second or so, a
+ * drain sends the caller elsewhere. */
+#define RETRY_AFTER_503 "Retry-After: 1\r\n"
 
 /* http_req.flags: answer with status and headers only (auth subrequests). */
 #define API_NO_BODY 0x1u
@@ -38,13 +40,18 @@ respond(struct http_req *r, int status, const char *headers, size_t hlen, const 
     http_respond(r, &resp);
 }
 
-/* {"error": msg} with msg escaped: it may quote what the caller sent. */
+/* {"error": msg} with msg escaped: it may quote what the caller sent.  Every
+ * 503 says when to try again (gateways pass it on as it is). */
 static void
 respond_error(struct http_req *r, int status, const char *extra, const char *msg)
 {
     json_t *o = json_pack("{s:s}", "error", msg);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    size_t elen = extra ? strlen(extra) : 0;
+    size_t elen;
+
+    if (status == 503 && extra == NULL)
+        extra = RETRY_AFTER_503;
+    elen = extra ? strlen(extra) : 0;
 
     if (s != NULL)
         respond(r, status, extra, elen, s, strlen(s));
@@ -120,22 +127,18 @@ on_check_done(const struct rl_decision *d, void *arg)
 {
     struct http_req *r = arg;
     struct rl_worker *w = http_req_arg(r);
-    char headers[HEADERS_MAX], body[BODY_MAX];
+    char headers[RESPONSE_HEADERS_MAX], body[BODY_MAX];
     struct strbuf sb;
     size_t n;
 
     if (r->start_us != 0)
         access_log(r, w, d);
-    if (d->status == 503 && !(r->flags & API_NO_BODY)) {
-        respond_error(r, 503, NULL, "backend unavailable");
-    } else {
-        sb_init(&sb, headers, sizeof(headers));
-        response_headers(d, add_header, &sb);
-        /* nginx and Caddy keep an auth subrequest's connection only when
-         * its answer has no body: there, status and headers say it all */
-        n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
-        respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
-    }
+    sb_init(&sb, headers, sizeof(headers));
+    response_headers(d, add_header, &sb);
+    /* nginx and Caddy keep an auth subrequest's connection only when
+     * its answer has no body: there, status and headers say it all */
+    n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
+    respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
     worker_check_done(w);
 }
 
@@ -293,9 +296,10 @@ handle_readyz(struct http_req *r, struct rl_worker *w)
     o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
     s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s != NULL)
-        respond(r, 503, NULL, 0, s, strlen(s));
+        respond(r, 503, RETRY_AFTER_503, strlen(RETRY_AFTER_503), s, strlen(s));
     else
-        respond(r, 503, NULL, 0, "{\"status\":\"not ready\"}", 22);
+        respond(r, 503, RETRY_AFTER_503, strlen(RETRY_AFTER_503), "{\"status\":\"not ready\"}",
+                22);
     free(s);
     json_decref(o);
 }
