@@ -281,27 +281,60 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     }
 }
 
+/* {"status":..., ["degraded":true, "failure_mode":...,] "reason":..., "worker":N} */
+static void
+respond_status(struct http_req *r, int status, json_t *o, const char *fallback)
+{
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    const char *extra = status == 503 ? RETRY_AFTER_503 : NULL;
+    size_t elen = extra != NULL ? strlen(extra) : 0;
+
+    if (s != NULL)
+        respond(r, status, extra, elen, s, strlen(s));
+    else
+        respond(r, status, extra, elen, fallback, strlen(fallback));
+    free(s);
+    json_decref(o);
+}
+
 static void
 handle_readyz(struct http_req *r, struct rl_worker *w)
 {
     int which;
     const char *reason = worker_readiness(w, &which);
-    json_t *o;
-    char *s;
 
     if (reason == NULL) {
         respond(r, 200, NULL, 0, "{\"status\":\"ready\"}", 18);
         return;
     }
-    o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
-    s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (s != NULL)
-        respond(r, 503, RETRY_AFTER_503, strlen(RETRY_AFTER_503), s, strlen(s));
-    else
-        respond(r, 503, RETRY_AFTER_503, strlen(RETRY_AFTER_503), "{\"status\":\"not ready\"}",
-                22);
-    free(s);
-    json_decref(o);
+    respond_status(
+        r, 503,
+        json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which),
+        "{\"status\":\"not ready\"}");
+}
+
+/* Readiness for a sidecar: can checks be answered as configured? */
+static void
+handle_serving(struct http_req *r, struct rl_worker *w)
+{
+    const char *reason;
+    int which;
+
+    if (!worker_serving(w, &reason, &which)) {
+        respond_status(r, 503,
+                       json_pack("{s:s,s:s,s:i}", "status", "not serving", "reason", reason,
+                                 "worker", which),
+                       "{\"status\":\"not serving\"}");
+    } else if (reason != NULL) {
+        respond_status(r, 200,
+                       json_pack("{s:s,s:b,s:s,s:s,s:i}", "status", "serving", "degraded", 1,
+                                 "failure_mode",
+                                 config_failure_mode_name(w->cfg->failure_mode), "reason",
+                                 reason, "worker", which),
+                       "{\"status\":\"serving\",\"degraded\":true}");
+    } else {
+        respond(r, 200, NULL, 0, "{\"status\":\"serving\"}", 20);
+    }
 }
 
 static void
@@ -351,6 +384,11 @@ api_handle(struct http_req *r, void *arg)
             handle_readyz(r, w);
         else
             respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else if (path_is(h, "/serving", 8)) {
+        if (get)
+            handle_serving(r, w);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else if (path_is(h, "/metrics", 8)) {
         if (get)
             handle_metrics(r, w);
@@ -360,6 +398,6 @@ api_handle(struct http_req *r, void *arg)
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
                       "no such path: use POST /check, GET /healthz, "
-                      "GET /readyz or GET /metrics");
+                      "GET /readyz, GET /serving or GET /metrics");
     }
 }

@@ -242,6 +242,9 @@ void config_unref(struct rl_config *cfg);
 /* The RL_M_* bit of a method name (any case), 0 when unknown. */
 unsigned config_method_bit(const char *name);
 
+/* failure_mode as the file spells it: "open", "closed", "local". */
+const char *config_failure_mode_name(enum rl_failure_mode m);
+
 /* The policy for a caller: an override listing `id` (the typed identity of
  * identity_resolve: "k:alice", "ip:10.0.0.7"), else p itself.  A key never
  * matches an address entry, nor an address a key entry. */

@@ -526,7 +526,8 @@ def t_k8s_sidecar():
           "RATELIMITD_REDIS_URL %r does not point at the redis Service", env.get("RATELIMITD_REDIS_URL"))
     svc = by_kind(k8s("redis.yaml"), "Service")
     eq(svc["metadata"]["name"], "redis", "the Redis Service's name")
-    eq(rl["readinessProbe"]["httpGet"]["path"], "/readyz", "readinessProbe path")
+    # readiness that fits a sidecar: answering checks as configured, not Redis's state
+    eq(rl["readinessProbe"]["httpGet"]["path"], "/serving", "readinessProbe path")
     eq(rl["livenessProbe"]["httpGet"]["path"], "/healthz", "livenessProbe path")
     sc = rl["securityContext"]
     eq(sc.get("runAsNonRoot"), True, "runAsNonRoot")
