@@ -133,6 +133,7 @@ on_check_done(const struct rl_decision *d, void *arg)
 
     if (r->start_us != 0)
         access_log(r, w, d);
+    metrics_check_duration(w->metrics, now_monotonic_us() - r->first_us);
     sb_init(&sb, headers, sizeof(headers));
     response_headers(d, add_header, &sb);
     /* nginx and Caddy keep an auth subrequest's connection only when

@@ -61,12 +61,18 @@ enum rl_admin_result {
     RL_ADM_RESULT_COUNT
 };
 
+/* A latency histogram: counts per bucket (cumulative on output only). */
+struct rl_histogram {
+    uint64_t bucket[RL_LAT_BUCKETS];
+    uint64_t inf, count, sum_us;
+};
+
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
     uint64_t rejected[RL_REJ_COUNT];
-    uint64_t lat_bucket[RL_LAT_BUCKETS]; /* cumulative on output only */
-    uint64_t lat_inf, lat_count, lat_sum_us;
-    uint64_t backend_status[4]; /* by enum rl_backend_status */
+    struct rl_histogram backend_latency; /* asking the backend to its answer */
+    struct rl_histogram check_duration;  /* a check's first byte read to its answer */
+    uint64_t backend_status[4];          /* by enum rl_backend_status */
     uint64_t local_cache_hits;
     uint64_t inflight;
     struct http_counters http; /* the check listener's connections */
@@ -84,6 +90,8 @@ int metrics_policy_id(const char *name);
 void metrics_check(struct rl_metrics *m, int policy_id, enum rl_outcome o);
 void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
+/* A check answered `us` after its request's first byte was read. */
+void metrics_check_duration(struct rl_metrics *m, int64_t us);
 void metrics_admin(struct rl_metrics *m, enum rl_admin_action a, enum rl_admin_result r);
 /* "inspect", "reset", ... */
 const char *metrics_admin_action_name(enum rl_admin_action a);
