@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,6 +111,101 @@ def t_security():
     print("# systemd-analyze security: overall exposure %.1f (at most %.1f)" % (score, MAX_EXPOSURE))
     check(score <= MAX_EXPOSURE, "exposure %.1f > %.1f:\n%s", score, MAX_EXPOSURE,
           "\n".join(l for l in out.splitlines() if l.startswith("✗"))[:3000])
+
+
+def unit_settings(name):
+    with open(UNIT) as f:
+        return [l.split("=", 1)[1].strip() for l in f.read().splitlines() if l.startswith(name + "=")]
+
+
+def t_unit_runtime_directory():
+    # ProtectSystem=strict leaves /run read-only: the documented admin socket
+    # needs a directory of its own there, which systemd makes
+    dirs = unit_settings("RuntimeDirectory")
+    eq(len(dirs), 1, "RuntimeDirectory= lines in the unit")
+    run_dir = "/run/" + dirs[0]
+    documented = set()
+    for doc in (os.path.join(SRC, "README.md"), os.path.join(SRC, "docs", "API.md"),
+                os.path.join(SRC, "conf", "login-protection.json")):
+        with open(doc) as f:
+            documented |= set(re.findall(r"unix:(/run/[\w./-]+\.sock)", f.read()))
+    check(documented, "no unix:/run/... admin socket documented")
+    for path in documented:
+        eq(os.path.dirname(path), run_dir, "the directory of the documented socket %s" % path)
+    # what happens without it: the daemon cannot bind the socket (exit 2), and
+    # -t cannot see that; with the directory there, the admin API is served
+    d = scratch("rundir-")
+    missing = os.path.join(d, "ratelimitd", "admin.sock")
+    cfg = H.write_config({"admin_listen": "unix:" + missing, "policies": []})
+    rc, out, err = H.run_cli(["-t", "-c", cfg])
+    eq(rc, 0, "-t with the socket's directory missing (%s)" % (out + err))
+    with H.Daemon(None, backend="memory", args=["-c", cfg], wait=False) as dm:
+        eq(dm.wait(10), 2, "exit status when the admin socket's directory does not exist")
+        check("admin" in dm.log(), "the exit does not say what failed:\n%s", dm.log())
+    os.mkdir(os.path.dirname(missing), 0o750)
+    with H.Daemon(None, backend="memory", args=["-c", cfg]) as dm:
+        check(os.path.exists(missing), "no admin socket at %s", missing)
+
+
+def reload_commands(binary, config, pid):
+    """The unit's ExecReload= command lines, in order, as argv lists with the
+    built binary, a test config and the daemon's pid put in."""
+    cmds = []
+    for line in unit_settings("ExecReload"):
+        check(not line.startswith(("-", "@", "+", "!", ":")), "ExecReload=%s: a prefix this test does not "
+              "model", line)
+        line = line.replace("/usr/local/bin/ratelimitd", binary).replace(
+            "/etc/ratelimitd/ratelimitd.json", config).replace("$MAINPID", str(pid))
+        cmds.append(shlex.split(line))
+    return cmds
+
+
+def reloads(port):
+    st, _, text = H.request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    return tuple(int(re.search(r'^ratelimitd_config_reloads_total\{result="%s"\} (\d+)$' % r, text, re.M).group(1))
+                 for r in ("ok", "failed"))
+
+
+def t_unit_reload_dry_run():
+    """systemctl reload as the unit has systemd run it: each ExecReload= in
+    turn, the first failure failing the reload (and skipping the rest)."""
+    def pol(name):
+        return {"name": name, "limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]}
+    cfgpath = H.write_config({"identity": ["body"], "policies": [pol("first")]})
+    with H.Daemon(None, backend="memory", args=["-c", cfgpath]) as d:
+        def run_reload():
+            for argv in reload_commands(os.path.abspath(H.RATELIMITD), cfgpath, d.proc.pid):
+                rc, out, err = run(argv)
+                if rc != 0:
+                    return rc, argv, out + err
+            return 0, None, ""
+
+        def served(name):
+            return H.request(d.port, "POST", "/check", {"key": "k", "policy": name})[0] == 200
+
+        check(len(reload_commands("x", "y", 1)) >= 2, "ExecReload= does not check the file before the signal")
+        before = reloads(d.port)
+        for bad, why in (("{ broken", "not JSON"),
+                         (json.dumps({"policies": [pol("second")], "workers": 100000}), "workers out of range")):
+            with open(cfgpath, "w") as f:
+                f.write(bad)
+            rc, argv, text = run_reload()
+            check(rc != 0, "a file with a problem (%s): the reload succeeded", why)
+            eq(argv[0], os.path.abspath(H.RATELIMITD), "the ExecReload= that failed (%s)" % why)
+            check(cfgpath in text, "the failed reload does not name the file (%s): %r", why, text)
+            time.sleep(0.3)
+            eq(reloads(d.port), before, "the daemon's reloads after a refused systemctl reload (%s)" % why)
+            check(served("first") and not served("second"), "the running configuration changed (%s)", why)
+        with open(cfgpath, "w") as f:
+            json.dump({"identity": ["body"], "policies": [pol("first"), pol("second")]}, f)
+        rc, argv, text = run_reload()
+        eq(rc, 0, "the reload of a good file (%s: %s)" % (argv, text))
+        deadline = time.monotonic() + 10 * H.SLOW
+        while not served("second"):
+            check(time.monotonic() < deadline, "the good file is not served after the reload")
+            time.sleep(0.05)
+        eq(reloads(d.port), (before[0] + 1, before[1]), "the daemon's reloads after a good one")
 
 
 # ---------------------------------------------------------------- Dockerfile
@@ -843,6 +939,10 @@ CASES = [
     ("systemd-analyze verify: the unit as shipped: no complaint but the absent binary and man page",
      t_verify_shipped),
     ("systemd-analyze security --offline=yes: overall exposure <= %.1f" % MAX_EXPOSURE, t_security),
+    ("systemd: RuntimeDirectory= holds the documented admin socket (without it: exit 2)",
+     t_unit_runtime_directory),
+    ("systemd: ExecReload= dry run: a bad file fails the reload and leaves the daemon alone; a good one reloads",
+     t_unit_reload_dry_run),
     ("Dockerfile is multi-stage: the final stage copies from the named build stage", t_docker_multistage),
     ("Dockerfile: the final stage installs the package of every library the daemon links", t_docker_runtime_libs),
     ("Dockerfile runs scripts/test in the build stage", t_docker_tests),
