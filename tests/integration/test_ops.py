@@ -652,10 +652,192 @@ def t_k8s_sidecar():
 
 def t_k8s_configmap():
     cm = by_kind(k8s("configmap.yaml"), "ConfigMap")
-    path = H.write_config(cm["data"]["ratelimitd.json"], name="configmap-")
+    text = cm["data"]["ratelimitd.json"]
+    # the Redis password file the sidecar has mounted from the Secret, here a scratch one
+    pwfile = json.loads(text).get("redis", {}).get("password_file")
+    if pwfile:
+        scratch_pw = os.path.join(scratch("k8s-secret-"), "password")
+        with open(scratch_pw, "w") as f:
+            f.write("from-the-secret\n")
+        text = text.replace(pwfile, scratch_pw)
+    path = H.write_config(text, name="configmap-")
     rc, out, err = H.run_cli(["-t", "-c", path], env={"RATELIMITD_REDIS_URL": "redis://redis:6379/0",
                                                       "RATELIMITD_LISTEN": "0.0.0.0:8080"})
     check(rc == 0, "-t exit %d:\n%s", rc, err.strip())
+
+
+K8S_KINDS = {("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"), ("v1", "Secret"),
+             ("networking.k8s.io/v1", "NetworkPolicy"), ("monitoring.coreos.com/v1", "PodMonitor")}
+DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def k8s_objects():
+    """Every object of deploy/kubernetes/'s manifests (the *-patch.yaml files are
+    patches, not objects): [(file, object)]."""
+    out = []
+    for p in sorted(glob.glob(os.path.join(SRC, "deploy", "kubernetes", "*.yaml"))):
+        if p.endswith("-patch.yaml"):
+            continue
+        out += [(os.path.basename(p), d) for d in yaml_load_all(p)]
+    return out
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+def pod_ports(spec):
+    return {p["name"]: p["containerPort"] for c in spec.get("containers", []) + spec.get("initContainers", [])
+            for p in c.get("ports", []) if "name" in p}
+
+
+def t_k8s_schema():
+    """What kubeconform would say of each object, and what it would not: the
+    references between them (selectors, named ports, Secrets, ConfigMaps)."""
+    objs = k8s_objects()
+    problems = []
+    defined = {(o["kind"], o["metadata"]["name"]): o for _, o in objs if "metadata" in o}
+    deployments = [o for _, o in objs if o.get("kind") == "Deployment"]
+    for f, o in objs:
+        where = "%s: %s %s" % (f, o.get("kind"), o.get("metadata", {}).get("name"))
+        if (o.get("apiVersion"), o.get("kind")) not in K8S_KINDS:
+            problems.append("%s: unknown apiVersion/kind %s/%s" % (where, o.get("apiVersion"), o.get("kind")))
+            continue
+        name = o.get("metadata", {}).get("name", "")
+        if not DNS1123.match(name) or len(name) > 63:
+            problems.append("%s: metadata.name %r is not a DNS-1123 label" % (where, name))
+        kind = o["kind"]
+        if kind == "Deployment":
+            spec = o["spec"]
+            tmpl = spec["template"]
+            if not selects(spec["selector"], tmpl["metadata"].get("labels", {})):
+                problems.append("%s: the selector does not select its own pods" % where)
+            ps = tmpl["spec"]
+            ports = pod_ports(ps)
+            for pn in ports:
+                if len(pn) > 15 or not PORT_NAME.match(pn):
+                    problems.append("%s: port name %r (15 characters of a-z0-9-)" % (where, pn))
+            vols = {v["name"]: v for v in ps.get("volumes", [])}
+            for c in ps.get("containers", []) + ps.get("initContainers", []):
+                for k in ("name", "image"):
+                    if not c.get(k):
+                        problems.append("%s: a container without %s" % (where, k))
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    port = (c.get(probe, {}).get("httpGet") or c.get(probe, {}).get("tcpSocket") or {}).get("port")
+                    if isinstance(port, str) and port not in ports:
+                        problems.append("%s: %s.%s names port %r, which no container has" % (where, c["name"], probe, port))
+                for m in c.get("volumeMounts", []):
+                    if m["name"] not in vols:
+                        problems.append("%s: %s mounts %r, which is no volume" % (where, c["name"], m["name"]))
+                for e in c.get("env", []):
+                    ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                    if ref:
+                        sec = defined.get(("Secret", ref["name"]))
+                        if sec is None or ref["key"] not in (sec.get("stringData") or sec.get("data") or {}):
+                            problems.append("%s: %s's %s is from %s/%s, not defined here" % (where, c["name"], e["name"],
+                                                                                           ref["name"], ref["key"]))
+            for v in vols.values():
+                if "secret" in v:
+                    sec = defined.get(("Secret", v["secret"]["secretName"]))
+                    keys = set((sec or {}).get("stringData") or (sec or {}).get("data") or {})
+                    if sec is None or any(i["key"] not in keys for i in v["secret"].get("items", [])):
+                        problems.append("%s: volume %s: Secret %s (or its keys) not defined here"
+                                        % (where, v["name"], v["secret"]["secretName"]))
+                if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) not in defined:
+                    problems.append("%s: volume %s: ConfigMap %s not defined here" % (where, v["name"], v["configMap"]["name"]))
+        elif kind in ("Service", "NetworkPolicy", "PodMonitor"):
+            sel = o["spec"]["selector"] if kind == "Service" else (
+                o["spec"]["podSelector"] if kind == "NetworkPolicy" else o["spec"]["selector"])
+            sel = sel if "matchLabels" in sel else {"matchLabels": sel}
+            pods = [d for d in deployments if selects(sel, d["spec"]["template"]["metadata"].get("labels", {}))]
+            if not pods:
+                problems.append("%s: selects no pod of these manifests" % where)
+                continue
+            ports = pod_ports(pods[0]["spec"]["template"]["spec"])
+            named = []
+            if kind == "Service":
+                named = [p.get("targetPort") for p in o["spec"]["ports"]]
+            elif kind == "NetworkPolicy":
+                named = [p.get("port") for r in o["spec"].get("ingress", []) for p in r.get("ports", [])]
+                for r in o["spec"].get("ingress", []):
+                    for fr in r.get("from", []):
+                        if "podSelector" in fr and "namespaceSelector" not in fr and not any(
+                                selects(fr["podSelector"], d["spec"]["template"]["metadata"].get("labels", {}))
+                                for d in deployments):
+                            problems.append("%s: admits pods that none of these manifests makes" % where)
+            else:
+                named = [e.get("port") for e in o["spec"]["podMetricsEndpoints"]]
+            for n in named:
+                if isinstance(n, str) and n not in ports:
+                    problems.append("%s: names port %r, which its pods do not have" % (where, n))
+        elif kind == "Secret":
+            if not (o.get("stringData") or o.get("data")):
+                problems.append("%s: no data" % where)
+    check(len(objs) >= 8, "only %d objects under deploy/kubernetes", len(objs))
+    check(not problems, "%d problem(s):\n%s", len(problems), "\n".join(problems))
+
+
+def t_k8s_scrape():
+    dep = by_kind(k8s("deployment.yaml"), "Deployment")
+    tmpl = dep["spec"]["template"]
+    rl = [c for c in tmpl["spec"].get("initContainers", []) if c["name"] == "ratelimitd"][0]
+    port = [p for p in rl["ports"] if p["name"] == "ratelimitd"][0]
+    ann = tmpl["metadata"].get("annotations", {})
+    eq((ann.get("prometheus.io/scrape"), ann.get("prometheus.io/port"), ann.get("prometheus.io/path")),
+       ("true", str(port["containerPort"]), "/metrics"), "the pod's scrape annotations")
+    pm = by_kind(k8s("podmonitor.yaml"), "PodMonitor")
+    check(selects(pm["spec"]["selector"], tmpl["metadata"]["labels"]), "the PodMonitor does not select the app's pods")
+    eq([(e["port"], e["path"]) for e in pm["spec"]["podMetricsEndpoints"]], [("ratelimitd", "/metrics")],
+       "the PodMonitor's endpoints")
+    # the NetworkPolicy admits the scrape to that port, and nothing else there
+    np = [o for o in k8s("deployment.yaml") if o.get("kind") == "NetworkPolicy"][0]
+    rules = [r for r in np["spec"]["ingress"] if any(p.get("port") in ("ratelimitd", port["containerPort"])
+                                                     for p in r.get("ports", []))]
+    eq(len(rules), 1, "ingress rules for ratelimitd's port")
+    froms = rules[0].get("from", [])
+    check(froms and all(f.get("podSelector", {}).get("matchLabels") for f in froms),
+          "ratelimitd's port is open to every pod, not only to Prometheus: %r", froms)
+    check(any("prometheus" in json.dumps(f) for f in froms), "the scrape's source is not Prometheus: %r", froms)
+    # monitoring files know how such a job is named
+    with open(os.path.join(SRC, "deploy", "prometheus", "README.md")) as f:
+        check("podmonitor.yaml" in f.read(), "deploy/prometheus/README.md does not say how to scrape the sidecars")
+
+
+def t_k8s_redis():
+    objs = k8s("redis.yaml")
+    check(not [o for o in objs if o.get("kind") == "Secret"],
+          "redis.yaml holds a Secret: applying it would replace the password made with kubectl")
+    secret = by_kind(k8s("redis-secret.yaml"), "Secret")
+    sname = secret["metadata"]["name"]
+    red = by_kind(objs, "Deployment")["spec"]["template"]
+    c = red["spec"]["containers"][0]
+    args = c["args"]
+    eq(args[args.index("--maxmemory-policy") + 1], "noeviction", "Redis's maxmemory-policy")
+    check("--maxmemory" in args, "Redis has no maxmemory: noeviction would never refuse")
+    pw_env = [e["name"] for e in c["env"] if (e.get("valueFrom") or {}).get("secretKeyRef", {}).get("name") == sname]
+    check("REDISCLI_AUTH" in pw_env, "the readiness probe's redis-cli does not authenticate")
+    req = args[args.index("--requirepass") + 1]
+    check(req.startswith("$(") and req[2:-1] in pw_env, "--requirepass %r is not the Secret's password", req)
+    npol = by_kind(objs, "NetworkPolicy")
+    check(selects(npol["spec"]["podSelector"], red["metadata"]["labels"]), "Redis's NetworkPolicy selects no Redis")
+    froms = [f for r in npol["spec"]["ingress"] for f in r.get("from", [])]
+    app = by_kind(k8s("deployment.yaml"), "Deployment")["spec"]["template"]
+    check(froms and all(selects(f.get("podSelector", {}), app["metadata"]["labels"]) for f in froms),
+          "Redis is open to more than the app's pods: %r", froms)
+    # the sidecar reads that Secret's password where the config says
+    spec = app["spec"]
+    rl = [x for x in spec["initContainers"] if x["name"] == "ratelimitd"][0]
+    vol = [v for v in spec["volumes"] if v.get("secret", {}).get("secretName") == sname]
+    eq(len(vol), 1, "volumes of the Secret %s in the app's pod" % sname)
+    mount = [m for m in rl["volumeMounts"] if m["name"] == vol[0]["name"]][0]
+    item = [i for i in vol[0]["secret"]["items"] if i["key"] == "password"][0]
+    cfg = json.loads(by_kind(k8s("configmap.yaml"), "ConfigMap")["data"]["ratelimitd.json"])
+    eq(cfg["redis"].get("password_file"), os.path.join(mount["mountPath"], item["path"]),
+       "the config's redis.password_file against the mounted Secret")
+    check(vol[0]["secret"].get("defaultMode") == 0o440 and spec["securityContext"].get("fsGroup") == 10001,
+          "the Secret is readable by more than ratelimitd's group")
+    check(spec["containers"][0]["securityContext"]["runAsUser"] != 10001, "the app runs as ratelimitd's user")
 
 
 def t_k8s_reloader():
@@ -961,6 +1143,12 @@ CASES = [
     ("kubernetes: the sidecar has its image, Redis URL, probes, security context, resources, ConfigMap",
      t_k8s_sidecar),
     ("kubernetes: the ConfigMap's ratelimitd.json passes ratelimitd -t", t_k8s_configmap),
+    ("kubernetes: every object is well formed and its selectors, named ports, Secrets and ConfigMaps resolve",
+     t_k8s_schema),
+    ("kubernetes: the sidecar is scraped (annotations, PodMonitor), its NetworkPolicy admits Prometheus only",
+     t_k8s_scrape),
+    ("kubernetes: Redis with a password from a Secret, noeviction, a NetworkPolicy; the sidecar reads the "
+     "password as a file", t_k8s_redis),
     ("kubernetes: the reloader's script sends SIGHUP on a kubelet-style ConfigMap update",
      t_k8s_reloader),
     ("kubernetes: README and runAsUser give the image's numeric uid", t_k8s_uid),
