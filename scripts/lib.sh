@@ -18,10 +18,11 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 # independent HTTP/1.1 parser), python3-grpcio + python3-protobuf +
 # protobuf-compiler (a real gRPC client of the rate limit service, its
 # classes generated from src/proto/), nghttp2-client (h2load, nghttp),
-# python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD).
+# python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD),
+# node-express (examples/node/express.js: the middleware mounted on a prefix).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
-                  haproxy prometheus gnuplot-nox nodejs python3-h11 clang-format
+                  haproxy prometheus gnuplot-nox nodejs node-express python3-h11 clang-format
                   python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
                   python3-pytest autoconf-archive)
 

@@ -38,6 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
+from daemon_faults import wait_stopped  # noqa: E402
 
 NGINX = os.environ.get("NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 RECIPE = os.path.join(H.RL_SRCDIR, "deploy", "nginx", "ratelimitd.conf")
@@ -384,23 +385,6 @@ def t_no_unexpected_status(fx):
     check("auth request unexpected status" not in log,
           "nginx logged an unmapped auth status:\n%s",
           "\n".join(l for l in log.splitlines() if "unexpected status" in l))
-
-
-def wait_stopped(pid, timeout=5.0):
-    """SIGSTOP reaches a threaded process's threads one by one: wait for all."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = []
-        for tid in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                pass
-        if states and all(st in ("T", "t") for st in states):
-            return
-        check(time.monotonic() < deadline, "ratelimitd's threads not all stopped: %r", states)
-        time.sleep(0.005)
 
 
 def t_hung(fx):
