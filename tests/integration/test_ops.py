@@ -913,6 +913,179 @@ def t_k8s_reloader():
 
 # ---------------------------------------------------------------- papercuts
 
+README = os.path.join(SRC, "README.md")
+DATE = re.compile(r"^Date: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+                  r"\d{4} \d\d:\d\d:\d\d GMT$")
+# what varies from one run to the next: the time, and how much of the window
+# is left when the 429 comes (at most a few seconds later)
+VARY_MS = ("reset_ms", "retry_after_ms")
+VARY_S = ("X-RateLimit-Reset", "Retry-After")
+
+
+def try_it_block():
+    """README's "Try it" console block: (text, start, end) offsets of its body."""
+    with open(README) as f:
+        text = f.read()
+    sec = text.index("\n## Try it\n")
+    start = text.index("```console\n", sec) + len("```console\n")
+    end = text.index("```\n", start)
+    return text, start, end
+
+
+def try_it_steps(block):
+    """[(command, [output lines])]"""
+    steps = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            check(steps, "output before the first command in the README's Try it: %r", line)
+            steps[-1][1].append(line)
+    return steps
+
+
+def same_json(doc, real, where):
+    """Equal but for the ms that vary, which must be close (5 s) and within the window."""
+    if isinstance(doc, dict) and isinstance(real, dict):
+        eq(sorted(doc), sorted(real), "%s: fields" % where)
+        for k in doc:
+            if k in VARY_MS and doc[k] != real[k]:
+                check(isinstance(doc[k], int) and isinstance(real[k], int) and 0 < doc[k] <= 60000
+                      and 0 < real[k] <= 60000 and abs(doc[k] - real[k]) <= 5000,
+                      "%s: %s documented %r, the daemon says %r", where, k, doc[k], real[k])
+            else:
+                same_json(doc[k], real[k], "%s.%s" % (where, k))
+    elif isinstance(doc, list) and isinstance(real, list):
+        eq(len(doc), len(real), "%s: length" % where)
+        for i, (a, b) in enumerate(zip(doc, real)):
+            same_json(a, b, "%s[%d]" % (where, i))
+    else:
+        eq(doc, real, where)
+
+
+def same_output(doc, real, cmd):
+    """The documented output of one command against the daemon's."""
+    eq(len(doc), len(real), "lines of the output of %r (README:\n%s\nthe daemon:\n%s)"
+       % (cmd, "\n".join(doc), "\n".join(real)))
+    body = "".join(l for l in doc if l.startswith("{"))
+    for i, (d, r) in enumerate(zip(doc, real)):
+        where = "%r, line %d" % (cmd, i + 1)
+        if d.startswith("Date: "):
+            check(DATE.match(d) and DATE.match(r), "%s: %r / %r", where, d, r)
+        elif d.startswith("{"):
+            same_json(json.loads(d), json.loads(r), where)
+        elif d.startswith("Content-Length: "):
+            eq(d, "Content-Length: %d" % len(body.encode()), "%s: documented Content-Length" % where)
+            check(r.startswith("Content-Length: "), "%s: %r" % (where, r))
+        elif d.split(":")[0] in VARY_S or d.startswith("RateLimit: "):
+            # seconds left: the same, or a second or two less by the time of the 429
+            dn, rn = re.sub(r"\d+$", "N", d), re.sub(r"\d+$", "N", r)
+            eq(dn, rn, where)
+            dv, rv = int(re.search(r"\d+$", d).group()), int(re.search(r"\d+$", r).group())
+            check(0 <= dv - rv <= 5, "%s: %r documented, the daemon says %r", where, d, r)
+        else:
+            eq(d, r, where)
+
+
+def readme_admin_steps():
+    """The README's admin API example: [(command, documented output lines)],
+    continuation lines joined."""
+    with open(README) as f:
+        text = f.read()
+    sec = text.index("\n## Admin API\n")
+    start = text.index("```\n", sec) + 4
+    end = text.index("```\n", start)
+    steps, cont = [], False
+    for line in text[start:end].splitlines():
+        if line.startswith("$ ") or cont:
+            cmd = line[2:] if line.startswith("$ ") else line
+            if cont:
+                steps[-1] = (steps[-1][0] + " " + cmd.strip().rstrip("\\").strip(), steps[-1][1])
+            else:
+                steps.append((cmd.rstrip("\\").strip(), []))
+            cont = line.endswith("\\")
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+def t_readme_admin_examples():
+    """The README's admin API examples, run as written against the shipped
+    configuration they are written for (conf/login-protection.json, its admin
+    socket moved to a scratch directory) after three failed logins."""
+    need("curl", "curl")
+    steps = readme_admin_steps()
+    check(len(steps) >= 6, "only %d admin examples in the README", len(steps))
+    src = os.path.join(SRC, "conf", "login-protection.json")
+    with open(src) as f:
+        conf = json.load(f)
+    sock = os.path.join(scratch("admin-"), "admin.sock")
+    documented = conf["admin_listen"][len("unix:"):]
+    conf["admin_listen"] = "unix:" + sock
+    with H.Redis(topology="standalone") as r, H.Daemon(conf, redis=r) as d:
+        for _ in range(3):
+            st, _, b = H.request(d.port, "POST", "/check",
+                                 {"path": "/login", "method": "POST", "key": "alice|203.0.113.7"})
+            eq(st, 200, "a failed login's check (%r)" % (b,))
+        for cmd, doc in steps:
+            check(documented in cmd, "%r is not sent to the documented socket %s", cmd, documented)
+            rc, out, err = run(["bash", "-c", cmd.replace(documented, sock)])
+            eq(rc, 0, "%r: exit status (%s)" % (cmd, err))
+            got = json.loads(out)
+            action = re.search(r"/admin/(\w+)", cmd).group(1)
+            eq(got.get("action"), action, "%r: the answer's action (%r)" % (cmd, got))
+            if doc:
+                want = json.loads("".join(doc))
+                for k in want:
+                    if k != "limits":
+                        eq(got.get(k), want[k], "%r: %s" % (cmd, k))
+                eq(len(got["limits"]), len(want["limits"]), "%r: limits" % cmd)
+                for w, g in zip(want["limits"], got["limits"]):
+                    eq(sorted(g), sorted(w), "%r: a limit's fields" % cmd)
+                    for k in w:
+                        if k == "reset_ms":
+                            # a fixed window starts at the first check: what is left of it;
+                            # a sliding counter is whole again when its current window (on
+                            # the clock) has passed as the previous one: up to two windows
+                            close = w["algorithm"] != "fixed_window" or abs(g[k] - w[k]) <= 5000
+                            check(0 < g[k] <= 2 * w["window_ms"] and 0 < w[k] <= 2 * w["window_ms"] and close,
+                                  "%r: reset_ms %d documented, %d from the daemon", cmd, w[k], g[k])
+                        else:
+                            eq(g[k], w[k], "%r: a limit's %s" % (cmd, k))
+
+
+def t_readme_try_it():
+    """README's "Try it", run for real as it says: scripts/run's configuration
+    (conf/ratelimitd.json) on a fresh Redis, each command as written (curl),
+    its output compared line by line.  RL_UPDATE_README=1 writes the real run
+    into the README instead."""
+    need("curl", "curl")
+    text, start, end = try_it_block()
+    steps = try_it_steps(text[start:end])
+    check(len(steps) >= 4, "only %d commands in the README's Try it", len(steps))
+    with H.Redis(topology="standalone") as r, \
+            H.Daemon(None, redis=r, args=["-c", os.path.join(SRC, "conf", "ratelimitd.json")]) as d:
+        got = []
+        for cmd, _ in steps:
+            check("localhost:8080" in cmd or "127.0.0.1:8080" in cmd, "%r does not ask the daemon", cmd)
+            real = cmd.replace("localhost:8080", "localhost:%d" % d.port).replace(
+                "127.0.0.1:8080", "127.0.0.1:%d" % d.port)
+            rc, out, err = run(["bash", "-c", real])
+            eq(rc, 0, "%r: exit status (%s)" % (cmd, err))
+            lines = out.replace("\r\n", "\n").split("\n")
+            # curl -i prints the head and the body, without a newline at the end
+            while lines and lines[-1] == "":
+                lines.pop()
+            got.append((cmd, lines))
+    if os.environ.get("RL_UPDATE_README") == "1":
+        block = "".join("$ %s\n" % cmd + "".join(l + "\n" for l in lines) for cmd, lines in got)
+        with open(README, "w") as f:
+            f.write(text[:start] + block + text[end:])
+        print("# README's Try it written from this run")
+        return
+    for (cmd, doc), (_, real) in zip(steps, got):
+        same_output(doc, real, cmd)
+
 def t_k8s_uid():
     user = instr(dockerfile_stages()[-1], "USER")[-1].split(":")[0].strip()
     check(user.isdigit(), "the image's USER %r is not numeric: runAsNonRoot cannot check a name", user)
@@ -961,6 +1134,79 @@ def make_env():
     for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
         env.pop(k, None)
     return env
+
+
+def run_script_run(redis_port, until):
+    """scripts/run as a user runs it (built already), stopped with Ctrl-C (a
+    SIGINT to its process group) once until(daemon port) holds: its output."""
+    import signal
+    port = H.free_port()
+    env = dict(make_env(), BUILD_DIR=builddir(), RL_RUN_REDIS_PORT=str(redis_port))
+    logpath = os.path.join(scratch("run-"), "run.log")
+    with open(logpath, "wb") as log:
+        p = H._track(subprocess.Popen([os.path.join(SRC, "scripts", "run"), "-l", "127.0.0.1:%d" % port],
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 120 * H.SLOW
+        while not H.port_open(port):
+            check(p.poll() is None, "scripts/run ended: %s", open(logpath).read()[-2000:])
+            check(time.monotonic() < deadline, "scripts/run did not serve: %s", open(logpath).read()[-2000:])
+            time.sleep(0.1)
+        until(port)
+        os.killpg(p.pid, signal.SIGINT)
+        eq(p.wait(timeout=30), 0, "scripts/run's exit status after Ctrl-C (%s)" % open(logpath).read()[-1500:])
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return open(logpath).read()
+
+
+def man_text(page):
+    rc, out, err = run([need("man", "man-db"), "-l", page], env=dict(os.environ, MANPAGER="cat", PAGER="cat",
+                                                                    MANWIDTH="200"))
+    eq(rc, 0, "man -l %s" % page)
+    return re.sub(r"\s+", " ", out)
+
+
+def t_doc_papercuts():
+    # the URL forms as the daemon takes them
+    m5 = man_text(MAN5)
+    check("redis[s]://[user[:password]@]host[:port][/db]" in m5,
+          "ratelimitd.json(5) does not give redis.url as redis[s]://[user[:password]@]host[:port][/db]")
+    # every recipe of deploy/ in ratelimitd(8)
+    m8 = man_text(MAN8)
+    for d in sorted(os.listdir(os.path.join(SRC, "deploy"))):
+        if os.path.isdir(os.path.join(SRC, "deploy", d)):
+            check("deploy/%s/" % d in m8, "ratelimitd(8) does not name deploy/%s/", d)
+    # a clone has no configure script: every ./configure the README shows is made first
+    with open(os.path.join(SRC, "README.md")) as f:
+        readme = f.read()
+    for m in re.finditer(r"`([^`]*\./configure[^`]*)`", readme):
+        check("autoreconf -fi" in m.group(1) or "--enable" in m.group(1).split("./configure")[1],
+              "the README runs ./configure without autoreconf -fi first: %r", m.group(1))
+
+
+def t_scripts_run_stops_its_redis():
+    need("redis-cli", "redis-tools")
+    rport = H.free_port()
+
+    def works(port):
+        st, _, b = H.request(port, "POST", "/check", {"key": "alice", "policy": "demo"})
+        eq((st, b.get("degraded")), (200, None), "a check through scripts/run's daemon and Redis (%r)" % (b,))
+    out = run_script_run(rport, works)
+    check("stopping the redis-server" in out, "scripts/run did not say it stops its redis-server:\n%s", out)
+    deadline = time.monotonic() + 10 * H.SLOW
+    while H.port_open(rport):
+        check(time.monotonic() < deadline, "the redis-server scripts/run started is still up after Ctrl-C")
+        time.sleep(0.05)
+    # a Redis that was there before is not scripts/run's to stop
+    with H.Redis(topology="standalone") as r:
+        out = run_script_run(r.port, works)
+        check("using the redis-server already" in out and "stopping the redis-server" not in out,
+              "scripts/run and a Redis it did not start:\n%s", out)
+        check(r.ping(), "scripts/run stopped a Redis it did not start")
 
 
 def t_make_install():
@@ -1154,6 +1400,12 @@ CASES = [
     ("kubernetes: README and runAsUser give the image's numeric uid", t_k8s_uid),
     ("systemd: the Redis password as a credential (LoadCredential=, redis.password_file), documented",
      t_unit_credential),
+    ("README's Try it is what the daemon answers (run as written; the time and the ms left vary)",
+     t_readme_try_it),
+    ("README's admin API examples run as written against conf/login-protection.json", t_readme_admin_examples),
+    ("scripts/run stops the redis-server it started on Ctrl-C, and leaves one it found", t_scripts_run_stops_its_redis),
+    ("man 5's redis.url forms, man 8's recipes (every deploy/ directory), the README's configure from a clone",
+     t_doc_papercuts),
     ("make install puts the example configuration under sysconfdir, keeps an edited one", t_make_install),
     (".dockerignore keeps build dirs and in-tree build output out, every tracked file in",
      t_dockerignore),
