@@ -192,12 +192,6 @@ static const struct schema_custom methods_type = {parse_methods, free_nothing, 1
 
 static const char *const backend_names[] = {"redis", "memory", NULL};
 static const char *const failure_names[] = {"open", "closed", "local", NULL};
-
-const char *
-config_failure_mode_name(enum rl_failure_mode m)
-{
-    return (size_t)m < RL_ARRAY_LEN(failure_names) - 1 ? failure_names[m] : "?";
-}
 static const char *const fwd_header_names[] = {"x-forwarded-for", "forwarded", NULL};
 static const char *const mode_names[] = {"exact", "hybrid", NULL};
 static const char *const reqhdr_names[] = {"original", "forwarded", NULL};
@@ -454,6 +448,12 @@ static const struct schema top_schema = {
     SCHEMA_FIELDS(top_fields), sizeof(struct rl_config), check_top, NULL
 };
 /* clang-format on */
+
+const char *
+config_failure_mode_name(enum rl_failure_mode m)
+{
+    return (size_t)m < RL_ARRAY_LEN(failure_names) - 1 ? failure_names[m] : "?";
+}
 
 /* ---- cross-field checks: they read, never write ------------------------- */
 

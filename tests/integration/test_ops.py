@@ -125,7 +125,7 @@ def t_unit_runtime_directory():
     eq(len(dirs), 1, "RuntimeDirectory= lines in the unit")
     run_dir = "/run/" + dirs[0]
     documented = set()
-    for doc in (os.path.join(SRC, "README.md"), os.path.join(SRC, "docs", "API.md"),
+    for doc in (os.path.join(SRC, "README.md"), os.path.join(SRC, "docs/API.md"),
                 os.path.join(SRC, "conf", "login-protection.json")):
         with open(doc) as f:
             documented |= set(re.findall(r"unix:(/run/[\w./-]+\.sock)", f.read()))
@@ -1141,8 +1141,12 @@ def run_script_run(redis_port, until):
     SIGINT to its process group) once until(daemon port) holds: its output."""
     import signal
     port = H.free_port()
-    env = dict(make_env(), BUILD_DIR=builddir(), RL_RUN_REDIS_PORT=str(redis_port))
-    logpath = os.path.join(scratch("run-"), "run.log")
+    work = scratch("run-")
+    # the binary under test, no build: a make in the build directory while
+    # make check runs there could relink the daemon under other tests
+    env = dict(make_env(), BUILD_DIR=work, RL_RUN_REDIS_PORT=str(redis_port),
+               RATELIMITD=os.path.abspath(H.RATELIMITD))
+    logpath = os.path.join(work, "run.log")
     with open(logpath, "wb") as log:
         p = H._track(subprocess.Popen([os.path.join(SRC, "scripts", "run"), "-l", "127.0.0.1:%d" % port],
                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
