@@ -6,7 +6,7 @@ RL_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
 
 # Build and test dependencies, by Debian 12 package name.
-RL_PACKAGES=(build-essential autoconf automake pkg-config
+RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
              libevent-dev libssl-dev libhiredis-dev libjansson-dev check
              libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
              redis-server redis-tools python3 curl openssl)
@@ -19,12 +19,14 @@ RL_PACKAGES=(build-essential autoconf automake pkg-config
 # protobuf-compiler (a real gRPC client of the rate limit service, its
 # classes generated from src/proto/), nghttp2-client (h2load, nghttp),
 # python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD),
+# python3-h2 (HTTP/2 frames by hand: what no gRPC client sends); npm (with
+# nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test);
 # node-express (examples/node/express.js: the middleware mounted on a prefix).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
                   haproxy prometheus gnuplot-nox nodejs node-express python3-h11 clang-format
                   python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
-                  python3-pytest autoconf-archive)
+                  python3-pytest autoconf-archive python3-h2)
 
 say() { printf '==> %s\n' "$*" >&2; }
 

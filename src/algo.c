@@ -21,6 +21,14 @@ algo_def(enum rl_algo algo)
     return algos[algo];
 }
 
+const char *
+algo_script_tag(const struct rl_limit *l)
+{
+    const struct rl_algo_def *d = algos[l->algo];
+
+    return l->align == RL_ALIGN_EPOCH && d->aligned_tag != NULL ? d->aligned_tag : d->tag;
+}
+
 void
 algo_state_release(struct rl_algo_state *st)
 {

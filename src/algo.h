@@ -31,12 +31,23 @@ enum rl_algo {
     RL_ALGO_COUNT
 };
 
+/*
+ * Where a fixed window's windows start.  FIRST: a window opens at the first
+ * counted request and lasts `window`.  EPOCH: windows are the consecutive
+ * multiples of `window` since the Unix epoch, [k x window, (k + 1) x window),
+ * the same for every key and every instance (envoyproxy/ratelimit's: a
+ * minute ends on the clock's minute).  The times an algorithm is given are
+ * Unix microseconds for that (Redis TIME; the memory backend's clock).
+ */
+enum rl_align { RL_ALIGN_FIRST = 0, RL_ALIGN_EPOCH, RL_ALIGN_COUNT };
+
 /* One limit of a policy, as configured. */
 struct rl_limit {
     enum rl_algo algo;
-    int64_t limit;     /* cost units allowed per window */
-    int64_t window_ms; /* > 0 */
-    int64_t burst;     /* token_bucket, gcra: capacity; defaults to limit */
+    int64_t limit;       /* cost units allowed per window */
+    int64_t window_ms;   /* > 0 */
+    int64_t burst;       /* token_bucket, gcra: capacity; defaults to limit */
+    enum rl_align align; /* fixed_window only (algo_def's aligned_tag) */
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */
@@ -70,7 +81,11 @@ struct rl_algo_seen {
 struct rl_algo_def {
     const char *name; /* config name, e.g. "fixed_window" */
     const char *tag;  /* short id used in Redis keys and script arguments */
-    int uses_burst;   /* burst is meaningful (else it must equal limit) */
+    /* The script's module for a limit aligned to the epoch (its keys keep
+     * `tag`: the state is the same, only where a window opens differs);
+     * NULL: the algorithm has no alignment to choose. */
+    const char *aligned_tag;
+    int uses_burst; /* burst is meaningful (else it must equal limit) */
     /* Fill *res as things stand at now_us for a check of `cost`; no change. */
     void (*peek)(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now_us,
                  int64_t cost, struct rl_limit_result *res);
@@ -108,6 +123,21 @@ struct rl_algo_def {
 
 const struct rl_algo_def *algo_def(enum rl_algo algo);
 void algo_state_release(struct rl_algo_state *st);
+
+/* The module the check script runs for limit l ("fw", "fwa", ...). */
+const char *algo_script_tag(const struct rl_limit *l);
+
+/*
+ * The start of the window that holds `now` for a limit aligned to the epoch:
+ * the greatest multiple of the window not after now (us).
+ */
+static inline int64_t
+algo_epoch_window_start(const struct rl_limit *lim, int64_t now)
+{
+    int64_t w = lim->window_ms * 1000, r = now % w;
+
+    return now - (r < 0 ? r + w : r);
+}
 
 /*
  * The two shapes of hybrid estimate the algorithms pick from.  A window is

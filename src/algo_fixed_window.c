@@ -1,8 +1,13 @@
 /*
- * algo_fixed_window.c — a counter whose window opens at the first counted
- * request and lasts `window`.  Mirrors scripts/lua/fixed_window.lua.
+ * algo_fixed_window.c — a counter whose window lasts `window` and opens at
+ * the first counted request, or, aligned to the epoch (align: epoch), at the
+ * multiple of `window` that holds it: the window every instance and every
+ * key shares, as envoyproxy/ratelimit counts.  Mirrors
+ * scripts/lua/fixed_window.lua.
  *
- * State: a = count, b = window start (us).  The window's edge admits up to
+ * State: a = count, b = window start (us).  Only opening a window knows the
+ * alignment: an open window is read the same either way, so a limit's state
+ * carries over when its alignment changes.  The window's edge admits up to
  * 2 x limit in a short span: documented, not a bug.
  */
 #include "algo.h"
@@ -41,7 +46,7 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
 {
     if (fw_count(lim, st, now) == 0) {
         st->a = 0;
-        st->b = now;
+        st->b = lim->align == RL_ALIGN_EPOCH ? algo_epoch_window_start(lim, now) : now;
     }
     st->a += cost;
     algo_set_numbers(res, lim->limit - st->a, st->b + lim->window_ms * 1000 - now);
@@ -73,6 +78,7 @@ fw_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 const struct rl_algo_def rl_algo_fixed_window = {
     .name = "fixed_window",
     .tag = "fw",
+    .aligned_tag = "fwa",
     .uses_burst = 0,
     .peek = fw_peek,
     .commit = fw_commit,

@@ -14,6 +14,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "response.h"
+#include "rls.h"
+#include "rls_json.h"
 #include "util.h"
 #include "worker.h"
 
@@ -217,6 +219,32 @@ query_has(const struct http_head *h, const char *param)
     return 0;
 }
 
+/* Whether a request that asks the backend may start now; else it is
+ * answered. */
+static int
+admit(struct http_req *r, struct rl_worker *w)
+{
+    if (w->draining) {
+        metrics_reject(w->metrics, RL_REJ_DRAINING);
+        respond_error(r, 503, NULL, "shutting down");
+        return 0;
+    }
+    if ((int64_t)r->body_len > w->cfg->max_body) { /* chunked bodies end here */
+        metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
+        respond_error(r, 413, NULL, "body: larger than max_body");
+        return 0;
+    }
+    /* A backend that slows down must not grow a queue without bound: past
+     * the cap, answer at once and let the caller decide. */
+    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
+        w->cfg->max_inflight) {
+        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
+        respond_error(r, 503, NULL, "overloaded: too many checks in flight");
+        return 0;
+    }
+    return 1;
+}
+
 /*
  * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
  * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
@@ -232,24 +260,8 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     char *error = NULL;
     int status;
 
-    if (w->draining) {
-        metrics_reject(w->metrics, RL_REJ_DRAINING);
-        respond_error(r, 503, NULL, "shutting down");
+    if (!admit(r, w))
         return;
-    }
-    if ((int64_t)r->body_len > cfg->max_body) { /* chunked bodies end here */
-        metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
-        respond_error(r, 413, NULL, "body: larger than max_body");
-        return;
-    }
-    /* A backend that slows down must not grow a queue without bound: past
-     * the cap, answer at once and let the caller decide. */
-    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
-        cfg->max_inflight) {
-        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
-        respond_error(r, 503, NULL, "overloaded: too many checks in flight");
-        return;
-    }
     memset(&ci, 0, sizeof(ci));
     ci.body = r->body_len ? r->body : NULL;
     ci.body_len = r->body_len;
@@ -296,6 +308,55 @@ respond_status(struct http_req *r, int status, json_t *o, const char *fallback)
         respond(r, status, extra, elen, fallback, strlen(fallback));
     free(s);
     json_decref(o);
+}
+
+static void
+on_json_done(const struct rls_response *resp, void *arg)
+{
+    struct http_req *r = arg;
+    struct rl_worker *w = http_req_arg(r);
+    size_t n;
+    char *body;
+
+    if (resp->grpc_status != 0) {
+        respond_error(r, 503, NULL, "backend unavailable");
+    } else {
+        body = rls_json_encode(resp, &n);
+        respond(r, resp->overall_code == RLS_CODE_OVER_LIMIT ? 429 : 200, NULL, 0, body, n);
+        free(body);
+    }
+    worker_check_done(w);
+}
+
+/*
+ * POST /json: envoyproxy/ratelimit's HTTP form of ShouldRateLimit, a
+ * RateLimitRequest in protojson (rls_json.h); 200 OK, 429 OVER_LIMIT, 400 a
+ * bad request, 503 failure_mode closed without a backend.
+ */
+static void
+handle_json(struct http_req *r, struct rl_worker *w)
+{
+    struct rl_config *cfg = w->cfg;
+    struct rls_json_request jr;
+    char *error = NULL;
+
+    if (!admit(r, w))
+        return;
+    if (rls_json_decode(r->body, r->body_len, &jr, &error) != RL_OK) {
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+        respond_error(r, 400, NULL, error);
+        free(error);
+        rls_json_request_free(&jr);
+        return;
+    }
+    worker_check_begin(w);
+    if (rls_start(&w->env, cfg, jr.req, on_json_done, r, &error) != RL_OK) {
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+        respond_error(r, 400, NULL, error);
+        free(error);
+        worker_check_done(w);
+    }
+    rls_json_request_free(&jr);
 }
 
 static void
@@ -375,6 +436,11 @@ api_handle(struct http_req *r, void *arg)
         handle_check(r, w, 1);
     } else if (path_is(h, "/check", 6)) {
         respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/json", 5)) {
+        if (h->method == HTTP_M_POST)
+            handle_json(r, w);
+        else
+            respond_405(r, w, "Allow: POST\r\n");
     } else if (path_is(h, "/healthz", 8)) {
         if (get)
             respond(r, 200, NULL, 0, "{\"status\":\"ok\"}", 15);
@@ -398,7 +464,7 @@ api_handle(struct http_req *r, void *arg)
     } else {
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
-                      "no such path: use POST /check, GET /healthz, "
+                      "no such path: use POST /check, POST /json, GET /healthz, "
                       "GET /readyz, GET /serving or GET /metrics");
     }
 }

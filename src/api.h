@@ -1,6 +1,7 @@
 /*
  * api.h — the check listener's routes (docs/API.md): POST /check (and, with
- * forward_auth, any method on /check and /check/<path>), GET|HEAD /healthz,
+ * forward_auth, any method on /check and /check/<path>), POST /json (Envoy's
+ * rate limit service as envoyproxy/ratelimit's HTTP form), GET|HEAD /healthz,
  * /readyz and /metrics.  Every answer, errors included, is JSON but
  * /metrics'.  The HTTP layer (http.c) calls api_handle for each request.
  */

@@ -26,8 +26,11 @@
  * The cap counts entries, not bytes: a sliding_window_log entry grows with
  * its limit (16 bytes per logged check).
  *
- * Times are CLOCK_MONOTONIC microseconds: the state of a process only ever
- * meets the clock of that process.
+ * Times are Unix microseconds (CLOCK_REALTIME), as the script's are (Redis
+ * TIME): a window aligned to the epoch (fixed_window's align: epoch,
+ * sliding_window_counter's windows) opens at the same moment here and
+ * there.  Every algorithm already copes with a clock that steps back, as
+ * Redis's can; a step forward only ends states early.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -605,7 +608,7 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
     }
     op_lock(s, &op);
     /* read the clock under the locks: each key sees its times in order */
-    now = now_monotonic_us();
+    now = now_unix_us();
     for (unsigned k = 0; k < op.nlocked; k++)
         shard_sweep(&s->shards[op.order[k]], now, MEM_SWEEP_BATCH);
     if (backend_is_admin(req))

@@ -328,17 +328,18 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
 
 /* Decide a check of `cost` for (policy, identity): locally when the hybrid
  * table or the deny cache can, else by the backend. */
-static int
-send_check(const struct rl_check_env *env, struct rl_config *cfg,
-           const struct rl_policy *policy, const char *id, size_t idlen, int64_t cost,
-           rl_check_done done, void *arg, char **error)
+int
+check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *keyname, const char *id,
+                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                   void *arg, char **error)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, op->key,
-                            sizeof(op->key));
+    int klen = identity_key(cfg->redis.key_prefix, keyname != NULL ? keyname : policy->name,
+                            id, idlen, op->key, sizeof(op->key));
     if (klen < 0) {
         free(op);
         *error = xstrdup("key: too long");
@@ -353,9 +354,13 @@ send_check(const struct rl_check_env *env, struct rl_config *cfg,
     op->req.key = op->key;
     op->req.key_len = (size_t)klen;
     op->req.cost = cost;
-    op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
+                             ? timeout_ms
+                             : cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     op->epoch = env->backend->epoch;
+    if (env->hybrid != NULL)
+        hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
         if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
@@ -393,8 +398,6 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     int rc = RL_ERR;
 
     *status = 400;
-    if (env->hybrid != NULL)
-        hybrid_use_config(env->hybrid, cfg);
     if (read_body(in, &f, &root, error) != RL_OK ||
         pick_policy(cfg, &f, in, &policy, &norm, error) != RL_OK)
         goto out;
@@ -420,7 +423,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = send_check(env, cfg, policy, id, idlen, f.cost, done, arg, error);
+    rc = check_start_policy(env, cfg, policy, NULL, id, idlen, f.cost, 0, done, arg, error);
 out:
     free(norm);
     json_decref(root);

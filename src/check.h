@@ -17,6 +17,7 @@ struct rl_decision;
 struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
+struct rl_policy;
 
 /* What a worker lends each check. */
 struct rl_check_env {
@@ -51,6 +52,22 @@ typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
 int check_start(const struct rl_check_env *env, struct rl_config *cfg,
                 const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
                 char **error) RL_WUR;
+
+/*
+ * The part of check_start after the request is read: decide a check of
+ * `cost` for caller `id` under `policy` (a policy of cfg, or one that lives
+ * until done is called) the way every check is decided: the hybrid table,
+ * the deny cache, the backend, failure_mode and shadow.  The keys are
+ * "{<key_prefix><keyname>:<escaped id>}..." (keyname NULL: the policy's
+ * name; id typed, as identity_resolve gives it: "k:alice", "ip:10.0.0.7").
+ * The backend answers within timeout_ms when it is below redis.timeout (0:
+ * redis.timeout).  RL_OK: done will be called, maybe before this returns;
+ * RL_ERR: the key does not fit, *error says so (caller frees).
+ */
+int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+                       const struct rl_policy *policy, const char *keyname, const char *id,
+                       size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                       void *arg, char **error) RL_WUR;
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

@@ -25,6 +25,7 @@
 #include "netaddr.h"
 #include "pathnorm.h"
 #include "redis_url.h"
+#include "rls_rules.h"
 #include "util.h"
 
 #define SECRET_MAX 4096 /* bytes of a password read from a file */
@@ -181,7 +182,22 @@ free_nothing(void *at)
     (void)at;
 }
 
+/* A share of a limit: a number in (0, 1]. */
+static void
+parse_ratio(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
+{
+    double *out = at;
+    double d = json_number_value(v);
+
+    if (!json_is_number(v) || !(d > 0 && d <= 1)) {
+        schema_bad(ctx, path, "must be a number above 0 and at most 1, like 0.8");
+        return;
+    }
+    *out = d;
+}
+
 static const struct schema_custom identity_type = {parse_identity, free_identity, 1};
+static const struct schema_custom ratio_type = {parse_ratio, free_nothing, 1};
 static const struct schema_custom cidrs_type = {parse_cidrs, free_cidrs, 1};
 static const struct schema_custom methods_type = {parse_methods, free_nothing, 1};
 
@@ -197,6 +213,7 @@ static const char *const mode_names[] = {"exact", "hybrid", NULL};
 static const char *const reqhdr_names[] = {"original", "forwarded", NULL};
 static const char *const badpath_names[] = {"reject", "raw", NULL};
 static const char *const reset_names[] = {"delta", "epoch", NULL};
+static const char *const align_names[] = {"first", "epoch", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
     "token_bucket", "gcra", NULL
@@ -236,6 +253,8 @@ static const struct schema_field limit_fields[] = {
      .max = 366 * DAY_MS, .flags = SCHEMA_REQUIRED},
     /* 0 (absent): the limit, set by finalize */
     {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
+    {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",
+     .names = align_names},
 };
 static const struct schema limit_schema = {
     SCHEMA_FIELDS(limit_fields), sizeof(struct rl_limit), check_limit, NULL
@@ -375,6 +394,9 @@ static const struct schema_field rls_fields[] = {
     {.name = "config", .type = SCHEMA_STRING, .off = RLS(config), .flags = SCHEMA_NONEMPTY},
     {.name = "response_headers", .type = SCHEMA_BOOL, .off = RLS(response_headers),
      .def = "false"},
+    {.name = "shadow_mode", .type = SCHEMA_BOOL, .off = RLS(shadow_mode), .def = "false"},
+    {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
+     .def = "0.8", .custom = &ratio_type},
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
      .min = 256, .max = 4 * 1024 * 1024},
     {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),
@@ -466,6 +488,8 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
 
     if (l->burst != 0 && !d->uses_burst)
         schema_bad_field(ctx, path, "burst", "only token_bucket and gcra take a burst");
+    if (l->align != RL_ALIGN_FIRST && d->aligned_tag == NULL)
+        schema_bad_field(ctx, path, "align", "only fixed_window has windows to align");
     /* time to refill a whole bucket = burst/limit x window: bounded so the
      * algorithms' exact integer arithmetic cannot overflow */
     if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&
@@ -770,6 +794,12 @@ next_uid(void)
     return __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
 }
 
+uint64_t
+config_new_uid(void)
+{
+    return next_uid();
+}
+
 static void
 clear_override(void *obj)
 {
@@ -993,6 +1023,7 @@ config_new_defaults(void)
 static void
 config_free(struct rl_config *cfg)
 {
+    rls_rules_free(cfg->rls.rules);
     schema_free(&top_schema, cfg);
     if (cfg->admin_token != NULL)
         explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
@@ -1018,43 +1049,6 @@ config_unref(struct rl_config *cfg)
 /* Config files are small: read whole, bounded, so the hash sees the bytes. */
 #define CONFIG_FILE_MAX (16 * 1024 * 1024)
 
-static int
-read_file(const char *file, char **text, size_t *len, struct rl_errors *errs)
-{
-    FILE *f = fopen(file, "rb");
-    size_t cap = 4096, n = 0, r;
-    char *buf;
-
-    if (f == NULL) {
-        errors_add(errs, "%s: %s", file, strerror(errno));
-        return RL_ERR;
-    }
-    buf = xmalloc(cap);
-    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            if (cap >= CONFIG_FILE_MAX) {
-                errors_add(errs, "%s: larger than %d bytes", file, CONFIG_FILE_MAX);
-                fclose(f);
-                free(buf);
-                return RL_ERR;
-            }
-            cap *= 2;
-            buf = xrealloc(buf, cap);
-        }
-    }
-    if (ferror(f)) {
-        errors_add(errs, "%s: %s", file, strerror(errno));
-        fclose(f);
-        free(buf);
-        return RL_ERR;
-    }
-    fclose(f);
-    *text = buf;
-    *len = n;
-    return RL_OK;
-}
-
 /* The file's text as JSON; NULL with the problem added to errs. */
 static json_t *
 load_json(const char *file, struct rl_errors *errs, uint64_t *hash)
@@ -1064,7 +1058,7 @@ load_json(const char *file, struct rl_errors *errs, uint64_t *hash)
     size_t len;
     char *text;
 
-    if (read_file(file, &text, &len, errs) != RL_OK)
+    if (errors_read_file(errs, file, CONFIG_FILE_MAX, &text, &len) != RL_OK)
         return NULL;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     *hash = fnv1a(FNV1A_INIT, text, len);
@@ -1074,6 +1068,25 @@ load_json(const char *file, struct rl_errors *errs, uint64_t *hash)
     else if (root == NULL)
         errors_add(errs, "%s: %s", file, jerr.text);
     return root;
+}
+
+/*
+ * The rule files of rls.config, read again at every validation (a reload
+ * sees edited files); their hash joins the config's, so ratelimitd_config_info
+ * changes with them.  Read here, after flags and environment, not by
+ * config_load_file: a flag may name other files.
+ */
+static void
+load_rules(struct rl_config *cfg, struct rl_errors *errs)
+{
+    if (cfg->rls.rules != NULL)
+        cfg->hash ^= cfg->rls.rules->hash;
+    rls_rules_free(cfg->rls.rules);
+    cfg->rls.rules = NULL;
+    if (cfg->rls.config == NULL)
+        return;
+    if (rls_rules_load(cfg->rls.config, next_uid, &cfg->rls.rules, errs) == RL_OK)
+        cfg->hash ^= cfg->rls.rules->hash;
 }
 
 int
@@ -1098,6 +1111,9 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
     json_decref(root);
     finalize(cfg, &ctx);
     if (errs->n != before) {
+        /* the rule files' problems too, so that -t reports them all at
+         * once (a good file reads them in config_validate) */
+        load_rules(cfg, errs);
         config_unref(cfg);
         return RL_ERR;
     }
@@ -1126,6 +1142,7 @@ config_validate(struct rl_config *cfg, struct rl_errors *errs)
 
     check_top(cfg, "", &ctx);
     finalize(cfg, &ctx);
+    load_rules(cfg, errs);
     return errs->n == before ? RL_OK : RL_ERR;
 }
 
@@ -1138,6 +1155,8 @@ config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name))
         for (size_t j = 0; j < p->noverrides; j++)
             p->overrides[j].as_policy->metrics_id = p->metrics_id;
     }
+    if (cfg->rls.rules != NULL)
+        rls_rules_set_metrics_id(cfg->rls.rules, id_of("rls"));
 }
 
 void

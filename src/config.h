@@ -21,6 +21,7 @@
 #include "schema.h"
 
 struct rl_limit;
+struct rls_rules;
 
 enum rl_backend_kind { RL_BACKEND_REDIS = 0, RL_BACKEND_MEMORY };
 enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
@@ -160,11 +161,16 @@ struct rl_rls_conf {
     struct rl_rls_tls_conf tls;
     char *config;                   /* one YAML file, or a directory of *.yaml / *.yml */
     int response_headers;           /* the RateLimit fields in response_headers_to_add */
+    int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
+    double near_limit_ratio;        /* hits past this share of a limit are "near" */
     int64_t max_message;            /* bytes of one gRPC message, either way */
     int64_t max_concurrent_streams; /* per connection (SETTINGS) */
     int64_t max_header_list;        /* bytes of a stream's header list */
     int64_t max_connections;        /* open at once, the whole daemon */
     int64_t idle_timeout_ms;        /* a connection with no stream open */
+    /* The rules of `config`, read by config_validate at every load (a
+     * reload reads them again); NULL without config.  Not a field. */
+    struct rls_rules *rules;
 };
 
 struct rl_config {
@@ -222,7 +228,8 @@ int config_load_file(const char *file, struct rl_config **out, struct rl_errors 
 int config_set_option(struct rl_config *cfg, const char *name, const char *text,
                       const char *origin, struct rl_errors *errs) RL_WUR;
 
-/* Cross-field checks after every source is applied. */
+/* Cross-field checks after every source is applied; then the rule files of
+ * rls.config are read (their problems are the config's). */
 int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
 
 /*
@@ -236,7 +243,8 @@ void config_keep_restart_options(struct rl_config *next, const struct rl_config 
 /*
  * The last of the derived data, given by a module above this one: each
  * policy's metrics id is id_of(its name), and its overrides' policies count
- * under the same id.
+ * under the same id; the policies of rls.config's rules count under
+ * id_of("rls").
  */
 void config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name));
 
@@ -254,6 +262,9 @@ const char *config_failure_mode_name(enum rl_failure_mode m);
  * matches an address entry, nor an address a key entry. */
 const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
                                           size_t idlen);
+
+/* A uid no other policy of this process has (struct rl_policy.uid). */
+uint64_t config_new_uid(void);
 
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg, const char *name);

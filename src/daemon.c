@@ -21,11 +21,13 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
 #include "notify.h"
 #include "redis_tls.h"
+#include "rls_rules.h"
 #include "util.h"
 #include "worker.h"
 
@@ -204,6 +206,8 @@ struct run_state {
     int stopping;
     size_t exited;
     struct rl_listen_addr admin; /* admin_listen, once open */
+    struct rl_listen_addr rls;   /* rls.listen, once open */
+    int *rls_fds;                /* one per worker, until each takes its own */
 };
 
 static void
@@ -234,8 +238,11 @@ reload(struct run_state *rs)
                  errs.msg[i]);
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
-     * open keep theirs, new handshakes use the new ones */
-    if (cfg->backend == RL_BACKEND_REDIS && rtls_reconfigure(&cfg->redis, &cause) != RL_OK) {
+     * open keep theirs, new handshakes use the new ones.  The gRPC
+     * listener's are checked first, so a bad one changes nothing. */
+    if (grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK ||
+        (cfg->backend == RL_BACKEND_REDIS && rtls_reconfigure(&cfg->redis, &cause) != RL_OK) ||
+        grpc_tls_configure(&cfg->rls.tls, &cause) != RL_OK) {
         log_error("msg=\"reload rejected, keeping the running configuration\" "
                   "problem=\"%s\"",
                   cause);
@@ -248,7 +255,8 @@ reload(struct run_state *rs)
     log_set_level(cfg->log_level);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
-    log_info("msg=\"configuration reloaded\" policies=%zu", cfg->npolicies);
+    log_info("msg=\"configuration reloaded\" policies=%zu rls_rules=%zu", cfg->npolicies,
+             cfg->rls.rules != NULL ? cfg->rls.rules->nrules : 0);
     notify_systemd("READY=1");
 }
 
@@ -341,6 +349,45 @@ serve_admin(struct run_state *rs, const struct rl_config *cfg)
     return RL_ERR;
 }
 
+/*
+ * The gRPC listener (rls.listen) on every worker, as the check listener:
+ * one SO_REUSEPORT socket each, or one Unix socket shared.
+ */
+static int
+serve_rls(struct run_state *rs, const struct rl_config *cfg)
+{
+    char *cause = NULL;
+    size_t i = 0;
+
+    if (cfg->rls.listen == NULL)
+        return RL_OK;
+    rs->rls_fds = xcalloc(nworkers, sizeof(*rs->rls_fds));
+    if (listen_addr_parse(cfg->rls.listen, &rs->rls, &cause) != RL_OK ||
+        open_listeners(&rs->rls, rs->rls_fds, nworkers, &cause) != RL_OK) {
+        log_error("msg=\"cannot listen\" rls.listen=%s error=\"%s\"", cfg->rls.listen, cause);
+        free(cause);
+        /* nothing bound: a Unix path is not ours to remove */
+        listen_addr_clear(&rs->rls);
+        memset(&rs->rls, 0, sizeof(rs->rls));
+        return RL_ERR;
+    }
+    for (; i < nworkers; i++) {
+        if (worker_serve_rls(&workers[i], rs->rls_fds[i], &cause) != RL_OK) {
+            log_error("msg=\"cannot serve rls.listen\" worker=%zu error=\"%s\"", i, cause);
+            free(cause);
+            for (size_t j = i + 1; j < nworkers; j++)
+                close(rs->rls_fds[j]);
+            return RL_ERR;
+        }
+    }
+    log_info("msg=\"rate limit service (gRPC) listening\" rls.listen=%s tls=%s",
+             cfg->rls.listen,
+             cfg->rls.tls.cert_file == NULL        ? "off"
+             : cfg->rls.tls.client_ca_file != NULL ? "mutual"
+                                                   : "on");
+    return RL_OK;
+}
+
 /* ---- run --------------------------------------------------------------------- */
 
 /* How often the start looks whether every worker's backend is ready. */
@@ -398,7 +445,8 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
     sigset_t block, old;
 
     workers = xcalloc(nworkers, sizeof(*workers));
-    if (init_workers(rs, cfg, fds) != RL_OK || serve_admin(rs, cfg) != RL_OK)
+    if (init_workers(rs, cfg, fds) != RL_OK || serve_admin(rs, cfg) != RL_OK ||
+        serve_rls(rs, cfg) != RL_OK)
         return RL_ERR;
 
     /* Workers never see these signals: the main loop turns them into events. */
@@ -480,6 +528,12 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
         free(cause);
         return 1;
     }
+    if (grpc_tls_configure(&cfg->rls.tls, &cause) != RL_OK) {
+        log_error("msg=\"cannot set up the gRPC listener's TLS\" error=\"%s\"", cause);
+        free(cause);
+        rtls_shutdown();
+        return 1;
+    }
     fds = xcalloc(nworkers, sizeof(*fds));
     if (open_listeners(&la, fds, nworkers, &cause) != RL_OK) {
         log_error("msg=\"cannot listen\" listen=%s error=\"%s\"", cfg->listen, cause);
@@ -506,8 +560,13 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     if (rs.admin.family == AF_UNIX && rs.admin.path != NULL)
         unlink(rs.admin.path);
     listen_addr_clear(&rs.admin);
+    if (rs.rls.family == AF_UNIX && rs.rls.path != NULL)
+        unlink(rs.rls.path);
+    listen_addr_clear(&rs.rls);
+    free(rs.rls_fds);
     set_config(NULL);
     rtls_shutdown();
+    grpc_tls_shutdown();
     log_info("msg=\"ratelimitd stopped\" exit=%d", rc);
     return rc;
 }

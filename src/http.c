@@ -18,10 +18,10 @@
 #include <sys/socket.h>
 
 #include <event2/event.h>
-#include <event2/listener.h>
 
 #include "http.h"
 #include "config.h"
+#include "listener.h"
 #include "log.h"
 #include "util.h"
 
@@ -37,7 +37,6 @@
  * the connection lives on; a longer one is refused with a close. */
 #define DISCARD_MIN (1024 * 1024)
 #define DISCARD_FACTOR 4
-#define ACCEPT_PAUSE_MS 100
 
 enum conn_state {
     C_HEAD,    /* reading a request head */
@@ -92,7 +91,7 @@ struct http_conn {
 
 struct http_server {
     struct event_base *base;
-    struct evconnlistener *lev;
+    struct listener ls; /* ls.open: connections open */
     struct event *sweep_ev;
     const struct rl_http_conf *limits;
     const int64_t *max_body;
@@ -101,8 +100,6 @@ struct http_server {
     struct http_counters *counters;
     struct http_counters own; /* when the caller keeps none */
     struct http_conn *conns;
-    size_t nconns, cap;
-    int paused; /* accepting stopped by the cap */
     int draining;
     void (*empty)(void *);
     void *empty_arg;
@@ -116,15 +113,6 @@ static void conn_settle(struct http_conn *c);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 
 /* ---- small things ---------------------------------------------------------- */
-
-static int64_t
-coarse_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 #define COUNT(srv, field) __atomic_add_fetch(&(srv)->counters->field, 1, __ATOMIC_RELAXED)
 
@@ -678,16 +666,12 @@ conn_free(struct http_conn *c)
         srv->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
-    srv->nconns--;
+    listener_closed(&srv->ls);
     __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
     free(c->rbuf);
     free(c->wbuf);
     free(c);
-    if (srv->paused && !srv->draining && srv->nconns < srv->cap) {
-        evconnlistener_enable(srv->lev);
-        srv->paused = 0;
-    }
-    if (srv->draining && srv->nconns == 0 && srv->empty != NULL)
+    if (srv->draining && srv->ls.open == 0 && srv->empty != NULL)
         srv->empty(srv->empty_arg);
 }
 
@@ -697,7 +681,7 @@ set_deadline(struct http_conn *c, enum deadline kind, int64_t ms)
     if (c->dkind == kind)
         return; /* measured from when the phase began */
     c->dkind = kind;
-    c->deadline_ms = kind == D_NONE ? 0 : coarse_ms() + ms;
+    c->deadline_ms = kind == D_NONE ? 0 : now_coarse_ms() + ms;
 }
 
 /* After anything happened: write, close when done, pick the deadline, and
@@ -839,8 +823,7 @@ on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen,
-          void *arg)
+on_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct http_server *srv = arg;
     struct http_conn *c = xcalloc(1, sizeof(*c));
@@ -857,22 +840,17 @@ on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, i
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    srv->nconns++;
     COUNT(srv, accepted);
     COUNT(srv, open);
     /* a fresh connection owes us a request head */
     set_deadline(c, D_HEADER, srv->limits->header_timeout_ms);
-    if (srv->nconns >= srv->cap && !srv->paused) {
-        evconnlistener_disable(lev);
-        srv->paused = 1;
-    }
 }
 
 static void
 on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct http_server *srv = arg;
-    int64_t now = coarse_ms();
+    int64_t now = now_coarse_ms();
     struct http_conn *c, *next;
 
     for (c = srv->conns; c != NULL; c = next) {
@@ -913,32 +891,6 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
-static void
-on_accept_resume(evutil_socket_t fd, short what, void *arg)
-{
-    struct http_server *srv = arg;
-
-    if (!srv->draining && !srv->paused)
-        evconnlistener_enable(srv->lev);
-    (void)fd;
-    (void)what;
-}
-
-/* Out of file descriptors: pause accepting for a moment rather than spin on
- * a listener that stays readable (tmux server_accept does the same). */
-static void
-on_accept_error(struct evconnlistener *lev, void *arg)
-{
-    struct http_server *srv = arg;
-    int err = EVUTIL_SOCKET_ERROR();
-    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
-
-    log_warn("msg=\"accept failed, pausing 100ms\" error=\"%s\"",
-             evutil_socket_error_to_string(err));
-    evconnlistener_disable(lev);
-    event_base_once(srv->base, -1, EV_TIMEOUT, on_accept_resume, srv, &tv);
-}
-
 /* ---- the server ----------------------------------------------------------------- */
 
 int
@@ -955,15 +907,11 @@ http_server_new(struct http_server **out, struct event_base *base, int fd,
     srv->handler = handler;
     srv->arg = arg;
     srv->counters = counters != NULL ? counters : &srv->own;
-    srv->cap = (size_t)limits->max_connections;
-    srv->lev = evconnlistener_new(base, on_accept, srv,
-                                  LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
-    if (srv->lev == NULL) {
-        *cause = xstrdup("cannot listen on the socket");
+    if (listener_start(&srv->ls, base, fd, on_accept, srv, (size_t)limits->max_connections,
+                       "http", cause) != RL_OK) {
         free(srv);
         return RL_ERR;
     }
-    evconnlistener_set_error_cb(srv->lev, on_accept_error);
     srv->sweep_ev = event_new(base, -1, EV_PERSIST, on_sweep, srv);
     event_add(srv->sweep_ev, &tv);
     *out = srv;
@@ -973,16 +921,7 @@ http_server_new(struct http_server **out, struct event_base *base, int fd,
 void
 http_server_set_conn_cap(struct http_server *srv, size_t cap)
 {
-    srv->cap = cap > 0 ? cap : 1;
-    if (srv->draining || srv->lev == NULL)
-        return;
-    if (srv->paused && srv->nconns < srv->cap) {
-        evconnlistener_enable(srv->lev);
-        srv->paused = 0;
-    } else if (!srv->paused && srv->nconns >= srv->cap) {
-        evconnlistener_disable(srv->lev);
-        srv->paused = 1;
-    }
+    listener_set_cap(&srv->ls, cap);
 }
 
 void
@@ -993,15 +932,6 @@ http_server_set_limits(struct http_server *srv, const struct rl_http_conf *limit
     srv->max_body = max_body;
 }
 
-static void
-stop_listening(struct http_server *srv)
-{
-    if (srv->lev != NULL) {
-        evconnlistener_free(srv->lev);
-        srv->lev = NULL;
-    }
-}
-
 void
 http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
 {
@@ -1010,7 +940,7 @@ http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
     srv->draining = 1;
     srv->empty = empty;
     srv->empty_arg = arg;
-    stop_listening(srv);
+    listener_stop(&srv->ls);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (c->state != C_HEAD || c->rlen > c->rpos)
@@ -1022,7 +952,7 @@ http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
         }
         c->state = C_CLOSING; /* the last answer owed says close */
     }
-    if (srv->nconns == 0 && empty != NULL)
+    if (srv->ls.open == 0 && empty != NULL)
         empty(arg);
 }
 
@@ -1035,7 +965,7 @@ http_server_draining(const struct http_server *srv)
 size_t
 http_server_connections(const struct http_server *srv)
 {
-    return srv->nconns;
+    return srv->ls.open;
 }
 
 void
@@ -1046,7 +976,7 @@ http_server_free(struct http_server *srv)
     srv->empty = NULL;
     while (srv->conns != NULL)
         conn_free(srv->conns);
-    stop_listening(srv);
+    listener_stop(&srv->ls);
     if (srv->sweep_ev != NULL)
         event_free(srv->sweep_ev);
     while (srv->free_reqs != NULL) {

@@ -10,6 +10,7 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "redis_tls.h"
 #include "util.h"
@@ -55,10 +56,9 @@ main(int argc, char **argv)
     static const struct {
         const char *env, *name;
     } envs[] = {
-        {"RATELIMITD_LISTEN", "listen"},
-        {"RATELIMITD_REDIS_URL", "redis.url"},
-        {"RATELIMITD_BACKEND", "backend"},
-        {"RATELIMITD_LOG_LEVEL", "log_level"},
+        {"RATELIMITD_LISTEN", "listen"},         {"RATELIMITD_REDIS_URL", "redis.url"},
+        {"RATELIMITD_BACKEND", "backend"},       {"RATELIMITD_LOG_LEVEL", "log_level"},
+        {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
     struct rl_options opts = {0};
     struct rl_errors errs = {0};
@@ -102,7 +102,9 @@ main(int argc, char **argv)
         return 1;
     }
     /* what the start would read besides the configuration */
-    if (test && cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) {
+    if (test &&
+        ((cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) ||
+         grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK)) {
         fprintf(stderr, "%s\nratelimitd: 1 problem in the configuration\n", cause);
         free(cause);
         config_unref(cfg);
@@ -113,12 +115,14 @@ main(int argc, char **argv)
         config_unref(cfg);
         return 0;
     }
-    if (cfg->npolicies == 0) {
+    if (cfg->npolicies == 0 && cfg->rls.rules == NULL) {
         /* The built-in defaults have no policy: every check would be a 200
-         * with "policy": null, which looks like a working limiter. */
+         * with "policy": null, which looks like a working limiter (rules of
+         * rls.config alone are a limiter: Envoy's rate limit service). */
         log_set_level(cfg->log_level);
         log_warn("msg=\"no policies: every check is allowed, nothing is limited\" "
-                 "config=%s hint=\"give a file with policies: -c FILE or RATELIMITD_CONFIG\"",
+                 "config=%s hint=\"give a file with policies or rls.config: -c FILE or "
+                 "RATELIMITD_CONFIG\"",
                  opts.config_file != NULL ? opts.config_file : "(built-in defaults)");
     }
     return daemon_run(&opts, cfg);

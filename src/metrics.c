@@ -16,6 +16,18 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *reg_names[RL_METRICS_POLICIES];
 static int reg_n = 1; /* id 0: no policy */
 
+/* RLS label pairs "<domain>\0<rule>", found by hash: a detailed_metric
+ * rule looks its request's pair up on every hit. */
+#define RLS_LABEL_MAX 256
+#define RLS_SLOTS (2 * RL_METRICS_RLS_RULES)
+static pthread_mutex_t rls_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char *domain, *rule;
+    size_t dlen, rlen;
+} rls_names[RL_METRICS_RLS_RULES];
+static int rls_slot[RLS_SLOTS]; /* id + 1; 0: free */
+static int rls_n;
+
 static uint64_t reconnects, reloads_ok, reloads_failed, config_hash;
 static uint64_t redis_errors[RL_RERR_COUNT];
 static const char *const redis_error_kinds[RL_RERR_COUNT] = {
@@ -49,6 +61,49 @@ metrics_policy_id(const char *name)
 out:
     pthread_mutex_unlock(&reg_lock);
     return id;
+}
+
+int
+metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rlen)
+{
+    uint64_t h;
+    size_t slot;
+    int id;
+
+    /* long labels are cut: they are for people, and bounded */
+    dlen = dlen > RLS_LABEL_MAX ? RLS_LABEL_MAX : dlen;
+    rlen = rlen > RLS_LABEL_MAX ? RLS_LABEL_MAX : rlen;
+    h = fnv1a(fnv1a(FNV1A_INIT, domain, dlen) ^ 0xff, rule, rlen);
+    pthread_mutex_lock(&rls_lock);
+    for (slot = h % RLS_SLOTS; rls_slot[slot] != 0; slot = (slot + 1) % RLS_SLOTS) {
+        id = rls_slot[slot] - 1;
+        if (rls_names[id].dlen == dlen && rls_names[id].rlen == rlen &&
+            memcmp(rls_names[id].domain, domain, dlen) == 0 &&
+            memcmp(rls_names[id].rule, rule, rlen) == 0)
+            goto out;
+    }
+    if (rls_n < RL_METRICS_RLS_RULES - 1) {
+        id = rls_n++;
+        rls_names[id].domain = xstrndup(domain, dlen);
+        rls_names[id].rule = xstrndup(rule, rlen);
+        rls_names[id].dlen = dlen;
+        rls_names[id].rlen = rlen;
+        rls_slot[slot] = id + 1;
+    } else {
+        id = RL_METRICS_RLS_RULES - 1; /* "(other)" */
+    }
+out:
+    pthread_mutex_unlock(&rls_lock);
+    return id;
+}
+
+void
+metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n)
+{
+    if (id < 0 || id >= RL_METRICS_RLS_RULES)
+        id = RL_METRICS_RLS_RULES - 1;
+    if (n > 0)
+        __atomic_add_fetch(&m->rls_rules[id][s], n, __ATOMIC_RELAXED);
 }
 
 void
@@ -240,6 +295,47 @@ format_histogram(struct evbuffer *out, struct rl_metrics *const *ms, size_t n,
         (unsigned long long)sum(ms, n, off + offsetof(struct rl_histogram, count)));
 }
 
+/* The gRPC listener (rls.listen): connections, streams, answers by status,
+ * what the transport turned away itself. */
+static void
+format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_rls_connections_accepted_total Connections accepted on the gRPC listener (rls.listen).\n"
+        "# TYPE ratelimitd_rls_connections_accepted_total counter\n"
+        "ratelimitd_rls_connections_accepted_total %llu\n"
+        "# HELP ratelimitd_rls_connections_open Connections open on the gRPC listener.\n"
+        "# TYPE ratelimitd_rls_connections_open gauge\n"
+        "ratelimitd_rls_connections_open %llu\n"
+        "# HELP ratelimitd_rls_idle_closes_total gRPC connections closed after rls.idle_timeout unused (or unread).\n"
+        "# TYPE ratelimitd_rls_idle_closes_total counter\n"
+        "ratelimitd_rls_idle_closes_total %llu\n"
+        "# HELP ratelimitd_rls_streams_total gRPC calls (HTTP/2 streams) opened.\n"
+        "# TYPE ratelimitd_rls_streams_total counter\n"
+        "ratelimitd_rls_streams_total %llu\n"
+        "# HELP ratelimitd_rls_streams_cancelled_total gRPC calls the client reset (or lost) before their answer.\n"
+        "# TYPE ratelimitd_rls_streams_cancelled_total counter\n"
+        "ratelimitd_rls_streams_cancelled_total %llu\n"
+        "# HELP ratelimitd_rls_responses_total gRPC answers, by grpc-status.\n"
+        "# TYPE ratelimitd_rls_responses_total counter\n",
+        (unsigned long long)SUM(grpc.accepted), (unsigned long long)SUM(grpc.open),
+        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.calls),
+        (unsigned long long)SUM(grpc.cancelled));
+    for (int s = 0; s < GRPC_STATUS_COUNT; s++)
+        evbuffer_add_printf(out, "ratelimitd_rls_responses_total{grpc_status=\"%s\"} %llu\n",
+                            grpc_status_name((enum grpc_status)s),
+                            (unsigned long long)SUM(grpc.status[s]));
+    evbuffer_add_printf(out,
+                        "# HELP ratelimitd_rls_refused_total Connections and requests the "
+                        "gRPC listener turned away itself, by reason.\n"
+                        "# TYPE ratelimitd_rls_refused_total counter\n");
+    for (int r = 0; r < GRPC_REF_COUNT; r++)
+        evbuffer_add_printf(out, "ratelimitd_rls_refused_total{reason=\"%s\"} %llu\n",
+                            grpc_refusal_name((enum grpc_refusal)r),
+                            (unsigned long long)SUM(grpc.refused[r]));
+}
+
 /* Backend calls by outcome, and how long they took. */
 static void
 format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
@@ -257,6 +353,80 @@ format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                      offsetof(struct rl_metrics, backend_latency));
 }
 
+/* A label value as the text format takes it: printable ASCII, \\ and \"
+ * escaped, any other byte '_' (a request's values may hold anything). */
+static void
+add_label(struct evbuffer *out, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\' || c == '"')
+            evbuffer_add_printf(out, "\\%c", c);
+        else
+            evbuffer_add(out, c >= 0x20 && c < 0x7f ? (const char *)&s[i] : "_", 1);
+    }
+}
+
+/* Envoy's rate limit service: requests, and hits per domain and rule. */
+static void
+format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    static const char *const results[RL_RLS_RESULT_COUNT] = {"ok", "over_limit", "invalid",
+                                                             "unavailable"};
+    static const struct {
+        const char *name, *help;
+    } stats[RL_RLS_STAT_COUNT] = {
+        {"ratelimitd_rls_hits_total", "Hits asked for (hits_addend), by domain and rule."},
+        {"ratelimitd_rls_within_limit_total", "Hits within the rule's limit."},
+        {"ratelimitd_rls_near_limit_total",
+         "Hits that landed past rls.near_limit_ratio of the limit and within it."},
+        {"ratelimitd_rls_over_limit_total", "Hits over the rule's limit."},
+        {"ratelimitd_rls_shadow_mode_total",
+         "Hits over the limit of a shadow_mode rule (answered OK)."},
+    };
+    int names;
+
+    evbuffer_add_printf(
+        out, "# HELP ratelimitd_rls_requests_total ShouldRateLimit requests (gRPC and "
+             "POST /json), by result.\n"
+             "# TYPE ratelimitd_rls_requests_total counter\n");
+    for (int r = 0; r < RL_RLS_RESULT_COUNT; r++)
+        evbuffer_add_printf(out, "ratelimitd_rls_requests_total{result=\"%s\"} %llu\n",
+                            results[r], (unsigned long long)SUM(rls_requests[r]));
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_rls_domain_not_found_total Descriptors of a domain no rule file has.\n"
+        "# TYPE ratelimitd_rls_domain_not_found_total counter\n"
+        "ratelimitd_rls_domain_not_found_total %llu\n"
+        "# HELP ratelimitd_rls_global_shadow_mode_total Requests over a limit answered OK by rls.shadow_mode.\n"
+        "# TYPE ratelimitd_rls_global_shadow_mode_total counter\n"
+        "ratelimitd_rls_global_shadow_mode_total %llu\n",
+        (unsigned long long)SUM(rls_domain_not_found),
+        (unsigned long long)SUM(rls_global_shadow));
+    pthread_mutex_lock(&rls_lock);
+    names = rls_n;
+    pthread_mutex_unlock(&rls_lock);
+    for (int s = 0; s < RL_RLS_STAT_COUNT; s++) {
+        evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n", stats[s].name,
+                            stats[s].help, stats[s].name);
+        for (int id = 0; id < RL_METRICS_RLS_RULES; id++) {
+            uint64_t v = SUM(rls_rules[id][s]);
+            /* the gathering series always, so every family has a sample */
+            if (id >= names && id != RL_METRICS_RLS_RULES - 1)
+                continue;
+            evbuffer_add_printf(out, "%s{domain=\"", stats[s].name);
+            if (id < names)
+                add_label(out, rls_names[id].domain, rls_names[id].dlen);
+            evbuffer_add_printf(out, "\",rule=\"");
+            if (id < names)
+                add_label(out, rls_names[id].rule, rls_names[id].rlen);
+            else
+                evbuffer_add_printf(out, "(other)");
+            evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)v);
+        }
+    }
+}
+
 void
 metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
@@ -267,6 +437,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                         PACKAGE_VERSION);
     format_checks(out, ms, n);
     format_requests(out, ms, n);
+    format_grpc(out, ms, n);
     format_backend(out, ms, n);
     format_histogram(out, ms, n, "ratelimitd_check_duration_seconds",
                      "Time from the first byte of a check's request read to its answer.",
@@ -317,6 +488,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     for (int k = 0; k < RL_RERR_COUNT; k++)
         evbuffer_add_printf(out, "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
                             redis_error_kinds[k], (unsigned long long)LOAD(&redis_errors[k]));
+    format_rls_rules(out, ms, n);
 }
 
 void

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "grpc.h"
 #include "http.h"
 
 struct evbuffer;
@@ -67,6 +68,33 @@ struct rl_histogram {
     uint64_t inf, count, sum_us;
 };
 
+/*
+ * Envoy's rate limit service (rls.c), per domain and rule as
+ * envoyproxy/ratelimit counts: hits asked for, hits within the limit, hits
+ * past near_limit_ratio of it (within or not), hits over it, and over-limit
+ * hits answered OK by shadow_mode.  Labels come from the rule files (a
+ * request's values only under detailed_metric or value_to_metric), bounded:
+ * the last id gathers every label pair past the registry's end.
+ */
+enum rl_rls_stat {
+    RL_RLS_HITS = 0,
+    RL_RLS_WITHIN_LIMIT,
+    RL_RLS_NEAR_LIMIT,
+    RL_RLS_OVER_LIMIT,
+    RL_RLS_SHADOW_MODE,
+    RL_RLS_STAT_COUNT
+};
+#define RL_METRICS_RLS_RULES 1024
+
+/* How a ShouldRateLimit request ended. */
+enum rl_rls_result {
+    RL_RLS_OK = 0,
+    RL_RLS_OVER,
+    RL_RLS_INVALID,     /* refused: a bad request */
+    RL_RLS_UNAVAILABLE, /* failure_mode closed and no backend */
+    RL_RLS_RESULT_COUNT
+};
+
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
     uint64_t rejected[RL_REJ_COUNT];
@@ -76,18 +104,27 @@ struct rl_metrics {
     uint64_t local_cache_hits;
     uint64_t inflight;
     struct http_counters http; /* the check listener's connections */
+    struct grpc_counters grpc; /* the gRPC listener's (rls.listen) */
     /* hybrid policies (hybrid.h) */
     uint64_t hybrid_local; /* checks decided from the local view */
     uint64_t hybrid_syncs, hybrid_sync_failures;
     uint64_t hybrid_pending; /* gauge: units not acknowledged yet */
     uint64_t hybrid_entries; /* gauge: keys in the table */
     uint64_t admin[RL_ADM_ACTION_COUNT][RL_ADM_RESULT_COUNT];
+    uint64_t rls_rules[RL_METRICS_RLS_RULES][RL_RLS_STAT_COUNT];
+    uint64_t rls_requests[RL_RLS_RESULT_COUNT];
+    uint64_t rls_domain_not_found; /* descriptors of a domain no file has */
+    uint64_t rls_global_shadow;    /* OVER_LIMIT answered OK by rls.shadow_mode */
 };
 
 /* The stable id of a policy name (registering it on first sight). */
 int metrics_policy_id(const char *name);
 
 void metrics_check(struct rl_metrics *m, int policy_id, enum rl_outcome o);
+
+/* The stable id of an RLS label pair (registering it on first sight). */
+int metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rlen);
+void metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n);
 void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
 /* A check answered `us` after its request's first byte was read. */

@@ -22,7 +22,6 @@
 #include <hiredis/async.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -31,6 +30,7 @@
 #include "log.h"
 #include "redis_tls.h"
 #include "redis_url.h"
+#include "tls.h"
 #include "util.h"
 
 #define NAME_MAX_LEN 256
@@ -60,50 +60,21 @@ static struct {
 
 /* ---- settings --------------------------------------------------------------- */
 
-/* "FIELD FILE: WHAT: the library's reason", as config errors name a field. */
-static char *
-ssl_cause(const char *field, const char *file, const char *what)
-{
-    unsigned long e = ERR_peek_last_error();
-    char buf[160] = "unknown error";
-
-    if (e != 0)
-        ERR_error_string_n(e, buf, sizeof(buf));
-    ERR_clear_error();
-    return field != NULL ? xasprintf("%s %s: %s: %s", field, file, what, buf)
-                         : xasprintf("%s: %s", what, buf);
-}
-
 static int
 load_files(SSL_CTX *ctx, const struct rl_tls_conf *t, char **cause)
 {
     if (t->ca_file != NULL) {
         if (SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) != 1) {
-            *cause = ssl_cause("ca_file", t->ca_file, "cannot load the CA certificates");
+            *cause = tls_cause("ca_file", t->ca_file, "cannot load the CA certificates");
             return RL_ERR;
         }
     } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        *cause = ssl_cause(NULL, NULL, "cannot load the system's certificate store");
+        *cause = tls_cause(NULL, NULL, "cannot load the system's certificate store");
         return RL_ERR;
     }
     if (t->cert_file == NULL)
         return RL_OK;
-    if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
-        *cause = ssl_cause("cert_file", t->cert_file, "cannot load the certificate");
-        return RL_ERR;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) != 1) {
-        *cause = ssl_cause("key_file", t->key_file,
-                           ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH
-                               ? "the key does not match cert_file"
-                               : "cannot load the private key");
-        return RL_ERR;
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-        *cause = ssl_cause("key_file", t->key_file, "the key does not match cert_file");
-        return RL_ERR;
-    }
-    return RL_OK;
+    return tls_use_identity(ctx, t->cert_file, t->key_file, cause);
 }
 
 static SSL_CTX *
@@ -112,7 +83,7 @@ make_ctx(const struct rl_tls_conf *t, char **cause)
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 
     if (ctx == NULL) {
-        *cause = ssl_cause(NULL, NULL, "cannot make a TLS context");
+        *cause = tls_cause(NULL, NULL, "cannot make a TLS context");
         return NULL;
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -125,41 +96,6 @@ make_ctx(const struct rl_tls_conf *t, char **cause)
     }
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
     return ctx;
-}
-
-/* One warning per file holding a certificate past its notAfter: it loads,
- * but a server will refuse it (or, for a CA, what it signed). */
-static void
-warn_expired(const char *field, const char *file)
-{
-    FILE *f = file != NULL ? fopen(file, "r") : NULL;
-    X509 *x;
-    char subject[160], when[64] = "?";
-    BIO *b;
-
-    if (f == NULL)
-        return;
-    while ((x = PEM_read_X509(f, NULL, NULL, NULL)) != NULL) {
-        if (X509_cmp_current_time(X509_get0_notAfter(x)) < 0) {
-            X509_NAME_oneline(X509_get_subject_name(x), subject, sizeof(subject));
-            if ((b = BIO_new(BIO_s_mem())) != NULL) {
-                int n;
-
-                ASN1_TIME_print(b, X509_get0_notAfter(x));
-                n = BIO_read(b, when, sizeof(when) - 1);
-                when[n > 0 ? n : 0] = '\0';
-                BIO_free(b);
-            }
-            log_warn("msg=\"redis TLS certificate expired\" field=redis.tls.%s file=%s "
-                     "subject=\"%s\" not_after=\"%s\"",
-                     field, file, subject, when);
-            X509_free(x);
-            break;
-        }
-        X509_free(x);
-    }
-    ERR_clear_error(); /* the end of the file reads as an error */
-    fclose(f);
 }
 
 static void
@@ -467,8 +403,8 @@ new_ctx(const struct rl_redis_conf *r, SSL_CTX **out, char **cause)
         free(why);
         return RL_ERR;
     }
-    warn_expired("ca_file", r->tls.ca_file);
-    warn_expired("cert_file", r->tls.cert_file);
+    tls_warn_expired("redis TLS", "redis.tls.ca_file", r->tls.ca_file);
+    tls_warn_expired("redis TLS", "redis.tls.cert_file", r->tls.cert_file);
     return RL_OK;
 }
 

@@ -8,7 +8,8 @@
  * service", is the contract.
  *
  * The enums' values are the wire values of envoy.service.ratelimit.v3 and
- * envoy.type.v3, so a codec copies them as they are.
+ * envoy.type.v3, so a codec copies them as they are.  The unit, the byte
+ * strings and the entries are rls_rules.h's (the rule files use them too).
  */
 #ifndef RL_RLS_H
 #define RL_RLS_H
@@ -17,35 +18,13 @@
 #include <stdint.h>
 
 #include "rl.h"
+#include "rls_rules.h"
 
 struct rl_check_env;
 struct rl_config;
 
 /* RateLimitResponse.Code */
 enum rls_code { RLS_CODE_UNKNOWN = 0, RLS_CODE_OK = 1, RLS_CODE_OVER_LIMIT = 2 };
-
-/* RateLimitResponse.RateLimit.Unit, envoy.type.v3.RateLimitUnit */
-enum rls_unit {
-    RLS_UNIT_UNKNOWN = 0,
-    RLS_UNIT_SECOND = 1,
-    RLS_UNIT_MINUTE = 2,
-    RLS_UNIT_HOUR = 3,
-    RLS_UNIT_DAY = 4,
-    RLS_UNIT_MONTH = 5,
-    RLS_UNIT_YEAR = 6,
-    RLS_UNIT_WEEK = 7
-};
-
-/* Strings are the decoder's bytes (not NUL-terminated, may hold any byte);
- * they live as long as the request. */
-struct rls_str {
-    const char *p;
-    size_t len;
-};
-
-struct rls_entry {
-    struct rls_str key, value;
-};
 
 /* One RateLimitDescriptor. */
 struct rls_descriptor {
@@ -91,7 +70,9 @@ struct rls_header {
     char *value; /* owned by the response */
 };
 
-#define RLS_HEADERS_MAX 4
+/* what response_headers() of response.h gives: X-RateLimit-Limit,
+ * -Remaining, -Reset, RateLimit-Policy, RateLimit, Retry-After */
+#define RLS_HEADERS_MAX 8
 
 /* One RateLimitResponse; it lives only during the rls_done call. */
 struct rls_response {

@@ -51,6 +51,18 @@ errors_free(struct rl_errors *e)
     free_strings(&e->msg, &e->n);
 }
 
+int
+errors_read_file(struct rl_errors *e, const char *file, size_t max, char **text, size_t *len)
+{
+    char *cause = NULL;
+
+    if (read_file_bounded(file, max, text, len, &cause) == RL_OK)
+        return RL_OK;
+    errors_add(e, "%s", cause);
+    free(cause);
+    return RL_ERR;
+}
+
 static void RL_PRINTF(3, 0)
     bad_v(struct schema_ctx *ctx, const char *path, const char *fmt, va_list ap)
 {

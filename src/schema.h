@@ -71,6 +71,10 @@ struct rl_errors {
 
 void errors_add(struct rl_errors *e, const char *fmt, ...) RL_PRINTF(2, 3);
 void errors_free(struct rl_errors *e);
+/* A whole file of at most max bytes (read_file_bounded), its problem added
+ * to e. */
+int errors_read_file(struct rl_errors *e, const char *file, size_t max, char **text,
+                     size_t *len) RL_WUR;
 
 /* Where values come from ("a file name", "-l", "RATELIMITD_LISTEN") and
  * where their problems go. */

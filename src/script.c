@@ -105,7 +105,8 @@ same_limits(const struct rl_script_spec *s, const struct rl_limit *l, size_t n)
         return 0;
     for (size_t i = 0; i < n; i++) {
         if (s->limits[i].algo != l[i].algo || s->limits[i].limit != l[i].limit ||
-            s->limits[i].window_ms != l[i].window_ms || s->limits[i].burst != l[i].burst)
+            s->limits[i].window_ms != l[i].window_ms || s->limits[i].burst != l[i].burst ||
+            s->limits[i].align != l[i].align)
             return 0;
     }
     return 1;
@@ -126,7 +127,7 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
         return NULL;
     sb_init(&sb, text, sizeof(text));
     for (size_t i = 0; i < n; i++) {
-        const char *tag = algo_def(l[i].algo)->tag;
+        const char *tag = algo_script_tag(&l[i]);
 
         if (i > 0)
             sb_mem(&sb, " ", 1);

@@ -1,4 +1,5 @@
 /* util.c — see util.h. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,60 @@ now_monotonic_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t
+now_coarse_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+read_file_bounded(const char *file, size_t max, char **text, size_t *len, char **cause)
+{
+    FILE *f = fopen(file, "rb");
+    size_t cap = 4096, n = 0, r;
+    char *buf;
+
+    if (f == NULL) {
+        *cause = xasprintf("%s: %s", file, strerror(errno));
+        return RL_ERR;
+    }
+    buf = xmalloc(cap);
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            if (cap >= max) {
+                *cause = xasprintf("%s: larger than %zu bytes", file, max);
+                fclose(f);
+                free(buf);
+                return RL_ERR;
+            }
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+    }
+    if (ferror(f)) {
+        *cause = xasprintf("%s: %s", file, strerror(errno));
+        fclose(f);
+        free(buf);
+        return RL_ERR;
+    }
+    fclose(f);
+    *text = buf;
+    *len = n;
+    return RL_OK;
+}
+
+int64_t
+now_unix_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 

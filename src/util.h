@@ -21,8 +21,19 @@ char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 char *xasprintf(const char *fmt, ...) RL_PRINTF(1, 2) __attribute__((malloc));
 char *xvasprintf(const char *fmt, va_list ap) RL_PRINTF(1, 0);
 
+/* A whole file of at most max bytes into *text (malloc'd, not
+ * NUL-terminated), *len its length.  RL_ERR: *cause says why, "FILE: what"
+ * (caller frees). */
+int read_file_bounded(const char *file, size_t max, char **text, size_t *len,
+                      char **cause) RL_WUR;
+
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t now_monotonic_us(void);
+/* CLOCK_MONOTONIC_COARSE in milliseconds (a tick's precision, no syscall):
+ * for deadlines swept now and then, not for measuring. */
+int64_t now_coarse_ms(void);
+/* The Unix time in microseconds (CLOCK_REALTIME: it may step). */
+int64_t now_unix_us(void);
 
 /* Case-insensitive ASCII comparison of the first n bytes. */
 int str_ieq(const char *a, const char *b);

@@ -11,10 +11,12 @@
 #include "backend.h"
 #include "config.h"
 #include "deny_cache.h"
+#include "grpc.h"
 #include "http.h"
 #include "hybrid.h"
 #include "log.h"
 #include "metrics.h"
+#include "rls_grpc.h"
 #include "util.h"
 #include "worker.h"
 
@@ -30,6 +32,7 @@ drained(const struct rl_worker *w)
 {
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
            (w->admin == NULL || http_server_connections(w->admin) == 0) &&
+           (w->rls == NULL || grpc_server_connections(w->rls) == 0) &&
            hybrid_idle(w->env.hybrid);
 }
 
@@ -69,6 +72,8 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     http_server_drain(w->http, stop_if_drained, w);
     if (w->admin != NULL)
         http_server_drain(w->admin, stop_if_drained, w);
+    if (w->rls != NULL)
+        grpc_server_drain(w->rls, stop_if_drained, w);
     if (drained(w)) {
         event_base_loopexit(w->base, NULL);
         return;
@@ -152,6 +157,10 @@ on_config(evutil_socket_t fd, short what, void *arg)
     http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
     if (w->admin != NULL)
         http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
+    if (w->rls != NULL) {
+        grpc_server_set_limits(w->rls, &cfg->rls);
+        grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
+    }
     config_unref(old);
     (void)fd;
     (void)what;
@@ -259,6 +268,14 @@ worker_serve_admin(struct rl_worker *w, int fd, char **cause)
                            admin_handle, w, NULL, cause);
 }
 
+int
+worker_serve_rls(struct rl_worker *w, int fd, char **cause)
+{
+    w->rls_svc = rls_grpc_new(w);
+    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w->rls_svc,
+                           &w->metrics->grpc, cause);
+}
+
 void
 worker_metrics(struct rl_worker *w, struct evbuffer *out)
 {
@@ -345,6 +362,8 @@ worker_start(struct rl_worker *w)
 
     /* the daemon's max_connections, shared by its workers */
     http_server_set_conn_cap(w->http, ((size_t)w->cfg->http.max_connections + n - 1) / n);
+    if (w->rls != NULL)
+        grpc_server_set_conn_cap(w->rls, ((size_t)w->cfg->rls.max_connections + n - 1) / n);
     return pthread_create(&w->thread, NULL, worker_main, w) == 0 ? RL_OK : RL_ERR;
 }
 
@@ -376,6 +395,8 @@ worker_free(struct rl_worker *w)
     hybrid_free(w->env.hybrid); /* its timer lives on the base */
     http_server_free(w->http);
     http_server_free(w->admin);
+    grpc_server_free(w->rls); /* calls still owed were answered above */
+    rls_grpc_free(w->rls_svc);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)

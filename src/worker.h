@@ -15,6 +15,8 @@
 struct event_base;
 struct event;
 struct evbuffer;
+struct grpc_server;
+struct rls_grpc;
 struct http_server;
 struct rl_check_req;
 struct rl_check_res;
@@ -26,6 +28,8 @@ struct rl_worker {
     struct event_base *base;
     struct http_server *http;   /* the check listener */
     struct http_server *admin;  /* admin_listen, on worker 0 only */
+    struct grpc_server *rls;    /* rls.listen, Envoy's rate limit service */
+    struct rls_grpc *rls_svc;   /* its services */
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
@@ -60,6 +64,9 @@ int worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cf
                 char **cause) RL_WUR;
 /* Serve the admin API (admin.h) on listening socket fd (taken) too. */
 int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
+/* Serve Envoy's rate limit service over gRPC (rls_grpc.h) on listening
+ * socket fd (taken) too. */
+int worker_serve_rls(struct rl_worker *w, int fd, char **cause) RL_WUR;
 /*
  * On w's thread, with the backend's answer res to admin action req (sent at
  * sent_us under cfg): every worker drops its cached denial of the key and

@@ -11,7 +11,9 @@
 -- ARGV[2]  n, the number of checks
 -- then per check:
 --   spec   its policy's limits, "<tag> <limit> <window_ms> <burst>" each,
---          separated by one space ("fw 100 60000 0 gcra 5 1000 5"): the
+--          separated by one space ("fw 100 60000 0 gcra 5 1000 5"), the
+--          tag naming the module ('fwa': a fixed window aligned to the
+--          epoch, whose keys still say 'fw'): the
 --          same bytes for every check of a policy, so the daemon prebuilds
 --          them and the script converts them once per call, not per check
 --   cost   the cost (0 asks without consuming, < 0 gives back), then the

@@ -1,10 +1,13 @@
--- fixed_window: a counter whose window opens at the first counted request and
--- lasts `window`.  Value count, start (in us) as state2 reads them (prelude),
--- written with its TTL in one SET ... PX.  A forced commit counts past the
--- limit; the window still closes on time.
+-- fixed_window: a counter whose window lasts `window` and opens at the first
+-- counted request ('fw'), or at the multiple of `window` since the epoch that
+-- holds it ('fwa', align: epoch: every key and instance shares the window).
+-- Value count, start (in us) as state2 reads them (prelude), written with its
+-- TTL in one SET ... PX.  A forced commit counts past the limit; the window
+-- still closes on time.  Only opening a window knows the alignment: an open
+-- window reads the same either way.
 -- Mirrors src/algo_fixed_window.c.
 
-MODULES['fw'] = function(with_give)
+local function fixed_window(with_give, aligned)
   local call, format = redis.call, string.format
   local function peek(key, now, limit, W, burst, cost, pre)
     local v = pre
@@ -36,8 +39,16 @@ MODULES['fw'] = function(with_give)
     local reset, value, ttl
     if count == 0 then
       if cost ~= f_cost or now ~= f_now or W ~= f_W then
-        f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(W)
-        f_value, f_ttl = pack_state('<dd', cost, now), format('%d', f_reset)
+        local s = now
+        if aligned then
+          -- now % W is now - floor(now / W) * W: the quotient may round
+          -- to the next integer, which the fix below undoes, exactly
+          local r = now % W
+          if r < 0 then r = r + W elseif r >= W then r = r - W end
+          s = now - r
+        end
+        f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(s + W - now)
+        f_value, f_ttl = pack_state('<dd', cost, s), format('%d', f_reset)
       end
       count, reset, value, ttl = cost, f_reset, f_value, f_ttl
     else
@@ -65,3 +76,6 @@ MODULES['fw'] = function(with_give)
 
   return peek, commit, give
 end
+
+MODULES['fw'] = function(with_give) return fixed_window(with_give, false) end
+MODULES['fwa'] = function(with_give) return fixed_window(with_give, true) end

@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post, wait_for  # noqa: E402
 
 HOUR = "1h"
 # fw: two limits, so that reset of one is told from reset of all; nothing
@@ -66,31 +66,12 @@ class Admin:
         self.d.kill()
 
 
-def post(port, body):
-    return H.request(port, "POST", "/check", body)
-
-
 def remaining(b):
     return [lim["remaining"] for lim in b["limits"]]
 
 
 def metric(port, action, result):
-    st, h, text = H.request(port, "GET", "/metrics")
-    m = re.search(r'^ratelimitd_admin_actions_total\{action="%s",result="%s"\} (\d+)$'
-                  % (action, result), text, re.M)
-    check(m, "no ratelimitd_admin_actions_total{action=%r,result=%r} in /metrics", action, result)
-    return int(m.group(1))
-
-
-def wait_for(cond, what, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise H.Fail("not within %.1fs: %s" % (timeout, what))
-        time.sleep(0.02)
+    return H.metric(port, "ratelimitd_admin_actions_total", {"action": action, "result": result})
 
 
 # ------------------------------------------------------------------ routes

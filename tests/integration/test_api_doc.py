@@ -140,6 +140,10 @@ def t_options_match_tables():
         if f["type"] == "SCHEMA_ENUM":
             if not typ.startswith("one of") or set(ticked(typ)) != set(f["names"]):
                 problems.append("%s: type %r, the table says one of %s" % (path, typ, f["names"]))
+        elif f["type"] == "SCHEMA_CUSTOM" and f["default"] is not None and \
+                isinstance(json.loads(f["default"]), (int, float)):
+            if typ != "number":
+                problems.append("%s: type %r, the table parses a number" % (path, typ))
         elif f["type"] == "SCHEMA_CUSTOM":
             if not typ.startswith("list of"):
                 problems.append("%s: type %r, the table parses a list" % (path, typ))
@@ -176,6 +180,14 @@ def t_options_match_tables():
 
 # ----------------------------------------------------- options: doc vs -t
 
+def rules_file():
+    path = os.path.join(H.tmpdir(), "api-doc-rules.yaml")
+    with open(path, "w") as f:
+        f.write("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, "
+                "requests_per_unit: 1}}\n")
+    return path
+
+
 def secret_file():
     path = os.path.join(H.tmpdir(), "api-doc-secret")
     with open(path, "w") as f:
@@ -196,12 +208,21 @@ class Builder:
             if f["sub"] and f["sub"] not in self.prefix:
                 self.prefix[f["sub"]] = path + ("[]." if f["type"] == "SCHEMA_ARRAY" else ".")
         self.secret = secret_file()
+        self.rules = rules_file()
+        pki = H.Pki()
+        ca = pki.ca("api-doc-ca")
+        crt, key = pki.leaf("api-doc-server", ca)
+        self.rls_tls = {"cert_file": crt, "key_file": key, "client_ca_file": ca[0]}
 
     def value(self, path):
         """What docs/API.md gives the option, or one its type and bounds allow."""
         f = self.fields.get(path)
+        if path.startswith("rls.tls."):   # loaded by -t: a certificate and its key
+            return self.rls_tls[path.rsplit(".", 1)[1]]
         if path.endswith("_file"):
             return self.secret
+        if path == "rls.config":   # read by -t: a file that is there
+            return self.rules
         found, v = documented_value(self.doc[path])
         if found:
             return v

@@ -3,13 +3,12 @@
 x3 then 429) with every header and body field asserted, cost, policy selection
 and policies of several limits decided together (docs/API.md, ALGORITHMS.md)."""
 
-import contextlib
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 
 def fw(limit, window):
@@ -28,10 +27,6 @@ CONFIG = {
         {"name": "seed", "match": {"path_prefix": "/", "methods": ["GET"]}, "limits": [fw(3, "60s")]},
     ],
 }
-
-
-def post(d, body, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def verify(resp, policy, allowed, limits, binding=None, algorithm="fixed_window"):
@@ -301,10 +296,8 @@ CASES = [
 ]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

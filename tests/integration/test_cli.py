@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 
 def fw(limit, window="60s"):
@@ -60,10 +60,6 @@ MALFORMED = b'{\n  "listen": "127.0.0.1:8080",\n  "workers": 1,,\n  "backend": "
 def simple(name="p", limit=1):
     return {"identity": ["body", "peer"], "redis": {"timeout": "2s"},
             "policies": [{"name": name, "limits": [fw(limit)]}]}
-
-
-def post(port, body):
-    return H.request(port, "POST", "/check", body)
 
 
 def poll(fn, seconds, what):

@@ -3,7 +3,6 @@
 {"error": "..."} naming the field; the daemon survives all of them and keeps
 serving, also on the same connection.  Plus /healthz and /readyz."""
 
-import contextlib
 import json
 import os
 import signal
@@ -12,7 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 CONFIG = {
     "identity": ["body", "peer"],
@@ -22,10 +21,6 @@ CONFIG = {
         {"name": "p", "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": "60s"}]},
     ],
 }
-
-
-def post(d, body, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def err(d, body, status, field=None, what=None, headers=None):
@@ -286,10 +281,8 @@ CASES = [
 ]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, note, rss_kib, metric  # noqa: E402
 
 SMUG_LIMIT = 100
 MAX_BODY = 1024
@@ -68,19 +68,6 @@ LATE = 10.0 * H.SLOW             # s of grace past a deadline before calling it 
 EARLY = 0.8                      # a deadline may not fire before this share of itself
 RSS_FLOOD_MAX_KIB = 64 * 1024    # the target: RSS under a pipelined flood
 FLOOD_CAP = (32 if H.VALGRIND else 256) * 1024 * 1024   # bytes a flooding client may push
-
-
-def note(fmt, *args):
-    sys.stdout.write("#   " + (fmt % args if args else fmt) + "\n")
-    sys.stdout.flush()
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise H.HarnessError("no VmRSS for pid %d" % pid)
 
 
 def hidden(key):
@@ -434,15 +421,6 @@ def t_pipelined_flood(ctx):
         while rss_kib(d.proc.pid) - rss0 > RSS_FLOOD_MAX_KIB and time.monotonic() < deadline:
             time.sleep(0.1)
         check(rss_kib(d.proc.pid) - rss0 <= RSS_FLOOD_MAX_KIB, "RSS not back under the bound after close")
-
-
-def metric(port, name):
-    st, _, text = H.request(port, "GET", "/metrics")
-    eq(st, 200, "GET /metrics")
-    for line in str(text).splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise H.Fail("no %s in /metrics" % name)
 
 
 def t_max_pipelined(ctx):

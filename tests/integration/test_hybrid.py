@@ -5,7 +5,6 @@ counts reach Redis every sync_interval as forced checks.  One instance stays
 exact; several admit at most the documented bound; a failed sync, a Redis
 outage, a reload or a shutdown loses no count; the table is bounded."""
 
-import contextlib
 import os
 import re
 import signal
@@ -15,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post, script_calls as evalsha_calls, wait_for, rss_kib  # noqa: E402
 
 HOUR = "1h"
 INTERVAL_MS = 100
@@ -54,10 +53,6 @@ CONFIG = {
 }
 
 
-def post(d, body):
-    return H.request(d.port, "POST", "/check", body)
-
-
 def rkey(policy, key, window_ms=3600000, tag="fw"):
     return "{rl:%s:k:%s}:%s:%d" % (policy, key, tag, window_ms)
 
@@ -65,12 +60,6 @@ def rkey(policy, key, window_ms=3600000, tag="fw"):
 def redis_count(r, policy, key):
     v = H.state_numbers(r.cli, rkey(policy, key))     # fixed_window: count, start
     return v[0] if v else 0
-
-
-def evalsha_calls(r):
-    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
-    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
-                                          r.cli("INFO", "commandstats"), re.M))
 
 
 def metrics(d):
@@ -85,17 +74,6 @@ def metrics(d):
     m = re.search(r'^ratelimitd_config_reloads_total\{result="ok"\} (\d+)$', text, re.M)
     out["reloads"] = int(m.group(1)) if m else 0
     return out
-
-
-def wait_for(cond, what, timeout=5.0):
-    deadline = time.monotonic() + timeout * H.SLOW
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise H.Fail("timed out waiting for %s (last %r)" % (what, last))
 
 
 def hammer(port, bodies, threads):
@@ -400,11 +378,6 @@ def t_table_cap(d, r):
             check(grew < 8 * 1024, "RSS grew %d KiB over 3000 keys with a table of 100", grew)
 
 
-def rss_kib(d):
-    with open("/proc/%d/status" % d.proc.pid) as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-
-
 def t_config_errors(d, r):
     bad = {"policies": [
         {"name": "a", "sync_interval": "1s", "limits": fw(1)},
@@ -501,10 +474,8 @@ CASES = [
 ]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

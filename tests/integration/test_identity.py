@@ -117,8 +117,7 @@ def rfc_twin(d, names):
 
 
 def post(d, body=None, headers=None):
-    d = rfc_twin(d, (headers or {}).keys())
-    return H.request(d.port, "POST", "/check", body, headers)
+    return H.post(rfc_twin(d, (headers or {}).keys()), body, headers)
 
 
 def raw_check(d, header_lines, body):

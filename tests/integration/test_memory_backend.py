@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post, rss_kib  # noqa: E402
 
 ALGOS = ["fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"]
 SHORT = {"fixed_window": "fw", "sliding_window_log": "swl", "sliding_window_counter": "swc",
@@ -64,18 +64,6 @@ def config(failure_mode="closed", timeout="2s"):
     return {"identity": ["body"], "failure_mode": failure_mode,
             "redis": {"timeout": timeout, "connect_timeout": "300ms"},
             "policies": policies()}
-
-
-def post(d, body):
-    return H.request(d.port, "POST", "/check", body)
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise H.Fail("no VmRSS in /proc/%d/status" % pid)
 
 
 QUOTA_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy",

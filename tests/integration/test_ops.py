@@ -483,7 +483,9 @@ SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", 
             "tls_fields": ("THE REDIS OBJECT", "redis.tls."),
             "policy_fields": ("POLICIES", ""), "match_fields": ("THE MATCH OBJECT", ""),
             "limit_fields": ("THE LIMIT OBJECT", ""), "override_fields": ("THE OVERRIDE OBJECT", ""),
-            "http_fields": ("THE HTTP OBJECT", "http."), "rls_fields": ("THE RLS OBJECT", "rls."),
+            "http_fields": ("THE HTTP OBJECT", "http."),
+            # the listener's options, and those deciding the calls
+            "rls_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"), "rls."),
             "rls_tls_fields": ("THE RLS OBJECT", "rls.tls.")}
 
 
@@ -499,7 +501,8 @@ def t_man5_options():
             nfields += 1
             name = prefix + f["name"]
             found = [text for h, tag, text in blocks
-                     if h == heading and name in [t.strip() for t in tag.split(",")]]
+                     if h in (heading if isinstance(heading, tuple) else (heading,))
+                     and name in [t.strip() for t in tag.split(",")]]
             if not found:
                 problems.append("%s: no entry in section %s" % (name, heading))
                 continue

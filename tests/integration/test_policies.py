@@ -8,7 +8,6 @@ normalised before matching, query strings, no match, shadow mode with its
 metrics, typed overrides, and every shipped conf/*.json passing -t.
 """
 
-import contextlib
 import glob
 import os
 import re
@@ -16,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 
 def fw(limit, window="1h"):
@@ -57,10 +56,6 @@ CONFIG = {
 
 QUOTA_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
                  "ratelimit-policy", "ratelimit", "retry-after")
-
-
-def post(d, body=None, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def which(d, body, headers=None, what=""):
@@ -503,10 +498,8 @@ CASES = [
 ] + [("conf/%s passes -t" % os.path.basename(p), conf_case(p)) for p in CONF_FILES]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
  * invariants over random sequences, and the memory backend end to end.
  * tests/unit/check_algo_diff.c compares them with the Lua twins in Redis.
  */
-#include <check.h>
+#include "unit.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,7 @@
 static struct rl_limit
 mklimit(enum rl_algo algo, int64_t limit, int64_t window_ms, int64_t burst)
 {
-    struct rl_limit l = { algo, limit, window_ms, burst ? burst : limit };
+    struct rl_limit l = { algo, limit, window_ms, burst ? burst : limit, RL_ALIGN_FIRST };
     return l;
 }
 
@@ -1268,11 +1268,5 @@ algo_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(algo_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(algo_suite(), CK_FORK_GETENV);
 }

@@ -16,7 +16,7 @@
  * pushing every expiry far out leaves only the script to decide what a key
  * holds.
  */
-#include <check.h>
+#include "unit.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +97,14 @@ dp_add(struct dpolicy *p, const char *id, enum rl_algo algo, int64_t limit,
     snprintf(d->key, sizeof(d->key), "{diff:%s}:%s:%lld", id, def->tag,
              (long long)window_ms);
     snprintf(p->block_key, sizeof(p->block_key), "{diff:%s}:block", id);
+}
+
+/* The last limit added, aligned to the epoch (fixed_window's align: epoch). */
+static void
+dp_align_last(struct dpolicy *p)
+{
+    ck_assert_ptr_nonnull(algo_def(p->l[p->n - 1].lim.algo)->aligned_tag);
+    p->l[p->n - 1].lim.align = RL_ALIGN_EPOCH;
 }
 
 static void
@@ -184,7 +192,7 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
         size_t at = strlen(c->spec);
 
         snprintf(c->spec + at, sizeof(c->spec) - at, "%s%s %lld %lld %lld", i ? " " : "",
-                 algo_def(l->algo)->tag, (long long)l->limit, (long long)l->window_ms,
+                 algo_script_tag(l), (long long)l->limit, (long long)l->window_ms,
                  (long long)l->burst);
     }
     dc_arg(c, c->spec);
@@ -508,9 +516,24 @@ static const struct {
     {123456789, 366 * DAY_MS, 1000000000},
 };
 
+/* _i: an algorithm, or RL_ALGO_COUNT for fixed_window aligned to the epoch */
+static enum rl_algo
+algo_of(int i, enum rl_align *align)
+{
+    *align = i == RL_ALGO_COUNT ? RL_ALIGN_EPOCH : RL_ALIGN_FIRST;
+    return i == RL_ALGO_COUNT ? RL_ALGO_FIXED_WINDOW : (enum rl_algo)i;
+}
+
+static const char *
+algo_label(int i)
+{
+    return i == RL_ALGO_COUNT ? "fixed_window aligned" : algo_def((enum rl_algo)i)->name;
+}
+
 START_TEST(each_algorithm_matches_its_twin)
 {
-    enum rl_algo algo = (enum rl_algo)_i;
+    enum rl_align align;
+    enum rl_algo algo = algo_of(_i, &align);
 
     for (size_t k = 0; k < RL_ARRAY_LEN(shapes); k++) {
         for (uint64_t seed = 1; seed <= 3; seed++) {
@@ -519,9 +542,11 @@ START_TEST(each_algorithm_matches_its_twin)
 
             snprintf(id, sizeof(id), "one:%d:%zu:%" PRIu64, _i, k, seed);
             snprintf(what, sizeof(what), "%s shape %zu seed %" PRIu64,
-                     algo_def(algo)->name, k, seed);
+                     algo_label(_i), k, seed);
             dp_add(&p, id, algo, shapes[k].limit, shapes[k].window_ms,
                    shapes[k].burst);
+            if (align == RL_ALIGN_EPOCH)
+                dp_align_last(&p);
             drive(&p, seed * 7919 + k * 31 + (uint64_t)_i, 160, what);
             dp_free(&p);
         }
@@ -532,7 +557,8 @@ END_TEST
 /* Random times rarely land on a boundary: visit them on purpose. */
 START_TEST(each_algorithm_matches_on_its_boundaries)
 {
-    enum rl_algo algo = (enum rl_algo)_i;
+    enum rl_align align;
+    enum rl_algo algo = algo_of(_i, &align);
 
     for (size_t k = 0; k < RL_ARRAY_LEN(shapes); k++) {
         struct dpolicy p = {0};
@@ -541,9 +567,11 @@ START_TEST(each_algorithm_matches_on_its_boundaries)
         char id[64], what[96];
 
         snprintf(id, sizeof(id), "edge:%d:%zu", _i, k);
-        snprintf(what, sizeof(what), "%s shape %zu", algo_def(algo)->name, k);
+        snprintf(what, sizeof(what), "%s shape %zu", algo_label(_i), k);
         dp_add(&p, id, algo, shapes[k].limit, shapes[k].window_ms,
                shapes[k].burst);
+        if (align == RL_ALIGN_EPOCH)
+            dp_align_last(&p);
         cap = algo_def(algo)->uses_burst ? p.l[0].lim.burst : p.l[0].lim.limit;
         gap = W / p.l[0].lim.limit;
         /* epoch-aligned, so window edges of the counter are hit too */
@@ -588,19 +616,82 @@ START_TEST(mixed_policies_match_and_stay_atomic)
         snprintf(id, sizeof(id), "mix:%" PRIu64, seed);
         snprintf(what, sizeof(what), "mixed seed %" PRIu64, seed);
         while (p.n < n) {
-            enum rl_algo a = (enum rl_algo)(rnd(&s) % RL_ALGO_COUNT);
+            enum rl_align align;
+            enum rl_algo a = algo_of((int)(rnd(&s) % (RL_ALGO_COUNT + 1)), &align);
             size_t k = rnd(&s) % RL_ARRAY_LEN(shapes);
             int dup = 0;
 
-            /* config.c refuses two limits with one algorithm and window */
+            /* config.c refuses two limits with one algorithm and window
+             * (aligned or not: they would share one key) */
             for (size_t i = 0; i < p.n; i++)
                 dup |= p.l[i].lim.algo == a &&
                        p.l[i].lim.window_ms == shapes[k].window_ms;
-            if (!dup)
-                dp_add(&p, id, a, shapes[k].limit, shapes[k].window_ms,
-                       shapes[k].burst);
+            if (dup)
+                continue;
+            dp_add(&p, id, a, shapes[k].limit, shapes[k].window_ms, shapes[k].burst);
+            if (align == RL_ALIGN_EPOCH)
+                dp_align_last(&p);
         }
         drive(&p, s, 250, what);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+/*
+ * An aligned window opens on the multiple of its length since the epoch,
+ * whenever the first check comes: the numbers themselves, not only C and
+ * Lua agreeing.  Units as envoyproxy/ratelimit divides time: a week starts
+ * on a Thursday (the epoch's weekday), a month is 30 days and a year 365,
+ * all counted from 1970-01-01T00:00:00Z.
+ */
+START_TEST(aligned_window_opens_on_the_epoch_multiple)
+{
+    static const struct {
+        int64_t window_ms;
+        int64_t now_s;     /* the first check */
+        int64_t reset_ms;  /* what it must answer */
+    } cases[] = {
+        {1000, 1700000000, 1000},
+        {60000, 1699999997, 43000},              /* 17 s into a minute */
+        {3600000, 1700000000, 2800000},          /* 1700000000 % 3600 = 800 */
+        {86400000, 1700000000, 6400000},         /* % 86400 = 80000 */
+        {7 * 86400000LL, 1700000000, 92800000},  /* % 604800 = 512000, from a Thursday */
+        {30 * 86400000LL, 1700000000, 352000000},      /* % 2592000 = 2240000 */
+        {365 * 86400000LL, 1700000000, 2944000000LL},  /* % 31536000 = 28592000 */
+    };
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(cases); k++) {
+        struct dpolicy p = {0};
+        char id[32], what[64];
+        int64_t now = cases[k].now_s * 1000000 + 250000; /* and a quarter second */
+        int64_t W = cases[k].window_ms * MS;
+        int64_t start = now - now % W;
+        redisReply *r;
+
+        snprintf(id, sizeof(id), "align:%zu", k);
+        snprintf(what, sizeof(what), "aligned %lld ms", (long long)cases[k].window_ms);
+        dp_add(&p, id, RL_ALGO_FIXED_WINDOW, 3, cases[k].window_ms, 0);
+        dp_align_last(&p);
+        r = dp_redis(&p, now, 1, 0, what, &(int64_t){0});
+        ck_assert_int_eq(r->element[0]->element[0]->integer, 1);
+        ck_assert_int_eq(r->element[0]->element[1]->integer, 2);
+        ck_assert_msg(r->element[0]->element[2]->integer == cases[k].reset_ms - 250,
+                      "%s: reset_ms %lld, want %lld", what,
+                      r->element[0]->element[2]->integer, (long long)cases[k].reset_ms - 250);
+        freeReplyObject(r);
+        /* the twin follows the same steps from here on */
+        {
+            struct rl_limit_result cr;
+            algo_def(RL_ALGO_FIXED_WINDOW)->commit(&p.l[0].lim, &p.l[0].st, now, 1, &cr);
+            ck_assert_int_eq(cr.reset_ms, cases[k].reset_ms - 250);
+        }
+        /* the last microsecond of the window still counts in it; the next
+         * one is a new window, whole again */
+        dp_step(&p, start + W - 1, 2, 0, what);
+        ck_assert_int_eq(dp_step(&p, start + W - 1, 1, 0, what), 0);
+        ck_assert_int_eq(dp_step(&p, start + W, 3, 0, what), 1);
+        ck_assert_int_eq(dp_step(&p, start + W + 1, 1, 0, what), 0);
         dp_free(&p);
     }
 }
@@ -956,8 +1047,8 @@ END_TEST
 
 START_TEST(daemon_batch_fails_one_check_alone)
 {
-    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10}};
-    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5}};
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST}};
     char n1[] = "p1", n2[] = "p2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1020,8 +1111,8 @@ END_TEST
  */
 START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
 {
-    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5},
-                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5}};
+    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST},
+                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST}};
     char name[] = "pa";
     struct rl_policy p = {.name = name, .limits = l, .nlimits = 2};
     struct rl_check_req use = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = 3};
@@ -1087,9 +1178,9 @@ END_TEST
  */
 START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
 {
-    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5}};
-    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5},
-                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5}};
+    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST}};
+    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST},
+                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST}};
     char n1[] = "pl1", n2[] = "pl2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1129,10 +1220,12 @@ diff_suite(void)
     tcase_set_timeout(tc, 900);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, script_is_the_embedded_one_and_reads_redis_time);
-    tcase_add_loop_test(tc, each_algorithm_matches_its_twin, 0, RL_ALGO_COUNT);
+    /* RL_ALGO_COUNT: fixed_window aligned to the epoch */
+    tcase_add_loop_test(tc, each_algorithm_matches_its_twin, 0, RL_ALGO_COUNT + 1);
     tcase_add_loop_test(tc, each_algorithm_matches_on_its_boundaries, 0,
-                        RL_ALGO_COUNT);
+                        RL_ALGO_COUNT + 1);
     tcase_add_test(tc, mixed_policies_match_and_stay_atomic);
+    tcase_add_test(tc, aligned_window_opens_on_the_epoch_multiple);
     tcase_add_test(tc, log_entries_in_one_microsecond_are_all_kept);
     tcase_add_test(tc, log_forced_keeps_the_newest_limit_members);
     tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
@@ -1150,17 +1243,13 @@ diff_suite(void)
 int
 main(void)
 {
-    SRunner *sr;
-    int failed;
+    int status;
 
     if (test_redis_start(&srv) != 0) {
         fprintf(stderr, "check_algo_diff: needs a redis-server\n");
         return EXIT_FAILURE;
     }
-    sr = srunner_create(diff_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    status = rl_unit_run(diff_suite(), CK_FORK_GETENV);
     test_redis_stop(&srv);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return status;
 }

@@ -14,7 +14,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include <check.h>
+#include "unit.h"
 #include <event2/event.h>
 
 #include "backend.h"
@@ -415,8 +415,6 @@ main(void)
 {
     Suite *s = suite_create("check");
     TCase *route = tcase_create("routing"), *local = tcase_create("local");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(route, policy_by_path_and_method);
     tcase_add_test(route, policy_by_name);
@@ -429,9 +427,5 @@ main(void)
     tcase_add_test(local, a_failed_backend_gets_the_failure_mode);
     suite_add_tcase(s, route);
     suite_add_tcase(s, local);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

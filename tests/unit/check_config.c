@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "algo.h"
 #include "config.h"
@@ -691,6 +691,43 @@ START_TEST(many_problems_all_reported)
 }
 END_TEST
 
+/* align: where a fixed window's windows start; only fixed_window has one. */
+START_TEST(limit_align)
+{
+    static const char ok[] =
+        "{ \"policies\": [ { \"name\": \"a\", \"limits\": [\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1m\", \"align\": \"epoch\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1s\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1h\", \"align\": \"first\" } ] } ] }\n";
+    static const char bad[] =
+        "{ \"policies\": [ { \"name\": \"a\", \"limits\": [\n"
+        "    { \"algorithm\": \"token_bucket\", \"limit\": 10, \"window\": \"1m\", \"align\": \"epoch\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1s\", \"align\": \"calendar\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1m\", \"align\": \"epoch\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": 60000 } ] } ] }\n";
+    static const struct want w[] = {
+        {"policies[0].limits[0].align", "only fixed_window has windows to align"},
+        {"policies[0].limits[1].align", "must be one of first, epoch"},
+        /* aligned or not, one algorithm and window is one key */
+        {"policies[0].limits[3]", "same algorithm and window as limits[2]"},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(ok, &cfg, &errs, &file), RL_OK);
+    ck_assert_int_eq(cfg->policies[0].limits[0].align, RL_ALIGN_EPOCH);
+    ck_assert_int_eq(cfg->policies[0].limits[1].align, RL_ALIGN_FIRST);
+    ck_assert_int_eq(cfg->policies[0].limits[2].align, RL_ALIGN_FIRST);
+    config_unref(cfg);
+    free(file);
+    ck_assert_int_eq(load_and_validate(bad, &cfg, &errs, &file), RL_ERR);
+    expect_errors(&errs, file, w, N_OF(w));
+    errors_free(&errs);
+    free(file);
+}
+END_TEST
+
 /*
  * Problems only found across fields (duplicate names, a listen address that
  * does not parse) are reported together with the problems of single fields:
@@ -1152,6 +1189,7 @@ config_suite(void)
 
     tc = tcase_create("problems");
     tcase_add_test(tc, many_problems_all_reported);
+    tcase_add_test(tc, limit_align);
     tcase_add_test(tc, cross_field_problems_reported_with_the_rest);
     tcase_add_test(tc, duplicate_policy_names);
     tcase_add_test(tc, too_many_limits);
@@ -1188,11 +1226,5 @@ config_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(config_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(config_suite(), CK_FORK_GETENV);
 }

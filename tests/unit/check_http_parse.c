@@ -16,7 +16,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "http_parse.h"
 
@@ -764,11 +764,5 @@ http_parse_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(http_parse_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(http_parse_suite(), CK_FORK_GETENV);
 }

@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "config.h"
 #include "identity.h"
@@ -839,11 +839,5 @@ identity_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(identity_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(identity_suite(), CK_FORK_GETENV);
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "log.h"
 
@@ -117,12 +117,5 @@ log_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(log_suite());
-    int failures;
-
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(log_suite(), CK_NOFORK);
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "pathnorm.h"
 #include "util.h"
@@ -159,11 +159,5 @@ pathnorm_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(pathnorm_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(pathnorm_suite(), CK_FORK_GETENV);
 }
