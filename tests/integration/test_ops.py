@@ -701,6 +701,15 @@ def t_k8s_schema():
     objs = k8s_objects()
     problems = []
     defined = {(o["kind"], o["metadata"]["name"]): o for _, o in objs if "metadata" in o}
+    # what a manifest's comments say to make with kubectl (a ConfigMap or a
+    # Secret from files) is defined too
+    for p in glob.glob(os.path.join(SRC, "deploy", "kubernetes", "*.yaml")):
+        with open(p) as f:
+            for kind, name, keys in re.findall(r"kubectl create (configmap|secret generic) ([\w.-]+)((?: --from-[\w-]+=[\w.-]+)*)",
+                                               f.read()):
+                data = {k.split("=")[0].split("/")[-1]: "" for k in re.findall(r"--from-[\w-]+=([\w./-]+)", keys)}
+                defined.setdefault(("ConfigMap" if kind == "configmap" else "Secret", name),
+                                   {"kind": kind, "data": data or {"": ""}})
     deployments = [o for _, o in objs if o.get("kind") == "Deployment"]
     for f, o in objs:
         where = "%s: %s %s" % (f, o.get("kind"), o.get("metadata", {}).get("name"))
