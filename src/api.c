@@ -20,9 +20,11 @@
 #include "util.h"
 #include "worker.h"
 
-/* Room for every quota header of a decision. */
-#define HEADERS_MAX 1024
 #define BODY_MAX 2048
+
+/* On every 503 of ours: the backend reconnects within a second or so, a
+ * drain sends the caller elsewhere. */
+#define RETRY_AFTER_503 "Retry-After: 1\r\n"
 
 /* http_req.flags: answer with status and headers only (auth subrequests). */
 #define API_NO_BODY 0x1u
@@ -38,13 +40,18 @@ respond(struct http_req *r, int status, const char *headers, size_t hlen, const 
                                                   .body_len = blen});
 }
 
-/* {"error": msg} with msg escaped: it may quote what the caller sent. */
+/* {"error": msg} with msg escaped: it may quote what the caller sent.  Every
+ * 503 says when to try again (gateways pass it on as it is). */
 static void
 respond_error(struct http_req *r, int status, const char *extra, const char *msg)
 {
     json_t *o = json_pack("{s:s}", "error", msg);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    size_t elen = extra ? strlen(extra) : 0;
+    size_t elen;
+
+    if (status == 503 && extra == NULL)
+        extra = RETRY_AFTER_503;
+    elen = extra ? strlen(extra) : 0;
 
     if (s != NULL)
         respond(r, status, extra, elen, s, strlen(s));
@@ -114,22 +121,19 @@ on_check_done(const struct rl_decision *d, void *arg)
 {
     struct http_req *r = arg;
     struct rl_worker *w = http_req_arg(r);
-    char headers[HEADERS_MAX], body[BODY_MAX];
+    char headers[RESPONSE_HEADERS_MAX], body[BODY_MAX];
     struct strbuf sb;
     size_t n;
 
     if (r->start_us != 0)
         access_log(r, w, d);
-    if (d->status == 503 && !(r->flags & API_NO_BODY)) {
-        respond_error(r, 503, NULL, "backend unavailable");
-    } else {
-        sb_init(&sb, headers, sizeof(headers));
-        response_headers(d, add_header, &sb);
-        /* nginx and Caddy keep an auth subrequest's connection only when
-         * its answer has no body: there, status and headers say it all */
-        n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
-        respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
-    }
+    metrics_check_duration(w->metrics, now_monotonic_us() - r->first_us);
+    sb_init(&sb, headers, sizeof(headers));
+    response_headers(d, add_header, &sb);
+    /* nginx and Caddy keep an auth subrequest's connection only when
+     * its answer has no body: there, status and headers say it all */
+    n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
+    respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
     worker_check_done(w);
 }
 
@@ -281,6 +285,22 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     }
 }
 
+/* {"status":..., ["degraded":true, "failure_mode":...,] "reason":..., "worker":N} */
+static void
+respond_status(struct http_req *r, int status, json_t *o, const char *fallback)
+{
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    const char *extra = status == 503 ? RETRY_AFTER_503 : NULL;
+    size_t elen = extra != NULL ? strlen(extra) : 0;
+
+    if (s != NULL)
+        respond(r, status, extra, elen, s, strlen(s));
+    else
+        respond(r, status, extra, elen, fallback, strlen(fallback));
+    free(s);
+    json_decref(o);
+}
+
 static void
 on_json_done(const struct rls_response *resp, void *arg)
 {
@@ -335,21 +355,39 @@ handle_readyz(struct http_req *r, struct rl_worker *w)
 {
     int which;
     const char *reason = worker_readiness(w, &which);
-    json_t *o;
-    char *s;
 
     if (reason == NULL) {
         respond(r, 200, NULL, 0, "{\"status\":\"ready\"}", 18);
         return;
     }
-    o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
-    s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (s != NULL)
-        respond(r, 503, NULL, 0, s, strlen(s));
-    else
-        respond(r, 503, NULL, 0, "{\"status\":\"not ready\"}", 22);
-    free(s);
-    json_decref(o);
+    respond_status(
+        r, 503,
+        json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which),
+        "{\"status\":\"not ready\"}");
+}
+
+/* Readiness for a sidecar: can checks be answered as configured? */
+static void
+handle_serving(struct http_req *r, struct rl_worker *w)
+{
+    const char *reason;
+    int which;
+
+    if (!worker_serving(w, &reason, &which)) {
+        respond_status(r, 503,
+                       json_pack("{s:s,s:s,s:i}", "status", "not serving", "reason", reason,
+                                 "worker", which),
+                       "{\"status\":\"not serving\"}");
+    } else if (reason != NULL) {
+        respond_status(r, 200,
+                       json_pack("{s:s,s:b,s:s,s:s,s:i}", "status", "serving", "degraded", 1,
+                                 "failure_mode",
+                                 config_failure_mode_name(w->cfg->failure_mode), "reason",
+                                 reason, "worker", which),
+                       "{\"status\":\"serving\",\"degraded\":true}");
+    } else {
+        respond(r, 200, NULL, 0, "{\"status\":\"serving\"}", 20);
+    }
 }
 
 static void
@@ -404,6 +442,11 @@ api_handle(struct http_req *r, void *arg)
             handle_readyz(r, w);
         else
             respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else if (path_is(h, "/serving", 8)) {
+        if (get)
+            handle_serving(r, w);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else if (path_is(h, "/metrics", 8)) {
         if (get)
             handle_metrics(r, w);
@@ -413,6 +456,6 @@ api_handle(struct http_req *r, void *arg)
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
                       "no such path: use POST /check, POST /json, GET /healthz, "
-                      "GET /readyz or GET /metrics");
+                      "GET /readyz, GET /serving or GET /metrics");
     }
 }

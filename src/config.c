@@ -611,6 +611,12 @@ static const struct schema top_schema = {
 };
 /* clang-format on */
 
+const char *
+config_failure_mode_name(enum rl_failure_mode m)
+{
+    return (size_t)m < RL_ARRAY_LEN(failure_names) - 1 ? failure_names[m] : "?";
+}
+
 /* ---- cross-field checks: they read, never write ------------------------- */
 
 static void
@@ -894,7 +900,10 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
     char *cause = NULL;
 
     if (cfg->listen != NULL && listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
-        schema_bad(ctx, "listen", "%s", cause);
+        /* a flag's or variable's value is its own problem, not the file's */
+        struct schema_ctx own = {cfg->listen_origin ? cfg->listen_origin : ctx->origin,
+                                 ctx->errs};
+        schema_bad(&own, "listen", "%s", cause);
         free(cause);
     } else if (cfg->listen != NULL) {
         listen_addr_clear(&la);
@@ -1347,7 +1356,11 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
 {
     struct schema_ctx ctx = {origin, errs};
 
-    return schema_set(&top_schema, cfg, name, text, &ctx);
+    if (schema_set(&top_schema, cfg, name, text, &ctx) != RL_OK)
+        return RL_ERR;
+    if (strcmp(name, "listen") == 0) /* checked with the top level, later */
+        cfg->listen_origin = origin;
+    return RL_OK;
 }
 
 int

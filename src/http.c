@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -91,6 +93,7 @@ struct http_conn {
     char *rbuf;
     size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it counted in buffered_total */
     size_t scan;             /* head bytes already searched for its end */
+    int64_t first_us;        /* when the read that began this request came */
     size_t head_len;
     int64_t need; /* C_BODY: body bytes */
     struct http_chunked ch;
@@ -595,6 +598,7 @@ dispatch(struct http_conn *c, const char *body, size_t len, int more)
     r->head = &c->head;
     r->body = body;
     r->body_len = len;
+    r->first_us = c->first_us;
     r->head_only = c->head.method == HTTP_M_HEAD;
     r->keep_alive = c->head.keep_alive && (!srv->draining || more);
     r->minor = c->head.minor;
@@ -863,6 +867,24 @@ conn_settle(struct http_conn *c)
         want_read(c, 1);
 }
 
+/*
+ * A request read in part: acknowledge now what was read.  A client that
+ * writes its head and body apart without TCP_NODELAY (httpx, many HTTP/1.1
+ * clients) holds the body back (Nagle) until the head is acknowledged, and
+ * Linux delays that ACK (40 ms and more) on a connection it takes for
+ * request/response, hoping to send it with the answer, which waits for the
+ * body.  TCP_QUICKACK sends the ACK at once; the kernel clears it again, so
+ * it is set after every such read (a system call only then).
+ */
+static void
+ack_now(struct http_conn *c)
+{
+    int one = 1;
+
+    if (c->peer.ss_family == AF_INET || c->peer.ss_family == AF_INET6)
+        (void)setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
 static void
 on_read(evutil_socket_t fd, short what, void *arg)
 {
@@ -891,6 +913,8 @@ on_read(evutil_socket_t fd, short what, void *arg)
         conn_settle(c);
         return;
     }
+    if (c->rpos == c->rlen && c->state == C_HEAD)
+        c->first_us = now_monotonic_us(); /* this read begins a request */
     n = read(fd, c->rbuf + c->rlen, c->rcap - c->rlen);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -907,6 +931,8 @@ on_read(evutil_socket_t fd, short what, void *arg)
         c->busy++;
         process(c);
         c->busy--;
+        if (c->rpos < c->rlen && c->state <= C_CHUNKED)
+            ack_now(c);
     }
     conn_settle(c);
     (void)what;

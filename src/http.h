@@ -39,6 +39,7 @@ struct http_req {
     int keep_alive; /* the client's wish */
     int minor;
     int answered;
+    int64_t first_us; /* when the read that began it came (now_monotonic_us) */
     int64_t start_us; /* for the handler's own use (access log) */
     unsigned flags;   /* for the handler's own use */
     /* an answer ready before the ones ahead of it on the connection */

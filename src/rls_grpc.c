@@ -92,21 +92,14 @@ should_rate_limit(struct rl_worker *w, struct grpc_call *c, const struct grpc_re
     arena_release(&w->rls_arena, m);
 }
 
-/*
- * SERVING while the daemon answers checks as configured: always with
- * failure_mode open or local (they answer without Redis too), with closed
- * only while every worker's backend is ready; never while draining.
- */
+/* SERVING exactly when GET /serving says 200: worker_serving() is the one
+ * predicate (draining, failure_mode, every worker's backend). */
 static enum rls_serving
 serving(struct rl_worker *w)
 {
-    int which;
+    const char *reason;
 
-    if (w->draining)
-        return RLS_NOT_SERVING;
-    if (worker_readiness(w, &which) == NULL || w->cfg->failure_mode != RL_FAIL_CLOSED)
-        return RLS_SERVING;
-    return RLS_NOT_SERVING;
+    return worker_serving(w, &reason, NULL) ? RLS_SERVING : RLS_NOT_SERVING;
 }
 
 static void

@@ -85,11 +85,15 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+/* The reason a draining worker gives; told apart from the backend's by
+ * address (worker_serving). */
+static const char shutting_down[] = "shutting down";
+
 static const char *
 own_readiness(struct rl_worker *w)
 {
     if (w->draining)
-        return "shutting down";
+        return shutting_down;
     return w->backend->ops->not_ready(w->backend);
 }
 
@@ -117,6 +121,21 @@ worker_readiness(struct rl_worker *w, int *which)
         *which = w->peers[i].id;
     }
     return reason;
+}
+
+bool
+worker_serving(struct rl_worker *w, const char **reason, int *which)
+{
+    int who;
+
+    *reason = worker_readiness(w, which != NULL ? which : &who);
+    if (*reason == NULL)
+        return true;
+    if (*reason == shutting_down)
+        return false;
+    /* open and local answer every check without the backend; closed would
+     * answer each with a 503 */
+    return w->cfg->failure_mode != RL_FAIL_CLOSED;
 }
 
 /* The config handed over by worker_set_config, swapped in on this thread. */

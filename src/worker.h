@@ -8,6 +8,7 @@
 #define RL_WORKER_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "arena.h"
 #include "check.h"
@@ -89,6 +90,17 @@ void worker_free(struct rl_worker *w);
  * or NULL when every worker is: w's own state read now, the others' as they
  * last published it (at most READY_PUBLISH_MS ago).  On w's thread. */
 const char *worker_readiness(struct rl_worker *w, int *which);
+
+/*
+ * Whether the daemon can answer checks as configured (GET /serving, gRPC
+ * health's SERVING): not while draining; with failure_mode closed, not while
+ * a worker's backend is not ready (its checks would be 503s); with open or
+ * local, yes even then (they answer without the backend, degraded).
+ * *reason: why not, or why the answers are degraded; NULL when every backend
+ * is ready (static text).  *which (may be NULL): the worker that says so.
+ * On w's thread, as worker_readiness.
+ */
+bool worker_serving(struct rl_worker *w, const char **reason, int *which);
 
 /* Called by the API around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);
