@@ -7,6 +7,9 @@
  * protocol's field numbers, so a drift in src/proto/ fails here; what is
  * not a message is refused, and so is one that would pass the arena's cap.
  */
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include <check.h>
 
 #include "arena.h"
+#include "slab.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "rls_codec.h"
@@ -384,6 +388,58 @@ START_TEST(arena_marks_nest)
 }
 END_TEST
 
+/* The slab under nghttp2 (grpc.c): blocks come back from their list, the
+ * lists keep at most `keep`, realloc keeps the bytes. */
+START_TEST(slab_lists)
+{
+    struct slab s;
+    unsigned char *a, *b, *c, *big, *p;
+
+    slab_init(&s, 2);
+    a = slab_alloc(&s, 40);
+    b = slab_alloc(&s, 64);
+    c = slab_alloc(&s, 1);
+    big = slab_alloc(&s, 5000); /* past every class: malloc's */
+    ck_assert_uint_eq((uintptr_t)a % alignof(max_align_t), 0);
+    ck_assert_uint_eq((uintptr_t)big % alignof(max_align_t), 0);
+    memset(a, 1, 64);
+    memset(b, 2, 64);
+    memset(c, 3, 64);
+    memset(big, 4, 5000);
+    slab_release(&s, a);
+    slab_release(&s, b);
+    slab_release(&s, c); /* past keep: to malloc */
+    slab_release(&s, big);
+    slab_release(&s, NULL);
+    ck_assert_uint_eq(s.list[0].n, 2);
+    ck_assert_ptr_eq(slab_alloc(&s, 10), b); /* last in, first out */
+    ck_assert_ptr_eq(slab_alloc(&s, 64), a);
+    ck_assert_uint_eq(s.list[0].n, 0);
+    slab_release(&s, a);
+
+    /* realloc: the same block while it fits, its bytes kept when not */
+    p = slab_alloc(&s, 100); /* a 128-byte block */
+    for (int i = 0; i < 100; i++)
+        p[i] = (unsigned char)i;
+    ck_assert_ptr_eq(slab_realloc(&s, p, 128), p);
+    p = slab_realloc(&s, p, 300);
+    for (int i = 0; i < 100; i++)
+        ck_assert_uint_eq(p[i], (unsigned char)i);
+    p = slab_realloc(&s, p, 4000);
+    for (int i = 0; i < 100; i++)
+        ck_assert_uint_eq(p[i], (unsigned char)i);
+    slab_release(&s, p);
+    slab_release(&s, b);
+    p = slab_realloc(&s, NULL, 7);
+    ck_assert_ptr_eq(p, b); /* the list's */
+    slab_release(&s, p);
+    slab_release(&s, slab_realloc(&s, NULL, 0));
+    slab_purge(&s);
+    for (unsigned k = 0; k < SLAB_CLASSES; k++)
+        ck_assert_ptr_null(s.list[k].head);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -402,6 +458,7 @@ main(void)
     tcase_add_test(tc, encoding_past_the_cap_fails);
     tcase_add_test(tc, health_messages);
     tcase_add_test(tc, arena_marks_nest);
+    tcase_add_test(tc, slab_lists);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
