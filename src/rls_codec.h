@@ -2,9 +2,9 @@
  * rls_codec.h — the messages of the gRPC listener as bytes: a
  * RateLimitRequest into a struct rls_request, a struct rls_response into a
  * RateLimitResponse, and gRPC health checking's two messages.  protobuf-c
- * does the wire format (code generated from src/proto/ at build time); this
- * module maps its messages onto src/rls.h's structs, with every allocation
- * in the caller's arena.
+ * does the wire format (code generated from src/proto/ at build time) but
+ * for the RateLimitRequest, the hot one, read here straight into src/rls.h's
+ * structs; every allocation is in the caller's arena.
  */
 #ifndef RL_RLS_CODEC_H
 #define RL_RLS_CODEC_H
@@ -21,9 +21,10 @@ struct arena;
 extern const char rls_codec_too_complex[];
 
 /*
- * Decode `len` bytes of a RateLimitRequest into *req, whose arrays and
- * strings live in `a` until it is released (strings keep every byte the
- * message held, a NUL too).  RL_ERR and a static *why when the bytes are
+ * Decode `len` bytes of a RateLimitRequest into *req, whose arrays live in
+ * `a` until it is released and whose strings point into buf (they keep
+ * every byte the message held, a NUL too): both must outlive *req.  It takes
+ * and refuses what protobuf-c's unpack does.  RL_ERR and a static *why when the bytes are
  * not a RateLimitRequest, or decoding them would pass the arena's cap
  * (*why is rls_codec_too_complex).  req->timeout_ms is left 0 (the
  * transport's to set).

@@ -21,6 +21,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "rls_codec.h"
+#include "../rls_codec_diff.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest PbRequest;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor PbDescriptor;
@@ -223,6 +224,195 @@ START_TEST(the_arena_cap_bounds_decoding)
     ck_assert_uint_eq(req.descriptors[0].nentries, 2000);
     arena_free(&a);
     free(buf);
+}
+END_TEST
+
+/* ---- the decoder against protobuf-c's unpack ------------------------------ */
+
+/* Messages written field by field at random: mostly the fields of each
+ * message with their own wire types, some with another, fields nobody
+ * defined, every wire type (3, 4, 6 and 7 too), repeated scalars and
+ * messages (the last wins, or protobuf-c merges), varints of up to 11 bytes,
+ * tags written longer than they need; then cut, flipped or grown by a byte. */
+struct gen {
+    uint64_t s;
+};
+
+static uint32_t
+gen_next(struct gen *g)
+{
+    g->s ^= g->s << 13;
+    g->s ^= g->s >> 7;
+    g->s ^= g->s << 17;
+    return (uint32_t)(g->s >> 16);
+}
+
+struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static void
+wb_put(struct wbuf *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        ck_assert_ptr_nonnull(b->p);
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+/* v as a varint, `pad` bytes longer than it needs (0x80 ... 0x00) */
+static void
+wb_varint(struct wbuf *b, uint64_t v, unsigned pad)
+{
+    uint8_t out[16];
+    size_t n = 0;
+
+    do {
+        out[n++] = (uint8_t)(v & 0x7f) | 0x80;
+        v >>= 7;
+    } while (v != 0);
+    for (; pad > 0 && n < sizeof(out); pad--)
+        out[n++] = 0x80;
+    out[n - 1] &= 0x7f;
+    wb_put(b, out, n);
+}
+
+enum gen_kind { G_REQUEST, G_DESCRIPTOR, G_ENTRY, G_OVERRIDE, G_U64, G_BYTES };
+
+/* The fields 1..3 of each message: their wire type and what they hold. */
+static const struct {
+    unsigned wt;
+    enum gen_kind holds;
+} gen_fields[][3] = {
+    [G_REQUEST] = {{2, G_BYTES}, {2, G_DESCRIPTOR}, {0, G_BYTES}},
+    [G_DESCRIPTOR] = {{2, G_ENTRY}, {2, G_OVERRIDE}, {2, G_U64}},
+    [G_ENTRY] = {{2, G_BYTES}, {2, G_BYTES}, {0xff, G_BYTES}},
+    [G_OVERRIDE] = {{0, G_BYTES}, {0, G_BYTES}, {0xff, G_BYTES}},
+    [G_U64] = {{0, G_BYTES}, {0xff, G_BYTES}, {0xff, G_BYTES}},
+};
+
+static uint64_t
+gen_varint_value(struct gen *g)
+{
+    switch (gen_next(g) % 5) {
+    case 0: return gen_next(g) % 4;
+    case 1: return gen_next(g) % 300;
+    case 2: return gen_next(g);
+    default: return (uint64_t)gen_next(g) << 32 | gen_next(g);
+    }
+}
+
+static void gen_message(struct gen *g, struct wbuf *b, enum gen_kind kind, int depth);
+
+static void
+gen_field(struct gen *g, struct wbuf *b, enum gen_kind kind, int depth)
+{
+    uint32_t r = gen_next(g) % 100, num;
+    unsigned wt;
+    enum gen_kind holds = G_BYTES;
+
+    if (r < 75) {
+        num = 1 + gen_next(g) % 3;
+        while (gen_fields[kind][num - 1].wt == 0xff)
+            num = 1 + gen_next(g) % 3;
+        wt = gen_fields[kind][num - 1].wt;
+        holds = gen_fields[kind][num - 1].holds;
+    } else if (r < 85) {
+        num = 1 + gen_next(g) % 3; /* maybe another wire type than its own */
+        wt = gen_next(g) % 6 == 0 ? gen_next(g) % 8 : (unsigned[]){0, 1, 2, 5}[gen_next(g) % 4];
+    } else {
+        num = gen_next(g) % 4 == 0 ? gen_next(g) : 4 + gen_next(g) % 60;
+        wt = gen_next(g) % 10 == 0 ? gen_next(g) % 8 : (unsigned[]){0, 1, 2, 5}[gen_next(g) % 4];
+    }
+    wb_varint(b, (uint64_t)num << 3 | wt, gen_next(g) % 12 == 0 ? 1 + gen_next(g) % 4 : 0);
+    switch (wt) {
+    case 0:
+        wb_varint(b, gen_varint_value(g), gen_next(g) % 15 == 0 ? gen_next(g) % 3 : 0);
+        break;
+    case 1:
+    case 5: {
+        uint8_t x[8];
+        for (size_t i = 0; i < sizeof(x); i++)
+            x[i] = (uint8_t)gen_next(g);
+        wb_put(b, x, wt == 1 ? 8 : 4);
+        break;
+    }
+    case 2: {
+        struct wbuf sub = {0};
+        if (holds != G_BYTES && depth < 4) {
+            gen_message(g, &sub, holds, depth + 1);
+        } else {
+            size_t n = gen_next(g) % 9;
+            for (size_t i = 0; i < n; i++) {
+                uint8_t c = gen_next(g) % 3 == 0 ? 0 : (uint8_t)('a' + gen_next(g) % 4);
+                wb_put(&sub, &c, 1);
+            }
+        }
+        wb_varint(b, sub.len, gen_next(g) % 20 == 0 ? 1 : 0);
+        wb_put(b, sub.p, sub.len);
+        free(sub.p);
+        break;
+    }
+    default: /* groups, 6 and 7: nothing after them */
+        break;
+    }
+}
+
+static void
+gen_message(struct gen *g, struct wbuf *b, enum gen_kind kind, int depth)
+{
+    size_t n = gen_next(g) % (kind == G_REQUEST ? 7 : 5);
+
+    for (size_t i = 0; i < n; i++)
+        gen_field(g, b, kind, depth);
+}
+
+/* 1 when both decoders took the bytes, 0 when both refused them */
+static int
+diff_ok(const uint8_t *p, size_t len, uint32_t seed, const char *what)
+{
+    int taken = 0;
+    const char *d = rls_codec_diff(p, len, &taken);
+
+    if (d != NULL) {
+        char hex[3 * 64 + 1] = "";
+        for (size_t i = 0; i < len && i < 64; i++)
+            snprintf(hex + 3 * i, 4, "%02x ", p[i]);
+        ck_abort_msg("seed %u (%s, %zu bytes: %s): %s", seed, what, len, hex, d);
+    }
+    return taken;
+}
+
+START_TEST(decoder_agrees_with_protobuf_c)
+{
+    uint32_t taken = 0, refused = 0;
+
+    for (uint32_t seed = 1; seed <= 20000; seed++) {
+        struct gen g = {0x9e3779b97f4a7c15ULL * seed};
+        struct wbuf b = {0};
+        size_t at;
+
+        gen_message(&g, &b, G_REQUEST, 0);
+        taken += diff_ok(b.p, b.len, seed, "as written");
+        if (b.len == 0) {
+            free(b.p);
+            continue;
+        }
+        at = gen_next(&g) % b.len;
+        refused += !diff_ok(b.p, at, seed, "cut");
+        b.p[at] ^= (uint8_t)(1u << gen_next(&g) % 8);
+        refused += !diff_ok(b.p, b.len, seed, "a bit flipped");
+        b.p[at] = (uint8_t)gen_next(&g);
+        refused += !diff_ok(b.p, b.len, seed, "a byte replaced");
+        free(b.p);
+    }
+    /* both halves of the decoders were compared, not only their refusals */
+    ck_assert_uint_ge(taken, 5000);
+    ck_assert_uint_ge(refused, 5000);
 }
 END_TEST
 
@@ -453,6 +643,7 @@ main(void)
     tcase_add_test(tc, empty_request_is_all_defaults);
     tcase_add_test(tc, not_a_message_is_refused);
     tcase_add_test(tc, the_arena_cap_bounds_decoding);
+    tcase_add_test(tc, decoder_agrees_with_protobuf_c);
     tcase_add_test(tc, response_round_trip);
     tcase_add_test(tc, response_to_the_wire);
     tcase_add_test(tc, encoding_past_the_cap_fails);
