@@ -382,7 +382,9 @@ static void
 finish(struct rls_op *op)
 {
     struct rl_config *cfg = op->cfg;
-    struct rls_status *st = xcalloc(op->n, sizeof(*st));
+    /* Envoy sends a handful of descriptors: no allocation for them */
+    struct rls_status few[8];
+    struct rls_status *st = op->n <= RL_ARRAY_LEN(few) ? few : xmalloc(op->n * sizeof(*st));
     struct rls_response resp;
     size_t over = 0, quota = 0, quota_over = 0;
     int unavailable = 0;
@@ -430,7 +432,8 @@ finish(struct rls_op *op)
     op->done(&resp, op->arg);
     for (size_t i = 0; i < resp.nheaders; i++)
         free(resp.headers[i].value);
-    free(st);
+    if (st != few)
+        free(st);
     config_unref(cfg);
     free(op);
 }
@@ -540,12 +543,16 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     const struct rls_str *shared[RLS_ENTRIES_MAX];
     struct rls_op *op;
     char id[RL_IDENTITY_MAX];
+    size_t size;
 
     if (check_request(req, cause) != RL_OK) {
         __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
         return RL_ERR;
     }
-    op = xcalloc(1, sizeof(*op) + req->ndescriptors * sizeof(op->slots[0]));
+    /* malloc then memset, not calloc: glibc's calloc passes its per-thread
+     * cache by, and a block this size is freed and asked again every call */
+    size = sizeof(*op) + req->ndescriptors * sizeof(op->slots[0]);
+    op = memset(xmalloc(size), 0, size);
     op->cfg = config_ref(cfg);
     op->env = env;
     op->done = done;

@@ -39,6 +39,9 @@ int rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
  */
 const uint8_t *rls_codec_encode_response(struct arena *a, const struct rls_response *resp,
                                          size_t *len);
+/* At least the packed size of the RateLimitResponse resp says: what
+ * rls_codec_encode_response packs into (not a bound on max_message). */
+size_t rls_codec_response_bound(const struct rls_response *resp);
 
 /* grpc.health.v1.HealthCheckRequest: the service asked about (in a). */
 int rls_codec_decode_health(struct arena *a, const uint8_t *buf, size_t len,

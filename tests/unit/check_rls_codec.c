@@ -515,6 +515,51 @@ START_TEST(response_to_the_wire)
 }
 END_TEST
 
+/* The buffer the answer is packed into, without protobuf-c's sizing pass,
+ * holds every field at its widest (negative enums take 10 bytes). */
+START_TEST(response_bound_holds_the_widest_fields)
+{
+    static char name[300];
+    char value[] = "a header value";
+    struct rls_status st[4];
+    struct rls_response r = {.overall_code = (enum rls_code)-1, .statuses = st};
+    size_t want;
+    struct arena a;
+    const uint8_t *out;
+    size_t n = 0;
+    PbResponse *m;
+
+    memset(name, 'n', sizeof(name) - 1);
+    for (size_t i = 0; i < 4; i++)
+        st[i] = (struct rls_status){.code = (enum rls_code)INT32_MIN,
+                                    .has_limit = 1,
+                                    .requests_per_unit = UINT32_MAX,
+                                    .unit = (enum rls_unit)-1,
+                                    .name = name,
+                                    .limit_remaining = UINT32_MAX,
+                                    .until_reset_ms = INT64_MAX - (int64_t)i};
+    r.nstatuses = 4;
+    for (size_t i = 0; i < RLS_HEADERS_MAX; i++) {
+        r.headers[i].name = name;
+        r.headers[i].value = value;
+    }
+    r.nheaders = RLS_HEADERS_MAX;
+    arena_init(&a, 0, 0);
+    out = rls_codec_encode_response(&a, &r, &n);
+    ck_assert_ptr_nonnull(out);
+    m = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, n, out);
+    ck_assert_ptr_nonnull(m);
+    want = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(m);
+    ck_assert_uint_eq(n, want);
+    ck_assert_uint_ge(rls_codec_response_bound(&r), n);
+    ck_assert_uint_eq(m->n_statuses, 4);
+    ck_assert_int_eq(m->statuses[3]->duration_until_reset->seconds, INT64_MAX / 1000);
+    ck_assert_int_eq((int)m->statuses[0]->current_limit->unit, -1);
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(m, NULL);
+    arena_free(&a);
+}
+END_TEST
+
 START_TEST(encoding_past_the_cap_fails)
 {
     struct rls_status st[3];
@@ -646,6 +691,7 @@ main(void)
     tcase_add_test(tc, decoder_agrees_with_protobuf_c);
     tcase_add_test(tc, response_round_trip);
     tcase_add_test(tc, response_to_the_wire);
+    tcase_add_test(tc, response_bound_holds_the_widest_fields);
     tcase_add_test(tc, encoding_past_the_cap_fails);
     tcase_add_test(tc, health_messages);
     tcase_add_test(tc, arena_marks_nest);
