@@ -18,6 +18,7 @@ struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
 struct rl_policy;
+struct slab;
 
 /* What a worker lends each check. */
 struct rl_check_env {
@@ -27,6 +28,7 @@ struct rl_check_env {
     struct rl_deny_cache *deny; /* NULL: no local cache of denials */
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
     int64_t (*now_us)(void);    /* NULL: now_monotonic_us (tests drive it) */
+    struct slab *slab;          /* NULL: malloc; the worker's blocks for per-call state */
 };
 
 struct rl_check_input {

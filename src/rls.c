@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "response.h"
 #include "rls.h"
+#include "slab.h"
 #include "util.h"
 
 /* Bounds of a request: Envoy sends a handful of descriptors of a few
@@ -435,7 +436,10 @@ finish(struct rls_op *op)
     if (st != few)
         free(st);
     config_unref(cfg);
-    free(op);
+    if (op->env->slab != NULL)
+        slab_release(op->env->slab, op);
+    else
+        free(op);
 }
 
 static void
@@ -549,10 +553,10 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
         __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
         return RL_ERR;
     }
-    /* malloc then memset, not calloc: glibc's calloc passes its per-thread
-     * cache by, and a block this size is freed and asked again every call */
+    /* from the worker's slab: with a hundred calls in flight, malloc's
+     * per-thread cache (7 blocks a size) misses, and calloc never uses it */
     size = sizeof(*op) + req->ndescriptors * sizeof(op->slots[0]);
-    op = memset(xmalloc(size), 0, size);
+    op = memset(env->slab != NULL ? slab_alloc(env->slab, size) : xmalloc(size), 0, size);
     op->cfg = config_ref(cfg);
     op->env = env;
     op->done = done;
