@@ -137,8 +137,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_rls: against protobuf-c: %s\n", diff);
         abort();
     }
-    if (rls_codec_decode_request(&arena, data, size, &req, &why) != RL_OK) {
-        if (why == NULL || arena.total > ARENA_CAP)
+    if ((why = rls_codec_decode_request(&arena, data, size, &req)) != NULL) {
+        if (arena.total > ARENA_CAP)
             abort();
         arena_release(&arena, m);
         return 0;

@@ -43,6 +43,10 @@ int listener_start(struct listener *l, struct event_base *base, int fd, listener
 void listener_closed(struct listener *l);
 /* A new cap (a reload): accepting pauses or resumes at once. */
 void listener_set_cap(struct listener *l, size_t cap);
+/* Accept, now and whatever the cap, every connection the kernel has
+ * queued on the socket (before listener_stop on a drain: closing the
+ * socket would reset them, requests already sent and all). */
+void listener_take_queued(struct listener *l);
 /* No more accepting (drain, exit); the socket is closed. */
 void listener_stop(struct listener *l);
 

@@ -79,19 +79,19 @@ wire_str(const char *s)
     return out;
 }
 
-/* A message of type d from len bytes, every allocation in a; NULL and *why
- * when the bytes are not one, or it would pass the arena's cap. */
-static ProtobufCMessage *
+/* *out: a message of type d from len bytes, every allocation in a.
+ * Returns NULL, or `not_one` when the bytes are not one, or
+ * rls_codec_too_complex when it would pass the arena's cap. */
+static const char *
 unpack(struct arena *a, const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
-       const char *not_one, const char **why)
+       const char *not_one, ProtobufCMessage **out)
 {
     struct codec_alloc ca;
-    ProtobufCMessage *m;
 
     codec_init(&ca, a);
-    if ((m = protobuf_c_message_unpack(d, &ca.pa, len, buf)) == NULL)
-        *why = ca.capped ? rls_codec_too_complex : not_one;
-    return m;
+    if ((*out = protobuf_c_message_unpack(d, &ca.pa, len, buf)) == NULL)
+        return ca.capped ? rls_codec_too_complex : not_one;
+    return NULL;
 }
 
 /* ---- RateLimitRequest, by hand ---------------------------------------------- */
@@ -335,9 +335,9 @@ decode_descriptor(struct arena *a, const uint8_t *p, size_t len, struct rls_desc
     return RL_OK;
 }
 
-int
+const char *
 rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
-                         struct rls_request *req, const char **why)
+                         struct rls_request *req)
 {
     /* RateLimitRequest: domain = 1, descriptors = 2, hits_addend = 3 */
     static const unsigned want[] = {WT_LEN, WT_LEN, WT_VARINT};
@@ -350,10 +350,8 @@ rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
     req->domain = (struct rls_str){"", 0};
     if (pb_scan(buf, len, want, RL_ARRAY_LEN(want), 2, &n) != RL_OK)
         goto bad;
-    if (n > 0 && (req->descriptors = arena_alloc(a, n * sizeof(*req->descriptors))) == NULL) {
-        *why = rls_codec_too_complex;
-        return RL_ERR;
-    }
+    if (n > 0 && (req->descriptors = arena_alloc(a, n * sizeof(*req->descriptors))) == NULL)
+        return rls_codec_too_complex;
     while (pb_next(&r, &f) > 0) {
         if (f.num == 1) {
             req->domain = pb_str(&f);
@@ -365,10 +363,9 @@ rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
             req->hits_addend = (uint32_t)f.v;
         }
     }
-    return RL_OK;
+    return NULL;
 bad:
-    *why = capped ? rls_codec_too_complex : "the message is not a RateLimitRequest";
-    return RL_ERR;
+    return capped ? rls_codec_too_complex : "the message is not a RateLimitRequest";
 }
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse PbResponse;
@@ -475,18 +472,18 @@ rls_codec_encode_response(struct arena *a, const struct rls_response *resp, size
     return out;
 }
 
-int
+const char *
 rls_codec_decode_health(struct arena *a, const uint8_t *buf, size_t len,
-                        struct rls_str *service, const char **why)
+                        struct rls_str *service)
 {
-    Grpc__Health__V1__HealthCheckRequest *m = (Grpc__Health__V1__HealthCheckRequest *)unpack(
-        a, &grpc__health__v1__health_check_request__descriptor, buf, len,
-        "the message is not a HealthCheckRequest", why);
+    ProtobufCMessage *pm;
+    const char *why = unpack(a, &grpc__health__v1__health_check_request__descriptor, buf, len,
+                             "the message is not a HealthCheckRequest", &pm);
 
-    if (m == NULL)
-        return RL_ERR;
-    *service = wire_str(m->service);
-    return RL_OK;
+    if (why != NULL)
+        return why;
+    *service = wire_str(((const Grpc__Health__V1__HealthCheckRequest *)pm)->service);
+    return NULL;
 }
 
 size_t

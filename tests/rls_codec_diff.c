@@ -83,12 +83,12 @@ rls_codec_diff(const uint8_t *buf, size_t len, int *taken)
     ProtobufCAllocator pa = {diff_alloc, diff_free, NULL};
     DiffRequest *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&pa, len, buf);
     struct rls_request req;
-    const char *why = NULL, *diff = NULL;
+    const char *diff = NULL;
     struct arena a;
     int rc;
 
     arena_init(&a, 0, 0);
-    rc = rls_codec_decode_request(&a, buf, len, &req, &why);
+    rc = rls_codec_decode_request(&a, buf, len, &req) == NULL ? RL_OK : RL_ERR;
     *taken = m != NULL && rc == RL_OK;
     if (m == NULL || rc != RL_OK) {
         if (m != NULL)

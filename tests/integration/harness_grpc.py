@@ -262,7 +262,10 @@ class Raw:
             if isinstance(ev, h2.events.ConnectionTerminated):
                 self.goaway = ev
         self.events += evs
-        self.flush()
+        try:
+            self.flush()  # h2's own answers (SETTINGS ack, WINDOW_UPDATE)
+        except OSError:
+            pass  # the server ended the connection (flush marked it closed)
         return evs
 
     def until(self, cond, timeout=H.HTTP_TIMEOUT):
