@@ -115,8 +115,8 @@ unpack(struct arena *a, const ProtobufCMessageDescriptor *d, const uint8_t *buf,
  *     never merge there: the later message's values win, zeros too);
  *   - a uint32 or an enum from a longer varint: its low 32 bits;
  *   - strings as bytes (no UTF-8 check), with every byte, a NUL too.
- * Two passes per message: the first checks its framing and counts its
- * repeated field, so that arrays are allocated once and at their size.
+ * One pass: a repeated field's array grows twice as large when full (in the
+ * arena: a few more bytes, rather than a second walk of every message).
  */
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
@@ -215,26 +215,22 @@ pb_reader(const uint8_t *p, size_t len)
 }
 
 /*
- * The framing of a message whose fields 1..nwant are ours with wire types
- * want[]: RL_OK with *count the number of fields numbered `counted`.
+ * The array `old` of n elements of `size` bytes, full at *cap, copied into
+ * one twice as large (4 at first) in a; NULL when the arena says no.  The
+ * old one stays in the arena until it is released: at most as much again.
  */
-static int
-pb_scan(const uint8_t *p, size_t len, const unsigned *want, uint32_t nwant, uint32_t counted,
-        size_t *count)
+static void *
+pb_grow(struct arena *a, const void *old, size_t n, size_t *cap, size_t size)
 {
-    struct pb_reader r = pb_reader(p, len);
-    struct pb_field f;
-    int rc;
+    size_t c = *cap > 0 ? *cap * 2 : 4;
+    void *p = arena_alloc(a, c * size); /* c <= the message's length: no overflow */
 
-    *count = 0;
-    while ((rc = pb_next(&r, &f)) > 0) {
-        if (f.num == 0 || f.num > nwant)
-            continue;
-        if (f.wt != want[f.num - 1])
-            return RL_ERR;
-        *count += f.num == counted;
-    }
-    return rc == 0 ? RL_OK : RL_ERR;
+    if (p == NULL)
+        return NULL;
+    if (n > 0)
+        memcpy(p, old, n * size);
+    *cap = c;
+    return p;
 }
 
 static struct rls_str
@@ -311,28 +307,30 @@ static int
 decode_descriptor(struct arena *a, const uint8_t *p, size_t len, struct rls_descriptor *d,
                   int *capped)
 {
-    static const unsigned want[] = {WT_LEN, WT_LEN, WT_LEN};
     struct pb_reader r = pb_reader(p, len);
     struct pb_field f;
-    size_t n;
+    size_t cap = 0;
+    int rc;
 
     memset(d, 0, sizeof(*d));
-    if (pb_scan(p, len, want, RL_ARRAY_LEN(want), 1, &n) != RL_OK)
-        return RL_ERR;
-    if (n > 0 && (d->entries = arena_alloc(a, n * sizeof(*d->entries))) == NULL) {
-        *capped = 1;
-        return RL_ERR;
-    }
-    while (pb_next(&r, &f) > 0) {
-        int rc = RL_OK;
-        if (f.num == 1)
-            rc = decode_entry(f.p, f.len, &d->entries[d->nentries++]);
-        else if (f.num == 2 || f.num == 3)
-            rc = decode_scalars(f.p, f.len, f.num == 2, d);
-        if (rc != RL_OK)
+    while ((rc = pb_next(&r, &f)) > 0) {
+        if (f.num == 0 || f.num > 3)
+            continue;
+        if (f.wt != WT_LEN)
             return RL_ERR;
+        if (f.num == 1) {
+            if (d->nentries == cap && (d->entries = pb_grow(a, d->entries, d->nentries, &cap,
+                                                            sizeof(*d->entries))) == NULL) {
+                *capped = 1;
+                return RL_ERR;
+            }
+            if (decode_entry(f.p, f.len, &d->entries[d->nentries++]) != RL_OK)
+                return RL_ERR;
+        } else if (decode_scalars(f.p, f.len, f.num == 2, d) != RL_OK) {
+            return RL_ERR;
+        }
     }
-    return RL_OK;
+    return rc == 0 ? RL_OK : RL_ERR;
 }
 
 const char *
@@ -343,27 +341,32 @@ rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
     static const unsigned want[] = {WT_LEN, WT_LEN, WT_VARINT};
     struct pb_reader r = pb_reader(buf, len);
     struct pb_field f;
-    int capped = 0;
-    size_t n;
+    int capped = 0, rc;
+    size_t cap = 0;
 
     memset(req, 0, sizeof(*req));
     req->domain = (struct rls_str){"", 0};
-    if (pb_scan(buf, len, want, RL_ARRAY_LEN(want), 2, &n) != RL_OK)
-        goto bad;
-    if (n > 0 && (req->descriptors = arena_alloc(a, n * sizeof(*req->descriptors))) == NULL)
-        return rls_codec_too_complex;
-    while (pb_next(&r, &f) > 0) {
+    while ((rc = pb_next(&r, &f)) > 0) {
+        if (f.num == 0 || f.num > RL_ARRAY_LEN(want))
+            continue;
+        if (f.wt != want[f.num - 1])
+            goto bad;
         if (f.num == 1) {
             req->domain = pb_str(&f);
         } else if (f.num == 2) {
+            if (req->ndescriptors == cap &&
+                (req->descriptors = pb_grow(a, req->descriptors, req->ndescriptors, &cap,
+                                            sizeof(*req->descriptors))) == NULL)
+                return rls_codec_too_complex;
             if (decode_descriptor(a, f.p, f.len, &req->descriptors[req->ndescriptors++],
                                   &capped) != RL_OK)
                 goto bad;
-        } else if (f.num == 3) {
+        } else {
             req->hits_addend = (uint32_t)f.v;
         }
     }
-    return NULL;
+    if (rc == 0)
+        return NULL;
 bad:
     return capped ? rls_codec_too_complex : "the message is not a RateLimitRequest";
 }
