@@ -104,19 +104,37 @@ id_raw(struct idbuf *b, const char *p, size_t n)
     EVP_DigestUpdate(b->md, p, n);
 }
 
+/* The index of the first byte of p[0..n) in 0x1c..0x1f (its top six bits
+ * 000111), or n: eight bytes a step, as a part rarely has one. */
+static size_t
+id_separator(const char *p, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, p + i, 8);
+        y = (x & 0xfcfcfcfcfcfcfcfcULL) ^ 0x1c1c1c1c1c1c1c1cULL; /* a 0 byte: one */
+        if (((y - ones) & ~y & highs) != 0)
+            break;
+    }
+    for (; i < n; i++)
+        if (((unsigned char)p[i] & 0xfc) == 0x1c)
+            return i;
+    return n;
+}
+
 static void
 id_part(struct idbuf *b, const char *p, size_t n)
 {
-    size_t s = 0;
+    size_t s = 0, i;
 
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c >= 0x1c && c <= 0x1f) {
-            char esc[2] = {0x1d, (char)('0' + (c - 0x1c))};
-            id_raw(b, p + s, i - s);
-            id_raw(b, esc, 2);
-            s = i + 1;
-        }
+    while ((i = s + id_separator(p + s, n - s)) < n) {
+        char esc[2] = {0x1d, (char)('0' + ((unsigned char)p[i] - 0x1c))};
+        id_raw(b, p + s, i - s);
+        id_raw(b, esc, 2);
+        s = i + 1;
     }
     id_raw(b, p + s, n - s);
 }
@@ -548,7 +566,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     const struct rls_str *shared[RLS_ENTRIES_MAX];
     struct rls_op *op;
     char id[RL_IDENTITY_MAX];
-    size_t size;
+    size_t size, sharing = SIZE_MAX; /* the descriptor whose patterns shared holds */
 
     if (check_request(req, cause) != RL_OK) {
         __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
@@ -581,6 +599,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
             continue;
         }
         s->rule = rls_rules_match(dom, d->entries, d->nentries, shared);
+        sharing = i;
         if (s->rule == NULL)
             continue;
         s->shadow = s->rule->shadow_mode;
@@ -609,10 +628,12 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
 
         if (s->kind != SLOT_CHECK && s->kind != SLOT_ZERO)
             continue;
-        /* matched again for its shared patterns: cheaper than keeping
-         * RLS_ENTRIES_MAX of them per descriptor */
-        if (s->rule != NULL)
+        /* matched again for its shared patterns (unless shared is still
+         * its): cheaper than keeping RLS_ENTRIES_MAX of them per descriptor */
+        if (s->rule != NULL && sharing != i) {
             (void)rls_rules_match(dom, d->entries, d->nentries, shared);
+            sharing = i;
+        }
         s->stat_id = stat_id(s, &dom->name, d, s->rule != NULL ? shared : NULL);
         metrics_rls(env->metrics, s->stat_id, RL_RLS_HITS, s->hits);
         if (s->kind == SLOT_ZERO)

@@ -503,6 +503,30 @@ START_TEST(shadow_modes)
 }
 END_TEST
 
+/* A value holding the separators of an identity (0x1c..0x1f), anywhere in
+ * it (rls.c looks for them eight bytes at a time), counts apart from every
+ * other value, the escaped form of it written out too. */
+START_TEST(separators_in_a_value_count_apart)
+{
+    static const char *const values[] = {
+        "0123456789abcdef\x1cX",      "0123456789abcdef\x1d" "0X", "0123456789abcdef\x1fX",
+        "0123456789abcdef\x1eX",      "0123456\x1e" "89abcdef\x1cX",  "0123456789abcdef",
+        "\x1c",                        "\x1d" "0",                   "01234567\x1f",
+        "01234567\x1d" "3",
+    };
+    struct fx f;
+
+    fx_open(&f, NULL);
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        for (int k = 0; k < 10; k++)
+            ck_assert_msg(ask1(&f, "ten", values[i]).st[0].limit_remaining == (uint32_t)(9 - k),
+                          "value %zu, hit %d: counted with another value", i, k);
+        ck_assert_int_eq(ask1(&f, "ten", values[i]).st[0].code, RLS_CODE_OVER_LIMIT);
+    }
+    fx_close(&f);
+}
+END_TEST
+
 /* quota_mode: the request is over only when every quota is (or a plain
  * rule is). */
 START_TEST(quota_mode)
@@ -712,6 +736,7 @@ main(void)
     tcase_add_test(tc, statuses_in_order_and_the_overall_code);
     tcase_add_test(tc, unknown_domain_and_bad_requests);
     tcase_add_test(tc, hits_addend);
+    tcase_add_test(tc, separators_in_a_value_count_apart);
     tcase_add_test(tc, per_value_and_shared_counts);
     tcase_add_test(tc, a_descriptors_own_limit_wins);
     tcase_add_test(tc, unlimited_and_a_limit_of_zero);
