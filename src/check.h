@@ -72,6 +72,21 @@ int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        void *arg, char **cause) RL_WUR;
 
 /*
+ * A check of `policy` whose limit i counts under keys[i] (lens[i] bytes,
+ * made as check_start_policy makes its keys, with identity_key), decided as
+ * check_start_policy decides one: in one backend call, so atomically across
+ * every key, as a policy's limits are; nothing counted anywhere unless
+ * every limit allows.  keys[0] is also the key of a block.  rls.c decides a
+ * request's descriptors all or nothing so (on one Redis: a Cluster would
+ * refuse keys of several slots).  RL_OK: done will be called, maybe before
+ * this returns; RL_ERR: keys[0] does not fit, *cause says so (caller frees).
+ */
+int check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
+                     const struct rl_policy *policy, const char *const *keys,
+                     const size_t *lens, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                     void *arg, char **cause) RL_WUR;
+
+/*
  * The key a check of caller `id` (typed as identity_resolve gives it:
  * "k:alice", "ip:10.0.0.7") uses under `policy`, and the policy that decides
  * it: the override listing that caller, else policy itself.  NULL when the
