@@ -810,8 +810,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
             log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
             free(error);
             response_degraded_open(&open, &op->group->policy);
-            op->pending++; /* on_group counts itself off */
-            on_group(&open, op);
+            on_group(&open, op); /* the group's one pending answer */
         }
     }
     op->starting = 0;
