@@ -255,6 +255,8 @@ struct wbuf {
 static void
 wb_put(struct wbuf *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return; /* p may be NULL (an empty sub-message) */
     if (b->len + n > b->cap) {
         b->cap = (b->len + n) * 2 + 64;
         b->p = realloc(b->p, b->cap);
