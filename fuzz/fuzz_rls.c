@@ -5,7 +5,9 @@
  * rules (loaded once from a file, as the daemon loads them) against the
  * memory backend, the answer encoded back.
  *
- * Oracles besides ASan/UBSan: decoding stays within the arena's cap; a
+ * Oracles besides ASan/UBSan: rls_codec's own decoder takes and refuses
+ * what protobuf-c's unpack does, with the same fields (tests/rls_codec_diff.c);
+ * decoding stays within the arena's cap; a
  * request rls_start takes is answered exactly once, with one status per
  * descriptor when it answers at all; the encoded answer unpacks (with
  * protobuf-c's own allocator) into a RateLimitResponse with those statuses
@@ -24,6 +26,7 @@
 #include "metrics.h"
 #include "rls.h"
 #include "rls_codec.h"
+#include "../tests/rls_codec_diff.h"
 #include "util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -126,11 +129,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct arena_mark m = arena_mark(&arena);
     struct rls_request req;
     struct outcome o = {0, 0};
-    const char *why = NULL;
+    const char *why = NULL, *diff;
     char *cause = NULL;
+    int taken;
 
+    if ((diff = rls_codec_diff(data, size, &taken)) != NULL) {
+        fprintf(stderr, "fuzz_rls: against protobuf-c: %s\n", diff);
+        abort();
+    }
     if ((why = rls_codec_decode_request(&arena, data, size, &req)) != NULL) {
-        if (why == NULL || arena.total > ARENA_CAP)
+        if (arena.total > ARENA_CAP)
             abort();
         arena_release(&arena, m);
         return 0;

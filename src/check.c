@@ -407,6 +407,10 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
     return RL_OK;
 }
 
+static void start_op(struct check_op *op, const struct rl_check_env *env,
+                     struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
+                     int64_t timeout_ms, rl_check_done done, void *arg);
+
 /* Decide a check of `cost` for (policy, identity): locally when the hybrid
  * table or the deny cache can, else by the backend.  `ident`: the request,
  * for the limits with identities of their own (NULL: the policy has none). */
@@ -441,6 +445,17 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         free(op);
         return RL_ERR;
     }
+    op->req.key_len = klen;
+    start_op(op, env, cfg, policy, cost, timeout_ms, done, arg);
+    return RL_OK;
+}
+
+/* The check op holds its key(s): decide it as every check is decided. */
+static void
+start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *cfg,
+         const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, rl_check_done done,
+         void *arg)
+{
     op->cfg = config_ref(cfg);
     op->policy = policy;
     op->env = env;
@@ -448,7 +463,6 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     op->arg = arg;
     op->req.policy = policy;
     op->req.key = op->key;
-    op->req.key_len = klen;
     if (op->lk != NULL) {
         op->req.limit_key = op->lk->key;
         op->req.limit_key_len = op->lk->len;
@@ -466,7 +480,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
                           &op->stale)) {
             finish(op, &local);
-            return RL_OK;
+            return;
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
@@ -479,10 +493,46 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                            op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);
-            return RL_OK;
+            return;
         }
     }
     env->backend->ops->check(env->backend, &op->req, on_backend, op);
+}
+
+int
+check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
+                 const struct rl_policy *policy, const char *const *keys, const size_t *lens,
+                 int64_t cost, int64_t timeout_ms, rl_check_done done, void *arg, char **cause)
+{
+    struct check_op *op;
+    size_t total = 0, o = 0;
+
+    if (policy->nlimits == 0 || policy->nlimits > RL_LIMITS_MAX ||
+        lens[0] >= RL_REDIS_KEY_MAX) {
+        *cause = xstrdup("key: too long, or no limit");
+        return RL_ERR;
+    }
+    op = xmalloc(sizeof(*op));
+    memset(op, 0, offsetof(struct check_op, key));
+    memcpy(op->key, keys[0], lens[0]);
+    op->key[lens[0]] = '\0';
+    op->req.key_len = lens[0];
+    /* every key, '\n' between them (never in a key: escaped), names the
+     * decision in the deny cache, as limit_keys() does */
+    for (size_t i = 0; i < policy->nlimits; i++)
+        total += lens[i] + 1;
+    op->lk = xcalloc(1, sizeof(*op->lk) + total);
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        if (i > 0)
+            op->lk->buf[o++] = '\n';
+        memcpy(op->lk->buf + o, keys[i], lens[i]);
+        op->lk->key[i] = op->lk->buf + o;
+        op->lk->len[i] = lens[i];
+        o += lens[i];
+    }
+    op->lk->all = op->lk->buf;
+    op->lk->all_len = o;
+    start_op(op, env, cfg, policy, cost, timeout_ms, done, arg);
     return RL_OK;
 }
 

@@ -18,6 +18,7 @@ struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
 struct rl_policy;
+struct slab;
 
 /* What a worker lends each check. */
 struct rl_check_env {
@@ -27,6 +28,7 @@ struct rl_check_env {
     struct rl_deny_cache *deny; /* NULL: no local cache of denials */
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
     int64_t (*now_us)(void);    /* NULL: now_monotonic_us (tests drive it) */
+    struct slab *slab;          /* NULL: malloc; the worker's blocks for per-call state */
 };
 
 struct rl_check_input {
@@ -68,6 +70,21 @@ int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
                        size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                        void *arg, char **cause) RL_WUR;
+
+/*
+ * A check of `policy` whose limit i counts under keys[i] (lens[i] bytes,
+ * made as check_start_policy makes its keys, with identity_key), decided as
+ * check_start_policy decides one: in one backend call, so atomically across
+ * every key, as a policy's limits are; nothing counted anywhere unless
+ * every limit allows.  keys[0] is also the key of a block.  rls.c decides a
+ * request's descriptors all or nothing so (on one Redis: a Cluster would
+ * refuse keys of several slots).  RL_OK: done will be called, maybe before
+ * this returns; RL_ERR: keys[0] does not fit, *cause says so (caller frees).
+ */
+int check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
+                     const struct rl_policy *policy, const char *const *keys,
+                     const size_t *lens, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                     void *arg, char **cause) RL_WUR;
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

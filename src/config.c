@@ -527,6 +527,7 @@ static const struct schema_field rls_fields[] = {
     {.name = "response_headers", .type = SCHEMA_BOOL, .off = RLS(response_headers),
      .def = "false"},
     {.name = "shadow_mode", .type = SCHEMA_BOOL, .off = RLS(shadow_mode), .def = "false"},
+    {.name = "all_or_nothing", .type = SCHEMA_BOOL, .off = RLS(all_or_nothing), .def = "false"},
     {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
      .def = "0.8", .custom = &ratio_type},
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
@@ -923,6 +924,12 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
         ((cfg->listen != NULL && strcmp(cfg->rls.listen, cfg->listen) == 0) ||
          (cfg->admin_listen != NULL && strcmp(cfg->rls.listen, cfg->admin_listen) == 0)))
         schema_bad(ctx, "rls.listen", "must differ from listen and admin_listen");
+    if (cfg->rls.all_or_nothing && cfg->backend == RL_BACKEND_REDIS &&
+        cfg->redis.cluster.n > 0)
+        schema_bad(ctx, "rls.all_or_nothing",
+                   "needs one Redis (standalone or Sentinel) or the memory backend: a "
+                   "request's descriptors count under keys in different Redis Cluster slots, "
+                   "which one script call cannot decide together");
     if (cfg->http.max_buffered < cfg->max_body)
         schema_bad(
             ctx, "http.max_buffered",

@@ -183,6 +183,7 @@ struct rl_rls_conf {
     char *config;                   /* one YAML file, or a directory of *.yaml / *.yml */
     int response_headers;           /* the RateLimit fields in response_headers_to_add */
     int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
+    int all_or_nothing;             /* a request's descriptors in one decision */
     double near_limit_ratio;        /* hits past this share of a limit are "near" */
     int64_t max_message;            /* bytes of one gRPC message, either way */
     int64_t max_concurrent_streams; /* per connection (SETTINGS) */

@@ -43,6 +43,7 @@
 #include "grpc_tls.h"
 #include "listener.h"
 #include "log.h"
+#include "slab.h"
 #include "util.h"
 
 /* Unsent bytes past this: read no more until the client reads. */
@@ -80,9 +81,10 @@ struct grpc_call {
     unsigned grpc_ct : 1;  /* content-type application/grpc... */
     unsigned encoding : 1; /* grpc-encoding given, and not identity */
     unsigned has_reply : 1;
-    unsigned stop : 1; /* answered early: RST_STREAM after it, unless it ended */
-    int refusal;       /* decided before dispatch: a grpc-status, -1: none */
-    const char *why;   /* its message (static) */
+    unsigned stop : 1;     /* answered early: RST_STREAM after it, unless it ended */
+    unsigned timer_on : 1; /* deadline_ev is added (event_del takes libevent's lock) */
+    int refusal;           /* decided before dispatch: a grpc-status, -1: none */
+    const char *why;       /* its message (static) */
     size_t hdr_bytes;
     int64_t deadline_us; /* 0: none */
     char path[PATH_MAX_LEN];
@@ -120,6 +122,7 @@ struct grpc_conn {
     int64_t wstall_ms;    /* since when unsent bytes wait (0: none) */
     struct evbuffer *out; /* frames not yet taken by the socket */
     struct grpc_call *calls;
+    struct grpc_call *last; /* the call stream_call found last (NULL: none) */
     struct grpc_conn *prev, *next;
 };
 
@@ -139,6 +142,8 @@ struct grpc_server {
     void *empty_arg;
     struct grpc_call *free_calls;
     size_t nfree;
+    struct slab slab;  /* nghttp2's memory (h2mem) */
+    nghttp2_mem h2mem; /* every session's allocator, on slab */
     uint8_t rbuf[READ_MAX];
 };
 
@@ -209,12 +214,22 @@ call_get(struct grpc_server *srv)
     return call;
 }
 
+/* Most calls have no deadline: no event_del (a lock and a search) for them. */
+static void
+call_timer_stop(struct grpc_call *call)
+{
+    if (call->timer_on) {
+        evtimer_del(call->deadline_ev);
+        call->timer_on = 0;
+    }
+}
+
 static void
 call_put(struct grpc_call *call)
 {
     struct grpc_server *srv = call->srv;
 
-    evtimer_del(call->deadline_ev);
+    call_timer_stop(call);
     if (call->in != call->in_inline)
         free(call->in);
     if (call->out != call->out_inline)
@@ -254,11 +269,13 @@ call_detach(struct grpc_call *call)
     if (call->next != NULL)
         call->next->prev = call->prev;
     c->nopen--;
+    if (c->last == call)
+        c->last = NULL;
     if (call->owed)
         c->nowed--;
     call->conn = NULL;
     call->prev = call->next = NULL;
-    evtimer_del(call->deadline_ev);
+    call_timer_stop(call);
     if (!call->owed)
         call_put(call);
 }
@@ -341,7 +358,7 @@ submit(struct grpc_call *call, int http_status, enum grpc_status status, const c
     size_t n = 2;
 
     call->replied = 1;
-    evtimer_del(call->deadline_ev);
+    call_timer_stop(call);
     __atomic_add_fetch(&c->srv->counters->status[status], 1, __ATOMIC_RELAXED);
     c->active_ms = now_coarse_ms();
     if (status == GRPC_OK && call->has_reply) {
@@ -447,6 +464,7 @@ on_deadline(evutil_socket_t fd, short what, void *arg)
     struct grpc_call *call = arg;
     struct grpc_conn *c = call->conn;
 
+    call->timer_on = 0; /* it fired: no longer added */
     if (c == NULL || call->replied)
         return;
     call_refuse(call, 200, GRPC_DEADLINE_EXCEEDED, "the deadline (grpc-timeout) passed");
@@ -545,6 +563,7 @@ head_done(struct grpc_call *call)
             return;
         }
         evtimer_add(call->deadline_ev, &tv);
+        call->timer_on = 1;
     }
 }
 
@@ -649,10 +668,20 @@ request_done(struct grpc_call *call)
 
 /* ---- nghttp2's callbacks ------------------------------------------------------------ */
 
+/* The call of a stream.  nghttp2 finds a stream's data by a hash lookup;
+ * the callbacks of one stream come in a row (a header block is one per
+ * header), so the last answer is kept (a stream id is never reused, and
+ * call_detach forgets it). */
 static struct grpc_call *
-stream_call(nghttp2_session *h2, int32_t stream_id)
+stream_call(struct grpc_conn *c, int32_t stream_id)
 {
-    return nghttp2_session_get_stream_user_data(h2, stream_id);
+    struct grpc_call *call = c->last;
+
+    if (call != NULL && call->stream_id == stream_id)
+        return call;
+    call = nghttp2_session_get_stream_user_data(c->h2, stream_id);
+    c->last = call;
+    return call;
 }
 
 static int
@@ -667,6 +696,7 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, void *user_dat
     call->stream_id = frame->hd.stream_id;
     call_link(c, call);
     nghttp2_session_set_stream_user_data(h2, frame->hd.stream_id, call);
+    c->last = call; /* its headers come next */
     COUNT(c->srv, calls);
     c->active_ms = now_coarse_ms();
     return 0;
@@ -677,7 +707,7 @@ on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint8_t *name, 
           const uint8_t *value, size_t vlen, uint8_t flags, void *user_data)
 {
     struct grpc_conn *c = user_data;
-    struct grpc_call *call = stream_call(h2, frame->hd.stream_id);
+    struct grpc_call *call = stream_call(c, frame->hd.stream_id);
     size_t max = (size_t)c->srv->limits->max_header_list;
 
     if (call == NULL || frame->hd.type != NGHTTP2_HEADERS)
@@ -693,6 +723,7 @@ on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint8_t *name, 
     }
     if (frame->headers.cat == NGHTTP2_HCAT_REQUEST)
         take_header(call, name, nlen, value, vlen);
+    (void)h2;
     (void)flags;
     return 0;
 }
@@ -701,14 +732,14 @@ static int
 on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t stream_id, const uint8_t *data,
               size_t len, void *user_data)
 {
-    struct grpc_call *call = stream_call(h2, stream_id);
+    struct grpc_call *call = stream_call(user_data, stream_id);
 
     if (call == NULL)
         return 0;
     if (flags & NGHTTP2_FLAG_END_STREAM)
         call->ended = 1; /* a refusal needs no RST_STREAM then */
     take_data(call, data, len);
-    (void)user_data;
+    (void)h2;
     return 0;
 }
 
@@ -719,7 +750,7 @@ on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
 
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
-    if ((call = stream_call(h2, frame->hd.stream_id)) == NULL)
+    if ((call = stream_call(user_data, frame->hd.stream_id)) == NULL)
         return 0;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
         call->ended = 1; /* a refusal needs no RST_STREAM then */
@@ -727,7 +758,7 @@ on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
         head_done(call);
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
         request_done(call);
-    (void)user_data;
+    (void)h2;
     return 0;
 }
 
@@ -735,7 +766,7 @@ static int
 on_stream_close(nghttp2_session *h2, int32_t stream_id, uint32_t error_code, void *user_data)
 {
     struct grpc_conn *c = user_data;
-    struct grpc_call *call = stream_call(h2, stream_id);
+    struct grpc_call *call = stream_call(user_data, stream_id);
 
     if (call == NULL)
         return 0;
@@ -760,7 +791,7 @@ on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
     /* an answer given while the request was still coming in: RFC 9113
      * 8.1, RST_STREAM NO_ERROR after it so the client stops sending */
     if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-        (call = stream_call(h2, frame->hd.stream_id)) != NULL && call->stop && !call->ended)
+        (call = stream_call(c, frame->hd.stream_id)) != NULL && call->stop && !call->ended)
         nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                   NGHTTP2_NO_ERROR);
     return 0;
@@ -780,6 +811,45 @@ make_callbacks(void)
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     return cbs;
+}
+
+/*
+ * nghttp2's memory: a call costs it a stream, an item per frame it sends
+ * (the answer's HEADERS, DATA and trailers) and a copy of each header list,
+ * some six blocks of 40 to 224 bytes, each a malloc and a free.  The
+ * worker's sessions take them from its slab instead (one thread: the
+ * server's); SLAB_KEEP bounds what it keeps.
+ */
+#define SLAB_KEEP 512
+
+static void *
+h2_malloc(size_t size, void *mem_user_data)
+{
+    return slab_alloc(mem_user_data, size);
+}
+
+static void
+h2_free(void *ptr, void *mem_user_data)
+{
+    slab_release(mem_user_data, ptr);
+}
+
+static void *
+h2_calloc(size_t nmemb, size_t size, void *mem_user_data)
+{
+    void *p;
+
+    if (size != 0 && nmemb > SIZE_MAX / size)
+        return NULL;
+    p = slab_alloc(mem_user_data, nmemb * size);
+    memset(p, 0, nmemb * size);
+    return p;
+}
+
+static void *
+h2_realloc(void *ptr, size_t size, void *mem_user_data)
+{
+    return slab_realloc(mem_user_data, ptr, size);
 }
 
 static nghttp2_option *
@@ -1138,7 +1208,7 @@ start_session(struct grpc_conn *c)
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
 
-    if (nghttp2_session_server_new2(&c->h2, c->srv->cbs, c, c->srv->opt) != 0)
+    if (nghttp2_session_server_new3(&c->h2, c->srv->cbs, c, c->srv->opt, &c->srv->h2mem) != 0)
         return RL_ERR;
     return nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, RL_ARRAY_LEN(iv)) == 0
                ? RL_OK
@@ -1244,6 +1314,8 @@ grpc_server_new(struct grpc_server **out, struct event_base *base, int fd,
     srv->handler = handler;
     srv->arg = arg;
     srv->counters = counters;
+    slab_init(&srv->slab, SLAB_KEEP);
+    srv->h2mem = (nghttp2_mem){&srv->slab, h2_malloc, h2_free, h2_calloc, h2_realloc};
     srv->cbs = make_callbacks();
     srv->opt = make_options();
     if (srv->cbs == NULL || srv->opt == NULL) {
@@ -1325,5 +1397,6 @@ grpc_server_free(struct grpc_server *srv)
     }
     nghttp2_session_callbacks_del(srv->cbs);
     nghttp2_option_del(srv->opt);
+    slab_purge(&srv->slab); /* after the last session */
     free(srv);
 }

@@ -22,10 +22,12 @@
 
 #include "check.h"
 #include "config.h"
+#include "identity.h"
 #include "log.h"
 #include "metrics.h"
 #include "response.h"
 #include "rls.h"
+#include "slab.h"
 #include "util.h"
 
 /* Bounds of a request: Envoy sends a handful of descriptors of a few
@@ -53,6 +55,8 @@ struct rls_slot {
     const struct rl_policy *policy;
     const struct rls_rule_limit *info; /* per limit of policy */
     int shadow, quota;
+    int grouped;   /* decided with the others, all or nothing (rls_group) */
+    int uncounted; /* its limits allowed, another's did not: nothing counted */
     uint64_t hits;
     int stat_id;
     struct rl_decision d; /* the check's answer, copied */
@@ -69,7 +73,24 @@ struct rls_op {
     void *arg;
     size_t n, pending;
     int starting;
+    struct rls_group *group; /* NULL: each descriptor decided alone */
     struct rls_slot slots[];
+};
+
+/*
+ * rls.all_or_nothing: the counted descriptors of a request as one policy of
+ * every one's limits, limit j counting under its descriptor's own key (the
+ * key it has when decided alone: the counts are the same ones), decided in
+ * one backend call (check_start_keys).
+ */
+struct rls_group {
+    struct rl_policy policy;
+    struct rl_limit limits[RL_LIMITS_MAX];
+    size_t slot[RL_LIMITS_MAX]; /* limit j is of op->slots[slot[j]] */
+    int asked;                  /* cost 0: a limit of 0 denies the request, nothing counts */
+    const char *keyp[RL_LIMITS_MAX];
+    size_t klen[RL_LIMITS_MAX];
+    char key[RL_LIMITS_MAX][RL_REDIS_KEY_MAX]; /* one per descriptor */
 };
 
 /* ---- identities -------------------------------------------------------------- */
@@ -103,19 +124,37 @@ id_raw(struct idbuf *b, const char *p, size_t n)
     EVP_DigestUpdate(b->md, p, n);
 }
 
+/* The index of the first byte of p[0..n) in 0x1c..0x1f (its top six bits
+ * 000111), or n: eight bytes a step, as a part rarely has one. */
+static size_t
+id_separator(const char *p, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, p + i, 8);
+        y = (x & 0xfcfcfcfcfcfcfcfcULL) ^ 0x1c1c1c1c1c1c1c1cULL; /* a 0 byte: one */
+        if (((y - ones) & ~y & highs) != 0)
+            break;
+    }
+    for (; i < n; i++)
+        if (((unsigned char)p[i] & 0xfc) == 0x1c)
+            return i;
+    return n;
+}
+
 static void
 id_part(struct idbuf *b, const char *p, size_t n)
 {
-    size_t s = 0;
+    size_t s = 0, i;
 
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c >= 0x1c && c <= 0x1f) {
-            char esc[2] = {0x1d, (char)('0' + (c - 0x1c))};
-            id_raw(b, p + s, i - s);
-            id_raw(b, esc, 2);
-            s = i + 1;
-        }
+    while ((i = s + id_separator(p + s, n - s)) < n) {
+        char esc[2] = {0x1d, (char)('0' + ((unsigned char)p[i] - 0x1c))};
+        id_raw(b, p + s, i - s);
+        id_raw(b, esc, 2);
+        s = i + 1;
     }
     id_raw(b, p + s, n - s);
 }
@@ -383,7 +422,9 @@ static void
 rls_finish(struct rls_op *op)
 {
     struct rl_config *cfg = op->cfg;
-    struct rls_status *st = xcalloc(op->n, sizeof(*st));
+    /* Envoy sends a handful of descriptors: no allocation for them */
+    struct rls_status few[8];
+    struct rls_status *st = op->n <= RL_ARRAY_LEN(few) ? few : xmalloc(op->n * sizeof(*st));
     struct rls_response resp;
     size_t over = 0, quota = 0, quota_over = 0;
     int unavailable = 0;
@@ -397,7 +438,7 @@ rls_finish(struct rls_op *op)
         if (s->kind == SLOT_CHECK && s->d.status == 503)
             unavailable = 1;
         status_of(s, &st[i]);
-        if (s->kind == SLOT_CHECK || s->kind == SLOT_ZERO)
+        if ((s->kind == SLOT_CHECK || s->kind == SLOT_ZERO) && !s->uncounted)
             count(s, cfg->rls.near_limit_ratio, op->env->metrics);
         if (s->kind == SLOT_UNLIMITED)
             continue;
@@ -431,9 +472,14 @@ rls_finish(struct rls_op *op)
     op->done(&resp, op->arg);
     for (size_t i = 0; i < resp.nheaders; i++)
         free(resp.headers[i].value);
-    free(st);
+    if (st != few)
+        free(st);
+    free(op->group);
     config_unref(cfg);
-    free(op);
+    if (op->env->slab != NULL)
+        slab_release(op->env->slab, op);
+    else
+        free(op);
 }
 
 static void
@@ -443,6 +489,45 @@ on_check(const struct rl_decision *d, void *arg)
     struct rls_op *op = s->op;
 
     s->d = *d;
+    if (--op->pending == 0 && !op->starting)
+        rls_finish(op);
+}
+
+/* The group's decision, as each of its descriptors' own: the results of
+ * its limits, allowed when they all allow; a denied request counted
+ * nothing, so a descriptor whose limits allowed is not counted either. */
+static void
+on_group(const struct rl_decision *d, void *arg)
+{
+    struct rls_op *op = arg;
+    const struct rls_group *g = op->group;
+
+    for (size_t i = 0; i < op->n; i++) {
+        struct rls_slot *s = &op->slots[i];
+        struct rl_check_res r = {.status = RL_BACKEND_OK, .allowed = 1};
+
+        if (!s->grouped)
+            continue;
+        if (d->nlimits == 0) { /* the backend failed: failure_mode's answer */
+            s->d = *d;
+            s->d.policy = s->policy;
+            continue;
+        }
+        for (size_t j = 0; j < g->policy.nlimits; j++) {
+            if (g->slot[j] != i)
+                continue;
+            r.limits[r.nlimits++] = d->limits[j];
+            r.allowed &= d->limits[j].allowed;
+        }
+        if (d->blocked) {
+            r.allowed = 0;
+            r.blocked_ms = 1;
+        }
+        response_from_result(&s->d, s->policy, &r);
+        s->d.degraded = d->degraded;
+        s->d.reset_epoch = d->reset_epoch;
+        s->uncounted = g->asked || (d->would_deny && r.allowed);
+    }
     if (--op->pending == 0 && !op->starting)
         rls_finish(op);
 }
@@ -518,6 +603,87 @@ own_limit(struct rls_slot *s, const struct rls_descriptor *d)
     s->kind = d->limit_requests_per_unit == 0 ? SLOT_ZERO : SLOT_CHECK;
 }
 
+/*
+ * With rls.all_or_nothing, the group of op's counted descriptors: two or
+ * more (or one beside a limit of 0, which denies the request: the group is
+ * then only asked, *cost 0), of one cost (the script's call has one),
+ * neither shadow_mode nor quota_mode (they never deny the request alone),
+ * RL_LIMITS_MAX limits in all, no key counted twice (a descriptor sent
+ * twice).  NULL otherwise: each is decided alone, as without the option.
+ */
+static struct rls_group *
+group_of(struct rls_op *op, const struct rl_config *cfg, const struct rls_request *req,
+         const struct rls_domain *dom, int64_t *cost)
+{
+    const struct rls_str *shared[RLS_ENTRIES_MAX];
+    struct rls_group *g;
+    size_t members = 0, n = 0, k = 0;
+    char id[RL_IDENTITY_MAX];
+    uint64_t uid = 0x9e3779b97f4a7c15ULL;
+    int doomed = 0;
+
+    if (!cfg->rls.all_or_nothing)
+        return NULL;
+    for (size_t i = 0; i < op->n; i++) {
+        const struct rls_slot *s = &op->slots[i];
+        doomed |= s->kind == SLOT_ZERO && !s->shadow && !s->quota;
+        if (s->kind != SLOT_CHECK || s->shadow || s->quota)
+            continue;
+        if (members > 0 && s->hits != op->slots[k].hits)
+            return NULL;
+        k = i;
+        members++;
+        n += s->policy->nlimits;
+    }
+    if (members < (doomed ? 1u : 2u) || n > RL_LIMITS_MAX)
+        return NULL;
+    *cost = doomed                                       ? 0
+            : op->slots[k].hits > (uint64_t)RLS_COST_MAX ? RLS_COST_MAX
+                                                         : (int64_t)op->slots[k].hits;
+    g = xcalloc(1, sizeof(*g));
+    members = 0;
+    for (size_t i = 0; i < op->n; i++) {
+        const struct rls_descriptor *d = &req->descriptors[i];
+        const struct rls_slot *s = &op->slots[i];
+        size_t idlen, klen;
+
+        if (s->kind != SLOT_CHECK || s->shadow || s->quota)
+            continue;
+        if (s->rule != NULL)
+            (void)rls_rules_match(dom, d->entries, d->nentries, shared);
+        idlen = make_id(id, sizeof(id), &req->domain, d, s->rule != NULL ? shared : NULL);
+        if (identity_key(cfg->redis.key_prefix, KEYNAME, id, idlen, s->policy->limit_ids,
+                         g->key[members], sizeof(g->key[members]), &klen) != RL_OK)
+            goto alone;
+        for (size_t j = 0; j < s->policy->nlimits; j++) {
+            size_t at = g->policy.nlimits++;
+            g->limits[at] = s->policy->limits[j];
+            g->slot[at] = i;
+            g->keyp[at] = g->key[members];
+            g->klen[at] = klen;
+            /* the same key and limit twice would count once */
+            for (size_t e = 0; e < at; e++)
+                if (g->klen[e] == klen && memcmp(g->keyp[e], g->key[members], klen) == 0 &&
+                    g->limits[e].algo == g->limits[at].algo &&
+                    g->limits[e].window_ms == g->limits[at].window_ms)
+                    goto alone;
+        }
+        uid = (uid ^ s->policy->uid) * 0x100000001b3ULL;
+        members++;
+    }
+    g->policy.name = (char *)KEYNAME;
+    g->policy.limits = g->limits;
+    g->policy.metrics_id = policy_metrics_id();
+    /* its own in the deny cache: not any policy's (bit 63: own limits') */
+    g->policy.uid = (uid & ~(3ULL << 62)) | (1ULL << 62);
+    for (size_t j = 0; j < g->policy.nlimits; j++)
+        op->slots[g->slot[j]].grouped = 1;
+    return g;
+alone:
+    free(g);
+    return NULL;
+}
+
 static bool
 replaced(const struct rls_rule *r, const struct rls_op *op)
 {
@@ -541,12 +707,17 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     const struct rls_str *shared[RLS_ENTRIES_MAX];
     struct rls_op *op;
     char id[RL_IDENTITY_MAX];
+    size_t size, sharing = SIZE_MAX; /* the descriptor whose patterns shared holds */
+    int64_t group_cost = 0;
 
     if (check_request(req, cause) != RL_OK) {
         __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
         return RL_ERR;
     }
-    op = xcalloc(1, sizeof(*op) + req->ndescriptors * sizeof(op->slots[0]));
+    /* from the worker's slab: with a hundred calls in flight, malloc's
+     * per-thread cache (7 blocks a size) misses, and calloc never uses it */
+    size = sizeof(*op) + req->ndescriptors * sizeof(op->slots[0]);
+    op = memset(env->slab != NULL ? slab_alloc(env->slab, size) : xmalloc(size), 0, size);
     op->cfg = config_ref(cfg);
     op->env = env;
     op->done = done;
@@ -570,6 +741,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
             continue;
         }
         s->rule = rls_rules_match(dom, d->entries, d->nentries, shared);
+        sharing = i;
         if (s->rule == NULL)
             continue;
         s->shadow = s->rule->shadow_mode;
@@ -588,6 +760,13 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     for (size_t i = 0; i < op->n; i++)
         if (op->slots[i].kind == SLOT_CHECK)
             op->pending++;
+    /* a group is one check, answered once */
+    if ((op->group = group_of(op, cfg, req, dom, &group_cost)) != NULL) {
+        size_t members = 0;
+        for (size_t i = 0; i < op->n; i++)
+            members += op->slots[i].grouped;
+        op->pending -= members - 1;
+    }
     /* the checks; one may answer before check_start_policy returns */
     op->starting = 1;
     for (size_t i = 0; i < op->n; i++) {
@@ -598,13 +777,15 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
 
         if (s->kind != SLOT_CHECK && s->kind != SLOT_ZERO)
             continue;
-        /* matched again for its shared patterns: cheaper than keeping
-         * RLS_ENTRIES_MAX of them per descriptor */
-        if (s->rule != NULL)
+        /* matched again for its shared patterns (unless shared is still
+         * its): cheaper than keeping RLS_ENTRIES_MAX of them per descriptor */
+        if (s->rule != NULL && sharing != i) {
             (void)rls_rules_match(dom, d->entries, d->nentries, shared);
+            sharing = i;
+        }
         s->stat_id = stat_id(s, &dom->name, d, s->rule != NULL ? shared : NULL);
         metrics_rls(env->metrics, s->stat_id, RL_RLS_HITS, s->hits);
-        if (s->kind == SLOT_ZERO)
+        if (s->kind == SLOT_ZERO || s->grouped)
             continue;
         idlen = make_id(id, sizeof(id), &req->domain, d, s->rule != NULL ? shared : NULL);
         if (check_start_policy(env, cfg, s->policy, KEYNAME, id, idlen,
@@ -616,6 +797,20 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
             free(error);
             response_degraded_open(&s->d, s->policy);
             op->pending--;
+        }
+    }
+    if (op->group != NULL) {
+        char *error = NULL;
+
+        op->group->asked = group_cost == 0;
+        if (check_start_keys(env, cfg, &op->group->policy, op->group->keyp, op->group->klen,
+                             group_cost, req->timeout_ms, on_group, op, &error) != RL_OK) {
+            /* cannot happen: the keys were made to fit */
+            struct rl_decision open;
+            log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
+            free(error);
+            response_degraded_open(&open, &op->group->policy);
+            on_group(&open, op); /* the group's one pending answer */
         }
     }
     op->starting = 0;

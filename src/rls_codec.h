@@ -2,9 +2,9 @@
  * rls_codec.h — the messages of the gRPC listener as bytes: a
  * RateLimitRequest into a struct rls_request, a struct rls_response into a
  * RateLimitResponse, and gRPC health checking's two messages.  protobuf-c
- * does the wire format (code generated from src/proto/ at build time); this
- * module maps its messages onto src/rls.h's structs, with every allocation
- * in the caller's arena.
+ * does the wire format (code generated from src/proto/ at build time) but
+ * for the RateLimitRequest, the hot one, read here straight into src/rls.h's
+ * structs; every allocation is in the caller's arena.
  */
 #ifndef RL_RLS_CODEC_H
 #define RL_RLS_CODEC_H
@@ -21,12 +21,13 @@ struct arena;
 extern const char rls_codec_too_complex[];
 
 /*
- * Decode `len` bytes of a RateLimitRequest into *req, whose arrays and
- * strings live in `a` until it is released (strings keep every byte the
- * message held, a NUL too).  Returns NULL, or what is wrong (static text)
- * when the bytes are not a RateLimitRequest, or decoding them would pass
- * the arena's cap (then it is rls_codec_too_complex).  req->timeout_ms is
- * left 0 (the transport's to set).
+ * Decode `len` bytes of a RateLimitRequest into *req, whose arrays live in
+ * `a` until it is released and whose strings point into buf (they keep
+ * every byte the message held, a NUL too): both must outlive *req.  It takes
+ * and refuses what protobuf-c's unpack does.  Returns NULL, or what is wrong
+ * (static text) when the bytes are not a RateLimitRequest, or decoding them
+ * would pass the arena's cap (then it is rls_codec_too_complex).
+ * req->timeout_ms is left 0 (the transport's to set).
  */
 const char *rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
                                      struct rls_request *req) RL_WUR;
@@ -38,6 +39,9 @@ const char *rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t
  */
 const uint8_t *rls_codec_encode_response(struct arena *a, const struct rls_response *resp,
                                          size_t *len);
+/* At least the packed size of the RateLimitResponse resp says: what
+ * rls_codec_encode_response packs into (not a bound on max_message). */
+size_t rls_codec_response_bound(const struct rls_response *resp);
 
 /* grpc.health.v1.HealthCheckRequest: the service asked about (in a); NULL,
  * or what is wrong (static text). */

@@ -23,6 +23,9 @@
 
 /* How often a worker tells the others whether its backend is ready. */
 #define READY_PUBLISH_MS 100
+/* Blocks the worker's slab keeps per size: the calls in flight at once
+ * (rls.c's state of a call), past which a burst gives its blocks back. */
+#define WORKER_SLAB_KEEP 256
 
 /* Draining ends when every connection got its answers and closed, no check
  * waits for the backend, and every count a hybrid policy admitted has
@@ -316,6 +319,8 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg, c
     w->env.backend = w->backend;
     w->env.local = w->local;
     w->env.metrics = w->metrics;
+    slab_init(&w->slab, WORKER_SLAB_KEEP);
+    w->env.slab = &w->slab;
     /* only worth it when the answer costs a round trip */
     if (cfg->backend == RL_BACKEND_REDIS) {
         w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
@@ -410,6 +415,7 @@ worker_free(struct rl_worker *w)
         event_base_free(w->base);
     free(w->metrics);
     deny_cache_free(w->env.deny);
+    slab_purge(&w->slab); /* after the backends answered every call */
     config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
     config_unref(w->cfg);
 }

@@ -12,6 +12,7 @@
 
 #include "arena.h"
 #include "check.h"
+#include "slab.h"
 
 struct event_base;
 struct event;
@@ -40,6 +41,7 @@ struct rl_worker {
                                      * backend is Redis, whatever the mode;
                                      * NULL with the memory backend */
     struct rl_check_env env;
+    struct slab slab;           /* env.slab */
     struct event *drain_ev;     /* activated by the main thread */
     struct event *grace_ev;     /* end of shutdown_grace */
     struct event *exited_ev;    /* on the main base: this loop ended */

@@ -10,8 +10,9 @@ never reads.  Each is answered with an error or a close, and the daemon serves
 the next call.  Then health as the backend comes and goes (failure_mode closed
 and local) and while draining, SIGTERM with calls in flight, grpc-timeout,
 exact counts with several channels on two daemons sharing one Redis (also on
-Cluster and Sentinel: RL_TOPOLOGY), TLS and mutual TLS with SIGHUP rotation,
-the transport's metrics.
+Cluster and Sentinel: RL_TOPOLOGY), rls.all_or_nothing (a pair with one over
+counts nothing; exact under concurrency; a config error on Cluster), TLS and
+mutual TLS with SIGHUP rotation, the transport's metrics.
 """
 
 import contextlib
@@ -525,11 +526,10 @@ def t_deadline_and_reset(x):
 
 # ------------------------------------------------------------ concurrency
 
-def t_exact_counts(x):
-    """8 channels across two daemons sharing one Redis, 3x the limit of
-    calls at once: exactly the limit OK."""
-    v = uuid.uuid4().hex
-    clients = [G.Client(d.rls_port) for d in (x.a, x.b) for _ in range(4)]
+def at_once(x, daemons, domain, descriptors, per_client=19):
+    """4 channels per daemon, each sending per_client calls of descriptors at
+    once (after a barrier): the overall codes of every answer."""
+    clients = [G.Client(d.rls_port) for d in daemons for _ in range(4)]
     results, errors = [], []
     lock = threading.Lock()
     barrier = threading.Barrier(len(clients))
@@ -538,7 +538,7 @@ def t_exact_counts(x):
         out = []
         try:
             barrier.wait(timeout=30)
-            futs = [c.check_future(DOMAIN, one("client", v)) for _ in range(19)]
+            futs = [c.check_future(domain, descriptors) for _ in range(per_client)]
             out = [x.pb.rls.RateLimitResponse.Code.Name(f.result(timeout=30).overall_code)
                    for f in futs]
         except Exception as e:  # noqa: BLE001 - reported below
@@ -555,8 +555,83 @@ def t_exact_counts(x):
     for c in clients:
         c.close()
     check(not errors, "client errors: %s", errors[:3])
-    eq(len(results), 8 * 19, "answers")
+    eq(len(results), len(clients) * per_client, "answers")
+    return results
+
+
+def t_exact_counts(x):
+    """8 channels across two daemons sharing one Redis, 3x the limit of
+    calls at once: exactly the limit OK."""
+    results = at_once(x, (x.a, x.b), DOMAIN, one("client", uuid.uuid4().hex))
     eq(results.count("OK"), 50, "OK answers under a limit of 50 (152 calls, 2 daemons)")
+
+
+# ---------------------------------------------------------- all or nothing
+
+AON_RULES = """\
+domain: rl-aon
+descriptors:
+  - {key: small, rate_limit: {unit: day, requests_per_unit: 3}}
+  - {key: fifty, rate_limit: {unit: day, requests_per_unit: 50}}
+  - {key: large, rate_limit: {unit: day, requests_per_unit: 1000}}
+"""
+
+
+def remaining(c, key, value):
+    """limit_remaining after one more hit of (key, value) alone."""
+    return c.check("rl-aon", one(key, value)).statuses[0].limit_remaining
+
+
+def t_all_or_nothing(x):
+    """rls.all_or_nothing: a request one of whose descriptors is over counts
+    in none; without it (the fixture's daemons) the other one counts.  On a
+    Cluster the option is a config error."""
+    rules = write_rules(AON_RULES)
+    if x.redis.topology == "cluster":
+        try:
+            with RlsDaemon(x.redis, rules=rules, all_or_nothing=True):
+                pass
+        except H.DaemonError as e:
+            check("rls.all_or_nothing" in str(e) and "Cluster" in str(e),
+                  "the refusal does not name rls.all_or_nothing: %s", str(e)[-400:])
+            return
+        raise H.Fail("a Cluster daemon started with rls.all_or_nothing")
+    code = x.pb.rls.RateLimitResponse.Code.Name
+    with RlsDaemon(x.redis, rules=rules, all_or_nothing=True) as aon, \
+            RlsDaemon(x.redis, rules=rules) as each:
+        with G.Client(aon.rls_port) as ca, G.Client(each.rls_port) as ce:
+            for c, on in ((ca, True), (ce, False)):
+                v = uuid.uuid4().hex
+                # both fit: both counted
+                r = c.check("rl-aon", [[("large", v)], [("small", v)]])
+                eq(code(r.overall_code), "OK", "a pair that fits")
+                eq([s.limit_remaining for s in r.statuses], [999, 2], "both counted")
+                for _ in range(2):
+                    c.check("rl-aon", one("small", v))
+                # small is over: large counted only without the option
+                r = c.check("rl-aon", [[("large", v)], [("small", v)]])
+                eq(code(r.overall_code), "OVER_LIMIT", "small over (all_or_nothing %s)" % on)
+                eq([code(s.code) for s in r.statuses], ["OK", "OVER_LIMIT"],
+                   "each status its own limit's")
+                eq(remaining(c, "large", v), 998 if on else 997,
+                   "large after a denied pair (all_or_nothing %s)" % on)
+
+
+def t_all_or_nothing_exact(x):
+    """8 channels on two all_or_nothing daemons sharing one Redis, 152 calls
+    at once of [fifty, large]: exactly 50 OK, and large counted exactly 50
+    times (each denied call counted nothing)."""
+    if x.redis.topology == "cluster":
+        return  # a config error there (t_all_or_nothing)
+    rules = write_rules(AON_RULES)
+    v = uuid.uuid4().hex
+    with RlsDaemon(x.redis, rules=rules, all_or_nothing=True) as a, \
+            RlsDaemon(x.redis, rules=rules, all_or_nothing=True) as b:
+        results = at_once(x, (a, b), "rl-aon", [[("fifty", v)], [("large", v)]])
+        eq(results.count("OK"), 50, "OK answers under a limit of 50 (152 calls, 2 daemons)")
+        with G.Client(a.rls_port) as c:
+            eq(remaining(c, "large", v), 1000 - 50 - 1,
+               "large counted by the 50 admitted calls only")
 
 
 # -------------------------------------------------------------------- TLS
@@ -839,6 +914,10 @@ CASES = [
      t_deadline_and_reset),
     ("exact counts: 8 channels on two daemons sharing one Redis, 152 calls at once, 50 OK",
      t_exact_counts),
+    ("rls.all_or_nothing: a pair with one over counts nothing (grpcio), without it the other "
+     "counts; a config error on a Cluster", t_all_or_nothing),
+    ("rls.all_or_nothing exact: 8 channels on two daemons, 152 calls of two descriptors at "
+     "once, 50 OK, the other descriptor counted 50 times", t_all_or_nothing_exact),
     ("TLS (ALPN h2, grpcio and grpc-js), h2c and http/1.1-only ALPN refused; mTLS: the CA's "
      "client in, none and another CA's out", t_tls),
     ("SIGHUP rotates rls.tls's files; a bad key keeps the running ones", t_tls_rotation),

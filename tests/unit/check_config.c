@@ -131,6 +131,20 @@ expect_limit(const struct rl_limit *l, enum rl_algo algo, int64_t limit,
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The config `json` is refused with exactly the problems w says. */
+static void
+refused_with(const char *json, const struct want *w, size_t nw)
+{
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_ERR);
+    expect_errors(&errs, file, w, nw);
+    errors_free(&errs);
+    free(file);
+}
+
 /* ---- defaults ------------------------------------------------------------------ */
 
 static void
@@ -853,6 +867,38 @@ START_TEST(cross_field_problems_reported_with_the_rest)
 }
 END_TEST
 
+/* rls.all_or_nothing decides a request's descriptors in one script call:
+ * on a Cluster their keys live in several slots, so the config says no
+ * (standalone, Sentinel and the memory backend take it). */
+START_TEST(rls_all_or_nothing_not_on_a_cluster)
+{
+    static const char json[] =
+        "{ \"redis\": {\"cluster\": [\"127.0.0.1:7000\"]},\n"
+        "  \"rls\": {\"all_or_nothing\": true} }\n";
+    static const struct want w[] = {
+        {"rls.all_or_nothing", "different Redis Cluster slots"},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    refused_with(json, w, N_OF(w));
+    ck_assert_int_eq(load_and_validate("{ \"rls\": {\"all_or_nothing\": true} }", &cfg, &errs,
+                                       &file),
+                     RL_OK);
+    ck_assert_int_eq(cfg->rls.all_or_nothing, 1);
+    config_unref(cfg);
+    free(file);
+    ck_assert_int_eq(load_and_validate("{ \"backend\": \"memory\", \"redis\": {\"cluster\": "
+                                       "[\"127.0.0.1:7000\"]}, \"rls\": {\"all_or_nothing\": "
+                                       "true} }",
+                                       &cfg, &errs, &file),
+                     RL_OK);
+    config_unref(cfg);
+    free(file);
+}
+END_TEST
+
 START_TEST(duplicate_policy_names)
 {
     static const char json[] =
@@ -1290,6 +1336,7 @@ config_suite(void)
     tcase_add_test(tc, limit_align);
     tcase_add_test(tc, cross_field_problems_reported_with_the_rest);
     tcase_add_test(tc, duplicate_policy_names);
+    tcase_add_test(tc, rls_all_or_nothing_not_on_a_cluster);
     tcase_add_test(tc, too_many_limits);
     tcase_add_test(tc, policies_wrong_type);
     tcase_add_test(tc, errors_are_appended);

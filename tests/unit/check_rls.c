@@ -503,6 +503,74 @@ START_TEST(shadow_modes)
 }
 END_TEST
 
+/* rls.all_or_nothing: a request one of whose descriptors is over counts
+ * nothing in any (a limit of 0 included); one that fits counts in every
+ * one; without the option each counts alone (envoyproxy/ratelimit's way). */
+START_TEST(all_or_nothing)
+{
+    struct reqspec pair = {.domain = "test-domain", .n = 2,
+                           .d = {{.kv = {{"key2", "a"}}}, {.kv = {{"ten", "x"}}}}};
+    struct reqspec doomed = {.domain = "test-domain", .n = 2,
+                             .d = {{.kv = {{"blocked", "z"}}}, {.kv = {{"key2", "c"}}}}};
+    struct reqspec twice = {.domain = "test-domain", .n = 2,
+                            .d = {{.kv = {{"key2", "d"}}}, {.kv = {{"key2", "d"}}}}};
+    struct answer a;
+    struct fx f;
+
+    for (int on = 0; on <= 1; on++) {
+        fx_open(&f, on ? "\"all_or_nothing\": true" : NULL);
+        /* both fit: both counted */
+        a = ask(&f, &pair);
+        ck_assert_int_eq(a.overall, RLS_CODE_OK);
+        ck_assert_uint_eq(a.st[0].limit_remaining, 19);
+        ck_assert_uint_eq(a.st[1].limit_remaining, 9);
+        for (int i = 0; i < 9; i++)
+            ask1(&f, "ten", "x");
+        /* ten=x is over: key2=a counted only without the option */
+        a = ask(&f, &pair);
+        ck_assert_int_eq(a.overall, RLS_CODE_OVER_LIMIT);
+        ck_assert_int_eq(a.st[0].code, RLS_CODE_OK);
+        ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
+        ck_assert_uint_eq(ask1(&f, "key2", "a").st[0].limit_remaining, (on ? 18 : 17));
+        /* a limit of 0 denies the request: key2=c counted only without */
+        a = ask(&f, &doomed);
+        ck_assert_int_eq(a.overall, RLS_CODE_OVER_LIMIT);
+        ck_assert_int_eq(a.st[1].code, RLS_CODE_OK);
+        ck_assert_uint_eq(ask1(&f, "key2", "c").st[0].limit_remaining, (on ? 19 : 18));
+        /* a descriptor sent twice counts twice, decided alone */
+        ask(&f, &twice);
+        ck_assert_uint_eq(ask1(&f, "key2", "d").st[0].limit_remaining, 17);
+        /* the over-limit counts: only what was counted */
+        ck_assert_uint_eq(stat(&f, "key2", RL_RLS_WITHIN_LIMIT), (on ? 6 : 8));
+        fx_close(&f);
+    }
+}
+END_TEST
+
+/* A value holding the separators of an identity (0x1c..0x1f), anywhere in
+ * it (rls.c looks for them eight bytes at a time), counts apart from every
+ * other value, the escaped form of it written out too. */
+START_TEST(separators_in_a_value_count_apart)
+{
+    static const char *const values[] = {
+        "0123456789abcdef\x1cX",      "0123456789abcdef\x1d" "0X", "0123456789abcdef\x1fX",
+        "0123456789abcdef\x1eX",      "0123456\x1e" "89abcdef\x1cX",  "0123456789abcdef",
+        "\x1c",                        "\x1d" "0",                   "01234567\x1f",
+        "01234567\x1d" "3",
+    };
+    struct fx f;
+
+    fx_open(&f, NULL);
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        for (int k = 0; k < 10; k++)
+            ck_assert_msg(ask1(&f, "ten", values[i]).st[0].limit_remaining == (uint32_t)(9 - k),
+                          "value %zu, hit %d: counted with another value", i, k);
+        ck_assert_int_eq(ask1(&f, "ten", values[i]).st[0].code, RLS_CODE_OVER_LIMIT);
+    }
+    fx_close(&f);
+}
+END_TEST
+
 /* quota_mode: the request is over only when every quota is (or a plain
  * rule is). */
 START_TEST(quota_mode)
@@ -712,6 +780,8 @@ main(void)
     tcase_add_test(tc, statuses_in_order_and_the_overall_code);
     tcase_add_test(tc, unknown_domain_and_bad_requests);
     tcase_add_test(tc, hits_addend);
+    tcase_add_test(tc, all_or_nothing);
+    tcase_add_test(tc, separators_in_a_value_count_apart);
     tcase_add_test(tc, per_value_and_shared_counts);
     tcase_add_test(tc, a_descriptors_own_limit_wins);
     tcase_add_test(tc, unlimited_and_a_limit_of_zero);

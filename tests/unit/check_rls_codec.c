@@ -7,6 +7,9 @@
  * protocol's field numbers, so a drift in src/proto/ fails here; what is
  * not a message is refused, and so is one that would pass the arena's cap.
  */
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +17,11 @@
 #include <check.h>
 
 #include "arena.h"
+#include "slab.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "rls_codec.h"
+#include "../rls_codec_diff.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest PbRequest;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor PbDescriptor;
@@ -222,6 +227,197 @@ START_TEST(the_arena_cap_bounds_decoding)
 }
 END_TEST
 
+/* ---- the decoder against protobuf-c's unpack ------------------------------ */
+
+/* Messages written field by field at random: mostly the fields of each
+ * message with their own wire types, some with another, fields nobody
+ * defined, every wire type (3, 4, 6 and 7 too), repeated scalars and
+ * messages (the last wins, or protobuf-c merges), varints of up to 11 bytes,
+ * tags written longer than they need; then cut, flipped or grown by a byte. */
+struct gen {
+    uint64_t s;
+};
+
+static uint32_t
+gen_next(struct gen *g)
+{
+    g->s ^= g->s << 13;
+    g->s ^= g->s >> 7;
+    g->s ^= g->s << 17;
+    return (uint32_t)(g->s >> 16);
+}
+
+struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static void
+wb_put(struct wbuf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return; /* p may be NULL (an empty sub-message) */
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        ck_assert_ptr_nonnull(b->p);
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+/* v as a varint, `pad` bytes longer than it needs (0x80 ... 0x00) */
+static void
+wb_varint(struct wbuf *b, uint64_t v, unsigned pad)
+{
+    uint8_t out[16];
+    size_t n = 0;
+
+    do {
+        out[n++] = (uint8_t)(v & 0x7f) | 0x80;
+        v >>= 7;
+    } while (v != 0);
+    for (; pad > 0 && n < sizeof(out); pad--)
+        out[n++] = 0x80;
+    out[n - 1] &= 0x7f;
+    wb_put(b, out, n);
+}
+
+enum gen_kind { G_REQUEST, G_DESCRIPTOR, G_ENTRY, G_OVERRIDE, G_U64, G_BYTES };
+
+/* The fields 1..3 of each message: their wire type and what they hold. */
+static const struct {
+    unsigned wt;
+    enum gen_kind holds;
+} gen_fields[][3] = {
+    [G_REQUEST] = {{2, G_BYTES}, {2, G_DESCRIPTOR}, {0, G_BYTES}},
+    [G_DESCRIPTOR] = {{2, G_ENTRY}, {2, G_OVERRIDE}, {2, G_U64}},
+    [G_ENTRY] = {{2, G_BYTES}, {2, G_BYTES}, {0xff, G_BYTES}},
+    [G_OVERRIDE] = {{0, G_BYTES}, {0, G_BYTES}, {0xff, G_BYTES}},
+    [G_U64] = {{0, G_BYTES}, {0xff, G_BYTES}, {0xff, G_BYTES}},
+};
+
+static uint64_t
+gen_varint_value(struct gen *g)
+{
+    switch (gen_next(g) % 5) {
+    case 0: return gen_next(g) % 4;
+    case 1: return gen_next(g) % 300;
+    case 2: return gen_next(g);
+    default: return (uint64_t)gen_next(g) << 32 | gen_next(g);
+    }
+}
+
+static void gen_message(struct gen *g, struct wbuf *b, enum gen_kind kind, int depth);
+
+static void
+gen_field(struct gen *g, struct wbuf *b, enum gen_kind kind, int depth)
+{
+    uint32_t r = gen_next(g) % 100, num;
+    unsigned wt;
+    enum gen_kind holds = G_BYTES;
+
+    if (r < 75) {
+        num = 1 + gen_next(g) % 3;
+        while (gen_fields[kind][num - 1].wt == 0xff)
+            num = 1 + gen_next(g) % 3;
+        wt = gen_fields[kind][num - 1].wt;
+        holds = gen_fields[kind][num - 1].holds;
+    } else if (r < 85) {
+        num = 1 + gen_next(g) % 3; /* maybe another wire type than its own */
+        wt = gen_next(g) % 6 == 0 ? gen_next(g) % 8 : (unsigned[]){0, 1, 2, 5}[gen_next(g) % 4];
+    } else {
+        num = gen_next(g) % 4 == 0 ? gen_next(g) : 4 + gen_next(g) % 60;
+        wt = gen_next(g) % 10 == 0 ? gen_next(g) % 8 : (unsigned[]){0, 1, 2, 5}[gen_next(g) % 4];
+    }
+    wb_varint(b, (uint64_t)num << 3 | wt, gen_next(g) % 12 == 0 ? 1 + gen_next(g) % 4 : 0);
+    switch (wt) {
+    case 0:
+        wb_varint(b, gen_varint_value(g), gen_next(g) % 15 == 0 ? gen_next(g) % 3 : 0);
+        break;
+    case 1:
+    case 5: {
+        uint8_t x[8];
+        for (size_t i = 0; i < sizeof(x); i++)
+            x[i] = (uint8_t)gen_next(g);
+        wb_put(b, x, wt == 1 ? 8 : 4);
+        break;
+    }
+    case 2: {
+        struct wbuf sub = {0};
+        if (holds != G_BYTES && depth < 4) {
+            gen_message(g, &sub, holds, depth + 1);
+        } else {
+            size_t n = gen_next(g) % 9;
+            for (size_t i = 0; i < n; i++) {
+                uint8_t c = gen_next(g) % 3 == 0 ? 0 : (uint8_t)('a' + gen_next(g) % 4);
+                wb_put(&sub, &c, 1);
+            }
+        }
+        wb_varint(b, sub.len, gen_next(g) % 20 == 0 ? 1 : 0);
+        wb_put(b, sub.p, sub.len);
+        free(sub.p);
+        break;
+    }
+    default: /* groups, 6 and 7: nothing after them */
+        break;
+    }
+}
+
+static void
+gen_message(struct gen *g, struct wbuf *b, enum gen_kind kind, int depth)
+{
+    size_t n = gen_next(g) % (kind == G_REQUEST ? 7 : 5);
+
+    for (size_t i = 0; i < n; i++)
+        gen_field(g, b, kind, depth);
+}
+
+/* 1 when both decoders took the bytes, 0 when both refused them */
+static int
+diff_ok(const uint8_t *p, size_t len, uint32_t seed, const char *what)
+{
+    int taken = 0;
+    const char *d = rls_codec_diff(p, len, &taken);
+
+    if (d != NULL) {
+        char hex[3 * 64 + 1] = "";
+        for (size_t i = 0; i < len && i < 64; i++)
+            snprintf(hex + 3 * i, 4, "%02x ", p[i]);
+        ck_abort_msg("seed %u (%s, %zu bytes: %s): %s", seed, what, len, hex, d);
+    }
+    return taken;
+}
+
+START_TEST(decoder_agrees_with_protobuf_c)
+{
+    uint32_t taken = 0, refused = 0;
+
+    for (uint32_t seed = 1; seed <= 20000; seed++) {
+        struct gen g = {0x9e3779b97f4a7c15ULL * seed};
+        struct wbuf b = {0};
+        size_t at;
+
+        gen_message(&g, &b, G_REQUEST, 0);
+        taken += diff_ok(b.p, b.len, seed, "as written");
+        if (b.len == 0) {
+            free(b.p);
+            continue;
+        }
+        at = gen_next(&g) % b.len;
+        refused += !diff_ok(b.p, at, seed, "cut");
+        b.p[at] ^= (uint8_t)(1u << gen_next(&g) % 8);
+        refused += !diff_ok(b.p, b.len, seed, "a bit flipped");
+        b.p[at] = (uint8_t)gen_next(&g);
+        refused += !diff_ok(b.p, b.len, seed, "a byte replaced");
+        free(b.p);
+    }
+    /* both halves of the decoders were compared, not only their refusals */
+    ck_assert_uint_ge(taken, 5000);
+    ck_assert_uint_ge(refused, 5000);
+}
+END_TEST
+
 static struct rls_response
 sample_response(struct rls_status *st, char *hval)
 {
@@ -321,6 +517,51 @@ START_TEST(response_to_the_wire)
 }
 END_TEST
 
+/* The buffer the answer is packed into, without protobuf-c's sizing pass,
+ * holds every field at its widest (negative enums take 10 bytes). */
+START_TEST(response_bound_holds_the_widest_fields)
+{
+    static char name[300];
+    char value[] = "a header value";
+    struct rls_status st[4];
+    struct rls_response r = {.overall_code = (enum rls_code)-1, .statuses = st};
+    size_t want;
+    struct arena a;
+    const uint8_t *out;
+    size_t n = 0;
+    PbResponse *m;
+
+    memset(name, 'n', sizeof(name) - 1);
+    for (size_t i = 0; i < 4; i++)
+        st[i] = (struct rls_status){.code = (enum rls_code)INT32_MIN,
+                                    .has_limit = 1,
+                                    .requests_per_unit = UINT32_MAX,
+                                    .unit = (enum rls_unit)-1,
+                                    .name = name,
+                                    .limit_remaining = UINT32_MAX,
+                                    .until_reset_ms = INT64_MAX - (int64_t)i};
+    r.nstatuses = 4;
+    for (size_t i = 0; i < RLS_HEADERS_MAX; i++) {
+        r.headers[i].name = name;
+        r.headers[i].value = value;
+    }
+    r.nheaders = RLS_HEADERS_MAX;
+    arena_init(&a, 0, 0);
+    out = rls_codec_encode_response(&a, &r, &n);
+    ck_assert_ptr_nonnull(out);
+    m = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, n, out);
+    ck_assert_ptr_nonnull(m);
+    want = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(m);
+    ck_assert_uint_eq(n, want);
+    ck_assert_uint_ge(rls_codec_response_bound(&r), n);
+    ck_assert_uint_eq(m->n_statuses, 4);
+    ck_assert_int_eq(m->statuses[3]->duration_until_reset->seconds, INT64_MAX / 1000);
+    ck_assert_int_eq((int)m->statuses[0]->current_limit->unit, -1);
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(m, NULL);
+    arena_free(&a);
+}
+END_TEST
+
 START_TEST(encoding_past_the_cap_fails)
 {
     struct rls_status st[3];
@@ -384,6 +625,58 @@ START_TEST(arena_marks_nest)
 }
 END_TEST
 
+/* The slab under nghttp2 (grpc.c): blocks come back from their list, the
+ * lists keep at most `keep`, realloc keeps the bytes. */
+START_TEST(slab_lists)
+{
+    struct slab s;
+    unsigned char *a, *b, *c, *big, *p;
+
+    slab_init(&s, 2);
+    a = slab_alloc(&s, 40);
+    b = slab_alloc(&s, 64);
+    c = slab_alloc(&s, 1);
+    big = slab_alloc(&s, 5000); /* past every class: malloc's */
+    ck_assert_uint_eq((uintptr_t)a % alignof(max_align_t), 0);
+    ck_assert_uint_eq((uintptr_t)big % alignof(max_align_t), 0);
+    memset(a, 1, 64);
+    memset(b, 2, 64);
+    memset(c, 3, 64);
+    memset(big, 4, 5000);
+    slab_release(&s, a);
+    slab_release(&s, b);
+    slab_release(&s, c); /* past keep: to malloc */
+    slab_release(&s, big);
+    slab_release(&s, NULL);
+    ck_assert_uint_eq(s.list[0].n, 2);
+    ck_assert_ptr_eq(slab_alloc(&s, 10), b); /* last in, first out */
+    ck_assert_ptr_eq(slab_alloc(&s, 64), a);
+    ck_assert_uint_eq(s.list[0].n, 0);
+    slab_release(&s, a);
+
+    /* realloc: the same block while it fits, its bytes kept when not */
+    p = slab_alloc(&s, 100); /* a 128-byte block */
+    for (int i = 0; i < 100; i++)
+        p[i] = (unsigned char)i;
+    ck_assert_ptr_eq(slab_realloc(&s, p, 128), p);
+    p = slab_realloc(&s, p, 300);
+    for (int i = 0; i < 100; i++)
+        ck_assert_uint_eq(p[i], (unsigned char)i);
+    p = slab_realloc(&s, p, 4000);
+    for (int i = 0; i < 100; i++)
+        ck_assert_uint_eq(p[i], (unsigned char)i);
+    slab_release(&s, p);
+    slab_release(&s, b);
+    p = slab_realloc(&s, NULL, 7);
+    ck_assert_ptr_eq(p, b); /* the list's */
+    slab_release(&s, p);
+    slab_release(&s, slab_realloc(&s, NULL, 0));
+    slab_purge(&s);
+    for (unsigned k = 0; k < SLAB_CLASSES; k++)
+        ck_assert_ptr_null(s.list[k].head);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -397,11 +690,14 @@ main(void)
     tcase_add_test(tc, empty_request_is_all_defaults);
     tcase_add_test(tc, not_a_message_is_refused);
     tcase_add_test(tc, the_arena_cap_bounds_decoding);
+    tcase_add_test(tc, decoder_agrees_with_protobuf_c);
     tcase_add_test(tc, response_round_trip);
     tcase_add_test(tc, response_to_the_wire);
+    tcase_add_test(tc, response_bound_holds_the_widest_fields);
     tcase_add_test(tc, encoding_past_the_cap_fails);
     tcase_add_test(tc, health_messages);
     tcase_add_test(tc, arena_marks_nest);
+    tcase_add_test(tc, slab_lists);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
