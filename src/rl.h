@@ -15,8 +15,8 @@
  * the lines below; a .c file not named is in its header's layer.
  *
  *   layer 0: rl.h
- *   layer 1: util.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c redis_reply.h
- *   layer 2: schema.h
+ *   layer 1: util.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h lua_scripts.c redis_reply.h
+ *   layer 2: schema.h algo.h
  *   layer 3: config.h rls_rules.h
  *   layer 4: identity.h policy.h http.h redis_conn.h redis_tls.h redis_sentinel.h api.h
  *   layer 5: backend.h cluster_slots.h
