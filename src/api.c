@@ -21,7 +21,7 @@
 
 /* Room for every quota header of a decision. */
 #define HEADERS_MAX 1024
-#define BODY_MAX 2048
+#define BODY_MAX 4096 /* 8 limits of a period in a zone of 64 bytes: ~2.7 KiB */
 
 /* http_req.flags: answer with status and headers only (auth subrequests). */
 #define API_NO_BODY 0x1u

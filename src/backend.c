@@ -22,10 +22,7 @@ backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t si
 
     sb_init(&sb, buf, size);
     sb_mem(&sb, req->key, req->key_len);
-    sb_str(&sb, ":");
-    sb_str(&sb, algo_def(l->algo)->tag);
-    sb_str(&sb, ":");
-    sb_i64(&sb, l->window_ms);
+    algo_key_suffix(l, &sb);
     return sb_ok(&sb) ? (int)sb.len : -1;
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "body.h"
+#include "caller_limits.h"
 #include "check.h"
 #include "config.h"
 #include "deny_cache.h"
@@ -32,6 +33,10 @@ struct check_op {
     int hybrid;     /* a hybrid policy's key unknown locally */
     int stale;      /* decided locally after a failed sync */
     char key[RL_REDIS_KEY_MAX];
+    /* a check's own limits: its policy, a copy of the one it falls under
+     * with these in place of that one's (written only then) */
+    struct rl_policy own;
+    struct rl_limit own_limits[RL_LIMITS_MAX];
 };
 
 static int
@@ -51,7 +56,8 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
     return RL_OK;
 }
 
-/* Fields are looked up by name; unknown fields are ignored (forward compat). */
+/* Fields are looked up by name; unknown fields are ignored (forward compat).
+ * "limits" stays in the tree (caller_limits reads it). */
 static int
 fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
 {
@@ -255,30 +261,64 @@ check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const
     return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
 }
 
+/* The body as jansson reads it into *root (the caller frees), or the 400. */
+static int
+body_json(const struct rl_check_input *in, json_t **root, char **error)
+{
+    json_error_t jerr;
+
+    *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (*root == NULL) {
+        *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    return RL_OK;
+}
+
 /* The fields of the body: the fast scanner's, or jansson's when the scanner
  * gives up.  *root is the caller's to free (NULL when not parsed). */
 static int
 read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **root,
           char **error)
 {
-    json_error_t jerr;
-
     if (in->body_len == 0)
         return RL_OK;
     if (body_scan(in->body, in->body_len, f) != RL_OK) {
         memset(f, 0, sizeof(*f));
         f->cost = 1;
-        *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                           &jerr);
-        if (*root == NULL) {
-            *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
-                               jerr.column, jerr.text);
-            return RL_ERR;
-        }
-        if (fields_from_json(*root, f, error) != RL_OK)
+        if (body_json(in, root, error) != RL_OK || fields_from_json(*root, f, error) != RL_OK)
             return RL_ERR;
     }
     return check_fields(f, error);
+}
+
+/*
+ * The check's own limits ("limits", the policy taking them) into
+ * out[0..*n): known by their bytes when the scanner handed them over and a
+ * check of this worker sent the same, else read from the body's JSON (the
+ * whole body then goes through jansson, whose verdict stands), and kept.
+ */
+static int
+own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
+           const struct rl_check_input *in, const struct rl_body_fields *f, json_t **root,
+           struct rl_limit *out, size_t *n, char **error)
+{
+    if (!policy->request_limits) {
+        *error = xasprintf("limits: policy \"%s\" takes no limits from the caller (it would "
+                           "need \"request_limits\": true)",
+                           policy->name);
+        return RL_ERR;
+    }
+    if (f->limits == NULL ||
+        !caller_limits_find(env->caller_limits, f->limits, f->limits_len, out, n)) {
+        if (*root == NULL && body_json(in, root, error) != RL_OK)
+            return RL_ERR;
+        if (caller_limits_read(env->caller_limits, f->limits, f->limits_len,
+                               json_object_get(*root, "limits"), out, n, error) != RL_OK)
+            return RL_ERR;
+    }
+    return caller_limits_allowed(policy, out, *n, error);
 }
 
 /*
@@ -326,13 +366,18 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
     return RL_OK;
 }
 
-/* Decide a check of `cost` for (policy, identity): locally when the hybrid
- * table or the deny cache can, else by the backend. */
-int
-check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
-                   const struct rl_policy *policy, const char *keyname, const char *id,
-                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                   void *arg, char **error)
+/*
+ * Decide a check of `cost` for (policy, identity): locally when the hybrid
+ * table or the deny cache can, else by the backend.  With limits (a check's
+ * own), under a copy of the policy that has them instead of its own: its
+ * uid is the limits', so that a denial cached under one plan never answers
+ * another.
+ */
+static int
+start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl_policy *policy,
+      const char *keyname, const char *id, size_t idlen, int64_t cost, int64_t timeout_ms,
+      const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
+      char **error)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
@@ -344,6 +389,16 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         free(op);
         *error = xstrdup("key: too long");
         return RL_ERR;
+    }
+    if (limits != NULL) {
+        op->own = *policy;
+        memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
+        op->own.limits = op->own_limits;
+        op->own.nlimits = nlimits;
+        op->own.uid = 1ULL << 62 | ((policy->uid * 0x9e3779b97f4a7c15ULL) ^
+                                    algo_limits_hash(limits, nlimits)) >>
+                                       2;
+        policy = &op->own;
     }
     op->cfg = config_ref(cfg);
     op->policy = policy;
@@ -384,12 +439,24 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
 }
 
 int
+check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *keyname, const char *id,
+                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
+                   void *arg, char **error)
+{
+    return start(env, cfg, policy, keyname, id, idlen, cost, timeout_ms, NULL, 0, done, arg,
+                 error);
+}
+
+int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
             char **error)
 {
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
+    struct rl_limit own[RL_LIMITS_MAX];
+    size_t nown = 0;
     json_t *root = NULL;
     struct rl_ident_input ident = in->ident;
     char id[RL_IDENTITY_MAX];
@@ -411,6 +478,11 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         goto out;
     }
 
+    if ((f.limits != NULL || (root != NULL && json_object_get(root, "limits") != NULL &&
+                              !json_is_null(json_object_get(root, "limits")))) &&
+        own_limits(env, policy, in, &f, &root, own, &nown, error) != RL_OK)
+        goto out;
+
     ident.forwarded_rfc7239 = cfg->forwarded_rfc7239;
     ident.body_key = f.key;
     ident.body_key_len = f.key_len;
@@ -423,7 +495,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = check_start_policy(env, cfg, policy, NULL, id, idlen, f.cost, 0, done, arg, error);
+    /* a check's own limits replace the policy's, an override's too */
+    rc = start(env, cfg, policy, NULL, id, idlen, f.cost, 0, nown > 0 ? own : NULL, nown, done,
+               arg, error);
 out:
     free(norm);
     json_decref(root);

@@ -100,7 +100,9 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
+    int64_t sync_interval_ms;   /* hybrid: counts go to Redis this often */
+    int request_limits;         /* a check may bring its own limits ("limits") */
+    int64_t request_limits_max; /* the largest limit (or burst) it may ask; 0: any */
 };
 
 struct rl_sentinel_conf {
@@ -256,6 +258,16 @@ unsigned config_method_bit(const char *name);
  * matches an address entry, nor an address a key entry. */
 const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
                                           size_t idlen);
+
+/*
+ * A check's own limits (POST /check "limits", a policy with
+ * request_limits): the JSON list v read by the rules of a policy's
+ * "limits", into out[0..*n) (at most RL_LIMITS_MAX).  RL_ERR: *cause names
+ * the first problem, "limits[1].window: ..." (caller frees).  The zones of
+ * their periods are the ones loaded (or loaded now, once).
+ */
+int config_parse_limits(struct json_t *v, struct rl_limit *out, size_t *n,
+                        char **cause) RL_WUR;
 
 /* A uid no other policy of this process has (struct rl_policy.uid). */
 uint64_t config_new_uid(void);

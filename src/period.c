@@ -27,8 +27,9 @@ struct rl_tz {
     uint64_t hash; /* of the file's bytes: a reread of the same file changes nothing */
     int32_t off0;  /* the offset before at[0] (or always, when n is 0) */
     size_t n;
-    int64_t *at;  /* instants at which the offset changes, ascending */
-    int32_t *off; /* the offset from at[i] on */
+    int64_t *at;    /* instants at which the offset changes, ascending */
+    int32_t *off;   /* the offset from at[i] on */
+    int superseded; /* atomic: a reread found other rules for this name */
     struct rl_tz *next;
 };
 
@@ -541,11 +542,19 @@ period_tz(const char *name, int reread, char **cause)
                            name, TZ_LOADED_MAX);
         return NULL;
     }
+    if (had != NULL)
+        __atomic_store_n(&had->superseded, 1, __ATOMIC_RELEASE);
     z->next = tz_loaded;
     tz_loaded = z;
     tz_nloaded++;
     pthread_mutex_unlock(&tz_lock);
     return z;
+}
+
+int
+period_tz_current(const struct rl_tz *tz)
+{
+    return tz == NULL || !__atomic_load_n(&tz->superseded, __ATOMIC_ACQUIRE);
 }
 
 const char *

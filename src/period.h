@@ -66,6 +66,10 @@ struct rl_period {
  */
 const struct rl_tz *period_tz(const char *name, int reread, char **cause);
 
+/* Whether tz is still the zone its name gives (not replaced by a reread of
+ * a changed file): whoever keeps zones past a reload asks. */
+int period_tz_current(const struct rl_tz *tz);
+
 /* "Europe/Berlin"; "UTC" for NULL. */
 const char *period_tz_name(const struct rl_tz *tz);
 

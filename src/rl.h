@@ -18,7 +18,7 @@
  *   layer 1: util.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h lua_scripts.c redis_reply.h
  *   layer 2: schema.h algo.h
  *   layer 3: config.h rls_rules.h
- *   layer 4: identity.h policy.h http.h redis_conn.h redis_tls.h redis_sentinel.h api.h
+ *   layer 4: identity.h policy.h caller_limits.h http.h redis_conn.h redis_tls.h redis_sentinel.h api.h
  *   layer 5: backend.h cluster_slots.h
  *   layer 6: script.h deny_cache.h response.h metrics.h
  *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
@@ -50,7 +50,8 @@
 /* A typed identity ("k:" + key) and its escaped form inside a hash tag. */
 #define RL_IDENTITY_MAX (8 + RL_KEY_MAX)
 #define RL_REDIS_KEY_MAX (4 + RL_NAME_MAX * 2 + 3 * RL_IDENTITY_MAX)
-/* A limit's key: the tag, ":<algorithm tag>:<window ms>". */
-#define RL_LIMIT_KEY_MAX (RL_REDIS_KEY_MAX + 32)
+/* A limit's key: the tag, ":<algorithm tag>:<window ms>" or
+ * ":<tag>:<period>[-<week start>]@<zone>" (a zone name of at most 64). */
+#define RL_LIMIT_KEY_MAX (RL_REDIS_KEY_MAX + 96)
 
 #endif
