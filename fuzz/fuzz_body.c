@@ -78,26 +78,23 @@ find_header(void *hctx, const char *name)
     return NULL;
 }
 
-/* As http.c joins repeated headers: ",", and >= size when it does not fit. */
+/* Every line of a header, first to last, as api.c gives them. */
 static size_t
-join_headers(void *hctx, const char *name, char *buf, size_t size)
+header_lines(void *hctx, const char *name, const char **vals, size_t *lens, size_t max)
 {
     struct input *in = hctx;
-    size_t o = 0;
+    size_t n = 0;
 
     for (size_t i = 0; i < in->n; i++) {
         if (strcasecmp(in->h[i].name, name) != 0)
             continue;
-        size_t n = strlen(in->h[i].value);
-        if (o + n + 2 > size)
-            return size;
-        if (o > 0)
-            buf[o++] = ',';
-        memcpy(buf + o, in->h[i].value, n);
-        o += n;
-        buf[o] = '\0';
+        if (n < max) {
+            vals[n] = in->h[i].value;
+            lens[n] = strlen(in->h[i].value);
+        }
+        n++;
     }
-    return o;
+    return n;
 }
 
 static void
@@ -259,7 +256,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ci.body = body;
     ci.body_len = body_len;
     ci.ident.header = find_header;
-    ci.ident.header_all = join_headers;
+    ci.ident.header_lines = header_lines;
     ci.ident.hctx = &in;
     switch (size % 3) {
     case 0:

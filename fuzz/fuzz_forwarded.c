@@ -47,25 +47,23 @@ find_header(void *hctx, const char *name)
 }
 
 /* As http.c joins repeated headers: ",", and >= size when it does not fit. */
+/* Every line of a header, first to last, as api.c gives them. */
 static size_t
-join_headers(void *hctx, const char *name, char *buf, size_t size)
+header_lines(void *hctx, const char *name, const char **vals, size_t *lens, size_t max)
 {
     struct input *in = hctx;
-    size_t o = 0;
+    size_t n = 0;
 
     for (size_t i = 0; i < in->n; i++) {
         if (strcasecmp(in->name[i], name) != 0)
             continue;
-        size_t n = strlen(in->value[i]);
-        if (o + n + 2 > size)
-            return size;
-        if (o > 0)
-            buf[o++] = ',';
-        memcpy(buf + o, in->value[i], n);
-        o += n;
-        buf[o] = '\0';
+        if (n < max) {
+            vals[n] = in->value[i];
+            lens[n] = strlen(in->value[i]);
+        }
+        n++;
     }
-    return o;
+    return n;
 }
 
 int
@@ -73,7 +71,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     static const char *const cidrs[] = {"127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                         "2001:db8::/32", "192.168.0.0/16"};
-    static struct rl_id_source src[4];
+    static struct rl_id_source src[5];
 
     (void)argc;
     (void)argv;
@@ -81,13 +79,20 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     for (size_t i = 0; i < RL_ARRAY_LEN(cidrs); i++)
         if (cidr_parse(cidrs[i], &trusted.v[trusted.n++]) != RL_OK)
             abort();
-    src[0].kind = RL_ID_BODY;
-    src[1].kind = RL_ID_HEADER;
-    src[1].header = (char *)"X-Api-Key";
-    src[2].kind = RL_ID_FORWARDED;
-    src[3].kind = RL_ID_PEER;
+    /* a compound first (forwarded+trusted_header:X-User+body), then the
+     * single sources */
+    static struct rl_id_source user = {RL_ID_TRUSTED_HEADER, (char *)"X-User", NULL};
+    static struct rl_id_source body = {RL_ID_BODY, NULL, NULL};
+    src[0].kind = RL_ID_FORWARDED;
+    src[0].also = &user;
+    user.also = &body;
+    src[1].kind = RL_ID_BODY;
+    src[2].kind = RL_ID_HEADER;
+    src[2].header = (char *)"X-Api-Key";
+    src[3].kind = RL_ID_FORWARDED;
+    src[4].kind = RL_ID_PEER;
     chain.v = src;
-    chain.n = 4;
+    chain.n = 5;
     return 0;
 }
 
@@ -104,6 +109,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char text[64], id[RL_IDENTITY_MAX], key[RL_REDIS_KEY_MAX];
     size_t idlen;
     int fam, fam2;
+    bool found;
+    char *err;
 
     if (size == 0)
         return 0;
@@ -132,7 +139,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     memset(&ii, 0, sizeof(ii));
     ii.header = find_header;
-    ii.header_all = join_headers;
+    ii.header_lines = header_lines;
+    ii.ipv6_prefix = data[0] & 8 ? 64 : 0;
+    ii.ipv4_prefix = data[0] & 16 ? 24 : 0;
     ii.hctx = &in;
     switch (data[0] & 3) {
     case 0:
@@ -157,7 +166,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     memset(addr, 0, sizeof(addr));
-    if (identity_forwarded(&trusted, &ii, &fam, addr)) {
+    err = NULL;
+    if (identity_forwarded(&trusted, &ii, &fam, addr, &found, &err) != RL_OK) {
+        if (err == NULL || strstr(err, "too long") == NULL)
+            abort();
+        free(err);
+    } else if (found) {
         if (fam != AF_INET && fam != AF_INET6)
             abort();
         ip_format(fam, addr, text, sizeof(text));
@@ -170,12 +184,27 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     }
-    if (identity_resolve(&chain, &trusted, &ii, id, sizeof(id), &idlen)) {
+    err = NULL;
+    if (identity_resolve(&chain, &trusted, &ii, id, sizeof(id), &idlen, &err) != RL_OK) {
+        if (err == NULL)
+            abort();
+        free(err);
+    } else if (idlen > 0) {
         if (idlen > sizeof(id))
             abort();
-        int klen = identity_key("rl:", "policy", id, idlen, key, sizeof(key));
-        if (klen < 0 || (size_t)klen >= sizeof(key) || key[0] != '{' || key[klen - 1] != '}' ||
-            memchr(key + 1, '}', (size_t)klen - 2) != NULL || memchr(key + 1, '{', (size_t)klen - 2) != NULL)
+        bool shared = data[0] & 32;
+        size_t klen;
+        /* one hash tag: the caller's bytes inside it, or (shared) after the
+         * policy's, never a brace of theirs */
+        const char *close;
+        if (identity_key("rl:", "policy", id, idlen, shared, key, sizeof(key), &klen) != RL_OK ||
+            klen < 2 || klen >= sizeof(key) || key[0] != '{' ||
+            memchr(key + 1, '{', klen - 1) != NULL)
+            abort();
+        size_t tag = shared ? strlen("{rl:policy}") : klen;
+        close = memchr(key + 1, '}', klen - 1);
+        if (close != key + tag - 1 ||
+            memchr(close + 1, '}', (size_t)(key + klen - close - 1)) != NULL)
             abort();
     }
     free(body_key);

@@ -7,7 +7,7 @@
  * epoch's alignment to days, weeks, months and years of a time zone).
  * Mirrors scripts/lua/fixed_window.lua.
  *
- * State: a = count, b = window start (us).  Only opening a window knows the
+ * State (st->fw): the count and when the window started.  Only opening a window knows the
  * alignment: an open window is read the same either way, so a limit's state
  * carries over when its alignment changes.  A period's window is the one
  * whose start is stored; a start later than the period's (a clock that
@@ -33,15 +33,16 @@ fw_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
         int64_t b[RL_PERIOD_BOUNDS];
 
         algo_period_bounds(lim, now, b);
-        v->count = st->a > 0 && st->b >= b[2] ? st->a : 0;
+        v->count = st->fw.count > 0 && st->fw.start_us >= b[2] ? st->fw.count : 0;
         v->end = b[3];
         v->start = b[2];
         return;
     }
-    v->count = st->a > 0 && now < st->b + lim->window_ms * 1000 ? st->a : 0;
-    v->end = st->b + lim->window_ms * 1000;
+    v->count = st->fw.count > 0 && now < st->fw.start_us + lim->window_ms * 1000 ? st->fw.count
+                                                                                 : 0;
+    v->end = st->fw.start_us + lim->window_ms * 1000;
     if (v->count > 0)
-        v->start = st->b;
+        v->start = st->fw.start_us;
     else
         v->start = lim->align == RL_ALIGN_EPOCH ? algo_epoch_window_start(lim, now) : now;
 }
@@ -75,11 +76,11 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
     struct fw_view v;
 
     fw_view(lim, st, now, &v);
-    st->a = v.count + cost;
-    st->b = v.start;
+    st->fw.count = v.count + cost;
+    st->fw.start_us = v.start;
     if (!algo_has_period(lim))
-        v.end = st->b + lim->window_ms * 1000;
-    algo_set_numbers(res, lim->limit - st->a, v.end - now);
+        v.end = st->fw.start_us + lim->window_ms * 1000;
+    algo_set_numbers(res, lim->limit - st->fw.count, v.end - now);
 }
 
 static void
@@ -93,12 +94,12 @@ fw_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64
     if (v.count == 0)
         return;
     if (v.count > units) {
-        st->a = v.count - units;
+        st->fw.count = v.count - units;
         if (algo_has_period(lim))
-            st->b = v.start; /* every write puts the period's start */
+            st->fw.start_us = v.start; /* every write puts the period's start */
     } else {
-        st->a = 0;
-        st->b = 0;
+        st->fw.count = 0;
+        st->fw.start_us = 0;
     }
 }
 

@@ -13,8 +13,8 @@
  *     estimate = prev * min(Lc - elapsed, Lp) / Lp + curr,
  * which is the formula above when both are W.
  *
- * State: a = window index (a period's start in us), b = its count, c = the
- * count of the window before.  The weighted term is rounded up, which decides
+ * State (st->swc): the window index (a period's: its start in us), its
+ * count, and the count of the window before it.  The weighted term is rounded up, which decides
  * exactly like the real-valued comparison because every other term is an
  * integer.  limit x window in microseconds overflows int64 (1e9 x 8.64e10),
  * so products are 128-bit here and digit-wise in the script; both compute the
@@ -45,11 +45,11 @@ swc_frame(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t no
         v->p = b[1], v->s = b[2], v->e = b[3], v->e2 = b[4];
         v->id = v->s;
         /* a later period's counts (a clock that stepped back) count now */
-        if (st->a >= v->s) {
-            v->curr = st->b;
-            v->prev = st->c;
-        } else if (st->a == v->p) {
-            v->prev = st->b;
+        if (st->swc.window >= v->s) {
+            v->curr = st->swc.count;
+            v->prev = st->swc.prev_count;
+        } else if (st->swc.window == v->p) {
+            v->prev = st->swc.count;
         }
         return;
     }
@@ -57,14 +57,14 @@ swc_frame(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t no
 
     v->id = now / W;
     /* a clock that stepped back sees the stored window from its start */
-    if (st->a > v->id)
-        v->id = st->a;
+    if (st->swc.window > v->id)
+        v->id = st->swc.window;
     v->p = (v->id - 1) * W, v->s = v->id * W, v->e = v->s + W, v->e2 = v->e + W;
-    if (st->a == v->id) {
-        v->curr = st->b;
-        v->prev = st->c;
-    } else if (st->a == v->id - 1) {
-        v->prev = st->b;
+    if (st->swc.window == v->id) {
+        v->curr = st->swc.count;
+        v->prev = st->swc.prev_count;
+    } else if (st->swc.window == v->id - 1) {
+        v->prev = st->swc.count;
     }
 }
 
@@ -129,9 +129,9 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     struct swc_view v;
 
     swc_view(lim, st, now, &v);
-    st->a = v.id;
-    st->b = v.curr + cost;
-    st->c = v.prev;
+    st->swc.window = v.id;
+    st->swc.count = v.curr + cost;
+    st->swc.prev_count = v.prev;
     algo_set_numbers(res, v.room - cost, v.e2 - now);
 }
 
@@ -149,9 +149,9 @@ swc_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int6
         prev = prev + curr > 0 ? prev + curr : 0;
         curr = 0;
     }
-    st->a = curr > 0 || prev > 0 ? v.id : 0;
-    st->b = curr;
-    st->c = prev;
+    st->swc.window = curr > 0 || prev > 0 ? v.id : 0;
+    st->swc.count = curr;
+    st->swc.prev_count = prev;
 }
 
 static int64_t

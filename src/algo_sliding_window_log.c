@@ -4,8 +4,9 @@
  * admit more than `limit` units.  The price is memory: O(limit) per key.
  * Mirrors scripts/lua/sliding_window_log.lua.
  *
- * State: a = units in the ring; the ring holds (time, cost) pairs, oldest
- * first, two int64_t slots per entry (ring_cap/head/len count entries).
+ * State (st->swl): the units in the ring; the ring holds (time, cost) pairs,
+ * oldest first, two int64_t slots per entry (ring_cap/head/len count
+ * entries).
  * peek() only reads, so entries that have left the window are skipped there
  * and dropped by the next commit().  Times in the ring never decrease: a
  * clock that stepped back (possible with Redis TIME) logs at the newest time,
@@ -17,11 +18,19 @@
  * entries, like the script's ZREMRANGEBYRANK.  The units of the entries it
  * forgets stop counting early; that is the price of the bound, paid only
  * when a key is already over its limit.
+ *
+ * A commit drops at most SWL_DROP_MAX entries that have left the window,
+ * as the script must (one call dropping a million members stalled Redis):
+ * the same entries stay behind here, so that both count the same ones
+ * should the clock step back.  The trim to `limit` waits until none is left.
  */
 #include <stdlib.h>
 
 #include "algo.h"
 #include "util.h"
+
+/* Expired entries one commit drops at most (sliding_window_log.lua). */
+#define SWL_DROP_MAX 1000
 
 static int64_t
 swl_ts(const struct rl_algo_state *st, uint32_t i)
@@ -53,7 +62,7 @@ swl_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now
     while (i < st->ring_len && swl_ts(st, i) <= cutoff)
         gone += swl_cost(st, i++);
     v->first = i;
-    v->n = st->a - gone;
+    v->n = st->swl.units - gone;
     v->newest = i < st->ring_len ? swl_ts(st, st->ring_len - 1) : 0;
 }
 
@@ -91,7 +100,7 @@ swl_drop(struct rl_algo_state *st, uint32_t k)
     if (k == 0)
         return;
     for (uint32_t i = 0; i < k; i++)
-        st->a -= swl_cost(st, i);
+        st->swl.units -= swl_cost(st, i);
     st->ring_head = (st->ring_head + k) % st->ring_cap;
     st->ring_len -= k;
 }
@@ -133,20 +142,22 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     uint32_t slot;
 
     swl_view(lim, st, now, &v);
-    swl_drop(st, v.first);
+    swl_drop(st, v.first < SWL_DROP_MAX ? v.first : SWL_DROP_MAX);
     ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
     /* only a forced commit finds `limit` entries here (an allowed one adds
      * to at most limit - cost units): keep the newest limit - 1, then this */
-    if (st->ring_len >= lim->limit)
+    if (v.first <= SWL_DROP_MAX && st->ring_len >= lim->limit)
         swl_drop(st, st->ring_len - (uint32_t)lim->limit + 1);
     swl_reserve(lim, st);
     slot = (st->ring_head + st->ring_len) % st->ring_cap;
     st->ring[2 * (size_t)slot] = ts;
     st->ring[2 * (size_t)slot + 1] = cost;
     st->ring_len++;
-    st->a += cost;
+    st->swl.units += cost;
 
-    algo_set_numbers(res, lim->limit - st->a, ts + W - now);
+    /* the units still inside the window: not those left behind */
+    swl_view(lim, st, now, &v);
+    algo_set_numbers(res, lim->limit - v.n, ts + W - now);
 }
 
 /* Forget the newest `units` entries (all there are, at most). */
@@ -156,7 +167,7 @@ swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int6
     uint32_t k = units < (int64_t)st->ring_len ? (uint32_t)units : st->ring_len;
 
     for (uint32_t i = st->ring_len - k; i < st->ring_len; i++)
-        st->a -= swl_cost(st, i);
+        st->swl.units -= swl_cost(st, i);
     st->ring_len -= k;
 }
 

@@ -10,6 +10,7 @@
 #ifndef RL_BACKEND_H
 #define RL_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,8 +31,22 @@ enum rl_backend_status {
 /* One check as the backend sees it: a policy's limits for one identity. */
 struct rl_check_req {
     const struct rl_policy *policy;
-    const char *key; /* "{<prefix><policy>:<escaped identity>}" */
+    /* "{<prefix><policy>:<escaped identity>}", or with a policy whose limits
+     * have identities of their own "{<prefix><policy>}:<escaped identity>"
+     * (identity.h): the key of the block and of the once seq, and of every
+     * limit that limit_key does not name */
+    const char *key;
     size_t key_len;
+    /*
+     * NULL, or one entry per limit of the policy: limit i counts under
+     * limit_key[i] (limit_key_len[i] bytes) when it is not NULL, under key
+     * otherwise.  A limit with an identity of its own has one; so will an
+     * Envoy descriptor decided with others all or nothing.  Every key of a
+     * check, these too, must share key's Redis Cluster hash slot (one hash
+     * tag): the check is one script call, atomic across its limits.
+     */
+    const char *const *limit_key;
+    const size_t *limit_key_len;
     /*
      * > 0 consumes, 0 only asks (inspect), < 0 gives |cost| units back (a
      * reward): always applied, as if forced, whatever the limits say; per
@@ -111,8 +126,8 @@ struct rl_backend_ops {
     void (*destroy)(struct rl_backend *be);
     void (*check)(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
                   void *arg);
-    /* RL_OK when checks can be answered; else RL_ERR and a static reason. */
-    int (*ready)(struct rl_backend *be, const char **reason);
+    /* Why checks cannot be answered now (static text), NULL when they can. */
+    const char *(*not_ready)(struct rl_backend *be);
 };
 
 /* Every implementation starts with this. */
@@ -138,25 +153,28 @@ size_t backend_memory_entries(void);
 /*
  * The key of limit i of a check: "<req->key>:<algo tag>:<window_ms>" (a
  * period's: "<req->key>:<algo tag>:<period>@<zone>", algo_key_suffix), so
- * that reordering limits or changing a limit's count keeps its state, and
- * all keys of one check share the hash tag of req->key.  Returns the length written,
- * or -1 when buf is too small.
+ * that reordering limits or changing a limit's count keeps its state and all
+ * keys of one check share the hash tag of req->key.  Written NUL-terminated
+ * into buf, its length in *len; RL_ERR when buf is too small.
  */
-int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size);
+int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size,
+                      size_t *len) RL_WUR;
 /* The key of a check's block: "<req->key>:block" (the same hash tag).  As
  * above. */
-int backend_block_key(const struct rl_check_req *req, char *buf, size_t size);
+int backend_block_key(const struct rl_check_req *req, char *buf, size_t size,
+                      size_t *len) RL_WUR;
 /* Mark res as the answer for a key blocked for blocked_ms (> 0) more ms:
  * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
 void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);
 /* Whether req is an admin operation (reset, block or give back). */
-static inline int
+static inline bool
 backend_is_admin(const struct rl_check_req *req)
 {
     return (req->flags & RL_CHECK_ADMIN) != 0 || req->cost < 0;
 }
 /* The key of an RL_CHECK_ONCE check's last applied seq:
  * "<req->key>:once:<writer in hex>" (the same hash tag).  As above. */
-int backend_once_key(const struct rl_check_req *req, char *buf, size_t size);
+int backend_once_key(const struct rl_check_req *req, char *buf, size_t size,
+                     size_t *len) RL_WUR;
 
 #endif

@@ -32,15 +32,14 @@
  * there.  Every algorithm already copes with a clock that steps back, as
  * Redis's can; a step forward only ends states early.
  */
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "config.h"
+#include "keytable.h"
 #include "util.h"
 
 #define MEM_MAX_ENTRIES_DEFAULT 1000000
@@ -53,10 +52,9 @@
 #define MEM_KEY_EXTRA 96
 
 struct mem_entry {
-    struct mem_entry *next; /* hash chain */
-    uint64_t hash;
-    int64_t expires; /* us; the state is worthless from then on */
-    size_t heap;     /* index in the shard's heap */
+    struct rl_kt_node node; /* in its shard's table */
+    int64_t expires;        /* us; the state is worthless from then on */
+    size_t heap;            /* index in the shard's heap */
     struct rl_algo_state st;
     size_t key_len;
     char key[];
@@ -64,8 +62,7 @@ struct mem_entry {
 
 struct mem_shard {
     pthread_mutex_t lock;
-    struct mem_entry **buckets;
-    size_t nbuckets;         /* a power of two, 0 until the first entry */
+    struct rl_keytable tab;  /* the entries by key */
     struct mem_entry **heap; /* min-heap on expires; n entries */
     size_t n, heap_cap;
     size_t max; /* entries this shard may hold */
@@ -73,7 +70,6 @@ struct mem_shard {
 
 struct mem_store {
     int refs;            /* under store_lock */
-    uint64_t k0, k1;     /* hash key: callers choose identities */
     unsigned nshards;    /* a power of two */
     unsigned sweep_next; /* round robin, atomic */
     struct mem_shard shards[MEM_SHARDS_MAX];
@@ -92,20 +88,6 @@ static size_t max_entries = MEM_MAX_ENTRIES_DEFAULT;
  * Not in backend.h yet: the cap of the next store (tests, and a future
  * `memory.max_keys` option) and the number of entries held (tests, metrics).
  */
-
-static void
-random_key(uint64_t k[2])
-{
-    ssize_t got = getrandom(k, 2 * sizeof(k[0]), GRND_NONBLOCK);
-
-    if (got != (ssize_t)(2 * sizeof(k[0]))) {
-        /* no entropy yet: still different per process and start */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        k[0] = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
-        k[1] = (uint64_t)ts.tv_sec * 0xbf58476d1ce4e5b9ULL ^ (uint64_t)now_monotonic_us();
-    }
-}
 
 /* ---- the expiry heap ------------------------------------------------------ */
 
@@ -162,26 +144,22 @@ heap_fix(struct mem_shard *sh, size_t i)
 static struct mem_entry *
 shard_find(struct mem_shard *sh, uint64_t hash, const char *key, size_t len)
 {
-    struct mem_entry *e;
+    for (struct rl_kt_node *n = keytable_first(&sh->tab, hash); n != NULL;
+         n = keytable_next(&sh->tab, n, hash)) {
+        struct mem_entry *e = KEYTABLE_ENTRY(n, struct mem_entry, node);
 
-    if (sh->nbuckets == 0)
-        return NULL;
-    for (e = sh->buckets[hash & (sh->nbuckets - 1)]; e != NULL; e = e->next)
-        if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
+        if (e->key_len == len && memcmp(e->key, key, len) == 0)
             return e;
+    }
     return NULL;
 }
 
 static void
 shard_remove(struct mem_shard *sh, struct mem_entry *e)
 {
-    struct mem_entry **pp = &sh->buckets[e->hash & (sh->nbuckets - 1)];
     size_t i = e->heap;
 
-    while (*pp != e)
-        pp = &(*pp)->next;
-    *pp = e->next;
-
+    keytable_remove(&sh->tab, &e->node);
     sh->n--;
     if (i < sh->n) {
         heap_set(sh, i, sh->heap[sh->n]);
@@ -199,32 +177,13 @@ shard_sweep(struct mem_shard *sh, int64_t now, int budget)
         shard_remove(sh, sh->heap[0]);
 }
 
-static void
-shard_grow(struct mem_shard *sh)
-{
-    size_t nb = sh->nbuckets ? sh->nbuckets * 2 : MEM_BUCKETS_MIN;
-    struct mem_entry **b = xcalloc(nb, sizeof(*b));
-
-    for (size_t i = 0; i < sh->nbuckets; i++) {
-        struct mem_entry *e = sh->buckets[i], *next;
-        for (; e != NULL; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-        }
-    }
-    free(sh->buckets);
-    sh->buckets = b;
-    sh->nbuckets = nb;
-}
-
-static int
+static bool
 pinned(struct mem_entry *e, struct mem_entry *const *pin, size_t npin)
 {
     for (size_t i = 0; i < npin; i++)
         if (pin[i] == e)
-            return 1;
-    return 0;
+            return true;
+    return false;
 }
 
 /*
@@ -254,19 +213,15 @@ shard_insert(struct mem_shard *sh, uint64_t hash, const char *key, size_t len, i
     shard_sweep(sh, now, MEM_SWEEP_BATCH);
     while (sh->n >= sh->max && shard_evict(sh, pin, npin) == RL_OK)
         ;
-    if (sh->n >= sh->nbuckets)
-        shard_grow(sh);
     if (sh->n == sh->heap_cap) {
         sh->heap_cap = sh->heap_cap ? sh->heap_cap * 2 : MEM_BUCKETS_MIN;
         sh->heap = xrealloc(sh->heap, sh->heap_cap * sizeof(*sh->heap));
     }
     e = xcalloc(1, sizeof(*e) + len);
-    e->hash = hash;
     e->expires = now;
     e->key_len = len;
     memcpy(e->key, key, len);
-    e->next = sh->buckets[hash & (sh->nbuckets - 1)];
-    sh->buckets[hash & (sh->nbuckets - 1)] = e;
+    keytable_insert(&sh->tab, &e->node, hash);
     heap_set(sh, sh->n++, e);
     heap_up(sh, e->heap);
     return e;
@@ -280,7 +235,7 @@ shard_free(struct mem_shard *sh)
         free(sh->heap[i]);
     }
     free(sh->heap);
-    free(sh->buckets);
+    keytable_destroy(&sh->tab);
     pthread_mutex_destroy(&sh->lock);
 }
 
@@ -290,7 +245,6 @@ static struct mem_store *
 store_new(size_t cap)
 {
     struct mem_store *s = xcalloc(1, sizeof(*s));
-    uint64_t k[2];
 
     /* every shard must hold more entries than one check can pin */
     if (cap < RL_LIMITS_MAX)
@@ -300,11 +254,9 @@ store_new(size_t cap)
         s->nshards /= 2;
     for (unsigned i = 0; i < s->nshards; i++) {
         pthread_mutex_init(&s->shards[i].lock, NULL);
+        keytable_init(&s->shards[i].tab, MEM_BUCKETS_MIN);
         s->shards[i].max = cap / s->nshards;
     }
-    random_key(k);
-    s->k0 = k[0];
-    s->k1 = k[1];
     return s;
 }
 
@@ -374,10 +326,10 @@ mem_destroy(struct rl_backend *be)
     free(mb);
 }
 
-static int
-mem_ready(struct rl_backend *be, const char **reason)
+static const char *
+mem_not_ready(struct rl_backend *be)
 {
-    return RL_OK;
+    return NULL;
 }
 
 static void
@@ -403,16 +355,12 @@ struct mem_op {
     struct mem_entry *e[RL_LIMITS_MAX + 1];
 };
 
-static int
-op_key(struct mem_store *s, struct mem_op *op, size_t i, int len)
+static void
+op_key(struct mem_store *s, struct mem_op *op, size_t i, size_t len)
 {
-    if (len < 0)
-        return RL_ERR;
-    op->klen[i] = (size_t)len;
-    op->hash[i] = siphash24(s->k0, s->k1, (const unsigned char *)op->kbuf + i * op->per,
-                            op->klen[i]);
+    op->klen[i] = len;
+    op->hash[i] = keytable_hash(op->kbuf + i * op->per, op->klen[i]);
     op->shard[i] = (unsigned)(op->hash[i] >> 32) & (s->nshards - 1);
-    return RL_OK;
 }
 
 static void
@@ -425,19 +373,24 @@ op_release(struct mem_op *op)
 static int
 op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
 {
-    size_t n = op->n = req->policy->nlimits;
+    size_t n = op->n = req->policy->nlimits, longest = req->key_len, len;
 
-    op->per = req->key_len + MEM_KEY_EXTRA;
+    for (size_t i = 0; req->limit_key != NULL && i < n; i++)
+        if (req->limit_key[i] != NULL && req->limit_key_len[i] > longest)
+            longest = req->limit_key_len[i];
+    op->per = longest + MEM_KEY_EXTRA;
     op->kbuf = op->stackbuf;
     if ((n + 1) * op->per > sizeof(op->stackbuf))
         op->kbuf = xmalloc((n + 1) * op->per);
     for (size_t i = 0; i < n; i++) {
-        char *k = op->kbuf + i * op->per;
-
-        if (op_key(s, op, i, backend_limit_key(req, i, k, op->per)) != RL_OK)
+        if (backend_limit_key(req, i, op->kbuf + i * op->per, op->per, &len) != RL_OK)
             return RL_ERR;
+        op_key(s, op, i, len);
     }
-    return op_key(s, op, n, backend_block_key(req, op->kbuf + n * op->per, op->per));
+    if (backend_block_key(req, op->kbuf + n * op->per, op->per, &len) != RL_OK)
+        return RL_ERR;
+    op_key(s, op, n, len);
+    return RL_OK;
 }
 
 /* Lock each shard of the check's keys once, in ascending order. */
@@ -637,5 +590,5 @@ const struct rl_backend_ops rl_backend_memory_ops = {
     .create = mem_create,
     .destroy = mem_destroy,
     .check = mem_check,
-    .ready = mem_ready,
+    .not_ready = mem_not_ready,
 };

@@ -20,6 +20,20 @@
 #include "response.h"
 #include "util.h"
 
+/*
+ * The keys of a policy whose limits have identities of their own: each such
+ * limit's key base, and what names the whole decision for the deny cache
+ * (the check's key and every limit's: a denial of alice at this address is
+ * not one of bob's).  One allocation.
+ */
+struct limit_keys {
+    const char *key[RL_LIMITS_MAX];
+    size_t len[RL_LIMITS_MAX];
+    const char *all; /* the deny cache's key */
+    size_t all_len;
+    char buf[];
+};
+
 /* A check waiting for its backend; freed in the backend's callback. */
 struct check_op {
     struct rl_config *cfg;
@@ -29,9 +43,10 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch; /* of the backend when the check was sent */
-    int hybrid;     /* a hybrid policy's key unknown locally */
-    int stale;      /* decided locally after a failed sync */
+    uint64_t epoch;        /* of the backend when the check was sent */
+    int hybrid;            /* a hybrid policy's key unknown locally */
+    int stale;             /* decided locally after a failed sync */
+    struct limit_keys *lk; /* NULL: every limit under key */
     char key[RL_REDIS_KEY_MAX];
     /* a check's own limits: its policy, a copy of the one it falls under
      * with these in place of that one's (written only then) */
@@ -39,15 +54,23 @@ struct check_op {
     struct rl_limit own_limits[RL_LIMITS_MAX];
 };
 
+/* What names op's decision in the deny cache. */
+static const char *
+deny_key(const struct check_op *op, size_t *len)
+{
+    *len = op->lk != NULL ? op->lk->all_len : op->req.key_len;
+    return op->lk != NULL ? op->lk->all : op->key;
+}
+
 static int
-get_string(json_t *root, const char *name, const char **out, size_t *len, char **error)
+get_string(json_t *root, const char *name, const char **out, size_t *len, char **cause)
 {
     json_t *v = json_object_get(root, name);
 
     if (v == NULL || json_is_null(v))
         return RL_OK;
     if (!json_is_string(v)) {
-        *error = xasprintf("%s: must be a string", name);
+        *cause = xasprintf("%s: must be a string", name);
         return RL_ERR;
     }
     *out = json_string_value(v);
@@ -59,18 +82,18 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
 /* Fields are looked up by name; unknown fields are ignored (forward compat).
  * "limits" stays in the tree (caller_limits reads it). */
 static int
-fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
+fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
 {
     json_t *cost;
 
     if (!json_is_object(root)) {
-        *error = xstrdup("body: must be a JSON object");
+        *cause = xstrdup("body: must be a JSON object");
         return RL_ERR;
     }
-    if (get_string(root, "key", &f->key, &f->key_len, error) != RL_OK ||
-        get_string(root, "policy", &f->policy, &f->policy_len, error) != RL_OK ||
-        get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
-        get_string(root, "method", &f->method, &f->method_len, error) != RL_OK)
+    if (get_string(root, "key", &f->key, &f->key_len, cause) != RL_OK ||
+        get_string(root, "policy", &f->policy, &f->policy_len, cause) != RL_OK ||
+        get_string(root, "path", &f->path, &f->path_len, cause) != RL_OK ||
+        get_string(root, "method", &f->method, &f->method_len, cause) != RL_OK)
         return RL_ERR;
     cost = json_object_get(root, "cost");
     if (cost != NULL && !json_is_null(cost)) {
@@ -82,25 +105,25 @@ fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
 
 /* What the fields may hold, whoever read them. */
 static int
-check_fields(const struct rl_body_fields *f, char **error)
+check_fields(const struct rl_body_fields *f, char **cause)
 {
     if (f->key != NULL && (f->key_len == 0 || f->key_len > RL_KEY_MAX)) {
-        *error = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
+        *cause = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
         return RL_ERR;
     }
     if (f->path != NULL && (f->path_len == 0 || f->path[0] != '/')) {
-        *error = xstrdup("path: must start with '/'");
+        *cause = xstrdup("path: must start with '/'");
         return RL_ERR;
     }
     /* A key may hold any byte, NUL included (its length travels with it);
      * a method may not: "GET\u0000x" must not read as GET. */
     if (f->method != NULL &&
         (strlen(f->method) != f->method_len || config_method_bit(f->method) == 0)) {
-        *error = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
+        *cause = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
     if (f->cost < 0 || f->cost > RL_COST_MAX) {
-        *error = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+        *cause = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
         return RL_ERR;
     }
     return RL_OK;
@@ -168,6 +191,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
                                              : RL_OUT_DENIED);
     op->done(&d, op->arg);
     config_unref(op->cfg);
+    free(op->lk);
     free(op);
 }
 
@@ -184,15 +208,19 @@ on_backend(const struct rl_check_res *res, void *arg)
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache)
-        deny_cache_put(op->env->deny, op->policy->uid, op->key, op->req.key_len, op->req.cost,
-                       op->epoch, op->start_us, res);
+        op->cfg->deny_cache) {
+        size_t dlen;
+        const char *dkey = deny_key(op, &dlen);
+
+        deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, op->req.cost, op->epoch,
+                       op->start_us, res);
+    }
     if (res->status == RL_BACKEND_OK && op->hybrid)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
                     op->start_us, res);
     if (res->status != RL_BACKEND_OK)
-        log_debug("msg=\"backend failed\" policy=%s error=\"%s\"", op->policy->name,
-                  res->error ? res->error : "");
+        log_debug(LOG_MSG("backend failed"), LOG_S("policy", op->policy->name),
+                  LOG_Q("error", res->error ? res->error : ""));
     finish(op, res);
 }
 
@@ -209,8 +237,8 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
     if (in->peer_family == 0 ||
         !cidr_list_contains(&cfg->trusted_proxies, in->peer_family, in->peer_addr))
         return NULL;
-    return in->header(in->hctx,
-                      cfg->request_headers == RL_REQHDR_FORWARDED ? forwarded : original);
+    return in->header(in->hctx, config_request_headers(cfg) == RL_REQHDR_FORWARDED ? forwarded
+                                                                                   : original);
 }
 
 /*
@@ -220,9 +248,9 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
  */
 static int
 match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **norm,
-           char **error)
+           char **cause)
 {
-    char *cause = NULL;
+    char *why = NULL;
     size_t n;
 
     /* the query string and fragment are not part of the path */
@@ -234,18 +262,19 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     }
     *norm = xmalloc(*plen + 1);
     if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES, *norm, &n,
-                 &cause) == RL_OK) {
-        *plen = n;
+                 &why) == RL_OK) {
+        *plen = cfg->path_fold ? pathnorm_fold(*norm, n, cfg->path_fold) : n;
         return RL_OK;
     }
     if (cfg->bad_path == RL_BADPATH_RAW) {
         memcpy(*norm, path, *plen);
         (*norm)[*plen] = '\0';
-        free(cause);
+        *plen = pathnorm_fold(*norm, *plen, cfg->path_fold);
+        free(why);
         return RL_OK;
     }
-    *error = xasprintf("path: cannot be normalised: %s", cause);
-    free(cause);
+    *cause = xasprintf("path: cannot be normalised: %s", why);
+    free(why);
     return RL_ERR;
 }
 
@@ -253,23 +282,21 @@ const struct rl_policy *
 check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const char *id,
               size_t idlen, char *key, size_t size, size_t *klen)
 {
-    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, key, size);
-
-    if (n < 0)
+    if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids, key,
+                     size, klen) != RL_OK)
         return NULL;
-    *klen = (size_t)n;
     return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
 }
 
 /* The body as jansson reads it into *root (the caller frees), or the 400. */
 static int
-body_json(const struct rl_check_input *in, json_t **root, char **error)
+body_json(const struct rl_check_input *in, json_t **root, char **cause)
 {
     json_error_t jerr;
 
     *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (*root == NULL) {
-        *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+        *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
                            jerr.column, jerr.text);
         return RL_ERR;
     }
@@ -280,17 +307,17 @@ body_json(const struct rl_check_input *in, json_t **root, char **error)
  * gives up.  *root is the caller's to free (NULL when not parsed). */
 static int
 read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **root,
-          char **error)
+          char **cause)
 {
     if (in->body_len == 0)
         return RL_OK;
     if (body_scan(in->body, in->body_len, f) != RL_OK) {
         memset(f, 0, sizeof(*f));
         f->cost = 1;
-        if (body_json(in, root, error) != RL_OK || fields_from_json(*root, f, error) != RL_OK)
+        if (body_json(in, root, cause) != RL_OK || fields_from_json(*root, f, cause) != RL_OK)
             return RL_ERR;
     }
-    return check_fields(f, error);
+    return check_fields(f, cause);
 }
 
 /*
@@ -302,23 +329,23 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
 static int
 own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
            const struct rl_check_input *in, const struct rl_body_fields *f, json_t **root,
-           struct rl_limit *out, size_t *n, char **error)
+           struct rl_limit *out, size_t *n, char **cause)
 {
     if (!policy->request_limits) {
-        *error = xasprintf("limits: policy \"%s\" takes no limits from the caller (it would "
+        *cause = xasprintf("limits: policy \"%s\" takes no limits from the caller (it would "
                            "need \"request_limits\": true)",
                            policy->name);
         return RL_ERR;
     }
     if (f->limits == NULL ||
         !caller_limits_find(env->caller_limits, f->limits, f->limits_len, out, n)) {
-        if (*root == NULL && body_json(in, root, error) != RL_OK)
+        if (*root == NULL && body_json(in, root, cause) != RL_OK)
             return RL_ERR;
         if (caller_limits_read(env->caller_limits, f->limits, f->limits_len,
-                               json_object_get(*root, "limits"), out, n, error) != RL_OK)
+                               json_object_get(*root, "limits"), out, n, cause) != RL_OK)
             return RL_ERR;
     }
-    return caller_limits_allowed(policy, out, *n, error);
+    return caller_limits_allowed(policy, out, *n, cause);
 }
 
 /*
@@ -329,7 +356,7 @@ own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
 static int
 pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             const struct rl_check_input *in, const struct rl_policy **policy, char **norm,
-            char **error)
+            char **cause)
 {
     const char *path = f->path, *method = f->method;
     size_t plen = f->path_len;
@@ -338,7 +365,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
         /* a NUL inside the JSON string must not shorten the name */
         *policy = strlen(f->policy) == f->policy_len ? config_policy(cfg, f->policy) : NULL;
         if (*policy == NULL) {
-            *error = xstrdup("policy: no policy has this name");
+            *cause = xstrdup("policy: no policy has this name");
             return RL_ERR;
         }
         return RL_OK;
@@ -355,7 +382,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             plen = 1;
         }
     }
-    if (match_path(cfg, path, &plen, norm, error) != RL_OK)
+    if (match_path(cfg, path, &plen, norm, cause) != RL_OK)
         return RL_ERR;
     if (method == NULL) {
         method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
@@ -367,29 +394,85 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
 }
 
 /*
- * Decide a check of `cost` for (policy, identity): locally when the hybrid
- * table or the deny cache can, else by the backend.  With limits (a check's
- * own), under a copy of the policy that has them instead of its own: its
- * uid is the limits', so that a denial cached under one plan never answers
- * another.
+ * The key of every limit of `policy` with an identity of its own, resolved
+ * from `ident` ("{<prefix><policy>}:<escaped identity>", the policy's one
+ * tag), and the deny cache's key: the check's key, then each limit's.
+ * RL_ERR (a 400) when a limit's identity cannot be read or none is found.
  */
 static int
-start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl_policy *policy,
-      const char *keyname, const char *id, size_t idlen, int64_t cost, int64_t timeout_ms,
-      const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
-      char **error)
+limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const char *keyname,
+           const struct rl_ident_input *ident, const char *key, size_t klen,
+           struct limit_keys **out, char **cause)
+{
+    char id[RL_IDENTITY_MAX], ks[RL_LIMITS_MAX][RL_REDIS_KEY_MAX];
+    size_t n[RL_LIMITS_MAX] = {0}, total = klen, o;
+    struct limit_keys *lk;
+
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        size_t idlen;
+
+        if (policy->limits[i].identity == NULL)
+            continue;
+        if (identity_resolve(policy->limits[i].identity, &cfg->trusted_proxies, ident, id,
+                             sizeof(id), &idlen, cause) != RL_OK)
+            return RL_ERR;
+        if (idlen == 0) {
+            *cause = xasprintf("key: no identity for limits[%zu]: no source of its identity "
+                               "chain gave one",
+                               i);
+            return RL_ERR;
+        }
+        if (identity_key(cfg->redis.key_prefix, keyname, id, idlen, true, ks[i], sizeof(ks[i]),
+                         &n[i]) != RL_OK) {
+            *cause = xstrdup("key: too long");
+            return RL_ERR;
+        }
+        total += 1 + n[i];
+    }
+    lk = xcalloc(1, sizeof(*lk) + total);
+    memcpy(lk->buf, key, klen);
+    o = klen;
+    for (size_t i = 0; i < policy->nlimits; i++) {
+        if (n[i] == 0)
+            continue;
+        lk->buf[o++] = '\n'; /* never in a key: escaped */
+        memcpy(lk->buf + o, ks[i], n[i]);
+        lk->key[i] = lk->buf + o;
+        lk->len[i] = n[i];
+        o += n[i];
+    }
+    lk->all = lk->buf;
+    lk->all_len = o;
+    *out = lk;
+    return RL_OK;
+}
+
+/*
+ * Decide a check of `cost` for (policy, identity): locally when the hybrid
+ * table or the deny cache can, else by the backend.  `ident`: the request,
+ * for the limits with identities of their own (NULL: the policy has none).
+ * With limits (a check's own), under a copy of the policy that has them
+ * instead of its own: its uid is the limits', so that a denial cached under
+ * one plan never answers another.
+ */
+static int
+start_policy(const struct rl_check_env *env, struct rl_config *cfg,
+             const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
+             const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
+             const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
+             char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
-    int klen = identity_key(cfg->redis.key_prefix, keyname != NULL ? keyname : policy->name,
-                            id, idlen, op->key, sizeof(op->key));
-    if (klen < 0) {
-        free(op);
-        *error = xstrdup("key: too long");
-        return RL_ERR;
-    }
+    size_t klen;
+
+    if (keyname == NULL)
+        keyname = policy->name;
+    /* a check's own limits count by the policy's identity (they have none
+     * of their own), in the keys the policy's limits of the same algorithm
+     * and window have */
     if (limits != NULL) {
         op->own = *policy;
         memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
@@ -400,6 +483,23 @@ start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl_pol
                                        2;
         policy = &op->own;
     }
+    if (identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids, op->key,
+                     sizeof(op->key), &klen) != RL_OK) {
+        free(op);
+        *cause = xstrdup("key: too long");
+        return RL_ERR;
+    }
+    if (policy->limit_ids && ident == NULL) {
+        free(op);
+        *cause = xstrdup("key: the policy's limits have identities of their own, and this "
+                         "check has no request to resolve them from");
+        return RL_ERR;
+    }
+    if (policy->limit_ids && limit_keys(cfg, policy, keyname, ident, op->key, (size_t)klen,
+                                        &op->lk, cause) != RL_OK) {
+        free(op);
+        return RL_ERR;
+    }
     op->cfg = config_ref(cfg);
     op->policy = policy;
     op->env = env;
@@ -407,7 +507,11 @@ start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl_pol
     op->arg = arg;
     op->req.policy = policy;
     op->req.key = op->key;
-    op->req.key_len = (size_t)klen;
+    op->req.key_len = klen;
+    if (op->lk != NULL) {
+        op->req.limit_key = op->lk->key;
+        op->req.limit_key_len = op->lk->len;
+    }
     op->req.cost = cost;
     op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
                              ? timeout_ms
@@ -427,8 +531,11 @@ start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl_pol
     }
     if (env->deny != NULL && cfg->deny_cache) {
         struct rl_check_res cached;
-        if (deny_cache_get(env->deny, policy->uid, op->key, op->req.key_len, cost,
-                           env->backend->epoch, op->start_us, &cached)) {
+        size_t dlen;
+        const char *dkey = deny_key(op, &dlen);
+
+        if (deny_cache_get(env->deny, policy->uid, dkey, dlen, cost, env->backend->epoch,
+                           op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             finish(op, &cached);
             return RL_OK;
@@ -442,16 +549,16 @@ int
 check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    const struct rl_policy *policy, const char *keyname, const char *id,
                    size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                   void *arg, char **error)
+                   void *arg, char **cause)
 {
-    return start(env, cfg, policy, keyname, id, idlen, cost, timeout_ms, NULL, 0, done, arg,
-                 error);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, NULL, 0,
+                        done, arg, cause);
 }
 
 int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
-            char **error)
+            char **cause)
 {
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
@@ -465,8 +572,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     int rc = RL_ERR;
 
     *status = 400;
-    if (read_body(in, &f, &root, error) != RL_OK ||
-        pick_policy(cfg, &f, in, &policy, &norm, error) != RL_OK)
+    if (read_body(in, &f, &root, cause) != RL_OK ||
+        pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
         goto out;
 
     if (policy == NULL) {
@@ -480,15 +587,20 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if ((f.limits != NULL || (root != NULL && json_object_get(root, "limits") != NULL &&
                               !json_is_null(json_object_get(root, "limits")))) &&
-        own_limits(env, policy, in, &f, &root, own, &nown, error) != RL_OK)
+        own_limits(env, policy, in, &f, &root, own, &nown, cause) != RL_OK)
         goto out;
 
     ident.forwarded_rfc7239 = cfg->forwarded_rfc7239;
+    ident.ipv4_prefix = policy->fold4;
+    ident.ipv6_prefix = policy->fold6;
     ident.body_key = f.key;
     ident.body_key_len = f.key_len;
-    if (!identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
-                          &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen)) {
-        *error = xstrdup("key: no identity: the body has no \"key\" and no "
+    if (identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
+                         &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen,
+                         cause) != RL_OK)
+        goto out;
+    if (idlen == 0) {
+        *cause = xstrdup("key: no identity: the body has no \"key\" and no "
                          "other source of the identity chain gave one");
         goto out;
     }
@@ -496,8 +608,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
-    rc = start(env, cfg, policy, NULL, id, idlen, f.cost, 0, nown > 0 ? own : NULL, nown, done,
-               arg, error);
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0,
+                      nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);
     json_decref(root);

@@ -29,18 +29,32 @@ enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
 enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
 
 /* forwarded_request_headers: which family of original-request headers the
- * trusted proxies write (the other may be the client's, passed through). */
-enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED };
+ * trusted proxies write (the other may be the client's, passed through).
+ * auto: forwarded with forward_auth on (what Traefik and Caddy send, and
+ * both pass a client's own X-Original-URI on), original otherwise. */
+enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED, RL_REQHDR_AUTO };
 /* unnormalizable_path: what a path that cannot be normalised gets */
 enum rl_bad_path { RL_BADPATH_REJECT = 0, RL_BADPATH_RAW };
 /* x_ratelimit_reset: seconds from now, or the Unix time of the reset */
 enum rl_reset_format { RL_RESET_DELTA = 0, RL_RESET_EPOCH };
 
-enum rl_id_kind { RL_ID_BODY = 0, RL_ID_HEADER, RL_ID_FORWARDED, RL_ID_PEER };
+/* trusted_header: a header read only from a peer in trusted_proxies (one
+ * the proxy sets itself, after authenticating the client) */
+enum rl_id_kind {
+    RL_ID_BODY = 0,
+    RL_ID_HEADER,
+    RL_ID_FORWARDED,
+    RL_ID_PEER,
+    RL_ID_TRUSTED_HEADER
+};
+
+/* Parts of a compound source ("forwarded+body") at most. */
+#define RL_ID_PARTS_MAX 3
 
 struct rl_id_source {
     enum rl_id_kind kind;
-    char *header; /* RL_ID_HEADER: the header's name */
+    char *header;              /* RL_ID_HEADER, RL_ID_TRUSTED_HEADER: its name */
+    struct rl_id_source *also; /* a compound's next part (owned), or NULL */
 };
 
 struct rl_identity_chain {
@@ -100,9 +114,14 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms;   /* hybrid: counts go to Redis this often */
-    int request_limits;         /* a check may bring its own limits ("limits") */
-    int64_t request_limits_max; /* the largest limit (or burst) it may ask; 0: any */
+    int64_t sync_interval_ms;         /* hybrid: counts go to Redis this often */
+    int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
+    int request_limits;               /* a check may bring its own limits ("limits") */
+    int64_t request_limits_max;       /* the largest limit (or burst) it may ask; 0: any */
+    /* derived by finalize, not fields: */
+    int fold4, fold6; /* the address identity's network, in bits */
+    int limit_ids;    /* a limit (or an override's) has an identity of its own:
+                       * every key of the policy in one hash tag (identity.h) */
 };
 
 struct rl_sentinel_conf {
@@ -144,6 +163,8 @@ struct rl_http_conf {
     int64_t max_header_bytes;  /* request line + header fields */
     int64_t max_pipelined;     /* requests read ahead of their answers */
     int64_t max_connections;   /* open at once, the whole daemon */
+    int64_t drain_idle_ms;     /* draining: the grace for a next request */
+    int64_t max_buffered;      /* request bytes buffered, the whole daemon */
 };
 
 /* rls.tls: the gRPC listener over TLS, ALPN "h2" (mTLS with client_ca_file). */
@@ -165,7 +186,6 @@ struct rl_rls_conf {
     int response_headers;           /* the RateLimit fields in response_headers_to_add */
     int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
     double near_limit_ratio;        /* hits past this share of a limit are "near" */
-    int all_or_nothing;             /* a request's descriptors count together */
     int64_t max_message;            /* bytes of one gRPC message, either way */
     int64_t max_concurrent_streams; /* per connection (SETTINGS) */
     int64_t max_header_list;        /* bytes of a stream's header list */
@@ -179,15 +199,20 @@ struct rl_rls_conf {
 struct rl_config {
     char *file; /* where it came from, NULL for defaults */
     char *listen;
+    /* what set listen last, when not the file ("-l", "RATELIMITD_LISTEN"):
+     * its problems are told as that source's (static text, NULL: the file) */
+    const char *listen_origin;
     int64_t workers;
     enum rl_backend_kind backend;
     struct rl_redis_conf redis;
     enum rl_failure_mode failure_mode;
     struct rl_identity_chain identity;
     struct rl_cidr_list trusted_proxies;
-    int forwarded_rfc7239; /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    int forwarded_rfc7239;            /* forwarded_header: 0 X-Forwarded-For, 1 Forwarded */
+    int64_t ipv4_prefix, ipv6_prefix; /* an address identity's network */
     enum rl_request_headers request_headers; /* forwarded_request_headers */
     int merge_slashes;                       /* "//" is "/" in paths before matching */
+    unsigned path_fold;                      /* RL_PATHFOLD_* (pathnorm.h) */
     enum rl_bad_path bad_path;               /* unnormalizable_path */
     enum rl_reset_format reset_format;       /* x_ratelimit_reset */
     char *partition_key;                     /* the secret of the pk parameter; NULL: no pk */
@@ -223,13 +248,21 @@ struct rl_config *config_new_defaults(void);
  */
 int config_load_file(const char *file, struct rl_config **out, struct rl_errors *errs) RL_WUR;
 
-/* Set one option by its dotted name ("redis.url") from text (flag or env). */
+/* Set one option by its dotted name ("redis.url") from text (flag or env);
+ * origin must outlive cfg (it may name a problem found by config_validate). */
 int config_set_option(struct rl_config *cfg, const char *name, const char *text,
                       const char *origin, struct rl_errors *errs) RL_WUR;
 
 /* Cross-field checks after every source is applied; then the rule files of
  * rls.config are read (their problems are the config's). */
 int config_validate(struct rl_config *cfg, struct rl_errors *errs) RL_WUR;
+
+/*
+ * What is allowed but likely a mistake or costly, each message with where
+ * it is (a sliding_window_log whose limit makes each caller's key large):
+ * printed by -t, logged at start and at every reload.
+ */
+void config_warnings(const struct rl_config *cfg, struct rl_errors *warns);
 
 /*
  * Before a reload swaps `next` in: options that only a restart can change
@@ -253,6 +286,9 @@ void config_unref(struct rl_config *cfg);
 /* The RL_M_* bit of a method name (any case), 0 when unknown. */
 unsigned config_method_bit(const char *name);
 
+/* failure_mode as the file spells it: "open", "closed", "local". */
+const char *config_failure_mode_name(enum rl_failure_mode m);
+
 /* The policy for a caller: an override listing `id` (the typed identity of
  * identity_resolve: "k:alice", "ip:10.0.0.7"), else p itself.  A key never
  * matches an address entry, nor an address a key entry. */
@@ -269,6 +305,14 @@ const struct rl_policy *config_policy_for(const struct rl_policy *p, const char 
 int config_parse_limits(struct json_t *v, struct rl_limit *out, size_t *n,
                         char **cause) RL_WUR;
 
+/* The family of original-request headers believed, auto resolved. */
+static inline enum rl_request_headers
+config_request_headers(const struct rl_config *cfg)
+{
+    if (cfg->request_headers != RL_REQHDR_AUTO)
+        return cfg->request_headers;
+    return cfg->forward_auth ? RL_REQHDR_FORWARDED : RL_REQHDR_ORIGINAL;
+}
 /* A uid no other policy of this process has (struct rl_policy.uid). */
 uint64_t config_new_uid(void);
 

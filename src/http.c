@@ -9,17 +9,23 @@
  * SWEEP_MS with a coarse clock, not a timer per request.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
-#include <event2/listener.h>
 
 #include "http.h"
 #include "config.h"
+#include "listener.h"
 #include "log.h"
 #include "util.h"
 
@@ -35,7 +41,19 @@
  * the connection lives on; a longer one is refused with a close. */
 #define DISCARD_MIN (1024 * 1024)
 #define DISCARD_FACTOR 4
-#define ACCEPT_PAUSE_MS 100
+/* Bytes freed from request buffers after which their memory is handed back
+ * to the system (malloc_trim), at most once a TRIM_EVERY_MS. */
+#define TRIM_FREED_MIN (4 * 1024 * 1024)
+#define TRIM_EVERY_MS 1000
+
+/*
+ * Request bytes buffered past each connection's first RBUF_INIT, the whole
+ * process (every worker's servers): bounded by http.max_buffered, so that
+ * slow bodies cannot hold memory without bound.  Relaxed atomics.
+ */
+static int64_t buffered_total;
+static int64_t freed_since_trim;
+static int64_t last_trim_ms;
 
 enum conn_state {
     C_HEAD,    /* reading a request head */
@@ -52,7 +70,8 @@ enum deadline {
     D_BODY,
     D_IDLE,
     D_WRITE,
-    D_LINGER
+    D_LINGER,
+    D_DRAIN /* draining, between requests: http.drain_idle's grace */
 };
 
 struct http_conn {
@@ -69,10 +88,12 @@ struct http_conn {
     int stalled; /* process() stopped for back-pressure */
     enum deadline dkind;
     int64_t deadline_ms;
+    int64_t drain_until_ms; /* draining: the grace for a next request ends */
     /* input: unconsumed bytes are rbuf[rpos, rlen) */
     char *rbuf;
-    size_t rcap, rlen, rpos;
-    size_t scan; /* head bytes already searched for its end */
+    size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it counted in buffered_total */
+    size_t scan;             /* head bytes already searched for its end */
+    int64_t first_us;        /* when the read that began this request came */
     size_t head_len;
     int64_t need; /* C_BODY: body bytes */
     struct http_chunked ch;
@@ -89,7 +110,7 @@ struct http_conn {
 
 struct http_server {
     struct event_base *base;
-    struct evconnlistener *lev;
+    struct listener ls; /* ls.open: connections open */
     struct event *sweep_ev;
     const struct rl_http_conf *limits;
     const int64_t *max_body;
@@ -98,8 +119,6 @@ struct http_server {
     struct http_counters *counters;
     struct http_counters own; /* when the caller keeps none */
     struct http_conn *conns;
-    size_t nconns, cap;
-    int paused; /* accepting stopped by the cap */
     int draining;
     void (*empty)(void *);
     void *empty_arg;
@@ -113,15 +132,6 @@ static void conn_settle(struct http_conn *c);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 
 /* ---- small things ---------------------------------------------------------- */
-
-static int64_t
-coarse_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 #define COUNT(srv, field) __atomic_add_fetch(&(srv)->counters->field, 1, __ATOMIC_RELAXED)
 
@@ -261,6 +271,16 @@ want_read(struct http_conn *c, int on)
     }
 }
 
+/* Bytes the client sent that we have not read: a close() now would answer
+ * them with a reset, which may destroy our last answer on its way. */
+static int
+unread(const struct http_conn *c)
+{
+    int n = 0;
+
+    return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Write what is pending; RL_ERR when the connection broke (then dead). */
 static int
 flush(struct http_conn *c)
@@ -317,16 +337,47 @@ head_load(struct http_head *h, const char *base, const ptrdiff_t *off)
             *head_string(h, i) = base + off[i];
 }
 
-/* Room for `total` unconsumed bytes from rpos on, moving or growing rbuf;
- * a parsed head's pointers move with it. */
+/* rbuf to `cap` bytes (never below RBUF_INIT), the process's count too. */
 static void
-make_room(struct http_conn *c, size_t total)
+resize_rbuf(struct http_conn *c, size_t cap)
+{
+    int64_t was = (int64_t)c->rcap - RBUF_INIT, now = (int64_t)cap - RBUF_INIT;
+
+    c->rbuf = xrealloc(c->rbuf, cap);
+    c->rcap = cap;
+    __atomic_add_fetch(&buffered_total, now - was, __ATOMIC_RELAXED);
+    if (now < was)
+        __atomic_add_fetch(&freed_since_trim, was - now, __ATOMIC_RELAXED);
+}
+
+/*
+ * Room for `want` unconsumed bytes from rpos on, moving or growing rbuf; a
+ * parsed head's pointers move with it.  `most`: what the request needs in
+ * all when known (a Content-Length body), 0 otherwise: the buffer grows as
+ * bytes arrive, doubling but never past that, so a slow body holds what it
+ * sent, not what it announced.  RL_ERR when growing would take the process
+ * past http.max_buffered (nothing changed then).
+ */
+static int
+make_room(struct http_conn *c, size_t want, size_t most)
 {
     int rebase = c->state == C_BODY || c->state == C_CHUNKED;
     ptrdiff_t off[HEAD_STRINGS_MAX];
+    size_t cap = c->rcap;
 
-    if (c->rcap - c->rpos >= total && c->rlen < c->rcap)
-        return;
+    if (c->rcap - c->rpos >= want && c->rlen < c->rcap)
+        return RL_OK;
+    if (c->rcap < want || (c->rpos == 0 && c->rlen == c->rcap)) {
+        cap = c->rcap * 2;
+        if (most > 0 && cap > most)
+            cap = most;
+        if (cap < want)
+            cap = want;
+        if (cap > c->rcap &&
+            __atomic_load_n(&buffered_total, __ATOMIC_RELAXED) + (int64_t)(cap - c->rcap) >
+                c->srv->limits->max_buffered)
+            return RL_ERR;
+    }
     if (rebase)
         head_save(&c->head, c->rbuf + c->rpos, c->rlen - c->rpos, off);
     if (c->rpos > 0) {
@@ -338,15 +389,20 @@ make_room(struct http_conn *c, size_t total)
         }
         c->rpos = 0;
     }
-    if (c->rcap < total || c->rlen == c->rcap) {
-        size_t cap = c->rcap * 2;
-        while (cap < total)
-            cap *= 2;
-        c->rbuf = xrealloc(c->rbuf, cap);
-        c->rcap = cap;
-    }
+    if (cap > c->rcap)
+        resize_rbuf(c, cap);
     if (rebase)
         head_load(&c->head, c->rbuf, off);
+    return RL_OK;
+}
+
+/* A request is done and nothing follows it: a buffer a large one grew goes
+ * back to its first size. */
+static void
+shrink_rbuf(struct http_conn *c)
+{
+    if (c->rcap > RBUF_INIT && c->rlen == 0)
+        resize_rbuf(c, RBUF_INIT);
 }
 
 /* ---- answering ------------------------------------------------------------------ */
@@ -447,7 +503,11 @@ http_respond(struct http_req *r, const struct http_response *resp)
     }
     /* the last request before a close says so; a request with more behind
      * it on the connection cannot be the last */
-    close = (resp->close || !r->keep_alive || c->state == C_CLOSING) && r->next == NULL;
+    close = (resp->close || !r->keep_alive || c->state == C_CLOSING ||
+             (srv->draining && c->state == C_HEAD && c->rlen == c->rpos && !unread(c))) &&
+            r->next == NULL;
+    if (close)
+        c->state = C_CLOSING;
     if (resp->close || !r->keep_alive) {
         c->state = C_CLOSING;
         close = 1;
@@ -481,8 +541,14 @@ refuse_keep(struct http_conn *c, int status, const char *why, int keep)
         COUNT(c->srv, timeouts);
     else if (status == 413 || status == 431)
         COUNT(c->srv, too_large);
-    else
+    else if (status != 503) /* refuse_busy counts its own */
         COUNT(c->srv, bad_request);
+    if (status == 503) {
+        static const char retry[] = "Retry-After: 1\r\n";
+
+        resp.headers = retry;
+        resp.headers_len = sizeof(retry) - 1;
+    }
     /* `why` is our own static text: no escaping needed */
     sb_init(&sb, body, sizeof(body));
     sb_str(&sb, "{\"error\":\"");
@@ -506,10 +572,25 @@ refuse(struct http_conn *c, int status, const char *why)
     refuse_keep(c, status, why, 0);
 }
 
+/* The process holds http.max_buffered request bytes already: this request
+ * cannot grow its buffer.  503 with Retry-After, and close. */
+static void
+refuse_busy(struct http_conn *c)
+{
+    COUNT(c->srv, overloaded);
+    refuse(c, 503, "busy: the daemon buffers http.max_buffered request bytes already");
+}
+
 /* ---- one request ---------------------------------------------------------------- */
 
+/*
+ * `more`: bytes of another request follow this one in the buffer.  While
+ * draining, every request already read is answered, and the last of them
+ * says close: a client that pipelined several before the SIGTERM gets all
+ * its answers, and none after a "Connection: close".
+ */
 static void
-dispatch(struct http_conn *c, const char *body, size_t len)
+dispatch(struct http_conn *c, const char *body, size_t len, int more)
 {
     struct http_server *srv = c->srv;
     struct http_req *r = req_get(srv);
@@ -517,8 +598,9 @@ dispatch(struct http_conn *c, const char *body, size_t len)
     r->head = &c->head;
     r->body = body;
     r->body_len = len;
+    r->first_us = c->first_us;
     r->head_only = c->head.method == HTTP_M_HEAD;
-    r->keep_alive = c->head.keep_alive && !srv->draining;
+    r->keep_alive = c->head.keep_alive && (!srv->draining || more);
     r->minor = c->head.minor;
     enqueue(c, r);
     if (!r->keep_alive)
@@ -528,8 +610,10 @@ dispatch(struct http_conn *c, const char *body, size_t len)
     r = NULL;       /* touch it no more */
 }
 
-/* The head is in: decide how its body is framed. */
-static int
+/* The head is in: decide how its body is framed.  False when the request was
+ * refused instead (the connection closing, or discarding its body): then
+ * there is no body to read, and processing carries on from the new state. */
+static bool
 start_body(struct http_conn *c, size_t head_len)
 {
     struct http_head *h = &c->head;
@@ -543,13 +627,13 @@ start_body(struct http_conn *c, size_t head_len)
         if (h->expect_continue || h->content_length > cap || !h->keep_alive ||
             c->srv->draining) {
             refuse(c, 413, "body: larger than max_body");
-            return RL_ERR;
+            return false;
         }
         refuse_keep(c, 413, "body: larger than max_body", 1);
         c->rpos += head_len;
         c->need = h->content_length;
         c->state = C_DISCARD;
-        return RL_ERR;
+        return false;
     }
     if (h->chunked) {
         memset(&c->ch, 0, sizeof(c->ch));
@@ -562,7 +646,7 @@ start_body(struct http_conn *c, size_t head_len)
     if (h->expect_continue && c->nq == 0 &&
         (h->chunked || (size_t)c->need > c->rlen - c->rpos - head_len))
         wb_add(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-    return RL_OK;
+    return true;
 }
 
 /* Read every complete request that is buffered, as far as back-pressure
@@ -571,9 +655,8 @@ static void
 process(struct http_conn *c)
 {
     const struct rl_http_conf *lim = c->srv->limits;
-    const char *why;
-    ssize_t n;
-    int rc;
+    struct http_refusal no;
+    enum rl_parse rc;
 
     while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
@@ -599,35 +682,39 @@ process(struct http_conn *c)
             size_t avail = c->rlen - c->rpos;
             if (avail == 0)
                 break;
-            n = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
-                                &c->scan, &c->head, &why);
-            if (n < 0) {
-                refuse(c, (int)-n, why);
+            rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
+                                 &c->scan, &c->head, &no);
+            if (rc == RL_PARSE_ERR) {
+                refuse(c, no.status, no.why);
                 break;
             }
-            if (n == 0) {
-                make_room(c, avail + 1);
+            if (rc == RL_PARSE_MORE) {
+                if (make_room(c, avail + 1, 0) != RL_OK)
+                    refuse_busy(c);
                 break;
             }
-            if (start_body(c, (size_t)n) != RL_OK)
+            if (!start_body(c, c->head.len))
                 continue; /* refused: closing, or discarding its body */
         }
         if (c->state == C_BODY) {
             size_t total = c->head_len + (size_t)c->need;
-            if (c->rlen - c->rpos < total) {
-                make_room(c, total);
+            size_t have = c->rlen - c->rpos;
+            if (have < total) {
+                if (make_room(c, have + 1, total) != RL_OK)
+                    refuse_busy(c);
                 break;
             }
-            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need);
+            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need,
+                     c->rpos + total < c->rlen || (c->srv->draining && unread(c)));
             c->rpos += total;
         } else {
             size_t body_at = c->rpos + c->head_len;
-            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &why);
-            if (rc < 0) {
-                refuse(c, -rc, why);
+            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
+            if (rc == RL_PARSE_ERR) {
+                refuse(c, no.status, no.why);
                 break;
             }
-            if (rc == 0) {
+            if (rc == RL_PARSE_MORE) {
                 /* decoded bytes stay; the raw tail moves down onto the
                  * framing already read */
                 if (c->ch.in > c->ch.out) {
@@ -635,17 +722,21 @@ process(struct http_conn *c)
                     c->rlen -= c->ch.in - c->ch.out;
                     c->ch.in = c->ch.out;
                 }
-                make_room(c, c->rlen - c->rpos + 1);
+                if (make_room(c, c->rlen - c->rpos + 1, 0) != RL_OK)
+                    refuse_busy(c);
                 break;
             }
-            dispatch(c, c->rbuf + body_at, c->ch.out - body_at);
+            dispatch(c, c->rbuf + body_at, c->ch.out - body_at,
+                     c->ch.in < c->rlen || (c->srv->draining && unread(c)));
             c->rpos = c->ch.in;
         }
         if (c->state != C_CLOSING)
             c->state = C_HEAD;
         c->scan = 0;
-        if (c->rpos == c->rlen)
+        if (c->rpos == c->rlen) {
             c->rpos = c->rlen = 0;
+            shrink_rbuf(c);
+        }
     }
 }
 
@@ -674,16 +765,17 @@ conn_free(struct http_conn *c)
         srv->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
-    srv->nconns--;
+    listener_closed(&srv->ls);
     __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
+    if (c->rcap > RBUF_INIT)
+        __atomic_sub_fetch(&buffered_total, (int64_t)(c->rcap - RBUF_INIT), __ATOMIC_RELAXED);
+    /* a flood of connections is a flood of buffers too */
+    __atomic_add_fetch(&freed_since_trim, (int64_t)(c->rcap + c->wcap + sizeof(*c)),
+                       __ATOMIC_RELAXED);
     free(c->rbuf);
     free(c->wbuf);
     free(c);
-    if (srv->paused && !srv->draining && srv->nconns < srv->cap) {
-        evconnlistener_enable(srv->lev);
-        srv->paused = 0;
-    }
-    if (srv->draining && srv->nconns == 0 && srv->empty != NULL)
+    if (srv->draining && srv->ls.open == 0 && srv->empty != NULL)
         srv->empty(srv->empty_arg);
 }
 
@@ -693,7 +785,20 @@ set_deadline(struct http_conn *c, enum deadline kind, int64_t ms)
     if (c->dkind == kind)
         return; /* measured from when the phase began */
     c->dkind = kind;
-    c->deadline_ms = kind == D_NONE ? 0 : coarse_ms() + ms;
+    c->deadline_ms = kind == D_NONE ? 0 : now_coarse_ms() + ms;
+}
+
+/* All answered: half-close and read (discarding) until the client closes
+ * or LINGER_MS, so that what it sent meanwhile never turns into a reset
+ * ahead of the answers it has still to read. */
+static void
+start_linger(struct http_conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    c->state = C_LINGER;
+    c->rpos = c->rlen = 0;
+    want_read(c, 1);
+    set_deadline(c, D_LINGER, LINGER_MS);
 }
 
 /* After anything happened: write, close when done, pick the deadline, and
@@ -730,27 +835,29 @@ conn_settle(struct http_conn *c)
     if (c->state == C_CLOSING || (c->eof && c->state != C_LINGER)) {
         /* all answered: a client that may still be sending gets time to
          * read the answer before the close */
-        if (!c->linger && c->rlen == c->rpos) {
+        if (c->eof || (!c->linger && c->rlen == c->rpos && !unread(c))) {
             conn_free(c);
             return;
         }
-        shutdown(c->fd, SHUT_WR);
-        c->state = C_LINGER;
-        c->rpos = c->rlen = 0;
-        want_read(c, 1);
-        set_deadline(c, D_LINGER, LINGER_MS);
-        if (c->eof)
-            conn_free(c);
+        start_linger(c);
         return;
     }
     if (c->state == C_LINGER)
         return;
     if (c->state == C_HEAD && c->rlen == c->rpos) {
         if (c->srv->draining) {
-            conn_free(c);
-            return;
+            /* between requests: a grace for the one the client is about
+             * to send (or sent already: it is in the kernel's buffer),
+             * then a lingering close */
+            int64_t left = c->drain_until_ms - now_coarse_ms();
+            if (left <= 0) {
+                start_linger(c);
+                return;
+            }
+            set_deadline(c, D_DRAIN, left);
+        } else {
+            set_deadline(c, D_IDLE, lim->idle_timeout_ms);
         }
-        set_deadline(c, D_IDLE, lim->idle_timeout_ms);
     } else if (c->state == C_HEAD) {
         set_deadline(c, D_HEADER, lim->header_timeout_ms);
     } else {
@@ -758,6 +865,24 @@ conn_settle(struct http_conn *c)
     }
     if (!c->reading && !c->stalled)
         want_read(c, 1);
+}
+
+/*
+ * A request read in part: acknowledge now what was read.  A client that
+ * writes its head and body apart without TCP_NODELAY (httpx, many HTTP/1.1
+ * clients) holds the body back (Nagle) until the head is acknowledged, and
+ * Linux delays that ACK (40 ms and more) on a connection it takes for
+ * request/response, hoping to send it with the answer, which waits for the
+ * body.  TCP_QUICKACK sends the ACK at once; the kernel clears it again, so
+ * it is set after every such read (a system call only then).
+ */
+static void
+ack_now(struct http_conn *c)
+{
+    int one = 1;
+
+    if (c->peer.ss_family == AF_INET || c->peer.ss_family == AF_INET6)
+        (void)setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
 }
 
 static void
@@ -781,8 +906,15 @@ on_read(evutil_socket_t fd, short what, void *arg)
         }
         return;
     }
-    if (c->rlen == c->rcap)
-        make_room(c, c->rlen - c->rpos + 1);
+    if (c->rlen == c->rcap && make_room(c, c->rlen - c->rpos + 1, 0) != RL_OK) {
+        c->busy++;
+        refuse_busy(c);
+        c->busy--;
+        conn_settle(c);
+        return;
+    }
+    if (c->rpos == c->rlen && c->state == C_HEAD)
+        c->first_us = now_monotonic_us(); /* this read begins a request */
     n = read(fd, c->rbuf + c->rlen, c->rcap - c->rlen);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -799,6 +931,8 @@ on_read(evutil_socket_t fd, short what, void *arg)
         c->busy++;
         process(c);
         c->busy--;
+        if (c->rpos < c->rlen && c->state <= C_CHUNKED)
+            ack_now(c);
     }
     conn_settle(c);
     (void)what;
@@ -813,8 +947,7 @@ on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen,
-          void *arg)
+on_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct http_server *srv = arg;
     struct http_conn *c = xcalloc(1, sizeof(*c));
@@ -831,24 +964,51 @@ on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, i
     if (srv->conns != NULL)
         srv->conns->prev = c;
     srv->conns = c;
-    srv->nconns++;
     COUNT(srv, accepted);
     COUNT(srv, open);
     /* a fresh connection owes us a request head */
     set_deadline(c, D_HEADER, srv->limits->header_timeout_ms);
-    if (srv->nconns >= srv->cap && !srv->paused) {
-        evconnlistener_disable(lev);
-        srv->paused = 1;
-    }
+}
+
+/*
+ * After a flood of large requests or of connections, what their buffers
+ * took goes back to the system: glibc keeps freed memory in its arenas
+ * (one per worker thread), where RSS grew round after round (146 -> 255 MB
+ * over ten floods of 2,000 slow bodies).  At most once a TRIM_EVERY_MS,
+ * after TRIM_FREED_MIN freed, or once the flood is over (nothing buffered
+ * any more) whatever was freed since the last trim: keep-alive checks of a
+ * few hundred bytes never trim.
+ */
+static void
+trim_after_floods(int64_t now)
+{
+    int64_t last = __atomic_load_n(&last_trim_ms, __ATOMIC_RELAXED);
+    int64_t freed = __atomic_load_n(&freed_since_trim, __ATOMIC_RELAXED);
+
+    if (freed == 0 ||
+        (freed < TRIM_FREED_MIN && __atomic_load_n(&buffered_total, __ATOMIC_RELAXED) > 0) ||
+        now - last < TRIM_EVERY_MS ||
+        !__atomic_compare_exchange_n(&last_trim_ms, &last, now, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return; /* not worth it yet, or another worker does it */
+    __atomic_store_n(&freed_since_trim, 0, __ATOMIC_RELAXED);
+    malloc_trim(0);
+}
+
+int64_t
+http_buffered_bytes(void)
+{
+    return __atomic_load_n(&buffered_total, __ATOMIC_RELAXED);
 }
 
 static void
 on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct http_server *srv = arg;
-    int64_t now = coarse_ms();
+    int64_t now = now_coarse_ms();
     struct http_conn *c, *next;
 
+    trim_after_floods(now);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (c->dkind == D_NONE || now < c->deadline_ms)
@@ -880,37 +1040,12 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
             COUNT(srv, timeouts);
             conn_free(c);
             break;
+        case D_DRAIN: start_linger(c); break;
         default: /* D_WRITE, D_LINGER */ conn_free(c); break;
         }
     }
     (void)fd;
     (void)what;
-}
-
-static void
-on_accept_resume(evutil_socket_t fd, short what, void *arg)
-{
-    struct http_server *srv = arg;
-
-    if (!srv->draining && !srv->paused)
-        evconnlistener_enable(srv->lev);
-    (void)fd;
-    (void)what;
-}
-
-/* Out of file descriptors: pause accepting for a moment rather than spin on
- * a listener that stays readable (tmux server_accept does the same). */
-static void
-on_accept_error(struct evconnlistener *lev, void *arg)
-{
-    struct http_server *srv = arg;
-    int err = EVUTIL_SOCKET_ERROR();
-    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
-
-    log_warn("msg=\"accept failed, pausing 100ms\" error=\"%s\"",
-             evutil_socket_error_to_string(err));
-    evconnlistener_disable(lev);
-    event_base_once(srv->base, -1, EV_TIMEOUT, on_accept_resume, srv, &tv);
 }
 
 /* ---- the server ----------------------------------------------------------------- */
@@ -929,15 +1064,11 @@ http_server_new(struct http_server **out, struct event_base *base, int fd,
     srv->handler = handler;
     srv->arg = arg;
     srv->counters = counters != NULL ? counters : &srv->own;
-    srv->cap = (size_t)limits->max_connections;
-    srv->lev = evconnlistener_new(base, on_accept, srv,
-                                  LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
-    if (srv->lev == NULL) {
-        *cause = xstrdup("cannot listen on the socket");
+    if (listener_start(&srv->ls, base, fd, on_accept, srv, (size_t)limits->max_connections,
+                       "http", cause) != RL_OK) {
         free(srv);
         return RL_ERR;
     }
-    evconnlistener_set_error_cb(srv->lev, on_accept_error);
     srv->sweep_ev = event_new(base, -1, EV_PERSIST, on_sweep, srv);
     event_add(srv->sweep_ev, &tv);
     *out = srv;
@@ -947,16 +1078,7 @@ http_server_new(struct http_server **out, struct event_base *base, int fd,
 void
 http_server_set_conn_cap(struct http_server *srv, size_t cap)
 {
-    srv->cap = cap > 0 ? cap : 1;
-    if (srv->draining || srv->lev == NULL)
-        return;
-    if (srv->paused && srv->nconns < srv->cap) {
-        evconnlistener_enable(srv->lev);
-        srv->paused = 0;
-    } else if (!srv->paused && srv->nconns >= srv->cap) {
-        evconnlistener_disable(srv->lev);
-        srv->paused = 1;
-    }
+    listener_set_cap(&srv->ls, cap);
 }
 
 void
@@ -967,40 +1089,36 @@ http_server_set_limits(struct http_server *srv, const struct rl_http_conf *limit
     srv->max_body = max_body;
 }
 
-static void
-stop_listening(struct http_server *srv)
-{
-    if (srv->lev != NULL) {
-        evconnlistener_free(srv->lev);
-        srv->lev = NULL;
-    }
-}
-
 void
 http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
 {
     struct http_conn *c, *next;
+    int64_t until = now_coarse_ms() + srv->limits->drain_idle_ms;
 
     srv->draining = 1;
     srv->empty = empty;
     srv->empty_arg = arg;
-    stop_listening(srv);
+    /* the connections the kernel queued for us have sent requests too:
+     * taken, they are drained like the others (a close would reset them) */
+    listener_take_queued(&srv->ls);
+    listener_stop(&srv->ls);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
-        if (c->state != C_HEAD || c->rlen > c->rpos)
-            continue; /* a request is coming in: it gets its answer */
-        if (c->nq == 0) {
-            if (c->wlen == c->woff)
-                conn_free(c); /* idle: nothing owed either way */
-            continue;
-        }
-        c->state = C_CLOSING; /* the last answer owed says close */
+        c->drain_until_ms = until;
+        /* Between requests: conn_settle gives it http.drain_idle for the
+         * next one (it may sit in the kernel's buffer already).  Anything
+         * else is reading a request or owes answers: every request read
+         * is answered, and the last one says close (dispatch,
+         * http_respond). */
+        if (c->state == C_HEAD && c->rlen == c->rpos && c->nq == 0 && c->wlen == c->woff &&
+            !c->busy)
+            conn_settle(c);
     }
-    if (srv->nconns == 0 && empty != NULL)
+    if (srv->ls.open == 0 && empty != NULL)
         empty(arg);
 }
 
-int
+bool
 http_server_draining(const struct http_server *srv)
 {
     return srv->draining;
@@ -1009,7 +1127,7 @@ http_server_draining(const struct http_server *srv)
 size_t
 http_server_connections(const struct http_server *srv)
 {
-    return srv->nconns;
+    return srv->ls.open;
 }
 
 void
@@ -1020,7 +1138,7 @@ http_server_free(struct http_server *srv)
     srv->empty = NULL;
     while (srv->conns != NULL)
         conn_free(srv->conns);
-    stop_listening(srv);
+    listener_stop(&srv->ls);
     if (srv->sweep_ev != NULL)
         event_free(srv->sweep_ev);
     while (srv->free_reqs != NULL) {

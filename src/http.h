@@ -11,6 +11,7 @@
 #ifndef RL_HTTP_H
 #define RL_HTTP_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #include "http_parse.h"
@@ -38,6 +39,7 @@ struct http_req {
     int keep_alive; /* the client's wish */
     int minor;
     int answered;
+    int64_t first_us; /* when the read that began it came (now_monotonic_us) */
     int64_t start_us; /* for the handler's own use (access log) */
     unsigned flags;   /* for the handler's own use */
     /* an answer ready before the ones ahead of it on the connection */
@@ -69,6 +71,7 @@ struct http_counters {
     uint64_t bad_request; /* 400-class framing refusals */
     uint64_t too_large;   /* 413, 431 */
     uint64_t timeouts;    /* 408 and idle closes */
+    uint64_t overloaded;  /* 503: past http.max_buffered */
 };
 
 /*
@@ -95,11 +98,15 @@ void http_server_set_limits(struct http_server *srv, const struct rl_http_conf *
  * called (on the server's thread) once no connection is left.
  */
 void http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg);
-int http_server_draining(const struct http_server *srv);
+bool http_server_draining(const struct http_server *srv);
 size_t http_server_connections(const struct http_server *srv);
 
 /* Answer r (exactly once per request). */
 void http_respond(struct http_req *r, const struct http_response *resp);
+
+/* Request bytes the whole process buffers past each connection's first
+ * 4 KiB (bounded by http.max_buffered), for /metrics. */
+int64_t http_buffered_bytes(void);
 
 /* The handler's arg of the server that read r. */
 void *http_req_arg(const struct http_req *r);

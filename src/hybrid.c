@@ -1,4 +1,5 @@
 /* hybrid.c — see hybrid.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -8,6 +9,7 @@
 #include "hybrid.h"
 #include "backend.h"
 #include "config.h"
+#include "keytable.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -31,13 +33,12 @@ struct snap {
 struct sync_op;
 
 struct hentry {
-    struct hentry *hnext;         /* hash chain */
+    struct rl_kt_node node;       /* in the table, by the key's hash */
     struct hentry *newer, *older; /* by last touch */
     struct hentry *dirty_next;    /* on the list of keys to sync */
     struct rl_config *cfg;        /* a reference: the policy lives in it */
     const struct rl_policy *policy;
-    struct sync_op *op; /* the sync in flight; pins the entry */
-    uint64_t hash;
+    struct sync_op *op;   /* the sync in flight; pins the entry */
     int64_t snap_us;      /* when the snapshot's answer came */
     int64_t snap_sent_us; /* when the request that gave it went */
     int64_t touch_us, sync_us;
@@ -64,9 +65,9 @@ struct rl_hybrid {
     struct rl_metrics *m;
     struct event *tick;
     int64_t tick_ms;
-    struct rl_config *cfg; /* the newest seen (a reference) */
-    struct hentry **buckets;
-    size_t mask, n, max;
+    struct rl_config *cfg;  /* the newest seen (a reference) */
+    struct rl_keytable tab; /* the entries by key */
+    size_t max;
     struct hentry *newest, *oldest;
     struct hentry *dirty;
     size_t ops;    /* syncs in flight */
@@ -84,18 +85,10 @@ struct rl_hybrid {
 
 static void on_tick(evutil_socket_t fd, short what, void *arg);
 
-static uint64_t
-hash_key(const char *k, size_t n)
-{
-    uint64_t h = fnv1a(FNV1A_INIT, k, n);
-
-    return h ^ (h >> 29);
-}
-
 static void
 gauges(struct rl_hybrid *h)
 {
-    SET(&h->m->hybrid_entries, (uint64_t)h->n);
+    SET(&h->m->hybrid_entries, (uint64_t)h->tab.n);
     SET(&h->m->hybrid_pending, (uint64_t)h->units);
 }
 
@@ -109,8 +102,7 @@ hybrid_new(struct event_base *base, struct rl_backend *be, struct rl_metrics *m,
     h->be = be;
     h->m = m;
     h->max = max_entries;
-    h->mask = BUCKETS_MIN - 1;
-    h->buckets = xcalloc(BUCKETS_MIN, sizeof(*h->buckets));
+    keytable_init(&h->tab, BUCKETS_MIN);
     h->tick_ms = TICK_DEFAULT_MS;
     h->now = now_monotonic_us;
     h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
@@ -127,10 +119,14 @@ static struct hentry *
 find(struct rl_hybrid *h, const struct rl_config *cfg, const struct rl_policy *policy,
      const char *key, size_t klen, uint64_t hash)
 {
-    for (struct hentry *e = h->buckets[hash & h->mask]; e != NULL; e = e->hnext)
-        if (e->hash == hash && e->cfg == cfg && e->policy == policy && e->klen == klen &&
+    for (struct rl_kt_node *n = keytable_first(&h->tab, hash); n != NULL;
+         n = keytable_next(&h->tab, n, hash)) {
+        struct hentry *e = KEYTABLE_ENTRY(n, struct hentry, node);
+
+        if (e->cfg == cfg && e->policy == policy && e->klen == klen &&
             memcmp(e->key, key, klen) == 0)
             return e;
+    }
     return NULL;
 }
 
@@ -160,36 +156,12 @@ lru_push(struct rl_hybrid *h, struct hentry *e)
         h->oldest = e;
 }
 
-static void
-grow(struct rl_hybrid *h)
-{
-    size_t nb = (h->mask + 1) * 2;
-    struct hentry **b = xcalloc(nb, sizeof(*b));
-
-    for (size_t i = 0; i <= h->mask; i++) {
-        struct hentry *e = h->buckets[i], *next;
-        for (; e != NULL; e = next) {
-            next = e->hnext;
-            e->hnext = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-        }
-    }
-    free(h->buckets);
-    h->buckets = b;
-    h->mask = nb - 1;
-}
-
 /* Only an entry with no units, not on the dirty list and not pinned by a sync. */
 static void
 entry_free(struct rl_hybrid *h, struct hentry *e)
 {
-    struct hentry **pp = &h->buckets[e->hash & h->mask];
-
-    while (*pp != e)
-        pp = &(*pp)->hnext;
-    *pp = e->hnext;
+    keytable_remove(&h->tab, &e->node);
     lru_unlink(h, e);
-    h->n--;
     config_unref(e->cfg);
     free(e);
 }
@@ -229,13 +201,13 @@ take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
 
 /* ---- syncs ---------------------------------------------------------------- */
 
-static int
+static bool
 idle(const struct rl_hybrid *h)
 {
     return h->units == 0 && h->ops == 0;
 }
 
-int
+bool
 hybrid_idle(const struct rl_hybrid *h)
 {
     return h == NULL || idle(h);
@@ -266,8 +238,9 @@ on_sync(const struct rl_check_res *res, void *arg)
         e->failed = 1;
         mark_dirty(h, e);
         ADD(&h->m->hybrid_sync_failures, 1);
-        log_debug("msg=\"hybrid sync failed\" policy=%s inflight=%lld error=\"%s\"",
-                  e->policy->name, (long long)e->inflight, res->error ? res->error : "");
+        log_debug(LOG_MSG("hybrid sync failed"), LOG_S("policy", e->policy->name),
+                  LOG_I("inflight", e->inflight),
+                  LOG_Q("error", res->error ? res->error : ""));
     }
     free(op);
     gauges(h);
@@ -292,11 +265,10 @@ static int
 sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
 {
     struct sync_op *op;
-    const char *why;
 
     if (h->closing || e->op != NULL)
         return RL_ERR;
-    if (h->be->ops->ready(h->be, &why) != RL_OK) {
+    if (h->be->ops->not_ready(h->be) != NULL) {
         e->failed = 1; /* the local view is getting old */
         return RL_ERR;
     }
@@ -355,7 +327,6 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     struct rl_hybrid *h = arg;
     struct hentry *list = h->dirty, *e;
     int64_t now = h->now(), half = h->tick_ms * 500;
-    const char *why;
 
     h->dirty = NULL;
     while ((e = list) != NULL) {
@@ -372,9 +343,9 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         }
     }
     /* in an outage a snapshot is all there is to go by: keep them */
-    if (h->be->ops->ready(h->be, &why) == RL_OK)
+    if (h->be->ops->not_ready(h->be) == NULL)
         evict(h, now);
-    if (h->n == 0)
+    if (h->tab.n == 0)
         evtimer_del(h->tick);
     gauges(h);
     (void)fd;
@@ -479,7 +450,7 @@ hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy
     int64_t now;
 
     hybrid_use_config(h, cfg);
-    e = find(h, cfg, policy, key, klen, hash_key(key, klen));
+    e = find(h, cfg, policy, key, klen, keytable_hash(key, klen));
     if (e == NULL)
         return false;
     now = h->now();
@@ -507,7 +478,7 @@ void
 hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
             const char *key, size_t klen, int64_t sent_us, const struct rl_check_res *res)
 {
-    uint64_t hash = hash_key(key, klen);
+    uint64_t hash = keytable_hash(key, klen);
     int64_t now = h->now();
     struct hentry *e;
 
@@ -516,22 +487,17 @@ hybrid_seed(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *
         return;
     e = find(h, cfg, policy, key, klen, hash);
     if (e == NULL) {
-        if (h->n >= h->max)
+        if (h->tab.n >= h->max)
             return; /* full: this key stays on the exact path */
         e = xcalloc(1, sizeof(*e) + policy->nlimits * sizeof(e->snap[0]) + klen);
         e->key = (char *)(e->snap + policy->nlimits);
         memcpy(e->key, key, klen);
         e->klen = klen;
-        e->hash = hash;
         e->cfg = config_ref(cfg);
         e->policy = policy;
         e->touch_us = e->sync_us = now;
         e->writer = h->writer ^ (h->gen * 0x9e3779b97f4a7c15ULL);
-        if (h->n >= h->mask + 1)
-            grow(h);
-        e->hnext = h->buckets[hash & h->mask];
-        h->buckets[hash & h->mask] = e;
-        h->n++;
+        keytable_insert(&h->tab, &e->node, hash);
         lru_push(h, e);
         arm(h);
         gauges(h);
@@ -546,7 +512,7 @@ hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_po
                   const char *key, size_t klen, int64_t sent_us,
                   const struct rl_check_req *req, const struct rl_check_res *res)
 {
-    struct hentry *e = find(h, cfg, policy, key, klen, hash_key(key, klen));
+    struct hentry *e = find(h, cfg, policy, key, klen, keytable_hash(key, klen));
 
     if (res->status != RL_BACKEND_OK)
         return;
@@ -605,10 +571,10 @@ hybrid_free(struct rl_hybrid *h)
         free(e);
     }
     if (lost > 0)
-        log_warn("msg=\"hybrid counts not synced before exit\" keys=%zu units=%lld", keys,
-                 (long long)lost);
+        log_warn(LOG_MSG("hybrid counts not synced before exit"), LOG_U("keys", keys),
+                 LOG_I("units", lost));
     config_unref(h->cfg);
     event_free(h->tick);
-    free(h->buckets);
+    keytable_destroy(&h->tab);
     free(h);
 }

@@ -10,6 +10,7 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "redis_tls.h"
 #include "util.h"
@@ -60,7 +61,7 @@ main(int argc, char **argv)
         {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
     struct rl_options opts = {0};
-    struct rl_errors errs = {0};
+    struct rl_errors errs = {0}, warns = {0};
     struct rl_config *cfg;
     char *cause = NULL;
     int test = 0, c;
@@ -101,12 +102,22 @@ main(int argc, char **argv)
         return 1;
     }
     /* what the start would read besides the configuration */
-    if (test && cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) {
+    if (test &&
+        ((cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) ||
+         grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK)) {
         fprintf(stderr, "%s\nratelimitd: 1 problem in the configuration\n", cause);
         free(cause);
         config_unref(cfg);
         return 1;
     }
+    config_warnings(cfg, &warns);
+    for (size_t i = 0; i < warns.n; i++) {
+        if (test)
+            fprintf(stderr, "warning: %s\n", warns.msg[i]);
+        else
+            log_warn(LOG_MSG("configuration warning"), LOG_S("warning", warns.msg[i]));
+    }
+    errors_free(&warns);
     if (test) {
         printf("configuration OK\n");
         config_unref(cfg);
@@ -117,10 +128,11 @@ main(int argc, char **argv)
          * with "policy": null, which looks like a working limiter (rules of
          * rls.config alone are a limiter: Envoy's rate limit service). */
         log_set_level(cfg->log_level);
-        log_warn("msg=\"no policies: every check is allowed, nothing is limited\" "
-                 "config=%s hint=\"give a file with policies or rls.config: -c FILE or "
-                 "RATELIMITD_CONFIG\"",
-                 opts.config_file != NULL ? opts.config_file : "(built-in defaults)");
+        log_warn(LOG_MSG("no policies: every check is allowed, nothing is limited"),
+                 LOG_S("config",
+                       opts.config_file != NULL ? opts.config_file : "(built-in defaults)"),
+                 LOG_Q("hint", "give a file with policies or rls.config: -c FILE or "
+                               "RATELIMITD_CONFIG"));
     }
     return daemon_run(&opts, cfg);
 }

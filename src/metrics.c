@@ -120,20 +120,32 @@ metrics_reject(struct rl_metrics *m, enum rl_reject r)
     ADD(&m->rejected[r]);
 }
 
-void
-metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us)
+static void
+observe(struct rl_histogram *h, int64_t us)
 {
     size_t i;
 
-    ADD(&m->backend_status[st]);
     for (i = 0; i < RL_LAT_BUCKETS && us > lat_le_us[i]; i++)
         ;
     if (i < RL_LAT_BUCKETS)
-        ADD(&m->lat_bucket[i]);
+        ADD(&h->bucket[i]);
     else
-        ADD(&m->lat_inf);
-    ADD(&m->lat_count);
-    __atomic_add_fetch(&m->lat_sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+        ADD(&h->inf);
+    ADD(&h->count);
+    __atomic_add_fetch(&h->sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+}
+
+void
+metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us)
+{
+    ADD(&m->backend_status[st]);
+    observe(&m->backend_latency, us);
+}
+
+void
+metrics_check_duration(struct rl_metrics *m, int64_t us)
+{
+    observe(&m->check_duration, us);
 }
 
 void
@@ -241,9 +253,10 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
              "# TYPE ratelimitd_requests_rejected_total counter\n");
     for (int r = 0; r < RL_REJ_COUNT; r++) {
         /* the HTTP layer refuses malformed and oversize requests itself */
-        uint64_t v = SUM(rejected[r]) + (r == RL_REJ_BAD_REQUEST ? SUM(http.bad_request)
-                                         : r == RL_REJ_TOO_LARGE ? SUM(http.too_large)
-                                                                 : 0);
+        uint64_t v = SUM(rejected[r]) + (r == RL_REJ_BAD_REQUEST  ? SUM(http.bad_request)
+                                         : r == RL_REJ_TOO_LARGE  ? SUM(http.too_large)
+                                         : r == RL_REJ_OVERLOADED ? SUM(http.overloaded)
+                                                                  : 0);
         evbuffer_add_printf(out, "ratelimitd_requests_rejected_total{reason=\"%s\"} %llu\n",
                             rejects[r], (unsigned long long)v);
     }
@@ -255,9 +268,76 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "ratelimitd_connections_accepted_total %llu\n"
         "# HELP ratelimitd_connections_open Connections open on the check listener.\n"
         "# TYPE ratelimitd_connections_open gauge\n"
-        "ratelimitd_connections_open %llu\n",
+        "ratelimitd_connections_open %llu\n"
+        "# HELP ratelimitd_http_buffered_bytes Request bytes buffered past each connection's first 4 KiB (http.max_buffered bounds it).\n"
+        "# TYPE ratelimitd_http_buffered_bytes gauge\n"
+        "ratelimitd_http_buffered_bytes %lld\n",
         (unsigned long long)SUM(http.timeouts), (unsigned long long)SUM(http.accepted),
-        (unsigned long long)SUM(http.open));
+        (unsigned long long)SUM(http.open), (long long)http_buffered_bytes());
+}
+
+/* One histogram family, summed over the workers; `off` is its offset in
+ * struct rl_metrics. */
+static void
+format_histogram(struct evbuffer *out, struct rl_metrics *const *ms, size_t n,
+                 const char *name, const char *help, size_t off)
+{
+    uint64_t cum = 0;
+
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int b = 0; b < RL_LAT_BUCKETS; b++) {
+        cum += sum(ms, n,
+                   off + offsetof(struct rl_histogram, bucket) + (size_t)b * sizeof(uint64_t));
+        evbuffer_add_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name,
+                            (double)lat_le_us[b] / 1e6, (unsigned long long)cum);
+    }
+    cum += sum(ms, n, off + offsetof(struct rl_histogram, inf));
+    evbuffer_add_printf(
+        out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+        (unsigned long long)cum, name,
+        (double)sum(ms, n, off + offsetof(struct rl_histogram, sum_us)) / 1e6, name,
+        (unsigned long long)sum(ms, n, off + offsetof(struct rl_histogram, count)));
+}
+
+/* The gRPC listener (rls.listen): connections, streams, answers by status,
+ * what the transport turned away itself. */
+static void
+format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_rls_connections_accepted_total Connections accepted on the gRPC listener (rls.listen).\n"
+        "# TYPE ratelimitd_rls_connections_accepted_total counter\n"
+        "ratelimitd_rls_connections_accepted_total %llu\n"
+        "# HELP ratelimitd_rls_connections_open Connections open on the gRPC listener.\n"
+        "# TYPE ratelimitd_rls_connections_open gauge\n"
+        "ratelimitd_rls_connections_open %llu\n"
+        "# HELP ratelimitd_rls_idle_closes_total gRPC connections closed after rls.idle_timeout unused (or unread).\n"
+        "# TYPE ratelimitd_rls_idle_closes_total counter\n"
+        "ratelimitd_rls_idle_closes_total %llu\n"
+        "# HELP ratelimitd_rls_streams_total gRPC calls (HTTP/2 streams) opened.\n"
+        "# TYPE ratelimitd_rls_streams_total counter\n"
+        "ratelimitd_rls_streams_total %llu\n"
+        "# HELP ratelimitd_rls_streams_cancelled_total gRPC calls the client reset (or lost) before their answer.\n"
+        "# TYPE ratelimitd_rls_streams_cancelled_total counter\n"
+        "ratelimitd_rls_streams_cancelled_total %llu\n"
+        "# HELP ratelimitd_rls_responses_total gRPC answers, by grpc-status.\n"
+        "# TYPE ratelimitd_rls_responses_total counter\n",
+        (unsigned long long)SUM(grpc.accepted), (unsigned long long)SUM(grpc.open),
+        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.calls),
+        (unsigned long long)SUM(grpc.cancelled));
+    for (int s = 0; s < GRPC_STATUS_COUNT; s++)
+        evbuffer_add_printf(out, "ratelimitd_rls_responses_total{grpc_status=\"%s\"} %llu\n",
+                            grpc_status_name((enum grpc_status)s),
+                            (unsigned long long)SUM(grpc.status[s]));
+    evbuffer_add_printf(out,
+                        "# HELP ratelimitd_rls_refused_total Connections and requests the "
+                        "gRPC listener turned away itself, by reason.\n"
+                        "# TYPE ratelimitd_rls_refused_total counter\n");
+    for (int r = 0; r < GRPC_REF_COUNT; r++)
+        evbuffer_add_printf(out, "ratelimitd_rls_refused_total{reason=\"%s\"} %llu\n",
+                            grpc_refusal_name((enum grpc_refusal)r),
+                            (unsigned long long)SUM(grpc.refused[r]));
 }
 
 /* Backend calls by outcome, and how long they took. */
@@ -265,7 +345,6 @@ static void
 format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
     static const char *const statuses[4] = {"ok", "down", "timeout", "error"};
-    uint64_t cum = 0;
 
     evbuffer_add_printf(out,
                         "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
@@ -273,22 +352,9 @@ format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     for (int st = 0; st < 4; st++)
         evbuffer_add_printf(out, "ratelimitd_backend_requests_total{status=\"%s\"} %llu\n",
                             statuses[st], (unsigned long long)SUM(backend_status[st]));
-    evbuffer_add_printf(
-        out,
-        "# HELP ratelimitd_backend_latency_seconds Time from asking the backend to its answer.\n"
-        "# TYPE ratelimitd_backend_latency_seconds histogram\n");
-    for (int b = 0; b < RL_LAT_BUCKETS; b++) {
-        cum += SUM(lat_bucket[b]);
-        evbuffer_add_printf(out, "ratelimitd_backend_latency_seconds_bucket{le=\"%g\"} %llu\n",
-                            (double)lat_le_us[b] / 1e6, (unsigned long long)cum);
-    }
-    cum += SUM(lat_inf);
-    evbuffer_add_printf(out,
-                        "ratelimitd_backend_latency_seconds_bucket{le=\"+Inf\"} %llu\n"
-                        "ratelimitd_backend_latency_seconds_sum %.6f\n"
-                        "ratelimitd_backend_latency_seconds_count %llu\n",
-                        (unsigned long long)cum, (double)SUM(lat_sum_us) / 1e6,
-                        (unsigned long long)SUM(lat_count));
+    format_histogram(out, ms, n, "ratelimitd_backend_latency_seconds",
+                     "Time from asking the backend to its answer.",
+                     offsetof(struct rl_metrics, backend_latency));
 }
 
 /* A label value as the text format takes it: printable ASCII, \\ and \"
@@ -375,7 +441,11 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                         PACKAGE_VERSION);
     format_checks(out, ms, n);
     format_requests(out, ms, n);
+    format_grpc(out, ms, n);
     format_backend(out, ms, n);
+    format_histogram(out, ms, n, "ratelimitd_check_duration_seconds",
+                     "Time from the first byte of a check's request read to its answer.",
+                     offsetof(struct rl_metrics, check_duration));
     evbuffer_add_printf(
         out,
         "# HELP ratelimitd_local_cache_hits_total Checks answered from the local cache.\n"

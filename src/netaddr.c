@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,17 +104,17 @@ listen_addr_clear(struct rl_listen_addr *a)
 }
 
 /* ":port" with 1..5 digits, or nothing. */
-static int
+static bool
 port_suffix_ok(const char *s, size_t n)
 {
     if (n == 0)
-        return 1;
+        return true;
     if (s[0] != ':' || n < 2 || n > 6)
-        return 0;
+        return false;
     for (size_t i = 1; i < n; i++)
         if (s[i] < '0' || s[i] > '9')
-            return 0;
-    return 1;
+            return false;
+    return true;
 }
 
 int
@@ -165,6 +166,45 @@ ip_format(int family, const uint8_t *addr, char *buf, size_t size)
 {
     if (inet_ntop(family, addr, buf, (socklen_t)size) == NULL && size > 0)
         buf[0] = '\0';
+}
+
+/* Clear every bit of addr past `bits`. */
+static void
+mask_bits(uint8_t *addr, int bits, int total)
+{
+    for (int i = 0; i < total / 8; i++, bits -= 8) {
+        if (bits >= 8)
+            continue;
+        addr[i] &= bits > 0 ? (uint8_t)(0xff << (8 - bits)) : 0;
+    }
+}
+
+void
+ip_format_net(int family, const uint8_t *addr, int prefix, char *buf, size_t size)
+{
+    int total = family == AF_INET ? 32 : 128;
+    uint8_t net[16];
+    size_t n;
+
+    if (prefix <= 0 || prefix >= total) {
+        ip_format(family, addr, buf, size);
+        return;
+    }
+    memcpy(net, addr, 16);
+    mask_bits(net, prefix, total);
+    ip_format(family, net, buf, size);
+    n = strlen(buf);
+    snprintf(buf + n, size > n ? size - n : 0, "/%d", prefix);
+}
+
+void
+cidr_fold(struct rl_cidr *c, int v4, int v6)
+{
+    int cut = c->family == AF_INET ? v4 : v6;
+
+    if (cut > 0 && c->prefix > cut)
+        c->prefix = cut;
+    mask_bits(c->addr, c->prefix, c->family == AF_INET ? 32 : 128);
 }
 
 int

@@ -7,6 +7,7 @@
 #define RL_NETADDR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -47,5 +48,12 @@ bool cidr_list_contains(const struct rl_cidr_list *l, int family, const uint8_t 
 int ip_parse(const char *s, size_t len, int *family, uint8_t addr[16]) RL_WUR;
 /* Canonical text of an address into buf (INET6_ADDRSTRLEN bytes). */
 void ip_format(int family, const uint8_t *addr, char *buf, size_t size);
+/* The address's network of `prefix` bits as text: "2001:db8:1:2::/64";
+ * the plain address when prefix is 0 or the whole address (64 bytes of
+ * buf are enough). */
+void ip_format_net(int family, const uint8_t *addr, int prefix, char *buf, size_t size);
+/* Cut c to at most v4 (IPv4) or v6 (IPv6) bits, host bits cleared (0: as
+ * it is): a range a caller's network, cut the same way, falls in. */
+void cidr_fold(struct rl_cidr *c, int v4, int v6);
 
 #endif

@@ -26,4 +26,17 @@
 int pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen,
              char **cause) RL_WUR;
 
+/*
+ * path_fold: what an application's router may take as the same path, made
+ * the same before matching (the config's patterns too), so that a policy
+ * on /login also meets /Login, /login;jsessionid=x and /login/.
+ */
+#define RL_PATHFOLD_CASE 0x1   /* ASCII letters to lower case */
+#define RL_PATHFOLD_PARAMS 0x2 /* ";..." dropped from every segment */
+#define RL_PATHFOLD_SLASH 0x4  /* a trailing '/' does not count (policy.c) */
+
+/* Fold a normalised path in place (case, params; the slash is policy.c's
+ * to compare); returns its new length, never longer. */
+size_t pathnorm_fold(char *path, size_t len, unsigned folds);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include "policy.h"
 #include "config.h"
+#include "pathnorm.h"
 
 bool
 policy_glob(const char *p, const char *s, size_t len)
@@ -31,15 +32,36 @@ policy_glob(const char *p, const char *s, size_t len)
     return *p == '\0';
 }
 
+/* s (n bytes) and path (len) equal, or equal but for one trailing '/' of
+ * one of them (path_fold "trailing_slash"). */
 static bool
-match_fits(const struct rl_match *m, const char *path, size_t len, unsigned method)
+same_but_slash(const char *s, size_t n, const char *path, size_t len)
+{
+    if (n == len + 1 && s[n - 1] == '/')
+        n--;
+    else if (len == n + 1 && path[len - 1] == '/')
+        len--;
+    return n == len && memcmp(s, path, n) == 0;
+}
+
+static bool
+match_fits(const struct rl_match *m, const char *path, size_t len, unsigned method,
+           unsigned folds)
 {
     if (m->methods != 0 && (m->methods & method) == 0)
         return false;
-    if (m->path != NULL)
-        return strlen(m->path) == len && memcmp(m->path, path, len) == 0;
+    if (m->path != NULL) {
+        size_t n = strlen(m->path);
+        if (folds & RL_PATHFOLD_SLASH)
+            return same_but_slash(m->path, n, path, len);
+        return n == len && memcmp(m->path, path, len) == 0;
+    }
     if (m->path_prefix != NULL) {
         size_t n = strlen(m->path_prefix);
+        /* "/api/" meets "/api" when the slash does not count */
+        if ((folds & RL_PATHFOLD_SLASH) && n > 1 && m->path_prefix[n - 1] == '/' &&
+            len == n - 1 && memcmp(m->path_prefix, path, len) == 0)
+            return true;
         return n <= len && memcmp(m->path_prefix, path, n) == 0;
     }
     if (m->path_glob != NULL)
@@ -51,7 +73,7 @@ const struct rl_policy *
 policy_match(const struct rl_config *cfg, const char *path, size_t len, unsigned method)
 {
     for (size_t i = 0; i < cfg->npolicies; i++)
-        if (match_fits(&cfg->policies[i].match, path, len, method))
+        if (match_fits(&cfg->policies[i].match, path, len, method, cfg->path_fold))
             return &cfg->policies[i];
     return NULL;
 }

@@ -1,4 +1,5 @@
 /* worker.c — see worker.h. */
+#include <stdbool.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +13,12 @@
 #include "caller_limits.h"
 #include "config.h"
 #include "deny_cache.h"
+#include "grpc.h"
 #include "http.h"
 #include "hybrid.h"
 #include "log.h"
 #include "metrics.h"
+#include "rls_grpc.h"
 #include "util.h"
 #include "worker.h"
 
@@ -26,11 +29,12 @@
  * waits for the backend, and every count a hybrid policy admitted has
  * reached it (or shutdown_grace is over).  A connection closes only after
  * its last answer was written, so nothing is left to flush. */
-static int
+static bool
 drained(const struct rl_worker *w)
 {
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
            (w->admin == NULL || http_server_connections(w->admin) == 0) &&
+           (w->rls == NULL || grpc_server_connections(w->rls) == 0) &&
            hybrid_idle(w->env.hybrid);
 }
 
@@ -48,8 +52,8 @@ on_grace(evutil_socket_t fd, short what, void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_warn("msg=\"shutdown grace over\" worker=%d abandoned=%llu", w->id,
-             (unsigned long long)w->metrics->inflight);
+    log_warn(LOG_MSG("shutdown grace over"), LOG_I("worker", w->id),
+             LOG_U("abandoned", w->metrics->inflight));
     event_base_loopexit(w->base, NULL);
     (void)fd;
     (void)what;
@@ -70,6 +74,8 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     http_server_drain(w->http, stop_if_drained, w);
     if (w->admin != NULL)
         http_server_drain(w->admin, stop_if_drained, w);
+    if (w->rls != NULL)
+        grpc_server_drain(w->rls, stop_if_drained, w);
     if (drained(w)) {
         event_base_loopexit(w->base, NULL);
         return;
@@ -80,16 +86,16 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+/* The reason a draining worker gives; told apart from the backend's by
+ * address (worker_serving). */
+static const char shutting_down[] = "shutting down";
+
 static const char *
 own_readiness(struct rl_worker *w)
 {
-    const char *reason = NULL;
-
     if (w->draining)
-        return "shutting down";
-    if (w->backend->ops->ready(w->backend, &reason) == RL_OK)
-        return NULL;
-    return reason != NULL ? reason : "backend not ready";
+        return shutting_down;
+    return w->backend->ops->not_ready(w->backend);
 }
 
 static void
@@ -118,6 +124,21 @@ worker_readiness(struct rl_worker *w, int *which)
     return reason;
 }
 
+bool
+worker_serving(struct rl_worker *w, const char **reason, int *which)
+{
+    int who;
+
+    *reason = worker_readiness(w, which != NULL ? which : &who);
+    if (*reason == NULL)
+        return true;
+    if (*reason == shutting_down)
+        return false;
+    /* open and local answer every check without the backend; closed would
+     * answer each with a 503 */
+    return w->cfg->failure_mode != RL_FAIL_CLOSED;
+}
+
 /* The config handed over by worker_set_config, swapped in on this thread. */
 static void
 on_config(evutil_socket_t fd, short what, void *arg)
@@ -134,6 +155,10 @@ on_config(evutil_socket_t fd, short what, void *arg)
     http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
     if (w->admin != NULL)
         http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
+    if (w->rls != NULL) {
+        grpc_server_set_limits(w->rls, &cfg->rls);
+        grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
+    }
     config_unref(old);
     (void)fd;
     (void)what;
@@ -241,6 +266,14 @@ worker_serve_admin(struct rl_worker *w, int fd, char **cause)
                            admin_handle, w, NULL, cause);
 }
 
+int
+worker_serve_rls(struct rl_worker *w, int fd, char **cause)
+{
+    arena_init(&w->rls_arena, RLS_GRPC_ARENA_FIRST, 0);
+    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w,
+                           &w->metrics->grpc, cause);
+}
+
 void
 worker_metrics(struct rl_worker *w, struct evbuffer *out)
 {
@@ -314,9 +347,9 @@ worker_main(void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_debug("msg=\"worker running\" worker=%d", w->id);
+    log_debug(LOG_MSG("worker running"), LOG_I("worker", w->id));
     event_base_dispatch(w->base);
-    log_debug("msg=\"worker stopped\" worker=%d", w->id);
+    log_debug(LOG_MSG("worker stopped"), LOG_I("worker", w->id));
     if (w->exited_ev != NULL)
         event_active(w->exited_ev, EV_READ, 0);
     return NULL;
@@ -329,6 +362,8 @@ worker_start(struct rl_worker *w)
 
     /* the daemon's max_connections, shared by its workers */
     http_server_set_conn_cap(w->http, ((size_t)w->cfg->http.max_connections + n - 1) / n);
+    if (w->rls != NULL)
+        grpc_server_set_conn_cap(w->rls, ((size_t)w->cfg->rls.max_connections + n - 1) / n);
     return pthread_create(&w->thread, NULL, worker_main, w) == 0 ? RL_OK : RL_ERR;
 }
 
@@ -360,6 +395,8 @@ worker_free(struct rl_worker *w)
     hybrid_free(w->env.hybrid); /* its timer lives on the base */
     http_server_free(w->http);
     http_server_free(w->admin);
+    grpc_server_free(w->rls); /* calls still owed were answered above */
+    arena_free(&w->rls_arena);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)

@@ -8,12 +8,15 @@
 #define RL_WORKER_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
+#include "arena.h"
 #include "check.h"
 
 struct event_base;
 struct event;
 struct evbuffer;
+struct grpc_server;
 struct http_server;
 struct rl_check_req;
 struct rl_check_res;
@@ -25,6 +28,8 @@ struct rl_worker {
     struct event_base *base;
     struct http_server *http;   /* the check listener */
     struct http_server *admin;  /* admin_listen, on worker 0 only */
+    struct grpc_server *rls;    /* rls.listen, Envoy's rate limit service */
+    struct arena rls_arena;     /* its services' messages (rls_grpc.c) */
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
@@ -59,6 +64,9 @@ int worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cf
                 char **cause) RL_WUR;
 /* Serve the admin API (admin.h) on listening socket fd (taken) too. */
 int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
+/* Serve Envoy's rate limit service over gRPC (rls_grpc.h) on listening
+ * socket fd (taken) too. */
+int worker_serve_rls(struct rl_worker *w, int fd, char **cause) RL_WUR;
 /*
  * On w's thread, with the backend's answer res to admin action req (sent at
  * sent_us under cfg): every worker drops its cached denial of the key and
@@ -82,6 +90,17 @@ void worker_free(struct rl_worker *w);
  * or NULL when every worker is: w's own state read now, the others' as they
  * last published it (at most READY_PUBLISH_MS ago).  On w's thread. */
 const char *worker_readiness(struct rl_worker *w, int *which);
+
+/*
+ * Whether the daemon can answer checks as configured (GET /serving, gRPC
+ * health's SERVING): not while draining; with failure_mode closed, not while
+ * a worker's backend is not ready (its checks would be 503s); with open or
+ * local, yes even then (they answer without the backend, degraded).
+ * *reason: why not, or why the answers are degraded; NULL when every backend
+ * is ready (static text).  *which (may be NULL): the worker that says so.
+ * On w's thread, as worker_readiness.
+ */
+bool worker_serving(struct rl_worker *w, const char **reason, int *which);
 
 /* Called by the API around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);

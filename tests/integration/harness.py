@@ -2,8 +2,11 @@
 
 Each test file is an executable script: it starts a real redis-server on a free
 loopback port, the real daemon ($RATELIMITD) against it, drives it over HTTP and
-prints one line per case (`ok - name` / `FAIL - name: reason`) and a final
-`N passed, M failed`.  Exit status 0 when every case passed, else 1.
+reports one TAP line per case (`ok 3 - name` / `not ok 4 - name` and the reason
+as `#` lines; see "runner" below), the plan and a last `# N passed, M failed`.
+Exit status 0 when every case that ran passed, else 1.  `-k WORDS` (or
+RL_CASE=WORDS) runs only the cases whose name contains WORDS; `--list` names
+them.
 
 Environment:
   RATELIMITD   absolute path of the built daemon (default: ../../src/ratelimitd
@@ -16,27 +19,32 @@ Environment:
                Daemon given redis=r then gets r.daemon_config() merged into its
                config ({"redis": {"cluster": [...]}} / {"redis": {"sentinel":
                {...}}}) instead of `-r URL`, and r.cli() answers for the whole
-               topology (see ClusterRedis.cli).  scripts/test-topologies runs
-               the core suites under each.
+               topology (see ClusterRedis.cli).  `make check-topologies` runs
+               Makefile.am's TOPOLOGY_TESTS under each.
   RL_VALGRIND  1: run every Daemon under valgrind (memcheck, definite leaks are
                errors) with generous timeouts; Daemon.stop() and wait() then
                fail on valgrind's exit code 99, and a daemon that valgrind
                complained about at any exit (also from a `with` block) fails
                the file with valgrind's report.  VALGRIND overrides the binary.
+               `make check-valgrind` runs Makefile.am's VALGRIND_TESTS so.
+  RL_CASE      run only the cases whose name contains it (as -k does)
 
 A missing redis-server is a failure, never a skip.
 """
 
 import ast
 import atexit
+import contextlib
 import http.client
 import json
 import math
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -75,18 +83,27 @@ _daemons = []             # live Daemon objects, their logs shown on failure
 _valgrind_reports = []    # (daemon argv, exit code, valgrind's output) of every complaint
 _lock = threading.Lock()
 _tmpdir = None
+_keep_tmpdir = False
 
 
 class HarnessError(Exception):
     """The environment or a fixture failed (not an assertion about the daemon)."""
 
 
-def tmpdir():
+def tmpdir(prefix="rl-it-"):
+    """The process's temporary directory (made at the first call, with
+    `prefix`), removed at exit unless keep_tmpdir() was called."""
     global _tmpdir
     with _lock:
         if _tmpdir is None:
-            _tmpdir = tempfile.mkdtemp(prefix="rl-it-")
+            _tmpdir = tempfile.mkdtemp(prefix=prefix)
         return _tmpdir
+
+
+def keep_tmpdir(keep=True):
+    """Leave tmpdir() in place at exit (logs, configs, raw results)."""
+    global _keep_tmpdir
+    _keep_tmpdir = keep
 
 
 def _track(p):
@@ -109,7 +126,7 @@ def _kill_all():
 
 def _cleanup():
     _kill_all()
-    if _tmpdir is not None:
+    if _tmpdir is not None and not _keep_tmpdir:
         shutil.rmtree(_tmpdir, ignore_errors=True)
 
 
@@ -214,144 +231,12 @@ def _squeeze(lines):
 
 
 # --------------------------------------------------------------------- Redis
-
-class Redis:
-    """A private redis-server on a free loopback port.
-
-        with Redis() as r:
-            r.port, r.url, r.cli("DBSIZE")
-
-    Under RL_TOPOLOGY=cluster / sentinel, Redis() builds a ClusterRedis /
-    SentinelRedis instead (Redis(topology="standalone") forces this class).
-    """
-
-    topology = "standalone"
-
-    def __new__(cls, *args, topology=None, **kw):
-        if cls is Redis:
-            topo = topology or TOPOLOGY
-            if topo not in TOPOLOGIES:
-                raise HarnessError("RL_TOPOLOGY=%r: expected one of %s" % (topo, "|".join(TOPOLOGIES)))
-            cls = {"standalone": Redis, "cluster": ClusterRedis, "sentinel": SentinelRedis}[topo]
-        return super().__new__(cls)
-
-    def daemon_config(self):
-        """What a Daemon given redis=self merges into its config (None: pass -r URL)."""
-        return None
-
-    def __init__(self, topology=None, conf=()):
-        self.port = None
-        self.proc = None
-        self.conf = list(conf)      # redis.conf lines (e.g. rename-command)
-        self.paused = False
-        self.logfile = None
-        if shutil.which(REDIS_SERVER) is None:
-            raise HarnessError("redis-server not found in PATH (%r): it is required, "
-                               "install the Debian package redis-server" % REDIS_SERVER)
-        self._start_new_port()
-
-    @property
-    def url(self):
-        return "redis://127.0.0.1:%d/0" % self.port
-
-    def _spawn(self, port):
-        self.logfile = os.path.join(tmpdir(), "redis-%d.log" % port)
-        log = open(self.logfile, "ab")
-        conf = []
-        if self.conf:
-            conf = [os.path.join(tmpdir(), "redis-%d.conf" % port)]
-            with open(conf[0], "w") as f:
-                f.write("\n".join(self.conf) + "\n")
-        # a directory of its own: a replica's full sync writes dump.rdb
-        # there, and a server started later in the same directory (the
-        # build's, without this) would load that file's keys
-        rdir = os.path.join(tmpdir(), "redis-%d.d" % port)
-        os.makedirs(rdir, exist_ok=True)
-        try:
-            self.proc = _track(subprocess.Popen(
-                [REDIS_SERVER] + conf + ["--port", str(port), "--bind", "127.0.0.1",
-                 "--dir", rdir, "--save", "", "--appendonly", "no", "--daemonize", "no"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        finally:
-            log.close()
-        self.port = port
-
-    def _wait_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            if self.ping():
-                return True
-            time.sleep(0.02)
-        raise HarnessError("redis-server on port %d did not answer PING within %ss; log:\n%s"
-                           % (self.port, START_TIMEOUT, "\n".join(_tail(self.logfile))))
-
-    def _start_new_port(self):
-        last = None
-        for _ in range(5):           # the free port may be taken meanwhile
-            self._spawn(free_port())
-            if self._wait_ready():
-                return
-            last = "\n".join(_tail(self.logfile))
-        raise HarnessError("redis-server failed to start 5 times; last log:\n%s" % last)
-
-    def ping(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def cli(self, *args):
-        if shutil.which(REDIS_CLI) is None:
-            raise HarnessError("redis-cli not found in PATH")
-        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + [str(a) for a in args],
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=HTTP_TIMEOUT)
-        return r.stdout.decode("utf-8", "replace").strip()
-
-    def stop(self):
-        """SIGTERM and wait; the port is free afterwards."""
-        if self.proc and self.proc.poll() is None:
-            if self.paused:
-                self.resume()
-            stop_process(self.proc)
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-        self.paused = False
-
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    def restart(self):
-        """Stop and start again on the same port (empty data set)."""
-        self.stop()
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            self._spawn(self.port)
-            if self._wait_ready():
-                return
-            if time.monotonic() > deadline:
-                raise HarnessError("redis-server could not restart on port %d:\n%s"
-                                   % (self.port, "\n".join(_tail(self.logfile))))
-            time.sleep(0.1)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.kill()
-        return False
-
+#
+# Every redis-server of the Python tests is a RedisServer: the standalone
+# Redis(), the nodes and sentinels of ClusterRedis / SentinelRedis (and of
+# test_cluster's and test_sentinel's own topologies), the TLS servers of
+# test_tls, the servers of scripts/bench.  Every connection the tests open to
+# one is a Resp (or redis-cli, through .cli()).
 
 class RespError(HarnessError):
     """An error reply from Redis."""
@@ -380,22 +265,44 @@ def _resp_read(f, raw=False):
     raise ConnectionError("bad RESP line %r" % line)
 
 
+def resp_encode(args):
+    """A command as RESP bytes (what a client sends)."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
 class Resp:
     """A minimal RESP2 client on one connection (stdlib only): r(*args) is the
     reply (str, int, list, None; bulk strings as bytes when raw); an error
-    reply raises RespError."""
+    reply raises RespError.  tls=(ca_file, (crt, key)) speaks TLS (ca_file
+    None: the server's certificate is not verified; (crt, key) None: no
+    client certificate)."""
 
-    def __init__(self, port, timeout=5.0, raw=False):
+    def __init__(self, port, timeout=5.0, raw=False, tls=None):
         self.raw = raw
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls is not None:
+            ca, cert = tls
+            ctx = ssl.create_default_context(cafile=ca)
+            if ca is None:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if cert is not None:
+                ctx.load_cert_chain(*cert)
+            try:
+                # the tests' certificates all carry IP:127.0.0.1, not all a name
+                sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
         self.f = self.sock.makefile("rb")
 
     def __call__(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        self.sock.sendall(b"".join(out))
+        self.sock.sendall(resp_encode(args))
         return _resp_read(self.f, self.raw)
 
     def close(self):
@@ -405,17 +312,291 @@ class Resp:
         except OSError:
             pass
 
+    def __enter__(self):
+        return self
 
-def _resp(port, *args, timeout=2.0, raw=False):
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _resp(port, *args, timeout=2.0, raw=False, tls=None):
     """One command on a fresh connection (see Resp)."""
-    r = Resp(port, timeout=timeout, raw=raw)
+    r = Resp(port, timeout=timeout, raw=raw, tls=tls)
     try:
         return r(*args)
     finally:
         r.close()
 
 
+def _need(binary, package):
+    if shutil.which(binary) is None:
+        raise HarnessError("%s not found in PATH (%r): it is required, install the Debian "
+                           "package %s" % (os.path.basename(binary), binary, package))
+
+
+def _cli_at(port, args, tls_args=()):
+    _need(REDIS_CLI, "redis-tools")
+    r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port)] + list(tls_args) +
+                       [str(a) for a in args],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=HTTP_TIMEOUT)
+    return r.stdout.decode("utf-8", "replace").strip()
+
+
+def _poll(cond, timeout, interval, tolerate=()):
+    """cond() until it returns a true value: (value, None); after timeout
+    (None, its last value or the last exception of `tolerate` it raised)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            last = cond()
+        except tolerate as e:
+            last = e
+        else:
+            if last:
+                return last, None
+        if time.monotonic() >= deadline:
+            return None, last
+        time.sleep(interval)
+
+
+def wait_until(cond, what, timeout=START_TIMEOUT * 2, interval=0.05):
+    """A fixture's wait (a topology coming up): cond()'s first true value;
+    connection and harness errors meanwhile are tolerated; HarnessError after
+    timeout.  A case waits with wait_for."""
+    v, last = _poll(cond, timeout, interval, (OSError, HarnessError))
+    if v is None:
+        raise HarnessError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
+    return v
+
+
+_wait_until = wait_until     # the name test files used
+
+
+class RedisTls:
+    """What a TLS-only redis-server serves and trusts, and how the tests talk
+    to it.
+
+        cert    (crt, key) it presents
+        ca      the CA file it trusts (clients, and its peers)
+        auth    tls-auth-clients: "no", "yes" or "optional"
+        client  (ca_file, (crt, key)) of the tests' own connections (see Resp)
+    """
+
+    def __init__(self, cert, ca, client, auth="no"):
+        self.cert, self.ca, self.client, self.auth = cert, ca, client, auth
+
+    def conf(self, port):
+        return ("port 0\ntls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+                "tls-auth-clients %s\n" % (port, self.cert[0], self.cert[1], self.ca, self.auth))
+
+    def cli_args(self):
+        ca, cert = self.client
+        out = ["--tls"] + (["--cacert", ca] if ca else ["--insecure"])
+        return out + (["--cert", cert[0], "--key", cert[1]] if cert else [])
+
+
+class RedisServer:
+    """One redis-server (or sentinel) with its redis.conf in a directory of its
+    own, on a free loopback port (tried again when another program takes the
+    port meanwhile) or the given one, ready once it answers PING.
+
+        lines     more redis.conf lines ("cluster-enabled yes", "replicaof ...")
+        sentinel  run as a sentinel (redis-server --sentinel)
+        tls       a RedisTls: TLS only on the port (plain TCP off)
+        name      names its directory and its errors
+
+    cmd(*args) is one command (Resp), cli(*args) redis-cli's text; kill()
+    (SIGKILL), stop() (SIGTERM), pause()/resume() (SIGSTOP/SIGCONT) and
+    restart(), on the same port, perhaps with other tls files."""
+
+    def __init__(self, name="redis", lines=(), sentinel=False, tls=None, port=None):
+        _need(REDIS_SERVER, "redis-server")
+        self.name, self.lines, self.sentinel, self.tls = name, list(lines), sentinel, tls
+        self.proc = None
+        self.paused = False
+        for _ in range(1 if port else 5):
+            self.port = port or free_port()
+            if self._start():
+                return
+        raise HarnessError("%s did not start on port %d%s; log:\n%s"
+                           % (name, self.port, "" if port else " (5 ports tried)", "\n".join(self.log_tail())))
+
+    @property
+    def url(self):
+        return "%s://127.0.0.1:%d/0" % ("rediss" if self.tls else "redis", self.port)
+
+    def _start(self):
+        # a directory of its own: a replica's full sync writes dump.rdb
+        # there, and a server started later in a shared directory would load
+        # that file's keys
+        self.dir = os.path.join(tmpdir(), "%s-%d" % (self.name, self.port))
+        os.makedirs(self.dir, exist_ok=True)
+        self.logfile = os.path.join(self.dir, "redis.log")
+        conf = os.path.join(self.dir, "redis.conf")
+        with open(conf, "w") as f:
+            f.write(self.tls.conf(self.port) if self.tls else "port %d\n" % self.port)
+            f.write("bind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\ndaemonize no\n" % self.dir)
+            for line in self.lines:
+                f.write(line + "\n")
+        with open(self.logfile, "ab") as log:
+            self.proc = _track(subprocess.Popen(
+                [REDIS_SERVER, conf] + (["--sentinel"] if self.sentinel else []),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+        self.paused = False
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self.ping():
+                return True
+            time.sleep(0.02)
+        self.kill()
+        return False
+
+    def log_tail(self, n=40):
+        return _tail(self.logfile, n)
+
+    def resp(self, timeout=5.0, raw=False):
+        """A connection of its own (close it, or use `with`)."""
+        return Resp(self.port, timeout=timeout, raw=raw, tls=self.tls.client if self.tls else None)
+
+    def cmd(self, *args, timeout=5.0, raw=False):
+        """One command on a fresh connection: the reply (RespError: an error)."""
+        with self.resp(timeout=timeout, raw=raw) as c:
+            return c(*args)
+
+    def ping(self):
+        try:
+            return self.cmd("PING", timeout=1.0) == "PONG"
+        except (OSError, HarnessError, ssl.SSLError):
+            return False
+
+    def cli(self, *args):
+        """redis-cli's output (text, stripped) for one command."""
+        return _cli_at(self.port, args, self.tls.cli_args() if self.tls else ())
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def kill(self):
+        if self.alive():
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+            except OSError:
+                pass
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.paused = False
+
+    def stop(self):
+        """SIGTERM and wait; the port is free afterwards."""
+        if self.alive():
+            if self.paused:
+                self.resume()
+            stop_process(self.proc)
+
+    def restart(self, stop=True, tls=None):
+        """Stop (kill when not `stop`) and start again on the same port, with
+        `tls` instead of the files it had when given."""
+        self.stop() if stop else self.kill()
+        self.tls = tls or self.tls
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._start():
+            if time.monotonic() > deadline:
+                raise HarnessError("%s could not restart on port %d; log:\n%s"
+                                   % (self.name, self.port, "\n".join(self.log_tail())))
+            time.sleep(0.1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+
+class Redis:
+    """A private redis-server on a free loopback port.
+
+        with Redis() as r:
+            r.port, r.url, r.cli("DBSIZE")
+
+    Under RL_TOPOLOGY=cluster / sentinel, Redis() builds a ClusterRedis /
+    SentinelRedis instead (Redis(topology="standalone") forces this class).
+    `.server` is its RedisServer; conf: more redis.conf lines.
+    """
+
+    topology = "standalone"
+
+    def __new__(cls, *args, topology=None, **kw):
+        if cls is Redis:
+            topo = topology or TOPOLOGY
+            if topo not in TOPOLOGIES:
+                raise HarnessError("RL_TOPOLOGY=%r: expected one of %s" % (topo, "|".join(TOPOLOGIES)))
+            cls = {"standalone": Redis, "cluster": ClusterRedis, "sentinel": SentinelRedis}[topo]
+        return super().__new__(cls)
+
+    def daemon_config(self):
+        """What a Daemon given redis=self merges into its config (None: pass -r URL)."""
+        return None
+
+    def __init__(self, topology=None, conf=()):
+        self.conf = list(conf)      # redis.conf lines (e.g. rename-command)
+        self.server = RedisServer("redis", self.conf)
+        self._adopt()
+
+    def _adopt(self):
+        self.port, self.proc, self.logfile = self.server.port, self.server.proc, self.server.logfile
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port
+
+    @property
+    def paused(self):
+        return self.server.paused
+
+    def ping(self):
+        return self.server.ping()
+
+    def cli(self, *args):
+        return self.server.cli(*args)
+
+    def stop(self):
+        """SIGTERM and wait; the port is free afterwards."""
+        self.server.stop()
+
+    def kill(self):
+        self.server.kill()
+
+    def pause(self):
+        self.server.pause()
+
+    def resume(self):
+        self.server.resume()
+
+    def restart(self):
+        """Stop and start again on the same port (empty data set)."""
+        self.server.restart()
+        self._adopt()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+
 def lua_check_source():
+
     """The check script as the daemon embeds it (bytes): Makefile.am's
     LUA_CHECK files, in order."""
     with open(os.path.join(RL_SRCDIR, "Makefile.am")) as f:
@@ -443,76 +624,6 @@ def state_numbers(run, key):
     if isinstance(out, list):
         return [int(x) for x in out]
     return [int(x) for x in re.findall(r"-?\d+", out or "")]
-
-
-def _cli_at(port, args):
-    if shutil.which(REDIS_CLI) is None:
-        raise HarnessError("redis-cli not found in PATH")
-    r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port)] + [str(a) for a in args],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=HTTP_TIMEOUT)
-    return r.stdout.decode("utf-8", "replace").strip()
-
-
-def _wait_until(cond, what, timeout=START_TIMEOUT * 2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            if cond():
-                return
-        except (OSError, HarnessError) as e:
-            last = e
-        time.sleep(0.05)
-    raise HarnessError("timed out after %ss waiting for %s%s"
-                       % (timeout, what, " (last: %s)" % last if last else ""))
-
-
-class _Server:
-    """One redis-server (or sentinel) with a config file in its own directory."""
-
-    def __init__(self, name, lines, sentinel=False):
-        if shutil.which(REDIS_SERVER) is None:
-            raise HarnessError("redis-server not found in PATH (%r): it is required, "
-                               "install the Debian package redis-server" % REDIS_SERVER)
-        self.name = name
-        for _ in range(5):           # the free port may be taken meanwhile
-            self.port = free_port()
-            self.dir = os.path.join(tmpdir(), "%s-%d" % (name, self.port))
-            os.makedirs(self.dir, exist_ok=True)
-            self.logfile = os.path.join(self.dir, "redis.log")
-            conf = os.path.join(self.dir, "redis.conf")
-            with open(conf, "w") as f:
-                f.write("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\ndaemonize no\n"
-                        % (self.port, self.dir))
-                for line in lines:
-                    f.write(line + "\n")
-            log = open(self.logfile, "ab")
-            try:
-                self.proc = _track(subprocess.Popen(
-                    [REDIS_SERVER, conf] + (["--sentinel"] if sentinel else []),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-            finally:
-                log.close()
-            deadline = time.monotonic() + START_TIMEOUT
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    if _resp(self.port, "PING", timeout=1.0) == "PONG":
-                        return
-                except (OSError, HarnessError):
-                    pass
-                time.sleep(0.02)
-            self.kill()
-        raise HarnessError("%s failed to start 5 times; last log:\n%s"
-                           % (name, "\n".join(_tail(self.logfile))))
-
-    def kill(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGCONT)
-            except OSError:
-                pass
-            self.proc.kill()
-            self.proc.wait(timeout=5)
 
 
 def _sum_stat_fields(acc, text):
@@ -561,20 +672,22 @@ def _merge_info(outputs):
 class _TopologyRedis(Redis):
     """What ClusterRedis and SentinelRedis share: .port/.url/.proc name the
     first node (the master); kill()/stop() end every process of the topology;
-    pause/resume/restart are standalone-only (HarnessError)."""
+    pause/resume/restart are standalone-only (HarnessError).  `.servers`:
+    every RedisServer of it."""
+
+    paused = False
 
     def _base_init(self):
         self.port = None
         self.proc = None
-        self.paused = False
         self.logfile = None
         self.servers = []
 
     def ping(self):
-        try:
-            return _resp(self.port, "PING", timeout=1.0) == "PONG"
-        except (OSError, HarnessError):
-            return False
+        return self.servers[0].ping() if self.servers else False
+
+    def cli(self, *args):
+        return _cli_at(self.port, args)
 
     def _unsupported(self, what):
         raise HarnessError("Redis.%s() is standalone-only; RL_TOPOLOGY=%s has no such fault yet"
@@ -618,13 +731,12 @@ class ClusterRedis(_TopologyRedis):
         self._base_init()
         try:
             for _ in range(self.NODES):
-                self.servers.append(_Server("cluster-node", [
+                self.servers.append(RedisServer("cluster-node", [
                     "cluster-enabled yes", "cluster-config-file nodes.conf",
                     "cluster-node-timeout 5000", "cluster-require-full-coverage no"]))
             self.port, self.proc = self.servers[0].port, self.servers[0].proc
             self.logfile = self.servers[0].logfile
-            if shutil.which(REDIS_CLI) is None:
-                raise HarnessError("redis-cli not found in PATH (Debian package redis-tools)")
+            _need(REDIS_CLI, "redis-tools")
             r = subprocess.run([REDIS_CLI, "--cluster", "create"] +
                                ["127.0.0.1:%d" % s.port for s in self.servers] +
                                ["--cluster-replicas", "0", "--cluster-yes"],
@@ -632,7 +744,7 @@ class ClusterRedis(_TopologyRedis):
             if r.returncode != 0:
                 raise HarnessError("redis-cli --cluster create failed:\n%s"
                                    % (r.stdout + r.stderr).decode("utf-8", "replace"))
-            _wait_until(self._consistent, "cluster_state:ok and one slot map on every node")
+            wait_until(self._consistent, "cluster_state:ok and one slot map on every node")
         except BaseException:
             self.kill()
             raise
@@ -689,25 +801,25 @@ class SentinelRedis(_TopologyRedis):
     def __init__(self, topology=None):
         self._base_init()
         try:
-            self.master = _Server("sentinel-master", [])
+            self.master = RedisServer("sentinel-master")
             self.servers.append(self.master)
             self.port, self.proc = self.master.port, self.master.proc
             self.logfile = self.master.logfile
-            self.replica = _Server("sentinel-replica", ["replicaof 127.0.0.1 %d" % self.port])
+            self.replica = RedisServer("sentinel-replica", ["replicaof 127.0.0.1 %d" % self.port])
             self.servers.append(self.replica)
             self.sentinels = []
             for _ in range(3):
                 # down-after generous: a loaded host must not cause a failover
-                s = _Server("sentinel", [
+                s = RedisServer("sentinel", [
                     "sentinel monitor %s 127.0.0.1 %d 2" % (self.MASTER, self.port),
                     "sentinel down-after-milliseconds %s 10000" % self.MASTER,
                     "sentinel failover-timeout %s 20000" % self.MASTER,
                     "sentinel parallel-syncs %s 1" % self.MASTER], sentinel=True)
                 self.servers.append(s)
                 self.sentinels.append(s)
-            _wait_until(lambda: "master_link_status:up" in _resp(self.replica.port, "INFO", "replication"),
+            wait_until(lambda: "master_link_status:up" in self.replica.cmd("INFO", "replication"),
                         "the replica to sync")
-            _wait_until(lambda: all(self._named_master(s) == self.port for s in self.sentinels),
+            wait_until(lambda: all(self._named_master(s) == self.port for s in self.sentinels),
                         "every sentinel to name the master")
         except BaseException:
             self.kill()
@@ -767,6 +879,52 @@ def ready_everywhere(port, timeout=START_TIMEOUT, streak=12):
 
 
 
+# ---------------------------------------------------------------- TLS files
+
+OPENSSL = os.environ.get("OPENSSL", "openssl")
+
+
+class Pki:
+    """CAs and leaf certificates (P-256 keys: quick to make) in one dir, made
+    with the openssl command (test_tls.py, test_rls_grpc.py)."""
+
+    def __init__(self):
+        if shutil.which(OPENSSL) is None:
+            raise HarnessError("openssl not found in PATH (Debian package openssl)")
+        self.dir = os.path.join(tmpdir(), "pki")
+        os.makedirs(self.dir, exist_ok=True)
+
+    def _run(self, *args):
+        r = subprocess.run([OPENSSL] + list(args), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise HarnessError("openssl %s failed: %s" % (args[0], r.stderr.decode()))
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def ca(self, name):
+        crt, key = self.path(name + ".crt"), self.path(name + ".key")
+        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=" + name,
+                  "-addext", "basicConstraints=critical,CA:TRUE",
+                  "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        return crt, key
+
+    def leaf(self, name, ca, days=2, san="DNS:localhost,IP:127.0.0.1"):
+        """A certificate signed by ca ((crt, key)); days -1: expired a day ago."""
+        crt, key, csr = self.path(name + ".crt"), self.path(name + ".key"), self.path(name + ".csr")
+        ext = self.path(name + ".ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\n" % san)
+        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                  "-keyout", key, "-out", csr, "-subj", "/CN=" + name)
+        self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+                  "-set_serial", str(secrets.randbits(62)), "-days", str(days),
+                  "-out", crt, "-extfile", ext)
+        return crt, key
+
+
 # -------------------------------------------------------------------- Daemon
 
 class DaemonError(HarnessError):
@@ -812,10 +970,15 @@ class Daemon:
     wait     False: do not wait for /healthz (for daemons expected to fail)
     ready    also wait for GET /readyz 200 (the backend connected) before returning;
              default: when `redis` is given or backend is "memory"
+    wrapper  a command line the daemon runs under (scripts/bench: valgrind
+             --tool=callgrind), with `start_timeout` seconds to get ready
     """
 
     def __init__(self, config=None, redis=None, backend=None, args=(), env=None,
-                 listen=True, port=None, wait=True, workers=None, ready=None):
+                 listen=True, port=None, wait=True, workers=None, ready=None,
+                 wrapper=(), start_timeout=None):
+        self.wrapper = list(wrapper)
+        self.start_timeout = start_timeout or START_TIMEOUT
         self.want_ready = ready if ready is not None else (redis is not None or backend == "memory")
         # RL_TOPOLOGY cluster/sentinel: the Redis's seeds/sentinels go in the
         # config instead of -r (standalone: config untouched, -r URL)
@@ -872,8 +1035,8 @@ class Daemon:
         if not os.access(RATELIMITD, os.X_OK):
             raise DaemonError("daemon binary %r is not an executable file (set RATELIMITD)" % RATELIMITD)
         fd, self.logfile = tempfile.mkstemp(prefix="daemon-", suffix=".log", dir=tmpdir())
-        run = argv
-        if VALGRIND:
+        run = self.wrapper + argv
+        if VALGRIND and not self.wrapper:
             if shutil.which(VALGRIND_BIN) is None:
                 os.close(fd)
                 raise DaemonError("RL_VALGRIND=1 but %r is not in PATH (Debian package valgrind)"
@@ -889,7 +1052,7 @@ class Daemon:
         self.vg_checked = False
 
     def _wait_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         healthy, path, body = False, "/healthz", None
         while time.monotonic() < deadline:
             rc = self.proc.poll()
@@ -909,7 +1072,7 @@ class Daemon:
             time.sleep(0.02)
         self.kill()
         raise DaemonError("daemon %s did not answer GET %s 200 within %ss (last: %r); stderr:\n%s"
-                          % (self.argv, path, START_TIMEOUT, body, self.log()))
+                          % (self.argv, path, self.start_timeout, body, self.log()))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -1461,6 +1624,97 @@ def eq(got, want, what):
         raise Fail("%s: expected %r, got %r" % (what, want, got))
 
 
+# --------------------------------------------------------- what cases share
+
+def note(fmt, *args):
+    """A line of the file's log (a TAP comment: not a result)."""
+    sys.stdout.write("#   " + (fmt % args if args else fmt) + "\n")
+    sys.stdout.flush()
+
+
+def wait_for(cond, what, timeout=30.0, interval=0.02):
+    """cond()'s first true value, polled; Fail naming `what` and cond's last
+    value after `timeout` seconds (SLOW times that under valgrind).  An
+    exception of cond fails the case at once."""
+    timeout *= SLOW
+    v, last = _poll(cond, timeout, interval)
+    if v is None:
+        raise Fail("timed out after %.1fs waiting for %s (last %r)" % (timeout, what, last))
+    return v
+
+
+def post(target, body=None, headers=None, timeout=HTTP_TIMEOUT):
+    """POST /check to a Daemon (or a port): (status, Headers, JSON or text)."""
+    return request(getattr(target, "port", target), "POST", "/check", body, headers,
+                   timeout=timeout)
+
+
+def readyz(target, timeout=5.0):
+    """The status of GET /readyz (None: no answer)."""
+    try:
+        return request(getattr(target, "port", target), "GET", "/readyz", timeout=timeout)[0]
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def rss_kib(target):
+    """VmRSS in KiB of a process: a pid, or what has one (a Daemon, a
+    RedisServer, a Popen)."""
+    proc = getattr(target, "proc", target)
+    pid = getattr(proc, "pid", proc)
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise HarnessError("no VmRSS in /proc/%d/status" % pid)
+
+
+def _labels(text):
+    return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', text or ""))
+
+
+def metric(target, name, labels=None, default=None):
+    """One sample of the daemon's GET /metrics (target: a Daemon or a port):
+    `name` with exactly `labels` (a dict, or text as between the braces:
+    'kind="noscript"'), or with none given the first sample of that name.
+    An int or a float; absent: `default`, or Fail when None."""
+    st, _, text = request(getattr(target, "port", target), "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    want = labels if isinstance(labels, dict) or labels is None else _labels(labels)
+    for m in re.finditer(r"^%s(?:\{(.*)\})? (\S+)$" % re.escape(name), str(text), re.M):
+        if want is None or _labels(m.group(1)) == {k: str(v) for k, v in want.items()}:
+            v = m.group(2)
+            return int(v) if re.fullmatch(r"-?\d+", v) else float(v)
+    if default is None:
+        raise Fail("no %s%s in /metrics" % (name, "" if labels is None else " %r" % (labels,)))
+    return default
+
+
+def commandstat_calls(redis, *commands):
+    """How often Redis ran `commands` (lower-case names) since its last
+    CONFIG RESETSTAT: INFO commandstats of a Redis (every master of a
+    Cluster) or a RedisServer."""
+    total = 0
+    for cmd, calls in re.findall(r"^cmdstat_([^:]+):calls=(\d+)", redis.cli("INFO", "commandstats"),
+                                 re.M):
+        if cmd in commands:
+            total += int(calls)
+    return total
+
+
+def script_calls(redis):
+    """The daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)."""
+    return commandstat_calls(redis, "fcall", "evalsha")
+
+
+@contextlib.contextmanager
+def redis_and_daemon(config, **daemon_args):
+    """The usual fixture: a Redis (of RL_TOPOLOGY) and one Daemon with
+    `config` against it; yields (daemon, redis)."""
+    with Redis() as r, Daemon(config, redis=r, **daemon_args) as d:
+        yield d, r
+
+
 # ---------------------------------------------------------------- traffic
 
 def blast(ports, bodies, threads):
@@ -1503,6 +1757,21 @@ def blast(ports, bodies, threads):
     return results
 
 
+def pipelined(port, reqs, depth=32, timeout=HTTP_TIMEOUT):
+    """Send raw requests (bytes each) on one keep-alive connection, `depth`
+    ahead of their answers (the daemon's http.max_pipelined is 32 by
+    default); the statuses, in order.  Fast enough to load a daemon from
+    one Python thread."""
+    out = []
+    with RawConn(port, timeout=timeout) as c:
+        for i in range(0, len(reqs), depth):
+            batch = reqs[i:i + depth]
+            c.send(b"".join(batch))
+            for _ in batch:
+                out.append(c.read_response()[0])
+    return out
+
+
 def is_int(v):
     return type(v) is int
 
@@ -1538,9 +1807,63 @@ def expect_error(status, headers, body, want_status, field=None, what=""):
 
 
 # ----------------------------------------------------------------- runner
+#
+# A file's cases are reported in TAP (the Test Anything Protocol), which
+# automake's tap-driver.sh reads: `make check` then counts and names every
+# case, not only the file.
+#
+#     ok 1 - a check under the limit is allowed
+#     not ok 2 - the limit is exact
+#     # expected 429, got 200            <- the reason, then the daemons' logs
+#     1..2
+#     # 1 passed, 1 failed
+#
+# Some cases alone: `python3 test_x.py -k WORDS` (or RL_CASE=WORDS in the
+# environment, which also reaches the files `make check` runs) runs only the
+# cases whose name contains WORDS, case-insensitively (several -k: any of
+# them); `--list` prints the names instead of running them.
+
+USAGE = """usage: %s [-k WORDS]... [--list]
+  -k WORDS  run only the cases whose name contains WORDS (case-insensitive;
+            several -k: a case matching any runs).  RL_CASE=WORDS: the same.
+  --list    print the names of the cases instead of running them (a file
+            with its own main still starts what it starts between cases)"""
+
+
+def _options(argv):
+    """(patterns, listing) from the command line and RL_CASE; exits on a bad one."""
+    pats = [os.environ["RL_CASE"]] if os.environ.get("RL_CASE") else []
+    listing = False
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "-k" and args:
+            pats.append(args.pop(0))
+        elif a.startswith("-k") and len(a) > 2:
+            pats.append(a[2:])
+        elif a == "--list":
+            listing = True
+        elif a in ("-h", "--help"):
+            print(USAGE % os.path.basename(sys.argv[0]))
+            sys.exit(0)
+        else:
+            sys.stderr.write("%s: unknown argument %r\n%s\n"
+                             % (os.path.basename(sys.argv[0]), a, USAGE % os.path.basename(sys.argv[0])))
+            sys.exit(2)
+    return [p.lower() for p in pats if p], listing
+
+
+def tap_name(name):
+    """A case name as one TAP description: one line, and a '#' that would
+    read as a SKIP/TODO directive escaped."""
+    name = " ".join(str(name).split())
+    return name.replace("#", "\\#") if re.search(r"#\s*(skip|todo)", name, re.I) else name
+
 
 class Tests:
-    """One file's cases: prints `ok - name` / `FAIL - name: reason`, then `N passed, M failed`.
+    """One file's cases, reported in TAP (see above); `finish()` ends with the
+    plan and `# N passed, M failed`, and says the exit status: 0 when every
+    case that ran passed and at least one ran.
 
     A watchdog ends the whole file (as a failure) after `timeout` seconds.
     """
@@ -1548,8 +1871,10 @@ class Tests:
     def __init__(self, timeout=120):
         self.passed = 0
         self.failed = 0
+        self.number = 0          # the last TAP test number given
         self.done = set()
-        self.out_lock = threading.Lock()
+        self.out_lock = threading.RLock()
+        self.patterns, self.listing = _options(sys.argv[1:])
         timeout *= SLOW
         self.timeout = timeout
         w = threading.Timer(timeout, self._expired)
@@ -1562,12 +1887,12 @@ class Tests:
             sys.stdout.flush()
 
     def _expired(self):
-        self._emit("FAIL - global timeout: the file did not finish within %ss" % self.timeout)
-        self._dump_logs()
-        self.failed += 1
-        self._emit("%d passed, %d failed" % (self.passed, self.failed))
-        _cleanup()
-        os._exit(1)
+        # the lock is kept to the end: no line of the main thread after the plan
+        with self.out_lock:
+            self.fail("global timeout", "the file did not finish within %ss" % self.timeout)
+            self._plan()
+            _cleanup()
+            os._exit(1)
 
     def _dump_logs(self):
         with _lock:
@@ -1579,22 +1904,36 @@ class Tests:
             for line in _squeeze(_tail(d.logfile, 400))[-20:]:
                 self._emit("#     " + line)
 
+    def wanted(self, name):
+        """Whether the case `name` is to run (-k / RL_CASE)."""
+        low = str(name).lower()
+        return not self.patterns or any(p in low for p in self.patterns)
+
     def ok(self, name):
-        self.passed += 1
-        self.done.add(name)
-        self._emit("ok - " + name)
+        with self.out_lock:
+            self.passed += 1
+            self.number += 1
+            self.done.add(name)
+            self._emit("ok %d - %s" % (self.number, tap_name(name)))
 
     def fail(self, name, reason):
-        self.failed += 1
-        self.done.add(name)
-        first, _, rest = str(reason).partition("\n")
-        self._emit("FAIL - %s: %s" % (name, first))
-        for line in rest.splitlines():
-            self._emit("#   " + line)
-        self._dump_logs()
+        with self.out_lock:
+            self.failed += 1
+            self.number += 1
+            self.done.add(name)
+            self._emit("not ok %d - %s" % (self.number, tap_name(name)))
+            for line in str(reason).splitlines() or [""]:
+                self._emit("#   " + line)
+            self._dump_logs()
 
     def run(self, name, fn, *args, **kw):
-        """Run one case; any exception is its failure.  Returns fn's result or None."""
+        """Run one case; any exception is its failure.  Returns fn's result or
+        None (also when the case is not selected)."""
+        if not self.wanted(name):
+            return None
+        if self.listing:
+            self._emit(name)
+            return None
         try:
             r = fn(*args, **kw)
         except Fail as e:
@@ -1618,34 +1957,49 @@ class Tests:
             self.run(name, fn, *args)
 
     def fail_rest(self, cases, reason):
-        """Mark every case of `cases` not run yet as failed (a fixture broke)."""
+        """Mark every selected case of `cases` not run yet as failed (a fixture broke)."""
         first = True
         for name, _ in cases:
-            if name not in self.done:
+            if name not in self.done and self.wanted(name) and not self.listing:
                 self.fail(name, reason if first else str(reason).split("\n")[0][:160] + " (see above)")
                 first = False
 
+    def _plan(self):
+        if self.number == 0:
+            why = ("no case matches %s" % " or ".join(repr(p) for p in self.patterns)
+                   if self.patterns else "no case ran")
+            self._emit("1..0 # SKIP %s" % why)
+        else:
+            self._emit("1..%d" % self.number)
+        self._emit("# %d passed, %d failed" % (self.passed, self.failed))
+
     def finish(self):
+        if self.listing:
+            return 0
         with _lock:
             reports = list(_valgrind_reports)
         for argv, code, report in reports:
             # once per daemon valgrind complained about, even when the case
             # that stopped it already failed on it
-            self.failed += 1
-            self._emit("FAIL - %s: exit %s for daemon %s" % ("valgrind" if VALGRIND else "sanitizer",
-                                                             code, " ".join(argv[1:])))
-            for line in report.splitlines()[:200]:
-                self._emit("#   " + line)
-        self._emit("%d passed, %d failed" % (self.passed, self.failed))
+            self.fail("%s: exit %s for daemon %s" % ("valgrind" if VALGRIND else "sanitizer",
+                                                     code, " ".join(argv[1:])),
+                      "\n".join(report.splitlines()[:200]))
+        with self.out_lock:
+            self._plan()
         return 0 if self.failed == 0 and self.passed > 0 else 1
 
 
 def suite(cases, fixture, timeout=120):
-    """Run `cases` with the objects `fixture()` (a context manager) yields; exit.
+    """Run `cases` ([(name, fn)]) with the objects `fixture()` (a context
+    manager) yields; exit.
 
-    When the fixture itself fails, every case not run yet is a failure.
+    When the fixture itself fails, every selected case not run yet is a
+    failure; when -k selects none, the fixture is not started.
     """
     t = Tests(timeout=timeout)
+    if t.listing or not any(t.wanted(name) for name, _ in cases):
+        t.run_cases(cases)
+        sys.exit(t.finish())
     try:
         with fixture() as fx:
             t.run_cases(cases, *(fx if isinstance(fx, tuple) else (fx,)))

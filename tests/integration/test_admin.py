@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post, wait_for  # noqa: E402
 
 HOUR = "1h"
 # fw: two limits, so that reset of one is told from reset of all; nothing
@@ -35,7 +35,12 @@ BIG = {"name": "big", "limits": [{"algorithm": "fixed_window", "limit": 100, "wi
 HYBRID_SYNC_MS = 200
 HY = {"name": "hy", "mode": "hybrid", "sync_interval": "%dms" % HYBRID_SYNC_MS,
       "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": HOUR}]}
-POLICIES = [FW, IPOL, BIG, HY, SHORT]
+# login: 5 per address, 3 per address + user (issue 24: limits of their own identity)
+LOGIN = {"name": "login", "identity": ["forwarded", "peer"], "limits": [
+    {"algorithm": "fixed_window", "limit": 5, "window": HOUR},
+    {"algorithm": "sliding_window_counter", "limit": 3, "window": HOUR,
+     "identity": ["forwarded+body", "peer+body"]}]}
+POLICIES = [FW, IPOL, BIG, HY, SHORT, LOGIN]
 
 
 def config(admin_port=None, **kw):
@@ -66,31 +71,12 @@ class Admin:
         self.d.kill()
 
 
-def post(port, body):
-    return H.request(port, "POST", "/check", body)
-
-
 def remaining(b):
     return [lim["remaining"] for lim in b["limits"]]
 
 
 def metric(port, action, result):
-    st, h, text = H.request(port, "GET", "/metrics")
-    m = re.search(r'^ratelimitd_admin_actions_total\{action="%s",result="%s"\} (\d+)$'
-                  % (action, result), text, re.M)
-    check(m, "no ratelimitd_admin_actions_total{action=%r,result=%r} in /metrics", action, result)
-    return int(m.group(1))
-
-
-def wait_for(cond, what, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise H.Fail("not within %.1fs: %s" % (timeout, what))
-        time.sleep(0.02)
+    return H.metric(port, "ratelimitd_admin_actions_total", {"action": action, "result": result})
 
 
 # ------------------------------------------------------------------ routes
@@ -191,6 +177,36 @@ def t_block_ip_identity(a, b, r):
     check(int(h.get("retry-after", "0")) >= 10, "Retry-After %r", h.get("retry-after"))
     a.ok("reset", {"policy": "ipol", "ip": "127.0.0.1"})
     eq(post(a.port, {"policy": "ipol"})[0], 200, "reset of all lifts the block")
+
+
+def t_limit_identities(a, b, r):
+    """A block names the policy's caller: every check of that address is
+    denied, whoever the user; the admin API's "identity" reaches a limit's
+    own caller; an IPv6 "ip" is its /64, as the checks type it."""
+    ip = {"X-Forwarded-For": "198.51.100.77"}
+
+    def check_as(user, headers=ip):
+        return H.request(b.port, "POST", "/check", {"policy": "login", "key": user}, headers)
+    eq(check_as("alice")[0], 200, "alice's first")
+    eq(check_as("alice")[0], 200, "alice's second")
+    got = a.ok("inspect", {"policy": "login", "identity": "+ip:198.51.100.77+k:alice"})
+    eq(got.get("key"), "{rl:login}:+ip%3A198.51.100.77+k%3Aalice", "the key of alice's own limit")
+    eq(remaining(got)[1], 1, "alice's per-user remaining, as the admin API sees it")
+    a.ok("reset", {"policy": "login", "identity": "+ip:198.51.100.77+k:alice", "limit": 1})
+    st, _, bd = check_as("alice")
+    eq((st, remaining(bd)), (200, [2, 2]), "after the reset of alice's own limit")
+    a.ok("block", {"policy": "login", "ip": "198.51.100.77", "duration": 20000})
+    for user in ("alice", "bob"):
+        st, _, bd = check_as(user)
+        eq((st, bd.get("blocked")), (429, True), "%s from the blocked address" % user)
+    eq(check_as("alice", {"X-Forwarded-For": "198.51.100.78"})[0], 200, "alice from another address")
+    a.ok("unblock", {"policy": "login", "ip": "198.51.100.77"})
+    # an IPv6 caller is its /64: the admin API types it the same way
+    v6 = {"X-Forwarded-For": "2001:db8:5:6::1"}
+    eq(check_as("carol", v6)[0], 200, "carol over IPv6")
+    got = a.ok("inspect", {"policy": "login", "ip": "2001:db8:5:6:ffff::9"})
+    eq(got.get("identity"), "ip:2001:db8:5:6::/64", "an address typed as its network")
+    eq(remaining(got)[0], 4, "the /64's per-address remaining")
 
 
 def t_other_daemon_deny_cache_bound(a, b, r):
@@ -323,6 +339,7 @@ def t_backend_down(a, b, r):
             st, h, got = H.request(aport, "POST", "/admin/" + action,
                                    dict(body, policy="fw", key="down"))
             H.expect_error(st, h, got, 503, "backend", action)
+            eq(h.get("retry-after"), "1", action + ": Retry-After on the admin API's 503")
         eq(metric(d.port, "block", "error"), 1, "a failed block counted as an error")
 
 
@@ -468,6 +485,8 @@ CASES = [
     ("an ip identity is typed as the check types it", t_ip_identity),
     ("block denies on this and another daemon with Retry-After; unblock", t_block_everywhere),
     ("block of an address; reset of all lifts it", t_block_ip_identity),
+    ("limits of their own identity: a block names the policy's caller, \"identity\" reaches a "
+     "limit's, an IPv6 ip is its /64", t_limit_identities),
     ("another daemon's cached denial of a block ends within 1 s of an unblock; "
      "without deny cache at once", t_other_daemon_deny_cache_bound),
     ("another daemon's cached denial by the limits ends by its retry_after after a reset",
@@ -476,7 +495,7 @@ CASES = [
     ("hybrid: another daemon sees a block within its sync bound", t_hybrid_bound),
     ("bad input: 400 naming the field, counted, nothing changed", t_bad_input),
     ("every action logged (peer, action, policy, key, result) and counted", t_logged_and_counted),
-    ("the backend unreachable: 503 naming it, counted as an error", t_backend_down),
+    ("the backend unreachable: 503 naming it, with Retry-After: 1, counted as an error", t_backend_down),
     ("bearer token: 401 without it, reread on SIGHUP", t_token),
     ("unix socket admin_listen on the memory backend", t_unix_socket_and_memory),
     ("unsafe admin configurations are refused", t_config_refused),

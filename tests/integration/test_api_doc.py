@@ -209,10 +209,16 @@ class Builder:
                 self.prefix[f["sub"]] = path + ("[]." if f["type"] == "SCHEMA_ARRAY" else ".")
         self.secret = secret_file()
         self.rules = rules_file()
+        pki = H.Pki()
+        ca = pki.ca("api-doc-ca")
+        crt, key = pki.leaf("api-doc-server", ca)
+        self.rls_tls = {"cert_file": crt, "key_file": key, "client_ca_file": ca[0]}
 
     def value(self, path):
         """What docs/API.md gives the option, or one its type and bounds allow."""
         f = self.fields.get(path)
+        if path.startswith("rls.tls."):   # loaded by -t: a certificate and its key
+            return self.rls_tls[path.rsplit(".", 1)[1]]
         if path.endswith("_file"):
             return self.secret
         if path == "rls.config":   # read by -t: a file that is there

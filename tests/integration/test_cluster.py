@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 SUITE_TIMEOUT = 230
 SLOTS = 16384
@@ -105,71 +105,22 @@ def idents_in_slot(policy, slot, n, start=0):
 
 # ----------------------------------------------------------- the cluster
 
-def need(binary):
-    if shutil.which(binary) is None:
-        raise H.HarnessError("%s not found in PATH: it is required (Debian package redis-server "
-                             "/ redis-tools)" % binary)
-
-
-class Node:
-    """One cluster-enabled redis-server in its own directory."""
+class Node(H.RedisServer):
+    """One cluster-enabled redis-server in its own directory; `.id` its node id."""
 
     def __init__(self, port=None):
-        need(H.REDIS_SERVER)
-        self.port = port
-        self.dir = None
-        self.proc = None
-        for _ in range(5):
-            if port is None:
-                self.port = H.free_port()
-            self.dir = os.path.join(H.tmpdir(), "node-%d" % self.port)
-            os.makedirs(self.dir, exist_ok=True)
-            if self.start():
-                break
-        else:
-            raise H.HarnessError("a cluster node failed to start 5 times; log:\n%s" % self.log())
+        super().__init__("node", ["cluster-enabled yes", "cluster-config-file nodes.conf",
+                                  "cluster-node-timeout 3000", "cluster-require-full-coverage no"],
+                         port=port)
         self.id = rcmd(self.port, "CLUSTER", "MYID")
 
-    def log(self):
-        return "\n".join(H._tail(os.path.join(self.dir, "redis.log")))
-
-    def start(self):
-        log = open(os.path.join(self.dir, "redis.log"), "ab")
-        try:
-            self.proc = H._track(subprocess.Popen(
-                [H.REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--dir", self.dir, "--cluster-enabled", "yes",
-                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000",
-                 "--cluster-require-full-coverage", "no",
-                 "--save", "", "--appendonly", "no", "--daemonize", "no"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        finally:
-            log.close()
-        deadline = time.monotonic() + H.START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if rcmd(self.port, "PING") == "PONG":
-                    return True
-            except (OSError, H.RespError):
-                pass
-            time.sleep(0.02)
-        return False
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-
     def restart(self):
-        self.kill()
-        if not self.start():
-            raise H.HarnessError("node %d did not restart; log:\n%s" % (self.port, self.log()))
+        """Killed and started again on its port, its nodes.conf kept."""
+        super().restart(stop=False)
 
 
 def cli(*args, timeout=60):
-    need(H.REDIS_CLI)
+    H._need(H.REDIS_CLI, "redis-tools")
     r = subprocess.run([H.REDIS_CLI] + [str(a) for a in args], stdin=subprocess.DEVNULL,
                        capture_output=True, timeout=timeout)
     return r.returncode, (r.stdout + r.stderr).decode("utf-8", "replace")
@@ -252,19 +203,10 @@ class Fx:
 
 
 def ready_everywhere(d, timeout=15.0, streak=12):
-    """/readyz is answered by whichever worker accepted the connection, each
-    with its own backend: wait until `streak` fresh connections in a row
-    (SO_REUSEPORT spreads them over the workers) say 200."""
-    deadline = time.monotonic() + timeout
-    ok, last = 0, None
-    while time.monotonic() < deadline:
-        st, _, body = H.request(d.port, "GET", "/readyz")
-        ok = ok + 1 if st == 200 else 0
-        if ok >= streak:
-            return d
-        last = (st, body)
-        time.sleep(0.01 if st == 200 else 0.05)
-    raise H.Fail("GET /readyz not 200 on every worker within %ss (last %r)" % (timeout, last))
+    """d, once `streak` fresh connections in a row (SO_REUSEPORT spreads them
+    over the workers, each with its own backend) said /readyz 200."""
+    H.ready_everywhere(d.port, timeout, streak)
+    return d
 
 
 def start_daemon(cfg, workers=2):
@@ -274,8 +216,8 @@ def start_daemon(cfg, workers=2):
 @contextmanager
 def fixture():
     fx = Fx()
-    need(H.REDIS_SERVER)
-    need(H.REDIS_CLI)
+    H._need(H.REDIS_SERVER, "redis-server")
+    H._need(H.REDIS_CLI, "redis-tools")
     fx.nodes = make_cluster(3)
     # two daemons with different seeds, two workers each
     fx.daemons.append(start_daemon(daemon_config(fx.nodes[0].port)))
@@ -292,10 +234,6 @@ def fixture():
 
 
 # --------------------------------------------------------------- traffic
-
-def post(port, body):
-    return H.request(port, "POST", "/check", body)
-
 
 def clean(st, ans):
     """'allowed', 'denied', or raise on anything else (degraded, 5xx, ...)."""

@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, note  # noqa: E402
 
 THREADS = 32
 LIMIT = 200
@@ -34,19 +34,9 @@ def config(coalesce=None):
     return c
 
 
-def note(fmt, *args):
-    print("# " + (fmt % args if args else fmt), flush=True)
-
-
 def script_calls(r):
     """FCALL + EVALSHA + EVAL calls Redis ran since the last CONFIG RESETSTAT."""
-    total = 0
-    for line in r.cli("INFO", "commandstats").splitlines():
-        for cmd in ("cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"):
-            if line.startswith(cmd):
-                fields = dict(kv.split("=") for kv in line[len(cmd):].split(","))
-                total += int(fields["calls"])
-    return total
+    return H.commandstat_calls(r, "fcall", "evalsha", "eval")
 
 
 def blast(port, body_fn):

@@ -3,7 +3,6 @@
 answered by the daemon itself until its denial must end, at no cost to Redis,
 and never for longer than Redis would deny it."""
 
-import contextlib
 import os
 import re
 import sys
@@ -11,7 +10,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post, script_calls as evalsha_calls  # noqa: E402
 
 # "hot": its window (opened by the first check) must outlast every case that
 # expects a denial of it (54 checks and two /metrics reads in a row, slower
@@ -31,16 +30,6 @@ CONFIG = {
                                    "burst": 2}]},
     ],
 }
-
-
-def post(d, body):
-    return H.request(d.port, "POST", "/check", body)
-
-
-def evalsha_calls(r):
-    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
-    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
-                                          r.cli("INFO", "commandstats"), re.M))
 
 
 def cache_hits(d):
@@ -112,10 +101,8 @@ CASES = [
 ]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, note, rss_kib, commandstat_calls as commandstat  # noqa: E402
 
 # "Answered within redis.timeout" is timed by the daemon itself: its access
 # log's us= runs from reading a check to deciding it.  The Python callers
@@ -58,11 +58,6 @@ CALLER_WORST = 3.0 * H.SLOW
 THREADS = 4               # load threads per case
 RECOVERY_MAX = 10.0       # s from a Redis restart to the first non-degraded answer
 SMALL = 4                 # limit of the "small" policy
-
-
-def note(fmt, *args):
-    sys.stdout.write("#   " + (fmt % args if args else fmt) + "\n")
-    sys.stdout.flush()
 
 
 def now():
@@ -110,7 +105,7 @@ def kind(a):
             return "degraded"
         if "degraded" not in b:
             return "ok"
-    if a.status == 503 and b == {"error": "backend unavailable"}:
+    if a.status == 503 and isinstance(b, dict) and b.get("error") == "backend unavailable":
         return "closed"
     return "other"
 
@@ -214,10 +209,7 @@ def wait_until(fn, timeout, interval=0.05):
 
 
 def readyz(port):
-    try:
-        return H.request(port, "GET", "/readyz", timeout=3.0 * H.SLOW)[0]
-    except Exception:  # noqa: BLE001
-        return None
+    return H.readyz(port, timeout=3.0 * H.SLOW)
 
 
 def ready_n(port, n=20):
@@ -228,7 +220,7 @@ def ready_n(port, n=20):
 
 def post(d, body, timeout=8.0):
     t0 = now()
-    st, _, b = H.request(d.port, "POST", "/check", body, timeout=timeout)
+    st, _, b = H.post(d, body, timeout=timeout)
     return Ans(t0, now() - t0, st, b, None)
 
 
@@ -279,7 +271,8 @@ def expect_redis_answers(answers, tmo, mode, what):
 def expect_kind_one(a, mode, what, allowed=True, remaining=None):
     """One answer given while the backend failed, per failure_mode."""
     if mode == "closed":
-        eq((a.status, a.body), (503, {"error": "backend unavailable"}), what)
+        eq((a.status, a.body.get("error") if isinstance(a.body, dict) else a.body),
+           (503, "backend unavailable"), what)
         return
     check(isinstance(a.body, dict), "%s: body %r", what, a.body)
     eq(a.body.get("degraded"), True, what + ": degraded")
@@ -453,14 +446,6 @@ class FakeRedis:
         return False
 
 
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise H.HarnessError("no VmRSS for pid %d" % pid)
-
-
 # ------------------------------------------------------------------ cases
 
 class ReadyPoller:
@@ -615,11 +600,6 @@ def t_kill(mode):
         check(all(kind(a) != "exc" and kind(a) != "other" for a in answers),
               "unexpected answers: %r", samples(answers, "exc") + samples(answers, "other"))
         finish_daemon(d)
-
-
-def commandstat(r, name):
-    m = re.search(r"cmdstat_%s:calls=(\d+)" % name, r.cli("INFO", "commandstats"))
-    return int(m.group(1)) if m else 0
 
 
 def flush_scripts(r):

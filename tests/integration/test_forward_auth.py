@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import eq  # noqa: E402
+from harness import check, eq  # noqa: E402
 
 POLICIES = [
     {"name": "api", "match": {"path_prefix": "/api", "methods": ["GET", "DELETE"]},
@@ -21,6 +21,8 @@ POLICIES = [
 # answer a check degraded whenever a loaded host delays Redis that long)
 CONFIG = {"forward_auth": True, "identity": ["header:X-Api-Key", "peer"], "redis": {"timeout": "2s"},
           "policies": POLICIES}
+# Envoy's recipe sets X-Original-URI/-Method itself: it names that family
+ENVOY = dict(CONFIG, forwarded_request_headers="original")
 
 
 def status(d, method, path, headers=None, body=None):
@@ -29,7 +31,8 @@ def status(d, method, path, headers=None, body=None):
 
 
 def t_traefik_style(on, off, r):
-    with H.Daemon(dict(CONFIG, forwarded_request_headers="forwarded"), redis=r) as tr:
+    # forward_auth's default family is what Traefik and Caddy send
+    with H.Daemon(CONFIG, redis=r) as tr:
         h = {"X-Api-Key": "t1", "X-Forwarded-Uri": "/api/items?page=2", "X-Forwarded-Method": "GET"}
         got = [status(tr, "GET", "/check", h)[0] for _ in range(3)]
         eq(got, [200, 200, 429], "GET /check with X-Forwarded-Uri /api/items (limit 2)")
@@ -41,6 +44,23 @@ def t_traefik_style(on, off, r):
     # and the Envoy/nginx family does not read X-Forwarded-Uri at all
     st, b = status(on, "GET", "/check", {"X-Api-Key": "t2", "X-Forwarded-Uri": "/api/items"})
     eq((st, b.get("policy")), (200, None), "X-Forwarded-Uri to a forwarded_request_headers original daemon")
+
+
+def t_default_not_spoofed(on, off, r):
+    """Issue 24, 9: forward_auth on, forwarded_request_headers left alone:
+    a client's own X-Original-URI: /free beside the X-Forwarded-Uri Traefik or
+    Caddy set (both pass every client header on) used to win, walking around
+    the policy.  It is the forwarded family now: the client's header is not
+    read."""
+    with H.Daemon(CONFIG, redis=r) as d:
+        h = {"X-Api-Key": "spoof", "X-Forwarded-Uri": "/api/items", "X-Forwarded-Method": "GET",
+             "X-Original-URI": "/free", "X-Original-Method": "GET"}
+        got = [status(d, "GET", "/check", h) for _ in range(3)]
+        eq([(st, b.get("policy")) for st, b in got], [(200, "api"), (200, "api"), (429, "api")],
+           "X-Original-URI /free beside X-Forwarded-Uri /api/items (limit 2)")
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(dict(CONFIG, forwarded_request_headers="sideways"))])
+    eq(rc, 1, "-t with a bad forwarded_request_headers")
+    check("auto" in err, "the error does not list auto: %r", err)
 
 
 def t_envoy_style(on, off, r):
@@ -75,6 +95,8 @@ def t_off_is_405(on, off, r):
 CASES = [
     ("Traefik ForwardAuth style: GET /check with X-Forwarded-Uri/Method", t_traefik_style),
     ("Envoy ext_authz style: original method, path after /check/", t_envoy_style),
+    ("forward_auth's default family is forwarded: a client's X-Original-URI beside Traefik's "
+     "X-Forwarded-Uri picks nothing", t_default_not_spoofed),
     ("a forwarded request's body is ignored", t_body_ignored),
     ("POST /check with a body is unchanged", t_post_still_api),
     ("forward_auth off: GET /check is 405, /check/... is 404", t_off_is_405),
@@ -83,7 +105,7 @@ CASES = [
 
 @contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as on, \
+    with H.Redis() as r, H.Daemon(ENVOY, redis=r) as on, \
             H.Daemon(dict(CONFIG, forward_auth=False), redis=r) as off:
         yield on, off, r
 

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, note, rss_kib  # noqa: E402
 
 CONFIG = {
     "identity": ["body", "peer"],
@@ -38,19 +38,6 @@ RSS_GROWTH_MAX = 32 * 1024       # KiB over the baseline, after everything (not 
 WATCH_WORST_MAX = 2.0 * H.SLOW   # s: the normal client's slowest answer
 PROGRESS_WAIT = 3.0 * H.SLOW     # s for the normal client to get 3 more answers
 BIG_WAIT = 10.0 * H.SLOW         # s a socket operation with a big or deep body may take
-
-
-def note(fmt, *args):
-    sys.stdout.write("#   " + (fmt % args if args else fmt) + "\n")
-    sys.stdout.flush()
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise H.HarnessError("no VmRSS for pid %d" % pid)
 
 
 class Normal:

@@ -5,17 +5,18 @@ counts reach Redis every sync_interval as forced checks.  One instance stays
 exact; several admit at most the documented bound; a failed sync, a Redis
 outage, a reload or a shutdown loses no count; the table is bounded."""
 
-import contextlib
 import os
+import random
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post, script_calls as evalsha_calls, wait_for, rss_kib  # noqa: E402
 
 HOUR = "1h"
 INTERVAL_MS = 100
@@ -29,6 +30,7 @@ def fw(limit, window=HOUR):
     return [{"algorithm": "fixed_window", "limit": limit, "window": window}]
 
 
+ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 ALGOS = ["fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"]
 
 
@@ -54,10 +56,6 @@ CONFIG = {
 }
 
 
-def post(d, body):
-    return H.request(d.port, "POST", "/check", body)
-
-
 def rkey(policy, key, window_ms=3600000, tag="fw"):
     return "{rl:%s:k:%s}:%s:%d" % (policy, key, tag, window_ms)
 
@@ -65,12 +63,6 @@ def rkey(policy, key, window_ms=3600000, tag="fw"):
 def redis_count(r, policy, key):
     v = H.state_numbers(r.cli, rkey(policy, key))     # fixed_window: count, start
     return v[0] if v else 0
-
-
-def evalsha_calls(r):
-    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
-    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
-                                          r.cli("INFO", "commandstats"), re.M))
 
 
 def metrics(d):
@@ -85,17 +77,6 @@ def metrics(d):
     m = re.search(r'^ratelimitd_config_reloads_total\{result="ok"\} (\d+)$', text, re.M)
     out["reloads"] = int(m.group(1)) if m else 0
     return out
-
-
-def wait_for(cond, what, timeout=5.0):
-    deadline = time.monotonic() + timeout * H.SLOW
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise H.Fail("timed out waiting for %s (last %r)" % (what, last))
 
 
 def hammer(port, bodies, threads):
@@ -118,6 +99,92 @@ def hammer(port, bodies, threads):
     for t in ts:
         t.join()
     return out
+
+
+# ------------------------------------------------------------------ hash flooding
+
+FLOOD_STAGES = 10 if H.VALGRIND else 12   # 1,024 or 4,096 crafted keys
+FLOOD_BITS = 42                 # the old hash's bucket of an 8,192-bucket table: h ^ h >> 29,
+                                # bits 0..12 and 29..41 of FNV-1a's state
+FLOOD_PREFIX = "{rl:flood:k:"   # the check key is "{rl:<policy>:k:<key>}"
+FNV_PRIME, FNV_INIT = 1099511628211, 14695981039346656037
+
+
+def fnv1a(data):
+    h = FNV_INIT
+    for c in data:
+        h = ((h ^ c) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def crafted_keys():
+    """2^FLOOD_STAGES keys whose check keys fall in one bucket of the old,
+    unkeyed table (FNV-1a, h ^ h >> 29) of up to 8,192 buckets (the test's
+    table holds twice the keys: as many buckets), as an attacker computes
+    them offline: tests/fnv_collide's multicollision."""
+    exe = os.path.join(os.path.dirname(H.RATELIMITD), "..", "tests", "fnv_collide")
+    check(os.access(exe, os.X_OK), "%s is missing: make -C <build> tests/fnv_collide", exe)
+    out = subprocess.run([exe, FLOOD_PREFIX, str(FLOOD_BITS), str(FLOOD_STAGES)], check=True,
+                         capture_output=True, text=True, timeout=600).stdout
+    pairs = [line.split() for line in out.splitlines()]
+    eq(len(pairs), FLOOD_STAGES, "stages from fnv_collide")
+    keys = ["".join(p[(k >> i) & 1] for i, p in enumerate(pairs)) for k in range(1 << FLOOD_STAGES)]
+    buckets = set()
+    for k in keys:
+        h = fnv1a((FLOOD_PREFIX + k + "}").encode())
+        buckets.add((h ^ (h >> 29)) & (2 * len(keys) - 1))
+    eq(len(buckets), 1, "buckets of the crafted keys under the unkeyed hash (%d buckets)" % (2 * len(keys)))
+    return keys
+
+
+def daemon_cpu(d):
+    """Seconds of CPU the daemon's threads have had, to the nanosecond
+    (/proc's schedstat: ticks of /proc/PID/stat are 10 ms)."""
+    ns = 0
+    base = "/proc/%d/task" % d.proc.pid
+    for tid in os.listdir(base):
+        try:
+            with open(os.path.join(base, tid, "schedstat")) as f:
+                ns += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass                        # a thread that just ended
+    return ns / 1e9
+
+
+def t_hash_flood(r):
+    """Issue 24, 1: keys crafted to collide under the old unkeyed hash cost
+    the daemon no more CPU per local check than random keys (<= 1.5x); on
+    the unkeyed table every lookup walked the whole chain."""
+    crafted = crafted_keys()
+    rnd = ["".join(random.choice(ALPHABET) for _ in range(8 * FLOOD_STAGES)) for _ in crafted]
+    cfg = {"identity": ["body"], "redis": {"timeout": "2s"}, "hybrid_table_size": 2 * len(crafted),
+           "policies": [hybrid("flood", fw(1000000000), interval="1m")]}
+    passes = 1 if H.VALGRIND else 4
+
+    def reqs(keys):
+        return [H.http_bytes("POST", "/check?body=none", {"key": k}) for k in keys]
+    with H.Daemon(cfg, redis=r, workers=1) as d:
+        # seeded on the exact path, in turns: neither set gets the better memory
+        sts = H.pipelined(d.port, reqs([k for pair in zip(crafted, rnd) for k in pair]))
+        check(all(st == 200 for st in sts), "seeding: statuses %s", sorted(set(sts)))
+        eq(metrics(d)["hybrid_keys"], 2 * len(crafted), "keys in the hybrid table")
+        cost = {"crafted": 0.0, "random": 0.0}
+        local0 = metrics(d)["hybrid_local_decisions_total"]
+        for _ in range(3):                 # interleaved: the host's load falls on both
+            for name, keys in (("random", rnd), ("crafted", crafted)):
+                batch = reqs(keys) * passes
+                c0 = daemon_cpu(d)
+                sts = H.pipelined(d.port, batch)
+                cost[name] += daemon_cpu(d) - c0
+                check(all(st == 200 for st in sts), "%s: statuses %s", name, sorted(set(sts)))
+        n = 3 * passes * len(crafted)
+        eq(metrics(d)["hybrid_local_decisions_total"] - local0, 2 * n, "checks decided locally")
+        per = {k: v / n * 1e6 for k, v in cost.items()}
+        print("# daemon CPU per local check: crafted %.1f us, random %.1f us (%d keys each)"
+              % (per["crafted"], per["random"], len(crafted)))
+        check(cost["crafted"] <= 1.5 * cost["random"],
+              "crafted keys cost %.1f us of daemon CPU per check, random ones %.1f us (more than 1.5x)",
+              per["crafted"], per["random"])
 
 
 # ------------------------------------------------------------------ cases
@@ -400,11 +467,6 @@ def t_table_cap(d, r):
             check(grew < 8 * 1024, "RSS grew %d KiB over 3000 keys with a table of 100", grew)
 
 
-def rss_kib(d):
-    with open("/proc/%d/status" % d.proc.pid) as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-
-
 def t_config_errors(d, r):
     bad = {"policies": [
         {"name": "a", "sync_interval": "1s", "limits": fw(1)},
@@ -498,13 +560,13 @@ CASES = [
     ("hybrid_table_size bounds the table; idle keys evicted; a key past the cap stays exact",
      t_table_cap),
     ("-t reports bad mode, sync_interval and hybrid_table_size", t_config_errors),
+    ("hash flooding: keys colliding under the old FNV-1a table cost <= 1.5x random keys' "
+     "daemon CPU per local check", lambda d, r: t_hash_flood(r)),
 ]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

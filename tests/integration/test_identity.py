@@ -45,7 +45,7 @@ POLICIES = [
     pol("src_body", 2, ["body"]),
     pol("src_header", 2, ["header:X-Api-Key"]),
     pol("src_fwd", 2, ["forwarded"]),
-    pol("src_fwd_rfc", 2, ["forwarded"]),
+    dict(pol("src_fwd_rfc", 2, ["forwarded"]), ipv6_prefix=128),
     pol("src_fwd_only_xff", 2, ["forwarded"]),
     pol("src_peer", 2, ["peer"]),
     pol("chain", 2),                        # the global chain
@@ -57,11 +57,23 @@ POLICIES = [
     pol("sp_rfc", 3, ["forwarded", "peer"]),
     pol("sp_trusted_hop", 2, ["forwarded", "peer"]),
     pol("sp_join", 2, ["forwarded", "peer"]),
-    pol("v6", 3, ["forwarded", "peer"]),
+    dict(pol("v6", 3, ["forwarded", "peer"]), ipv6_prefix=128),   # address by address
     pol("v4mapped", 2, ["forwarded", "peer"]),
     pol("inj", 2, ["body"]),
     pol("inj2", 2, ["body"], limits=[fw(2, "1h"), fw(5, "1m")]),
     pol("apikey", 2, ["header:X-Api-Key"]),
+    # issue 24
+    pol("pad", 2, ["forwarded", "peer"]),
+    pol("pad_hops", 2, ["forwarded", "peer"]),
+    pol("rot", 5, ["forwarded", "peer"]),
+    dict(pol("rot4", 5, ["forwarded", "peer"]), ipv4_prefix=24),
+    dict(pol("rot_ovr", 2, ["forwarded", "peer"]),
+         overrides=[{"identities": ["ip:2001:db8:cc:dd::9"], "limits": [fw(10)]}]),
+    pol("th", 2, ["trusted_header:X-User", "peer"]),
+    pol("hdr_long", 2, ["header:X-Api-Key", "peer"]),
+    pol("login", 0, ["forwarded", "peer"],
+        limits=[fw(5), {"algorithm": "sliding_window_counter", "limit": 3, "window": "1h",
+                        "identity": ["forwarded+body", "peer+body"]}]),
 ]
 
 CONFIG_TRUSTED = {
@@ -117,8 +129,7 @@ def rfc_twin(d, names):
 
 
 def post(d, body=None, headers=None):
-    d = rfc_twin(d, (headers or {}).keys())
-    return H.request(d.port, "POST", "/check", body, headers)
+    return H.post(rfc_twin(d, (headers or {}).keys()), body, headers)
 
 
 def raw_check(d, header_lines, body):
@@ -493,6 +504,127 @@ def t_access_log(dt, du, r):
         check(SECRET not in d.log(), "the API key is in the log")
 
 
+# ---------------------------------------------------------------- issue 24
+
+PAD = "6.6.6.6, " * 1200      # 10.8 KB a client wrote before its proxy appended
+
+
+def t_forwarded_padded(dt, du, r):
+    """A client pads its X-Forwarded-For past 8 KiB before the proxy appends
+    its address: the chain is read from the right, so it stays itself (on
+    main it became the proxy, 127.0.0.1, and took a quota everyone shared)."""
+    P = "pad"
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": PAD + "203.0.113.50"}), P, 1, "padded A #1")
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": PAD + "203.0.113.50"}), P, 0, "padded A #2")
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": PAD + "203.0.113.50"}), P, 429, "padded A #3")
+    # HAProxy's option forwardfor: a line of its own after the client's
+    expect(raw_check(dt, [("X-Forwarded-For", PAD + "1.1.1.1"), ("X-Forwarded-For", "203.0.113.51")],
+                     {"policy": P}), P, 1, "padded B (its proxy's own line)")
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": "203.0.113.50"}), P, 429,
+           "A unpadded: the same caller as padded")
+    expect(post(dt, {"policy": P}), P, 1, "the proxy itself (no header): its bucket untouched")
+
+
+def t_forwarded_too_long(dt, du, r):
+    """More trusted hops than can be read: a 400 naming the header, never the
+    proxy's own bucket."""
+    P = "pad_hops"
+    hops = ", ".join("127.0.%d.%d" % (i // 250, i % 250 + 1) for i in range(70))
+    st, h, b = post(dt, {"policy": P}, {"X-Forwarded-For": "203.0.113.52, " + hops})
+    H.expect_error(st, h, b, 400, what="70 trusted hops")
+    check("X-Forwarded-For" in b.get("error", ""), "the error does not name the header: %r", b)
+    expect(post(dt, {"policy": P}), P, 1, "the proxy's own bucket untouched")
+
+
+def t_header_too_long(dt, du, r):
+    """An X-Api-Key over 512 bytes is a 400 naming it, not the next source."""
+    P = "hdr_long"
+    st, h, b = post(dt, {"policy": P}, {"X-Api-Key": "k" * 513})
+    H.expect_error(st, h, b, 400, what="a 513-byte X-Api-Key")
+    check("X-Api-Key" in b.get("error", ""), "the error does not name the header: %r", b)
+    expect(post(dt, {"policy": P}), P, 1, "the peer's bucket untouched")
+
+
+def t_ipv6_rotation(dt, du, r):
+    """100 addresses of one /64, 5 checks each, against 5 per caller: 5
+    admitted (on main 500: every address its own caller).  Another /64 is
+    another caller; the key names the network."""
+    P = "rot"
+    admitted = 0
+    with H.Client(dt.port) as c:
+        for i in range(100):
+            for _ in range(5):
+                st, _, _ = c.request("POST", "/check", {"policy": P},
+                                     {"X-Forwarded-For": "2001:db8:aa:bb:%x:%x::1" % (i, i * 7)})
+                admitted += st == 200
+    eq(admitted, 5, "checks admitted from 100 addresses of 2001:db8:aa:bb::/64")
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": "2001:db8:aa:bc::1"}), P, 4, "another /64")
+    keys = redis_keys(r)
+    check(b"{rl:rot:ip:2001%3Adb8%3Aaa%3Abb%3A%3A/64}:fw:3600000" in keys,
+          "no key of the /64: %r", sorted(k for k in keys if b"rot:" in k))
+
+
+def t_ipv4_prefix(dt, du, r):
+    """ipv4_prefix 24 on a policy: a /24 is one caller; the next /24 another."""
+    P = "rot4"
+    got = [answer(post(dt, {"policy": P}, {"X-Forwarded-For": "198.51.100.%d" % (i + 1)}), P, "#%d" % i)[0]
+           for i in range(8)]
+    eq(got, [200] * 5 + [429] * 3, "statuses of 8 addresses of 198.51.100.0/24")
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": "198.51.101.1"}), P, 4, "another /24")
+
+
+def t_override_by_network(dt, du, r):
+    """An ip: override for one address of a /64 applies to the whole /64."""
+    P = "rot_ovr"
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": "2001:db8:cc:dd:1:2:3:4"}), P, 9,
+           "another address of the override's /64: its 10")
+    expect(post(dt, {"policy": P}, {"X-Forwarded-For": "2001:db8:cc:de::9"}), P, 1,
+           "a neighbour /64: the policy's 2")
+
+
+def t_trusted_header(dt, du, r):
+    """trusted_header:X-User is read only from a trusted proxy: a client that
+    reaches the daemon directly gets its address, whatever it sends."""
+    P = "th"
+    expect(post(dt, {"policy": P}, {"X-User": "alice"}), P, 1, "alice via a trusted proxy")
+    expect(post(dt, {"policy": P}, {"X-User": "bob"}), P, 1, "bob via a trusted proxy")
+    expect(post(dt, {"policy": P}, {"X-User": "alice"}), P, 0, "alice again")
+    expect(post(du, {"policy": P}, {"X-User": "u1"}), P, 1, "untrusted peer, X-User u1: the peer")
+    expect(post(du, {"policy": P}, {"X-User": "u2"}), P, 0, "untrusted peer, a fresh X-User: the same peer")
+    expect(post(du, {"policy": P}, {"X-User": "u3"}), P, 429, "untrusted peer, a third X-User: still the peer")
+
+
+def t_limit_identities(dt, du, r):
+    """login: 5 per address and 3 per address + user, in one policy, decided
+    together: a user walks around neither, and a denied check consumes from
+    no limit.  Keys: one hash tag for the policy, a key per limit's caller."""
+    P = "login"
+    ip = {"X-Forwarded-For": "198.51.100.9"}
+
+    def nums(resp_, what):
+        st, h, b = resp_
+        check(st in (200, 429), "%s: status %r (%r)", what, st, b)
+        return st, [e["remaining"] for e in b["limits"]]
+    eq(nums(post(dt, {"policy": P, "key": "alice"}, ip), "alice #1"), (200, [4, 2]), "alice #1")
+    eq(nums(post(dt, {"policy": P, "key": "alice"}, ip), "alice #2"), (200, [3, 1]), "alice #2")
+    eq(nums(post(dt, {"policy": P, "key": "alice"}, ip), "alice #3"), (200, [2, 0]), "alice #3")
+    eq(nums(post(dt, {"policy": P, "key": "alice"}, ip), "alice #4"), (429, [2, 0]),
+       "alice #4: denied by her limit, the address's untouched")
+    eq(nums(post(dt, {"policy": P, "key": "bob"}, ip), "bob #1"), (200, [1, 2]), "bob #1")
+    eq(nums(post(dt, {"policy": P, "key": "carol"}, ip), "carol #1"), (200, [0, 2]), "carol #1")
+    eq(nums(post(dt, {"policy": P, "key": "dave"}, ip), "dave #1"), (429, [0, 3]),
+       "dave: a fresh user, denied by the address")
+    eq(nums(post(dt, {"policy": P, "key": "alice"}, {"X-Forwarded-For": "198.51.100.10"}),
+            "alice elsewhere"), (200, [4, 2]), "alice from another address")
+    keys = redis_keys(r)
+    for k in (b"{rl:login}:ip:198.51.100.9:fw:3600000",
+              b"{rl:login}:+ip%3A198.51.100.9+k%3Aalice:swc:3600000",
+              b"{rl:login}:+ip%3A198.51.100.9+k%3Abob:swc:3600000"):
+        check(k in keys, "no key %r: %r", k, sorted(x for x in keys if b"login" in x))
+    st, h, b = post(dt, {"policy": P}, ip)
+    H.expect_error(st, h, b, 400, field="key", what="no user for the per-user limit")
+
+
 CASES = [
     ("source body: the body key names the caller", t_source_body),
     ("source header:X-Api-Key: the header names the caller", t_source_header),
@@ -518,6 +650,15 @@ CASES = [
     ("key of 513 bytes (or empty) is 400 naming key", t_key_513_bytes),
     ("the X-Api-Key value never appears in the log (level debug)", t_api_key_not_logged),
     ("access_log: one check in N, no key", t_access_log),
+    ("issue 24: X-Forwarded-For padded past 8 KiB (one line or two): read from the right, not the proxy",
+     t_forwarded_padded),
+    ("issue 24: more trusted hops than can be read: 400 naming X-Forwarded-For", t_forwarded_too_long),
+    ("issue 24: an X-Api-Key over 512 bytes: 400 naming it, not the next source", t_header_too_long),
+    ("issue 24: 100 addresses of one IPv6 /64 x 5 checks: 5 admitted (ipv6_prefix 64)", t_ipv6_rotation),
+    ("issue 24: ipv4_prefix 24 on a policy: one caller per /24", t_ipv4_prefix),
+    ("issue 24: an ip: override for an address covers its /64", t_override_by_network),
+    ("issue 24: trusted_header only from a trusted proxy", t_trusted_header),
+    ("issue 24: login, 5 per address and 3 per address + user, decided together", t_limit_identities),
 ]
 
 

@@ -8,7 +8,6 @@ normalised before matching, query strings, no match, shadow mode with its
 metrics, typed overrides, and every shipped conf/*.json passing -t.
 """
 
-import contextlib
 import glob
 import os
 import re
@@ -16,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 
 def fw(limit, window="1h"):
@@ -57,10 +56,6 @@ CONFIG = {
 
 QUOTA_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
                  "ratelimit-policy", "ratelimit", "retry-after")
-
-
-def post(d, body=None, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def which(d, body, headers=None, what=""):
@@ -169,6 +164,39 @@ def t_catch_all(d, r):
             ({"path": "/zzz", "method": "DELETE"}, "all"),
             ({}, "all"),
         ])
+
+
+def t_path_fold(d, r):
+    # issue 24: what routers fold, folded before matching (patterns too);
+    # without path_fold, exact bytes
+    pols = [{"name": "login", "match": {"path": "/Login"}, "limits": [BIG]},
+            {"name": "api", "match": {"path_prefix": "/API/"}, "limits": [BIG]},
+            {"name": "all", "limits": [BIG]}]
+    cfg = {"identity": ["body", "peer"], "path_fold": ["case", "params", "trailing_slash"],
+           "policies": pols}
+    with H.Daemon(cfg, redis=r) as d2:
+        table(d2, [
+            ({"path": "/login"}, "login"),
+            ({"path": "/LOGIN/"}, "login"),
+            ({"path": "/login;jsessionid=9"}, "login"),
+            ({"path": "/Login;x/"}, "login"),
+            ({"path": "/login/x"}, "all"),
+            ({"path": "/loginx"}, "all"),
+            ({"path": "/api"}, "api"),
+            ({"path": "/Api;v=2/items"}, "api"),
+            ({"path": "/apix"}, "all"),
+        ])
+    with H.Daemon(dict(cfg, path_fold=[]), redis=r) as d3:
+        table(d3, [
+            ({"path": "/Login"}, "login"),
+            ({"path": "/login"}, "all"),
+            ({"path": "/Login/"}, "all"),
+            ({"path": "/Login;x"}, "all"),
+            ({"path": "/API"}, "all"),
+        ])
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(dict(cfg, path_fold=["case", "accents"]))])
+    eq(rc, 1, "-t exit code with an unknown fold")
+    check("path_fold[1]" in err, "-t does not name path_fold[1]: %r", err)
 
 
 def t_policy_by_name(d, r):
@@ -480,6 +508,8 @@ CASES = [
     ("methods; a method outside them falls through to the next policy", t_methods),
     ("first match in file order wins", t_file_order),
     ("a policy without match matches everything", t_catch_all),
+    ("path_fold: case, params and a trailing slash folded (patterns too); off: exact bytes",
+     t_path_fold),
     ("explicit policy by name skips matching; unknown name is 400", t_policy_by_name),
     ("path: body > X-Original-URI > \"/\"; X-Forwarded-Uri not read by default", t_path_sources),
     ("method: body > X-Original-Method > GET; X-Forwarded-Method not read by default",
@@ -503,10 +533,8 @@ CASES = [
 ] + [("conf/%s passes -t" % os.path.basename(p), conf_case(p)) for p in CONF_FILES]
 
 
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r, H.Daemon(CONFIG, redis=r) as d:
-        yield d, r
+    return H.redis_and_daemon(CONFIG)
 
 
 if __name__ == "__main__":

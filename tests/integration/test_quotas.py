@@ -336,6 +336,8 @@ def case_request_limits_refused(r, d):
         ({"policy": "plans", "limits": {"algorithm": "fixed_window"}}, "limits", ""),
         ({"policy": "plans", "limits": [[[[[[1]]]]]]}, "limits", ""),
         ({"policy": "plans", "limits": [dict(ok, burst=5)]}, "limits[0].burst", ""),
+        ({"policy": "plans", "limits": [dict(ok, identity=["peer"])]}, "limits[0].identity",
+         "count by the policy's identity"),
     ]
     for body, field, words in cases:
         body = dict(body, key=key)

@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, wait_for  # noqa: E402
 
 WORKERS = 2
 
@@ -41,26 +41,12 @@ def policy(limit=1000000):
 
 
 def metric(port, name, labels):
-    """The value of one sample of GET /metrics (0 when absent)."""
-    st, _, body = H.request(port, "GET", "/metrics")
-    eq(st, 200, "GET /metrics")
-    text = body.decode() if isinstance(body, bytes) else str(body)
-    m = re.search(r"^%s\{%s\} (\d+)$" % (re.escape(name), re.escape(labels)), text, re.M)
-    return int(m.group(1)) if m else 0
-
-
-def wait_for(cond, what, timeout=15.0):
-    deadline = time.monotonic() + timeout * H.SLOW
-    while True:
-        got = cond()
-        if got:
-            return got
-        check(time.monotonic() < deadline, "timed out (%ss) waiting for %s", timeout, what)
-        time.sleep(0.05)
+    """One sample of GET /metrics, 0 when absent."""
+    return H.metric(port, name, labels, default=0)
 
 
 def post(d, key):
-    return H.request(d.port, "POST", "/check", {"key": key, "policy": "p"})
+    return H.post(d, {"key": key, "policy": "p"})
 
 
 class Load:
@@ -483,7 +469,7 @@ def t_ready_after_handshake(_):
         ns.close()
 
 
-# make check runs these on every topology (scripts/test-topologies runs only
+# make check runs these on every topology (make check-topologies runs only
 # the core suites under the others); RL_TOPOLOGY picks one.
 TOPOLOGIES = [os.environ["RL_TOPOLOGY"]] if os.environ.get("RL_TOPOLOGY") else list(H.TOPOLOGIES)
 

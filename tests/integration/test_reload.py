@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, post  # noqa: E402
 
 WAIT = 10.0          # a reload's log line must appear within this
 
@@ -111,10 +111,6 @@ def reload_with(d, lw, cfg, expect_ok=True):
     else:
         check(not re.search(RELOADED, text), "a broken file was reloaded:\n%s", text)
     return text
-
-
-def post(d, body, headers=None):
-    return H.request(d.port, "POST", "/check", body, headers)
 
 
 def expect(resp, policy, limit, want, what):

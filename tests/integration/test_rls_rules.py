@@ -13,6 +13,7 @@ deny cache, hybrid and the memory backend for RLS as for /check.
 
 import collections
 import contextlib
+import json
 import os
 import re
 import sys
@@ -248,6 +249,12 @@ def metric(text, name, **labels):
     return int(m.group(1)) if m and not labels else None
 
 
+def script_calls(r):
+    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
+    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
+                                          r.cli("INFO", "commandstats"), re.M))
+
+
 def redis_now(r):
     out = r.cli("TIME").split()
     return int(out[0]) + int(out[1]) / 1e6
@@ -375,6 +382,15 @@ def t_order_codes_and_errors(ds, r):
         H.expect_error(st, h, b, 400, field, "body %r" % body)
     st, h, b = H.request(p, "POST", "/json", b"{not json")
     H.expect_error(st, h, b, 400, "body")
+    # bounds: descriptors and entries per request
+    st, h, b = post(p, {"domain": "it", "descriptors": [desc(("client", "b"))] * 257})
+    H.expect_error(st, h, b, 400, "descriptors: at most 256")
+    st, h, b = post(p, {"domain": "it", "descriptors": [desc(*[("k", "v")] * 65)]})
+    H.expect_error(st, h, b, 400, "descriptors[0].entries: at most 64")
+    st, ans = ask(p, "it", *[desc(("client", "many%d" % i)) for i in range(256)], want=200)
+    eq(len(ans["statuses"]), 256, "256 descriptors answered")
+    st, h, b = H.request(p, "POST", "/json", b'{"domain": "it", "descriptors": ' + b"[" * 5000)
+    H.expect_error(st, h, b, 400, "body")
     st, h, b = H.request(p, "GET", "/json")
     eq(st, 405, "GET /json")
     eq(h.get("allow"), "POST", "Allow")
@@ -486,6 +502,7 @@ def t_exact_counts_two_daemons(ds, r):
             with lock:
                 errors.append("%s: %s" % (type(e).__name__, e))
 
+    calls_before = script_calls(r)
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
@@ -499,6 +516,13 @@ def t_exact_counts_two_daemons(ds, r):
     eq(sum(v for k, v in results.items() if k[0] == 200),
        sum(v for k, v in results.items() if k[1:] == ("OK", "OK")), "200 exactly when both OK")
     eq(sum(results.values()), n // threads * threads, "answers")
+    # coalescing, as for /check: a request's two descriptors start in one
+    # event-loop pass and share one script call (not on Cluster, where their
+    # keys live on different nodes)
+    calls = script_calls(r) - calls_before
+    if H.TOPOLOGY != "cluster":
+        check(calls <= sum(results.values()), "%d script calls for %d requests of 2 descriptors",
+              calls, sum(results.values()))
 
 
 def t_metrics(ds, r):
@@ -678,6 +702,103 @@ def t_deny_cache_and_hybrid_and_memory():
         d.stop()
 
 
+GRPC_UNITS = {"UNKNOWN": 0, "SECOND": 1, "MINUTE": 2, "HOUR": 3, "DAY": 4, "MONTH": 5, "YEAR": 6,
+              "WEEK": 7}
+
+
+def grpc_as_json(resp):
+    """A RateLimitResponse from grpcio as /json writes one (protojson's names,
+    zero values left out)."""
+    out = {"overallCode": ["UNKNOWN", "OK", "OVER_LIMIT"][resp.overall_code]}
+    sts = []
+    for s in resp.statuses:
+        d = {"code": ["UNKNOWN", "OK", "OVER_LIMIT"][s.code]}
+        if s.HasField("current_limit"):
+            cl = {}
+            if s.current_limit.requests_per_unit:
+                cl["requestsPerUnit"] = s.current_limit.requests_per_unit
+            if s.current_limit.unit:
+                cl["unit"] = [k for k, v in GRPC_UNITS.items() if v == s.current_limit.unit][0]
+            if s.current_limit.name:
+                cl["name"] = s.current_limit.name
+            d["currentLimit"] = cl
+        if s.limit_remaining:
+            d["limitRemaining"] = s.limit_remaining
+        if s.HasField("duration_until_reset"):
+            ms = s.duration_until_reset.seconds * 1000 + s.duration_until_reset.nanos // 1000000
+            d["durationUntilReset"] = "%ds" % (ms // 1000) if ms % 1000 == 0 else \
+                "%d.%03ds" % (ms // 1000, ms % 1000)
+        sts.append(d)
+    if sts:
+        out["statuses"] = sts
+    if resp.response_headers_to_add:
+        out["responseHeadersToAdd"] = [{"key": h.key, "value": h.value}
+                                       for h in resp.response_headers_to_add]
+    return out
+
+
+def t_the_same_through_grpc():
+    """Every semantic answered the same through the gRPC listener as through
+    POST /json: one sequence run both ways from an empty Redis."""
+    import harness_grpc as G
+    rules = write_rules({"example.yaml": EXAMPLE, "ours.yaml": OURS})
+    seq = [
+        ("rl", [[("foo", "bkthomps"), ("bar", "banned")], [("source_cluster", "proxy"),
+                                                           ("destination_cluster", "override")]], 0),
+        ("rl", [[("foo", "pelle"), ("baz", "shady")]] * 2, 0),
+        ("rl", [[("qux", "x")], [("service", "service_1")], [("service", "service_2")]], 0),
+        ("rl", [[("unspec", "v")]], 3),
+        ("it", [[("client", "g")], {"entries": [("client", "g")], "hits_addend": 0},
+                {"entries": [("client", "own")], "limit": (2, GRPC_UNITS["YEAR"])},
+                [("path", "/s/a")], [("path", "/s/b")], [("path", "/s/c")]], 1),
+        ("it", [[("pair", "gp")], [("bucket", "gb")], [("tenant", "t"), ("user", "u")],
+                [("nothing", "x")], [("client", "whitelisted")]], 2),
+        ("nowhere", [[("a", "b")]], 0),
+    ]
+
+    def as_json_body(domain, descs, hits):
+        out = []
+        for d in descs:
+            d = d if isinstance(d, dict) else {"entries": d}
+            j = {"entries": [{"key": k, "value": v} for k, v in d["entries"]]}
+            if d.get("hits_addend") is not None:
+                j["hitsAddend"] = d["hits_addend"]
+            if d.get("limit") is not None:
+                j["limit"] = {"requestsPerUnit": d["limit"][0], "unit": d["limit"][1]}
+            out.append(j)
+        return {"domain": domain, "descriptors": out, "hitsAddend": hits}
+
+    with H.Redis() as r:
+        runs = []
+        # a daemon per run: each its own deny cache, which outlives FLUSHALL
+        for how in ("json", "grpc"):
+            rls_port = H.free_port()
+            cfg = rls_conf(rules, response_headers=True)
+            cfg["rls"]["listen"] = "127.0.0.1:%d" % rls_port
+            with H.Daemon(cfg, redis=r) as d:
+                r.cli("FLUSHALL")
+                away_from_the_minute(r)
+                got = []
+                with G.Client(rls_port) as c:
+                    for domain, descs, hits in seq * 3:
+                        if how == "json":
+                            st, h, ans = post(d.port, as_json_body(domain, descs, hits))
+                            check(st in (200, 429), "/json %d: %r", st, ans)
+                        else:
+                            ans = grpc_as_json(c.check(domain, descs, hits_addend=hits))
+                        got.append(ans)
+                runs.append(got)
+                d.stop()
+        for i, (a, b) in enumerate(zip(*runs)):
+            # the clock moved between the runs: the time left may differ
+            strip = lambda x: re.sub(r'("durationUntilReset": "|t=)\d+(\.\d+)?', r"\1N",  # noqa: E731
+                                     json.dumps(x, sort_keys=True))
+            strip2 = lambda x: re.sub(r'("X-RateLimit-Reset", "value": "|Retry-After", '  # noqa: E731
+                                      r'"value": ")\d+', r"\1N", strip(x))
+            eq(strip2(b), strip2(a), "request %d (%r) through gRPC and /json" % (i, seq[i % len(seq)]))
+        eq(len(runs[1]), 3 * len(seq), "answers through gRPC")
+
+
 def main():
     t = H.Tests(timeout=600)
     cases = fixture_cases()
@@ -689,6 +810,7 @@ def main():
     t.run("failure_mode open, closed, local", t_failure_modes)
     t.run("answered within redis.timeout with Redis stopped", t_answered_within_redis_timeout)
     t.run("deny cache, hybrid and the memory backend", t_deny_cache_and_hybrid_and_memory)
+    t.run("every semantic the same through gRPC as through /json", t_the_same_through_grpc)
     sys.exit(t.finish())
 
 

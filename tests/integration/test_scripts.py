@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, script_calls as evalsha_calls  # noqa: E402
 
 N = 8           # checks in the batch, the bad one among them
 BAD = 3         # its place in the batch: checks before and after it
@@ -90,12 +90,6 @@ def rkey(ident):
 def count(r, ident):
     v = H.state_numbers(r.cli, rkey(ident))       # count, start
     return v[0] if v else 0
-
-
-def evalsha_calls(r):
-    # the daemon's script calls: FCALL (Redis 7), EVALSHA (no FUNCTION)
-    return sum(int(c) for c in re.findall(r"^cmdstat_(?:evalsha|fcall):calls=(\d+)",
-                                          r.cli("INFO", "commandstats"), re.M))
 
 
 def post(ident):

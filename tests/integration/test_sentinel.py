@@ -8,51 +8,15 @@ started by this file with redis-server (sentinels with --sentinel)."""
 
 import contextlib
 import os
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, wait_for  # noqa: E402
 
 MASTER = "rlmaster"
-
-
-class Proc:
-    """A redis-server (or sentinel) with its own config file in the temp dir."""
-
-    def __init__(self, name, lines, sentinel=False):
-        self.port = H.free_port()
-        self.dir = os.path.join(H.tmpdir(), "%s-%d" % (name, self.port))
-        os.makedirs(self.dir, exist_ok=True)
-        conf = os.path.join(self.dir, "redis.conf")
-        with open(conf, "w") as f:
-            f.write("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\n"
-                    % (self.port, self.dir))
-            for line in lines:
-                f.write(line + "\n")
-        args = [H.REDIS_SERVER, conf] + (["--sentinel"] if sentinel else [])
-        self.log = open(os.path.join(self.dir, "log"), "ab")
-        self.proc = H._track(subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                              stdout=self.log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + H.START_TIMEOUT
-        while not self.cli("PING") == "PONG":
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise H.HarnessError("%s on %d did not start" % (name, self.port))
-            time.sleep(0.05)
-
-    def cli(self, *args):
-        r = subprocess.run([H.REDIS_CLI, "-p", str(self.port)] + [str(a) for a in args],
-                           capture_output=True, timeout=H.HTTP_TIMEOUT)
-        return r.stdout.decode().strip()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-        self.log.close()
 
 
 def master_port(sentinel):
@@ -60,17 +24,8 @@ def master_port(sentinel):
     return int(out[1]) if len(out) == 2 else None
 
 
-def wait_for(cond, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise H.Fail("timed out waiting for %s" % what)
-
-
 def post(d, key, policy="p"):
-    return H.request(d.port, "POST", "/check", {"key": key, "policy": policy})
+    return H.post(d, {"key": key, "policy": policy})
 
 
 def t_ready_through_sentinel(env):
@@ -180,15 +135,15 @@ CASES = [
 def fixture():
     procs = []
     try:
-        master = Proc("master", [])
+        master = H.RedisServer("master")
         procs.append(master)
-        replica = Proc("replica", ["replicaof 127.0.0.1 %d" % master.port])
+        replica = H.RedisServer("replica", ["replicaof 127.0.0.1 %d" % master.port])
         procs.append(replica)
         wait_for(lambda: "master_link_status:up" in replica.cli("INFO", "replication"),
                  "the replica to sync")
         sentinels = []
         for _ in range(3):
-            s = Proc("sentinel", [
+            s = H.RedisServer("sentinel", [
                 "sentinel monitor %s 127.0.0.1 %d 2" % (MASTER, master.port),
                 # the failover under test is SENTINEL FAILOVER: a loaded host
                 # delaying PING replies past down-after must not start another
@@ -224,7 +179,7 @@ def fixture():
             yield {"daemon": d, "master": master, "replica": replica, "sentinels": sentinels}
     finally:
         for p in procs:
-            p.stop()
+            p.kill()
 
 
 if __name__ == "__main__":

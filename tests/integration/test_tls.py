@@ -15,8 +15,6 @@ Cluster (tls-cluster yes) over TLS."""
 import contextlib
 import os
 import re
-import secrets
-import shutil
 import socket
 import ssl
 import subprocess
@@ -26,9 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import Pki, check, eq  # noqa: E402
 
-OPENSSL = os.environ.get("OPENSSL", "openssl")
 POLICY = {"name": "api", "match": {"path_prefix": "/"},
           "limits": [{"algorithm": "fixed_window", "limit": 1000, "window": "60s"}]}
 FAILED_LINE = re.compile(r'level=warn msg="redis TLS connection failed" server=\S+ reason="([^"]*)"')
@@ -37,83 +34,9 @@ RETRY_LINE = re.compile(r'level=debug msg="redis TLS connection failed"')
 
 # ------------------------------------------------------------- certificates
 
-class Pki:
-    """CAs and leaf certificates (P-256 keys: quick to make) in one dir."""
-
-    def __init__(self):
-        if shutil.which(OPENSSL) is None:
-            raise H.HarnessError("openssl not found in PATH (Debian package openssl)")
-        self.dir = os.path.join(H.tmpdir(), "pki")
-        os.makedirs(self.dir, exist_ok=True)
-
-    def _run(self, *args):
-        r = subprocess.run([OPENSSL] + list(args), stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=60)
-        if r.returncode != 0:
-            raise H.HarnessError("openssl %s failed: %s" % (args[0], r.stderr.decode()))
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
-
-    def ca(self, name):
-        crt, key = self.path(name + ".crt"), self.path(name + ".key")
-        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=" + name,
-                  "-addext", "basicConstraints=critical,CA:TRUE",
-                  "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-        return crt, key
-
-    def leaf(self, name, ca, days=2, san="DNS:localhost,IP:127.0.0.1"):
-        """A certificate signed by ca ((crt, key)); days -1: expired a day ago."""
-        crt, key, csr = self.path(name + ".crt"), self.path(name + ".key"), self.path(name + ".csr")
-        ext = self.path(name + ".ext")
-        with open(ext, "w") as f:
-            f.write("subjectAltName=%s\n" % san)
-        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                  "-keyout", key, "-out", csr, "-subj", "/CN=" + name)
-        self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
-                  "-set_serial", str(secrets.randbits(62)), "-days", str(days),
-                  "-out", crt, "-extfile", ext)
-        return crt, key
-
-
 # -------------------------------------------------------------- TLS Redis
 
-def resp_encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
-
-
-class TlsResp:
-    """A RESP connection over TLS (what the tests use to look into Redis)."""
-
-    def __init__(self, port, ca, cert, timeout=5.0):
-        ctx = ssl.create_default_context(cafile=ca)
-        if ca is None:          # a server this file set up to be refused
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        ctx.load_cert_chain(*cert)
-        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        # every server certificate here carries IP:127.0.0.1, not all a name
-        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-        self.f = self.sock.makefile("rb")
-
-    def __call__(self, *args):
-        self.sock.sendall(resp_encode(args))
-        return H._resp_read(self.f)
-
-    def close(self):
-        try:
-            self.f.close()
-            self.sock.close()
-        except OSError:
-            pass
-
-
-class TlsRedis:
+class TlsRedis(H.RedisServer):
     """redis-server (or sentinel) serving TLS only on a free loopback port.
 
     srv: (crt, key) it serves; client_ca: whom it trusts (clients, and its
@@ -122,81 +45,21 @@ class TlsRedis:
 
     def __init__(self, name, srv, client_ca, admin, auth="no", lines=(), sentinel=False,
                  port=None):
-        self.name, self.srv, self.client_ca, self.admin = name, srv, client_ca, admin
-        self.auth, self.lines, self.sentinel = auth, list(lines), sentinel
-        self.proc = None
-        for _ in range(1 if port else 5):        # a free port may be taken meanwhile
-            self.port = port or H.free_port()
-            if self._start():
-                return
-        raise H.HarnessError("%s did not start; log:\n%s" % (name, "\n".join(H._tail(self.logfile))))
-
-    def _start(self):
-        self.dir = os.path.join(H.tmpdir(), "%s-%d" % (self.name, self.port))
-        os.makedirs(self.dir, exist_ok=True)
-        self.logfile = os.path.join(self.dir, "redis.log")
-        conf = os.path.join(self.dir, "redis.conf")
-        with open(conf, "w") as f:
-            f.write("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\n"
-                    "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
-                    "tls-auth-clients %s\n"
-                    % (self.port, self.dir, self.srv[0], self.srv[1], self.client_ca, self.auth))
-            for line in self.lines:
-                f.write(line + "\n")
-        with open(self.logfile, "ab") as log:
-            self.proc = H._track(subprocess.Popen(
-                [H.REDIS_SERVER, conf] + (["--sentinel"] if self.sentinel else []),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + H.START_TIMEOUT
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if self.cmd("PING") == "PONG":
-                    return True
-            except (OSError, H.HarnessError, ssl.SSLError):
-                pass
-            time.sleep(0.05)
-        self.kill()
-        return False
-
-    def cmd(self, *args):
-        c = TlsResp(self.port, self.admin[0], self.admin[1])
-        try:
-            return c(*args)
-        finally:
-            c.close()
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        super().__init__(name, lines, sentinel=sentinel, port=port,
+                         tls=H.RedisTls(srv, client_ca, admin, auth=auth))
 
     def restart(self, srv=None, client_ca=None, admin=None):
         """Kill and start again on the same port, perhaps with other files."""
-        self.kill()
-        self.srv = srv or self.srv
-        self.client_ca = client_ca or self.client_ca
-        self.admin = admin or self.admin
-        deadline = time.monotonic() + H.START_TIMEOUT
-        while not self._start():
-            check(time.monotonic() < deadline, "%s did not restart on port %d", self.name, self.port)
-            time.sleep(0.1)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.kill()
-        return False
+        t = self.tls
+        super().restart(stop=False, tls=H.RedisTls(srv or t.cert, client_ca or t.ca,
+                                                   admin or t.client, auth=t.auth))
 
     def other_clients(self):
         """Ids of the connections that are not this call's own."""
-        c = TlsResp(self.port, self.admin[0], self.admin[1])
-        try:
+        with self.resp() as c:
             me = c("CLIENT", "ID")
             ids = re.findall(r"^id=(\d+) ", c("CLIENT", "LIST"), re.M)
             return sorted(int(i) for i in ids if int(i) != me)
-        finally:
-            c.close()
 
 
 # ----------------------------------------------------------------- helpers
@@ -523,7 +386,7 @@ def t_sentinel(x):
                             lines=common + ["sentinel monitor rlm 127.0.0.1 %d 1" % master.port,
                                             "sentinel down-after-milliseconds rlm 10000"])
         servers.append(sentinel)
-        H._wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"),
+        H.wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"),
                       "the replica to sync over TLS")
         cfg = tls_conf(None, enabled=True, ca_file=x.ca_a[0], cert_file=x.cli_a[0],
                        key_file=x.cli_a[1])
@@ -533,7 +396,7 @@ def t_sentinel(x):
             decided(d, "s1")
             keys = master.cmd("KEYS", "*rl:*")
             check(len(keys) == 1 and "s1" in keys[0], "keys in the master: %r", keys)
-            H._wait_until(lambda: replica.cmd("KEYS", "*rl:*") == keys, "the key on the replica")
+            H.wait_until(lambda: replica.cmd("KEYS", "*rl:*") == keys, "the key on the replica")
     finally:
         for s in servers:
             s.kill()
@@ -602,7 +465,7 @@ def t_cluster(x):
                 if "cluster_state:ok" not in info or "cluster_known_nodes:3" not in info:
                     return False
             return True
-        H._wait_until(consistent, "cluster_state:ok on every TLS node")
+        H.wait_until(consistent, "cluster_state:ok on every TLS node")
         ports = sorted(s[2][1] for s in nodes[0].cmd("CLUSTER", "SLOTS"))
         eq(ports, sorted(n.port for n in nodes), "CLUSTER SLOTS ports (the TLS ones)")
         cluster_cases(x, nodes)

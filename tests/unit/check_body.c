@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "body.h"
 
@@ -98,16 +98,10 @@ main(void)
 {
     Suite *s = suite_create("body");
     TCase *tc = tcase_create("scan");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(tc, reads_the_common_shapes);
     tcase_add_test(tc, hands_the_rest_to_jansson);
     tcase_add_test(tc, many_members_go_to_jansson);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -14,7 +14,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include <check.h>
+#include "unit.h"
 #include <event2/event.h>
 
 #include "backend.h"
@@ -90,14 +90,17 @@ header(void *hctx, const char *name)
 }
 
 static size_t
-header_all(void *hctx, const char *name, char *buf, size_t size)
+header_lines(void *hctx, const char *name, const char **vals, size_t *lens, size_t max)
 {
     const char *v = header(hctx, name);
-    size_t n = v != NULL ? strlen(v) : 0;
 
-    if (n < size)
-        memcpy(buf, v != NULL ? v : "", n + 1);
-    return n;
+    if (v == NULL)
+        return 0;
+    if (max > 0) {
+        vals[0] = v;
+        lens[0] = strlen(v);
+    }
+    return 1;
 }
 
 /* The decision a check was answered with. */
@@ -122,7 +125,7 @@ request(struct fx *f, const char *peer, const char *body)
     struct rl_check_input in = {.body = body, .body_len = strlen(body)};
 
     in.ident.header = header;
-    in.ident.header_all = header_all;
+    in.ident.header_lines = header_lines;
     in.ident.hctx = f;
     in.ident.peer_family = AF_INET;
     ck_assert_int_eq(inet_pton(AF_INET, peer, in.ident.peer_addr), 1);
@@ -317,10 +320,11 @@ backend_remaining(struct fx *f, const char *policy, const char *body_key)
     const struct rl_policy *p = config_policy(f->cfg, policy);
     char id[RL_IDENTITY_MAX], key[RL_REDIS_KEY_MAX];
     int n = snprintf(id, sizeof(id), "k:%s", body_key);
+    size_t klen;
 
     ck_assert_ptr_nonnull(p);
-    ck_assert_int_ge(identity_key(f->cfg->redis.key_prefix, policy, id, (size_t)n,
-                                  key, sizeof(key)), 0);
+    ck_assert_int_eq(identity_key(f->cfg->redis.key_prefix, policy, id, (size_t)n,
+                                  p->limit_ids, key, sizeof(key), &klen), RL_OK);
     return tu_check(f->mem, p, key, 0, 0).limits[0].remaining;
 }
 
@@ -415,8 +419,6 @@ main(void)
 {
     Suite *s = suite_create("check");
     TCase *route = tcase_create("routing"), *local = tcase_create("local");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(route, policy_by_path_and_method);
     tcase_add_test(route, policy_by_name);
@@ -429,9 +431,5 @@ main(void)
     tcase_add_test(local, a_failed_backend_gets_the_failure_mode);
     suite_add_tcase(s, route);
     suite_add_tcase(s, local);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "algo.h"
 #include "config.h"
@@ -464,6 +464,96 @@ START_TEST(overrides_parsed)
 }
 END_TEST
 
+/* Issue 24: address identities are networks, limits may key on identities
+ * of their own, identity sources may be compound or trusted-only. */
+START_TEST(networks_and_limit_identities_parsed)
+{
+    static const char json[] =
+        "{ \"ipv6_prefix\": 56,\n"
+        "  \"identity\": [\"trusted_header:X-User\", \"forwarded+body\", \"peer\"],\n"
+        "  \"policies\": [ { \"name\": \"login\", \"ipv4_prefix\": 24,\n"
+        "    \"limits\": [ { \"algorithm\": \"fixed_window\", \"limit\": 5, \"window\": \"1m\" },\n"
+        "                { \"algorithm\": \"sliding_window_counter\", \"limit\": 3, \"window\": \"1m\",\n"
+        "                  \"identity\": [\"forwarded+header:X-User+body\", \"peer+body\"] } ],\n"
+        "    \"overrides\": [ { \"identities\": [\"ip:2001:db8::7\", \"ip:203.0.113.9\"],\n"
+        "        \"limits\": [ { \"algorithm\": \"fixed_window\", \"limit\": 50, \"window\": \"1m\" } ] } ] },\n"
+        "    { \"name\": \"plain\", \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 1, \"window\": \"1s\" } ] } ] }\n";
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+    const struct rl_policy *p, *o;
+    const struct rl_identity_chain *li;
+
+    if (load_and_validate(json, &cfg, &errs, &file) != RL_OK)
+        dump_errors(&errs);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_int_eq(cfg->ipv4_prefix, 32);
+    ck_assert_int_eq(cfg->ipv6_prefix, 56);
+    ck_assert_uint_eq(cfg->identity.n, 3);
+    ck_assert_int_eq(cfg->identity.v[0].kind, RL_ID_TRUSTED_HEADER);
+    ck_assert_str_eq(cfg->identity.v[0].header, "X-User");
+    ck_assert_ptr_null(cfg->identity.v[0].also);
+    ck_assert_int_eq(cfg->identity.v[1].kind, RL_ID_FORWARDED);
+    ck_assert_ptr_nonnull(cfg->identity.v[1].also);
+    ck_assert_int_eq(cfg->identity.v[1].also->kind, RL_ID_BODY);
+    ck_assert_ptr_null(cfg->identity.v[1].also->also);
+    p = &cfg->policies[0];
+    ck_assert_int_eq(p->fold4, 24);
+    ck_assert_int_eq(p->fold6, 56);
+    ck_assert_int_eq(p->limit_ids, 1);
+    ck_assert_ptr_null(p->limits[0].identity);
+    li = p->limits[1].identity;
+    ck_assert_ptr_nonnull(li);
+    ck_assert_uint_eq(li->n, 2);
+    ck_assert_int_eq(li->v[0].kind, RL_ID_FORWARDED);
+    ck_assert_int_eq(li->v[0].also->kind, RL_ID_HEADER);
+    ck_assert_str_eq(li->v[0].also->header, "X-User");
+    ck_assert_int_eq(li->v[0].also->also->kind, RL_ID_BODY);
+    /* the other policy: the top-level networks, one identity */
+    ck_assert_int_eq(cfg->policies[1].fold4, 32);
+    ck_assert_int_eq(cfg->policies[1].fold6, 56);
+    ck_assert_int_eq(cfg->policies[1].limit_ids, 0);
+    /* override entries cut like the callers: an address stands for its network */
+    o = config_policy_for(p, "ip:2001:db8::/56", 16);
+    ck_assert_ptr_ne(o, p);
+    ck_assert_int_eq(o->limit_ids, 1);
+    ck_assert_int_eq(o->fold6, 56);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:203.0.113.0/24", 17), o);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:203.0.114.0/24", 17), p);
+    ck_assert_ptr_eq(config_policy_for(p, "ip:2001:db8:0:100::/56", 22), p);
+    config_unref(cfg);
+    free(file);
+}
+END_TEST
+
+START_TEST(networks_and_limit_identities_problems)
+{
+    static const char json[] =
+        "{ \"ipv6_prefix\": 8, \"ipv4_prefix\": 33,\n"
+        "  \"identity\": [\"body+\", \"peer+body+forwarded+header:X\", \"trusted_header:\"],\n"
+        "  \"policies\": [ { \"name\": \"h\", \"mode\": \"hybrid\", \"ipv6_prefix\": 129,\n"
+        "    \"limits\": [ { \"algorithm\": \"fixed_window\", \"limit\": 5, \"window\": \"1m\",\n"
+        "                  \"identity\": [\"peer\"] } ] } ] }\n";
+    static const struct want w[] = {
+        {"ipv6_prefix", "between 16 and 128"},
+        {"ipv4_prefix", "between 8 and 32"},
+        {"identity[0]", "unknown identity source \"body+\""},
+        {"identity[1]", "up to 3 of them joined by '+'"},
+        {"identity[2]", "unknown identity source \"trusted_header:\""},
+        {"policies[0].ipv6_prefix", "between 16 and 128"},
+        {"policies[0].limits[0].identity", "a hybrid policy decides all its limits"},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_ERR);
+    expect_errors(&errs, file, w, RL_ARRAY_LEN(w));
+    errors_free(&errs);
+    free(file);
+}
+END_TEST
+
 /* Patterns are matched against normalised paths: normalised at load too. */
 START_TEST(patterns_normalised)
 {
@@ -493,7 +583,13 @@ START_TEST(patterns_normalised)
     ck_assert_str_eq(cfg->policies[2].match.path_glob, "/~*/x");
     ck_assert_str_eq(cfg->policies[3].match.path_glob, "*.png");   /* not a path */
     /* the defaults of the request options */
-    ck_assert_int_eq(cfg->request_headers, RL_REQHDR_ORIGINAL);
+    ck_assert_int_eq(cfg->request_headers, RL_REQHDR_AUTO);
+    ck_assert_int_eq(config_request_headers(cfg), RL_REQHDR_ORIGINAL);
+    /* forward_auth: what Traefik and Caddy send (issue 24) */
+    cfg->forward_auth = 1;
+    ck_assert_int_eq(config_request_headers(cfg), RL_REQHDR_FORWARDED);
+    cfg->request_headers = RL_REQHDR_ORIGINAL;
+    ck_assert_int_eq(config_request_headers(cfg), RL_REQHDR_ORIGINAL);
     ck_assert_int_eq(cfg->merge_slashes, 1);
     ck_assert_int_eq(cfg->bad_path, RL_BADPATH_REJECT);
     ck_assert_int_eq(cfg->reset_format, RL_RESET_DELTA);
@@ -1291,6 +1387,8 @@ config_suite(void)
     tcase_add_test(tc, comment_keys_skipped);
     tcase_add_test(tc, overrides_parsed);
     tcase_add_test(tc, overrides_problems);
+    tcase_add_test(tc, networks_and_limit_identities_parsed);
+    tcase_add_test(tc, networks_and_limit_identities_problems);
     tcase_add_test(tc, patterns_normalised);
     tcase_add_test(tc, patterns_unnormalisable);
     suite_add_tcase(s, tc);
@@ -1336,11 +1434,5 @@ config_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(config_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(config_suite(), CK_FORK_GETENV);
 }

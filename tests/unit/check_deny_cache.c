@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "backend.h"
 #include "config.h"
@@ -203,8 +203,6 @@ main(void)
 {
     Suite *s = suite_create("deny_cache");
     TCase *tc = tcase_create("cache");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(tc, hit_until_retry_then_miss);
     tcase_add_test(tc, only_the_same_check);
@@ -216,9 +214,5 @@ main(void)
     tcase_add_test(tc, forget_ends_that_denial_only);
     tcase_add_test(tc, blocked_denial_kept_a_second);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "unit.h"
 #include <event2/event.h>
 
 #include "hybrid.h"
@@ -60,18 +60,17 @@ probe_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
     }
 }
 
-static int
-probe_ready(struct rl_backend *be, const char **reason)
+static const char *
+probe_not_ready(struct rl_backend *be)
 {
-    *reason = NULL;
     (void)be;
-    return RL_OK;
+    return NULL;
 }
 
 static const struct rl_backend_ops probe_ops = {
     .name = "probe",
     .check = probe_check,
-    .ready = probe_ready,
+    .not_ready = probe_not_ready,
 };
 
 /* The held check reaches the memory backend now. */
@@ -523,8 +522,6 @@ main(void)
     Suite *s = suite_create("hybrid");
     TCase *dec = tcase_create("decisions"), *sync = tcase_create("syncs"),
           *table = tcase_create("table");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(dec, unknown_key_goes_to_the_backend_then_is_decided_locally);
     tcase_add_test(dec, window_estimate_numbers);
@@ -539,9 +536,5 @@ main(void)
     suite_add_tcase(s, dec);
     suite_add_tcase(s, sync);
     suite_add_tcase(s, table);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -11,11 +11,12 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "config.h"
 #include "identity.h"
 #include "netaddr.h"
+#include "pathnorm.h"
 #include "policy.h"
 
 /* ---- fixtures --------------------------------------------------------------------- */
@@ -37,26 +38,23 @@ hget(void *ctx, const char *name)
     return NULL;
 }
 
-/* Every line of a header joined with ',' (as http.c does); size when too long. */
+/* Every line of a header, first to last (as api.c gives them). */
 static size_t
-hget_all(void *ctx, const char *name, char *buf, size_t size)
+hlines(void *ctx, const char *name, const char **vals, size_t *lens, size_t max)
 {
     struct hdrs *h = ctx;
-    size_t o = 0;
+    size_t n = 0;
 
     for (size_t i = 0; i < h->n; i++) {
         if (strcasecmp(h->name[i], name) != 0)
             continue;
-        size_t n = strlen(h->value[i]);
-        if (o + n + 2 > size)
-            return size;
-        if (o > 0)
-            buf[o++] = ',';
-        memcpy(buf + o, h->value[i], n);
-        o += n;
-        buf[o] = '\0';
+        if (n < max) {
+            vals[n] = h->value[i];
+            lens[n] = strlen(h->value[i]);
+        }
+        n++;
     }
-    return o;
+    return n;
 }
 
 static void
@@ -75,7 +73,7 @@ input(struct rl_ident_input *in, struct hdrs *h, const char *peer)
     memset(in, 0, sizeof(*in));
     memset(h, 0, sizeof(*h));
     in->header = hget;
-    in->header_all = hget_all;
+    in->header_lines = hlines;
     in->hctx = h;
     if (peer != NULL)
         ck_assert_msg(ip_parse(peer, strlen(peer), &in->peer_family, in->peer_addr) == RL_OK,
@@ -88,6 +86,9 @@ body_key(struct rl_ident_input *in, const char *key, size_t len)
     in->body_key = key;
     in->body_key_len = len;
 }
+
+/* where the calls expected to succeed would put their error */
+static char *no_error;
 
 static struct rl_cidr trusted_v[4];
 static struct rl_cidr_list trusted = {trusted_v, 0};
@@ -106,8 +107,8 @@ static char h_api_key[] = "X-Api-Key";
 static char h_user[] = "X-User";
 
 static struct rl_id_source full_chain_v[] = {
-    {RL_ID_BODY, NULL}, {RL_ID_HEADER, h_api_key}, {RL_ID_FORWARDED, NULL},
-    {RL_ID_PEER, NULL},
+    {RL_ID_BODY, NULL, NULL}, {RL_ID_HEADER, h_api_key, NULL}, {RL_ID_FORWARDED, NULL, NULL},
+    {RL_ID_PEER, NULL, NULL},
 };
 static const struct rl_identity_chain full_chain = {full_chain_v, 4};
 
@@ -116,10 +117,12 @@ static void
 expect_id(const struct rl_identity_chain *chain, const struct rl_ident_input *in,
           const char *want, size_t want_len)
 {
-    char out[RL_IDENTITY_MAX];
+    char out[RL_IDENTITY_MAX], *error = NULL;
     size_t len = 99999;
-    bool found = identity_resolve(chain, &trusted, in, out, sizeof(out), &len);
+    int rc = identity_resolve(chain, &trusted, in, out, sizeof(out), &len, &error);
+    bool found = rc == RL_OK && len > 0;
 
+    ck_assert_msg(rc == RL_OK, "identity_resolve failed: %s", error ? error : "?");
     if (want == NULL) {
         ck_assert_msg(!found, "an identity was found: %.*s", (int)len, out);
         return;
@@ -138,9 +141,12 @@ forwarded_text(const struct rl_ident_input *in, char *buf, size_t size)
 {
     int family = -1;
     uint8_t a[16];
+    bool found;
+    char *error = NULL;
 
     buf[0] = '\0';
-    if (identity_forwarded(&trusted, in, &family, a))
+    ck_assert_int_eq(identity_forwarded(&trusted, in, &family, a, &found, &error), RL_OK);
+    if (found)
         ip_format(family, a, buf, size);
 }
 
@@ -212,11 +218,11 @@ END_TEST
 
 START_TEST(chain_order_is_the_config_order)
 {
-    static struct rl_id_source v[] = {{RL_ID_HEADER, h_user}, {RL_ID_BODY, NULL}};
+    static struct rl_id_source v[] = {{RL_ID_HEADER, h_user, NULL}, {RL_ID_BODY, NULL, NULL}};
     static const struct rl_identity_chain chain = {v, 2};
-    static struct rl_id_source only_body_v[] = {{RL_ID_BODY, NULL}};
+    static struct rl_id_source only_body_v[] = {{RL_ID_BODY, NULL, NULL}};
     static const struct rl_identity_chain only_body = {only_body_v, 1};
-    static struct rl_id_source only_fwd_v[] = {{RL_ID_FORWARDED, NULL}};
+    static struct rl_id_source only_fwd_v[] = {{RL_ID_FORWARDED, NULL, NULL}};
     static const struct rl_identity_chain only_fwd = {only_fwd_v, 1};
     static const struct rl_identity_chain empty = {NULL, 0};
     struct rl_ident_input in;
@@ -264,10 +270,16 @@ START_TEST(header_value_length)
     memset(v512, 'h', 512);
     v512[512] = '\0';
 
-    /* over 512 bytes: skipped, the next source answers */
+    /* over 512 bytes: refused, naming the header (never the next source:
+     * a client would pad its way out of its bucket, issue 24) */
+    char out[RL_IDENTITY_MAX], *error = NULL;
+    size_t len;
     input(&in, &h, "198.51.100.1");
     hadd(&h, "X-Api-Key", v513);
-    EXPECT_ID(&full_chain, &in, "ip:198.51.100.1");
+    ck_assert_int_eq(identity_resolve(&full_chain, &trusted, &in, out, sizeof(out), &len, &error),
+                     RL_ERR);
+    ck_assert_str_eq(error, "X-Api-Key: longer than 512 bytes");
+    free(error);
 
     /* 512 bytes: taken whole */
     input(&in, &h, "198.51.100.1");
@@ -292,11 +304,20 @@ START_TEST(output_too_small)
 
     input(&in, &h, "198.51.100.1");
     body_key(&in, "0123456789", 10);
+    char *error = NULL;
+
     memset(out, 'x', sizeof(out));
-    ck_assert(!identity_resolve(&full_chain, &trusted, &in, out, 6, &len));
+    /* refused, never the next source */
+    ck_assert_int_eq(identity_resolve(&full_chain, &trusted, &in, out, 6, &len, &error),
+                     RL_ERR);
+    ck_assert_ptr_nonnull(strstr(error, "longer than"));
+    free(error);
     ck_assert_int_eq(out[6], 'x');
     ck_assert_int_eq(out[7], 'x');
-    ck_assert(!identity_resolve(&full_chain, &trusted, &in, out, 5, &len));
+    error = NULL;
+    ck_assert_int_eq(identity_resolve(&full_chain, &trusted, &in, out, 5, &len, &error),
+                     RL_ERR);
+    free(error);
 }
 END_TEST
 
@@ -326,8 +347,11 @@ START_TEST(forwarded_needs_a_trusted_peer)
     /* a trusted peer without the headers: nothing forwarded, the peer */
     int family;
     uint8_t a[16];
+    bool found = true;
+    char *error = NULL;
     input(&in, &h, "10.1.1.1");
-    ck_assert(!identity_forwarded(&trusted, &in, &family, a));
+    ck_assert_int_eq(identity_forwarded(&trusted, &in, &family, a, &found, &error), RL_OK);
+    ck_assert(!found);
     EXPECT_ID(&full_chain, &in, "ip:10.1.1.1");
 }
 END_TEST
@@ -372,10 +396,10 @@ START_TEST(xff_spoofed_left_part_ignored)
     size_t alen = 0, blen = 0;
     input(&in, &h, "127.0.0.1");
     hadd(&h, "X-Forwarded-For", "1.1.1.1, 203.0.113.7");
-    ck_assert(identity_resolve(&full_chain, &trusted, &in, a, sizeof(a), &alen));
+    ck_assert(identity_resolve(&full_chain, &trusted, &in, a, sizeof(a), &alen, &no_error) == RL_OK);
     input(&in, &h, "127.0.0.1");
     hadd(&h, "X-Forwarded-For", "2.2.2.2, 10.0.0.9, 203.0.113.7");
-    ck_assert(identity_resolve(&full_chain, &trusted, &in, b, sizeof(b), &blen));
+    ck_assert(identity_resolve(&full_chain, &trusted, &in, b, sizeof(b), &blen, &no_error) == RL_OK);
     ck_assert_uint_eq(alen, blen);
     ck_assert_mem_eq(a, b, alen);
 }
@@ -410,27 +434,47 @@ START_TEST(xff_several_header_lines_are_one_list)
 }
 END_TEST
 
-START_TEST(xff_too_long_not_believed)
+START_TEST(xff_read_from_its_right_end_whatever_its_length)
 {
     struct rl_ident_input in;
     struct hdrs h;
-    char got[INET6_ADDRSTRLEN];
-    size_t n = 0, cap = 2 * RL_FORWARDED_MAX;
-    char *xff = malloc(cap);
+    char id[RL_IDENTITY_MAX], *error = NULL;
+    size_t n = 0, cap = 64 * 1024 + 64, len;
+    char *xff = malloc(cap), *hops = malloc(cap);
+    int family;
+    uint8_t a[16];
+    bool found;
 
     ck_assert_ptr_nonnull(xff);
-    while (n < RL_FORWARDED_MAX)
+    ck_assert_ptr_nonnull(hops);
+    /* 64 KiB the client wrote, then the address the proxy appended: read
+     * from the right, the client's padding is never reached (issue 24: an
+     * 8 KiB buffer read from the left ignored the chain whole, and the
+     * caller became the proxy) */
+    while (n < 64 * 1024)
         n += (size_t)snprintf(xff + n, cap - n, "6.6.6.6, ");
     snprintf(xff + n, cap - n, "203.0.113.7");
-    /* the rightmost hops cannot be read whole: nothing is vouched for */
+    expect_xff("127.0.0.1", xff, "203.0.113.7");
     input(&in, &h, "127.0.0.1");
     hadd(&h, "X-Forwarded-For", xff);
-    forwarded_text(&in, got, sizeof(got));
-    ck_assert_str_eq(got, "");
-    EXPECT_ID(&full_chain, &in, "ip:127.0.0.1");
-    /* a long chain that fits is walked as usual */
-    expect_xff("127.0.0.1", xff + n - 9 * 100, "203.0.113.7");
+    EXPECT_ID(&full_chain, &in, "ip:203.0.113.7");
+    /* more trusted hops than can be read: a 400 naming the header, never
+     * the proxy's own address */
+    n = 0;
+    for (int i = 0; i < RL_FORWARDED_HOPS_MAX + 1; i++)
+        n += (size_t)snprintf(hops + n, cap - n, "%s10.0.0.%d", i ? ", " : "", i % 250 + 1);
+    input(&in, &h, "127.0.0.1");
+    hadd(&h, "X-Forwarded-For", hops);
+    ck_assert_int_eq(identity_forwarded(&trusted, &in, &family, a, &found, &error), RL_ERR);
+    ck_assert_ptr_nonnull(strstr(error, "X-Forwarded-For"));
+    free(error);
+    error = NULL;
+    ck_assert_int_eq(identity_resolve(&full_chain, &trusted, &in, id, sizeof(id), &len, &error),
+                     RL_ERR);
+    ck_assert_ptr_nonnull(strstr(error, "X-Forwarded-For"));
+    free(error);
     free(xff);
+    free(hops);
 }
 END_TEST
 
@@ -583,13 +627,165 @@ static const struct key_case key_cases[] = {
     KC("unix:", "{rl:api:unix:}"),
 };
 
+/* ---- issue 24: networks, trusted headers, compounds ------------------------------- */
+
+START_TEST(address_is_its_network)
+{
+    struct rl_ident_input in;
+    struct hdrs h;
+
+    /* ipv6_prefix 64: every address of a /64 is one caller */
+    input(&in, &h, "2001:db8:1:2:aaaa:bbbb:cccc:5");
+    in.ipv6_prefix = 64;
+    EXPECT_ID(&full_chain, &in, "ip:2001:db8:1:2::/64");
+    input(&in, &h, "2001:db8:1:2::9");
+    in.ipv6_prefix = 64;
+    EXPECT_ID(&full_chain, &in, "ip:2001:db8:1:2::/64");
+    input(&in, &h, "2001:db8:1:3::9");
+    in.ipv6_prefix = 64;
+    EXPECT_ID(&full_chain, &in, "ip:2001:db8:1:3::/64");
+    /* odd lengths cut inside a byte */
+    input(&in, &h, "2001:db8:1:2:ffff::1");
+    in.ipv6_prefix = 71;
+    EXPECT_ID(&full_chain, &in, "ip:2001:db8:1:2:fe00::/71");
+    /* IPv4 at 32 (the default) stays the address; at 24 its /24 */
+    input(&in, &h, "198.51.100.77");
+    in.ipv4_prefix = 32;
+    in.ipv6_prefix = 64;
+    EXPECT_ID(&full_chain, &in, "ip:198.51.100.77");
+    input(&in, &h, "198.51.100.77");
+    in.ipv4_prefix = 24;
+    EXPECT_ID(&full_chain, &in, "ip:198.51.100.0/24");
+    /* IPv4-mapped is IPv4, cut by ipv4_prefix */
+    input(&in, &h, "::ffff:198.51.100.77");
+    in.ipv4_prefix = 24;
+    in.ipv6_prefix = 64;
+    EXPECT_ID(&full_chain, &in, "ip:198.51.100.0/24");
+    /* a forwarded address likewise; the trusted hops are matched whole */
+    input(&in, &h, "127.0.0.1");
+    in.ipv6_prefix = 64;
+    hadd(&h, "X-Forwarded-For", "2001:db8:7:7:1::2, 10.0.0.3");
+    EXPECT_ID(&full_chain, &in, "ip:2001:db8:7:7::/64");
+    /* 128: the address itself */
+    input(&in, &h, "2001:db8:1:2::9");
+    in.ipv6_prefix = 128;
+    EXPECT_ID(&full_chain, &in, "ip:2001:db8:1:2::9");
+}
+END_TEST
+
+START_TEST(trusted_header_only_from_a_trusted_proxy)
+{
+    static char h_user_name[] = "X-User";
+    static struct rl_id_source v[] = {{RL_ID_TRUSTED_HEADER, h_user_name, NULL},
+                                      {RL_ID_PEER, NULL, NULL}};
+    static const struct rl_identity_chain chain = {v, 2};
+    struct rl_ident_input in;
+    struct hdrs h;
+
+    /* a client talking to us directly cannot choose it */
+    input(&in, &h, "198.51.100.1");
+    hadd(&h, "X-User", "alice");
+    EXPECT_ID(&chain, &in, "ip:198.51.100.1");
+    input(&in, &h, NULL);
+    hadd(&h, "X-User", "alice");
+    EXPECT_ID(&chain, &in, "unix:");
+    /* from a trusted proxy: the last line, the one the proxy wrote */
+    input(&in, &h, "127.0.0.1");
+    hadd(&h, "X-User", "alice");
+    EXPECT_ID(&chain, &in, "k:alice");
+    input(&in, &h, "10.0.0.2");
+    hadd(&h, "X-User", "mallory");
+    hadd(&h, "X-User", "alice");
+    EXPECT_ID(&chain, &in, "k:alice");
+    /* absent or empty: the next source */
+    input(&in, &h, "10.0.0.2");
+    EXPECT_ID(&chain, &in, "ip:10.0.0.2");
+}
+END_TEST
+
+START_TEST(compound_source)
+{
+    static char h_user_name[] = "X-User";
+    static struct rl_id_source body_part = {RL_ID_BODY, NULL, NULL};
+    static struct rl_id_source user_part = {RL_ID_HEADER, h_user_name, NULL};
+    static struct rl_id_source v[] = {{RL_ID_PEER, NULL, &body_part},
+                                      {RL_ID_BODY, NULL, &user_part},
+                                      {RL_ID_PEER, NULL, NULL}};
+    static const struct rl_identity_chain chain = {v, 3};
+    struct rl_ident_input in;
+    struct hdrs h;
+    char a[RL_IDENTITY_MAX], b[RL_IDENTITY_MAX], ka[RL_REDIS_KEY_MAX], kb[RL_REDIS_KEY_MAX];
+    size_t alen, blen;
+
+    /* address and user: every part must give one */
+    input(&in, &h, "198.51.100.1");
+    body_key(&in, "alice", 5);
+    EXPECT_ID(&chain, &in, "+ip:198.51.100.1+k:alice");
+    input(&in, &h, "198.51.100.1");
+    EXPECT_ID(&chain, &in, "ip:198.51.100.1");
+    /* no value can pass for two parts: '+' and '%' escaped */
+    input(&in, &h, "198.51.100.1");
+    body_key(&in, "a+k:b%", 6);
+    EXPECT_ID(&chain, &in, "+ip:198.51.100.1+k:a%2Bk:b%25");
+    /* body "a+k:b" alone vs body "a" + header "b": apart */
+    input(&in, &h, NULL);
+    in.peer_family = 0;
+    body_key(&in, "a", 1);
+    hadd(&h, "X-User", "b");
+    static struct rl_id_source only2[] = {{RL_ID_BODY, NULL, &user_part}};
+    static const struct rl_identity_chain c2 = {only2, 1};
+    ck_assert_int_eq(identity_resolve(&c2, &trusted, &in, a, sizeof(a), &alen, &no_error),
+                     RL_OK);
+    input(&in, &h, NULL);
+    body_key(&in, "a+k:b", 5);
+    ck_assert_int_eq(identity_resolve(&full_chain, &trusted, &in, b, sizeof(b), &blen,
+                                      &no_error),
+                     RL_OK);
+    ck_assert(alen != blen || memcmp(a, b, alen) != 0);
+    /* the keys, in one tag per policy (shared) and apart */
+    size_t na, nb;
+    ck_assert_int_eq(identity_key("rl:", "login", a, alen, true, ka, sizeof(ka), &na), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", b, blen, true, kb, sizeof(kb), &nb), RL_OK);
+    ck_assert_str_eq(ka, "{rl:login}:+k%3Aa+k%3Ab");
+    ck_assert_str_eq(kb, "{rl:login}:k:a+k%3Ab");
+    ck_assert_uint_eq(na, strlen(ka));
+    ck_assert_uint_eq(nb, strlen(kb));
+}
+END_TEST
+
+START_TEST(compound_of_two_full_keys_fits)
+{
+    static char h_user_name[] = "X-User";
+    static struct rl_id_source user_part = {RL_ID_HEADER, h_user_name, NULL};
+    static struct rl_id_source v[] = {{RL_ID_BODY, NULL, &user_part}};
+    static const struct rl_identity_chain chain = {v, 1};
+    static char k512[RL_KEY_MAX + 1];
+    struct rl_ident_input in;
+    struct hdrs h;
+    char out[RL_IDENTITY_MAX], key[RL_REDIS_KEY_MAX], *error = NULL;
+    size_t len;
+
+    memset(k512, 'x', RL_KEY_MAX);
+    input(&in, &h, "198.51.100.1");
+    body_key(&in, k512, RL_KEY_MAX);
+    hadd(&h, "X-User", k512);
+    ck_assert_int_eq(identity_resolve(&chain, &trusted, &in, out, sizeof(out), &len, &error),
+                     RL_OK);
+    ck_assert_uint_eq(len, 2 * (3 + RL_KEY_MAX));
+    size_t klen;
+    ck_assert_int_eq(identity_key("rl:", "p", out, len, true, key, sizeof(key), &klen), RL_OK);
+    ck_assert_uint_gt(klen, 0);
+}
+END_TEST
+
 START_TEST(key_exact)
 {
     const struct key_case *c = &key_cases[_i];
     char buf[RL_REDIS_KEY_MAX];
-    int n = identity_key("rl:", "api", c->id, c->len, buf, sizeof(buf));
+    size_t n;
 
-    ck_assert_int_eq(n, (int)strlen(c->key));
+    ck_assert_int_eq(identity_key("rl:", "api", c->id, c->len, false, buf, sizeof(buf), &n), RL_OK);
+    ck_assert_uint_eq(n, strlen(c->key));
     ck_assert_str_eq(buf, c->key);
 }
 END_TEST
@@ -601,7 +797,7 @@ START_TEST(key_all_distinct_one_hash_tag)
     static char k512[2 + RL_KEY_MAX], k511[2 + RL_KEY_MAX], kcurly[2 + RL_KEY_MAX];
     const char *ids[N];
     size_t lens[N];
-    int n[N];
+    size_t n[N];
     size_t m = 0;
 
     for (size_t i = 0; i < RL_ARRAY_LEN(key_cases); i++, m++) {
@@ -618,8 +814,9 @@ START_TEST(key_all_distinct_one_hash_tag)
     ids[m] = kcurly, lens[m++] = 2 + RL_KEY_MAX;
 
     for (size_t i = 0; i < m; i++) {
-        n[i] = identity_key("rl:", "api", ids[i], lens[i], big[i], sizeof(big[i]));
-        ck_assert_msg(n[i] > 0, "id %zu: no key", i);
+        ck_assert_msg(identity_key("rl:", "api", ids[i], lens[i], false, big[i], sizeof(big[i]), &n[i]) ==
+                          RL_OK && n[i] > 0,
+                      "id %zu: no key", i);
         ck_assert_msg(strlen(big[i]) == (size_t)n[i], "id %zu: NUL inside the key", i);
         ck_assert_msg(big[i][0] == '{' && big[i][n[i] - 1] == '}',
                       "id %zu: %s is not one hash tag", i, big[i]);
@@ -638,7 +835,7 @@ START_TEST(key_worst_case_fits)
     /* the longest prefix and policy name, 512 bytes that all need escaping */
     char prefix[RL_NAME_MAX + 1], policy[RL_NAME_MAX + 1], id[2 + RL_KEY_MAX];
     char buf[RL_REDIS_KEY_MAX];
-    int n;
+    size_t n;
 
     memset(prefix, 'p', RL_NAME_MAX);
     prefix[RL_NAME_MAX] = '\0';
@@ -646,9 +843,9 @@ START_TEST(key_worst_case_fits)
     policy[RL_NAME_MAX] = '\0';
     memcpy(id, "k:", 2);
     memset(id + 2, '}', RL_KEY_MAX);
-    n = identity_key(prefix, policy, id, sizeof(id), buf, sizeof(buf));
+    ck_assert_int_eq(identity_key(prefix, policy, id, sizeof(id), false, buf, sizeof(buf), &n), RL_OK);
     /* '{' prefix policy ':' "k:" 512 x "%7D" '}' */
-    ck_assert_int_eq(n, 1 + RL_NAME_MAX + RL_NAME_MAX + 1 + 2 + 3 * RL_KEY_MAX + 1);
+    ck_assert_uint_eq(n, 1 + RL_NAME_MAX + RL_NAME_MAX + 1 + 2 + 3 * RL_KEY_MAX + 1);
     ck_assert_int_eq(count_byte(buf, (size_t)n, '}'), 1);
 }
 END_TEST
@@ -656,15 +853,17 @@ END_TEST
 START_TEST(key_buffer_too_small)
 {
     char buf[32];
+    size_t n = 0;
     /* "{rl:api:k:%7D}" is 14 bytes and its NUL */
     memset(buf, 'x', sizeof(buf));
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 15), 14);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, false, buf, 15, &n), RL_OK);
+    ck_assert_uint_eq(n, 14);
     ck_assert_str_eq(buf, "{rl:api:k:%7D}");
     memset(buf, 'x', sizeof(buf));
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 14), -1);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, false, buf, 14, &n), RL_ERR);
     for (size_t i = 0; i < sizeof(buf); i++)
         ck_assert_int_eq(buf[i], 'x');
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, buf, 0), -1);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, false, buf, 0, &n), RL_ERR);
 }
 END_TEST
 
@@ -679,24 +878,25 @@ START_TEST(key_typed_apart)
     /* an API key that looks like an address ... */
     input(&in, &h, "1.2.3.4");
     body_key(&in, "1.2.3.4", 7);
-    ck_assert(identity_resolve(&full_chain, &trusted, &in, id1, sizeof(id1), &l1));
+    ck_assert(identity_resolve(&full_chain, &trusted, &in, id1, sizeof(id1), &l1, &no_error) == RL_OK);
     /* ... is not that address */
     input(&in, &h, "1.2.3.4");
-    ck_assert(identity_resolve(&full_chain, &trusted, &in, id2, sizeof(id2), &l2));
+    ck_assert(identity_resolve(&full_chain, &trusted, &in, id2, sizeof(id2), &l2, &no_error) == RL_OK);
     /* nor is a key that spells the typed form */
     input(&in, &h, "1.2.3.4");
     body_key(&in, "ip:1.2.3.4", 10);
-    ck_assert(identity_resolve(&full_chain, &trusted, &in, id3, sizeof(id3), &l3));
+    ck_assert(identity_resolve(&full_chain, &trusted, &in, id3, sizeof(id3), &l3, &no_error) == RL_OK);
 
-    int n1 = identity_key("rl:", "login", id1, l1, k1, sizeof(k1));
-    int n2 = identity_key("rl:", "login", id2, l2, k2, sizeof(k2));
-    int n3 = identity_key("rl:", "login", id3, l3, k3, sizeof(k3));
+    size_t n1, n2, n3;
+    ck_assert_int_eq(identity_key("rl:", "login", id1, l1, false, k1, sizeof(k1), &n1), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", id2, l2, false, k2, sizeof(k2), &n2), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", id3, l3, false, k3, sizeof(k3), &n3), RL_OK);
     ck_assert_str_eq(k1, "{rl:login:k:1.2.3.4}");
     ck_assert_str_eq(k2, "{rl:login:ip:1.2.3.4}");
     ck_assert_str_eq(k3, "{rl:login:k:ip%3A1.2.3.4}");
-    ck_assert_int_eq(n1, (int)strlen(k1));
-    ck_assert_int_eq(n2, (int)strlen(k2));
-    ck_assert_int_eq(n3, (int)strlen(k3));
+    ck_assert_uint_eq(n1, strlen(k1));
+    ck_assert_uint_eq(n2, strlen(k2));
+    ck_assert_uint_eq(n3, strlen(k3));
 }
 END_TEST
 
@@ -758,6 +958,28 @@ START_TEST(match_first_wins)
 }
 END_TEST
 
+/* path_fold "trailing_slash": a path and the same with a '/' after it are
+ * one (case and params are folded before matching: check_pathnorm). */
+START_TEST(match_trailing_slash_folded)
+{
+    struct rl_config cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.policies = pols;
+    cfg.npolicies = RL_ARRAY_LEN(pols);
+    ck_assert_ptr_eq(policy_match(&cfg, "/login/", 7, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/api", 4, RL_M_POST), &pols[4]);
+    cfg.path_fold = RL_PATHFOLD_SLASH;
+    ck_assert_ptr_eq(policy_match(&cfg, "/login/", 7, RL_M_POST), &pols[0]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/login", 6, RL_M_POST), &pols[0]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/login//", 8, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/logi", 5, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/api", 4, RL_M_POST), &pols[1]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/api/x", 6, RL_M_POST), &pols[1]);
+    ck_assert_ptr_eq(policy_match(&cfg, "/apix", 5, RL_M_POST), &pols[4]);
+}
+END_TEST
+
 START_TEST(match_none)
 {
     struct rl_config cfg;
@@ -811,7 +1033,7 @@ identity_suite(void)
     tcase_add_test(tc, xff_right_to_left);
     tcase_add_test(tc, xff_spoofed_left_part_ignored);
     tcase_add_test(tc, xff_several_header_lines_are_one_list);
-    tcase_add_test(tc, xff_too_long_not_believed);
+    tcase_add_test(tc, xff_read_from_its_right_end_whatever_its_length);
     tcase_add_test(tc, xff_all_trusted_gives_leftmost);
     tcase_add_test(tc, xff_garbage);
     tcase_add_test(tc, forwarded_rfc7239);
@@ -825,11 +1047,16 @@ identity_suite(void)
     tcase_add_test(tc, key_worst_case_fits);
     tcase_add_test(tc, key_buffer_too_small);
     tcase_add_test(tc, key_typed_apart);
+    tcase_add_test(tc, address_is_its_network);
+    tcase_add_test(tc, trusted_header_only_from_a_trusted_proxy);
+    tcase_add_test(tc, compound_source);
+    tcase_add_test(tc, compound_of_two_full_keys_fits);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("policy_match");
     tcase_add_loop_test(tc, match_first_wins, 0, (int)RL_ARRAY_LEN(match_cases));
     tcase_add_test(tc, match_none);
+    tcase_add_test(tc, match_trailing_slash_folded);
     tcase_add_test(tc, match_file_order);
     suite_add_tcase(s, tc);
 
@@ -839,11 +1066,5 @@ identity_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(identity_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(identity_suite(), CK_FORK_GETENV);
 }

@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <time.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "config.h"
 #include "netaddr.h"
@@ -803,11 +803,5 @@ parse_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(parse_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(parse_suite(), CK_FORK_GETENV);
 }

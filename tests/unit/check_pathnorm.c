@@ -3,10 +3,11 @@
  * examples of §5.2.4 and §5.4, the escapes of §2.3/§6.2.2, merged slashes,
  * and the paths it must refuse rather than guess.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "unit.h"
 
 #include "pathnorm.h"
 #include "util.h"
@@ -143,6 +144,37 @@ START_TEST(never_longer)
 }
 END_TEST
 
+START_TEST(folds)
+{
+    static const struct {
+        const char *in;
+        unsigned folds;
+        const char *out;
+    } c[] = {
+        {"/Login", RL_PATHFOLD_CASE, "/login"},
+        {"/LOGIN%2F", RL_PATHFOLD_CASE, "/login%2f"},
+        {"/login;jsessionid=X", RL_PATHFOLD_PARAMS, "/login"},
+        {"/a;x=1/b;y/c", RL_PATHFOLD_PARAMS, "/a/b/c"},
+        {"/A;X/B", RL_PATHFOLD_PARAMS | RL_PATHFOLD_CASE, "/a/b"},
+        {"/login;x", 0, "/login;x"},
+        {"/Login", 0, "/Login"},
+        {"/", RL_PATHFOLD_CASE | RL_PATHFOLD_PARAMS, "/"},
+        {"/;x", RL_PATHFOLD_PARAMS, "/"},
+    };
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(c); i++) {
+        char buf[64];
+        size_t n;
+
+        snprintf(buf, sizeof(buf), "%s", c[i].in);
+        n = pathnorm_fold(buf, strlen(buf), c[i].folds);
+        ck_assert_uint_eq(n, strlen(c[i].out));
+        ck_assert_msg(memcmp(buf, c[i].out, n) == 0, "%s folded: %.*s, expected %s", c[i].in,
+                      (int)n, buf, c[i].out);
+    }
+}
+END_TEST
+
 static Suite *
 pathnorm_suite(void)
 {
@@ -152,6 +184,7 @@ pathnorm_suite(void)
     tcase_add_loop_test(tc, normalises, 0, (int)RL_ARRAY_LEN(ok_cases));
     tcase_add_loop_test(tc, refuses, 0, (int)RL_ARRAY_LEN(bad_cases));
     tcase_add_test(tc, never_longer);
+    tcase_add_test(tc, folds);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -159,11 +192,5 @@ pathnorm_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(pathnorm_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(pathnorm_suite(), CK_FORK_GETENV);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "unit.h"
 #include <hiredis/hiredis.h>
 
 #include "redis_reply.h"
@@ -186,11 +186,5 @@ redis_reply_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(redis_reply_suite());
-    int failures;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(redis_reply_suite(), CK_FORK_GETENV);
 }

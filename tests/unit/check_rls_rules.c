@@ -649,6 +649,13 @@ START_TEST(our_validation_errors)
                       "6: descriptors[1]: sync_interval: only a rule with mode: hybrid",
                       "8: descriptors[2].mode: must be exact or hybrid"},
                   3);
+    /* a known key in the wrong place (envoyproxy/ratelimit's flat list of
+     * keys lets it pass, and ignores it) */
+    expect_errors("domain: d\ndescriptors:\n  - key: a\n    unit: minute\n"
+                  "    rate_limit: {unit: hour, requests_per_unit: 1, shadow_mode: true}\n",
+                  (const char *const[]){"4: descriptors[0].unit: unknown key",
+                                        "5: descriptors[0].rate_limit.shadow_mode: unknown key"},
+                  2);
     /* keys twice, a key that is not a string, a top level that is a list */
     expect_errors("domain: d\ndomain: e\n",
                   (const char *const[]){"2: domain: given twice (line 1 too)"}, 1);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
+#include "unit.h"
 #include <jansson.h>
 
 #include "schema.h"
@@ -301,12 +301,5 @@ schema_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(schema_suite());
-    int failures;
-
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? 1 : 0;
+    return rl_unit_run(schema_suite(), CK_NOFORK);
 }

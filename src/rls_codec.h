@@ -1,0 +1,55 @@
+/*
+ * rls_codec.h — the messages of the gRPC listener as bytes: a
+ * RateLimitRequest into a struct rls_request, a struct rls_response into a
+ * RateLimitResponse, and gRPC health checking's two messages.  protobuf-c
+ * does the wire format (code generated from src/proto/ at build time); this
+ * module maps its messages onto src/rls.h's structs, with every allocation
+ * in the caller's arena.
+ */
+#ifndef RL_RLS_CODEC_H
+#define RL_RLS_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rls.h"
+
+struct arena;
+
+/* *why when decoding stopped at the arena's cap (the message is not wrong,
+ * only too costly to decode). */
+extern const char rls_codec_too_complex[];
+
+/*
+ * Decode `len` bytes of a RateLimitRequest into *req, whose arrays and
+ * strings live in `a` until it is released (strings keep every byte the
+ * message held, a NUL too).  Returns NULL, or what is wrong (static text)
+ * when the bytes are not a RateLimitRequest, or decoding them would pass
+ * the arena's cap (then it is rls_codec_too_complex).  req->timeout_ms is
+ * left 0 (the transport's to set).
+ */
+const char *rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
+                                     struct rls_request *req) RL_WUR;
+
+/*
+ * The RateLimitResponse `resp` says, packed in `a` (*len bytes; released by
+ * the caller), or NULL when that would pass the arena's cap.  Only resp's
+ * answer is encoded: grpc_status and message are the transport's.
+ */
+const uint8_t *rls_codec_encode_response(struct arena *a, const struct rls_response *resp,
+                                         size_t *len);
+
+/* grpc.health.v1.HealthCheckRequest: the service asked about (in a); NULL,
+ * or what is wrong (static text). */
+const char *rls_codec_decode_health(struct arena *a, const uint8_t *buf, size_t len,
+                                    struct rls_str *service) RL_WUR;
+
+/* grpc.health.v1.HealthCheckResponse.ServingStatus */
+enum rls_serving { RLS_SERVING_UNKNOWN = 0, RLS_SERVING = 1, RLS_NOT_SERVING = 2 };
+
+/* A HealthCheckResponse with `status`, packed into out (at least
+ * RLS_HEALTH_MAX bytes): its size. */
+#define RLS_HEALTH_MAX 8
+size_t rls_codec_encode_health(enum rls_serving status, uint8_t *out);
+
+#endif
