@@ -610,6 +610,14 @@ static const struct schema_field rls_fields[] = {
     {.name = "shadow_mode", .type = SCHEMA_BOOL, .off = RLS(shadow_mode), .def = "false"},
     {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
      .def = "0.8", .custom = &ratio_type},
+    /* a descriptor's own limit, as POST /check's "limits" under a policy's
+     * request_limits; true: Envoy's RateLimitOverride counts, as in
+     * envoyproxy/ratelimit */
+    {.name = "request_limits", .type = SCHEMA_BOOL, .off = RLS(request_limits),
+     .def = "true"},
+    /* 0 (absent): no cap */
+    {.name = "request_limits_max", .type = SCHEMA_INT, .off = RLS(request_limits_max),
+     .min = 1, .max = 4294967295LL},
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
      .min = 256, .max = 4 * 1024 * 1024},
     {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),
@@ -964,6 +972,9 @@ check_rls(const void *obj, const char *path, struct schema_ctx *ctx)
     struct rl_listen_addr la;
     char *cause = NULL;
 
+    if (r->request_limits_max != 0 && !r->request_limits)
+        schema_bad_field(ctx, path, "request_limits_max",
+                         "caps the limits descriptors bring: needs \"request_limits\": true");
     if (r->listen == NULL)
         return;
     if (listen_addr_parse(r->listen, &la, &cause) != RL_OK) {

@@ -186,6 +186,8 @@ struct rl_rls_conf {
     int response_headers;           /* the RateLimit fields in response_headers_to_add */
     int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
     double near_limit_ratio;        /* hits past this share of a limit are "near" */
+    int request_limits;             /* a descriptor's own limit counts (else refused) */
+    int64_t request_limits_max;     /* the largest requests_per_unit it may ask; 0: any */
     int64_t max_message;            /* bytes of one gRPC message, either way */
     int64_t max_concurrent_streams; /* per connection (SETTINGS) */
     int64_t max_header_list;        /* bytes of a stream's header list */

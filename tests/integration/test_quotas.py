@@ -27,6 +27,7 @@ import zoneinfo
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
+from test_concurrency import tally  # noqa: E402
 
 THREADS = 40
 LIMIT = 100
@@ -349,20 +350,64 @@ def case_request_limits_refused(r, d):
     eq((st, ans["remaining"]), (200, 2), "the first counted check after the refusals")
 
 
+# ---- Envoy's descriptor limit (the RLS listener's rule) -------------------------
+
+RULES = """\
+domain: plans
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+"""
+
+
+def rls_ask(d, tenant, limit=None):
+    desc = {"entries": [{"key": "tenant", "value": tenant}]}
+    if limit is not None:
+        desc["limit"] = {"requestsPerUnit": limit, "unit": "DAY"}
+    return H.request(d.port, "POST", "/json", {"domain": "plans", "descriptors": [desc]})
+
+
+def rls_refused(d, tenant, limit, field, words, remaining):
+    """A descriptor's limit refused (400 naming field, saying words), and
+    nothing counted: the next hit without it leaves `remaining`."""
+    st, h, ans = rls_ask(d, tenant, limit)
+    H.expect_error(st, h, ans, 400, field=field, what="a descriptor's limit of %d" % limit)
+    check(words in ans["error"], "error %r does not say %r", ans["error"], words)
+    st, h, ans = rls_ask(d, tenant)
+    eq(ans["statuses"][0]["limitRemaining"], remaining, "the rule's count after a refusal")
+
+
+def case_rls_descriptor_limits(r):
+    tmp = H.tmpdir()
+    rules = os.path.join(tmp, "plans.yaml")
+    with open(rules, "w") as f:
+        f.write(RULES)
+    tenant = "t-%d" % time.time_ns()
+    cfg = {"failure_mode": "closed", "rls": {"config": rules, "request_limits_max": 1000}}
+    with H.Daemon(cfg, redis=r) as d:
+        for i in range(3):
+            st, h, ans = rls_ask(d, tenant, 5)
+            eq((st, ans["statuses"][0]["code"]), (200, "OK"), "descriptor hit %d under its limit of 5" % i)
+        eq(ans["statuses"][0]["limitRemaining"], 2, "remaining of the descriptor's 5")
+        # the plan grows: the same key, the count kept
+        st, h, ans = rls_ask(d, tenant, 50)
+        eq(ans["statuses"][0]["limitRemaining"], 46, "remaining of 50 after 4 hits")
+        # the file's rule of the same unit counts in the same key
+        st, h, ans = rls_ask(d, tenant)
+        eq(ans["statuses"][0]["limitRemaining"], 95, "the rule's 100 after 5 hits")
+        rls_refused(d, tenant, 1001, "descriptors[0].limit.requests_per_unit", "at most 1000", 94)
+    cfg["rls"] = {"config": rules, "request_limits": False}
+    with H.Daemon(cfg, redis=r) as d:
+        rls_refused(d, tenant, 5, "descriptors[0].limit", "(rls.request_limits is false)", 93)
+    bad = {"rls": {"config": rules, "request_limits": False, "request_limits_max": 5}}
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(bad)])
+    check(rc != 0 and "rls.request_limits_max: caps the limits descriptors bring" in out + err,
+          "-t on request_limits_max without request_limits: %s", out + err)
+
+
 # ---- concurrency ---------------------------------------------------------------
-
-def tally(results):
-    allowed, denied, other = [], [], []
-    for body, st, ans, port in results:
-        if st == 200 and isinstance(ans, dict) and ans.get("allowed") is True:
-            allowed.append((body, ans, port))
-        elif st == 429 and isinstance(ans, dict) and ans.get("allowed") is False:
-            denied.append((body, ans, port))
-        else:
-            other.append((st, ans))
-    check(not other, "%d answers not a clean 200 / 429, first: %r", len(other), other[:1])
-    return allowed, denied
-
 
 def case_race(ports, body):
     n = 4 * LIMIT
@@ -404,6 +449,8 @@ def main():
                                                  "period": "day", "timezone": "Asia/Kolkata"}]})
             t.run("a daily quota resets at the zone's midnight (test zone via zic, TZDIR)",
                   case_midnight_reset, r)
+            t.run("RLS: a descriptor's limit counted in the rule's key, capped, refused when "
+                  "rls.request_limits is false", case_rls_descriptor_limits, r)
             t.run("-b memory: a daily quota and a caller's monthly counter", case_memory_backend)
             t.run("both daemons alive", lambda: check(d1.alive() and d2.alive(), "a daemon died"))
     except Exception as e:  # noqa: BLE001
