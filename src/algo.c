@@ -51,11 +51,11 @@ algo_key_suffix(const struct rl_limit *l, struct strbuf *sb)
     sb_str(sb, period_tz_name(l->period.tz));
 }
 
-int
+bool
 algo_same_key(const struct rl_limit *a, const struct rl_limit *b)
 {
     if (a->algo != b->algo || algo_has_period(a) != algo_has_period(b))
-        return 0;
+        return false;
     if (!algo_has_period(a))
         return a->window_ms == b->window_ms;
     /* by name: a zone read again after a tzdata upgrade is another object */

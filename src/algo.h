@@ -20,6 +20,8 @@
 #ifndef RL_ALGO_H
 #define RL_ALGO_H
 
+#include <stdbool.h>
+
 #include "period.h"
 #include "rl.h"
 
@@ -167,7 +169,7 @@ void algo_state_release(struct rl_algo_state *st);
 /* The module the check script runs for limit l ("fw", "fwa", "fwp", ...). */
 const char *algo_script_tag(const struct rl_limit *l);
 
-static inline int
+static inline bool
 algo_has_period(const struct rl_limit *l)
 {
     return l->period.kind != RL_PERIOD_NONE;
@@ -181,7 +183,7 @@ algo_has_period(const struct rl_limit *l)
  */
 void algo_key_suffix(const struct rl_limit *l, struct strbuf *sb);
 /* Both limits count in the key of the same suffix. */
-int algo_same_key(const struct rl_limit *a, const struct rl_limit *b);
+bool algo_same_key(const struct rl_limit *a, const struct rl_limit *b);
 
 /* A hash of every field of l[0..n) (a zone by its address: zones live as
  * long as the process): what caches of limits are keyed by. */

@@ -44,16 +44,16 @@ caller_limits_free(struct rl_caller_limits *m)
     free(m);
 }
 
-static int
+static bool
 zones_current(const struct rl_limit *l, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (!period_tz_current(l[i].period.tz))
-            return 0;
-    return 1;
+            return false;
+    return true;
 }
 
-int
+bool
 caller_limits_find(struct rl_caller_limits *m, const char *text, size_t len,
                    struct rl_limit *out, size_t *n)
 {
@@ -61,15 +61,15 @@ caller_limits_find(struct rl_caller_limits *m, const char *text, size_t len,
     const struct memo_entry *e;
 
     if (m == NULL || len > MEMO_TEXT_MAX)
-        return 0;
+        return false;
     h = siphash24(m->k0, m->k1, text, len);
     e = m->slot[h % MEMO_SLOTS];
     if (e == NULL || e->hash != h || e->len != len || memcmp(e->text, text, len) != 0 ||
         !zones_current(e->limits, e->n))
-        return 0;
+        return false;
     memcpy(out, e->limits, e->n * sizeof(*out));
     *n = e->n;
-    return 1;
+    return true;
 }
 
 int

@@ -15,6 +15,7 @@
 #ifndef RL_CALLER_LIMITS_H
 #define RL_CALLER_LIMITS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "algo.h"
@@ -34,8 +35,8 @@ void caller_limits_free(struct rl_caller_limits *m);
  * stands for, from the memo m: true and out[0..*n) when it read the same
  * bytes before (and every zone they name is still current).
  */
-int caller_limits_find(struct rl_caller_limits *m, const char *text, size_t len,
-                       struct rl_limit *out, size_t *n);
+bool caller_limits_find(struct rl_caller_limits *m, const char *text, size_t len,
+                        struct rl_limit *out, size_t *n);
 
 /*
  * Read the JSON list v into out[0..*n), and when text is not NULL (the same

@@ -551,7 +551,7 @@ period_tz(const char *name, int reread, char **cause)
     return z;
 }
 
-int
+bool
 period_tz_current(const struct rl_tz *tz)
 {
     return tz == NULL || !__atomic_load_n(&tz->superseded, __ATOMIC_ACQUIRE);

@@ -26,6 +26,7 @@
 #ifndef RL_PERIOD_H
 #define RL_PERIOD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "rl.h"
@@ -68,7 +69,7 @@ const struct rl_tz *period_tz(const char *name, int reread, char **cause);
 
 /* Whether tz is still the zone its name gives (not replaced by a reread of
  * a changed file): whoever keeps zones past a reload asks. */
-int period_tz_current(const struct rl_tz *tz);
+bool period_tz_current(const struct rl_tz *tz);
 
 /* "Europe/Berlin"; "UTC" for NULL. */
 const char *period_tz_name(const struct rl_tz *tz);

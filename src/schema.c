@@ -75,13 +75,13 @@ static void RL_PRINTF(3, 0)
     free(what);
 }
 
-int
+bool
 schema_problem_at(const struct schema_ctx *ctx, const char *path, const char *name)
 {
     char *want = ctx->origin != NULL ? xasprintf("%s: %s.%s: ", ctx->origin, path, name)
                                      : xasprintf("%s.%s: ", path, name);
     size_t n = strlen(want);
-    int found = 0;
+    bool found = false;
 
     for (size_t i = 0; i < ctx->errs->n && !found; i++)
         found = strncmp(ctx->errs->msg[i], want, n) == 0;

@@ -10,6 +10,7 @@
 #ifndef RL_SCHEMA_H
 #define RL_SCHEMA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,7 +108,7 @@ void schema_bad_item(struct schema_ctx *ctx, const char *path, size_t i, const c
 
 /* Whether a problem was reported at path.name already: a check hook then
  * says nothing more of a field that did not parse. */
-int schema_problem_at(const struct schema_ctx *ctx, const char *path, const char *name);
+bool schema_problem_at(const struct schema_ctx *ctx, const char *path, const char *name);
 
 /* Every field of obj to its default, sub-objects too. */
 void schema_defaults(const struct schema *s, void *obj);
