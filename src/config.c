@@ -439,21 +439,6 @@ static const struct schema limit_schema = {
     SCHEMA_FIELDS(limit_fields), sizeof(struct rl_limit), check_limit, NULL
 };
 
-/* A check's own limits, {"limits": [...]}: the rows of a policy's */
-struct request_limits {
-    struct rl_limit *limits;
-    size_t nlimits;
-};
-static void check_request_limits(const void *obj, const char *path, struct schema_ctx *ctx);
-static const struct schema_field request_fields[] = {
-    {.name = "limits", .type = SCHEMA_ARRAY, .off = offsetof(struct request_limits, limits),
-     .sub = &limit_schema, .count_off = offsetof(struct request_limits, nlimits),
-     .flags = SCHEMA_REQUIRED},
-};
-static const struct schema request_schema = {
-    SCHEMA_FIELDS(request_fields), sizeof(struct request_limits), check_request_limits, NULL
-};
-
 static const struct schema_field match_fields[] = {
     {.name = "path", .type = SCHEMA_STRING, .off = MATCH(path), .flags = SCHEMA_NONEMPTY},
     {.name = "path_prefix", .type = SCHEMA_STRING, .off = MATCH(path_prefix),
@@ -800,26 +785,6 @@ check_limit_list(const struct rl_limit *l, size_t n, const char *path, struct sc
             }
         }
     }
-}
-
-static void
-check_request_limits(const void *obj, const char *path, struct schema_ctx *ctx)
-{
-    const struct request_limits *r = obj;
-
-    if (r->nlimits == 0)
-        schema_bad_field(ctx, path, "limits", "must hold 1..%d limits", RL_LIMITS_MAX);
-    /* the keys of a check's own limits are the policy's (its identity's):
-     * what lets a plan change keep its counts */
-    for (size_t i = 0; i < r->nlimits; i++) {
-        if (r->limits[i].identity != NULL) {
-            char *ip = xasprintf("limits[%zu]", i);
-            schema_bad_field(ctx, ip, "identity",
-                             "a check's own limits count by the policy's identity");
-            free(ip);
-        }
-    }
-    check_limit_list(r->limits, r->nlimits, path, ctx);
 }
 
 /*
@@ -1384,28 +1349,44 @@ config_parse_limits(json_t *v, struct rl_limit *out, size_t *n, char **cause)
 {
     struct rl_errors errs = {0};
     struct schema_ctx ctx = {NULL, &errs};
-    struct request_limits r = {0};
-    json_t *o;
+    size_t k = json_array_size(v);
     int rc;
 
     /* a list longer than a policy may hold is not read at all */
-    if (json_is_array(v) && json_array_size(v) > RL_LIMITS_MAX) {
-        *cause = xasprintf("limits: must hold 1..%d limits", RL_LIMITS_MAX);
+    if (!json_is_array(v) || k == 0 || k > RL_LIMITS_MAX) {
+        *cause = xasprintf("limits: must be a list of 1..%d limits", RL_LIMITS_MAX);
         return RL_ERR;
     }
-    o = json_object();
-    json_object_set(o, "limits", v);
-    schema_parse(&request_schema, &r, o, "", &ctx);
-    json_decref(o);
+    /* each element by the rows of a policy's limits, then the list by its
+     * rules: one set of checks and messages for both */
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        char *ip = xasprintf("limits[%zu]", i);
+
+        memset(&out[i], 0, sizeof(out[i])); /* fields without a default: 0 */
+        schema_defaults(&limit_schema, &out[i]);
+        if (!json_is_object(e))
+            schema_bad(&ctx, ip, "must be an object");
+        else
+            schema_parse(&limit_schema, &out[i], e, ip, &ctx);
+        /* the keys of a check's own limits are the policy's (its
+         * identity's): what lets a plan change keep its counts */
+        if (out[i].identity != NULL)
+            schema_bad_field(&ctx, ip, "identity",
+                             "a check's own limits count by the policy's identity");
+        free(ip);
+    }
+    check_limit_list(out, k, "", &ctx);
     rc = errs.n == 0 ? RL_OK : RL_ERR;
     if (rc == RL_OK) {
-        finalize_limits(r.limits, r.nlimits);
-        memcpy(out, r.limits, r.nlimits * sizeof(*out));
-        *n = r.nlimits;
+        finalize_limits(out, k);
+        *n = k;
     } else {
         *cause = xstrdup(errs.msg[0]);
     }
-    schema_free(&request_schema, &r);
+    for (size_t i = 0; i < k; i++)
+        if (rc != RL_OK || out[i].identity != NULL)
+            schema_free(&limit_schema, &out[i]);
     errors_free(&errs);
     return rc;
 }
