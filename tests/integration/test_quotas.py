@@ -250,6 +250,80 @@ def case_memory_backend():
         within(ans["reset_ms"], ms_to(nxt, t0) - 60000, ms_to(nxt, t0) + 1000, "a monthly counter's reset")
 
 
+def zic_dst_zones(tmp):
+    """A TZDIR with two test-only zones whose clocks change today: at noon
+    local standard time now, Test/Short sprang forward an hour ago (a day of
+    23 hours), Test/Long fell back an hour ago (25 hours).  -> (dir, offset)."""
+    now = int(time.time())
+    off = (12 * 3600 - now % 86400) % 86400
+    if off > 43200:
+        off -= 86400
+    change = time.gmtime(now - 3600)
+    when = "%d only - %s %d %02d:%02d:%02du" % (
+        change.tm_year, time.strftime("%b", change), change.tm_mday, change.tm_hour,
+        change.tm_min, change.tm_sec)
+    sign, a = ("-" if off < 0 else ""), abs(off)
+    zoff = "%s%d:%02d:%02d" % (sign, a // 3600, a // 60 % 60, a % 60)
+    src = os.path.join(tmp, "dst.zi")
+    with open(src, "w") as f:
+        f.write("Rule S %s 1:00 D\n" % when)
+        # and back a year on (else zic's footer says DST all year and the
+        # change today is no transition at all)
+        f.write("Rule S %d only - Jan 1 00:00u 0 S\n" % (change.tm_year + 2))
+        f.write("Rule L 2000 only - Jan 1 00:00u 1:00 D\n")
+        f.write("Rule L %s 0 S\n" % when)
+        f.write("Zone Test/Short %s S TEST%%s\n" % zoff)
+        f.write("Zone Test/Long %s L TEST%%s\n" % zoff)
+    out = os.path.join(tmp, "zoneinfo")
+    subprocess.run(["zic", "-b", "fat", "-d", out, src], check=True, capture_output=True)
+    return out
+
+
+def mktime_day(path, t):
+    """glibc's word on the local day holding t in the zone file at path:
+    (its start, the next midnight) by mktime under TZ."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = ":" + path
+    time.tzset()
+    try:
+        lt = time.localtime(t)
+        start = int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1)))
+        end = int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday + 1, 0, 0, 0, 0, 0, -1)))
+    finally:
+        if old is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+    return start, end
+
+
+def case_dst_days(r):
+    tzdir = zic_dst_zones(H.tmpdir())
+    cfg = {"identity": ["body"], "failure_mode": "closed", "policies": [
+        {"name": z, "limits": [{"algorithm": a, "limit": 10, "period": "day", "timezone": "Test/" + z}]}
+        for z, a in (("Short", "fixed_window"), ("Long", "sliding_window_counter"))]}
+    with H.Daemon(cfg, redis=r, env={"TZDIR": tzdir}) as d:
+        for zone, hours in (("Short", 23), ("Long", 25)):
+            st, h, ans, t0, t1 = timed_check(r, d.port, {"key": "dst-%d" % time.time_ns(), "policy": zone})
+            eq(st, 200, "a check on Test/%s's day" % zone)
+            start, end = mktime_day(os.path.join(tzdir, "Test", zone), t0 // 1000000)
+            eq(end - start, hours * 3600, "mktime's length of Test/%s's day" % zone)
+            eq(ans["limits"][0]["window_ms"], (end - start) * 1000, "window_ms of Test/%s's day" % zone)
+            if zone == "Short":
+                within(ans["reset_ms"], ms_to(end, t1), ms_to(end, t0), "reset_ms to mktime's midnight")
+            else:
+                # a counter's count weighs through the next day: its reset ends that day
+                nstart, nend = mktime_day(os.path.join(tzdir, "Test", zone), end)
+                within(ans["reset_ms"], ms_to(nend, t1), ms_to(nend, t0), "reset_ms to the next day's end")
+            w = ";w=%d" % (end - start)
+            check(w in h["ratelimit-policy"], "RateLimit-Policy %r without %s", h["ratelimit-policy"], w)
+            print("# DST through the daemon: Test/%s (changed an hour ago): window_ms %d, reset_ms %d; "
+                  "mktime: day %d s, midnight in %d ms" % (zone, ans["limits"][0]["window_ms"],
+                                                           ans["limits"][0]["reset_ms"], end - start,
+                                                           ms_to(end, t0)))
+
+
 def case_config_errors(r):
     bad = {"policies": [
         {"name": "a", "limits": [{"algorithm": "token_bucket", "limit": 10, "period": "day"}]},
@@ -429,6 +503,8 @@ def main():
                   case_daily_numbers, r, d1)
             t.run("a weekly (sunday) and a monthly quota in America/New_York",
                   case_weekly_and_monthly, r, d1)
+            t.run("a day of 23 and of 25 hours through the daemon (test-only zones changing today, "
+                  "compiled by zic), as glibc's mktime says", case_dst_days, r)
             t.run("-t: a period of token_bucket, an unknown zone, request_limits_max alone",
                   case_config_errors, r)
             t.run("request limits: counted, limited, the count kept when the plan grows",
