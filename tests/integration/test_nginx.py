@@ -520,7 +520,8 @@ def t_shipped_login(fx):
     # only the addresses (flags) and a timeout a loaded host cannot hit:
     # a degraded answer would let the request through (failure_mode open)
     cfg["redis"]["timeout"] = "2s"
-    with H.Daemon(cfg, redis=fx.redis, workers=1) as d:
+    # a Redis of its own: the cases before kill the fixture's
+    with H.Redis() as redis, H.Daemon(cfg, redis=redis, workers=1) as d:
         ng = Nginx(d.port, fx.app.port)
         try:
             seen0 = fx.app.count()
