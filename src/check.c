@@ -576,6 +576,15 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
         goto out;
 
+    /* limits brought to a check no policy decides: no policy allows them,
+     * and answering "allowed, no policy" would hide that they count nowhere */
+    if (policy == NULL &&
+        (f.limits != NULL || (root != NULL && json_object_get(root, "limits") != NULL &&
+                              !json_is_null(json_object_get(root, "limits"))))) {
+        *cause = xstrdup("limits: no policy decides this check, so none takes limits from the "
+                         "caller");
+        goto out;
+    }
     if (policy == NULL) {
         struct rl_decision d;
         response_no_policy(&d);

@@ -461,6 +461,11 @@ def case_rls_descriptor_limits(r):
     tenant = "t-%d" % time.time_ns()
     cfg = {"failure_mode": "closed", "rls": {"config": rules, "request_limits_max": 1000}}
     with H.Daemon(cfg, redis=r) as d:
+        # no policy: a check bringing limits is refused, not allowed as unlimited
+        st, h, ans = H.request(d.port, "POST", "/check", {"key": tenant, "limits": [
+            {"algorithm": "fixed_window", "limit": 3, "window": "1m"}]})
+        H.expect_error(st, h, ans, 400, field="limits", what="limits with no policy")
+        check("no policy decides this check" in ans["error"], "error %r", ans["error"])
         for i in range(3):
             st, h, ans = rls_ask(d, tenant, 5)
             eq((st, ans["statuses"][0]["code"]), (200, "OK"), "descriptor hit %d under its limit of 5" % i)
