@@ -12,7 +12,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends libevent-2.1-7 libevent-pthreads-2.1-7 \
         libevent-core-2.1-7 libevent-openssl-2.1-7 libssl3 \
         libhiredis0.14 libjansson4 libnghttp2-14 libprotobuf-c1 libyaml-0-2 \
-        curl ca-certificates \
+        curl ca-certificates tzdata \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ratelimitd
 COPY --from=build /out/usr/local/bin/ratelimitd /usr/local/bin/ratelimitd

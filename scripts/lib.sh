@@ -5,11 +5,13 @@
 RL_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export RL_BUILD=${BUILD_DIR:-$RL_TOP/build}
 
-# Build and test dependencies, by Debian 12 package name.
+# Build and test dependencies, by Debian 12 package name (tzdata: the time
+# zones of calendar periods, read by the daemon and by the tests).
 RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
              libevent-dev libssl-dev libhiredis-dev libjansson-dev check
              libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
-             redis-server redis-tools python3 curl openssl)
+             redis-server redis-tools python3 curl openssl
+             tzdata)
 # What only the tests need: nginx and caddy (the gateway recipes), systemd
 # (systemd-analyze), man-db and groff-base (the man pages), python3-yaml
 # (deploy/ manifests), valgrind, clang + its runtime (libFuzzer), wrk,

@@ -319,15 +319,24 @@ static char *
 answer_json(const struct admin_op *op, const struct rl_check_res *res)
 {
     json_t *limits = json_array(), *o;
+    int64_t now = now_unix_us();
     char *s;
 
     for (size_t i = 0; i < res->nlimits && i < op->policy->nlimits; i++) {
         const struct rl_limit *l = &op->policy->limits[i];
-        json_t *e = json_pack("{s:s,s:I,s:I,s:I,s:I}", "algorithm", algo_def(l->algo)->name,
-                              "limit", (json_int_t)l->limit, "window_ms",
-                              (json_int_t)l->window_ms, "remaining",
-                              (json_int_t)res->limits[i].remaining, "reset_ms",
-                              (json_int_t)res->limits[i].reset_ms);
+        json_t *e = json_pack("{s:s,s:I,s:I}", "algorithm", algo_def(l->algo)->name, "limit",
+                              (json_int_t)l->limit, "window_ms",
+                              (json_int_t)algo_window_ms(l, now));
+        /* a period's window is its length now; what period, where */
+        if (algo_has_period(l)) {
+            json_object_set_new(e, "period", json_string(period_kind_name(l->period.kind)));
+            json_object_set_new(e, "timezone", json_string(period_tz_name(l->period.tz)));
+            if (l->period.kind == RL_PERIOD_WEEK)
+                json_object_set_new(e, "week_start",
+                                    json_string(period_week_start_name(l->period.week_start)));
+        }
+        json_object_set_new(e, "remaining", json_integer(res->limits[i].remaining));
+        json_object_set_new(e, "reset_ms", json_integer(res->limits[i].reset_ms));
         if (algo_def(l->algo)->uses_burst)
             json_object_set_new(e, "burst", json_integer(l->burst));
         json_array_append_new(limits, e);

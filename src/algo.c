@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "util.h"
 
 static const struct rl_algo_def *const algos[RL_ALGO_COUNT] = {
     [RL_ALGO_FIXED_WINDOW] = &rl_algo_fixed_window,
@@ -26,7 +27,85 @@ algo_script_tag(const struct rl_limit *l)
 {
     const struct rl_algo_def *d = algos[l->algo];
 
+    if (algo_has_period(l) && d->period_tag != NULL)
+        return d->period_tag;
     return l->align == RL_ALIGN_EPOCH && d->aligned_tag != NULL ? d->aligned_tag : d->tag;
+}
+
+void
+algo_key_suffix(const struct rl_limit *l, struct strbuf *sb)
+{
+    sb_str(sb, ":");
+    sb_str(sb, algos[l->algo]->tag);
+    sb_str(sb, ":");
+    if (!algo_has_period(l)) {
+        sb_i64(sb, l->window_ms);
+        return;
+    }
+    sb_str(sb, period_kind_name(l->period.kind));
+    if (l->period.kind == RL_PERIOD_WEEK) {
+        sb_str(sb, "-");
+        sb_str(sb, period_week_start_name(l->period.week_start));
+    }
+    sb_str(sb, "@");
+    sb_str(sb, period_tz_name(l->period.tz));
+}
+
+bool
+algo_same_key(const struct rl_limit *a, const struct rl_limit *b)
+{
+    if (a->algo != b->algo || algo_has_period(a) != algo_has_period(b))
+        return false;
+    if (!algo_has_period(a))
+        return a->window_ms == b->window_ms;
+    /* by name: a zone read again after a tzdata upgrade is another object */
+    return a->period.kind == b->period.kind &&
+           strcmp(period_tz_name(a->period.tz), period_tz_name(b->period.tz)) == 0 &&
+           (a->period.kind != RL_PERIOD_WEEK ||
+            strcmp(period_week_start_name(a->period.week_start),
+                   period_week_start_name(b->period.week_start)) == 0);
+}
+
+uint64_t
+algo_limits_hash(const struct rl_limit *l, size_t n)
+{
+    uint64_t h = FNV1A_INIT ^ n;
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v[] = {(uint64_t)l[i].algo,
+                        (uint64_t)l[i].limit,
+                        (uint64_t)l[i].window_ms,
+                        (uint64_t)l[i].burst,
+                        (uint64_t)l[i].align << 32 | (uint64_t)l[i].period.kind << 8 |
+                            (uint64_t)l[i].period.week_start,
+                        (uint64_t)(uintptr_t)l[i].period.tz};
+        for (size_t k = 0; k < RL_ARRAY_LEN(v); k++)
+            h = (h ^ v[k]) * 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+/* Seconds of a Unix time in microseconds, rounded down. */
+static int64_t
+us_to_s(int64_t us)
+{
+    return us >= 0 ? us / 1000000 : -((-us + 999999) / 1000000);
+}
+
+int64_t
+algo_window_ms(const struct rl_limit *l, int64_t now_us)
+{
+    if (!algo_has_period(l))
+        return l->window_ms;
+    return period_length(&l->period, us_to_s(now_us)) * 1000;
+}
+
+void
+algo_period_bounds(const struct rl_limit *l, int64_t now_us, int64_t b[RL_PERIOD_BOUNDS])
+{
+    period_bounds(&l->period, us_to_s(now_us), b);
+    for (int i = 0; i < RL_PERIOD_BOUNDS; i++)
+        b[i] *= 1000000;
 }
 
 void

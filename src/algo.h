@@ -20,7 +20,12 @@
 #ifndef RL_ALGO_H
 #define RL_ALGO_H
 
+#include <stdbool.h>
+
+#include "period.h"
 #include "rl.h"
+
+struct strbuf;
 
 enum rl_algo {
     RL_ALGO_FIXED_WINDOW = 0,
@@ -43,13 +48,19 @@ struct rl_identity_chain;
  */
 enum rl_align { RL_ALIGN_FIRST = 0, RL_ALIGN_EPOCH, RL_ALIGN_COUNT };
 
-/* One limit of a policy, as configured. */
+/*
+ * One limit of a policy, as configured: a window of window_ms, or a calendar
+ * period in a time zone (period.h; fixed_window and sliding_window_counter,
+ * algo_def's period_tag): then window_ms is 0 and the window is the period
+ * that holds the time of the check, its length what the calendar says.
+ */
 struct rl_limit {
     enum rl_algo algo;
-    int64_t limit;       /* cost units allowed per window */
-    int64_t window_ms;   /* > 0 */
-    int64_t burst;       /* token_bucket, gcra: capacity; defaults to limit */
-    enum rl_align align; /* fixed_window only (algo_def's aligned_tag) */
+    int64_t limit;           /* cost units allowed per window */
+    int64_t window_ms;       /* > 0, or 0 with a period */
+    int64_t burst;           /* token_bucket, gcra: capacity; defaults to limit */
+    enum rl_align align;     /* fixed_window only (algo_def's aligned_tag) */
+    struct rl_period period; /* kind RL_PERIOD_NONE: a window of window_ms */
     /* who this limit counts by, when not the policy's caller (config.h);
      * NULL: the policy's identity */
     struct rl_identity_chain *identity;
@@ -77,7 +88,7 @@ struct rl_algo_state {
             int64_t start_us; /* when the window opened */
         } fw;                 /* fixed_window */
         struct {
-            int64_t window;     /* its index: floor(time / W) */
+            int64_t window;     /* its index: floor(time / W); a period: its start (us) */
             int64_t count;      /* units counted in it */
             int64_t prev_count; /* in the window before it */
         } swc;                  /* sliding_window_counter */
@@ -113,6 +124,9 @@ struct rl_algo_def {
      * `tag`: the state is the same, only where a window opens differs);
      * NULL: the algorithm has no alignment to choose. */
     const char *aligned_tag;
+    /* The script's module for a limit of a calendar period (keys keep
+     * `tag`); NULL: the algorithm takes no period. */
+    const char *period_tag;
     int uses_burst; /* burst is meaningful (else it must equal limit) */
     /* Fill *res as things stand at now_us for a check of `cost`; no change. */
     void (*peek)(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now_us,
@@ -152,8 +166,40 @@ struct rl_algo_def {
 const struct rl_algo_def *algo_def(enum rl_algo algo);
 void algo_state_release(struct rl_algo_state *st);
 
-/* The module the check script runs for limit l ("fw", "fwa", ...). */
+/* The module the check script runs for limit l ("fw", "fwa", "fwp", ...). */
 const char *algo_script_tag(const struct rl_limit *l);
+
+static inline bool
+algo_has_period(const struct rl_limit *l)
+{
+    return l->period.kind != RL_PERIOD_NONE;
+}
+
+/*
+ * The part of a limit's key after the check's hash tag: ":<tag>:<window_ms>",
+ * or ":<tag>:<period>@<zone>" (a week "week-<start day>@<zone>") for a
+ * period, into sb.  Two limits of one check with the same suffix would share
+ * a counter (config.c refuses them).
+ */
+void algo_key_suffix(const struct rl_limit *l, struct strbuf *sb);
+/* Both limits count in the key of the same suffix. */
+bool algo_same_key(const struct rl_limit *a, const struct rl_limit *b);
+
+/* A hash of every field of l[0..n) (a zone by its address: zones live as
+ * long as the process): what caches of limits are keyed by. */
+uint64_t algo_limits_hash(const struct rl_limit *l, size_t n);
+
+/* The window's length in ms at now_us (Unix): window_ms, or the length of
+ * the period that holds now_us. */
+int64_t algo_window_ms(const struct rl_limit *l, int64_t now_us);
+
+/*
+ * The boundaries (us) of a period limit's periods around now_us: b[2] <=
+ * now_us < b[3] (period.h's, in microseconds).  What the script is sent,
+ * and what the C twins decide by: the period that holds the time, the one
+ * before it and the end of the one after it.
+ */
+void algo_period_bounds(const struct rl_limit *l, int64_t now_us, int64_t b[RL_PERIOD_BOUNDS]);
 
 /*
  * The start of the window that holds `now` for a limit aligned to the epoch:

@@ -7,51 +7,84 @@
  * the previous window's checks were spread evenly, hence "estimate".
  * Mirrors scripts/lua/sliding_window_counter.lua.
  *
- * State (st->swc): the window index, its count, and the count of the window
- * before it.
- * The weighted term is rounded up, which decides exactly like the real-valued
- * comparison because every other term is an integer.  limit x window in
- * microseconds overflows int64 (1e9 x 8.64e10), so products are 128-bit here
- * and digit-wise in the script; both compute the same floor.
+ * With a calendar period the windows are the periods, of their real lengths:
+ * the sliding window is as long as the current period (Lc), so the part of
+ * the previous one (Lp) inside it is Lc - elapsed, at most Lp, and
+ *     estimate = prev * min(Lc - elapsed, Lp) / Lp + curr,
+ * which is the formula above when both are W.
+ *
+ * State (st->swc): the window index (a period's: its start in us), its
+ * count, and the count of the window before it.  The weighted term is rounded up, which decides
+ * exactly like the real-valued comparison because every other term is an
+ * integer.  limit x window in microseconds overflows int64 (1e9 x 8.64e10),
+ * so products are 128-bit here and digit-wise in the script; both compute the
+ * same floor.
  */
 #include "algo.h"
 
-/* The two counts as they stand at now. */
+/* The two counts as they stand at now, and the windows around it. */
 struct swc_view {
-    int64_t cur; /* window index, never before the stored one */
+    int64_t id;      /* what a[] holds for the current window */
+    int64_t p, s, e; /* us: the previous window's start, the current one's, its end */
+    int64_t e2;      /* us: the end of the next window */
     int64_t curr, prev;
     int64_t room;  /* limit - curr - ceil(weighted prev); may be < 0 */
     int64_t reset; /* us until the estimate is 0 */
 };
 
+/* The windows around now and the counts the state holds for them. */
+static void
+swc_frame(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
+          struct swc_view *v)
+{
+    v->curr = v->prev = 0;
+    if (algo_has_period(lim)) {
+        int64_t b[RL_PERIOD_BOUNDS];
+
+        algo_period_bounds(lim, now, b);
+        v->p = b[1], v->s = b[2], v->e = b[3], v->e2 = b[4];
+        v->id = v->s;
+        /* a later period's counts (a clock that stepped back) count now */
+        if (st->swc.window >= v->s) {
+            v->curr = st->swc.count;
+            v->prev = st->swc.prev_count;
+        } else if (st->swc.window == v->p) {
+            v->prev = st->swc.count;
+        }
+        return;
+    }
+    int64_t W = lim->window_ms * 1000;
+
+    v->id = now / W;
+    /* a clock that stepped back sees the stored window from its start */
+    if (st->swc.window > v->id)
+        v->id = st->swc.window;
+    v->p = (v->id - 1) * W, v->s = v->id * W, v->e = v->s + W, v->e2 = v->e + W;
+    if (st->swc.window == v->id) {
+        v->curr = st->swc.count;
+        v->prev = st->swc.prev_count;
+    } else if (st->swc.window == v->id - 1) {
+        v->prev = st->swc.count;
+    }
+}
+
 static void
 swc_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
          struct swc_view *v)
 {
-    int64_t W = lim->window_ms * 1000;
-    int64_t e = now % W, weighted, rem;
+    int64_t lp, part, weighted, rem;
 
-    v->cur = now / W;
-    v->curr = v->prev = 0;
-    if (st->swc.window > v->cur) {
-        /* a clock that stepped back sees the stored window from its start */
-        v->cur = st->swc.window;
-        e = 0;
-    }
-    if (st->swc.window == v->cur) {
-        v->curr = st->swc.count;
-        v->prev = st->swc.prev_count;
-    } else if (st->swc.window == v->cur - 1) {
-        v->prev = st->swc.count;
-    }
-    weighted = algo_muldiv(v->prev, W - e, W, &rem);
+    swc_frame(lim, st, now, v);
+    lp = v->s - v->p;
+    part = v->e - now < lp ? v->e - now : lp;
+    weighted = algo_muldiv(v->prev, part, lp, &rem);
     if (rem > 0)
         weighted++;
     v->room = lim->limit - v->curr - weighted;
     if (v->curr > 0)
-        v->reset = (v->cur + 2) * W - now;
+        v->reset = v->e2 - now;
     else if (v->prev > 0)
-        v->reset = (v->cur + 1) * W - now;
+        v->reset = v->e - now;
     else
         v->reset = 0;
 }
@@ -60,7 +93,6 @@ static void
 swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now, int64_t cost,
          struct rl_limit_result *res)
 {
-    int64_t W = lim->window_ms * 1000;
     struct swc_view v;
 
     swc_view(lim, st, now, &v);
@@ -73,17 +105,20 @@ swc_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now
         res->retry_after_ms = 0;
     } else {
         /*
-         * The first elapsed time e2 at which the estimate leaves room:
-         * x * (W - e2) / W <= R  <=>  e2 >= W - floor(R * W / x).
+         * The first time t at which the estimate leaves room, the part
+         * inside being e - t:  x * (e - t) / L <= R  <=>  t >= e - floor(R * L / x).
          */
         int64_t R = lim->limit - v.curr - cost, t;
 
-        if (R >= 0) /* in this window, as prev fades (prev > R here) */
-            t = v.cur * W + W - algo_muldiv(R, W, v.prev, NULL) - now;
-        else /* in the next one, as curr fades */
-            t = (v.cur + 1) * W + W - algo_muldiv(lim->limit - cost, W, v.curr, NULL) - now;
+        if (R >= 0) { /* in this window, as prev fades (prev > R here) */
+            t = v.e - algo_muldiv(R, v.s - v.p, v.prev, NULL);
+        } else { /* in the next one, as curr fades; not before it starts */
+            t = v.e2 - algo_muldiv(lim->limit - cost, v.e - v.s, v.curr, NULL);
+            if (t < v.e)
+                t = v.e;
+        }
         res->allowed = 0;
-        res->retry_after_ms = algo_us_to_ms_ceil(t);
+        res->retry_after_ms = algo_us_to_ms_ceil(t - now);
     }
 }
 
@@ -91,14 +126,13 @@ static void
 swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
            struct rl_limit_result *res)
 {
-    int64_t W = lim->window_ms * 1000;
     struct swc_view v;
 
     swc_view(lim, st, now, &v);
-    st->swc.window = v.cur;
+    st->swc.window = v.id;
     st->swc.count = v.curr + cost;
     st->swc.prev_count = v.prev;
-    algo_set_numbers(res, v.room - cost, (v.cur + 2) * W - now);
+    algo_set_numbers(res, v.room - cost, v.e2 - now);
 }
 
 /* From the current window's count first, then from the previous one's. */
@@ -115,7 +149,7 @@ swc_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int6
         prev = prev + curr > 0 ? prev + curr : 0;
         curr = 0;
     }
-    st->swc.window = curr > 0 || prev > 0 ? v.cur : 0;
+    st->swc.window = curr > 0 || prev > 0 ? v.id : 0;
     st->swc.count = curr;
     st->swc.prev_count = prev;
 }
@@ -132,6 +166,7 @@ swc_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 const struct rl_algo_def rl_algo_sliding_window_counter = {
     .name = "sliding_window_counter",
     .tag = "swc",
+    .period_tag = "swcp",
     .uses_burst = 0,
     .peek = swc_peek,
     .commit = swc_commit,

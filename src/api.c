@@ -20,7 +20,7 @@
 #include "util.h"
 #include "worker.h"
 
-#define BODY_MAX 2048
+#define BODY_MAX 4096 /* 8 limits of a period in a zone of 64 bytes: ~2.7 KiB */
 
 /* On every 503 of ours: the backend reconnects within a second or so, a
  * drain sends the caller elsewhere. */

@@ -36,10 +36,7 @@ backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t si
         sb_mem(&sb, req->limit_key[i], req->limit_key_len[i]);
     else
         sb_mem(&sb, req->key, req->key_len);
-    sb_str(&sb, ":");
-    sb_str(&sb, algo_def(l->algo)->tag);
-    sb_str(&sb, ":");
-    sb_i64(&sb, l->window_ms);
+    algo_key_suffix(l, &sb);
     return key_done(&sb, len);
 }
 

@@ -151,10 +151,11 @@ void backend_memory_set_max_entries(size_t n);
 size_t backend_memory_entries(void);
 
 /*
- * The key of limit i of a check: "<req->key>:<algo tag>:<window_ms>", so that
- * reordering limits or changing a limit's count keeps its state and all keys
- * of one check share the hash tag of req->key.  Written NUL-terminated into
- * buf, its length in *len; RL_ERR when buf is too small.
+ * The key of limit i of a check: "<req->key>:<algo tag>:<window_ms>" (a
+ * period's: "<req->key>:<algo tag>:<period>@<zone>", algo_key_suffix), so
+ * that reordering limits or changing a limit's count keeps its state and all
+ * keys of one check share the hash tag of req->key.  Written NUL-terminated
+ * into buf, its length in *len; RL_ERR when buf is too small.
  */
 int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size,
                       size_t *len) RL_WUR;

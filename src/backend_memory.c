@@ -47,8 +47,9 @@
 #define MEM_SWEEP_BATCH 16 /* expired entries reclaimed per shard visit */
 #define MEM_BUCKETS_MIN 16
 #define MEM_KEYBUF 2048 /* limit keys of a check, on the stack */
-/* ":<tag>:<window_ms>" and a NUL after the check's key */
-#define MEM_KEY_EXTRA 32
+/* ":<tag>:<window_ms>" (or a period's ":<tag>:week-wednesday@<zone of 64>")
+ * and a NUL after the check's key */
+#define MEM_KEY_EXTRA 96
 
 struct mem_entry {
     struct rl_kt_node node; /* in its shard's table */

@@ -4,6 +4,8 @@
 #include "body.h"
 
 #define MEMBERS_MAX 16
+/* how deep a "limits" list may nest: a list of objects of scalars */
+#define LIMITS_DEPTH_MAX 4
 
 struct cursor {
     const char *p, *end;
@@ -77,7 +79,54 @@ scan_int(struct cursor *c, int64_t *v)
     return RL_OK;
 }
 
-enum kind { V_STRING, V_INT, V_NULL, V_OTHER };
+enum kind { V_STRING, V_INT, V_NULL, V_LIST, V_OTHER };
+
+/*
+ * A list, skipped: brackets and braces pair up and strings (plain ASCII, no
+ * escapes) are stepped over, nothing more; its bytes in (*s, *n).  Whether
+ * it is JSON is for whoever reads it (jansson), which then reads the whole
+ * body.
+ */
+static int
+skip_list(struct cursor *c, const char **s, size_t *n)
+{
+    char open[LIMITS_DEPTH_MAX];
+    size_t depth = 0;
+    const char *start = c->p;
+
+    while (c->p < c->end) {
+        char b = *c->p;
+        const char *str;
+        size_t len;
+
+        if (b == '"') {
+            if (scan_string(c, &str, &len) != RL_OK)
+                return RL_ERR;
+            continue;
+        }
+        if (b == '[' || b == '{') {
+            if (depth == LIMITS_DEPTH_MAX)
+                return RL_ERR;
+            open[depth++] = b;
+        } else if (b == ']' || b == '}') {
+            if (depth == 0 || open[depth - 1] != (b == ']' ? '[' : '{'))
+                return RL_ERR;
+            if (--depth == 0) {
+                c->p++;
+                *s = start;
+                *n = (size_t)(c->p - start);
+                return RL_OK;
+            }
+        } else if ((unsigned char)b < 0x20 && b != ' ' && b != '\t' && b != '\n' &&
+                   b != '\r') {
+            return RL_ERR;
+        } else if ((unsigned char)b > 0x7e) {
+            return RL_ERR;
+        }
+        c->p++;
+    }
+    return RL_ERR;
+}
 
 static int
 scan_value(struct cursor *c, enum kind *k, const char **s, size_t *n, int64_t *v)
@@ -86,6 +135,7 @@ scan_value(struct cursor *c, enum kind *k, const char **s, size_t *n, int64_t *v
         return RL_ERR;
     switch (*c->p) {
     case '"': *k = V_STRING; return scan_string(c, s, n);
+    case '[': *k = V_LIST; return skip_list(c, s, n);
     case 'n': *k = V_NULL; return literal(c, "null", 4);
     case 't': *k = V_OTHER; return literal(c, "true", 4);
     case 'f': *k = V_OTHER; return literal(c, "false", 5);
@@ -110,6 +160,17 @@ take(struct rl_body_fields *f, const char *name, size_t nlen, enum kind k, const
      size_t n, int64_t v)
 {
 #define IS(lit) (nlen == sizeof(lit) - 1 && memcmp(name, lit, nlen) == 0)
+    if (IS("limits")) {
+        if (k == V_NULL)
+            return RL_OK;
+        if (k != V_LIST)
+            return RL_ERR;
+        f->limits = s;
+        f->limits_len = n;
+        return RL_OK;
+    }
+    if (k == V_LIST)
+        return RL_ERR; /* nesting elsewhere: for jansson */
     if (IS("cost")) {
         if (k == V_NULL)
             return RL_OK;
@@ -152,8 +213,8 @@ body_scan(const char *buf, size_t len, struct rl_body_fields *f)
     const char *names[MEMBERS_MAX];
     size_t nlens[MEMBERS_MAX], nmembers = 0;
 
-    f->key = f->policy = f->path = f->method = NULL;
-    f->key_len = f->policy_len = f->path_len = f->method_len = 0;
+    f->key = f->policy = f->path = f->method = f->limits = NULL;
+    f->key_len = f->policy_len = f->path_len = f->method_len = f->limits_len = 0;
     f->cost = 1;
     skip_ws(&c);
     if (c.p >= c.end || *c.p++ != '{')

@@ -10,7 +10,12 @@
  * anything else (escapes, non-ASCII, nesting, fractions, duplicates, any
  * syntax error): then jansson reads it, and its verdict and error message
  * are the ones the caller gets.  The fast path never accepts a body jansson
- * would refuse, and never reads one differently.
+ * would refuse, and never reads one differently.  One member may nest: a
+ * "limits" list, whose bytes it hands over unread (a check's own limits,
+ * caller_limits.h): they are the same bytes for every check of a tenant,
+ * read once by jansson and then known by their bytes; a list that is not
+ * JSON is found when jansson reads it, and then the whole body is read by
+ * jansson.
  */
 #ifndef RL_BODY_H
 #define RL_BODY_H
@@ -30,6 +35,11 @@ struct rl_body_fields {
     const char *method; /* NUL-terminated */
     size_t method_len;
     int64_t cost; /* 1 when absent */
+    /* "limits": the list's bytes as the body has them, from '[' to ']' (the
+     * scanner checks only that brackets and strings pair up: whoever reads
+     * them reads them as JSON); NULL when absent or null */
+    const char *limits;
+    size_t limits_len;
     /* where body_scan puts the NUL-terminated copies */
     char policy_buf[RL_NAME_MAX + 1];
     char method_buf[16];

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "body.h"
+#include "caller_limits.h"
 #include "check.h"
 #include "config.h"
 #include "deny_cache.h"
@@ -47,6 +48,10 @@ struct check_op {
     int stale;             /* decided locally after a failed sync */
     struct limit_keys *lk; /* NULL: every limit under key */
     char key[RL_REDIS_KEY_MAX];
+    /* a check's own limits: its policy, a copy of the one it falls under
+     * with these in place of that one's (written only then) */
+    struct rl_policy own;
+    struct rl_limit own_limits[RL_LIMITS_MAX];
 };
 
 /* What names op's decision in the deny cache. */
@@ -74,7 +79,8 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
     return RL_OK;
 }
 
-/* Fields are looked up by name; unknown fields are ignored (forward compat). */
+/* Fields are looked up by name; unknown fields are ignored (forward compat).
+ * "limits" stays in the tree (caller_limits reads it). */
 static int
 fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
 {
@@ -282,30 +288,64 @@ check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const
     return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
 }
 
+/* The body as jansson reads it into *root (the caller frees), or the 400. */
+static int
+body_json(const struct rl_check_input *in, json_t **root, char **cause)
+{
+    json_error_t jerr;
+
+    *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (*root == NULL) {
+        *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    return RL_OK;
+}
+
 /* The fields of the body: the fast scanner's, or jansson's when the scanner
  * gives up.  *root is the caller's to free (NULL when not parsed). */
 static int
 read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **root,
           char **cause)
 {
-    json_error_t jerr;
-
     if (in->body_len == 0)
         return RL_OK;
     if (body_scan(in->body, in->body_len, f) != RL_OK) {
         memset(f, 0, sizeof(*f));
         f->cost = 1;
-        *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                           &jerr);
-        if (*root == NULL) {
-            *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
-                               jerr.column, jerr.text);
-            return RL_ERR;
-        }
-        if (fields_from_json(*root, f, cause) != RL_OK)
+        if (body_json(in, root, cause) != RL_OK || fields_from_json(*root, f, cause) != RL_OK)
             return RL_ERR;
     }
     return check_fields(f, cause);
+}
+
+/*
+ * The check's own limits ("limits", the policy taking them) into
+ * out[0..*n): known by their bytes when the scanner handed them over and a
+ * check of this worker sent the same, else read from the body's JSON (the
+ * whole body then goes through jansson, whose verdict stands), and kept.
+ */
+static int
+own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
+           const struct rl_check_input *in, const struct rl_body_fields *f, json_t **root,
+           struct rl_limit *out, size_t *n, char **cause)
+{
+    if (!policy->request_limits) {
+        *cause = xasprintf("limits: policy \"%s\" takes no limits from the caller (it would "
+                           "need \"request_limits\": true)",
+                           policy->name);
+        return RL_ERR;
+    }
+    if (f->limits == NULL ||
+        !caller_limits_find(env->caller_limits, f->limits, f->limits_len, out, n)) {
+        if (*root == NULL && body_json(in, root, cause) != RL_OK)
+            return RL_ERR;
+        if (caller_limits_read(env->caller_limits, f->limits, f->limits_len,
+                               json_object_get(*root, "limits"), out, n, cause) != RL_OK)
+            return RL_ERR;
+    }
+    return caller_limits_allowed(policy, out, *n, cause);
 }
 
 /*
@@ -411,14 +451,20 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
                      int64_t timeout_ms, rl_check_done done, void *arg);
 
-/* Decide a check of `cost` for (policy, identity): locally when the hybrid
+/*
+ * Decide a check of `cost` for (policy, identity): locally when the hybrid
  * table or the deny cache can, else by the backend.  `ident`: the request,
- * for the limits with identities of their own (NULL: the policy has none). */
+ * for the limits with identities of their own (NULL: the policy has none).
+ * With limits (a check's own), under a copy of the policy that has them
+ * instead of its own: its uid is the limits', so that a denial cached under
+ * one plan never answers another.
+ */
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
              const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
-             rl_check_done done, void *arg, char **cause)
+             const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
+             char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
@@ -428,6 +474,19 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (keyname == NULL)
         keyname = policy->name;
+    /* a check's own limits count by the policy's identity (they have none
+     * of their own), in the keys the policy's limits of the same algorithm
+     * and window have */
+    if (limits != NULL) {
+        op->own = *policy;
+        memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
+        op->own.limits = op->own_limits;
+        op->own.nlimits = nlimits;
+        op->own.uid = 1ULL << 62 | ((policy->uid * 0x9e3779b97f4a7c15ULL) ^
+                                    algo_limits_hash(limits, nlimits)) >>
+                                       2;
+        policy = &op->own;
+    }
     if (identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids, op->key,
                      sizeof(op->key), &klen) != RL_OK) {
         free(op);
@@ -542,8 +601,8 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                    void *arg, char **cause)
 {
-    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, done,
-                        arg, cause);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, NULL, 0,
+                        done, arg, cause);
 }
 
 int
@@ -553,6 +612,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 {
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
+    struct rl_limit own[RL_LIMITS_MAX];
+    size_t nown = 0;
     json_t *root = NULL;
     struct rl_ident_input ident = in->ident;
     char id[RL_IDENTITY_MAX];
@@ -565,6 +626,15 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
         goto out;
 
+    /* limits brought to a check no policy decides: no policy allows them,
+     * and answering "allowed, no policy" would hide that they count nowhere */
+    if (policy == NULL &&
+        (f.limits != NULL || (root != NULL && json_object_get(root, "limits") != NULL &&
+                              !json_is_null(json_object_get(root, "limits"))))) {
+        *cause = xstrdup("limits: no policy decides this check, so none takes limits from the "
+                         "caller");
+        goto out;
+    }
     if (policy == NULL) {
         struct rl_decision d;
         response_no_policy(&d);
@@ -573,6 +643,11 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         rc = RL_OK;
         goto out;
     }
+
+    if ((f.limits != NULL || (root != NULL && json_object_get(root, "limits") != NULL &&
+                              !json_is_null(json_object_get(root, "limits")))) &&
+        own_limits(env, policy, in, &f, &root, own, &nown, cause) != RL_OK)
+        goto out;
 
     ident.forwarded_rfc7239 = cfg->forwarded_rfc7239;
     ident.ipv4_prefix = policy->fold4;
@@ -591,7 +666,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0, done, arg, cause);
+    /* a check's own limits replace the policy's, an override's too */
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0,
+                      nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);
     json_decref(root);

@@ -12,6 +12,7 @@
 #include "rl.h"
 
 struct rl_backend;
+struct rl_caller_limits;
 struct rl_config;
 struct rl_decision;
 struct rl_deny_cache;
@@ -27,8 +28,10 @@ struct rl_check_env {
     struct rl_metrics *metrics; /* the worker's counters */
     struct rl_deny_cache *deny; /* NULL: no local cache of denials */
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
-    int64_t (*now_us)(void);    /* NULL: now_monotonic_us (tests drive it) */
-    struct slab *slab;          /* NULL: malloc; the worker's blocks for per-call state */
+    /* checks' own limits read lately (caller_limits.h); NULL: none kept */
+    struct rl_caller_limits *caller_limits;
+    int64_t (*now_us)(void); /* NULL: now_monotonic_us (tests drive it) */
+    struct slab *slab;       /* NULL: malloc; the worker's blocks for per-call state */
 };
 
 struct rl_check_input {

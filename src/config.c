@@ -23,6 +23,7 @@
 #include "config.h"
 #include "algo.h"
 #include "netaddr.h"
+#include "period.h"
 #include "pathnorm.h"
 #include "redis_url.h"
 #include "rls_rules.h"
@@ -308,12 +309,64 @@ parse_ratio(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
     *out = d;
 }
 
+/* "day", "week", ...: a calendar period (period.h), stored as its kind */
+static void
+parse_period(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
+{
+    int *out = at;
+    const char *s = json_string_value(v);
+    int kind = s != NULL ? period_kind_of(s) : RL_PERIOD_NONE;
+
+    if (kind == RL_PERIOD_NONE) {
+        schema_bad(ctx, path,
+                   "must be \"minute\", \"hour\", \"day\", \"week\", \"month\" or \"year\"");
+        return;
+    }
+    *out = kind;
+}
+
+/*
+ * An IANA time zone, read from the tz database.  A configuration (its
+ * origin given) reads the zone's file again, so that a reload sees an
+ * upgraded tzdata; a request's limits take the zone as loaded.
+ */
+static void
+parse_timezone(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
+{
+    const struct rl_tz **out = at;
+    const char *s = json_string_value(v);
+    char *cause = NULL;
+
+    if (s == NULL || strlen(s) != json_string_length(v)) {
+        schema_bad(ctx, path, "must be a time zone like \"Europe/Berlin\" or \"UTC\"");
+        return;
+    }
+    if ((*out = period_tz(s, ctx->origin != NULL, &cause)) == NULL) {
+        schema_bad(ctx, path, "%s", cause);
+        free(cause);
+    }
+}
+
+/* "monday".."sunday", stored as 1 + the day (sunday 0); 0 when absent */
+static void
+parse_week_start(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
+{
+    int *out = at;
+    const char *s = json_string_value(v);
+
+    if (s == NULL || (*out = period_week_start_of(s)) == 0)
+        schema_bad(ctx, path, "must be a day: \"monday\", \"tuesday\", ... or \"sunday\"");
+}
+
 static const struct schema_custom identity_type = {parse_identity, free_identity, 1};
 static const struct schema_custom identity_ptr_type = {parse_identity_ptr, free_identity_ptr,
                                                        1};
 static const struct schema_custom ratio_type = {parse_ratio, free_nothing, 1};
 static const struct schema_custom cidrs_type = {parse_cidrs, free_cidrs, 1};
 static const struct schema_custom methods_type = {parse_methods, free_nothing, 1};
+static const struct schema_custom period_type = {parse_period, free_nothing, 0};
+static const struct schema_custom timezone_type = {parse_timezone, free_nothing, 0};
+static const struct schema_custom week_start_type = {parse_week_start, free_nothing, 0};
 static const struct schema_custom folds_type = {parse_folds, free_nothing, 1};
 
 /* ---- the tables --------------------------------------------------------- */
@@ -364,12 +417,20 @@ static const struct schema_field limit_fields[] = {
      .flags = SCHEMA_REQUIRED},
     {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1, .max = 1000000000,
      .flags = SCHEMA_REQUIRED},
+    /* window or period: check_limit */
     {.name = "window", .type = SCHEMA_DURATION, .off = LIMIT(window_ms), .min = 1,
-     .max = 366 * DAY_MS, .flags = SCHEMA_REQUIRED},
+     .max = 366 * DAY_MS},
     /* 0 (absent): the limit, set by finalize */
     {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
     {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",
      .names = align_names},
+    {.name = "period", .type = SCHEMA_CUSTOM, .off = LIMIT(period.kind), .custom = &period_type},
+    /* absent: UTC (NULL) */
+    {.name = "timezone", .type = SCHEMA_CUSTOM, .off = LIMIT(period.tz),
+     .custom = &timezone_type},
+    /* absent: monday (0) */
+    {.name = "week_start", .type = SCHEMA_CUSTOM, .off = LIMIT(period.week_start),
+     .custom = &week_start_type},
     /* absent: the policy's caller */
     {.name = "identity", .type = SCHEMA_CUSTOM, .off = LIMIT(identity),
      .custom = &identity_ptr_type},
@@ -418,6 +479,11 @@ static const struct schema_field policy_fields[] = {
      * finalize sets HYBRID_SYNC_DEFAULT_MS when it is absent */
     {.name = "sync_interval", .type = SCHEMA_DURATION, .off = POLICY(sync_interval_ms),
      .min = 10, .max = 60 * 1000},
+    {.name = "request_limits", .type = SCHEMA_BOOL, .off = POLICY(request_limits),
+     .def = "false"},
+    /* 0 (absent): no cap */
+    {.name = "request_limits_max", .type = SCHEMA_INT, .off = POLICY(request_limits_max),
+     .min = 1, .max = 1000000000},
     /* absent (0): the top-level values */
     {.name = "ipv4_prefix", .type = SCHEMA_INT, .off = POLICY(ipv4_prefix), .min = 8,
      .max = 32},
@@ -530,6 +596,14 @@ static const struct schema_field rls_fields[] = {
     {.name = "all_or_nothing", .type = SCHEMA_BOOL, .off = RLS(all_or_nothing), .def = "false"},
     {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
      .def = "0.8", .custom = &ratio_type},
+    /* a descriptor's own limit, as POST /check's "limits" under a policy's
+     * request_limits; true: Envoy's RateLimitOverride counts, as in
+     * envoyproxy/ratelimit */
+    {.name = "request_limits", .type = SCHEMA_BOOL, .off = RLS(request_limits),
+     .def = "true"},
+    /* 0 (absent): no cap */
+    {.name = "request_limits_max", .type = SCHEMA_INT, .off = RLS(request_limits_max),
+     .min = 1, .max = 4294967295LL},
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
      .min = 256, .max = 4 * 1024 * 1024},
     {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),
@@ -626,11 +700,30 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
     const struct rl_limit *l = obj;
     const struct rl_algo_def *d = algo_def(l->algo);
     int64_t burst = l->burst != 0 ? l->burst : l->limit;
+    int period = algo_has_period(l);
 
+    if (l->window_ms == 0 && !period && !schema_problem_at(ctx, path, "window") &&
+        !schema_problem_at(ctx, path, "period"))
+        schema_bad(ctx, path,
+                   "give \"window\" (a duration like \"1m\") or \"period\" (a calendar "
+                   "period like \"day\")");
+    if (l->window_ms != 0 && period)
+        schema_bad_field(ctx, path, "period", "give window or period, not both");
+    if (period && d->period_tag == NULL)
+        schema_bad_field(ctx, path, "period",
+                         "only fixed_window and sliding_window_counter count by calendar "
+                         "periods; %s needs a window",
+                         d->name);
+    if (l->period.tz != NULL && !period)
+        schema_bad_field(ctx, path, "timezone", "only a limit of a period has a time zone");
+    if (l->period.week_start != 0 && l->period.kind != RL_PERIOD_WEEK)
+        schema_bad_field(ctx, path, "week_start", "only a \"week\" period starts on a day");
     if (l->burst != 0 && !d->uses_burst)
         schema_bad_field(ctx, path, "burst", "only token_bucket and gcra take a burst");
     if (l->align != RL_ALIGN_FIRST && d->aligned_tag == NULL)
         schema_bad_field(ctx, path, "align", "only fixed_window has windows to align");
+    else if (l->align != RL_ALIGN_FIRST && period)
+        schema_bad_field(ctx, path, "align", "a period is aligned to the calendar already");
     /* time to refill a whole bucket = burst/limit x window: bounded so the
      * algorithms' exact integer arithmetic cannot overflow */
     if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&
@@ -659,6 +752,22 @@ check_match(const void *obj, const char *path, struct schema_ctx *ctx)
         schema_bad(ctx, path, "give one of path, path_prefix, path_glob");
 }
 
+/* A problem was reported with a field that names limit i's key: it is no
+ * duplicate of another then, whatever it reads as. */
+static bool
+key_unknown(const char *path, size_t i, struct schema_ctx *ctx)
+{
+    static const char *const names[] = {"algorithm", "window", "period", "timezone",
+                                        "week_start"};
+    char *ip = *path ? xasprintf("%s.limits[%zu]", path, i) : xasprintf("limits[%zu]", i);
+    bool bad = false;
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(names) && !bad; k++)
+        bad = schema_problem_at(ctx, ip, names[k]);
+    free(ip);
+    return bad;
+}
+
 static void
 check_limit_list(const struct rl_limit *l, size_t n, const char *path, struct schema_ctx *ctx)
 {
@@ -666,12 +775,13 @@ check_limit_list(const struct rl_limit *l, size_t n, const char *path, struct sc
         schema_bad_field(ctx, path, "limits", "must hold 1..%d limits", RL_LIMITS_MAX);
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < i; j++) {
-            if (l[i].algo == l[j].algo && l[i].window_ms == l[j].window_ms) {
-                char *fp = xasprintf("%s.limits", path);
+            if (algo_same_key(&l[i], &l[j]) && !key_unknown(path, i, ctx) &&
+                !key_unknown(path, j, ctx)) {
+                char *fp = *path ? xasprintf("%s.limits", path) : xstrdup("limits");
                 schema_bad_item(ctx, fp, i,
-                                "same algorithm and window as limits[%zu]: "
+                                "same algorithm and %s as limits[%zu]: "
                                 "they would share one counter",
-                                j);
+                                algo_has_period(&l[i]) ? "period" : "window", j);
                 free(fp);
             }
         }
@@ -711,6 +821,26 @@ check_override(const void *obj, const char *path, struct schema_ctx *ctx)
     free(ip);
 }
 
+static bool
+limits_have_period(const struct rl_limit *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (algo_has_period(&l[i]))
+            return true;
+    return false;
+}
+
+static bool
+policy_has_period(const struct rl_policy *p)
+{
+    if (limits_have_period(p->limits, p->nlimits))
+        return true;
+    for (size_t i = 0; i < p->noverrides; i++)
+        if (limits_have_period(p->overrides[i].limits, p->overrides[i].nlimits))
+            return true;
+    return false;
+}
+
 static void
 check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
 {
@@ -722,6 +852,17 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
     if (p->sync_interval_ms != 0 && p->mode != RL_MODE_HYBRID)
         schema_bad_field(ctx, path, "sync_interval",
                          "only a policy with \"mode\": \"hybrid\" syncs");
+    if (p->request_limits_max != 0 && !p->request_limits)
+        schema_bad_field(ctx, path, "request_limits_max",
+                         "caps the limits callers send: needs \"request_limits\": true");
+    if (p->mode == RL_MODE_HYBRID && p->request_limits)
+        schema_bad_field(ctx, path, "request_limits",
+                         "a hybrid policy decides from the limits it knows: not with "
+                         "\"mode\": \"hybrid\"");
+    if (p->mode == RL_MODE_HYBRID && policy_has_period(p))
+        schema_bad_field(ctx, path, "mode",
+                         "a hybrid policy's estimates need windows of a fixed length: "
+                         "its limits (and its overrides') cannot have a period");
     /* a hybrid entry is one key's counts: one identity for every limit */
     for (size_t i = 0; p->mode == RL_MODE_HYBRID && i < p->nlimits; i++) {
         if (p->limits[i].identity != NULL) {
@@ -797,6 +938,9 @@ check_rls(const void *obj, const char *path, struct schema_ctx *ctx)
     struct rl_listen_addr la;
     char *cause = NULL;
 
+    if (r->request_limits_max != 0 && !r->request_limits)
+        schema_bad_field(ctx, path, "request_limits_max",
+                         "caps the limits descriptors bring: needs \"request_limits\": true");
     if (r->listen == NULL)
         return;
     if (listen_addr_parse(r->listen, &la, &cause) != RL_OK) {
@@ -1206,6 +1350,53 @@ config_warnings(const struct rl_config *cfg, struct rl_errors *warns)
 }
 
 /* ---- public API ------------------------------------------------------------ */
+
+int
+config_parse_limits(json_t *v, struct rl_limit *out, size_t *n, char **cause)
+{
+    struct rl_errors errs = {0};
+    struct schema_ctx ctx = {NULL, &errs};
+    size_t k = json_array_size(v);
+    int rc;
+
+    /* a list longer than a policy may hold is not read at all */
+    if (!json_is_array(v) || k == 0 || k > RL_LIMITS_MAX) {
+        *cause = xasprintf("limits: must be a list of 1..%d limits", RL_LIMITS_MAX);
+        return RL_ERR;
+    }
+    /* each element by the rows of a policy's limits, then the list by its
+     * rules: one set of checks and messages for both */
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        char *ip = xasprintf("limits[%zu]", i);
+
+        memset(&out[i], 0, sizeof(out[i])); /* fields without a default: 0 */
+        schema_defaults(&limit_schema, &out[i]);
+        if (!json_is_object(e))
+            schema_bad(&ctx, ip, "must be an object");
+        else
+            schema_parse(&limit_schema, &out[i], e, ip, &ctx);
+        /* the keys of a check's own limits are the policy's (its
+         * identity's): what lets a plan change keep its counts */
+        if (out[i].identity != NULL)
+            schema_bad_field(&ctx, ip, "identity",
+                             "a check's own limits count by the policy's identity");
+        free(ip);
+    }
+    check_limit_list(out, k, "", &ctx);
+    rc = errs.n == 0 ? RL_OK : RL_ERR;
+    if (rc == RL_OK) {
+        finalize_limits(out, k);
+        *n = k;
+    } else {
+        *cause = xstrdup(errs.msg[0]);
+    }
+    for (size_t i = 0; i < k; i++)
+        if (rc != RL_OK || out[i].identity != NULL)
+            schema_free(&limit_schema, &out[i]);
+    errors_free(&errs);
+    return rc;
+}
 
 const struct rl_policy *
 config_policy_for(const struct rl_policy *p, const char *id, size_t idlen)

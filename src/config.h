@@ -116,6 +116,8 @@ struct rl_policy {
     enum rl_policy_mode mode;
     int64_t sync_interval_ms;         /* hybrid: counts go to Redis this often */
     int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
+    int request_limits;               /* a check may bring its own limits ("limits") */
+    int64_t request_limits_max;       /* the largest limit (or burst) it may ask; 0: any */
     /* derived by finalize, not fields: */
     int fold4, fold6; /* the address identity's network, in bits */
     int limit_ids;    /* a limit (or an override's) has an identity of its own:
@@ -185,6 +187,8 @@ struct rl_rls_conf {
     int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
     int all_or_nothing;             /* a request's descriptors in one decision */
     double near_limit_ratio;        /* hits past this share of a limit are "near" */
+    int request_limits;             /* a descriptor's own limit counts (else refused) */
+    int64_t request_limits_max;     /* the largest requests_per_unit it may ask; 0: any */
     int64_t max_message;            /* bytes of one gRPC message, either way */
     int64_t max_concurrent_streams; /* per connection (SETTINGS) */
     int64_t max_header_list;        /* bytes of a stream's header list */
@@ -293,6 +297,16 @@ const char *config_failure_mode_name(enum rl_failure_mode m);
  * matches an address entry, nor an address a key entry. */
 const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
                                           size_t idlen);
+
+/*
+ * A check's own limits (POST /check "limits", a policy with
+ * request_limits): the JSON list v read by the rules of a policy's
+ * "limits", into out[0..*n) (at most RL_LIMITS_MAX).  RL_ERR: *cause names
+ * the first problem, "limits[1].window: ..." (caller frees).  The zones of
+ * their periods are the ones loaded (or loaded now, once).
+ */
+int config_parse_limits(struct json_t *v, struct rl_limit *out, size_t *n,
+                        char **cause) RL_WUR;
 
 /* The family of original-request headers believed, auto resolved. */
 static inline enum rl_request_headers

@@ -219,6 +219,9 @@ static const struct error_code error_codes[] = {
      "WRONGTYPE: a key of the check holds a value of the wrong type"},
     {"MOVED", RL_RERR_CLUSTER, NULL, NULL},
     {"ASK", RL_RERR_CLUSTER, NULL, NULL},
+    /* the script's: Redis TIME outside the periods the daemon sent */
+    {"CLOCK:", RL_RERR_OTHER, NULL,
+     "CLOCK: Redis's clock is more than a calendar period from the daemon's"},
     {"TRYAGAIN", RL_RERR_CLUSTER, NULL, NULL},
     {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL, NULL},
 };

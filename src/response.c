@@ -20,12 +20,13 @@ capacity(const struct rl_limit *l)
     return algo_def(l->algo)->uses_burst ? l->burst : l->limit;
 }
 
-/* The time in which that capacity is granted (in full, from empty), ms. */
+/* The time in which that capacity is granted (in full, from empty), ms: a
+ * period's is its length as of now_us (0: now). */
 static int64_t
-capacity_ms(const struct rl_limit *l)
+capacity_ms(const struct rl_limit *l, int64_t now_us)
 {
     if (!algo_def(l->algo)->uses_burst || l->limit <= 0)
-        return l->window_ms;
+        return algo_window_ms(l, now_us != 0 || !algo_has_period(l) ? now_us : now_unix_us());
     /* a bucket refills limit per window: burst takes burst/limit windows
      * (bounded at load to 366 days, so this fits) */
     return (int64_t)(((unsigned __int128)l->burst * (unsigned __int128)l->window_ms +
@@ -69,6 +70,9 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
     d->nlimits = res->nlimits;
     memcpy(d->limits, res->limits, res->nlimits * sizeof(res->limits[0]));
     d->binding = pick_binding(d->limits, d->nlimits, res->allowed);
+    for (size_t i = 0; i < d->nlimits && d->now_us == 0; i++)
+        if (algo_has_period(&policy->limits[i]))
+            d->now_us = now_unix_us();
 
     const struct rl_limit_result *b = &d->limits[d->binding];
     const struct rl_limit *l = &policy->limits[d->binding];
@@ -81,7 +85,7 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
         /* No wait makes it fit: say so, and give the longest wait that
          * means anything (the limit full again), never 0, which a client
          * would take as "now" and loop on. */
-        int64_t full = capacity_ms(l);
+        int64_t full = capacity_ms(l, d->now_us);
         d->never_fits = 1;
         d->retry_after_ms = b->reset_ms > full ? b->reset_ms : full;
     } else {
@@ -125,6 +129,22 @@ sb_field(struct strbuf *sb, const char *name, int64_t v)
     sb_i64(sb, v);
 }
 
+/* ,"period":"week","timezone":"Europe/Berlin"[,"week_start":"sunday"]: zone
+ * names are [A-Za-z0-9_+-/] (period.c), no escaping either. */
+static void
+sb_period(struct strbuf *sb, const struct rl_limit *l)
+{
+    sb_str(sb, ",\"period\":\"");
+    sb_str(sb, period_kind_name(l->period.kind));
+    sb_str(sb, "\",\"timezone\":\"");
+    sb_str(sb, period_tz_name(l->period.tz));
+    if (l->period.kind == RL_PERIOD_WEEK) {
+        sb_str(sb, "\",\"week_start\":\"");
+        sb_str(sb, period_week_start_name(l->period.week_start));
+    }
+    sb_str(sb, "\"");
+}
+
 /* "limits":[...] with each limit's configuration only: what is known when
  * the backend did not answer */
 static void
@@ -137,7 +157,9 @@ sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
         sb_str(sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(sb, algo_def(l->algo)->name);
         sb_field(sb, "\",\"limit\":", l->limit);
-        sb_field(sb, ",\"window_ms\":", l->window_ms);
+        sb_field(sb, ",\"window_ms\":", algo_window_ms(l, now_unix_us()));
+        if (algo_has_period(l))
+            sb_period(sb, l);
         if (algo_def(l->algo)->uses_burst)
             sb_field(sb, ",\"burst\":", l->burst);
         sb_str(sb, "}");
@@ -193,7 +215,9 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(&sb, algo_def(l->algo)->name);
         sb_field(&sb, "\",\"limit\":", l->limit);
-        sb_field(&sb, ",\"window_ms\":", l->window_ms);
+        sb_field(&sb, ",\"window_ms\":", algo_window_ms(l, d->now_us));
+        if (algo_has_period(l))
+            sb_period(&sb, l);
         sb_field(&sb, ",\"remaining\":", r->remaining);
         sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
         if (algo_def(l->algo)->uses_burst)
@@ -257,7 +281,7 @@ policy_list(char *buf, size_t size, const struct rl_decision *d)
     sb_init(&sb, buf, size);
     for (size_t i = 0; i < p->nlimits; i++) {
         const struct rl_limit *l = &p->limits[i];
-        int64_t period_ms = capacity_ms(l);
+        int64_t period_ms = capacity_ms(l, d->now_us);
 
         if (i > 0)
             sb_str(&sb, ", ");

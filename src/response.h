@@ -30,6 +30,9 @@ struct rl_decision {
      * burst of token_bucket and gcra), so remaining never exceeds it;
      * retry_after_ms is > 0 on every denial. */
     int64_t limit, remaining, reset_ms, retry_after_ms;
+    /* The Unix time (us) by which a limit of a calendar period states its
+     * window's length (the period that holds it); 0 when no limit has one. */
+    int64_t now_us;
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };

@@ -30,10 +30,10 @@
  * the lines below; a .c file not named is in its header's layer.
  *
  *   layer 0: rl.h
- *   layer 1: arena.h slab.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c redis_reply.h
- *   layer 2: schema.h
+ *   layer 1: arena.h slab.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h lua_scripts.c redis_reply.h
+ *   layer 2: schema.h algo.h
  *   layer 3: config.h rls_rules.h
- *   layer 4: identity.h policy.h http.h grpc.h grpc_tls.h rls_grpc.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h api.h
+ *   layer 4: identity.h policy.h caller_limits.h http.h grpc.h grpc_tls.h rls_grpc.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h api.h
  *   layer 5: backend.h cluster_slots.h
  *   layer 6: script.h deny_cache.h response.h metrics.h cluster_nodes.h
  *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
@@ -71,7 +71,8 @@ enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
  * escaped form inside a hash tag. */
 #define RL_IDENTITY_MAX (2 * (8 + RL_KEY_MAX))
 #define RL_REDIS_KEY_MAX (4 + RL_NAME_MAX * 2 + 3 * RL_IDENTITY_MAX)
-/* A limit's key: the tag, ":<algorithm tag>:<window ms>". */
-#define RL_LIMIT_KEY_MAX (RL_REDIS_KEY_MAX + 32)
+/* A limit's key: the tag, ":<algorithm tag>:<window ms>" or
+ * ":<tag>:<period>[-<week start>]@<zone>" (a zone name of at most 64). */
+#define RL_LIMIT_KEY_MAX (RL_REDIS_KEY_MAX + 96)
 
 #endif

@@ -699,6 +699,37 @@ replaced(const struct rls_rule *r, const struct rls_op *op)
     return false;
 }
 
+/*
+ * A descriptor's own limit (Envoy's RateLimitOverride) under the rule of a
+ * check's own limits (POST /check "limits"): only when rls.request_limits
+ * allows them, at most rls.request_limits_max; else the request is refused
+ * naming the descriptor, nothing counted.
+ */
+static int
+own_limits_allowed(const struct rl_config *cfg, const struct rls_request *req, char **cause)
+{
+    for (size_t i = 0; i < req->ndescriptors; i++) {
+        const struct rls_descriptor *d = &req->descriptors[i];
+
+        if (!d->has_limit)
+            continue;
+        if (!cfg->rls.request_limits) {
+            *cause = xasprintf("descriptors[%zu].limit: this daemon takes no limits from "
+                               "descriptors (rls.request_limits is false)",
+                               i);
+            return RL_ERR;
+        }
+        if (cfg->rls.request_limits_max != 0 &&
+            (int64_t)d->limit_requests_per_unit > cfg->rls.request_limits_max) {
+            *cause = xasprintf("descriptors[%zu].limit.requests_per_unit: at most %lld "
+                               "(rls.request_limits_max)",
+                               i, (long long)cfg->rls.request_limits_max);
+            return RL_ERR;
+        }
+    }
+    return RL_OK;
+}
+
 int
 rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rls_request *req,
           rls_done done, void *arg, char **cause)
@@ -710,7 +741,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     size_t size, sharing = SIZE_MAX; /* the descriptor whose patterns shared holds */
     int64_t group_cost = 0;
 
-    if (check_request(req, cause) != RL_OK) {
+    if (check_request(req, cause) != RL_OK || own_limits_allowed(cfg, req, cause) != RL_OK) {
         __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
         return RL_ERR;
     }

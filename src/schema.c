@@ -68,8 +68,25 @@ static void RL_PRINTF(3, 0)
 {
     char *what = xvasprintf(fmt, ap);
 
-    errors_add(ctx->errs, "%s: %s: %s", ctx->origin, path, what);
+    if (ctx->origin != NULL)
+        errors_add(ctx->errs, "%s: %s: %s", ctx->origin, path, what);
+    else
+        errors_add(ctx->errs, "%s: %s", path, what);
     free(what);
+}
+
+bool
+schema_problem_at(const struct schema_ctx *ctx, const char *path, const char *name)
+{
+    char *want = ctx->origin != NULL ? xasprintf("%s: %s.%s: ", ctx->origin, path, name)
+                                     : xasprintf("%s.%s: ", path, name);
+    size_t n = strlen(want);
+    bool found = false;
+
+    for (size_t i = 0; i < ctx->errs->n && !found; i++)
+        found = strncmp(ctx->errs->msg[i], want, n) == 0;
+    free(want);
+    return found;
 }
 
 void

@@ -10,6 +10,7 @@
 #ifndef RL_SCHEMA_H
 #define RL_SCHEMA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,8 +77,9 @@ void errors_free(struct rl_errors *e);
 int errors_read_file(struct rl_errors *e, const char *file, size_t max, char **text,
                      size_t *len) RL_WUR;
 
-/* Where values come from ("a file name", "-l", "RATELIMITD_LISTEN") and
- * where their problems go. */
+/* Where values come from ("a file name", "-l", "RATELIMITD_LISTEN"; NULL:
+ * a request, whose problems read "path: what") and where their problems
+ * go. */
 struct schema_ctx {
     const char *origin;
     struct rl_errors *errs;
@@ -103,6 +105,10 @@ void schema_bad_field(struct schema_ctx *ctx, const char *path, const char *name
                       const char *fmt, ...) RL_PRINTF(4, 5);
 void schema_bad_item(struct schema_ctx *ctx, const char *path, size_t i, const char *fmt, ...)
     RL_PRINTF(4, 5);
+
+/* Whether a problem was reported at path.name already: a check hook then
+ * says nothing more of a field that did not parse. */
+bool schema_problem_at(const struct schema_ctx *ctx, const char *path, const char *name);
 
 /* Every field of obj to its default, sub-objects too. */
 void schema_defaults(const struct schema *s, void *obj);

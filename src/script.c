@@ -101,32 +101,70 @@ script_call_free(struct rl_script_call *c)
 }
 
 static bool
-same_limits(const struct rl_script_spec *s, const struct rl_limit *l, size_t n)
+same_limits(const struct rl_script_spec *s, uint64_t hash, const struct rl_limit *l, size_t n)
 {
-    if (s->at != l || s->n != n)
+    if (s->hash != hash || s->n != n)
         return false;
     for (size_t i = 0; i < n; i++) {
-        if (s->limits[i].algo != l[i].algo || s->limits[i].limit != l[i].limit ||
-            s->limits[i].window_ms != l[i].window_ms || s->limits[i].burst != l[i].burst ||
-            s->limits[i].align != l[i].align)
+        const struct rl_limit *a = &s->limits[i];
+        if (a->algo != l[i].algo || a->limit != l[i].limit || a->window_ms != l[i].window_ms ||
+            a->burst != l[i].burst || a->align != l[i].align ||
+            a->period.kind != l[i].period.kind ||
+            a->period.week_start != l[i].period.week_start || a->period.tz != l[i].period.tz)
             return false;
     }
     return true;
+}
+
+/* One limit's window in the spec: its window in ms, or its periods'
+ * boundaries around now_us, "b0,b1,b2,b3,b4,b5" in seconds. */
+static void
+spec_window(struct strbuf *sb, const struct rl_limit *l, int64_t now_us, int64_t *from,
+            int64_t *until)
+{
+    int64_t b[RL_PERIOD_BOUNDS];
+
+    if (!algo_has_period(l)) {
+        sb_i64(sb, l->window_ms);
+        return;
+    }
+    algo_period_bounds(l, now_us, b);
+    for (int k = 0; k < RL_PERIOD_BOUNDS; k++) {
+        if (k > 0)
+            sb_mem(sb, ",", 1);
+        sb_i64(sb, b[k] / 1000000);
+    }
+    if (b[2] > *from)
+        *from = b[2];
+    if (b[3] < *until)
+        *until = b[3];
 }
 
 /* The spec argument of limits l[0..n): from the cache, else built into it. */
 static const struct rl_script_spec *
 spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
 {
-    size_t slot = ((uintptr_t)l / sizeof(*l)) % RL_SCRIPT_SPECS;
+    uint64_t hash = algo_limits_hash(l, n);
+    size_t slot = hash % RL_SCRIPT_SPECS;
     struct rl_script_spec *s = c->specs[slot];
     char text[RL_SCRIPT_SPEC_MAX - 16];
+    int64_t now = 0, from = INT64_MIN, until = INT64_MAX;
+    int periods = 0;
     struct strbuf sb, hb;
 
-    if (s != NULL && same_limits(s, l, n))
-        return s;
+    if (s != NULL && same_limits(s, hash, l, n)) {
+        if (!s->periods)
+            return s;
+        now = now_unix_us();
+        if (now >= s->from_us && now < s->until_us)
+            return s;
+    }
     if (n > RL_LIMITS_MAX)
         return NULL;
+    for (size_t i = 0; i < n; i++)
+        periods |= algo_has_period(&l[i]);
+    if (periods && now == 0)
+        now = now_unix_us();
     sb_init(&sb, text, sizeof(text));
     for (size_t i = 0; i < n; i++) {
         const char *tag = algo_script_tag(&l[i]);
@@ -137,7 +175,7 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
         sb_mem(&sb, " ", 1);
         sb_i64(&sb, l[i].limit);
         sb_mem(&sb, " ", 1);
-        sb_i64(&sb, l[i].window_ms);
+        spec_window(&sb, &l[i], now, &from, &until);
         sb_mem(&sb, " ", 1);
         sb_i64(&sb, l[i].burst);
     }
@@ -152,8 +190,11 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
     sb_mem(&hb, text, sb.len);
     sb_mem(&hb, "\r\n", 2);
     s->len = hb.len;
-    s->at = l;
+    s->hash = hash;
     s->n = n;
+    s->periods = periods;
+    s->from_us = from;
+    s->until_us = until;
     memcpy(s->limits, l, n * sizeof(*l));
     return s;
 }

@@ -18,17 +18,22 @@ struct rconn;
 /*
  * A policy's limits as the script reads them, prebuilt: the whole protocol
  * argument "$<len>\r\n<tag> <limit> <window_ms> <burst>...\r\n", the same
- * bytes for every check of the policy.  Cached by the address of the limits
- * and checked against a copy of them, so a policy freed by a reload and
- * another allocated at the same address are never confused.
+ * bytes for every check of the policy.  Cached by a hash of the limits and
+ * checked against a copy of them, so limits freed by a reload, or a caller's
+ * own (request limits, which live as long as their check), are never taken
+ * for others.  A calendar period's limit carries the boundaries of its
+ * periods around the daemon's clock: its spec holds while that clock is in
+ * [from_us, until_us), and is built again after.
  */
-#define RL_SCRIPT_SPEC_MAX 768
+#define RL_SCRIPT_SPEC_MAX 1024
 #define RL_SCRIPT_SPECS 16
 
 struct rl_script_spec {
-    const struct rl_limit *at;
+    uint64_t hash;
     size_t n;
     struct rl_limit limits[RL_LIMITS_MAX];
+    int periods; /* some limit has a period: from_us and until_us matter */
+    int64_t from_us, until_us;
     size_t len;
     char bytes[RL_SCRIPT_SPEC_MAX];
 };

@@ -10,6 +10,7 @@
 #include "admin.h"
 #include "api.h"
 #include "backend.h"
+#include "caller_limits.h"
 #include "config.h"
 #include "deny_cache.h"
 #include "grpc.h"
@@ -321,6 +322,8 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg, c
     w->env.metrics = w->metrics;
     slab_init(&w->slab, WORKER_SLAB_KEEP);
     w->env.slab = &w->slab;
+    /* a tenant sends the same "limits" with every check: read them once */
+    w->env.caller_limits = caller_limits_new();
     /* only worth it when the answer costs a round trip */
     if (cfg->backend == RL_BACKEND_REDIS) {
         w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
@@ -416,6 +419,7 @@ worker_free(struct rl_worker *w)
     free(w->metrics);
     deny_cache_free(w->env.deny);
     slab_purge(&w->slab); /* after the backends answered every call */
+    caller_limits_free(w->env.caller_limits);
     config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
     config_unref(w->cfg);
 }

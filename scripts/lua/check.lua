@@ -13,7 +13,10 @@
 --   spec   its policy's limits, "<tag> <limit> <window_ms> <burst>" each,
 --          separated by one space ("fw 100 60000 0 gcra 5 1000 5"), the
 --          tag naming the module ('fwa': a fixed window aligned to the
---          epoch, whose keys still say 'fw'): the
+--          epoch, whose keys still say 'fw'; 'fwp' and 'swcp': a calendar
+--          period's, whose window is "b0,b1,b2,b3,b4,b5", the Unix seconds
+--          at which six consecutive periods start, the daemon's clock in
+--          the third: see period_frame in prelude.lua): the
 --          same bytes for every check of a policy, so the daemon prebuilds
 --          them and the script converts them once per call, not per check
 --   cost   the cost (0 asks without consuming, < 0 gives back), then the
@@ -57,8 +60,25 @@
 -- an admin check reads everything it needs before it writes), so a failed
 -- check has written nothing.
 
--- A spec string -> { per limit peek, commit, limit, W (us), burst; n, the
--- number of limits; ttl, the longest window (ms); err, why it cannot run }.
+-- A calendar period's boundaries as the spec gives them, "b0,b1,...,b5" in
+-- seconds -> { b0, ..., b5 } in us (period_frame in prelude.lua); nil when
+-- they are not six rising whole numbers.
+local function bounds_of(s)
+  local B, n = {}, 0
+  for x in string.gmatch(s, '[^,]+') do
+    local v = tonumber(x)
+    n = n + 1
+    if v == nil or v % 1 ~= 0 or v < 0 or v > 9007199254 or (n > 1 and v * 1000000 <= B[n - 1]) then
+      return nil
+    end
+    B[n] = v * 1000000
+  end
+  if n == 6 then return B end
+end
+
+-- A spec string -> { per limit peek, commit, limit, W (us; a period's
+-- boundaries), burst; n, the number of limits; ttl, the longest window
+-- (ms); err, why it cannot run }.
 local function spec_of(s)
   local find, sub = string.find, string.sub
   local sp, n, ttl, at = nil, 0, 1000, 1
@@ -75,6 +95,12 @@ local function spec_of(s)
     local m = algo(sub(s, at, e1 - 1))
     local l, w, b = tonumber(sub(s, e1 + 1, e2 - 1)), tonumber(sub(s, e2 + 1, e3 - 1)),
                     tonumber(sub(s, e3 + 1, e4 - 1))
+    local W = w and w * 1000
+    if m and PERIODIC[m[3]] then
+      -- the once key lives as long as the daemon's period
+      W = bounds_of(sub(s, e2 + 1, e3 - 1))
+      w = W and (W[4] - W[3]) / 1000
+    end
     local j = 5 * n
     n, at = n + 1, e4 + 1
     if m == nil then
@@ -85,10 +111,10 @@ local function spec_of(s)
       sp.err = 'bad limit in ' .. s
     elseif sp == nil then
       -- the first limit: the table in one allocation, room for n and ttl
-      sp = { m[1], m[2], l, w * 1000, b, n = 1, ttl = 1000, own = OWN_READ[m[3]] }
+      sp = { m[1], m[2], l, W, b, n = 1, ttl = 1000, own = OWN_READ[m[3]] }
       if w > ttl then ttl = w end
     else
-      sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, w * 1000, b
+      sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, W, b
       if w > ttl then ttl = w end
     end
   end

@@ -1,19 +1,34 @@
 -- fixed_window: a counter whose window lasts `window` and opens at the first
 -- counted request ('fw'), or at the multiple of `window` since the epoch that
--- holds it ('fwa', align: epoch: every key and instance shares the window).
+-- holds it ('fwa', align: epoch: every key and instance shares the window),
+-- or whose window is the calendar period that holds now ('fwp': W is then
+-- its boundaries, period_frame in prelude.lua).
 -- Value count, start (in us) as state2 reads them (prelude), written with its
 -- TTL in one SET ... PX.  A forced commit counts past the limit; the window
 -- still closes on time.  Only opening a window knows the alignment: an open
--- window reads the same either way.
+-- window reads the same either way.  A period's stored window counts while
+-- its start is the period's or later (a clock that stepped back), and every
+-- write puts the period's start.
 -- Mirrors src/algo_fixed_window.c.
 
-local function fixed_window(with_give, aligned)
+local function fixed_window(with_give, aligned, periodic)
   local call, format = redis.call, string.format
+  -- -> ok, remaining, reset, retry, repair, count, start, e: the count as
+  -- it stands, the start a write puts, a period's end (nil for a window)
   local function peek(key, now, limit, W, burst, cost, pre)
     local v = pre
     if v == nil then v = call('GET', key) end
-    local count, start, left, repair = 0, 0, 0, nil
-    if v then
+    local count, start, left, repair, e = 0, 0, 0, nil, nil
+    if periodic then
+      local _, s
+      _, s, e = period_frame(now, W)
+      if v then
+        local c, st = state2(v)
+        if c and c > 0 and st >= s then count, left = c, e - now end
+        repair = left
+      end
+      start = s
+    elseif v then
       local c, s = state2(v)
       if c then count, start = c, s end
       if count > 0 then
@@ -25,34 +40,39 @@ local function fixed_window(with_give, aligned)
     end
     local reset, room = ceil_ms(left), limit - count
     if room < 0 then room = 0 end
-    if cost > limit then return false, room, reset, -1, repair, count, start end
-    if count + cost > limit then return false, room, reset, reset, repair, count, start end
-    return true, room, reset, 0, repair, count, start
+    if cost > limit then return false, room, reset, -1, repair, count, start, e end
+    if count + cost > limit then return false, room, reset, reset, repair, count, start, e end
+    return true, room, reset, 0, repair, count, start, e
   end
 
-  -- A window opened now: its value (cost, now) and TTL (W) are the same
+  -- A window opened now: its value (cost, start) and TTL are the same
   -- for every new key of a policy in a call (most keys, when keys are
   -- many), so they are formatted once, not per check.  The TTL is the
   -- reset: ttl_ms and ceil_ms agree on a window still open (left > 0).
   local f_cost, f_now, f_W, f_value, f_ttl, f_reset
-  local function commit(key, now, limit, W, burst, cost, count, start)
+  local function commit(key, now, limit, W, burst, cost, count, start, e)
     local reset, value, ttl
     if count == 0 then
       if cost ~= f_cost or now ~= f_now or W ~= f_W then
-        local s = now
-        if aligned then
-          -- now % W is now - floor(now / W) * W: the quotient may round
-          -- to the next integer, which the fix below undoes, exactly
-          local r = now % W
-          if r < 0 then r = r + W elseif r >= W then r = r - W end
-          s = now - r
+        local s, stop = now, e
+        if periodic then
+          s = start
+        else
+          if aligned then
+            -- now % W is now - floor(now / W) * W: the quotient may round
+            -- to the next integer, which the fix below undoes, exactly
+            local r = now % W
+            if r < 0 then r = r + W elseif r >= W then r = r - W end
+            s = now - r
+          end
+          stop = s + W
         end
-        f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(s + W - now)
+        f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(stop - now)
         f_value, f_ttl = pack_state('<dd', cost, s), format('%d', f_reset)
       end
       count, reset, value, ttl = cost, f_reset, f_value, f_ttl
     else
-      count, reset = count + cost, ceil_ms(start + W - now)
+      count, reset = count + cost, ceil_ms((e or start + W) - now)
       value, ttl = pack_state('<dd', count, start), format('%d', reset)
     end
     -- value and TTL in one command
@@ -64,18 +84,21 @@ local function fixed_window(with_give, aligned)
 
   if not with_give then return peek, commit end
   -- the count down by units, floored at 0 (then no key); the window stays
-  local function give(key, now, limit, W, burst, units, count, start)
+  local function give(key, now, limit, W, burst, units, count, start, e)
     if count == 0 then return end
     count = count - units
     if count <= 0 then
       call('DEL', key)
       return
     end
-    call('SET', key, pack_state('<dd', count, start), 'PX', format('%d', ttl_ms(start + W - now)))
+    call('SET', key, pack_state('<dd', count, start), 'PX',
+         format('%d', ttl_ms((e or start + W) - now)))
   end
 
   return peek, commit, give
 end
 
-MODULES['fw'] = function(with_give) return fixed_window(with_give, false) end
-MODULES['fwa'] = function(with_give) return fixed_window(with_give, true) end
+MODULES['fw'] = function(with_give) return fixed_window(with_give, false, false) end
+MODULES['fwa'] = function(with_give) return fixed_window(with_give, true, false) end
+PERIODIC['fwp'] = true
+MODULES['fwp'] = function(with_give) return fixed_window(with_give, false, true) end

@@ -53,6 +53,9 @@ local MODULES, ALGOS = {}, {}
 -- the tags whose peek reads its key itself, not as a string: the driver
 -- then reads only the block key, not that key
 local OWN_READ = {}
+-- the tags of calendar periods: their spec gives boundaries, not a window
+-- (period_frame below)
+local PERIODIC = {}
 -- the module of tag, built on first use in this call; nil if none.  Built
 -- without its give, which only an admin call needs (MODULES[tag](true)
 -- builds it then): a closure less per call.
@@ -121,6 +124,26 @@ local function state3(v)
   end
   local a, b, c = text_state(v)
   if a and b and c then return a, b, c end
+end
+
+-- A calendar period's limit (tags 'fwp', 'swcp') gets, for W, the
+-- boundaries the daemon computed around its own clock (spec_of reads them):
+-- B[1] .. B[6], in us, consecutive period starts with the daemon's time in
+-- [B[3], B[4]).  Redis's clock is the one that decides: the period that
+-- holds now, one either side of the daemon's, and the start of the one
+-- before it and the end of the one after it.  Further off, the two clocks
+-- disagree by more than a period: an error, never a guess.
+-- Returns p, s, e, e2: the previous period's start, this one's, its end and
+-- the next one's end.
+local function period_frame(now, B)
+  if now >= B[3] then
+    if now < B[4] then return B[2], B[3], B[4], B[5] end
+    if now < B[5] then return B[3], B[4], B[5], B[6] end
+  elseif now >= B[2] then
+    return B[1], B[2], B[3], B[4]
+  end
+  error('CLOCK: Redis TIME ' .. string.format('%d', now) ..
+        ' is more than a period from the daemon\'s clock', 0)
 end
 
 -- A key found without a TTL is repaired: no key may live forever.

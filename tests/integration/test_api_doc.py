@@ -50,7 +50,15 @@ COMPANIONS = {
     "rls.tls.cert_file": {"rls.tls.key_file": None},
     "rls.tls.key_file": {"rls.tls.cert_file": None},
     "rls.tls.client_ca_file": {"rls.tls.cert_file": None, "rls.tls.key_file": None},
+    "policies[].limits[].timezone": {"policies[].limits[].period": None},
+    "policies[].limits[].week_start": {"policies[].limits[].period": "week"},
+    "policies[].request_limits_max": {"policies[].request_limits": True},
+    "rls.request_limits_max": {"rls.request_limits": True},
 }  # None: the option's documented value
+
+# Fields of which an object needs one (config.c's check hooks): {table: names};
+# an object given none gets the first's documented value.
+ONE_OF = {"limit_fields": ("window", "period")}
 
 SCHEMA_WORDS = {"SCHEMA_STRING": "string", "SCHEMA_INT": "integer", "SCHEMA_DURATION": "duration",
                 "SCHEMA_SIZE": "size", "SCHEMA_BOOL": "boolean", "SCHEMA_STRLIST": "list of strings",
@@ -145,8 +153,10 @@ def t_options_match_tables():
             if typ != "number":
                 problems.append("%s: type %r, the table parses a number" % (path, typ))
         elif f["type"] == "SCHEMA_CUSTOM":
-            if not typ.startswith("list of"):
-                problems.append("%s: type %r, the table parses a list" % (path, typ))
+            # a parser of its own: a list, or a string of a set of values
+            # (a calendar period, a day) or of the system's (a time zone)
+            if not typ.startswith(("list of", "one of")) and typ != "string":
+                problems.append("%s: type %r, the table parses a list or a string" % (path, typ))
         elif typ != SCHEMA_WORDS[f["type"]]:
             problems.append("%s: type %r, the table says %s" % (path, typ, SCHEMA_WORDS[f["type"]]))
         dflt = row["default"]
@@ -262,6 +272,9 @@ class Builder:
 
     def fill_required(self, node, table):
         """Every object present gets the required fields it lacks."""
+        alts = ONE_OF.get(table, ())
+        if alts and not any(a in node for a in alts):
+            node[alts[0]] = copy.deepcopy(self.value(self.prefix[table] + alts[0]))
         for f in self.tables[table]:
             if f["required"] and f["name"] not in node:
                 node[f["name"]] = copy.deepcopy(self.value(self.prefix[table] + f["name"]))

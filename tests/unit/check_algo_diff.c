@@ -28,7 +28,9 @@
 #include "algo.h"
 #include "config.h"
 #include "lua_scripts.h"
+#include "period.h"
 #include "script.h"
+#include "util.h"
 #include "../testutil_redis.h"
 
 #define MS 1000LL
@@ -80,6 +82,7 @@ struct dpolicy {
     int64_t reset_index, block_ms;  /* of the next DP_RESET, DP_BLOCK */
     int persisted;      /* the previous step took every TTL away */
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
+    int64_t skew;       /* the daemon's clock minus the script's (periods) */
 };
 
 static void
@@ -96,6 +99,31 @@ dp_add(struct dpolicy *p, const char *id, enum rl_algo algo, int64_t limit,
     d->lim.burst = def->uses_burst && burst > 0 ? burst : limit;
     snprintf(d->key, sizeof(d->key), "{diff:%s}:%s:%lld", id, def->tag,
              (long long)window_ms);
+    snprintf(p->block_key, sizeof(p->block_key), "{diff:%s}:block", id);
+}
+
+/* A limit of a calendar period in zone tz (NULL: UTC). */
+static void
+dp_add_period(struct dpolicy *p, const char *id, enum rl_algo algo, int64_t limit, int kind,
+              const char *tz, int week_start)
+{
+    struct dlimit *d = &p->l[p->n++];
+    char *cause = NULL, suffix[128];
+    struct strbuf sb;
+
+    ck_assert_uint_le(p->n, RL_LIMITS_MAX);
+    d->lim.algo = algo;
+    d->lim.limit = limit;
+    d->lim.burst = limit;
+    d->lim.period.kind = kind;
+    d->lim.period.week_start = week_start;
+    if (tz != NULL) {
+        d->lim.period.tz = period_tz(tz, 0, &cause);
+        ck_assert_msg(d->lim.period.tz != NULL, "%s: %s", tz, cause);
+    }
+    sb_init(&sb, suffix, sizeof(suffix));
+    algo_key_suffix(&d->lim, &sb);
+    snprintf(d->key, sizeof(d->key), "{diff:%s}%s", id, suffix);
     snprintf(p->block_key, sizeof(p->block_key), "{diff:%s}:block", id);
 }
 
@@ -152,7 +180,7 @@ struct dp_call {
     int argc;
     char nums[8][24];
     int nn;
-    char spec[RL_LIMITS_MAX * 80];
+    char spec[RL_LIMITS_MAX * 128];
 };
 
 static void
@@ -190,10 +218,22 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
     for (size_t i = 0; i < p->n; i++) {
         const struct rl_limit *l = &p->l[i].lim;
         size_t at = strlen(c->spec);
+        char w[128];
 
-        snprintf(c->spec + at, sizeof(c->spec) - at, "%s%s %lld %lld %lld", i ? " " : "",
-                 algo_script_tag(l), (long long)l->limit, (long long)l->window_ms,
-                 (long long)l->burst);
+        /* a period's boundaries as the daemon computes them, by its clock */
+        if (algo_has_period(l)) {
+            int64_t b[RL_PERIOD_BOUNDS];
+
+            algo_period_bounds(l, now + p->skew, b);
+            snprintf(w, sizeof(w), "%lld,%lld,%lld,%lld,%lld,%lld", (long long)b[0] / 1000000,
+                     (long long)b[1] / 1000000, (long long)b[2] / 1000000,
+                     (long long)b[3] / 1000000, (long long)b[4] / 1000000,
+                     (long long)b[5] / 1000000);
+        } else {
+            snprintf(w, sizeof(w), "%lld", (long long)l->window_ms);
+        }
+        snprintf(c->spec + at, sizeof(c->spec) - at, "%s%s %lld %s %lld", i ? " " : "",
+                 algo_script_tag(l), (long long)l->limit, w, (long long)l->burst);
     }
     dc_arg(c, c->spec);
     dc_num(c, cost, flags);
@@ -398,7 +438,7 @@ static int64_t
 next_time(uint64_t *s, int64_t now, const struct dpolicy *p)
 {
     const struct rl_limit *l = &p->l[rnd(s) % p->n].lim;
-    int64_t W = l->window_ms * MS, gap = W / l->limit;
+    int64_t W = algo_window_ms(l, now) * MS, gap = W / l->limit;
     /* keep every time far below 2^53 even with year-long windows */
     int64_t jump = W <= DAY_MS * MS ? 3 * W : W / 8;
 
@@ -433,7 +473,7 @@ next_cost(uint64_t *s, const struct dpolicy *p)
 static void
 next_admin(uint64_t *s, struct dpolicy *p, int64_t *cost, int *how)
 {
-    int64_t w = p->l[rnd(s) % p->n].lim.window_ms;
+    int64_t w = algo_window_ms(&p->l[rnd(s) % p->n].lim, T0);
 
     switch (rnd(s) % 40) {
     case 0: case 1: case 2:
@@ -1142,8 +1182,8 @@ END_TEST
 
 START_TEST(daemon_batch_fails_one_check_alone)
 {
-    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, NULL}};
-    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, NULL}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, NULL}};
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
     char n1[] = "p1", n2[] = "p2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1206,8 +1246,8 @@ END_TEST
  */
 START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
 {
-    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, NULL},
-                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, NULL}};
+    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL},
+                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
     char name[] = "pa";
     struct rl_policy p = {.name = name, .limits = l, .nlimits = 2};
     struct rl_check_req use = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = 3};
@@ -1273,9 +1313,9 @@ END_TEST
  */
 START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
 {
-    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, NULL}};
-    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, NULL},
-                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, NULL}};
+    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
+    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL},
+                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
     char n1[] = "pl1", n2[] = "pl2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1306,6 +1346,273 @@ START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
 }
 END_TEST
 
+/* ---- calendar periods --------------------------------------------------------- */
+
+/* Periods of every kind, in zones with DST north and south, a 30-minute
+ * shift and none; a week from a sunday. */
+static const struct {
+    int kind;
+    const char *tz;
+    int week_start;
+} periods[] = {
+    {RL_PERIOD_DAY, "Europe/Berlin", 0},         {RL_PERIOD_DAY, "America/New_York", 0},
+    {RL_PERIOD_DAY, "Australia/Lord_Howe", 0},   {RL_PERIOD_DAY, "Asia/Kolkata", 0},
+    {RL_PERIOD_WEEK, "America/New_York", 1},     {RL_PERIOD_WEEK, NULL, 0},
+    {RL_PERIOD_MONTH, "Europe/Berlin", 0},       {RL_PERIOD_YEAR, NULL, 0},
+    {RL_PERIOD_HOUR, "Australia/Lord_Howe", 0},  {RL_PERIOD_MINUTE, "Asia/Kolkata", 0},
+};
+
+/* The edges the periods are visited around: every DST change of 2026-2027
+ * in the zones above, month ends of 28, 29, 30 and 31 days, years. */
+static const int64_t edges_s[] = {
+    1774746000, /* 2026-03-29T01:00Z Berlin springs forward */
+    1792890000, /* 2026-10-25T01:00Z Berlin falls back */
+    1772953200, /* 2026-03-08T07:00Z New York springs forward */
+    1793512800, /* 2026-11-01T06:00Z New York falls back */
+    1775314800, /* 2026-04-04T15:00Z Lord Howe falls back 30 minutes */
+    1791043200, /* 2026-10-03T15:30Z Lord Howe springs forward 30 */
+    1803452400, /* 2027-02-28T23:00Z: the end of a February of 28 days (Berlin) */
+    1835391600, /* 2028-02-29T23:00Z: of 29 */
+    1782860400, /* 2026-06-30T23:00Z: of June, 30 days */
+    1798758000, /* 2026-12-31T23:00Z: of the year (Berlin) */
+    1798761600, /* 2027-01-01T00:00Z: of the year (UTC) */
+};
+
+static const char *
+period_label(size_t k)
+{
+    static char out[96];
+
+    snprintf(out, sizeof(out), "%s@%s%s", period_kind_name(periods[k].kind),
+             periods[k].tz ? periods[k].tz : "UTC", periods[k].week_start ? " (sunday)" : "");
+    return out;
+}
+
+START_TEST(period_algorithms_match_their_twins)
+{
+    static const enum rl_algo algos[] = {RL_ALGO_FIXED_WINDOW, RL_ALGO_SLIDING_WINDOW_COUNTER};
+    static const int64_t limits[] = {3, 100, 1000000000};
+    size_t k = (size_t)_i;
+
+    for (size_t a = 0; a < RL_ARRAY_LEN(algos); a++) {
+        for (size_t j = 0; j < RL_ARRAY_LEN(limits); j++) {
+            struct dpolicy p = {0};
+            char id[64], what[160];
+            uint64_t seed = k * 131 + a * 17 + j;
+            int64_t now;
+            int steps = 0;
+
+            snprintf(id, sizeof(id), "per:%zu:%zu:%zu", k, a, j);
+            snprintf(what, sizeof(what), "%s %s limit %lld", algo_def(algos[a])->name,
+                     period_label(k), (long long)limits[j]);
+            dp_add_period(&p, id, algos[a], limits[j], periods[k].kind, periods[k].tz,
+                          periods[k].week_start);
+            /* from before an edge, at the policy's pace, past it */
+            now = (edges_s[seed % RL_ARRAY_LEN(edges_s)] - 2 * 3600) * 1000000 + 123;
+            for (int n = 0; n < 200; n++, steps++) {
+                char where[200];
+                int64_t cost = next_cost(&seed, &p);
+                int how = 0;
+
+                now = next_time(&seed, now, &p);
+                if (rnd(&seed) % 25 == 0)
+                    how |= DP_PERSIST;
+                if (rnd(&seed) % 8 == 0)
+                    how |= DP_FORCE;
+                next_admin(&seed, &p, &cost, &how);
+                snprintf(where, sizeof(where), "%s step %d", what, n);
+                dp_step(&p, now, cost, how, where);
+            }
+            ck_assert_int_eq(steps, 200);
+            dp_free(&p);
+        }
+    }
+}
+END_TEST
+
+/*
+ * At every boundary near each edge: the last microsecond of a period and
+ * the first of the next, full and empty, and back again (a clock that
+ * steps back), both algorithms side by side in one policy; with the
+ * daemon's clock on time, a second behind Redis's
+ * (its boundaries one period old once Redis's clock has passed one) and a
+ * second ahead (one period new before).
+ */
+START_TEST(periods_match_on_their_boundaries)
+{
+    size_t k = (size_t)_i;
+    static const int64_t skews[] = {0, -1000000, 1000000};
+
+    for (size_t e = 0; e < RL_ARRAY_LEN(edges_s); e++) {
+        for (size_t sk = 0; sk < RL_ARRAY_LEN(skews); sk++) {
+            struct dpolicy p = {0};
+            char id[64], what[160];
+            int64_t b[RL_PERIOD_BOUNDS];
+
+            snprintf(id, sizeof(id), "pedge:%zu:%zu:%zu", k, e, sk);
+            snprintf(what, sizeof(what), "%s edge %zu skew %lld", period_label(k), e,
+                     (long long)skews[sk]);
+            dp_add_period(&p, id, RL_ALGO_FIXED_WINDOW, 5, periods[k].kind, periods[k].tz,
+                          periods[k].week_start);
+            dp_add_period(&p, id, RL_ALGO_SLIDING_WINDOW_COUNTER, 7, periods[k].kind,
+                          periods[k].tz, periods[k].week_start);
+            p.skew = skews[sk];
+            algo_period_bounds(&p.l[0].lim, edges_s[e] * 1000000, b);
+            /* the period that holds the edge, and its two ends */
+            for (int i = 2; i <= 3; i++) {
+                int64_t t = b[i];
+                dp_step(&p, t - 3000000, 2, 0, what);
+                dp_step(&p, t - 1, 3, 0, what);
+                dp_step(&p, t - 1, 1, 0, what);
+                dp_step(&p, t, 1, 0, what);
+                dp_step(&p, t, 4, 0, what);
+                dp_step(&p, t + 1, 2, 0, what);
+                dp_step(&p, t + 1, 0, 0, what);
+                dp_step(&p, t + 1, 3, DP_FORCE, what);
+                /* a clock that steps back across the boundary: the later
+                 * period's counts stay */
+                dp_step(&p, t - 2, 1, 0, what);
+                dp_step(&p, t - 2, 0, 0, what);
+                dp_step(&p, t + (b[i + 1] - b[i]) / 2, 1, 0, what);
+            }
+            dp_free(&p);
+        }
+    }
+}
+END_TEST
+
+/* The numbers themselves on Berlin's 23-hour day: a daily quota opened at
+ * 00:00:01 resets at the next midnight, 23 hours less a second later; the
+ * sliding counter's previous day fades over the whole of the 23. */
+START_TEST(period_numbers_on_a_short_day)
+{
+    struct dpolicy p = {0};
+    int64_t midnight = 1774738800LL * 1000000; /* 2026-03-29T00:00+01:00 */
+    redisReply *r;
+
+    dp_add_period(&p, "short", RL_ALGO_FIXED_WINDOW, 3, RL_PERIOD_DAY, "Europe/Berlin", 0);
+    dp_add_period(&p, "short", RL_ALGO_SLIDING_WINDOW_COUNTER, 4, RL_PERIOD_DAY,
+                  "Europe/Berlin", 0);
+    /* 4 the day before, so that the counter carries them into the short day */
+    ck_assert(dp_step(&p, midnight - 3600 * 1000000LL, 3, 0, "the day before"));
+    r = dp_redis(&p, midnight + 1000000, 0, 0, "at 00:00:01", &(int64_t){0});
+    /* fixed: a new day, 3 left, nothing to reset; counter: 3 of the last
+     * day weigh 3 x (23 h - 1 s) / 24 h = 2.87... -> 3, 1 left */
+    ck_assert_int_eq(r->element[0]->element[1]->integer, 3);
+    ck_assert_int_eq(r->element[0]->element[2]->integer, 0);
+    ck_assert_int_eq(r->element[0]->element[4]->integer, 1);
+    ck_assert_int_eq(r->element[0]->element[5]->integer, (23 * 3600 - 1) * 1000LL);
+    freeReplyObject(r);
+    dp_twin(&p, midnight + 1000000, 0, 0, (struct rl_limit_result[RL_LIMITS_MAX]){0},
+            &(int){0});
+    ck_assert(dp_step(&p, midnight + 1000000, 1, 0, "first of the short day"));
+    r = dp_redis(&p, midnight + 2000000, 0, 0, "at 00:00:02", &(int64_t){0});
+    ck_assert_int_eq(r->element[0]->element[2]->integer, (23 * 3600 - 2) * 1000LL);
+    /* the counter is whole again at the end of the next day (24 h) */
+    ck_assert_int_eq(r->element[0]->element[5]->integer, (47 * 3600 - 2) * 1000LL);
+    freeReplyObject(r);
+    dp_free(&p);
+}
+END_TEST
+
+/* Redis's clock more than a period from the daemon's: the check fails (an
+ * error for failure_mode), nothing is written. */
+START_TEST(a_clock_a_period_away_fails_the_check)
+{
+    struct dpolicy p = {0};
+    redisReply *r;
+
+    dp_add_period(&p, "far", RL_ALGO_FIXED_WINDOW, 5, RL_PERIOD_MINUTE, NULL, 0);
+    p.skew = 125 * 1000000LL; /* two minutes and more */
+    r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s 1 %s", rl_lua_check_sha, p.l[0].key,
+                     (long long)T0, "fwp 5 1,2,3,4,5,6 0", p.block_key);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->element[0]->type == REDIS_REPLY_ERROR &&
+                      strncmp(r->element[0]->str, "CLOCK: ", 7) == 0,
+                  "far in the future of the boundaries: %s",
+                  r->type == REDIS_REPLY_ARRAY ? r->element[0]->str : "?");
+    freeReplyObject(r);
+    for (int sign = -1; sign <= 1; sign += 2) {
+        struct dp_call c = {.argc = 0};
+
+        p.skew = sign * 125 * 1000000LL;
+        dp_build(&p, T0, 1, 0, &c);
+        r = redisCommandArgv(rc, c.argc, c.argv, c.lens);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->element[0]->type == REDIS_REPLY_ERROR &&
+                          strncmp(r->element[0]->str, "CLOCK: ", 7) == 0,
+                      "skew %d: not a CLOCK error", sign);
+        freeReplyObject(r);
+    }
+    r = redisCommand(rc, "EXISTS %s", p.l[0].key);
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+    /* a minute is within reach */
+    p.skew = 59 * 1000000LL;
+    ck_assert(dp_step(&p, T0, 1, 0, "59 s apart"));
+    dp_free(&p);
+}
+END_TEST
+
+/*
+ * The daemon's own call for period limits, through script_call_build: the
+ * spec carries the boundaries around the daemon's clock (now), is rebuilt
+ * when its period ends, and a policy of the same limits in another zone is
+ * never sent the other's.
+ */
+START_TEST(daemon_sends_a_periods_boundaries)
+{
+    char *cause = NULL;
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
+                             {RL_PERIOD_MINUTE, 0, NULL}, NULL}};
+    struct rl_limit l2[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
+                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL}};
+    char n1[] = "pm", n2[] = "pd";
+    struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
+    struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 1};
+    struct rl_check_req a = {.policy = &p1, .key = "{e:a}", .key_len = 5, .cost = 1};
+    struct rl_check_req b = {.policy = &p2, .key = "{e:a}", .key_len = 5, .cost = 1};
+    const struct rl_check_req *reqs[] = {&a, &b};
+    struct rl_script_call c = {0};
+    struct answer ans[2];
+    int64_t bd[RL_PERIOD_BOUNDS], now;
+    char want[160];
+    redisReply *r;
+
+    ck_assert_ptr_nonnull(l2[0].period.tz);
+    daemon_call(&c, reqs, 2, ans);
+    now = now_unix_us();
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(ans[k].res.status, RL_BACKEND_OK);
+        ck_assert(ans[k].res.allowed);
+        ck_assert_int_eq(ans[k].res.limits[0].remaining, 9);
+    }
+    /* the minute's reset: by Redis's clock, within the minute */
+    ck_assert_int_gt(ans[0].res.limits[0].reset_ms, 0);
+    ck_assert_int_le(ans[0].res.limits[0].reset_ms, 60000);
+    algo_period_bounds(&l2[0], now, bd);
+    ck_assert_int_le(ans[1].res.limits[0].reset_ms, (bd[3] - now) / 1000 + 2000);
+    ck_assert_int_ge(ans[1].res.limits[0].reset_ms, (bd[3] - now) / 1000 - 2000);
+    snprintf(want, sizeof(want), "fwp 10 %lld,%lld,%lld,", (long long)bd[0] / 1000000,
+             (long long)bd[1] / 1000000, (long long)bd[2] / 1000000);
+    ck_assert_msg(memmem(c.buf, c.len, want, strlen(want)) != NULL, "no \"%s\" in the call",
+                  want);
+    r = redisCommand(rc, "EXISTS {e:a}:fw:minute@UTC {e:a}:fw:day@Pacific/Kiritimati");
+    ck_assert_int_eq(r->integer, 2);
+    freeReplyObject(r);
+    /* a spec whose period ended is built again: make the cached one stale */
+    for (size_t i = 0; i < RL_SCRIPT_SPECS; i++)
+        if (c.specs[i] != NULL && c.specs[i]->periods) {
+            c.specs[i]->until_us = now - 1;
+            memcpy(c.specs[i]->bytes + c.specs[i]->len - 40, "garbage", 7);
+        }
+    daemon_call(&c, reqs, 2, ans);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(ans[k].res.status == RL_BACKEND_OK && ans[k].res.limits[0].remaining == 8,
+                      "after the rebuild: status %d remaining %lld", ans[k].res.status,
+                      (long long)ans[k].res.limits[0].remaining);
+    script_call_free(&c);
+}
+END_TEST
+
 static Suite *
 diff_suite(void)
 {
@@ -1332,6 +1639,11 @@ diff_suite(void)
     tcase_add_test(tc, daemon_batch_fails_one_check_alone);
     tcase_add_test(tc, daemon_admin_ops_answer_like_a_check_after_them);
     tcase_add_test(tc, a_block_denies_a_policy_whose_first_limit_is_a_log);
+    tcase_add_loop_test(tc, period_algorithms_match_their_twins, 0, RL_ARRAY_LEN(periods));
+    tcase_add_loop_test(tc, periods_match_on_their_boundaries, 0, RL_ARRAY_LEN(periods));
+    tcase_add_test(tc, period_numbers_on_a_short_day);
+    tcase_add_test(tc, a_clock_a_period_away_fails_the_check);
+    tcase_add_test(tc, daemon_sends_a_periods_boundaries);
     suite_add_tcase(s, tc);
     return s;
 }

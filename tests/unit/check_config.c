@@ -16,6 +16,7 @@
 
 #include "algo.h"
 #include "config.h"
+#include "period.h"
 #include "netaddr.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -106,6 +107,20 @@ expect_errors(const struct rl_errors *e, const char *file, const struct want *w,
         ck_assert_msg(strstr(e->msg[at] + strlen(prefix), w[k].what) != NULL,
                       "\"%s\" does not say \"%s\"", e->msg[at], w[k].what);
     }
+}
+
+/* json does not load: exactly the problems w say. */
+static void
+expect_refused(const char *json, const struct want *w, size_t nw)
+{
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(json, &cfg, &errs, &file), RL_ERR);
+    expect_errors(&errs, file, w, nw);
+    errors_free(&errs);
+    free(file);
 }
 
 static void
@@ -831,10 +846,7 @@ START_TEST(limit_align)
     ck_assert_int_eq(cfg->policies[0].limits[2].align, RL_ALIGN_FIRST);
     config_unref(cfg);
     free(file);
-    ck_assert_int_eq(load_and_validate(bad, &cfg, &errs, &file), RL_ERR);
-    expect_errors(&errs, file, w, N_OF(w));
-    errors_free(&errs);
-    free(file);
+    expect_refused(bad, w, N_OF(w));
 }
 END_TEST
 
@@ -843,6 +855,102 @@ END_TEST
  * does not parse) are reported together with the problems of single fields:
  * `-t` must print them all at once (docs/API.md), not one batch per run.
  */
+/* period, timezone, week_start: calendar periods (issue 22) */
+START_TEST(limit_periods)
+{
+    static const char ok[] =
+        "{ \"policies\": [ { \"name\": \"a\", \"limits\": [\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 500, \"period\": \"day\", \"timezone\": \"Europe/Berlin\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 500, \"period\": \"day\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 50, \"window\": \"1m\" },\n"
+        "    { \"algorithm\": \"sliding_window_counter\", \"limit\": 9000, \"period\": \"month\", \"timezone\": \"UTC\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 3000, \"period\": \"week\", \"week_start\": \"sunday\", \"timezone\": \"America/New_York\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 3000, \"period\": \"week\", \"timezone\": \"America/New_York\" } ] } ] }\n";
+    static const char bad[] =
+        "{ \"policies\": [ { \"name\": \"a\", \"limits\": [\n"
+        "    { \"algorithm\": \"token_bucket\", \"limit\": 10, \"period\": \"day\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1m\", \"period\": \"day\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10 },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"period\": \"day\", \"timezone\": \"Europe/Berln\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"window\": \"1h\", \"timezone\": \"Europe/Berlin\" },\n"
+        "    { \"algorithm\": \"sliding_window_counter\", \"limit\": 10, \"period\": \"month\", \"week_start\": \"sunday\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"period\": \"fortnight\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"period\": \"week\", \"align\": \"epoch\" } ] },\n"
+        "  { \"name\": \"b\", \"limits\": [\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"period\": \"week\", \"week_start\": \"monday\", \"timezone\": \"UTC\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 20, \"period\": \"week\" },\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 20, \"period\": \"week\", \"week_start\": \"someday\", \"timezone\": \"../../etc/passwd\" } ] },\n"
+        "  { \"name\": \"c\", \"mode\": \"hybrid\", \"limits\": [\n"
+        "    { \"algorithm\": \"fixed_window\", \"limit\": 10, \"period\": \"day\" } ] } ] }\n";
+    static const struct want w[] = {
+        {"policies[0].limits[0].period", "only fixed_window and sliding_window_counter"},
+        {"policies[0].limits[1].period", "give window or period, not both"},
+        {"policies[0].limits[2]", "give \"window\" (a duration like \"1m\") or \"period\""},
+        {"policies[0].limits[3].timezone", "unknown time zone \"Europe/Berln\""},
+        {"policies[0].limits[4].timezone", "only a limit of a period has a time zone"},
+        {"policies[0].limits[5].week_start", "only a \"week\" period starts on a day"},
+        {"policies[0].limits[6].period", "must be \"minute\", \"hour\", \"day\", \"week\""},
+        {"policies[0].limits[7].align", "a period is aligned to the calendar already"},
+        /* monday is the default: one week, one key */
+        {"policies[1].limits[1]", "same algorithm and period as limits[0]"},
+        {"policies[1].limits[2].week_start", "must be a day"},
+        {"policies[1].limits[2].timezone", "must be an IANA name"},
+        {"policies[2].mode", "cannot have a period"},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+    const struct rl_limit *l;
+
+    ck_assert_int_eq(load_and_validate(ok, &cfg, &errs, &file), RL_OK);
+    l = cfg->policies[0].limits;
+    ck_assert_int_eq(l[0].period.kind, RL_PERIOD_DAY);
+    ck_assert_str_eq(period_tz_name(l[0].period.tz), "Europe/Berlin");
+    ck_assert_ptr_null(l[1].period.tz);
+    ck_assert_int_eq(l[1].window_ms, 0);
+    ck_assert_int_eq(l[3].period.kind, RL_PERIOD_MONTH);
+    ck_assert_str_eq(period_tz_name(l[3].period.tz), "UTC");
+    ck_assert_int_eq(l[4].period.week_start, 1);
+    ck_assert_int_eq(l[5].period.week_start, 0);
+    config_unref(cfg);
+    free(file);
+    expect_refused(bad, w, N_OF(w));
+}
+END_TEST
+
+/* request_limits, request_limits_max: a policy's permission to take limits
+ * from the caller, and its cap */
+START_TEST(policy_request_limits)
+{
+    static const char ok[] =
+        "{ \"policies\": [ { \"name\": \"a\", \"request_limits\": true, \"request_limits_max\": 100000,\n"
+        "    \"limits\": [ { \"algorithm\": \"fixed_window\", \"limit\": 10, \"period\": \"day\" } ] },\n"
+        "  { \"name\": \"b\", \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] } ] }\n";
+    static const char bad[] =
+        "{ \"policies\": [ { \"name\": \"a\", \"request_limits_max\": 10,\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] },\n"
+        "  { \"name\": \"b\", \"mode\": \"hybrid\", \"request_limits\": true, \"request_limits_max\": 0,\n"
+        "    \"limits\": [ { \"algorithm\": \"gcra\", \"limit\": 10, \"window\": \"1s\" } ] } ] }\n";
+    static const struct want w[] = {
+        {"policies[0].request_limits_max", "needs \"request_limits\": true"},
+        {"policies[1].request_limits_max", "must be between 1"},
+        {"policies[1].request_limits", "not with \"mode\": \"hybrid\""},
+    };
+    struct rl_config *cfg;
+    struct rl_errors errs = {0};
+    char *file;
+
+    ck_assert_int_eq(load_and_validate(ok, &cfg, &errs, &file), RL_OK);
+    ck_assert(cfg->policies[0].request_limits);
+    ck_assert_int_eq(cfg->policies[0].request_limits_max, 100000);
+    ck_assert(!cfg->policies[1].request_limits);
+    ck_assert_int_eq(cfg->policies[1].request_limits_max, 0);
+    config_unref(cfg);
+    free(file);
+    expect_refused(bad, w, N_OF(w));
+}
+END_TEST
+
 START_TEST(cross_field_problems_reported_with_the_rest)
 {
     static const char json[] =
@@ -1334,6 +1442,8 @@ config_suite(void)
     tc = tcase_create("problems");
     tcase_add_test(tc, many_problems_all_reported);
     tcase_add_test(tc, limit_align);
+    tcase_add_test(tc, limit_periods);
+    tcase_add_test(tc, policy_request_limits);
     tcase_add_test(tc, cross_field_problems_reported_with_the_rest);
     tcase_add_test(tc, duplicate_policy_names);
     tcase_add_test(tc, rls_all_or_nothing_not_on_a_cluster);
