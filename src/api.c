@@ -11,6 +11,7 @@
 #include "check.h"
 #include "config.h"
 #include "http.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "response.h"
@@ -20,8 +21,8 @@
 #include "worker.h"
 
 /* Room for every quota header of a decision. */
-#define HEADERS_MAX 1024
-#define BODY_MAX 2048
+#define HEADERS_MAX (1024 + RL_LEASE_ID_MAX)
+#define BODY_MAX (2048 + RL_LEASE_ID_MAX)
 
 /* http_req.flags: answer with status and headers only (auth subrequests). */
 #define API_NO_BODY 0x1u
@@ -290,6 +291,39 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
 }
 
 static void
+on_release_done(int status, bool released, void *arg)
+{
+    struct http_req *r = arg;
+    struct rl_worker *w = http_req_arg(r);
+
+    if (status != 200)
+        respond_error(r, 503, NULL, "backend unavailable");
+    else if (released)
+        respond(r, 200, NULL, 0, "{\"released\":true}", 17);
+    else
+        respond(r, 200, NULL, 0, "{\"released\":false}", 18);
+    worker_check_done(w);
+}
+
+/* POST /release: a lease's slot back (check.h). */
+static void
+handle_release(struct http_req *r, struct rl_worker *w)
+{
+    char *error = NULL;
+
+    if (!admit(r, w))
+        return;
+    worker_check_begin(w);
+    if (check_release(&w->env, w->cfg, r->body_len ? r->body : NULL, r->body_len,
+                      on_release_done, r, &error) != RL_OK) {
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+        respond_error(r, 400, NULL, error);
+        free(error);
+        worker_check_done(w);
+    }
+}
+
+static void
 on_json_done(const struct rls_response *resp, void *arg)
 {
     struct http_req *r = arg;
@@ -397,6 +431,11 @@ api_handle(struct http_req *r, void *arg)
         handle_check(r, w, 1);
     } else if (path_is(h, "/check", 6)) {
         respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/release", 8)) {
+        if (h->method == HTTP_M_POST)
+            handle_release(r, w);
+        else
+            respond_405(r, w, "Allow: POST\r\n");
     } else if (path_is(h, "/json", 5)) {
         if (h->method == HTTP_M_POST)
             handle_json(r, w);
@@ -420,7 +459,7 @@ api_handle(struct http_req *r, void *arg)
     } else {
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
-                      "no such path: use POST /check, POST /json, GET /healthz, "
-                      "GET /readyz or GET /metrics");
+                      "no such path: use POST /check, POST /release, POST /json, "
+                      "GET /healthz, GET /readyz or GET /metrics");
     }
 }

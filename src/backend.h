@@ -53,11 +53,12 @@ struct rl_check_req {
      * penalty.
      */
     int64_t cost;
-    int64_t timeout_ms;   /* answer by then, whatever happens */
-    unsigned flags;       /* RL_CHECK_* */
-    uint64_t writer, seq; /* RL_CHECK_ONCE */
-    int limit_index;      /* RL_CHECK_RESET: this limit only; < 0: all */
-    int64_t block_ms;     /* RL_CHECK_BLOCK: for this long; 0 lifts it */
+    int64_t timeout_ms;    /* answer by then, whatever happens */
+    unsigned flags;        /* RL_CHECK_* */
+    uint64_t writer, seq;  /* RL_CHECK_ONCE */
+    int limit_index;       /* RL_CHECK_RESET: this limit only; < 0: all */
+    int64_t block_ms;      /* RL_CHECK_BLOCK: for this long; 0 lifts it */
+    struct rl_lease lease; /* RL_CHECK_LEASE, RL_CHECK_RELEASE */
 };
 
 /* Consume `cost` even when it does not fit (the answer still says whether it
@@ -95,7 +96,17 @@ struct rl_check_req {
  */
 #define RL_CHECK_RESET 0x8u
 #define RL_CHECK_BLOCK 0x10u
-#define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK)
+/*
+ * Leases (algo_concurrency.c).  RL_CHECK_LEASE: when the check is allowed
+ * (and cost > 0) the policy's concurrency limit holds its slot under `lease`
+ * (only the first concurrency limit of a policy holds leases; config.c
+ * allows one).  RL_CHECK_RELEASE: give lease `lease` back, an admin
+ * operation of its own (cost 0, no other flag), answered like a check of
+ * cost 0 after it, with `released` saying whether the lease was held.
+ */
+#define RL_CHECK_LEASE 0x20u
+#define RL_CHECK_RELEASE 0x40u
+#define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK | RL_CHECK_RELEASE)
 
 struct rl_check_res {
     enum rl_backend_status status;
@@ -105,6 +116,7 @@ struct rl_check_res {
      * is 0, nothing was consumed (unless forced), and every limit's
      * retry_after_ms is at least this (or -1: the cost never fits). */
     int64_t blocked_ms;
+    int released; /* RL_CHECK_RELEASE: the lease was held and had not ended */
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "deny_cache.h"
 #include "hybrid.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
@@ -141,16 +142,39 @@ on_local(const struct rl_check_res *res, void *arg)
     la->answered = 1;
 }
 
+/* The lease id of the slot op's allowed check took, into buf; NULL when it
+ * took none. */
+static const char *
+lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, size_t size)
+{
+    size_t i, len = op->req.key_len;
+    const char *base = op->key;
+
+    if (!(op->req.flags & RL_CHECK_LEASE) || res->status != RL_BACKEND_OK || !res->allowed ||
+        !config_lease_limit(op->policy, &i))
+        return NULL;
+    if (op->lk != NULL && op->lk->key[i] != NULL) {
+        base = op->lk->key[i];
+        len = op->lk->len[i];
+    }
+    if (lease_id_format(&op->req.lease, op->policy->limits[i].window_ms, base, len, buf,
+                        size) != RL_OK)
+        return NULL; /* cannot be: the buffer holds the longest key */
+    return buf;
+}
+
 /* Answer the check from res, then free it: every path ends here once. */
 static void
 finish(struct check_op *op, const struct rl_check_res *res)
 {
     struct rl_decision d;
     struct rl_config *cfg = op->cfg;
+    char lease[RL_LEASE_ID_MAX];
 
     if (res->status == RL_BACKEND_OK) {
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
+        d.lease = lease_of(op, res, lease, sizeof(lease));
     } else {
         switch (cfg->failure_mode) {
         case RL_FAIL_CLOSED:
@@ -201,8 +225,10 @@ on_backend(const struct rl_check_res *res, void *arg)
     struct check_op *op = arg;
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
+    /* a slot may be released any moment: a denial for want of one is not
+     * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache) {
+        op->cfg->deny_cache && !(op->req.flags & RL_CHECK_LEASE)) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -458,6 +484,15 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         op->req.limit_key_len = op->lk->len;
     }
     op->req.cost = cost;
+    {
+        size_t li;
+
+        /* an allowed check takes a slot under a lease of its own */
+        if (cost > 0 && config_lease_limit(policy, &li)) {
+            op->req.flags |= RL_CHECK_LEASE;
+            lease_draw(&op->req.lease);
+        }
+    }
     op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
                              ? timeout_ms
                              : cfg->redis.timeout_ms;
@@ -474,7 +509,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
-    if (env->deny != NULL && cfg->deny_cache) {
+    if (env->deny != NULL && cfg->deny_cache && !(op->req.flags & RL_CHECK_LEASE)) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
@@ -550,4 +585,131 @@ out:
     free(norm);
     json_decref(root);
     return rc;
+}
+
+/* ---- POST /release ------------------------------------------------------ */
+
+/* A release waiting for its backend: the lease's limit alone, as a policy
+ * of one limit whose key base is the lease's.  Freed in the callback. */
+struct release_op {
+    struct rl_config *cfg;
+    const struct rl_check_env *env;
+    struct rl_policy policy;
+    struct rl_limit limit;
+    struct rl_check_req req;
+    rl_release_done done;
+    void *arg;
+    int64_t start_us;
+    char key[RL_REDIS_KEY_MAX];
+};
+
+static void
+on_release(const struct rl_check_res *res, void *arg)
+{
+    struct release_op *op = arg;
+
+    metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
+    if (res->status != RL_BACKEND_OK)
+        log_debug("msg=\"backend failed\" policy=%s error=\"%s\" release=1", op->policy.name,
+                  res->error ? res->error : "");
+    op->done(res->status == RL_BACKEND_OK ? 200 : 503,
+             res->status == RL_BACKEND_OK && res->released, op->arg);
+    config_unref(op->cfg);
+    free(op);
+}
+
+/* The concurrency limit a lease of key base `key` and lease_ms names: of
+ * the policy whose hash tag the key starts with, or of one of its
+ * overrides.  NULL: none (a reload removed it, or the lease is made up). */
+static const struct rl_policy *
+lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t lease_ms,
+             size_t *index)
+{
+    size_t plen = strlen(cfg->redis.key_prefix);
+
+    if (klen < 1 + plen || key[0] != '{' || memcmp(key + 1, cfg->redis.key_prefix, plen) != 0)
+        return NULL;
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        const struct rl_policy *p = &cfg->policies[i];
+        size_t n = strlen(p->name), at = 1 + plen + n;
+
+        /* a name holds neither ':' nor '}': what follows it ends it */
+        if (klen <= at || memcmp(key + 1 + plen, p->name, n) != 0 ||
+            (key[at] != ':' && key[at] != '}'))
+            continue;
+        for (size_t k = 0; k <= p->noverrides; k++) {
+            const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+
+            if (config_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
+                return q;
+        }
+        return NULL;
+    }
+    return NULL;
+}
+
+int
+check_release(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+              size_t body_len, rl_release_done done, void *arg, char **error)
+{
+    struct release_op *op;
+    const struct rl_policy *p;
+    struct rl_lease id;
+    json_error_t jerr;
+    json_t *root, *v;
+    int64_t lease_ms;
+    size_t klen, i;
+    char key[RL_REDIS_KEY_MAX];
+
+    root = json_loadb(body != NULL ? body : "", body_len,
+                      JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        *error = body_len == 0 ? xstrdup("body: required: {\"lease\": \"<a check's lease>\"}")
+                               : xasprintf("body: malformed JSON at line %d column %d: %s",
+                                           jerr.line, jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    v = json_is_object(root) ? json_object_get(root, "lease") : NULL;
+    if (!json_is_object(root)) {
+        *error = xstrdup("body: must be a JSON object");
+    } else if (v == NULL || json_is_null(v)) {
+        *error = xstrdup("lease: required: the \"lease\" of an allowed check");
+    } else if (!json_is_string(v)) {
+        *error = xstrdup("lease: must be a string");
+    } else if (!lease_id_parse(json_string_value(v), json_string_length(v), &id, &lease_ms,
+                               key, sizeof(key), &klen)) {
+        *error = xstrdup("lease: not a lease this daemon gives: "
+                         "\"<32 hex digits>.<lease ms>.<key in base64url>\"");
+    }
+    json_decref(root);
+    if (*error != NULL)
+        return RL_ERR;
+    /* a well-formed lease of no limit of ours holds nothing: not held */
+    p = lease_policy(cfg, key, klen, lease_ms, &i);
+    if (p == NULL) {
+        done(200, false, arg);
+        return RL_OK;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->cfg = config_ref(cfg);
+    op->env = env;
+    op->done = done;
+    op->arg = arg;
+    op->limit = p->limits[i];
+    op->limit.identity = NULL;
+    op->policy = *p;
+    op->policy.limits = &op->limit;
+    op->policy.nlimits = 1;
+    op->policy.overrides = NULL;
+    op->policy.noverrides = 0;
+    memcpy(op->key, key, klen);
+    op->req.policy = &op->policy;
+    op->req.key = op->key;
+    op->req.key_len = klen;
+    op->req.flags = RL_CHECK_RELEASE;
+    op->req.lease = id;
+    op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->start_us = now_us(env);
+    env->backend->ops->check(env->backend, &op->req, on_release, op);
+    return RL_OK;
 }

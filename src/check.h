@@ -6,6 +6,7 @@
 #ifndef RL_CHECK_H
 #define RL_CHECK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "identity.h"
@@ -68,6 +69,19 @@ int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
                        size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                        void *arg, char **error) RL_WUR;
+
+/* Called exactly once with a release's answer: status 200 (released: the
+ * lease was held and had not ended) or 503 (the backend failed). */
+typedef void (*rl_release_done)(int status, bool released, void *arg);
+
+/*
+ * POST /release: give back the slot of the lease the body names
+ * ({"lease": "..."}, lease.h).  RL_OK: done will be called, maybe before this
+ * returns.  RL_ERR: the body is bad (a 400); *error names the field (caller
+ * frees).
+ */
+int check_release(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+                  size_t body_len, rl_release_done done, void *arg, char **error) RL_WUR;
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

@@ -30,6 +30,10 @@
 
 #define SECRET_MAX 4096 /* bytes of a password read from a file */
 #define DAY_MS (24LL * 3600 * 1000)
+/* a concurrency limit's lease: the default, the longest, and its slots */
+#define LEASE_DEFAULT_MS (60LL * 1000)
+#define LEASE_MAX_MS DAY_MS
+#define LEASE_SLOTS_MAX 100000
 #define HYBRID_SYNC_DEFAULT_MS 250
 
 /* ---- types of our own: identity chains, CIDR lists, method sets ---------- */
@@ -331,7 +335,7 @@ static const char *const reset_names[] = {"delta", "epoch", NULL};
 static const char *const align_names[] = {"first", "epoch", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
-    "token_bucket", "gcra", NULL
+    "token_bucket", "gcra", "concurrency", NULL
 };
 
 static void check_limit(const void *obj, const char *path, struct schema_ctx *ctx);
@@ -364,8 +368,12 @@ static const struct schema_field limit_fields[] = {
      .flags = SCHEMA_REQUIRED},
     {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1, .max = 1000000000,
      .flags = SCHEMA_REQUIRED},
+    /* required but for a concurrency limit: check_limit says so */
     {.name = "window", .type = SCHEMA_DURATION, .off = LIMIT(window_ms), .min = 1,
-     .max = 366 * DAY_MS, .flags = SCHEMA_REQUIRED},
+     .max = 366 * DAY_MS},
+    /* concurrency only; absent (0): LEASE_DEFAULT_MS, set by finalize */
+    {.name = "lease", .type = SCHEMA_DURATION, .off = LIMIT(lease_ms), .min = 1,
+     .max = LEASE_MAX_MS},
     /* 0 (absent): the limit, set by finalize */
     {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
     {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",
@@ -620,6 +628,23 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
     const struct rl_algo_def *d = algo_def(l->algo);
     int64_t burst = l->burst != 0 ? l->burst : l->limit;
 
+    if (l->algo == RL_ALGO_CONCURRENCY) {
+        if (l->window_ms != 0)
+            schema_bad_field(ctx, path, "window",
+                             "a concurrency limit has no window: its slots are held until "
+                             "released or until their \"lease\" ends");
+        if (l->limit > LEASE_SLOTS_MAX)
+            schema_bad_field(ctx, path, "limit",
+                             "a concurrency limit holds at most %d slots (one sorted-set "
+                             "member each)",
+                             LEASE_SLOTS_MAX);
+    } else {
+        if (l->window_ms == 0)
+            schema_bad_field(ctx, path, "window", "is required");
+        if (l->lease_ms != 0)
+            schema_bad_field(ctx, path, "lease", "only a concurrency limit holds leases");
+    }
+
     if (l->burst != 0 && !d->uses_burst)
         schema_bad_field(ctx, path, "burst", "only token_bucket and gcra take a burst");
     if (l->align != RL_ALIGN_FIRST && d->aligned_tag == NULL)
@@ -655,9 +680,18 @@ check_match(const void *obj, const char *path, struct schema_ctx *ctx)
 static void
 check_limit_list(const struct rl_limit *l, size_t n, const char *path, struct schema_ctx *ctx)
 {
+    size_t leases = 0;
+
     if (l != NULL && (n == 0 || n > RL_LIMITS_MAX))
         schema_bad_field(ctx, path, "limits", "must hold 1..%d limits", RL_LIMITS_MAX);
     for (size_t i = 0; i < n; i++) {
+        if (l[i].algo == RL_ALGO_CONCURRENCY && leases++ > 0) {
+            char *fp = xasprintf("%s.limits", path);
+            schema_bad_item(ctx, fp, i,
+                            "a second concurrency limit: a check answers one lease, so a "
+                            "policy has at most one");
+            free(fp);
+        }
         for (size_t j = 0; j < i; j++) {
             if (l[i].algo == l[j].algo && l[i].window_ms == l[j].window_ms) {
                 char *fp = xasprintf("%s.limits", path);
@@ -715,6 +749,22 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
     if (p->sync_interval_ms != 0 && p->mode != RL_MODE_HYBRID)
         schema_bad_field(ctx, path, "sync_interval",
                          "only a policy with \"mode\": \"hybrid\" syncs");
+    /* leases live in the backend: a hybrid policy decides in the worker */
+    for (size_t k = 0; p->mode == RL_MODE_HYBRID && k <= p->noverrides; k++) {
+        const struct rl_limit *l = k == 0 ? p->limits : p->overrides[k - 1].limits;
+        size_t n = k == 0 ? p->nlimits : p->overrides[k - 1].nlimits;
+
+        for (size_t i = 0; i < n; i++) {
+            if (l[i].algo != RL_ALGO_CONCURRENCY)
+                continue;
+            char *lp = k == 0 ? xasprintf("%s.limits[%zu]", path, i)
+                              : xasprintf("%s.overrides[%zu].limits[%zu]", path, k - 1, i);
+            schema_bad_field(ctx, lp, "algorithm",
+                             "a hybrid policy cannot hold leases: \"concurrency\" needs "
+                             "\"mode\": \"exact\"");
+            free(lp);
+        }
+    }
     /* a hybrid entry is one key's counts: one identity for every limit */
     for (size_t i = 0; p->mode == RL_MODE_HYBRID && i < p->nlimits; i++) {
         if (p->limits[i].identity != NULL) {
@@ -966,9 +1016,17 @@ clear_override(void *obj)
 static void
 finalize_limits(struct rl_limit *l, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (l[i].burst == 0)
             l[i].burst = l[i].limit;
+        /* the lease is the concurrency limit's window: its key's name and
+         * its state's lifetime */
+        if (l[i].algo == RL_ALGO_CONCURRENCY) {
+            if (l[i].lease_ms == 0)
+                l[i].lease_ms = LEASE_DEFAULT_MS;
+            l[i].window_ms = l[i].lease_ms;
+        }
+    }
 }
 
 /*
@@ -1352,6 +1410,18 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
     struct schema_ctx ctx = {origin, errs};
 
     return schema_set(&top_schema, cfg, name, text, &ctx);
+}
+
+bool
+config_lease_limit(const struct rl_policy *p, size_t *index)
+{
+    for (size_t i = 0; i < p->nlimits; i++) {
+        if (p->limits[i].algo == RL_ALGO_CONCURRENCY) {
+            *index = i;
+            return true;
+        }
+    }
+    return false;
 }
 
 int

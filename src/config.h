@@ -12,6 +12,7 @@
 #ifndef RL_CONFIG_H
 #define RL_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -296,6 +297,10 @@ config_request_headers(const struct rl_config *cfg)
 }
 /* A uid no other policy of this process has (struct rl_policy.uid). */
 uint64_t config_new_uid(void);
+
+/* Whether p has a concurrency limit (the one that holds leases: config.c
+ * allows one per policy), and its index. */
+bool config_lease_limit(const struct rl_policy *p, size_t *index);
 
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg, const char *name);

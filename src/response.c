@@ -156,6 +156,12 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     sb_field(&sb, ",\"remaining\":", d->remaining);
     sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
     sb_field(&sb, ",\"retry_after_ms\":", d->retry_after_ms);
+    /* lease.h: hex, digits, base64url and dots, nothing to escape */
+    if (d->lease != NULL) {
+        sb_str(&sb, ",\"lease\":\"");
+        sb_str(&sb, d->lease);
+        sb_str(&sb, "\"");
+    }
     sb_str(&sb, ",\"limits\":[");
     for (size_t i = 0; i < d->nlimits; i++) {
         const struct rl_limit *l = &d->policy->limits[i];
@@ -164,7 +170,9 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(&sb, algo_def(l->algo)->name);
         sb_field(&sb, "\",\"limit\":", l->limit);
-        sb_field(&sb, ",\"window_ms\":", l->window_ms);
+        /* a concurrency limit's window is its lease */
+        sb_field(&sb, l->algo == RL_ALGO_CONCURRENCY ? ",\"lease_ms\":" : ",\"window_ms\":",
+                 l->window_ms);
         sb_field(&sb, ",\"remaining\":", r->remaining);
         sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
         if (algo_def(l->algo)->uses_burst)
@@ -250,11 +258,15 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
         num(v, sizeof(v), d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s), arg);
     /* w is whole seconds in the draft: a window it cannot state exactly
      * (500ms, 1500ms) is left out rather than rounded into a wrong promise */
+    /* slots have no window to state: a lease is not one */
     add("RateLimit-Policy",
-        sf_item(v, sizeof(v), d, "\";q=", d->limit, period_ms % 1000 == 0 ? ";w=" : NULL,
+        sf_item(v, sizeof(v), d, "\";q=", d->limit,
+                period_ms % 1000 == 0 && l->algo != RL_ALGO_CONCURRENCY ? ";w=" : NULL,
                 period_ms / 1000),
         arg);
     add("RateLimit", sf_item(v, sizeof(v), d, "\";r=", d->remaining, ";t=", t_s), arg);
     if (d->status == 429)
         add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
+    if (d->lease != NULL)
+        add("X-RateLimit-Lease", d->lease, arg);
 }

@@ -25,7 +25,10 @@ struct rl_decision {
     int reset_epoch;                /* X-RateLimit-Reset as a Unix time */
     int has_pk;                     /* the pk parameter is sent: */
     uint64_t pk;                    /* the caller's partition, hashed */
-    size_t binding;                 /* index of the binding limit */
+    /* the lease an allowed check took on the policy's concurrency limit
+     * (lease.h), NULL: none; lives as long as the decision */
+    const char *lease;
+    size_t binding; /* index of the binding limit */
     /* Of the binding limit.  limit is what a caller can spend at once (the
      * burst of token_bucket and gcra), so remaining never exceeds it;
      * retry_after_ms is > 0 on every denial. */
