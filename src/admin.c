@@ -1,4 +1,5 @@
 /* admin.c — see admin.h. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,13 +323,18 @@ answer_json(const struct admin_op *op, const struct rl_check_res *res)
 
     for (size_t i = 0; i < res->nlimits && i < op->policy->nlimits; i++) {
         const struct rl_limit *l = &op->policy->limits[i];
+        bool cc = l->algo == RL_ALGO_CONCURRENCY;
+        /* a concurrency limit's window is its lease */
         json_t *e = json_pack("{s:s,s:I,s:I,s:I,s:I}", "algorithm", algo_def(l->algo)->name,
-                              "limit", (json_int_t)l->limit, "window_ms",
+                              "limit", (json_int_t)l->limit, cc ? "lease_ms" : "window_ms",
                               (json_int_t)l->window_ms, "remaining",
                               (json_int_t)res->limits[i].remaining, "reset_ms",
                               (json_int_t)res->limits[i].reset_ms);
         if (algo_def(l->algo)->uses_burst)
             json_object_set_new(e, "burst", json_integer(l->burst));
+        /* the slots held now: by leases not released and not ended */
+        if (cc)
+            json_object_set_new(e, "held", json_integer(l->limit - res->limits[i].remaining));
         json_array_append_new(limits, e);
     }
     o = json_pack("{s:s,s:s,s:s%,s:s,s:I,s:o}", "action",
