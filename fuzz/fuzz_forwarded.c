@@ -192,16 +192,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (idlen > 0) {
         if (idlen > sizeof(id))
             abort();
-        int shared = data[0] & 32;
-        int klen = identity_key("rl:", "policy", id, idlen, shared, key, sizeof(key));
+        bool shared = data[0] & 32;
+        size_t klen;
         /* one hash tag: the caller's bytes inside it, or (shared) after the
          * policy's, never a brace of theirs */
-        size_t tag = shared ? strlen("{rl:policy}") : (size_t)klen;
         const char *close;
-        if (klen < 2 || (size_t)klen >= sizeof(key) || key[0] != '{' ||
-            memchr(key + 1, '{', (size_t)klen - 1) != NULL)
+        if (identity_key("rl:", "policy", id, idlen, shared, key, sizeof(key), &klen) != RL_OK ||
+            klen < 2 || klen >= sizeof(key) || key[0] != '{' ||
+            memchr(key + 1, '{', klen - 1) != NULL)
             abort();
-        close = memchr(key + 1, '}', (size_t)klen - 1);
+        size_t tag = shared ? strlen("{rl:policy}") : klen;
+        close = memchr(key + 1, '}', klen - 1);
         if (close != key + tag - 1 ||
             memchr(close + 1, '}', (size_t)(key + klen - close - 1)) != NULL)
             abort();

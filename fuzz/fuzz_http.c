@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 
 #include "http_parse.h"
 
@@ -28,8 +27,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_REQUESTS 8
 
 struct verdict {
-    ssize_t head;               /* http_parse_head's answer */
-    int body;                   /* http_chunked_decode's, or 1 for a length body */
+    enum rl_parse head;         /* http_parse_head's answer */
+    int status;                 /* its refusal's, or the chunked body's */
+    size_t head_len;
+    enum rl_parse body;         /* http_chunked_decode's, or DONE for a length body */
     size_t body_len;
     uint64_t body_hash;
     size_t next;                /* where the next request starts */
@@ -55,9 +56,9 @@ hash(const char *p, size_t n)
 }
 
 static int
-is_status(ssize_t r)
+is_status(int st)
 {
-    return r == -400 || r == -413 || r == -414 || r == -431 || r == -501 || r == -505;
+    return st == 400 || st == 413 || st == 414 || st == 431 || st == 501 || st == 505;
 }
 
 /* The stream's first `len` bytes in a buffer of exactly that size. */
@@ -73,11 +74,11 @@ prefix(const char *s, size_t len)
 }
 
 static void
-check_head(const struct http_head *h, const char *buf, ssize_t r)
+check_head(const struct http_head *h, const char *buf)
 {
-    const char *end = buf + r;
+    const char *end = buf + h->len;
 
-    if (r > MAX_HEAD)
+    if (h->len > MAX_HEAD)
         oops();
     if (h->minor != 0 && h->minor != 1)
         oops();
@@ -115,9 +116,9 @@ run(const char *s, size_t n, size_t step, int64_t max_body, struct verdict *v)
     while (nv < MAX_REQUESTS && off < n) {
         struct verdict *out = &v[nv++];
         struct http_head h;
-        const char *why = NULL;
-        size_t scan = 0, len = step ? 0 : n - off;
-        ssize_t r;
+        struct http_refusal no = {0, NULL};
+        size_t scan = 0, len = step ? 0 : n - off, r;
+        enum rl_parse rc;
         char *buf;
 
         memset(out, 0, sizeof(*out));
@@ -125,62 +126,66 @@ run(const char *s, size_t n, size_t step, int64_t max_body, struct verdict *v)
             if (step)
                 len = len + step < n - off ? len + step : n - off;
             buf = prefix(s + off, len);
-            r = http_parse_head(buf, len, MAX_HEAD, &scan, &h, &why);
-            if (r != 0 || len == n - off)
+            rc = http_parse_head(buf, len, MAX_HEAD, &scan, &h, &no);
+            if (rc != RL_PARSE_MORE || len == n - off)
                 break;
             free(buf);
         }
-        out->head = r;
-        if (r < 0 && (!is_status(r) || why == NULL))
+        out->head = rc;
+        if (rc == RL_PARSE_ERR && (!is_status(no.status) || no.why == NULL))
             oops();
-        if (r <= 0) {
+        if (rc != RL_PARSE_DONE) {
+            out->status = no.status;
             free(buf);
             return nv;
         }
-        if ((size_t)r > len)
+        r = out->head_len = h.len;
+        if (r == 0 || r > len)
             oops();
-        check_head(&h, buf, r);
+        check_head(&h, buf);
         free(buf);
 
         if (h.chunked) {
             /* the whole rest in one buffer, decoded as it grows */
             struct http_chunked c;
             char *body = prefix(s + off, n - off);
-            size_t blen = step ? (size_t)r : n - off;
-            int d = 0;
+            size_t blen = step ? r : n - off;
+            enum rl_parse d = RL_PARSE_MORE;
 
             memset(&c, 0, sizeof(c));
-            c.in = c.out = (size_t)r;
+            c.in = c.out = r;
             for (;;) {
                 if (step)
                     blen = blen + step < n - off ? blen + step : n - off;
-                d = http_chunked_decode(&c, body, blen, max_body, &why);
-                if (c.out > c.in || c.in > blen || c.out < (size_t)r)
+                d = http_chunked_decode(&c, body, blen, max_body, &no);
+                if (c.out > c.in || c.in > blen || c.out < r)
                     oops();
-                if ((int64_t)(c.out - (size_t)r) > max_body)
+                if ((int64_t)(c.out - r) > max_body)
                     oops();
-                if (d != 0 || blen == n - off)
+                if (d != RL_PARSE_MORE || blen == n - off)
                     break;
             }
-            if (d < 0 && ((d != -400 && d != -413 && d != -431) || why == NULL))
+            if (d == RL_PARSE_ERR &&
+                ((no.status != 400 && no.status != 413 && no.status != 431) || no.why == NULL))
                 oops();
             out->body = d;
-            out->body_len = c.out - (size_t)r;
+            out->status = d == RL_PARSE_ERR ? no.status : 0;
+            out->body_len = c.out - r;
             out->body_hash = hash(body + r, out->body_len);
             free(body);
-            if (d != 1)
+            if (d != RL_PARSE_DONE)
                 return nv;
             off += c.in;
         } else {
             int64_t cl = h.content_length < 0 ? 0 : h.content_length;
-            if (cl > max_body || (uint64_t)cl > n - off - (size_t)r) {
-                out->body = 0;
+            if (cl > max_body || (uint64_t)cl > n - off - r) {
+                out->body = RL_PARSE_MORE;
                 return nv;
             }
-            out->body = 1;
+            out->body = RL_PARSE_DONE;
             out->body_len = (size_t)cl;
             out->body_hash = hash(s + off + r, (size_t)cl);
-            off += (size_t)r + (size_t)cl;
+            off += r + (size_t)cl;
         }
         out->next = off;
         if (!h.keep_alive)
@@ -195,11 +200,15 @@ run(const char *s, size_t n, size_t step, int64_t max_body, struct verdict *v)
  * seen first (400); read in steps, the bound is (431).  Both refuse.
  */
 static int
-same_verdict(ssize_t a, ssize_t b)
+same_verdict(const struct verdict *a, const struct verdict *b)
 {
-    if (a == b)
-        return 1;
-    return a < 0 && b < 0 && (a == -431 || b == -431);
+    if (a->head != b->head)
+        return 0;
+    if (a->head == RL_PARSE_DONE)
+        return a->head_len == b->head_len && a->body == b->body && a->status == b->status;
+    if (a->head == RL_PARSE_ERR)
+        return a->status == b->status || a->status == 431 || b->status == 431;
+    return 1;
 }
 
 int
@@ -221,12 +230,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (nw != ns)
         oops();
     for (size_t i = 0; i < nw; i++) {
-        if (!same_verdict(whole[i].head, stepped[i].head) || whole[i].body != stepped[i].body) {
-            fprintf(stderr, "request %zu: whole head %zd body %d, stepped (by %zu) head %zd body %d\n", i,
-                    whole[i].head, whole[i].body, step, stepped[i].head, stepped[i].body);
+        if (!same_verdict(&whole[i], &stepped[i])) {
+            fprintf(stderr, "request %zu: whole head %d (%zu, %d) body %d, stepped (by %zu) "
+                    "head %d (%zu, %d) body %d\n", i, whole[i].head, whole[i].head_len,
+                    whole[i].status, whole[i].body, step, stepped[i].head, stepped[i].head_len,
+                    stepped[i].status, stepped[i].body);
             oops();
         }
-        if (whole[i].head > 0 && whole[i].body != 0 &&
+        if (whole[i].head == RL_PARSE_DONE && whole[i].body != RL_PARSE_MORE &&
             (whole[i].body_len != stepped[i].body_len || whole[i].body_hash != stepped[i].body_hash ||
              whole[i].next != stepped[i].next))
             oops();

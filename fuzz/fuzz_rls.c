@@ -129,7 +129,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *why = NULL;
     char *cause = NULL;
 
-    if (rls_codec_decode_request(&arena, data, size, &req, &why) != RL_OK) {
+    if ((why = rls_codec_decode_request(&arena, data, size, &req)) != NULL) {
         if (why == NULL || arena.total > ARENA_CAP)
             abort();
         arena_release(&arena, m);

@@ -20,12 +20,14 @@ RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
 # classes generated from src/proto/), nghttp2-client (h2load, nghttp),
 # python3-pytest (pytest-driven cases), autoconf-archive (AX_PTHREAD),
 # python3-h2 (HTTP/2 frames by hand: what no gRPC client sends); npm (with
-# nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test).
+# nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test);
+# universal-ctags (scripts/call-graph reads the functions of src/ with it);
+# node-express (examples/node/express.js: the middleware mounted on a prefix).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
-                  haproxy prometheus gnuplot-nox nodejs python3-h11 clang-format
+                  haproxy prometheus gnuplot-nox nodejs node-express python3-h11 clang-format
                   python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
-                  python3-pytest autoconf-archive python3-h2)
+                  python3-pytest autoconf-archive python3-h2 universal-ctags)
 
 say() { printf '==> %s\n' "$*" >&2; }
 

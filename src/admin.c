@@ -44,7 +44,7 @@ struct admin_op {
 
 /* The connection's peer, for the log: an address, or "unix". */
 static void
-peer_text(const struct http_req *r, char *buf, size_t size)
+admin_peer_text(const struct http_req *r, char *buf, size_t size)
 {
     const struct sockaddr_storage *ss = http_req_peer(r);
 
@@ -72,14 +72,14 @@ audit(const struct admin_op *op, enum rl_admin_result result, int status)
             (unsigned long long)siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len));
         key = who;
     }
-    log_info("msg=admin action=%s peer=%s policy=%s key=%s result=%s status=%d",
-             metrics_admin_action_name(op->action), op->peer,
-             op->policy != NULL ? op->policy->name : "-", key,
-             metrics_admin_result_name(result), status);
+    log_info(LOG_MSG("admin"), LOG_S("action", metrics_admin_action_name(op->action)),
+             LOG_S("peer", op->peer),
+             LOG_S("policy", op->policy != NULL ? op->policy->name : "-"), LOG_S("key", key),
+             LOG_S("result", metrics_admin_result_name(result)), LOG_I("status", status));
 }
 
 static void
-op_free(struct admin_op *op)
+admin_op_free(struct admin_op *op)
 {
     config_unref(op->cfg);
     free(op);
@@ -87,7 +87,7 @@ op_free(struct admin_op *op)
 
 /* Refuse op's request: the answer, the log line, the count. */
 static void
-refuse(struct admin_op *op, int status, const char *extra, const char *msg)
+admin_refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 {
     api_error(op->r, status, extra, msg);
     audit(op,
@@ -99,7 +99,7 @@ refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 
 /* Equal in time that depends only on the lengths: how much of the token a
  * guess got right must not show in how long the answer took. */
-static int
+static bool
 secret_equal(const char *got, size_t glen, const char *want, size_t wlen)
 {
     unsigned char d = glen != wlen;
@@ -109,16 +109,16 @@ secret_equal(const char *got, size_t glen, const char *want, size_t wlen)
     return d == 0;
 }
 
-static int
+static bool
 authorized(const struct rl_config *cfg, const struct http_head *h)
 {
     const struct http_header *a;
 
     if (cfg->admin_token == NULL)
-        return 1;
+        return true;
     a = http_head_find(h, "Authorization");
     if (a == NULL || a->value_len < 7 || strncasecmp(a->value, "Bearer ", 7) != 0)
-        return 0;
+        return false;
     return secret_equal(a->value + 7, a->value_len - 7, cfg->admin_token,
                         strlen(cfg->admin_token));
 }
@@ -127,7 +127,7 @@ authorized(const struct rl_config *cfg, const struct http_head *h)
  * policy p (an address is its network at p's prefix lengths), so the key
  * is the one its checks use. */
 static int
-body_identity(json_t *root, const struct rl_policy *p, struct admin_op *op, char **error)
+body_identity(json_t *root, const struct rl_policy *p, struct admin_op *op, char **cause)
 {
     json_t *k = json_object_get(root, "key"), *ip = json_object_get(root, "ip");
     json_t *id = json_object_get(root, "identity");
@@ -137,13 +137,13 @@ body_identity(json_t *root, const struct rl_policy *p, struct admin_op *op, char
     size_t n;
 
     if ((k != NULL) + (ip != NULL) + (id != NULL) != 1) {
-        *error = xstrdup("key: give the caller as \"key\", as \"ip\" or as \"identity\", "
+        *cause = xstrdup("key: give the caller as \"key\", as \"ip\" or as \"identity\", "
                          "one of them");
         return RL_ERR;
     }
     if (k != NULL) {
         if (!json_is_string(k) || (n = json_string_length(k)) == 0 || n > RL_KEY_MAX) {
-            *error = xasprintf("key: must be a string of 1..%d bytes", RL_KEY_MAX);
+            *cause = xasprintf("key: must be a string of 1..%d bytes", RL_KEY_MAX);
             return RL_ERR;
         }
         memcpy(op->id, "k:", 2);
@@ -160,7 +160,7 @@ body_identity(json_t *root, const struct rl_policy *p, struct admin_op *op, char
         if (v == NULL || n == 0 || n > sizeof(op->id) ||
             (strncmp(v, "k:", 2) != 0 && strncmp(v, "ip:", 3) != 0 &&
              strncmp(v, "unix:", 5) != 0 && v[0] != '+')) {
-            *error = xasprintf(
+            *cause = xasprintf(
                 "identity: must be a typed identity of 1..%zu bytes, as a check "
                 "resolves it: \"k:KEY\", \"ip:ADDRESS\" or a compound "
                 "\"+ip:ADDRESS+k:KEY\"",
@@ -195,20 +195,20 @@ fold:
     op->idlen = (size_t)snprintf(op->id, sizeof(op->id), "ip:%s", text);
     return RL_OK;
 bad_ip:
-    *error = xstrdup("ip: must be an IPv4 or IPv6 address");
+    *cause = xstrdup("ip: must be an IPv4 or IPv6 address");
     return RL_ERR;
 }
 
 /* An optional integer field in lo..hi, *out left alone when absent. */
 static int
-get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, char **error)
+get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, char **cause)
 {
     json_t *v = json_object_get(root, name);
 
     if (v == NULL)
         return RL_OK;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        *error = xasprintf("%s: must be an integer %lld..%lld", name, (long long)lo,
+        *cause = xasprintf("%s: must be an integer %lld..%lld", name, (long long)lo,
                            (long long)hi);
         return RL_ERR;
     }
@@ -218,7 +218,7 @@ get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out, ch
 
 /* "duration": a duration like the config's ("15m") or milliseconds. */
 static int
-get_duration(json_t *root, int64_t *out, char **error)
+get_duration(json_t *root, int64_t *out, char **cause)
 {
     json_t *v = json_object_get(root, "duration");
 
@@ -230,7 +230,7 @@ get_duration(json_t *root, int64_t *out, char **error)
         *out = json_integer_value(v);
         return RL_OK;
     }
-    *error = xasprintf("duration: must be a duration like \"15m\" or milliseconds, "
+    *cause = xasprintf("duration: must be a duration like \"15m\" or milliseconds, "
                        "1ms..%lldms",
                        (long long)BLOCK_MAX_MS);
     return RL_ERR;
@@ -238,7 +238,7 @@ get_duration(json_t *root, int64_t *out, char **error)
 
 /* What the action asks of the backend (backend.h: RL_CHECK_*). */
 static int
-action_request(json_t *root, struct admin_op *op, char **error)
+action_request(json_t *root, struct admin_op *op, char **cause)
 {
     struct rl_check_req *q = &op->req;
     int64_t n = 1, limit = -1;
@@ -247,7 +247,7 @@ action_request(json_t *root, struct admin_op *op, char **error)
     switch (op->action) {
     case RL_ADM_INSPECT: q->cost = 0; return RL_OK;
     case RL_ADM_RESET:
-        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit, error) !=
+        if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit, cause) !=
             RL_OK)
             return RL_ERR;
         q->flags = RL_CHECK_RESET;
@@ -255,7 +255,7 @@ action_request(json_t *root, struct admin_op *op, char **error)
         return RL_OK;
     case RL_ADM_BLOCK:
         q->flags = RL_CHECK_BLOCK;
-        return get_duration(root, &q->block_ms, error);
+        return get_duration(root, &q->block_ms, cause);
     case RL_ADM_UNBLOCK:
         q->flags = RL_CHECK_BLOCK;
         q->block_ms = 0;
@@ -263,7 +263,7 @@ action_request(json_t *root, struct admin_op *op, char **error)
     case RL_ADM_REWARD:
     case RL_ADM_PENALTY:
     default:
-        if (get_int(root, "cost", 1, RL_COST_MAX, &n, error) != RL_OK)
+        if (get_int(root, "cost", 1, RL_COST_MAX, &n, cause) != RL_OK)
             return RL_ERR;
         q->flags = RL_CHECK_FORCE;
         q->cost = op->action == RL_ADM_REWARD ? -n : n;
@@ -271,9 +271,9 @@ action_request(json_t *root, struct admin_op *op, char **error)
     }
 }
 
-/* The body into op->req; RL_ERR with *error naming the field. */
+/* The body into op->req; RL_ERR with *cause naming the field. */
 static int
-parse_body(const char *body, size_t len, struct admin_op *op, char **error)
+parse_body(const char *body, size_t len, struct admin_op *op, char **cause)
 {
     json_error_t jerr;
     json_t *root, *name;
@@ -282,32 +282,32 @@ parse_body(const char *body, size_t len, struct admin_op *op, char **error)
     int rc = RL_ERR;
 
     if (len == 0) {
-        *error = xstrdup("body: required: {\"policy\": ..., \"key\", \"ip\" or \"identity\": "
+        *cause = xstrdup("body: required: {\"policy\": ..., \"key\", \"ip\" or \"identity\": "
                          "...}");
         return RL_ERR;
     }
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     name = json_object_get(root, "policy");
     if (root == NULL) {
-        *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+        *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
                            jerr.column, jerr.text);
         return RL_ERR;
     }
     if (!json_is_object(root)) {
-        *error = xstrdup("body: must be a JSON object");
+        *cause = xstrdup("body: must be a JSON object");
     } else if (!json_is_string(name) ||
                strlen(json_string_value(name)) != json_string_length(name) ||
                (p = config_policy(op->cfg, json_string_value(name))) == NULL) {
-        *error = xstrdup("policy: must name a policy of the configuration");
-    } else if (body_identity(root, p, op, error) == RL_OK) {
+        *cause = xstrdup("policy: must name a policy of the configuration");
+    } else if (body_identity(root, p, op, cause) == RL_OK) {
         op->policy = check_key_for(op->cfg, p, op->id, op->idlen, op->key, sizeof(op->key),
                                    &klen);
         op->req.key = op->key;
         op->req.key_len = op->policy != NULL ? klen : 0;
         if (op->policy == NULL)
-            *error = xstrdup("key: too long");
+            *cause = xstrdup("key: too long");
         else
-            rc = action_request(root, op, error);
+            rc = action_request(root, op, cause);
     }
     json_decref(root);
     return rc;
@@ -362,7 +362,7 @@ on_answer(const struct rl_check_res *res, void *arg)
                               : op->action == RL_ADM_INSPECT
                                   ? ""
                                   : " (inspect to see whether it was applied)");
-        refuse(op, 503, NULL, msg);
+        admin_refuse(op, 503, NULL, msg);
         free(msg);
         goto out;
     }
@@ -370,7 +370,7 @@ on_answer(const struct rl_check_res *res, void *arg)
     if (op->action != RL_ADM_INSPECT)
         worker_admin_done(w, op->cfg, &op->req, op->sent_us, res);
     if ((s = answer_json(op, res)) == NULL) {
-        refuse(op, 500, NULL, "done, but the answer could not be written");
+        admin_refuse(op, 500, NULL, "done, but the answer could not be written");
         goto out;
     }
     resp.body = s;
@@ -379,28 +379,32 @@ on_answer(const struct rl_check_res *res, void *arg)
     audit(op, RL_ADM_OK, 200);
     free(s);
 out:
-    op_free(op);
+    admin_op_free(op);
     worker_check_done(w);
 }
 
-static int
-route(const struct http_head *h)
+/* The action the path names, if any. */
+static bool
+route(const struct http_head *h, enum rl_admin_action *out)
 {
-    for (int a = 0; a < RL_ADM_ACTION_COUNT; a++)
-        if (h->path_len == strlen(paths[a]) && memcmp(h->path, paths[a], h->path_len) == 0)
-            return a;
-    return -1;
+    for (int a = 0; a < RL_ADM_ACTION_COUNT; a++) {
+        if (h->path_len == strlen(paths[a]) && memcmp(h->path, paths[a], h->path_len) == 0) {
+            *out = (enum rl_admin_action)a;
+            return true;
+        }
+    }
+    return false;
 }
 
 void
 admin_handle(struct http_req *r, void *arg)
 {
     struct rl_worker *w = arg;
-    int action = route(r->head);
+    enum rl_admin_action action;
     struct admin_op *op;
-    char *error = NULL;
+    char *cause = NULL;
 
-    if (action < 0) {
+    if (!route(r->head, &action)) {
         api_error(r, 404, NULL,
                   "no such path: use POST /admin/inspect, /admin/reset, "
                   "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
@@ -410,21 +414,21 @@ admin_handle(struct http_req *r, void *arg)
     op->r = r;
     op->w = w;
     op->cfg = config_ref(w->cfg);
-    op->action = (enum rl_admin_action)action;
+    op->action = action;
     op->req.timeout_ms = op->cfg->redis.timeout_ms;
-    peer_text(r, op->peer, sizeof(op->peer));
+    admin_peer_text(r, op->peer, sizeof(op->peer));
     if (r->head->method != HTTP_M_POST) {
-        refuse(op, 405, "Allow: POST\r\n", "method not allowed");
+        admin_refuse(op, 405, "Allow: POST\r\n", "method not allowed");
     } else if (!authorized(op->cfg, r->head)) {
-        refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
-               "authorization: a valid \"Bearer\" token is required");
+        admin_refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
+                     "authorization: a valid \"Bearer\" token is required");
     } else if (w->draining) {
-        refuse(op, 503, NULL, "shutting down");
+        admin_refuse(op, 503, NULL, "shutting down");
     } else if ((int64_t)r->body_len > op->cfg->max_body) {
-        refuse(op, 413, NULL, "body: larger than max_body");
-    } else if (parse_body(r->body, r->body_len, op, &error) != RL_OK) {
-        refuse(op, 400, NULL, error);
-        free(error);
+        admin_refuse(op, 413, NULL, "body: larger than max_body");
+    } else if (parse_body(r->body, r->body_len, op, &cause) != RL_OK) {
+        admin_refuse(op, 400, NULL, cause);
+        free(cause);
     } else {
         op->req.policy = op->policy;
         /* the answer must say whether the action ran: once sent, only the
@@ -435,5 +439,5 @@ admin_handle(struct http_req *r, void *arg)
         w->backend->ops->check(w->backend, &op->req, on_answer, op);
         return;
     }
-    op_free(op);
+    admin_op_free(op);
 }

@@ -74,12 +74,35 @@ struct rl_limit_result {
 };
 
 /*
- * In-memory state of one key of one limit.  Fixed-size algorithms keep their
- * numbers inline; the sliding log keeps a growable ring of timestamps.
+ * In-memory state of one key of one limit: the numbers of the algorithm that
+ * owns it, named in its member of the union (each algo_*.c says more).  An
+ * all-zero state is a key never seen, like a missing Redis key, for every
+ * algorithm.  The sliding log's entries sit outside the union, so releasing
+ * a state needs no algorithm: a ring of (time, cost) pairs, oldest first.
  */
 struct rl_algo_state {
-    int64_t a, b, c; /* meaning is the algorithm's own */
-    int64_t *ring;   /* sliding_window_log only */
+    union {
+        struct {
+            int64_t count;    /* units counted in the window */
+            int64_t start_us; /* when the window opened */
+        } fw;                 /* fixed_window */
+        struct {
+            int64_t window;     /* its index: floor(time / W) */
+            int64_t count;      /* units counted in it */
+            int64_t prev_count; /* in the window before it */
+        } swc;                  /* sliding_window_counter */
+        struct {
+            int64_t owed, owed_frac; /* tokens missing: owed + owed_frac / W */
+            int64_t at_us;           /* as of this time */
+        } tb;                        /* token_bucket */
+        struct {
+            int64_t tat_us, tat_frac; /* TAT: tat_us + tat_frac / limit us */
+        } gcra;
+        struct {
+            int64_t units; /* in the ring */
+        } swl;             /* sliding_window_log */
+    };
+    int64_t *ring; /* sliding_window_log's entries */
     uint32_t ring_cap, ring_head, ring_len;
 };
 

@@ -5,18 +5,18 @@
  * key shares, as envoyproxy/ratelimit counts.  Mirrors
  * scripts/lua/fixed_window.lua.
  *
- * State: a = count, b = window start (us).  Only opening a window knows the
- * alignment: an open window is read the same either way, so a limit's state
- * carries over when its alignment changes.  The window's edge admits up to
- * 2 x limit in a short span: documented, not a bug.
+ * State (st->fw): the count and when the window started.  Only opening a
+ * window knows the alignment: an open window is read the same either way, so
+ * a limit's state carries over when its alignment changes.  The window's
+ * edge admits up to 2 x limit in a short span: documented, not a bug.
  */
 #include "algo.h"
 
 static int64_t
 fw_count(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
-    if (st->a > 0 && now < st->b + lim->window_ms * 1000)
-        return st->a;
+    if (st->fw.count > 0 && now < st->fw.start_us + lim->window_ms * 1000)
+        return st->fw.count;
     return 0;
 }
 
@@ -25,7 +25,7 @@ fw_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
         struct rl_limit_result *res)
 {
     int64_t count = fw_count(lim, st, now);
-    int64_t left = count > 0 ? st->b + lim->window_ms * 1000 - now : 0;
+    int64_t left = count > 0 ? st->fw.start_us + lim->window_ms * 1000 - now : 0;
 
     algo_set_numbers(res, lim->limit - count, left);
     if (cost > lim->limit) {
@@ -45,11 +45,13 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
           struct rl_limit_result *res)
 {
     if (fw_count(lim, st, now) == 0) {
-        st->a = 0;
-        st->b = lim->align == RL_ALIGN_EPOCH ? algo_epoch_window_start(lim, now) : now;
+        st->fw.count = 0;
+        st->fw.start_us = lim->align == RL_ALIGN_EPOCH ? algo_epoch_window_start(lim, now)
+                                                       : now;
     }
-    st->a += cost;
-    algo_set_numbers(res, lim->limit - st->a, st->b + lim->window_ms * 1000 - now);
+    st->fw.count += cost;
+    algo_set_numbers(res, lim->limit - st->fw.count,
+                     st->fw.start_us + lim->window_ms * 1000 - now);
 }
 
 static void
@@ -62,17 +64,17 @@ fw_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64
     if (count == 0)
         return;
     if (count > units) {
-        st->a = count - units;
+        st->fw.count = count - units;
     } else {
-        st->a = 0;
-        st->b = 0;
+        st->fw.count = 0;
+        st->fw.start_us = 0;
     }
 }
 
 static int64_t
 fw_ttl(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
-    return fw_count(lim, st, now) > 0 ? st->b + lim->window_ms * 1000 - now : 0;
+    return fw_count(lim, st, now) > 0 ? st->fw.start_us + lim->window_ms * 1000 - now : 0;
 }
 
 const struct rl_algo_def rl_algo_fixed_window = {

@@ -7,12 +7,14 @@
  * Mirrors scripts/lua/gcra.lua.
  *
  * T is rarely a whole number of microseconds and rounding it would drift, so
- * times are exact pairs i + f / limit (0 <= f < limit): state a = i, b = f
- * of TAT.  An all-zero state is a TAT long past, like a missing Redis key.
- * It decides exactly like the token bucket with the same limit, window and
- * burst, forced commits included (TAT at most 2 x tau ahead: algo_most_owed);
- * the two differ in what they store.
+ * times are exact pairs i + f / limit (0 <= f < limit): the state (st->gcra)
+ * is TAT's, tat_us = i and tat_frac = f.  An all-zero state is a TAT long
+ * past, like a missing Redis key.  It decides exactly like the token bucket
+ * with the same limit, window and burst, forced commits included (TAT at most
+ * 2 x tau ahead: algo_most_owed); the two differ in what they store.
  */
+#include <stdbool.h>
+
 #include "algo.h"
 
 /* An exact time i + f / limit microseconds. */
@@ -58,7 +60,7 @@ static struct gcra_t
 gcra_ahead(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now)
 {
     struct gcra_t x = {0, 0};
-    int64_t i = st->a, f = st->b;
+    int64_t i = st->gcra.tat_us, f = st->gcra.tat_frac;
 
     if (f >= lim->limit) {
         /* f was kept over an older limit: round TAT up to the microsecond */
@@ -83,7 +85,7 @@ gcra_units(const struct rl_limit *lim, int64_t units)
 }
 
 /* a > b */
-static int
+static bool
 gcra_later(struct gcra_t a, struct gcra_t b)
 {
     return a.i > b.i || (a.i == b.i && a.f > b.f);
@@ -136,8 +138,8 @@ gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, i
     if (gcra_later(n, cap))
         n = cap;
     room = gcra_room(lim, n);
-    st->a = now + n.i;
-    st->b = n.f;
+    st->gcra.tat_us = now + n.i;
+    st->gcra.tat_frac = n.f;
     algo_set_numbers(res, room, gcra_ceil(n));
 }
 
@@ -151,11 +153,11 @@ gcra_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
 
     if (n.i < 0 || (n.i == 0 && n.f == 0)) {
         /* TAT not before now: the state of no key at all */
-        st->a = st->b = 0;
+        st->gcra.tat_us = st->gcra.tat_frac = 0;
         return;
     }
-    st->a = now + n.i;
-    st->b = n.f;
+    st->gcra.tat_us = now + n.i;
+    st->gcra.tat_frac = n.f;
 }
 
 static int64_t

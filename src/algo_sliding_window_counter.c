@@ -7,7 +7,8 @@
  * the previous window's checks were spread evenly, hence "estimate".
  * Mirrors scripts/lua/sliding_window_counter.lua.
  *
- * State: a = window index, b = its count, c = the count of window a - 1.
+ * State (st->swc): the window index, its count, and the count of the window
+ * before it.
  * The weighted term is rounded up, which decides exactly like the real-valued
  * comparison because every other term is an integer.  limit x window in
  * microseconds overflows int64 (1e9 x 8.64e10), so products are 128-bit here
@@ -32,16 +33,16 @@ swc_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now
 
     v->cur = now / W;
     v->curr = v->prev = 0;
-    if (st->a > v->cur) {
+    if (st->swc.window > v->cur) {
         /* a clock that stepped back sees the stored window from its start */
-        v->cur = st->a;
+        v->cur = st->swc.window;
         e = 0;
     }
-    if (st->a == v->cur) {
-        v->curr = st->b;
-        v->prev = st->c;
-    } else if (st->a == v->cur - 1) {
-        v->prev = st->b;
+    if (st->swc.window == v->cur) {
+        v->curr = st->swc.count;
+        v->prev = st->swc.prev_count;
+    } else if (st->swc.window == v->cur - 1) {
+        v->prev = st->swc.count;
     }
     weighted = algo_muldiv(v->prev, W - e, W, &rem);
     if (rem > 0)
@@ -94,9 +95,9 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     struct swc_view v;
 
     swc_view(lim, st, now, &v);
-    st->a = v.cur;
-    st->b = v.curr + cost;
-    st->c = v.prev;
+    st->swc.window = v.cur;
+    st->swc.count = v.curr + cost;
+    st->swc.prev_count = v.prev;
     algo_set_numbers(res, v.room - cost, (v.cur + 2) * W - now);
 }
 
@@ -114,9 +115,9 @@ swc_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int6
         prev = prev + curr > 0 ? prev + curr : 0;
         curr = 0;
     }
-    st->a = curr > 0 || prev > 0 ? v.cur : 0;
-    st->b = curr;
-    st->c = prev;
+    st->swc.window = curr > 0 || prev > 0 ? v.cur : 0;
+    st->swc.count = curr;
+    st->swc.prev_count = prev;
 }
 
 static int64_t

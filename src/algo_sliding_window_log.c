@@ -4,8 +4,9 @@
  * admit more than `limit` units.  The price is memory: O(limit) per key.
  * Mirrors scripts/lua/sliding_window_log.lua.
  *
- * State: a = units in the ring; the ring holds (time, cost) pairs, oldest
- * first, two int64_t slots per entry (ring_cap/head/len count entries).
+ * State (st->swl): the units in the ring; the ring holds (time, cost) pairs,
+ * oldest first, two int64_t slots per entry (ring_cap/head/len count
+ * entries).
  * peek() only reads, so entries that have left the window are skipped there
  * and dropped by the next commit().  Times in the ring never decrease: a
  * clock that stepped back (possible with Redis TIME) logs at the newest time,
@@ -61,7 +62,7 @@ swl_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now
     while (i < st->ring_len && swl_ts(st, i) <= cutoff)
         gone += swl_cost(st, i++);
     v->first = i;
-    v->n = st->a - gone;
+    v->n = st->swl.units - gone;
     v->newest = i < st->ring_len ? swl_ts(st, st->ring_len - 1) : 0;
 }
 
@@ -99,7 +100,7 @@ swl_drop(struct rl_algo_state *st, uint32_t k)
     if (k == 0)
         return;
     for (uint32_t i = 0; i < k; i++)
-        st->a -= swl_cost(st, i);
+        st->swl.units -= swl_cost(st, i);
     st->ring_head = (st->ring_head + k) % st->ring_cap;
     st->ring_len -= k;
 }
@@ -152,7 +153,7 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     st->ring[2 * (size_t)slot] = ts;
     st->ring[2 * (size_t)slot + 1] = cost;
     st->ring_len++;
-    st->a += cost;
+    st->swl.units += cost;
 
     /* the units still inside the window: not those left behind */
     swl_view(lim, st, now, &v);
@@ -166,7 +167,7 @@ swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int6
     uint32_t k = units < (int64_t)st->ring_len ? (uint32_t)units : st->ring_len;
 
     for (uint32_t i = st->ring_len - k; i < st->ring_len; i++)
-        st->a -= swl_cost(st, i);
+        st->swl.units -= swl_cost(st, i);
     st->ring_len -= k;
 }
 

@@ -3,9 +3,10 @@
  * `limit` tokens per window: a burst, then a steady rate.
  * Mirrors scripts/lua/token_bucket.lua.
  *
- * State: what the bucket misses, D = a + b / W tokens (W = window in us,
- * 0 <= b < W), as of time c.  Keeping the deficit rather than the tokens makes
- * an all-zero state a full bucket, like a missing Redis key.  The fraction is
+ * State (st->tb): what the bucket misses, D = owed + owed_frac / W tokens (W =
+ * window in us, 0 <= owed_frac < W), as of time at_us.  Keeping the deficit
+ * rather than the tokens makes an all-zero state a full bucket, like a
+ * missing Redis key.  The fraction is
  * exact, so refilling gives the same bucket however often anyone asks.
  * Products reach limit x window (2^66): 128-bit here, digit-wise in the script.
  *
@@ -45,17 +46,17 @@ tb_view(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
         struct tb_view *v)
 {
     int64_t W = lim->window_ms * 1000;
-    int64_t full = tb_wait(st->a, st->b, 0, W, lim->limit);
+    int64_t full = tb_wait(st->tb.owed, st->tb.owed_frac, 0, W, lim->limit);
 
-    v->at = now > st->c ? now : st->c;
+    v->at = now > st->tb.at_us ? now : st->tb.at_us;
     v->skew = v->at - now;
-    if (v->at - st->c >= full) {
+    if (v->at - st->tb.at_us >= full) {
         v->d = v->f = 0;
     } else {
-        int64_t r, q = algo_muldiv(lim->limit, v->at - st->c, W, &r);
+        int64_t r, q = algo_muldiv(lim->limit, v->at - st->tb.at_us, W, &r);
 
-        v->d = st->a - q;
-        v->f = st->b - r;
+        v->d = st->tb.owed - q;
+        v->f = st->tb.owed_frac - r;
         if (v->f < 0) {
             v->d--;
             v->f += W;
@@ -94,16 +95,17 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
     int64_t room;
 
     tb_view(lim, st, now, &v);
-    st->a = v.d + cost;
-    st->b = v.f;
-    st->c = v.at;
-    if (st->a >= algo_most_owed(lim)) {
-        st->a = algo_most_owed(lim);
-        st->b = 0;
+    st->tb.owed = v.d + cost;
+    st->tb.owed_frac = v.f;
+    st->tb.at_us = v.at;
+    if (st->tb.owed >= algo_most_owed(lim)) {
+        st->tb.owed = algo_most_owed(lim);
+        st->tb.owed_frac = 0;
     }
-    room = lim->burst - st->a - (st->b > 0);
-    algo_set_numbers(res, room,
-                     tb_wait(st->a, st->b, 0, lim->window_ms * 1000, lim->limit) + v.skew);
+    room = lim->burst - st->tb.owed - (st->tb.owed_frac > 0);
+    algo_set_numbers(
+        res, room,
+        tb_wait(st->tb.owed, st->tb.owed_frac, 0, lim->window_ms * 1000, lim->limit) + v.skew);
 }
 
 static void
@@ -114,12 +116,12 @@ tb_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64
     tb_view(lim, st, now, &v);
     if (v.d - units < 0 || (v.d == units && v.f == 0)) {
         /* full: the state of no key at all */
-        st->a = st->b = st->c = 0;
+        st->tb.owed = st->tb.owed_frac = st->tb.at_us = 0;
         return;
     }
-    st->a = v.d - units;
-    st->b = v.f;
-    st->c = v.at;
+    st->tb.owed = v.d - units;
+    st->tb.owed_frac = v.f;
+    st->tb.at_us = v.at;
 }
 
 static int64_t

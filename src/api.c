@@ -1,4 +1,5 @@
 /* api.c — see api.h. */
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 #include <netinet/in.h>
@@ -20,9 +21,11 @@
 #include "util.h"
 #include "worker.h"
 
-/* Room for every quota header of a decision. */
-#define HEADERS_MAX (1024 + RL_LEASE_ID_MAX)
 #define BODY_MAX (2048 + RL_LEASE_ID_MAX)
+
+/* On every 503 of ours: the backend reconnects within a second or so, a
+ * drain sends the caller elsewhere. */
+#define RETRY_AFTER_503 "Retry-After: 1\r\n"
 
 /* http_req.flags: answer with status and headers only (auth subrequests). */
 #define API_NO_BODY 0x1u
@@ -31,23 +34,25 @@ static void
 respond(struct http_req *r, int status, const char *headers, size_t hlen, const char *body,
         size_t blen)
 {
-    struct http_response resp = {
-        .status = status,
-        .headers = headers,
-        .headers_len = hlen,
-        .body = body,
-        .body_len = blen,
-    };
-    http_respond(r, &resp);
+    http_respond(r, &(const struct http_response){.status = status,
+                                                  .headers = headers,
+                                                  .headers_len = hlen,
+                                                  .body = body,
+                                                  .body_len = blen});
 }
 
-/* {"error": msg} with msg escaped: it may quote what the caller sent. */
+/* {"error": msg} with msg escaped: it may quote what the caller sent.  Every
+ * 503 says when to try again (gateways pass it on as it is). */
 static void
 respond_error(struct http_req *r, int status, const char *extra, const char *msg)
 {
     json_t *o = json_pack("{s:s}", "error", msg);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    size_t elen = extra ? strlen(extra) : 0;
+    size_t elen;
+
+    if (status == 503 && extra == NULL)
+        extra = RETRY_AFTER_503;
+    elen = extra ? strlen(extra) : 0;
 
     if (s != NULL)
         respond(r, status, extra, elen, s, strlen(s));
@@ -70,8 +75,8 @@ respond_405(struct http_req *r, struct rl_worker *w, const char *allow)
     respond_error(r, 405, allow, "method not allowed");
 }
 
-static void
-peer_text(const struct http_req *r, char *buf, size_t size)
+void
+api_peer_text(const struct http_req *r, char *buf, size_t size)
 {
     const struct sockaddr_storage *ss = http_req_peer(r);
 
@@ -86,12 +91,6 @@ peer_text(const struct http_req *r, char *buf, size_t size)
                   (socklen_t)size);
 }
 
-void
-api_peer_text(const struct http_req *r, char *buf, size_t size)
-{
-    peer_text(r, buf, size);
-}
-
 /* One line per sampled check: what was decided, never who by key (a key
  * may be a secret); the peer address is the connection's, not the caller's. */
 static void
@@ -99,12 +98,12 @@ access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_
 {
     char peer[INET6_ADDRSTRLEN];
 
-    peer_text(r, peer, sizeof(peer));
-    log_info("msg=check worker=%d status=%d policy=%s allowed=%d remaining=%lld "
-             "retry_after_ms=%lld degraded=%d shadow=%d peer=%s us=%lld",
-             w->id, d->status, d->policy ? d->policy->name : "-", d->allowed,
-             (long long)d->remaining, (long long)d->retry_after_ms, d->degraded, d->shadow,
-             peer, (long long)(now_monotonic_us() - r->start_us));
+    api_peer_text(r, peer, sizeof(peer));
+    log_info(LOG_MSG("check"), LOG_I("worker", w->id), LOG_I("status", d->status),
+             LOG_S("policy", d->policy ? d->policy->name : "-"), LOG_I("allowed", d->allowed),
+             LOG_I("remaining", d->remaining), LOG_I("retry_after_ms", d->retry_after_ms),
+             LOG_I("degraded", d->degraded), LOG_I("shadow", d->shadow), LOG_S("peer", peer),
+             LOG_I("us", (now_monotonic_us() - r->start_us)));
 }
 
 static void
@@ -123,22 +122,19 @@ on_check_done(const struct rl_decision *d, void *arg)
 {
     struct http_req *r = arg;
     struct rl_worker *w = http_req_arg(r);
-    char headers[HEADERS_MAX], body[BODY_MAX];
+    char headers[RESPONSE_HEADERS_MAX], body[BODY_MAX];
     struct strbuf sb;
     size_t n;
 
     if (r->start_us != 0)
         access_log(r, w, d);
-    if (d->status == 503 && !(r->flags & API_NO_BODY)) {
-        respond_error(r, 503, NULL, "backend unavailable");
-    } else {
-        sb_init(&sb, headers, sizeof(headers));
-        response_headers(d, add_header, &sb);
-        /* nginx and Caddy keep an auth subrequest's connection only when
-         * its answer has no body: there, status and headers say it all */
-        n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
-        respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
-    }
+    metrics_check_duration(w->metrics, now_monotonic_us() - r->first_us);
+    sb_init(&sb, headers, sizeof(headers));
+    response_headers(d, add_header, &sb);
+    /* nginx and Caddy keep an auth subrequest's connection only when
+     * its answer has no body: there, status and headers say it all */
+    n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
+    respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
     worker_check_done(w);
 }
 
@@ -199,22 +195,22 @@ peer_of(const struct http_req *r, struct rl_ident_input *in)
 }
 
 /* Is `param` ("name=value") one of the target's query parameters? */
-static int
+static bool
 query_has(const struct http_head *h, const char *param)
 {
     const char *q = h->path + h->path_len, *end = h->target + h->target_len;
     size_t n = strlen(param);
 
     if (q >= end || *q != '?')
-        return 0;
+        return false;
     for (q++; q < end;) {
         const char *amp = memchr(q, '&', (size_t)(end - q));
         const char *e = amp != NULL ? amp : end;
         if ((size_t)(e - q) == n && memcmp(q, param, n) == 0)
-            return 1;
+            return true;
         q = e + 1;
     }
-    return 0;
+    return false;
 }
 
 /* Whether a request that asks the backend may start now; else it is
@@ -253,7 +249,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     struct rl_config *cfg = w->cfg;
     const struct http_head *h = r->head;
     struct rl_check_input ci;
-    char *error = NULL;
+    char *cause = NULL;
     int status;
 
     if (!admit(r, w))
@@ -282,12 +278,28 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
                       ? now_monotonic_us()
                       : 0;
     worker_check_begin(w);
-    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &error) != RL_OK) {
+    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &cause) != RL_OK) {
         metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, status, NULL, error);
-        free(error);
+        respond_error(r, status, NULL, cause);
+        free(cause);
         worker_check_done(w);
     }
+}
+
+/* {"status":..., ["degraded":true, "failure_mode":...,] "reason":..., "worker":N} */
+static void
+respond_status(struct http_req *r, int status, json_t *o, const char *fallback)
+{
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    const char *extra = status == 503 ? RETRY_AFTER_503 : NULL;
+    size_t elen = extra != NULL ? strlen(extra) : 0;
+
+    if (s != NULL)
+        respond(r, status, extra, elen, s, strlen(s));
+    else
+        respond(r, status, extra, elen, fallback, strlen(fallback));
+    free(s);
+    json_decref(o);
 }
 
 static void
@@ -377,21 +389,39 @@ handle_readyz(struct http_req *r, struct rl_worker *w)
 {
     int which;
     const char *reason = worker_readiness(w, &which);
-    json_t *o;
-    char *s;
 
     if (reason == NULL) {
         respond(r, 200, NULL, 0, "{\"status\":\"ready\"}", 18);
         return;
     }
-    o = json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which);
-    s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (s != NULL)
-        respond(r, 503, NULL, 0, s, strlen(s));
-    else
-        respond(r, 503, NULL, 0, "{\"status\":\"not ready\"}", 22);
-    free(s);
-    json_decref(o);
+    respond_status(
+        r, 503,
+        json_pack("{s:s,s:s,s:i}", "status", "not ready", "reason", reason, "worker", which),
+        "{\"status\":\"not ready\"}");
+}
+
+/* Readiness for a sidecar: can checks be answered as configured? */
+static void
+handle_serving(struct http_req *r, struct rl_worker *w)
+{
+    const char *reason;
+    int which;
+
+    if (!worker_serving(w, &reason, &which)) {
+        respond_status(r, 503,
+                       json_pack("{s:s,s:s,s:i}", "status", "not serving", "reason", reason,
+                                 "worker", which),
+                       "{\"status\":\"not serving\"}");
+    } else if (reason != NULL) {
+        respond_status(r, 200,
+                       json_pack("{s:s,s:b,s:s,s:s,s:i}", "status", "serving", "degraded", 1,
+                                 "failure_mode",
+                                 config_failure_mode_name(w->cfg->failure_mode), "reason",
+                                 reason, "worker", which),
+                       "{\"status\":\"serving\",\"degraded\":true}");
+    } else {
+        respond(r, 200, NULL, 0, "{\"status\":\"serving\"}", 20);
+    }
 }
 
 static void
@@ -410,7 +440,7 @@ handle_metrics(struct http_req *r, struct rl_worker *w)
     evbuffer_free(out);
 }
 
-static int
+static bool
 path_is(const struct http_head *h, const char *p, size_t n)
 {
     return h->path_len == n && memcmp(h->path, p, n) == 0;
@@ -451,6 +481,11 @@ api_handle(struct http_req *r, void *arg)
             handle_readyz(r, w);
         else
             respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else if (path_is(h, "/serving", 8)) {
+        if (get)
+            handle_serving(r, w);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else if (path_is(h, "/metrics", 8)) {
         if (get)
             handle_metrics(r, w);
@@ -460,6 +495,6 @@ api_handle(struct http_req *r, void *arg)
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
                       "no such path: use POST /check, POST /release, POST /json, "
-                      "GET /healthz, GET /readyz or GET /metrics");
+                      "GET /healthz, GET /readyz, GET /serving or GET /metrics");
     }
 }

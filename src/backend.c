@@ -14,8 +14,19 @@ backend_ops(const struct rl_config *cfg)
     return cfg->redis.cluster.n > 0 ? &rl_backend_cluster_ops : &rl_backend_redis_ops;
 }
 
+/* What sb holds, as the key formatters answer. */
+static int
+key_done(const struct strbuf *sb, size_t *len)
+{
+    if (!sb_ok(sb))
+        return RL_ERR;
+    *len = sb->len;
+    return RL_OK;
+}
+
 int
-backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size)
+backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size,
+                  size_t *len)
 {
     const struct rl_limit *l = &req->policy->limits[i];
     struct strbuf sb;
@@ -29,11 +40,11 @@ backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t si
     sb_str(&sb, algo_def(l->algo)->tag);
     sb_str(&sb, ":");
     sb_i64(&sb, l->window_ms);
-    return sb_ok(&sb) ? (int)sb.len : -1;
+    return key_done(&sb, len);
 }
 
 int
-backend_once_key(const struct rl_check_req *req, char *buf, size_t size)
+backend_once_key(const struct rl_check_req *req, char *buf, size_t size, size_t *len)
 {
     static const char hex[] = "0123456789abcdef";
     char w[16];
@@ -45,18 +56,18 @@ backend_once_key(const struct rl_check_req *req, char *buf, size_t size)
     sb_mem(&sb, req->key, req->key_len);
     sb_str(&sb, ":once:");
     sb_mem(&sb, w, sizeof(w));
-    return sb_ok(&sb) ? (int)sb.len : -1;
+    return key_done(&sb, len);
 }
 
 int
-backend_block_key(const struct rl_check_req *req, char *buf, size_t size)
+backend_block_key(const struct rl_check_req *req, char *buf, size_t size, size_t *len)
 {
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
     sb_mem(&sb, req->key, req->key_len);
     sb_str(&sb, ":block");
-    return sb_ok(&sb) ? (int)sb.len : -1;
+    return key_done(&sb, len);
 }
 
 void

@@ -10,6 +10,7 @@
 #ifndef RL_BACKEND_H
 #define RL_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -137,8 +138,8 @@ struct rl_backend_ops {
     void (*destroy)(struct rl_backend *be);
     void (*check)(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
                   void *arg);
-    /* RL_OK when checks can be answered; else RL_ERR and a static reason. */
-    int (*ready)(struct rl_backend *be, const char **reason);
+    /* Why checks cannot be answered now (static text), NULL when they can. */
+    const char *(*not_ready)(struct rl_backend *be);
 };
 
 /* Every implementation starts with this. */
@@ -164,24 +165,27 @@ size_t backend_memory_entries(void);
 /*
  * The key of limit i of a check: "<req->key>:<algo tag>:<window_ms>", so that
  * reordering limits or changing a limit's count keeps its state and all keys
- * of one check share the hash tag of req->key.  Returns the length written,
- * or -1 when buf is too small.
+ * of one check share the hash tag of req->key.  Written NUL-terminated into
+ * buf, its length in *len; RL_ERR when buf is too small.
  */
-int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size);
+int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_t size,
+                      size_t *len) RL_WUR;
 /* The key of a check's block: "<req->key>:block" (the same hash tag).  As
  * above. */
-int backend_block_key(const struct rl_check_req *req, char *buf, size_t size);
+int backend_block_key(const struct rl_check_req *req, char *buf, size_t size,
+                      size_t *len) RL_WUR;
 /* Mark res as the answer for a key blocked for blocked_ms (> 0) more ms:
  * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
 void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);
 /* Whether req is an admin operation (reset, block or give back). */
-static inline int
+static inline bool
 backend_is_admin(const struct rl_check_req *req)
 {
     return (req->flags & RL_CHECK_ADMIN) != 0 || req->cost < 0;
 }
 /* The key of an RL_CHECK_ONCE check's last applied seq:
  * "<req->key>:once:<writer in hex>" (the same hash tag).  As above. */
-int backend_once_key(const struct rl_check_req *req, char *buf, size_t size);
+int backend_once_key(const struct rl_check_req *req, char *buf, size_t size,
+                     size_t *len) RL_WUR;
 
 #endif

@@ -32,6 +32,7 @@
  * there.  Every algorithm already copes with a clock that steps back, as
  * Redis's can; a step forward only ends states early.
  */
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,13 +176,13 @@ shard_sweep(struct mem_shard *sh, int64_t now, int budget)
         shard_remove(sh, sh->heap[0]);
 }
 
-static int
+static bool
 pinned(struct mem_entry *e, struct mem_entry *const *pin, size_t npin)
 {
     for (size_t i = 0; i < npin; i++)
         if (pin[i] == e)
-            return 1;
-    return 0;
+            return true;
+    return false;
 }
 
 /*
@@ -324,10 +325,10 @@ mem_destroy(struct rl_backend *be)
     free(mb);
 }
 
-static int
-mem_ready(struct rl_backend *be, const char **reason)
+static const char *
+mem_not_ready(struct rl_backend *be)
 {
-    return RL_OK;
+    return NULL;
 }
 
 static void
@@ -353,15 +354,12 @@ struct mem_op {
     struct mem_entry *e[RL_LIMITS_MAX + 1];
 };
 
-static int
-op_key(struct mem_store *s, struct mem_op *op, size_t i, int len)
+static void
+op_key(struct mem_store *s, struct mem_op *op, size_t i, size_t len)
 {
-    if (len < 0)
-        return RL_ERR;
-    op->klen[i] = (size_t)len;
+    op->klen[i] = len;
     op->hash[i] = keytable_hash(op->kbuf + i * op->per, op->klen[i]);
     op->shard[i] = (unsigned)(op->hash[i] >> 32) & (s->nshards - 1);
-    return RL_OK;
 }
 
 static void
@@ -374,7 +372,7 @@ op_release(struct mem_op *op)
 static int
 op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
 {
-    size_t n = op->n = req->policy->nlimits, longest = req->key_len;
+    size_t n = op->n = req->policy->nlimits, longest = req->key_len, len;
 
     for (size_t i = 0; req->limit_key != NULL && i < n; i++)
         if (req->limit_key[i] != NULL && req->limit_key_len[i] > longest)
@@ -384,12 +382,14 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
     if ((n + 1) * op->per > sizeof(op->stackbuf))
         op->kbuf = xmalloc((n + 1) * op->per);
     for (size_t i = 0; i < n; i++) {
-        char *k = op->kbuf + i * op->per;
-
-        if (op_key(s, op, i, backend_limit_key(req, i, k, op->per)) != RL_OK)
+        if (backend_limit_key(req, i, op->kbuf + i * op->per, op->per, &len) != RL_OK)
             return RL_ERR;
+        op_key(s, op, i, len);
     }
-    return op_key(s, op, n, backend_block_key(req, op->kbuf + n * op->per, op->per));
+    if (backend_block_key(req, op->kbuf + n * op->per, op->per, &len) != RL_OK)
+        return RL_ERR;
+    op_key(s, op, n, len);
+    return RL_OK;
 }
 
 /* Lock each shard of the check's keys once, in ascending order. */
@@ -620,5 +620,5 @@ const struct rl_backend_ops rl_backend_memory_ops = {
     .create = mem_create,
     .destroy = mem_destroy,
     .check = mem_check,
-    .ready = mem_ready,
+    .not_ready = mem_not_ready,
 };

@@ -18,6 +18,7 @@
  * each under its own deadline; checks that arrive while DOWN (between
  * attempts) are answered DOWN at once, so a dead Redis never queues work.
  */
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,26 +63,29 @@ struct redis_backend {
 };
 
 struct redis_op {
-    struct rl_script_wait w; /* the check: req, cb, answered */
+    struct rl_script_wait w; /* the check: req, cb, answered, nlimits */
     struct event timer;      /* inline: one allocation per check, not two */
-    size_t nlimits;          /* its part of the reply, once req is gone */
 };
 
 /* One script call: the checks coalesced into it, answered in order. */
 struct redis_batch {
     struct redis_backend *rb;
-    int sent_eval;
+    bool sent_eval;
     unsigned counted; /* its share of rb->pending_checks */
     size_t n;
-    struct redis_op *ops[];
+    struct rl_script_wait *w[]; /* each the `w` of a struct redis_op */
 };
 
 static void waiting_end(struct redis_backend *rb, int ready, const char *why);
 
-/* ---- answering checks ---------------------------------------------------- */
+static struct redis_op *
+op_of(struct rl_script_wait *w)
+{
+    return RL_CONTAINER_OF(w, struct redis_op, w);
+}
 
 static void
-op_free(struct redis_op *op)
+redis_op_free(struct redis_op *op)
 {
     event_del(&op->timer);
     free(op);
@@ -89,13 +93,13 @@ op_free(struct redis_op *op)
 
 /* ---- sending --------------------------------------------------------------- */
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void
 batch_free(struct redis_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
-        op_free(b->ops[i]);
+        redis_op_free(op_of(b->w[i]));
     free(b);
 }
 
@@ -104,7 +108,7 @@ static void
 batch_answer_status(struct redis_batch *b, enum rl_backend_status st, const char *why)
 {
     for (size_t i = 0; i < b->n; i++)
-        script_answer_status(&b->ops[i]->w, st, why);
+        script_answer_status(b->w[i], st, why);
 }
 
 /* Drop the checks already answered (their deadline passed): they have no
@@ -115,135 +119,101 @@ batch_compact(struct redis_batch *b)
     size_t k = 0;
 
     for (size_t i = 0; i < b->n; i++) {
-        if (b->ops[i]->w.answered)
-            op_free(b->ops[i]);
+        if (b->w[i]->answered)
+            redis_op_free(op_of(b->w[i]));
         else
-            b->ops[k++] = b->ops[i];
+            b->w[k++] = b->w[i];
     }
     b->n = k;
 }
 
 /* Queue the check script for the batch; RL_ERR when the connection refused it. */
 static int
-send_batch(struct redis_batch *b, int eval)
+send_batch(struct redis_batch *b)
 {
     struct redis_backend *rb = b->rb;
     int64_t wait_ms = 0;
 
     for (size_t i = 0; i < b->n; i++) {
-        rb->reqs[i] = b->ops[i]->w.req;
+        rb->reqs[i] = b->w[i]->req;
         if (rb->reqs[i]->timeout_ms > wait_ms)
             wait_ms = rb->reqs[i]->timeout_ms;
     }
     if (script_call_build(&rb->call, rb->reqs, b->n,
-                          eval              ? SCRIPT_EVAL
+                          b->sent_eval      ? SCRIPT_EVAL
                           : rb->c.functions ? SCRIPT_FCALL
                                             : SCRIPT_EVALSHA) != RL_OK ||
-        rconn_send(&rb->c, on_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
+        rconn_send(&rb->c, on_batch_reply, b, wait_ms, rb->call.buf, rb->call.len) != RL_OK)
         return RL_ERR;
     b->counted = (unsigned)b->n;
     rb->pending_checks += b->counted;
     return RL_OK;
 }
 
+/* script_batch's resend: the checks still waiting, as one EVAL. */
+static bool
+batch_resend(void *arg)
+{
+    struct redis_batch *b = arg;
+
+    b->sent_eval = true;
+    batch_compact(b);
+    if (b->n == 0)
+        return false;
+    if (b->rb->c.st.state == RCONN_READY && send_batch(b) == RL_OK)
+        return true;
+    batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
+    return false;
+}
+
 static void
-on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_batch *b = privdata;
     struct redis_backend *rb = b->rb;
-    redisReply *r = reply;
-    const char *why;
-    size_t len = 0;
+    struct script_batch walk = {
+        .c = &rb->c,
+        .ac = ac,
+        .w = b->w,
+        .n = b->n,
+        .eval = b->sent_eval,
+        .resend = batch_resend,
+        .arg = b,
+    };
 
     rconn_replied(&rb->c, ac, reply);
     rb->pending_checks -= b->counted;
     b->counted = 0;
-    if (r == NULL) {
-        /* The connection died or is being freed: every pending callback
-         * runs once with NULL. */
-        batch_answer_status(b, RL_BACKEND_DOWN, "connection lost");
+    if (!script_batch_reply(&walk, reply))
         batch_free(b);
-        return;
-    }
-    for (size_t i = 0; i < b->n; i++)
-        len += script_reply_len(b->ops[i]->nlimits);
-    if (r->type == REDIS_REPLY_ERROR)
-        rconn_error(&rb->c.errs, &rb->c.st, rb->display, r->str, b->n);
-    if (r->type == REDIS_REPLY_ERROR && !b->sent_eval &&
-        rconn_script_missing(&rb->c, ac, r->str)) {
-        /* The server forgot the script or the library (restart, SCRIPT or
-         * FUNCTION FLUSH): send it whole once. */
-        b->sent_eval = 1;
-        batch_compact(b);
-        if (b->n == 0) {
-            free(b);
-            return;
-        }
-        if (rb->c.st.state == RCONN_READY && send_batch(b, 1) == RL_OK)
-            return;
-        batch_answer_status(b, RL_BACKEND_ERROR, "cannot resend the check script");
-    } else if (r->type == REDIS_REPLY_ERROR && rconn_unusable(r->str) != NULL) {
-        /* Nothing ran, and nothing will on this server: leave it */
-        batch_answer_status(b, RL_BACKEND_DOWN, rconn_unusable(r->str));
-        if (rb->c.ac == ac)
-            rconn_drop(&rb->c, rconn_unusable(r->str));
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        batch_answer_status(b, RL_BACKEND_ERROR, "error reply from redis");
-    } else if (script_reply_check(r, len, &why) != RL_OK) {
-        rconn_bad_reply(&rb->c.errs, &rb->c.st, rb->display, why, b->n);
-        batch_answer_status(b, RL_BACKEND_ERROR, why);
-    } else {
-        size_t at = 0, failed = 0;
-        const char *unusable = NULL;
-
-        for (size_t i = 0; i < b->n; i++) {
-            const redisReply *e = r->element[at];
-            /* a check that failed alone inside the script (pcall) is an
-             * error reply all the same: logged, counted, and a server
-             * that cannot take writes is left */
-            if (e->type == REDIS_REPLY_ERROR) {
-                failed++;
-                rconn_error(&rb->c.errs, &rb->c.st, rb->display, e->str, 1);
-                if (unusable == NULL)
-                    unusable = rconn_unusable(e->str);
-            }
-            script_answer_reply(&b->ops[i]->w, r, at, b->ops[i]->nlimits);
-            at += script_reply_len(b->ops[i]->nlimits);
-        }
-        if (failed == 0)
-            rconn_errlog_end(&rb->c.errs, &rb->c.st, rb->display);
-        if (unusable != NULL && rb->c.ac == ac)
-            rconn_drop(&rb->c, unusable);
-    }
-    batch_free(b);
 }
 
 /* rconn_flush_fn: what the queue held, as one script call. */
 static void
-flush(void *owner, void *const *items, size_t n)
+redis_flush(void *owner, void *const *items, size_t n)
 {
     struct redis_backend *rb = owner;
-    struct redis_batch *b = xcalloc(1, sizeof(*b) + n * sizeof(b->ops[0]));
+    struct redis_batch *b = xcalloc(1, sizeof(*b) + n * sizeof(b->w[0]));
 
     b->rb = rb;
     b->n = n;
     for (size_t i = 0; i < n; i++)
-        b->ops[i] = items[i];
+        b->w[i] = &((struct redis_op *)items[i])->w;
     batch_compact(b); /* a check may have timed out in this same pass */
     /* redis.max_pending counts checks, not calls: past it the newest fail
      * fast rather than queue behind work Redis would reach after their
      * deadline (a timed-out check still runs in Redis). */
     while (b->n > 0 && rb->pending_checks + b->n > rb->max_pending) {
-        struct redis_op *op = b->ops[--b->n];
-        script_answer_status(&op->w, RL_BACKEND_ERROR, "too many checks waiting for redis");
-        op_free(op);
+        struct rl_script_wait *w = b->w[--b->n];
+        script_answer_status(w, RL_BACKEND_ERROR, "too many checks waiting for redis");
+        redis_op_free(op_of(w));
     }
     if (b->n == 0) {
         free(b);
     } else if (rb->c.st.state != RCONN_READY) {
         batch_answer_status(b, RL_BACKEND_DOWN, rb->c.st.down_reason);
         batch_free(b);
-    } else if (send_batch(b, 0) != RL_OK) {
+    } else if (send_batch(b) != RL_OK) {
         batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
         batch_free(b);
     }
@@ -262,29 +232,29 @@ on_op_timeout(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Room for one more waiting check: those their deadline answered go first. */
-static int
+static bool
 waiting_room(struct redis_backend *rb)
 {
     size_t k = 0;
 
     if (rb->nwaiting < rb->waiting_cap)
-        return 1;
+        return true;
     for (size_t i = 0; i < rb->nwaiting; i++) {
         if (rb->waiting[i]->w.answered)
-            op_free(rb->waiting[i]);
+            redis_op_free(rb->waiting[i]);
         else
             rb->waiting[k++] = rb->waiting[i];
     }
     rb->nwaiting = k;
     if (k < rb->waiting_cap)
-        return 1;
+        return true;
     if (rb->waiting_cap >= rb->max_pending)
-        return 0;
+        return false;
     rb->waiting_cap = rb->waiting_cap == 0 ? 16 : rb->waiting_cap * 2;
     if (rb->waiting_cap > rb->max_pending)
         rb->waiting_cap = rb->max_pending;
     rb->waiting = xrealloc(rb->waiting, rb->waiting_cap * sizeof(*rb->waiting));
-    return 1;
+    return true;
 }
 
 /* The connection the waiting checks waited for is ready (send them) or
@@ -303,10 +273,10 @@ waiting_end(struct redis_backend *rb, int ready, const char *why)
         struct redis_op *op = w[i];
 
         if (op->w.answered) {
-            op_free(op);
+            redis_op_free(op);
         } else if (!ready) {
             script_answer_status(&op->w, RL_BACKEND_DOWN, why ? why : "redis not connected");
-            op_free(op);
+            redis_op_free(op);
         } else {
             /* sent now: from here on only its reply settles it */
             if (op->w.req->flags & RL_CHECK_SETTLE)
@@ -336,7 +306,7 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
-    op->nlimits = req->policy->nlimits;
+    op->w.nlimits = req->policy->nlimits;
     evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
     /* A settling check has no deadline once sent (the heartbeat bounds that
      * wait: it drops a stalled connection), but one while it waits for a
@@ -379,7 +349,7 @@ sentinel_locate(struct rconn *c)
     rsentinel_ask(((struct redis_backend *)c->owner)->sentinel);
 }
 
-static int
+static bool
 sentinel_abandon(struct rconn *c)
 {
     return rsentinel_cancel(((struct redis_backend *)c->owner)->sentinel);
@@ -448,7 +418,7 @@ redis_create(struct rl_backend **out, struct event_base *evb, const struct rl_co
         rb->sentinel = rsentinel_new(evb, &rb->dns, &cfg->redis.sentinel, rb->display,
                                      sentinel_found, sentinel_switched, rb);
     rb->max_pending = (unsigned)cfg->redis.max_pending;
-    rconn_queue_init(&rb->queue, evb, (size_t)cfg->redis.coalesce, flush, rb);
+    rconn_queue_init(&rb->queue, evb, (size_t)cfg->redis.coalesce, redis_flush, rb);
     rb->reqs = xcalloc((size_t)cfg->redis.coalesce, sizeof(*rb->reqs));
     {
         /* a sentinel's answer can be stale, and a URL can name a replica */
@@ -486,7 +456,7 @@ redis_destroy(struct rl_backend *be)
         struct redis_op *op = rb->queue.items[i];
 
         script_answer_status(&op->w, RL_BACKEND_DOWN, "shutting down");
-        op_free(op);
+        redis_op_free(op);
     }
     rb->queue.n = 0;
     waiting_end(rb, 0, "shutting down");
@@ -501,19 +471,16 @@ redis_destroy(struct rl_backend *be)
     free(rb);
 }
 
-static int
-redis_ready(struct rl_backend *be, const char **reason)
+static const char *
+redis_not_ready(struct rl_backend *be)
 {
     struct redis_backend *rb = (struct redis_backend *)be;
 
     if (rb->c.st.state == RCONN_READY && !rconn_stalled(&rb->c, now_monotonic_us()))
-        return RL_OK;
-    if (rb->c.st.state == RCONN_READY) {
-        *reason = "redis stalled";
-        return RL_ERR;
-    }
-    *reason = rb->c.st.down_reason ? rb->c.st.down_reason : "redis not connected";
-    return RL_ERR;
+        return NULL;
+    if (rb->c.st.state == RCONN_READY)
+        return "redis stalled";
+    return rb->c.st.down_reason ? rb->c.st.down_reason : "redis not connected";
 }
 
 const struct rl_backend_ops rl_backend_redis_ops = {
@@ -521,5 +488,5 @@ const struct rl_backend_ops rl_backend_redis_ops = {
     .create = redis_create,
     .destroy = redis_destroy,
     .check = redis_check,
-    .ready = redis_ready,
+    .not_ready = redis_not_ready,
 };

@@ -2,8 +2,9 @@
  * body.h — the fields of a POST /check body, and a fast reader for the
  * bodies clients actually send.
  *
- * jansson builds a tree, a hash table and a string per member: about a
- * third of a check's instructions for a body like {"key":"u42"}.  Almost
+ * jansson builds a tree, a hash table and a string per member, the largest
+ * part of a check's work for a body like {"key":"u42"} (docs/BENCHMARKS.md,
+ * "Measurements behind the code").  Almost
  * every body is a flat object of plain ASCII strings and small integers, so
  * body_scan() reads exactly that shape in place and says RL_ERR for
  * anything else (escapes, non-ASCII, nesting, fractions, duplicates, any

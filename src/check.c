@@ -59,14 +59,14 @@ deny_key(const struct check_op *op, size_t *len)
 }
 
 static int
-get_string(json_t *root, const char *name, const char **out, size_t *len, char **error)
+get_string(json_t *root, const char *name, const char **out, size_t *len, char **cause)
 {
     json_t *v = json_object_get(root, name);
 
     if (v == NULL || json_is_null(v))
         return RL_OK;
     if (!json_is_string(v)) {
-        *error = xasprintf("%s: must be a string", name);
+        *cause = xasprintf("%s: must be a string", name);
         return RL_ERR;
     }
     *out = json_string_value(v);
@@ -77,18 +77,18 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
 
 /* Fields are looked up by name; unknown fields are ignored (forward compat). */
 static int
-fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
+fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
 {
     json_t *cost;
 
     if (!json_is_object(root)) {
-        *error = xstrdup("body: must be a JSON object");
+        *cause = xstrdup("body: must be a JSON object");
         return RL_ERR;
     }
-    if (get_string(root, "key", &f->key, &f->key_len, error) != RL_OK ||
-        get_string(root, "policy", &f->policy, &f->policy_len, error) != RL_OK ||
-        get_string(root, "path", &f->path, &f->path_len, error) != RL_OK ||
-        get_string(root, "method", &f->method, &f->method_len, error) != RL_OK)
+    if (get_string(root, "key", &f->key, &f->key_len, cause) != RL_OK ||
+        get_string(root, "policy", &f->policy, &f->policy_len, cause) != RL_OK ||
+        get_string(root, "path", &f->path, &f->path_len, cause) != RL_OK ||
+        get_string(root, "method", &f->method, &f->method_len, cause) != RL_OK)
         return RL_ERR;
     cost = json_object_get(root, "cost");
     if (cost != NULL && !json_is_null(cost)) {
@@ -100,25 +100,25 @@ fields_from_json(json_t *root, struct rl_body_fields *f, char **error)
 
 /* What the fields may hold, whoever read them. */
 static int
-check_fields(const struct rl_body_fields *f, char **error)
+check_fields(const struct rl_body_fields *f, char **cause)
 {
     if (f->key != NULL && (f->key_len == 0 || f->key_len > RL_KEY_MAX)) {
-        *error = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
+        *cause = xasprintf("key: must be 1..%d bytes", RL_KEY_MAX);
         return RL_ERR;
     }
     if (f->path != NULL && (f->path_len == 0 || f->path[0] != '/')) {
-        *error = xstrdup("path: must start with '/'");
+        *cause = xstrdup("path: must start with '/'");
         return RL_ERR;
     }
     /* A key may hold any byte, NUL included (its length travels with it);
      * a method may not: "GET\u0000x" must not read as GET. */
     if (f->method != NULL &&
         (strlen(f->method) != f->method_len || config_method_bit(f->method) == 0)) {
-        *error = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
+        *cause = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
     if (f->cost < 0 || f->cost > RL_COST_MAX) {
-        *error = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+        *cause = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
         return RL_ERR;
     }
     return RL_OK;
@@ -239,8 +239,8 @@ on_backend(const struct rl_check_res *res, void *arg)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
                     op->start_us, res);
     if (res->status != RL_BACKEND_OK)
-        log_debug("msg=\"backend failed\" policy=%s error=\"%s\"", op->policy->name,
-                  res->error ? res->error : "");
+        log_debug(LOG_MSG("backend failed"), LOG_S("policy", op->policy->name),
+                  LOG_Q("error", res->error ? res->error : ""));
     finish(op, res);
 }
 
@@ -268,9 +268,9 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
  */
 static int
 match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **norm,
-           char **error)
+           char **cause)
 {
-    char *cause = NULL;
+    char *why = NULL;
     size_t n;
 
     /* the query string and fragment are not part of the path */
@@ -282,7 +282,7 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
     }
     *norm = xmalloc(*plen + 1);
     if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES, *norm, &n,
-                 &cause) == RL_OK) {
+                 &why) == RL_OK) {
         *plen = cfg->path_fold ? pathnorm_fold(*norm, n, cfg->path_fold) : n;
         return RL_OK;
     }
@@ -290,11 +290,11 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
         memcpy(*norm, path, *plen);
         (*norm)[*plen] = '\0';
         *plen = pathnorm_fold(*norm, *plen, cfg->path_fold);
-        free(cause);
+        free(why);
         return RL_OK;
     }
-    *error = xasprintf("path: cannot be normalised: %s", cause);
-    free(cause);
+    *cause = xasprintf("path: cannot be normalised: %s", why);
+    free(why);
     return RL_ERR;
 }
 
@@ -302,12 +302,9 @@ const struct rl_policy *
 check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const char *id,
               size_t idlen, char *key, size_t size, size_t *klen)
 {
-    int n = identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids,
-                         key, size);
-
-    if (n < 0)
+    if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids, key,
+                     size, klen) != RL_OK)
         return NULL;
-    *klen = (size_t)n;
     return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
 }
 
@@ -315,7 +312,7 @@ check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const
  * gives up.  *root is the caller's to free (NULL when not parsed). */
 static int
 read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **root,
-          char **error)
+          char **cause)
 {
     json_error_t jerr;
 
@@ -327,14 +324,14 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
         *root = json_loadb(in->body, in->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
                            &jerr);
         if (*root == NULL) {
-            *error = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
+            *cause = xasprintf("body: malformed JSON at line %d column %d: %s", jerr.line,
                                jerr.column, jerr.text);
             return RL_ERR;
         }
-        if (fields_from_json(*root, f, error) != RL_OK)
+        if (fields_from_json(*root, f, cause) != RL_OK)
             return RL_ERR;
     }
-    return check_fields(f, error);
+    return check_fields(f, cause);
 }
 
 /*
@@ -345,7 +342,7 @@ read_body(const struct rl_check_input *in, struct rl_body_fields *f, json_t **ro
 static int
 pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             const struct rl_check_input *in, const struct rl_policy **policy, char **norm,
-            char **error)
+            char **cause)
 {
     const char *path = f->path, *method = f->method;
     size_t plen = f->path_len;
@@ -354,7 +351,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
         /* a NUL inside the JSON string must not shorten the name */
         *policy = strlen(f->policy) == f->policy_len ? config_policy(cfg, f->policy) : NULL;
         if (*policy == NULL) {
-            *error = xstrdup("policy: no policy has this name");
+            *cause = xstrdup("policy: no policy has this name");
             return RL_ERR;
         }
         return RL_OK;
@@ -371,7 +368,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             plen = 1;
         }
     }
-    if (match_path(cfg, path, &plen, norm, error) != RL_OK)
+    if (match_path(cfg, path, &plen, norm, cause) != RL_OK)
         return RL_ERR;
     if (method == NULL) {
         method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
@@ -391,7 +388,7 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
 static int
 limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const char *keyname,
            const struct rl_ident_input *ident, const char *key, size_t klen,
-           struct limit_keys **out, char **error)
+           struct limit_keys **out, char **cause)
 {
     char id[RL_IDENTITY_MAX], ks[RL_LIMITS_MAX][RL_REDIS_KEY_MAX];
     size_t n[RL_LIMITS_MAX] = {0}, total = klen, o;
@@ -399,25 +396,23 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
 
     for (size_t i = 0; i < policy->nlimits; i++) {
         size_t idlen;
-        int len;
 
         if (policy->limits[i].identity == NULL)
             continue;
         if (identity_resolve(policy->limits[i].identity, &cfg->trusted_proxies, ident, id,
-                             sizeof(id), &idlen, error) != RL_OK)
+                             sizeof(id), &idlen, cause) != RL_OK)
             return RL_ERR;
         if (idlen == 0) {
-            *error = xasprintf("key: no identity for limits[%zu]: no source of its identity "
+            *cause = xasprintf("key: no identity for limits[%zu]: no source of its identity "
                                "chain gave one",
                                i);
             return RL_ERR;
         }
-        len = identity_key(cfg->redis.key_prefix, keyname, id, idlen, 1, ks[i], sizeof(ks[i]));
-        if (len < 0) {
-            *error = xstrdup("key: too long");
+        if (identity_key(cfg->redis.key_prefix, keyname, id, idlen, true, ks[i], sizeof(ks[i]),
+                         &n[i]) != RL_OK) {
+            *cause = xstrdup("key: too long");
             return RL_ERR;
         }
-        n[i] = (size_t)len;
         total += 1 + n[i];
     }
     lk = xcalloc(1, sizeof(*lk) + total);
@@ -445,29 +440,30 @@ static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
              const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
-             rl_check_done done, void *arg, char **error)
+             rl_check_done done, void *arg, char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
+    size_t klen;
+
     if (keyname == NULL)
         keyname = policy->name;
-    int klen = identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids,
-                            op->key, sizeof(op->key));
-    if (klen < 0) {
+    if (identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids, op->key,
+                     sizeof(op->key), &klen) != RL_OK) {
         free(op);
-        *error = xstrdup("key: too long");
+        *cause = xstrdup("key: too long");
         return RL_ERR;
     }
     if (policy->limit_ids && ident == NULL) {
         free(op);
-        *error = xstrdup("key: the policy's limits have identities of their own, and this "
+        *cause = xstrdup("key: the policy's limits have identities of their own, and this "
                          "check has no request to resolve them from");
         return RL_ERR;
     }
     if (policy->limit_ids && limit_keys(cfg, policy, keyname, ident, op->key, (size_t)klen,
-                                        &op->lk, error) != RL_OK) {
+                                        &op->lk, cause) != RL_OK) {
         free(op);
         return RL_ERR;
     }
@@ -478,7 +474,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     op->arg = arg;
     op->req.policy = policy;
     op->req.key = op->key;
-    op->req.key_len = (size_t)klen;
+    op->req.key_len = klen;
     if (op->lk != NULL) {
         op->req.limit_key = op->lk->key;
         op->req.limit_key_len = op->lk->len;
@@ -529,16 +525,16 @@ int
 check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    const struct rl_policy *policy, const char *keyname, const char *id,
                    size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                   void *arg, char **error)
+                   void *arg, char **cause)
 {
     return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, done,
-                        arg, error);
+                        arg, cause);
 }
 
 int
 check_start(const struct rl_check_env *env, struct rl_config *cfg,
             const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
-            char **error)
+            char **cause)
 {
     struct rl_body_fields f = {.cost = 1};
     const struct rl_policy *policy;
@@ -550,8 +546,8 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     int rc = RL_ERR;
 
     *status = 400;
-    if (read_body(in, &f, &root, error) != RL_OK ||
-        pick_policy(cfg, &f, in, &policy, &norm, error) != RL_OK)
+    if (read_body(in, &f, &root, cause) != RL_OK ||
+        pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
         goto out;
 
     if (policy == NULL) {
@@ -570,17 +566,17 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     ident.body_key_len = f.key_len;
     if (identity_resolve(policy->identity.n ? &policy->identity : &cfg->identity,
                          &cfg->trusted_proxies, &ident, id, sizeof(id), &idlen,
-                         error) != RL_OK)
+                         cause) != RL_OK)
         goto out;
     if (idlen == 0) {
-        *error = xstrdup("key: no identity: the body has no \"key\" and no "
+        *cause = xstrdup("key: no identity: the body has no \"key\" and no "
                          "other source of the identity chain gave one");
         goto out;
     }
 
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0, done, arg, error);
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0, done, arg, cause);
 out:
     free(norm);
     json_decref(root);
@@ -610,8 +606,8 @@ on_release(const struct rl_check_res *res, void *arg)
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     if (res->status != RL_BACKEND_OK)
-        log_debug("msg=\"backend failed\" policy=%s error=\"%s\" release=1", op->policy.name,
-                  res->error ? res->error : "");
+        log_debug(LOG_MSG("release failed"), LOG_S("policy", op->policy.name),
+                  LOG_Q("error", res->error ? res->error : ""));
     op->done(res->status == RL_BACKEND_OK ? 200 : 503,
              res->status == RL_BACKEND_OK && res->released, op->arg);
     config_unref(op->cfg);

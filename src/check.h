@@ -48,11 +48,11 @@ typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
 /*
  * Start a check under `cfg` (the check takes its own reference).  RL_OK: done
  * will be called, maybe before this returns.  RL_ERR: the request is bad;
- * *status is 400 and *error says why, naming the field (caller frees).
+ * *status is 400 and *cause says why, naming the field (caller frees).
  */
 int check_start(const struct rl_check_env *env, struct rl_config *cfg,
                 const struct rl_check_input *in, rl_check_done done, void *arg, int *status,
-                char **error) RL_WUR;
+                char **cause) RL_WUR;
 
 /*
  * The part of check_start after the request is read: decide a check of
@@ -63,12 +63,12 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
  * name; id typed, as identity_resolve gives it: "k:alice", "ip:10.0.0.7").
  * The backend answers within timeout_ms when it is below redis.timeout (0:
  * redis.timeout).  RL_OK: done will be called, maybe before this returns;
- * RL_ERR: the key does not fit, *error says so (caller frees).
+ * RL_ERR: the key does not fit, *cause says so (caller frees).
  */
 int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
                        size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                       void *arg, char **error) RL_WUR;
+                       void *arg, char **cause) RL_WUR;
 
 /* Called exactly once with a release's answer: status 200 (released: the
  * lease was held and had not ended) or 503 (the backend failed). */

@@ -1,12 +1,5 @@
-/*
- * cluster_op.c — a check on the Cluster backend from the moment the router
- * queued it to its answer (see backend_cluster.c for the whole picture): the
- * checks of one event-loop pass sent as one script call per hash slot, each
- * under its own deadline; MOVED and ASK followed, TRYAGAIN and CLUSTERDOWN
- * retried on a short timer, a forgotten script or library sent again as
- * EVAL, a node still connecting waited for (polled).  Whatever happens, the
- * check is answered exactly once and its request never touched afterwards.
- */
+/* cluster_op.c — see cluster_op.h (and backend_cluster.c for the whole picture). */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,19 +24,58 @@
 /* How often a check waiting for a connecting node looks again. */
 #define WAIT_POLL_MS 2
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+/*
+ * Checks of one slot sent as one script call; each stays a check of its own
+ * (deadline, redirections, retries) the moment the call is answered.  A
+ * check sent alone (a redirection, a resend, a slot with one check this
+ * pass) is a call of its own, op->solo: no allocation.
+ */
+struct cbatch {
+    size_t n;
+    bool eval;                 /* sent as EVAL */
+    bool allocated;            /* freed after its reply; else some check's solo */
+    struct rl_script_wait **w; /* n checks, each the `w` of a struct cop */
+    struct rl_script_wait *one;
+};
+
+/* One check until it is answered and hiredis owes it nothing. */
+struct cop {
+    struct cops *o;
+    struct cop *prev, *next;
+    struct rl_script_wait w; /* the check: req, cb, answered, nlimits */
+    struct cbatch solo;      /* w alone, as a call */
+    struct event *deadline;
+    struct event *retry_ev; /* created on first use */
+    struct cnode *sent;     /* the node owing the reply, while inflight */
+    struct cnode *wait;     /* waiting for this node (holds a ref) */
+    int wait_asking;
+    int slot;
+    int inflight;  /* replies hiredis owes this check: 0 or 1 */
+    int asking;    /* the last send was preceded by ASKING */
+    int sent_eval; /* EVAL sent on the current node */
+    int redirects;
+    int retries;
+};
+
+static void on_call_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+static struct cop *
+cop_of(struct rl_script_wait *w)
+{
+    return RL_CONTAINER_OF(w, struct cop, w);
+}
 
 /* ---- answering checks ------------------------------------------------------ */
 
-void
+static void
 cop_free(struct cop *op)
 {
-    struct cluster *cl = op->cl;
+    struct cops *o = op->o;
 
     if (op->prev != NULL)
         op->prev->next = op->next;
     else
-        cl->ops = op->next;
+        o->live = op->next;
     if (op->next != NULL)
         op->next->prev = op->prev;
     event_free(op->deadline);
@@ -60,7 +92,7 @@ cop_free(struct cop *op)
  * op afterwards; the functions they call never free op.
  */
 static void
-op_release(struct cop *op)
+cop_release(struct cop *op)
 {
     if (op->w.answered && op->inflight == 0)
         cop_free(op);
@@ -86,26 +118,44 @@ script_cmd(const struct cnode *n, int eval)
     return eval ? SCRIPT_EVAL : n->c.functions ? SCRIPT_FCALL : SCRIPT_EVALSHA;
 }
 
-/* FCALL (EVALSHA, EVAL) of the check script on n, after ASKING when asked to. */
+/* FCALL (EVALSHA, EVAL) of the check script for b's checks on n, after
+ * ASKING when asked to; RL_ERR when it cannot go. */
 static int
-op_send(struct cop *op, struct cnode *n, int asking)
+cbatch_send(struct cops *o, struct cnode *n, struct cbatch *b, int asking)
 {
-    struct rl_script_call *c = &op->cl->call;
+    int64_t wait_ms = 0;
 
+    for (size_t i = 0; i < b->n; i++) {
+        o->reqs[i] = b->w[i]->req;
+        if (o->reqs[i]->timeout_ms > wait_ms)
+            wait_ms = o->reqs[i]->timeout_ms;
+    }
     /* as backend_redis.c: past redis.max_pending fail fast, do not queue */
-    if (n->pending_checks + 1 > op->cl->max_pending ||
-        script_call_build(c, &op->w.req, 1, script_cmd(n, op->sent_eval)) != RL_OK)
+    if (n->pending_checks + b->n > o->max_pending ||
+        script_call_build(&o->call, o->reqs, b->n, script_cmd(n, b->eval)) != RL_OK)
         return RL_ERR;
     /* Both on one connection, so they arrive back to back. */
     if (asking && rconn_sendf(&n->c, on_aux, NULL, "ASKING") != RL_OK)
         return RL_ERR;
-    if (rconn_send(&n->c, on_reply, op, op->w.req->timeout_ms, c->buf, c->len) != RL_OK)
+    if (rconn_send(&n->c, on_call_reply, b, wait_ms, o->call.buf, o->call.len) != RL_OK)
         return RL_ERR;
-    n->pending_checks++;
-    op->inflight++;
-    op->sent = n;
-    op->asking = asking;
+    n->pending_checks += (unsigned)b->n;
+    for (size_t i = 0; i < b->n; i++) {
+        struct cop *op = cop_of(b->w[i]);
+
+        op->inflight++;
+        op->sent = n;
+        op->asking = asking;
+    }
     return RL_OK;
+}
+
+/* The check alone, as a call of its own. */
+static int
+op_send(struct cop *op, struct cnode *n, int asking)
+{
+    op->solo.eval = op->sent_eval;
+    return cbatch_send(op->o, n, &op->solo, asking);
 }
 
 static void
@@ -151,251 +201,207 @@ op_send_to(struct cop *op, struct cnode *n, int asking)
 static void
 op_route(struct cop *op)
 {
-    struct cluster *cl = op->cl;
-    struct cnode *n = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
+    struct cops *o = op->o;
+    struct cnode *n = o->map->loaded ? o->map->owner[op->slot] : NULL;
 
-    if (n == NULL && cluster_awaits_map(cl)) {
+    if (n == NULL && cnodes_map_coming(o->nodes)) {
         op_arm_retry(op, WAIT_POLL_MS); /* then by the map, when it comes */
         return;
     }
     if (n == NULL) {
-        cluster_map_refresh(&cl->map);
+        cluster_map_refresh(o->map);
         script_answer_status(&op->w, RL_BACKEND_DOWN, "cluster slot not covered");
         return;
     }
     op_send_to(op, n, 0);
 }
 
-static int
-is_error(const char *msg, const char *code)
-{
-    size_t n = strlen(code);
+/* ---- what a reply says ---------------------------------------------------------- */
 
-    return strncmp(msg, code, n) == 0 && (msg[n] == ' ' || msg[n] == '\0');
+/* The errors of the Cluster itself: its own to follow or retry. */
+static bool
+cluster_error(const char *err)
+{
+    return rconn_error_is(err, "MOVED") || rconn_error_is(err, "ASK") ||
+           rconn_error_is(err, "TRYAGAIN") || rconn_error_is(err, "CLUSTERDOWN");
 }
 
-/* An error reply to the script from node n. */
+/* A MOVED or an ASK from node n: to the node it names. */
 static void
-op_on_error(struct cop *op, struct cnode *n, const char *msg)
+op_redirect(struct cop *op, struct cnode *n, const char *msg)
 {
-    struct cluster *cl = op->cl;
-    int moved = is_error(msg, "MOVED"), ask = is_error(msg, "ASK");
+    struct cops *o = op->o;
+    bool moved = rconn_error_is(msg, "MOVED");
+    char host[CLUSTER_HOST_MAX];
+    int slot, port;
+    struct cnode *to;
 
-    rconn_error(&n->c.errs, &n->c.st, n->name, msg, 1);
-
-    if (moved || ask) {
-        char host[CLUSTER_HOST_MAX];
-        int slot, port;
-        struct cnode *to;
-
-        if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
-            log_warn("msg=\"bad redirection from redis cluster\" node=%s error=\"%.200s\"",
-                     n->name, msg);
-            script_answer_status(&op->w, RL_BACKEND_ERROR,
-                                 "bad redirection from redis cluster");
-            return;
-        }
-        if (++op->redirects > MAX_REDIRECTS) {
-            script_answer_status(&op->w, RL_BACKEND_ERROR, "too many cluster redirections");
-            return;
-        }
-        to = cnode_get(cl, host, port);
-        log_debug("msg=\"redis cluster redirection\" kind=%s slot=%d from=%s to=%s",
-                  moved ? "moved" : "ask", slot, n->name, to->name);
-        if (moved) {
-            /* The slot has a new owner for good: use it now, and let a
-             * refresh bring the rest of the map up to date. */
-            if (cl->map.owner[slot] == NULL)
-                cl->map.covered++;
-            cl->map.owner[slot] = to;
-            to->master = 1;
-            cluster_map_refresh(&cl->map);
-        }
-        op->sent_eval = 0; /* a new connection: FCALL or EVALSHA first */
-        op_send_to(op, to, ask);
+    if (cluster_parse_redirect(msg, n->host, &slot, host, sizeof(host), &port) != RL_OK) {
+        log_warn(LOG_MSG("bad redirection from redis cluster"), LOG_S("node", n->name),
+                 LOG_QN("error", msg, 200));
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "bad redirection from redis cluster");
         return;
     }
-    if (is_error(msg, "TRYAGAIN") || is_error(msg, "CLUSTERDOWN")) {
-        int64_t ms;
-
-        if (++op->retries > MAX_RETRIES) {
-            script_answer_status(&op->w, RL_BACKEND_ERROR,
-                                 "redis cluster kept asking to retry");
-            return;
-        }
-        if (msg[0] == 'C')
-            cluster_map_refresh(&cl->map);
-        ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
-        if (ms > RETRY_MAX_MS)
-            ms = RETRY_MAX_MS;
-        if (op->wait != NULL) {
-            cnode_unref(op->wait);
-            op->wait = NULL;
-        }
-        op_arm_retry(op, ms); /* then by the map again */
+    if (++op->redirects > MAX_REDIRECTS) {
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "too many cluster redirections");
         return;
     }
-    if (rconn_unusable(msg) != NULL) {
-        /* Nothing ran, and nothing will there until it is a master again:
-         * drop the connection, ask for the map (a failover moves masters) */
-        script_answer_status(&op->w, RL_BACKEND_DOWN, rconn_unusable(msg));
-        rconn_drop(&n->c, rconn_unusable(msg));
-        cluster_map_refresh(&cl->map);
-        return;
+    to = cnode_get(o->nodes, host, port);
+    log_debug(LOG_MSG("redis cluster redirection"), LOG_S("kind", moved ? "moved" : "ask"),
+              LOG_I("slot", slot), LOG_S("from", n->name), LOG_S("to", to->name));
+    if (moved) {
+        /* The slot has a new owner for good: use it now, and let a refresh
+         * bring the rest of the map up to date. */
+        if (o->map->owner[slot] == NULL)
+            o->map->covered++;
+        o->map->owner[slot] = to;
+        to->master = true;
+        cluster_map_refresh(o->map);
     }
-    if (!op->sent_eval && rconn_script_missing(&n->c, n->c.ac, msg)) {
-        /* This node forgot the script or the library (restart, SCRIPT or
-         * FUNCTION FLUSH): send it whole once. */
-        op->sent_eval = 1;
-        op_send_to(op, n, op->asking);
-        return;
-    }
-    script_answer_status(&op->w, RL_BACKEND_ERROR, "error reply from redis");
+    op->sent_eval = 0; /* a new connection: FCALL or EVALSHA first */
+    op_send_to(op, to, !moved);
 }
 
+/* TRYAGAIN or CLUSTERDOWN: by the map again, after a short wait. */
 static void
-on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+op_retry(struct cop *op, const char *msg)
 {
-    struct cop *op = privdata;
-    struct cnode *n = cnode_of(ac);
-    redisReply *r = reply;
-    const char *why;
+    int64_t ms;
 
-    rconn_replied(&n->c, ac, reply);
-    n->pending_checks--;
-    op->inflight--;
-    op->sent = NULL;
-    if (r == NULL) {
-        /* The connection died or is being freed.  Not resent anywhere: the
-         * script may have run. */
-        script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
-    } else {
-        if (op->w.answered)
-            ; /* late: the deadline answered it */
-        else if (r->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->str);
-        else if (script_reply_check(r, script_reply_len(op->nlimits), &why) != RL_OK) {
-            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, 1);
-            script_answer_status(&op->w, RL_BACKEND_ERROR, why);
-        } else if (r->element[0]->type == REDIS_REPLY_ERROR) {
-            op_on_error(op, n, r->element[0]->str); /* failed inside the script */
-        } else {
-            rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
-            script_answer_reply(&op->w, r, 0, op->nlimits);
-        }
+    if (++op->retries > MAX_RETRIES) {
+        script_answer_status(&op->w, RL_BACKEND_ERROR, "redis cluster kept asking to retry");
+        return;
     }
-    cnode_settle(n);
-    op_release(op);
+    if (rconn_error_is(msg, "CLUSTERDOWN"))
+        cluster_map_refresh(op->o->map);
+    ms = (int64_t)RETRY_MIN_MS << (op->retries - 1 < 5 ? op->retries - 1 : 5);
+    if (ms > RETRY_MAX_MS)
+        ms = RETRY_MAX_MS;
+    if (op->wait != NULL) {
+        cnode_unref(op->wait);
+        op->wait = NULL;
+    }
+    op_arm_retry(op, ms); /* then by the map again */
 }
 
-/* ---- coalescing ------------------------------------------------------------- */
-
-/* Checks of one slot sent as one script call; each stays a check of its own
- * (deadline, redirections, retries) the moment the call is answered. */
-struct cbatch {
-    size_t n;
-    struct cop *ops[];
+/* What the walker's hooks need of one reply: its call and the node. */
+struct call_reply {
+    struct cbatch *b;
+    struct cnode *n;
 };
 
+/* script_batch's take: a Cluster error for check i. */
 static void
-on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
+reply_take(void *arg, size_t i, const char *err)
+{
+    struct call_reply *cr = arg;
+    struct cop *op = cop_of(cr->b->w[i]);
+
+    if (rconn_error_is(err, "MOVED") || rconn_error_is(err, "ASK"))
+        op_redirect(op, cr->n, err);
+    else
+        op_retry(op, err);
+}
+
+/* script_batch's resend: this node forgot the script or the library
+ * (restart, SCRIPT or FUNCTION FLUSH): each check sent again, whole. */
+static bool
+reply_resend(void *arg)
+{
+    struct call_reply *cr = arg;
+
+    for (size_t i = 0; i < cr->b->n; i++) {
+        struct cop *op = cop_of(cr->b->w[i]);
+
+        if (op->w.answered)
+            continue;
+        op->sent_eval = 1;
+        op_send_to(op, cr->n, op->asking);
+    }
+    return false;
+}
+
+/* script_batch's unusable: a failover moves masters, ask for the map. */
+static void
+reply_unusable(void *arg)
+{
+    struct call_reply *cr = arg;
+
+    cluster_map_refresh(cr->n->set->map);
+}
+
+static void
+on_call_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct cbatch *b = privdata;
     struct cnode *n = cnode_of(ac);
-    redisReply *r = reply;
-    const char *why = NULL;
-    size_t len = 0, at = 0;
+    struct call_reply cr = {b, n};
+    struct script_batch walk = {
+        .c = &n->c,
+        .ac = ac,
+        .w = b->w,
+        .n = b->n,
+        .eval = b->eval,
+        .own = cluster_error,
+        .take = reply_take,
+        .resend = reply_resend,
+        .unusable = reply_unusable,
+        .arg = &cr,
+    };
+    /* read before the checks are released: a solo goes with its check */
+    size_t k = b->n;
+    bool allocated = b->allocated;
 
     rconn_replied(&n->c, ac, reply);
-    n->pending_checks -= (unsigned)b->n;
-    for (size_t i = 0; i < b->n; i++) {
-        b->ops[i]->inflight--;
-        b->ops[i]->sent = NULL;
-        len += script_reply_len(b->ops[i]->nlimits);
-    }
-    if (r != NULL) {
-        if (r->type != REDIS_REPLY_ERROR && script_reply_check(r, len, &why) != RL_OK) {
-            rconn_bad_reply(&n->c.errs, &n->c.st, n->name, why, b->n);
-        } else if (r->type != REDIS_REPLY_ERROR) {
-            /* the log's error ends only when no check failed inside */
-            size_t failed = 0;
-            for (size_t i = 0, e = 0; i < b->n; e += script_reply_len(b->ops[i]->nlimits), i++)
-                failed += r->element[e]->type == REDIS_REPLY_ERROR;
-            if (failed == 0)
-                rconn_errlog_end(&n->c.errs, &n->c.st, n->name);
-        }
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        struct cop *op = b->ops[i];
+    n->pending_checks -= (unsigned)k;
+    for (size_t i = 0; i < k; i++) {
+        struct cop *op = cop_of(b->w[i]);
 
-        if (r == NULL)
-            script_answer_status(&op->w, RL_BACKEND_DOWN, "connection lost");
-        else if (op->w.answered)
-            ; /* late: the deadline answered it */
-        else if (r->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->str); /* one slot: the same for each */
-        else if (why != NULL)
-            script_answer_status(&op->w, RL_BACKEND_ERROR, why);
-        else if (r->element[at]->type == REDIS_REPLY_ERROR)
-            op_on_error(op, n, r->element[at]->str); /* failed inside the script */
-        else
-            script_answer_reply(&op->w, r, at, op->nlimits);
-        at += script_reply_len(op->nlimits);
+        op->inflight--;
+        op->sent = NULL;
     }
+    (void)script_batch_reply(&walk, reply);
     cnode_settle(n);
-    for (size_t i = 0; i < b->n; i++)
-        op_release(b->ops[i]);
-    free(b);
+    for (size_t i = 0; i < k; i++)
+        cop_release(cop_of(b->w[i]));
+    if (allocated)
+        free(b);
 }
 
 /* ops[0..k), all of one slot owned by the ready node n, as one call. */
 static void
-batch_send(struct cluster *cl, struct cnode *n, struct cop **ops, size_t k)
+batch_send(struct cops *o, struct cnode *n, struct cop **ops, size_t k)
 {
     struct cbatch *b;
-    int64_t wait_ms = 0;
 
     if (k == 1) {
         op_send_to(ops[0], n, 0);
         return;
     }
-    for (size_t i = 0; i < k; i++)
-        cl->reqs[i] = ops[i]->w.req;
-    if (n->pending_checks + k > cl->max_pending ||
-        script_call_build(&cl->call, cl->reqs, k, script_cmd(n, 0)) != RL_OK)
-        goto fail;
-    b = xcalloc(1, sizeof(*b) + k * sizeof(b->ops[0]));
-    for (size_t i = 0; i < k; i++)
-        if (ops[i]->w.req->timeout_ms > wait_ms)
-            wait_ms = ops[i]->w.req->timeout_ms;
-    if (rconn_send(&n->c, on_batch_reply, b, wait_ms, cl->call.buf, cl->call.len) != RL_OK) {
-        free(b);
-        goto fail;
-    }
-    n->pending_checks += (unsigned)k;
+    b = xcalloc(1, sizeof(*b) + k * sizeof(b->w[0]));
     b->n = k;
-    for (size_t i = 0; i < k; i++) {
-        b->ops[i] = ops[i];
-        ops[i]->inflight++;
-        ops[i]->sent = n;
-        ops[i]->asking = 0;
-    }
-    return;
-fail:
+    b->allocated = true;
+    b->w = (struct rl_script_wait **)(void *)(b + 1);
     for (size_t i = 0; i < k; i++)
-        script_answer_status(&ops[i]->w, RL_BACKEND_ERROR, "cannot queue the command");
+        b->w[i] = &ops[i]->w;
+    if (cbatch_send(o, n, b, 0) != RL_OK) {
+        for (size_t i = 0; i < k; i++)
+            script_answer_status(&ops[i]->w, RL_BACKEND_ERROR, "cannot queue the command");
+        free(b);
+    }
 }
 
 /*
- * Send the checks queued in this pass: those of one slot whose owner is ready
- * together, in their order; any other goes its own way (waiting for a node
- * that is connecting, or answered DOWN).  The queue holds each check
- * (inflight), so a deadline in the same pass cannot free it under us.
+ * rconn_flush_fn: send the checks queued in this pass: those of one slot
+ * whose owner is ready together, in their order; any other goes its own way
+ * (waiting for a node that is connecting, or answered DOWN).  The queue holds
+ * each check (inflight), so a deadline in the same pass cannot free it under
+ * us.
  */
-void
-cop_flush(void *owner, void *const *items, size_t n)
+static void
+cops_flush(void *owner, void *const *items, size_t n)
 {
-    struct cluster *cl = owner;
+    struct cops *o = owner;
     /* Our own copy: answering a check runs its callback, which may queue
      * (and flush) new checks. */
     struct cop **q = xcalloc(2 * n + 1, sizeof(*q)), **group = q + n;
@@ -412,13 +418,13 @@ cop_flush(void *owner, void *const *items, size_t n)
         if (op == NULL)
             continue;
         if (op->w.answered) {
-            op_release(op);
+            cop_release(op);
             continue;
         }
-        node = cl->map.loaded ? cl->map.owner[op->slot] : NULL;
+        node = o->map->loaded ? o->map->owner[op->slot] : NULL;
         if (node == NULL || node->c.st.state != RCONN_READY || node->c.ac == NULL) {
             op_route(op);
-            op_release(op);
+            cop_release(op);
             continue;
         }
         /* gather the rest of this slot behind op, keeping their order */
@@ -429,9 +435,9 @@ cop_flush(void *owner, void *const *items, size_t n)
                 q[j] = NULL;
             }
         }
-        batch_send(cl, node, group, k);
+        batch_send(o, node, group, k);
         for (size_t j = 0; j < k; j++)
-            op_release(group[j]);
+            cop_release(group[j]);
     }
     free(q);
 }
@@ -451,7 +457,7 @@ on_op_retry(evutil_socket_t fd, short what, void *arg)
             op_route(op);
         }
     }
-    op_release(op);
+    cop_release(op);
     (void)fd;
     (void)what;
 }
@@ -476,37 +482,63 @@ on_op_deadline(evutil_socket_t fd, short what, void *arg)
         script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
     }
     /* Still owed a reply: freed when hiredis hands it back (or NULL). */
-    op_release(op);
+    cop_release(op);
     (void)fd;
     (void)what;
 }
 
-/* A check for `slot` the router accepted: queued for this pass's flush,
- * under its deadline. */
 void
-cop_start(struct cluster *cl, const struct rl_check_req *req, rl_check_cb cb, void *arg,
-          int slot)
+cop_start(struct cops *o, const struct rl_check_req *req, rl_check_cb cb, void *arg, int slot)
 {
     struct cop *op;
     struct timeval tv;
 
     op = xcalloc(1, sizeof(*op));
-    op->cl = cl;
+    op->o = o;
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
+    op->w.nlimits = req->policy->nlimits;
+    op->solo.n = 1;
+    op->solo.w = &op->solo.one;
+    op->solo.one = &op->w;
     op->slot = slot;
-    op->nlimits = req->policy->nlimits;
-    op->next = cl->ops;
-    if (cl->ops != NULL)
-        cl->ops->prev = op;
-    cl->ops = op;
-    op->deadline = evtimer_new(cl->evb, on_op_deadline, op);
-    op->retry_ev = evtimer_new(cl->evb, on_op_retry, op);
+    op->next = o->live;
+    if (o->live != NULL)
+        o->live->prev = op;
+    o->live = op;
+    op->deadline = evtimer_new(o->evb, on_op_deadline, op);
+    op->retry_ev = evtimer_new(o->evb, on_op_retry, op);
     tv.tv_sec = req->timeout_ms / 1000;
     tv.tv_usec = (req->timeout_ms % 1000) * 1000;
     evtimer_add(op->deadline, &tv);
     /* held by the queue until the flush at the end of this pass */
     op->inflight++;
-    rconn_queue_add(&cl->queue, op);
+    rconn_queue_add(&o->queue, op);
+}
+
+void
+cops_init(struct cops *o, struct event_base *evb, struct cluster_map *map,
+          struct cnodes *nodes, unsigned max_pending, size_t coalesce)
+{
+    memset(o, 0, sizeof(*o));
+    o->evb = evb;
+    o->map = map;
+    o->nodes = nodes;
+    o->max_pending = max_pending;
+    rconn_queue_init(&o->queue, evb, coalesce, cops_flush, o);
+    o->reqs = xcalloc(coalesce, sizeof(*o->reqs));
+}
+
+void
+cops_close(struct cops *o)
+{
+    while (o->live != NULL) {
+        script_answer_status(&o->live->w, RL_BACKEND_DOWN, "shutting down");
+        cop_free(o->live);
+    }
+    rconn_queue_free(&o->queue);
+    free(o->reqs);
+    script_call_free(&o->call);
+    memset(o, 0, sizeof(*o));
 }

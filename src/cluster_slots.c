@@ -1,4 +1,5 @@
 /* cluster_slots.c — see cluster_slots.h. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,54 +127,46 @@ cluster_parse_redirect(const char *msg, const char *from_host, int *slot, char *
     return RL_OK;
 }
 
-static int
+static bool
 valid_range(const redisReply *e)
 {
     const redisReply *m;
 
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
-        return 0;
+        return false;
     if (e->element[0]->type != REDIS_REPLY_INTEGER ||
         e->element[1]->type != REDIS_REPLY_INTEGER)
-        return 0;
+        return false;
     if (e->element[0]->integer < 0 || e->element[1]->integer >= CLUSTER_SLOTS ||
         e->element[0]->integer > e->element[1]->integer)
-        return 0;
+        return false;
     m = e->element[2];
     if (m->type != REDIS_REPLY_ARRAY || m->elements < 2)
-        return 0;
+        return false;
     if (m->element[0]->type != REDIS_REPLY_STRING && m->element[0]->type != REDIS_REPLY_NIL)
-        return 0;
+        return false;
     if (m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len >= CLUSTER_HOST_MAX)
-        return 0;
+        return false;
     return m->element[1]->type == REDIS_REPLY_INTEGER && m->element[1]->integer >= 1 &&
            m->element[1]->integer <= 65535;
 }
 
-int
+const char *
 cluster_map_apply(struct cluster_map *m, const redisReply *r, const char *from_host,
-                  cluster_node_fn node, void *arg, int *applied, int *changed,
-                  const char **why)
+                  cluster_node_fn node, void *arg, bool *applied, bool *changed)
 {
     void **map;
     int covered = 0;
 
-    *applied = 0;
+    *applied = false;
     *changed = !m->loaded;
-    if (r->type == REDIS_REPLY_ERROR) {
-        *why = r->str;
-        return RL_ERR;
-    }
-    if (r->type != REDIS_REPLY_ARRAY) {
-        *why = "CLUSTER SLOTS did not answer an array";
-        return RL_ERR;
-    }
-    for (size_t i = 0; i < r->elements; i++) {
-        if (!valid_range(r->element[i])) {
-            *why = "malformed CLUSTER SLOTS reply";
-            return RL_ERR;
-        }
-    }
+    if (r->type == REDIS_REPLY_ERROR)
+        return r->str;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return "CLUSTER SLOTS did not answer an array";
+    for (size_t i = 0; i < r->elements; i++)
+        if (!valid_range(r->element[i]))
+            return "malformed CLUSTER SLOTS reply";
     map = xcalloc(CLUSTER_SLOTS, sizeof(*map));
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i], *mm = e->element[2];
@@ -193,18 +186,14 @@ cluster_map_apply(struct cluster_map *m, const redisReply *r, const char *from_h
         if (map[s] != NULL)
             covered++;
         if (map[s] != m->owner[s])
-            *changed = 1;
+            *changed = true;
     }
     memcpy(m->owner, map, sizeof(m->owner));
     free(map);
     m->loaded = 1;
     m->covered = covered;
-    *applied = 1;
-    if (covered < CLUSTER_SLOTS) {
-        *why = "not every slot has a master";
-        return RL_ERR;
-    }
-    return RL_OK;
+    *applied = true;
+    return covered < CLUSTER_SLOTS ? "not every slot has a master" : NULL;
 }
 
 /* ---- keeping it fresh ---------------------------------------------------------- */
@@ -213,8 +202,8 @@ static void
 refresh_failed(struct cluster_map *m, const char *node, const char *why)
 {
     if (!m->failing)
-        log_warn("msg=\"cannot load the redis cluster slot map\" node=%s reason=\"%.200s\"",
-                 node, why);
+        log_warn(LOG_MSG("cannot load the redis cluster slot map"), LOG_S("node", node),
+                 LOG_QN("reason", why, 200));
     m->failing = 1;
     m->gap_ms = m->gap_ms * 2 > RCONN_BACKOFF_MAX_MS ? RCONN_BACKOFF_MAX_MS : m->gap_ms * 2;
     cluster_map_refresh(m);
@@ -247,7 +236,7 @@ on_slots(redisAsyncContext *ac, void *reply, void *privdata)
     struct cluster_map *m = t.m;
     redisReply *r = reply;
     const char *why = "connection lost";
-    int applied, changed;
+    bool applied = false, changed = false;
 
     free(privdata);
     rconn_replied(c, ac, reply);
@@ -259,15 +248,16 @@ on_slots(redisAsyncContext *ac, void *reply, void *privdata)
     }
     m->inflight = 0;
     evtimer_del(m->refresh_ev);
-    if (r == NULL || cluster_map_apply(m, r, c->host, m->hooks->node, m->arg, &applied,
-                                       &changed, &why) != RL_OK) {
+    if (r == NULL || (why = cluster_map_apply(m, r, c->host, m->hooks->node, m->arg, &applied,
+                                              &changed)) != NULL) {
         if (r != NULL && applied) /* in use, but asked again soon */
             m->hooks->applied(m->arg, c->conf.name, changed);
         refresh_failed(m, c->conf.name, why);
     } else {
         m->hooks->applied(m->arg, c->conf.name, changed);
         if (m->failing)
-            log_info("msg=\"redis cluster slot map loaded again\" from=%s", c->conf.name);
+            log_info(LOG_MSG("redis cluster slot map loaded again"),
+                     LOG_S("from", c->conf.name));
         m->failing = 0;
         m->gap_ms = REFRESH_GAP_MS;
         if (m->want) /* asked for while this one was out */
@@ -350,13 +340,13 @@ cluster_map_ready(struct cluster_map *m)
         cluster_map_refresh(m);
 }
 
-int
+bool
 cluster_map_busy(const struct cluster_map *m)
 {
     return m->want || m->inflight;
 }
 
-int
+bool
 cluster_map_coming(const struct cluster_map *m)
 {
     return !m->loaded &&

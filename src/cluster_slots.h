@@ -8,6 +8,7 @@
 #ifndef RL_CLUSTER_SLOTS_H
 #define RL_CLUSTER_SLOTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,9 +43,9 @@ struct cluster_map_hooks {
     void (*connect_seeds)(void *arg);
     /* A reply applied (`changed`: some slot has another owner), from the
      * node named `from`: the owners are the masters now. */
-    void (*applied)(void *arg, const char *from, int changed);
+    void (*applied)(void *arg, const char *from, bool changed);
     /* A master is down: the map is asked for often, to find its successor. */
-    int (*master_down)(void *arg);
+    bool (*master_down)(void *arg);
     /* A CLUSTER SLOTS reply came on c (or its connection ended). */
     void (*replied)(void *arg, struct rconn *c);
 };
@@ -82,20 +83,21 @@ void cluster_map_refresh(struct cluster_map *m);
 /* A node became ready: it may be the one to ask. */
 void cluster_map_ready(struct cluster_map *m);
 /* A refresh wanted or out (the seeds may then be all there is to ask). */
-int cluster_map_busy(const struct cluster_map *m);
+bool cluster_map_busy(const struct cluster_map *m);
 /* No map yet, but one on its way: asked, or about to be, and not failing. */
-int cluster_map_coming(const struct cluster_map *m);
+bool cluster_map_coming(const struct cluster_map *m);
 
 /*
  * Apply a CLUSTER SLOTS reply from the node at from_host: [[start, end,
  * [host, port, id, ...], replicas...], ...].  A NULL or empty host means
  * from_host, "?" an endpoint the cluster does not know (those slots stay
- * uncovered).  RL_ERR and a static *why: not applied (an error or a
- * malformed reply), or applied (*applied) but not every slot covered.
- * *changed: some slot has another owner than before.
+ * uncovered).  Returns NULL when every slot has its master now, else what
+ * is wrong (static text, or an error reply's own, which lives as long as r):
+ * not applied (an error or a malformed reply), or applied (*applied) but not
+ * every slot covered.  *changed: some slot has another owner than before.
  */
-int cluster_map_apply(struct cluster_map *m, const redisReply *r, const char *from_host,
-                      cluster_node_fn node, void *arg, int *applied, int *changed,
-                      const char **why);
+const char *cluster_map_apply(struct cluster_map *m, const redisReply *r,
+                              const char *from_host, cluster_node_fn node, void *arg,
+                              bool *applied, bool *changed);
 
 #endif

@@ -339,6 +339,7 @@ static const char *const algo_name_list[] = {
 };
 
 static void check_limit(const void *obj, const char *path, struct schema_ctx *ctx);
+static bool limit_has_window(const void *obj);
 static void check_match(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_override(const void *obj, const char *path, struct schema_ctx *ctx);
 static void clear_override(void *obj);
@@ -368,9 +369,9 @@ static const struct schema_field limit_fields[] = {
      .flags = SCHEMA_REQUIRED},
     {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1, .max = 1000000000,
      .flags = SCHEMA_REQUIRED},
-    /* required but for a concurrency limit: check_limit says so */
+    /* a concurrency limit has its lease instead */
     {.name = "window", .type = SCHEMA_DURATION, .off = LIMIT(window_ms), .min = 1,
-     .max = 366 * DAY_MS},
+     .max = 366 * DAY_MS, .flags = SCHEMA_REQUIRED, .required_if = limit_has_window},
     /* concurrency only; absent (0): LEASE_DEFAULT_MS, set by finalize */
     {.name = "lease", .type = SCHEMA_DURATION, .off = LIMIT(lease_ms), .min = 1,
      .max = LEASE_MAX_MS},
@@ -619,7 +620,19 @@ static const struct schema top_schema = {
 };
 /* clang-format on */
 
+const char *
+config_failure_mode_name(enum rl_failure_mode m)
+{
+    return (size_t)m < RL_ARRAY_LEN(failure_names) - 1 ? failure_names[m] : "?";
+}
+
 /* ---- cross-field checks: they read, never write ------------------------- */
+
+static bool
+limit_has_window(const void *obj)
+{
+    return ((const struct rl_limit *)obj)->algo != RL_ALGO_CONCURRENCY;
+}
 
 static void
 check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
@@ -638,11 +651,8 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
                              "a concurrency limit holds at most %d slots (one sorted-set "
                              "member each)",
                              LEASE_SLOTS_MAX);
-    } else {
-        if (l->window_ms == 0)
-            schema_bad_field(ctx, path, "window", "is required");
-        if (l->lease_ms != 0)
-            schema_bad_field(ctx, path, "lease", "only a concurrency limit holds leases");
+    } else if (l->lease_ms != 0) {
+        schema_bad_field(ctx, path, "lease", "only a concurrency limit holds leases");
     }
 
     if (l->burst != 0 && !d->uses_burst)
@@ -782,17 +792,13 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
 static bool
 valid_host_port(const char *s)
 {
-    const char *colon = strrchr(s, ':');
-    size_t hlen;
+    char *host;
+    int port;
 
-    if (colon == NULL || colon == s || colon[1] == '\0' ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) < 1 ||
-        atoi(colon + 1) > 65535)
+    if (redis_url_hostport(s, &host, &port) != RL_OK)
         return false;
-    hlen = (size_t)(colon - s);
-    if (s[0] == '[')
-        return hlen > 2 && s[hlen - 1] == ']';
-    return memchr(s, ':', hlen) == NULL;
+    free(host);
+    return true;
 }
 
 static void
@@ -896,14 +902,14 @@ check_redis(const void *obj, const char *path, struct schema_ctx *ctx)
     check_redis_url(r, path, ctx);
 }
 
-static int
+static bool
 is_loopback(const struct rl_listen_addr *a)
 {
     const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)&a->ss;
     const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)&a->ss;
 
     if (a->family == AF_UNIX)
-        return 1;
+        return true;
     if (a->family == AF_INET)
         return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
     return IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr) ||
@@ -948,7 +954,10 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
     char *cause = NULL;
 
     if (cfg->listen != NULL && listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
-        schema_bad(ctx, "listen", "%s", cause);
+        /* a flag's or variable's value is its own problem, not the file's */
+        struct schema_ctx own = {cfg->listen_origin ? cfg->listen_origin : ctx->origin,
+                                 ctx->errs};
+        schema_bad(&own, "listen", "%s", cause);
         free(cause);
     } else if (cfg->listen != NULL) {
         listen_addr_clear(&la);
@@ -1409,7 +1418,11 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
 {
     struct schema_ctx ctx = {origin, errs};
 
-    return schema_set(&top_schema, cfg, name, text, &ctx);
+    if (schema_set(&top_schema, cfg, name, text, &ctx) != RL_OK)
+        return RL_ERR;
+    if (strcmp(name, "listen") == 0) /* checked with the top level, later */
+        cfg->listen_origin = origin;
+    return RL_OK;
 }
 
 bool

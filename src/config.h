@@ -198,6 +198,9 @@ struct rl_rls_conf {
 struct rl_config {
     char *file; /* where it came from, NULL for defaults */
     char *listen;
+    /* what set listen last, when not the file ("-l", "RATELIMITD_LISTEN"):
+     * its problems are told as that source's (static text, NULL: the file) */
+    const char *listen_origin;
     int64_t workers;
     enum rl_backend_kind backend;
     struct rl_redis_conf redis;
@@ -244,7 +247,8 @@ struct rl_config *config_new_defaults(void);
  */
 int config_load_file(const char *file, struct rl_config **out, struct rl_errors *errs) RL_WUR;
 
-/* Set one option by its dotted name ("redis.url") from text (flag or env). */
+/* Set one option by its dotted name ("redis.url") from text (flag or env);
+ * origin must outlive cfg (it may name a problem found by config_validate). */
 int config_set_option(struct rl_config *cfg, const char *name, const char *text,
                       const char *origin, struct rl_errors *errs) RL_WUR;
 
@@ -280,6 +284,9 @@ void config_unref(struct rl_config *cfg);
 
 /* The RL_M_* bit of a method name (any case), 0 when unknown. */
 unsigned config_method_bit(const char *name);
+
+/* failure_mode as the file spells it: "open", "closed", "local". */
+const char *config_failure_mode_name(enum rl_failure_mode m);
 
 /* The policy for a caller: an override listing `id` (the typed identity of
  * identity_resolve: "k:alice", "ip:10.0.0.7"), else p itself.  A key never

@@ -27,6 +27,7 @@
 #include "netaddr.h"
 #include "notify.h"
 #include "redis_tls.h"
+#include "redis_tls_reload.h"
 #include "rls_rules.h"
 #include "util.h"
 #include "worker.h"
@@ -92,28 +93,30 @@ set_nonblock_cloexec(int fd)
     return RL_OK;
 }
 
-/* The fd is closed and -1 returned; errno says why. */
+/* RL_ERR with errno's words as the cause; fd (when one) is closed. */
 static int
 fail_socket(int fd, char **cause)
 {
     *cause = xasprintf("%s", strerror(errno));
     if (fd >= 0)
         close(fd);
-    return -1;
+    return RL_ERR;
 }
 
-/* The fd listening at a, or -1 (closed). */
+/* fd bound to a and listening: *out; on RL_ERR fd is closed. */
 static int
-bind_listen(int fd, const struct rl_listen_addr *a, char **cause)
+bind_listen(int fd, const struct rl_listen_addr *a, int *out, char **cause)
 {
     if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 ||
         listen(fd, LISTEN_BACKLOG) < 0 || set_nonblock_cloexec(fd) != RL_OK)
         return fail_socket(fd, cause);
-    return fd;
+    *out = fd;
+    return RL_OK;
 }
 
+/* *out: a socket listening at a (with SO_REUSEPORT when asked). */
 static int
-open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
+open_tcp(const struct rl_listen_addr *a, int reuseport, int *out, char **cause)
 {
     int one = 1;
     int fd = socket(a->family, SOCK_STREAM, 0);
@@ -125,7 +128,7 @@ open_tcp(const struct rl_listen_addr *a, int reuseport, char **cause)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
         goto fail;
-    return bind_listen(fd, a, cause);
+    return bind_listen(fd, a, out, cause);
 fail:
     return fail_socket(fd, cause);
 }
@@ -138,16 +141,17 @@ fail:
 static int
 probe_tcp(const struct rl_listen_addr *a, char **cause)
 {
-    int fd = open_tcp(a, 0, cause);
+    int fd;
 
-    if (fd < 0)
+    if (open_tcp(a, 0, &fd, cause) != RL_OK)
         return RL_ERR;
     close(fd);
     return RL_OK;
 }
 
+/* *out: a socket listening at the path of a. */
 static int
-open_unix(const struct rl_listen_addr *a, char **cause)
+open_unix(const struct rl_listen_addr *a, int *out, char **cause)
 {
     struct stat st;
     int fd;
@@ -156,7 +160,7 @@ open_unix(const struct rl_listen_addr *a, char **cause)
      * mistyped -l would delete whatever file it named. */
     if (lstat(a->path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
         *cause = xasprintf("%s exists and is not a socket: refusing to replace it", a->path);
-        return -1;
+        return RL_ERR;
     }
     if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) < 0)
         goto fail;
@@ -167,7 +171,7 @@ open_unix(const struct rl_listen_addr *a, char **cause)
     }
     if (errno == ECONNREFUSED)
         unlink(a->path);
-    return bind_listen(fd, a, cause);
+    return bind_listen(fd, a, out, cause);
 fail:
     return fail_socket(fd, cause);
 }
@@ -177,7 +181,7 @@ static int
 open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
 {
     if (a->family == AF_UNIX) {
-        if ((fds[0] = open_unix(a, cause)) < 0)
+        if (open_unix(a, &fds[0], cause) != RL_OK)
             return RL_ERR;
         for (size_t i = 1; i < n; i++)
             fds[i] = fcntl(fds[0], F_DUPFD_CLOEXEC, 0);
@@ -186,7 +190,7 @@ open_listeners(const struct rl_listen_addr *a, int *fds, size_t n, char **cause)
     if (n > 1 && probe_tcp(a, cause) != RL_OK)
         return RL_ERR;
     for (size_t i = 0; i < n; i++) {
-        if ((fds[i] = open_tcp(a, n > 1, cause)) < 0) {
+        if (open_tcp(a, n > 1, &fds[i], cause) != RL_OK) {
             while (i-- > 0)
                 close(fds[i]);
             return RL_ERR;
@@ -218,13 +222,12 @@ reload(struct run_state *rs)
     char *cause = NULL;
 
     notify_systemd("RELOADING=1");
-    log_info("msg=\"reloading configuration\" file=%s",
-             rs->opts->config_file ? rs->opts->config_file : "(built-in)");
+    log_info(LOG_MSG("reloading configuration"),
+             LOG_S("file", rs->opts->config_file ? rs->opts->config_file : "(built-in)"));
     if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
         for (size_t i = 0; i < errs.n; i++)
-            log_error("msg=\"reload rejected, keeping the running configuration\" "
-                      "problem=\"%s\"",
-                      errs.msg[i]);
+            log_error(LOG_MSG("reload rejected, keeping the running configuration"),
+                      LOG_Q("problem", errs.msg[i]));
         errors_free(&errs);
         metrics_reload(0, 0);
         notify_systemd("READY=1");
@@ -233,19 +236,17 @@ reload(struct run_state *rs)
     old = current;
     config_keep_restart_options(cfg, old, &errs);
     for (size_t i = 0; i < errs.n; i++)
-        log_warn("msg=\"option changes only on restart; the running value stays\" "
-                 "option=%s",
-                 errs.msg[i]);
+        log_warn(LOG_MSG("option changes only on restart; the running value stays"),
+                 LOG_S("option", errs.msg[i]));
     errors_free(&errs);
     /* TLS files are read again (rotated in place or renamed); connections
      * open keep theirs, new handshakes use the new ones.  The gRPC
      * listener's are checked first, so a bad one changes nothing. */
     if (grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK ||
-        (cfg->backend == RL_BACKEND_REDIS && rtls_reconfigure(&cfg->redis, &cause) != RL_OK) ||
+        (cfg->backend == RL_BACKEND_REDIS && rtls_reload(&cfg->redis, &cause) != RL_OK) ||
         grpc_tls_configure(&cfg->rls.tls, &cause) != RL_OK) {
-        log_error("msg=\"reload rejected, keeping the running configuration\" "
-                  "problem=\"%s\"",
-                  cause);
+        log_error(LOG_MSG("reload rejected, keeping the running configuration"),
+                  LOG_Q("problem", cause));
         free(cause);
         config_unref(cfg);
         metrics_reload(0, 0);
@@ -255,12 +256,12 @@ reload(struct run_state *rs)
     log_set_level(cfg->log_level);
     config_warnings(cfg, &errs);
     for (size_t i = 0; i < errs.n; i++)
-        log_warn("msg=\"configuration warning\" warning=\"%s\"", errs.msg[i]);
+        log_warn(LOG_MSG("configuration warning"), LOG_S("warning", errs.msg[i]));
     errors_free(&errs);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
-    log_info("msg=\"configuration reloaded\" policies=%zu rls_rules=%zu", cfg->npolicies,
-             cfg->rls.rules != NULL ? cfg->rls.rules->nrules : 0);
+    log_info(LOG_MSG("configuration reloaded"), LOG_U("policies", cfg->npolicies),
+             LOG_U("rls_rules", cfg->rls.rules != NULL ? cfg->rls.rules->nrules : 0));
     notify_systemd("READY=1");
 }
 
@@ -286,13 +287,13 @@ on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     if (rs->stopping) {
-        log_warn("msg=\"second signal, exiting now\"");
+        log_warn(LOG_MSG("second signal, exiting now"));
         _exit(0);
     }
     rs->stopping = 1;
     notify_systemd("STOPPING=1");
-    log_info("msg=\"stopping: draining in-flight checks\" grace_ms=%lld",
-             (long long)current->shutdown_grace_ms);
+    log_info(LOG_MSG("stopping: draining in-flight checks"),
+             LOG_I("grace_ms", current->shutdown_grace_ms));
     for (size_t i = 0; i < nworkers; i++)
         worker_drain(&workers[i], current->shutdown_grace_ms);
     /* The workers end on their own; on_worker_exit ends this loop. */
@@ -309,7 +310,8 @@ init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
 
     for (size_t i = 0; i < nworkers; i++) {
         if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
-            log_error("msg=\"cannot start worker\" worker=%zu error=\"%s\"", i, cause);
+            log_error(LOG_MSG("cannot start worker"), LOG_U("worker", i),
+                      LOG_Q("error", cause));
             free(cause);
             for (size_t j = i + 1; j < nworkers; j++)
                 close(fds[j]);
@@ -333,22 +335,23 @@ static int
 serve_admin(struct run_state *rs, const struct rl_config *cfg)
 {
     char *cause = NULL;
-    int fd;
+    int fd = -1, rc;
 
     if (cfg->admin_listen == NULL)
         return RL_OK;
     if (listen_addr_parse(cfg->admin_listen, &rs->admin, &cause) == RL_OK) {
-        fd = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &cause)
-                                         : open_tcp(&rs->admin, 0, &cause);
-        if (fd >= 0 && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
-            log_info("msg=\"admin API listening\" admin_listen=%s token=%s", cfg->admin_listen,
-                     cfg->admin_token != NULL ? "required" : "none");
+        rc = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &fd, &cause)
+                                         : open_tcp(&rs->admin, 0, &fd, &cause);
+        if (rc == RL_OK && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
+            log_info(LOG_MSG("admin API listening"), LOG_S("admin_listen", cfg->admin_listen),
+                     LOG_S("token", cfg->admin_token != NULL ? "required" : "none"));
             return RL_OK;
         }
         if (fd >= 0)
             close(fd);
     }
-    log_error("msg=\"cannot listen\" admin_listen=%s error=\"%s\"", cfg->admin_listen, cause);
+    log_error(LOG_MSG("cannot listen"), LOG_S("admin_listen", cfg->admin_listen),
+              LOG_Q("error", cause));
     free(cause);
     return RL_ERR;
 }
@@ -368,7 +371,8 @@ serve_rls(struct run_state *rs, const struct rl_config *cfg)
     rs->rls_fds = xcalloc(nworkers, sizeof(*rs->rls_fds));
     if (listen_addr_parse(cfg->rls.listen, &rs->rls, &cause) != RL_OK ||
         open_listeners(&rs->rls, rs->rls_fds, nworkers, &cause) != RL_OK) {
-        log_error("msg=\"cannot listen\" rls.listen=%s error=\"%s\"", cfg->rls.listen, cause);
+        log_error(LOG_MSG("cannot listen"), LOG_S("rls.listen", cfg->rls.listen),
+                  LOG_Q("error", cause));
         free(cause);
         /* nothing bound: a Unix path is not ours to remove */
         listen_addr_clear(&rs->rls);
@@ -377,18 +381,19 @@ serve_rls(struct run_state *rs, const struct rl_config *cfg)
     }
     for (; i < nworkers; i++) {
         if (worker_serve_rls(&workers[i], rs->rls_fds[i], &cause) != RL_OK) {
-            log_error("msg=\"cannot serve rls.listen\" worker=%zu error=\"%s\"", i, cause);
+            log_error(LOG_MSG("cannot serve rls.listen"), LOG_U("worker", i),
+                      LOG_Q("error", cause));
             free(cause);
             for (size_t j = i + 1; j < nworkers; j++)
                 close(rs->rls_fds[j]);
             return RL_ERR;
         }
     }
-    log_info("msg=\"rate limit service (gRPC) listening\" rls.listen=%s tls=%s",
-             cfg->rls.listen,
-             cfg->rls.tls.cert_file == NULL        ? "off"
-             : cfg->rls.tls.client_ca_file != NULL ? "mutual"
-                                                   : "on");
+    log_info(LOG_MSG("rate limit service (gRPC) listening"),
+             LOG_S("rls.listen", cfg->rls.listen),
+             LOG_S("tls", cfg->rls.tls.cert_file == NULL        ? "off"
+                          : cfg->rls.tls.client_ca_file != NULL ? "mutual"
+                                                                : "on"));
     return RL_OK;
 }
 
@@ -419,9 +424,8 @@ on_ready_poll(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (reason != NULL)
-        log_warn("msg=\"backend not ready within connect_timeout, telling systemd ready\" "
-                 "reason=\"%s\"",
-                 reason);
+        log_warn(LOG_MSG("backend not ready within connect_timeout, telling systemd ready"),
+                 LOG_Q("reason", reason));
     notify_systemd("READY=1");
     (void)fd;
     (void)what;
@@ -460,7 +464,7 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
     pthread_sigmask(SIG_BLOCK, &block, &old);
     for (; *started < nworkers; (*started)++) {
         if (worker_start(&workers[*started]) != RL_OK) {
-            log_error("msg=\"cannot start worker thread\" worker=%zu", *started);
+            log_error(LOG_MSG("cannot start worker thread"), LOG_U("worker", *started));
             pthread_sigmask(SIG_SETMASK, &old, NULL);
             for (size_t i = 0; i < *started; i++)
                 worker_drain(&workers[i], 0);
@@ -479,8 +483,9 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
 static void
 serve(struct run_state *rs, const struct rl_config *cfg)
 {
-    log_info("msg=\"ratelimitd started\" version=%s listen=%s workers=%zu backend=%s",
-             PACKAGE_VERSION, cfg->listen, nworkers, backend_ops(cfg)->name);
+    log_info(LOG_MSG("ratelimitd started"), LOG_S("version", PACKAGE_VERSION),
+             LOG_S("listen", cfg->listen), LOG_U("workers", nworkers),
+             LOG_S("backend", backend_ops(cfg)->name));
     /* Ready means listening (the sockets are bound, every worker runs) and
      * the backend connected: see on_ready_poll. */
     rs->ready_ev = evtimer_new(rs->base, on_ready_poll, rs);
@@ -523,24 +528,26 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     set_config(cfg);
     nworkers = worker_count(cfg);
     if (listen_addr_parse(cfg->listen, &la, &cause) != RL_OK) {
-        log_error("msg=\"bad listen address\" listen=%s error=\"%s\"", cfg->listen, cause);
+        log_error(LOG_MSG("bad listen address"), LOG_S("listen", cfg->listen),
+                  LOG_Q("error", cause));
         free(cause);
         return 1;
     }
     if (cfg->backend == RL_BACKEND_REDIS && rtls_configure(&cfg->redis, &cause) != RL_OK) {
-        log_error("msg=\"cannot set up Redis TLS\" error=\"%s\"", cause);
+        log_error(LOG_MSG("cannot set up Redis TLS"), LOG_Q("error", cause));
         free(cause);
         return 1;
     }
     if (grpc_tls_configure(&cfg->rls.tls, &cause) != RL_OK) {
-        log_error("msg=\"cannot set up the gRPC listener's TLS\" error=\"%s\"", cause);
+        log_error(LOG_MSG("cannot set up the gRPC listener's TLS"), LOG_Q("error", cause));
         free(cause);
         rtls_shutdown();
         return 1;
     }
     fds = xcalloc(nworkers, sizeof(*fds));
     if (open_listeners(&la, fds, nworkers, &cause) != RL_OK) {
-        log_error("msg=\"cannot listen\" listen=%s error=\"%s\"", cfg->listen, cause);
+        log_error(LOG_MSG("cannot listen"), LOG_S("listen", cfg->listen),
+                  LOG_Q("error", cause));
         free(cause);
         free(fds);
         listen_addr_clear(&la);
@@ -571,6 +578,6 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     set_config(NULL);
     rtls_shutdown();
     grpc_tls_shutdown();
-    log_info("msg=\"ratelimitd stopped\" exit=%d", rc);
+    log_info(LOG_MSG("ratelimitd stopped"), LOG_I("exit", rc));
     return rc;
 }

@@ -35,7 +35,7 @@ struct rl_deny_cache {
  * evict its cached denial at will, and every check of an abusive caller
  * would reach Redis again. */
 static uint64_t
-hash_key(uint64_t policy, const char *k, size_t n)
+dc_hash(uint64_t policy, const char *k, size_t n)
 {
     return keytable_hash_salted(policy, k, n);
 }
@@ -75,9 +75,9 @@ less(int64_t ms, int64_t elapsed_ms)
 
 /* The slot that holds (policy, key), NULL when none does. */
 static struct slot *
-find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
+dc_find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 {
-    uint64_t h = hash_key(policy, key, klen);
+    uint64_t h = dc_hash(policy, key, klen);
     struct slot *s = c->slots[h & c->mask];
 
     if (s == NULL || s->key == NULL || s->hash != h || s->policy != policy ||
@@ -90,7 +90,7 @@ bool
 deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen,
                int64_t cost, uint64_t epoch, int64_t now_us, struct rl_check_res *res)
 {
-    struct slot *s = find(c, policy, key, klen);
+    struct slot *s = dc_find(c, policy, key, klen);
     int64_t elapsed_ms;
 
     if (s == NULL || now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
@@ -126,7 +126,7 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
         return;
     if (res->blocked_ms > 0 && wait_ms > DENY_CACHE_BLOCKED_MS)
         wait_ms = DENY_CACHE_BLOCKED_MS;
-    h = hash_key(policy, key, klen);
+    h = dc_hash(policy, key, klen);
     if (c->slots[h & c->mask] == NULL)
         c->slots[h & c->mask] = xcalloc(1, sizeof(struct slot));
     s = c->slots[h & c->mask];
@@ -151,7 +151,7 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
 void
 deny_cache_forget(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 {
-    struct slot *s = find(c, policy, key, klen);
+    struct slot *s = dc_find(c, policy, key, klen);
 
     if (s != NULL)
         s->until_us = 0;

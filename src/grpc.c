@@ -23,6 +23,7 @@
  * a connection is freed only outside its own callbacks (busy).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,7 +142,7 @@ struct grpc_server {
     uint8_t rbuf[READ_MAX];
 };
 
-static void conn_settle(struct grpc_conn *c);
+static void gconn_settle(struct grpc_conn *c);
 static void on_io(evutil_socket_t fd, short what, void *arg);
 
 #define COUNT(srv, field) __atomic_add_fetch(&(srv)->counters->field, 1, __ATOMIC_RELAXED)
@@ -384,7 +385,7 @@ submit(struct grpc_call *call, int http_status, enum grpc_status status, const c
 /* The transport answers a request itself (before, or instead of, the
  * handler). */
 static void
-refuse(struct grpc_call *call, int http_status, enum grpc_status status, const char *why)
+call_refuse(struct grpc_call *call, int http_status, enum grpc_status status, const char *why)
 {
     if (call->replied)
         return;
@@ -448,7 +449,7 @@ on_deadline(evutil_socket_t fd, short what, void *arg)
 
     if (c == NULL || call->replied)
         return;
-    refuse(call, 200, GRPC_DEADLINE_EXCEEDED, "the deadline (grpc-timeout) passed");
+    call_refuse(call, 200, GRPC_DEADLINE_EXCEEDED, "the deadline (grpc-timeout) passed");
     schedule_flush(c);
     (void)fd;
     (void)what;
@@ -481,14 +482,14 @@ parse_timeout(const uint8_t *v, size_t n)
     }
 }
 
-static int
+static bool
 name_is(const uint8_t *name, size_t len, const char *want, size_t wlen)
 {
     return len == wlen && memcmp(name, want, wlen) == 0;
 }
 
 /* "application/grpc", or it with a subtype ("+proto") or parameters. */
-static int
+static bool
 grpc_content_type(const uint8_t *v, size_t n)
 {
     return n >= 16 && memcmp(v, "application/grpc", 16) == 0 &&
@@ -526,20 +527,21 @@ head_done(struct grpc_call *call)
 {
     if (call->refusal == GRPC_RESOURCE_EXHAUSTED) {
         COUNT(call->srv, refused[GRPC_REF_HEADERS]);
-        refuse(call, 200, GRPC_RESOURCE_EXHAUSTED, call->why);
+        call_refuse(call, 200, GRPC_RESOURCE_EXHAUSTED, call->why);
     } else if (!call->post) {
         COUNT(call->srv, refused[GRPC_REF_METHOD]);
-        refuse(call, 405, GRPC_UNIMPLEMENTED, "method: gRPC calls are POST");
+        call_refuse(call, 405, GRPC_UNIMPLEMENTED, "method: gRPC calls are POST");
     } else if (!call->grpc_ct) {
         COUNT(call->srv, refused[GRPC_REF_CONTENT_TYPE]);
-        refuse(call, 415, GRPC_INTERNAL, "content-type: expected application/grpc");
+        call_refuse(call, 415, GRPC_INTERNAL, "content-type: expected application/grpc");
     } else if (call->refusal >= 0) {
-        refuse(call, 200, (enum grpc_status)call->refusal, call->why);
+        call_refuse(call, 200, (enum grpc_status)call->refusal, call->why);
     } else if (call->deadline_us != 0) {
         int64_t left = call->deadline_us - now_monotonic_us();
         struct timeval tv = {left / 1000000, left % 1000000};
         if (left <= 0) {
-            refuse(call, 200, GRPC_DEADLINE_EXCEEDED, "the deadline (grpc-timeout) passed");
+            call_refuse(call, 200, GRPC_DEADLINE_EXCEEDED,
+                        "the deadline (grpc-timeout) passed");
             return;
         }
         evtimer_add(call->deadline_ev, &tv);
@@ -570,12 +572,13 @@ take_data(struct grpc_call *call, const uint8_t *data, size_t len)
         if (call->in_len < PREFIX_LEN)
             return;
         if (call->in[0] > 1) {
-            refuse(call, 200, GRPC_INTERNAL,
-                   "message: the compressed flag is neither 0 nor 1");
+            call_refuse(call, 200, GRPC_INTERNAL,
+                        "message: the compressed flag is neither 0 nor 1");
             return;
         }
         if ((int64_t)msg_len(call->in) > lim->max_message) {
-            refuse(call, 200, GRPC_RESOURCE_EXHAUSTED, "message: larger than rls.max_message");
+            call_refuse(call, 200, GRPC_RESOURCE_EXHAUSTED,
+                        "message: larger than rls.max_message");
             /* no use sending the rest: told to stop once the answer is out
              * (on_frame_send; nghttp2 would send an RST_STREAM submitted
              * now before the HEADERS).  Other refusals read the rest and
@@ -593,7 +596,7 @@ take_data(struct grpc_call *call, const uint8_t *data, size_t len)
     }
     want = PREFIX_LEN + msg_len(call->in);
     if (len > want - call->in_len) {
-        refuse(call, 200, GRPC_INTERNAL, "a unary call takes one message");
+        call_refuse(call, 200, GRPC_INTERNAL, "a unary call takes one message");
         return;
     }
     memcpy(call->in + call->in_len, data, len);
@@ -612,16 +615,16 @@ request_done(struct grpc_call *call)
     if (call->replied)
         return;
     if (call->in_len < PREFIX_LEN || call->in_len != PREFIX_LEN + msg_len(call->in)) {
-        refuse(call, 200, GRPC_INTERNAL,
-               call->in_len == 0 ? "no message in the request"
-                                 : "the request ended inside its message");
+        call_refuse(call, 200, GRPC_INTERNAL,
+                    call->in_len == 0 ? "no message in the request"
+                                      : "the request ended inside its message");
         return;
     }
     if (call->in[0] == 1) {
         /* gRPC over HTTP/2: a compressed message says its encoding */
-        refuse(call, 200, call->encoding ? GRPC_UNIMPLEMENTED : GRPC_INTERNAL,
-               call->encoding ? "grpc-encoding: only identity is accepted"
-                              : "message: compressed without grpc-encoding");
+        call_refuse(call, 200, call->encoding ? GRPC_UNIMPLEMENTED : GRPC_INTERNAL,
+                    call->encoding ? "grpc-encoding: only identity is accepted"
+                                   : "message: compressed without grpc-encoding");
         return;
     }
     rq.path = call->path;
@@ -816,48 +819,49 @@ want(struct grpc_conn *c, int rd, int wr)
     }
 }
 
-/* What TLS says about its last call: 0 to wait (for the direction tls_rw
- * names), else the SSL_ERROR_* that ended it. */
-static int
-tls_wait(struct grpc_conn *c, int rc)
+/* Whether TLS's last call only has to wait (for the direction tls_rw then
+ * names); else *e is the SSL_ERROR_* that ended it. */
+static bool
+tls_waits(struct grpc_conn *c, int rc, int *e)
 {
-    int e = SSL_get_error(c->ssl, rc);
-
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        c->tls_rw = e == SSL_ERROR_WANT_WRITE;
-        return 0;
+    *e = SSL_get_error(c->ssl, rc);
+    if (*e == SSL_ERROR_WANT_READ || *e == SSL_ERROR_WANT_WRITE) {
+        c->tls_rw = *e == SSL_ERROR_WANT_WRITE;
+        return true;
     }
     ERR_clear_error();
-    return e;
+    return false;
 }
 
-/* Bytes from the socket (plain or TLS): > 0 read, 0 none for now, -1 the
- * end (eof) or an error (dead). */
-static ssize_t
-io_read(struct grpc_conn *c, uint8_t *buf, size_t n)
+/* Bytes from the socket (plain or TLS) into *got, 0 when none for now;
+ * false at the end (eof) or an error (dead). */
+static bool
+io_read(struct grpc_conn *c, uint8_t *buf, size_t n, size_t *got)
 {
-    int end;
+    bool end;
+    int e;
 
+    *got = 0;
     if (c->ssl == NULL) {
         ssize_t r = read(c->fd, buf, n);
         if (r > 0)
-            return r;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return 0;
+            *got = (size_t)r;
+        if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+            return true;
         end = r == 0;
     } else {
-        int rc = SSL_read(c->ssl, buf, (int)n), e;
+        int rc = SSL_read(c->ssl, buf, (int)n);
         if (rc > 0)
-            return rc;
-        if ((e = tls_wait(c, rc)) == 0)
-            return 0;
+            *got = (size_t)rc;
+        if (rc > 0 || tls_waits(c, rc, &e))
+            return true;
         end = e == SSL_ERROR_ZERO_RETURN;
     }
     if (end)
         c->eof = 1;
     else
         c->dead = 1;
-    return -1;
+    return false;
 }
 
 static size_t
@@ -868,7 +872,7 @@ pending(const struct grpc_conn *c)
 
 /* Write what is pending; the rest waits for the socket. */
 static void
-flush(struct grpc_conn *c)
+gconn_flush(struct grpc_conn *c)
 {
     while (!c->dead && pending(c) > 0) {
         int w;
@@ -879,7 +883,9 @@ flush(struct grpc_conn *c)
             w = SSL_write(c->ssl, v.iov_base,
                           (int)(v.iov_len > INT32_MAX ? INT32_MAX : v.iov_len));
             if (w <= 0) {
-                if (tls_wait(c, w) != 0)
+                int e;
+
+                if (!tls_waits(c, w, &e))
                     c->dead = 1;
                 return;
             }
@@ -915,7 +921,7 @@ pump(struct grpc_conn *c)
 /* ---- the connection's life -------------------------------------------------------------- */
 
 static void
-conn_free(struct grpc_conn *c)
+gconn_free(struct grpc_conn *c)
 {
     struct grpc_server *srv = c->srv;
 
@@ -1003,34 +1009,38 @@ read_some(struct grpc_conn *c)
     /* TLS hands out a record per call: drain what it holds, up to READ_MAX
      * per event; plain TCP is one read */
     do {
-        ssize_t n = io_read(c, srv->rbuf, sizeof(srv->rbuf));
-        if (n <= 0)
+        size_t n;
+
+        if (!io_read(c, srv->rbuf, sizeof(srv->rbuf), &n) || n == 0)
             return;
-        got += (size_t)n;
-        feed(c, srv->rbuf, (size_t)n);
+        got += n;
+        feed(c, srv->rbuf, n);
     } while (c->ssl != NULL && !c->raw && !c->dead && got < READ_MAX &&
              pending(c) < WBUF_HIGH);
 }
 
-static int
+/* The TLS handshake, record by record (an incremental reader, rl.h): done,
+ * more to come, or failed (the connection dead). */
+static enum rl_parse
 handshake(struct grpc_conn *c)
 {
-    int rc = SSL_do_handshake(c->ssl);
+    int rc = SSL_do_handshake(c->ssl), e;
 
     if (rc == 1) {
         c->tls_ok = 1;
         c->tls_rw = 0;
-        return RL_OK;
+        return RL_PARSE_DONE;
     }
-    if (tls_wait(c, rc) != 0) {
-        COUNT(c->srv, refused[GRPC_REF_TLS]);
-        log_debug("msg=\"rls TLS handshake failed\" reason=\"%s\"",
-                  SSL_get_verify_result(c->ssl) != X509_V_OK
-                      ? X509_verify_cert_error_string(SSL_get_verify_result(c->ssl))
-                      : "handshake");
-        c->dead = 1;
-    }
-    return RL_ERR;
+    if (tls_waits(c, rc, &e))
+        return RL_PARSE_MORE;
+    COUNT(c->srv, refused[GRPC_REF_TLS]);
+    log_debug(
+        LOG_MSG("rls TLS handshake failed"),
+        LOG_Q("reason", SSL_get_verify_result(c->ssl) != X509_V_OK
+                            ? X509_verify_cert_error_string(SSL_get_verify_result(c->ssl))
+                            : "handshake"));
+    c->dead = 1;
+    return RL_PARSE_ERR;
 }
 
 /*
@@ -1039,7 +1049,7 @@ handshake(struct grpc_conn *c)
  * gone when this returns.
  */
 static void
-conn_settle(struct grpc_conn *c)
+gconn_settle(struct grpc_conn *c)
 {
     int rd, wr, done;
 
@@ -1047,12 +1057,12 @@ conn_settle(struct grpc_conn *c)
         return;
     if (!c->dead && c->tls_ok) {
         pump(c);
-        flush(c);
+        gconn_flush(c);
         pump(c); /* the socket took it all: more may fit now */
-        flush(c);
+        gconn_flush(c);
     }
     if (c->dead) {
-        conn_free(c);
+        gconn_free(c);
         return;
     }
     if (pending(c) > 0 && c->wstall_ms == 0)
@@ -1063,7 +1073,7 @@ conn_settle(struct grpc_conn *c)
            (c->raw || (c->eof && c->nowed == 0) ||
             (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)));
     if (done) {
-        conn_free(c);
+        gconn_free(c);
         return;
     }
     if (!c->tls_ok) { /* the handshake: what TLS asks for */
@@ -1083,8 +1093,8 @@ on_io(evutil_socket_t fd, short what, void *arg)
     struct grpc_conn *c = arg;
 
     if (!c->tls_ok) {
-        if (handshake(c) != RL_OK) {
-            conn_settle(c);
+        if (handshake(c) != RL_PARSE_DONE) {
+            gconn_settle(c);
             return;
         }
         what |= EV_READ; /* the client's first records may be in already */
@@ -1094,10 +1104,10 @@ on_io(evutil_socket_t fd, short what, void *arg)
         c->tls_rw = 0;
     }
     if (what & EV_WRITE)
-        flush(c);
+        gconn_flush(c);
     if ((what & EV_READ) && !c->raw && !c->dead && !c->eof)
         read_some(c);
-    conn_settle(c);
+    gconn_settle(c);
     (void)fd;
 }
 
@@ -1107,7 +1117,7 @@ on_flush(evutil_socket_t fd, short what, void *arg)
     struct grpc_conn *c = arg;
 
     c->flush_pending = 0;
-    conn_settle(c);
+    gconn_settle(c);
     (void)fd;
     (void)what;
 }
@@ -1136,7 +1146,7 @@ start_session(struct grpc_conn *c)
 }
 
 static void
-on_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+on_grpc_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct grpc_server *srv = arg;
     struct grpc_conn *c = xcalloc(1, sizeof(*c));
@@ -1159,8 +1169,8 @@ on_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
     COUNT(srv, open);
     if ((tls_on && c->ssl == NULL) || (c->ssl != NULL && SSL_set_fd(c->ssl, fd) != 1) ||
         start_session(c) != RL_OK) {
-        log_warn("msg=\"rls: cannot set up a connection\" tls=%d", tls_on);
-        conn_free(c);
+        log_warn(LOG_MSG("rls: cannot set up a connection"), LOG_I("tls", tls_on));
+        gconn_free(c);
         return;
     }
     /* our SETTINGS wait for the client's preface: an HTTP/1.x client
@@ -1187,7 +1197,7 @@ conn_goaway(struct grpc_conn *c)
 }
 
 static void
-on_sweep(evutil_socket_t fd, short what, void *arg)
+on_grpc_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct grpc_server *srv = arg;
     int64_t now = now_coarse_ms(), idle = srv->limits->idle_timeout_ms;
@@ -1198,7 +1208,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
         if (c->wstall_ms != 0 && now - c->wstall_ms > idle) {
             /* the client has not read its answers for idle_timeout */
             COUNT(srv, idle);
-            conn_free(c);
+            gconn_free(c);
             continue;
         }
         /* in use: an answer owed, or a request completed or answered
@@ -1208,12 +1218,12 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
         if (!c->goaway)
             COUNT(srv, idle);
         if (!c->tls_ok || c->raw || c->goaway) {
-            conn_free(c); /* no session, or it was asked to end already */
+            gconn_free(c); /* no session, or it was asked to end already */
             continue;
         }
         conn_goaway(c);
         c->active_ms = now; /* one more idle_timeout to finish */
-        conn_settle(c);
+        gconn_settle(c);
     }
     (void)fd;
     (void)what;
@@ -1240,10 +1250,10 @@ grpc_server_new(struct grpc_server **out, struct event_base *base, int fd,
         *cause = xstrdup("cannot set up HTTP/2");
         goto fail;
     }
-    if (listener_start(&srv->ls, base, fd, on_accept, srv, (size_t)limits->max_connections,
-                       "rls", cause) != RL_OK)
+    if (listener_start(&srv->ls, base, fd, on_grpc_accept, srv,
+                       (size_t)limits->max_connections, "rls", cause) != RL_OK)
         goto fail;
-    srv->sweep_ev = event_new(base, -1, EV_PERSIST, on_sweep, srv);
+    srv->sweep_ev = event_new(base, -1, EV_PERSIST, on_grpc_sweep, srv);
     event_add(srv->sweep_ev, &tv);
     *out = srv;
     return RL_OK;
@@ -1280,11 +1290,11 @@ grpc_server_drain(struct grpc_server *srv, void (*empty)(void *), void *arg)
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (!c->tls_ok) { /* mid-handshake: nothing read, nothing owed */
-            conn_free(c);
+            gconn_free(c);
             continue;
         }
         conn_goaway(c);
-        conn_settle(c);
+        gconn_settle(c);
     }
     if (srv->ls.open == 0 && empty != NULL)
         empty(arg);
@@ -1303,7 +1313,7 @@ grpc_server_free(struct grpc_server *srv)
         return;
     srv->empty = NULL;
     while (srv->conns != NULL)
-        conn_free(srv->conns);
+        gconn_free(srv->conns);
     listener_stop(&srv->ls);
     if (srv->sweep_ev != NULL)
         event_free(srv->sweep_ev);

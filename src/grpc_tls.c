@@ -56,7 +56,7 @@ load_client_ca(SSL_CTX *ctx, const char *file, char **cause)
 
 /* The context t asks for; NULL and RL_OK when TLS is off. */
 static int
-new_ctx(const struct rl_rls_tls_conf *t, SSL_CTX **out, char **cause)
+server_ctx(const struct rl_rls_tls_conf *t, SSL_CTX **out, char **cause)
 {
     static const unsigned char sid_ctx[] = "ratelimitd-rls";
     SSL_CTX *ctx;
@@ -100,7 +100,7 @@ grpc_tls_check(const struct rl_rls_tls_conf *t, char **cause)
 {
     SSL_CTX *ctx;
 
-    if (new_ctx(t, &ctx, cause) != RL_OK)
+    if (server_ctx(t, &ctx, cause) != RL_OK)
         return RL_ERR;
     SSL_CTX_free(ctx);
     return RL_OK;
@@ -111,7 +111,7 @@ grpc_tls_configure(const struct rl_rls_tls_conf *t, char **cause)
 {
     SSL_CTX *ctx, *old;
 
-    if (new_ctx(t, &ctx, cause) != RL_OK)
+    if (server_ctx(t, &ctx, cause) != RL_OK)
         return RL_ERR;
     pthread_mutex_lock(&g.mu);
     old = g.ctx;

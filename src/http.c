@@ -11,11 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -90,6 +93,7 @@ struct http_conn {
     char *rbuf;
     size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it counted in buffered_total */
     size_t scan;             /* head bytes already searched for its end */
+    int64_t first_us;        /* when the read that began this request came */
     size_t head_len;
     int64_t need; /* C_BODY: body bytes */
     struct http_chunked ch;
@@ -594,6 +598,7 @@ dispatch(struct http_conn *c, const char *body, size_t len, int more)
     r->head = &c->head;
     r->body = body;
     r->body_len = len;
+    r->first_us = c->first_us;
     r->head_only = c->head.method == HTTP_M_HEAD;
     r->keep_alive = c->head.keep_alive && (!srv->draining || more);
     r->minor = c->head.minor;
@@ -605,8 +610,10 @@ dispatch(struct http_conn *c, const char *body, size_t len, int more)
     r = NULL;       /* touch it no more */
 }
 
-/* The head is in: decide how its body is framed. */
-static int
+/* The head is in: decide how its body is framed.  False when the request was
+ * refused instead (the connection closing, or discarding its body): then
+ * there is no body to read, and processing carries on from the new state. */
+static bool
 start_body(struct http_conn *c, size_t head_len)
 {
     struct http_head *h = &c->head;
@@ -620,13 +627,13 @@ start_body(struct http_conn *c, size_t head_len)
         if (h->expect_continue || h->content_length > cap || !h->keep_alive ||
             c->srv->draining) {
             refuse(c, 413, "body: larger than max_body");
-            return RL_ERR;
+            return false;
         }
         refuse_keep(c, 413, "body: larger than max_body", 1);
         c->rpos += head_len;
         c->need = h->content_length;
         c->state = C_DISCARD;
-        return RL_ERR;
+        return false;
     }
     if (h->chunked) {
         memset(&c->ch, 0, sizeof(c->ch));
@@ -639,7 +646,7 @@ start_body(struct http_conn *c, size_t head_len)
     if (h->expect_continue && c->nq == 0 &&
         (h->chunked || (size_t)c->need > c->rlen - c->rpos - head_len))
         wb_add(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-    return RL_OK;
+    return true;
 }
 
 /* Read every complete request that is buffered, as far as back-pressure
@@ -648,9 +655,8 @@ static void
 process(struct http_conn *c)
 {
     const struct rl_http_conf *lim = c->srv->limits;
-    const char *why;
-    ssize_t n;
-    int rc;
+    struct http_refusal no;
+    enum rl_parse rc;
 
     while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
@@ -676,18 +682,18 @@ process(struct http_conn *c)
             size_t avail = c->rlen - c->rpos;
             if (avail == 0)
                 break;
-            n = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
-                                &c->scan, &c->head, &why);
-            if (n < 0) {
-                refuse(c, (int)-n, why);
+            rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
+                                 &c->scan, &c->head, &no);
+            if (rc == RL_PARSE_ERR) {
+                refuse(c, no.status, no.why);
                 break;
             }
-            if (n == 0) {
+            if (rc == RL_PARSE_MORE) {
                 if (make_room(c, avail + 1, 0) != RL_OK)
                     refuse_busy(c);
                 break;
             }
-            if (start_body(c, (size_t)n) != RL_OK)
+            if (!start_body(c, c->head.len))
                 continue; /* refused: closing, or discarding its body */
         }
         if (c->state == C_BODY) {
@@ -703,12 +709,12 @@ process(struct http_conn *c)
             c->rpos += total;
         } else {
             size_t body_at = c->rpos + c->head_len;
-            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &why);
-            if (rc < 0) {
-                refuse(c, -rc, why);
+            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
+            if (rc == RL_PARSE_ERR) {
+                refuse(c, no.status, no.why);
                 break;
             }
-            if (rc == 0) {
+            if (rc == RL_PARSE_MORE) {
                 /* decoded bytes stay; the raw tail moves down onto the
                  * framing already read */
                 if (c->ch.in > c->ch.out) {
@@ -861,6 +867,24 @@ conn_settle(struct http_conn *c)
         want_read(c, 1);
 }
 
+/*
+ * A request read in part: acknowledge now what was read.  A client that
+ * writes its head and body apart without TCP_NODELAY (httpx, many HTTP/1.1
+ * clients) holds the body back (Nagle) until the head is acknowledged, and
+ * Linux delays that ACK (40 ms and more) on a connection it takes for
+ * request/response, hoping to send it with the answer, which waits for the
+ * body.  TCP_QUICKACK sends the ACK at once; the kernel clears it again, so
+ * it is set after every such read (a system call only then).
+ */
+static void
+ack_now(struct http_conn *c)
+{
+    int one = 1;
+
+    if (c->peer.ss_family == AF_INET || c->peer.ss_family == AF_INET6)
+        (void)setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
 static void
 on_read(evutil_socket_t fd, short what, void *arg)
 {
@@ -889,6 +913,8 @@ on_read(evutil_socket_t fd, short what, void *arg)
         conn_settle(c);
         return;
     }
+    if (c->rpos == c->rlen && c->state == C_HEAD)
+        c->first_us = now_monotonic_us(); /* this read begins a request */
     n = read(fd, c->rbuf + c->rlen, c->rcap - c->rlen);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -905,6 +931,8 @@ on_read(evutil_socket_t fd, short what, void *arg)
         c->busy++;
         process(c);
         c->busy--;
+        if (c->rpos < c->rlen && c->state <= C_CHUNKED)
+            ack_now(c);
     }
     conn_settle(c);
     (void)what;
@@ -1090,7 +1118,7 @@ http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg)
         empty(arg);
 }
 
-int
+bool
 http_server_draining(const struct http_server *srv)
 {
     return srv->draining;

@@ -11,6 +11,7 @@
 #ifndef RL_HTTP_H
 #define RL_HTTP_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #include "http_parse.h"
@@ -38,6 +39,7 @@ struct http_req {
     int keep_alive; /* the client's wish */
     int minor;
     int answered;
+    int64_t first_us; /* when the read that began it came (now_monotonic_us) */
     int64_t start_us; /* for the handler's own use (access log) */
     unsigned flags;   /* for the handler's own use */
     /* an answer ready before the ones ahead of it on the connection */
@@ -96,7 +98,7 @@ void http_server_set_limits(struct http_server *srv, const struct rl_http_conf *
  * called (on the server's thread) once no connection is left.
  */
 void http_server_drain(struct http_server *srv, void (*empty)(void *), void *arg);
-int http_server_draining(const struct http_server *srv);
+bool http_server_draining(const struct http_server *srv);
 size_t http_server_connections(const struct http_server *srv);
 
 /* Answer r (exactly once per request). */

@@ -1,4 +1,5 @@
 /* http_parse.c — see http_parse.h. */
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
@@ -19,13 +20,13 @@ static const unsigned char tchar[256] = {
 };
 
 /* field-value bytes: VCHAR, obs-text, SP, HTAB (RFC 9110 5.5) */
-static inline int
+static inline bool
 value_byte(unsigned char c)
 {
     return c == '\t' || (c >= 0x20 && c != 0x7f);
 }
 
-static inline int
+static inline bool
 ows(char c)
 {
     return c == ' ' || c == '\t';
@@ -50,18 +51,22 @@ method_of(const char *s, size_t n)
     return HTTP_M_OTHER;
 }
 
-#define FAIL(st, msg) \
+/* Refuse with status st: RL_ERR from a step, RL_PARSE_ERR from a reader. */
+#define REFUSE(st, msg, rc) \
     do { \
-        *why = (msg); \
-        return -(st); \
+        no->status = (st); \
+        no->why = (msg); \
+        return (rc); \
     } while (0)
+#define FAIL(st, msg) REFUSE(st, msg, RL_ERR)
+#define FAIL_PARSE(st, msg) REFUSE(st, msg, RL_PARSE_ERR)
 
 /*
  * The request line [p, eol) (eol at its CR): method SP target SP version,
  * single spaces, nothing else (RFC 9112 3).
  */
-static ssize_t
-parse_request_line(char *p, char *eol, struct http_head *h, const char **why)
+static int
+parse_request_line(char *p, char *eol, struct http_head *h, struct http_refusal *no)
 {
     char *s = p;
 
@@ -90,7 +95,7 @@ parse_request_line(char *p, char *eol, struct http_head *h, const char **why)
         FAIL(505, "HTTP version not supported: use HTTP/1.1");
     /* a higher 1.x minor can be answered as 1.1 (RFC 9110 2.5) */
     h->minor = s[7] == '0' ? 0 : 1;
-    return 0;
+    return RL_OK;
 }
 
 /* Where the path is in the target (RFC 9112 3.2): origin-form as is, the
@@ -117,7 +122,7 @@ split_path(struct http_head *h)
 }
 
 /* Does the comma-separated list `v` hold `token` (case-insensitive)? */
-static int
+static bool
 list_has(const char *v, const char *token)
 {
     size_t n = strlen(token);
@@ -129,11 +134,11 @@ list_has(const char *v, const char *token)
         while (*v != '\0' && *v != ',' && !ows(*v))
             v++;
         if ((size_t)(v - s) == n && strncasecmp(s, token, n) == 0)
-            return 1;
+            return true;
         while (ows(*v))
             v++;
     }
-    return 0;
+    return false;
 }
 
 static int
@@ -142,19 +147,19 @@ parse_length(const char *v, size_t n, int64_t *out)
     int64_t x = 0;
 
     if (n == 0 || n > 18)
-        return -1;
+        return RL_ERR;
     for (size_t i = 0; i < n; i++) {
         if (v[i] < '0' || v[i] > '9')
-            return -1;
+            return RL_ERR;
         x = x * 10 + (v[i] - '0');
     }
     *out = x;
-    return 0;
+    return RL_OK;
 }
 
 /* One header line [p, eol): name ":" OWS value OWS. */
-static ssize_t
-parse_field(char *p, char *eol, struct http_head *h, const char **why)
+static int
+parse_header_field(char *p, char *eol, struct http_head *h, struct http_refusal *no)
 {
     char *s = p, *v, *e;
 
@@ -185,12 +190,12 @@ parse_field(char *p, char *eol, struct http_head *h, const char **why)
     h->headers[h->nheaders].value = v;
     h->headers[h->nheaders].value_len = (size_t)(e - v);
     h->nheaders++;
-    return 0;
+    return RL_OK;
 }
 
 /* What the fields say about framing and the connection (RFC 9112 6, 9). */
-static ssize_t
-read_semantics(struct http_head *h, const char **why)
+static int
+read_semantics(struct http_head *h, struct http_refusal *no)
 {
     int hosts = 0, tes = 0, close = 0, ka = 0;
 
@@ -199,7 +204,7 @@ read_semantics(struct http_head *h, const char **why)
 
         if (strcasecmp(f->name, "Content-Length") == 0) {
             int64_t n;
-            if (parse_length(f->value, f->value_len, &n) != 0)
+            if (parse_length(f->value, f->value_len, &n) != RL_OK)
                 FAIL(400, "malformed Content-Length");
             if (h->content_length >= 0 && h->content_length != n)
                 FAIL(400, "conflicting Content-Length headers");
@@ -226,16 +231,15 @@ read_semantics(struct http_head *h, const char **why)
     if (h->minor == 1 && hosts == 0)
         FAIL(400, "HTTP/1.1 request without Host");
     h->keep_alive = !close && (h->minor == 1 || ka);
-    return 0;
+    return RL_OK;
 }
 
-ssize_t
+enum rl_parse
 http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan, struct http_head *h,
-                const char **why)
+                struct http_refusal *no)
 {
     size_t start = 0, i, end = 0;
     char *p, *eol;
-    ssize_t rc;
 
     /* RFC 9112 2.2: empty lines before a request line are ignored (a client
      * may end a body with an extra CRLF); a few, so that rescanning them on
@@ -243,10 +247,10 @@ http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan, struct htt
     while (start + 1 < len && buf[start] == '\r' && buf[start + 1] == '\n') {
         start += 2;
         if (start > 2 * LEADING_EMPTY_MAX)
-            FAIL(400, "too many empty lines before the request line");
+            FAIL_PARSE(400, "too many empty lines before the request line");
     }
     if (start < len && buf[start] == '\n')
-        FAIL(400, "bare LF");
+        FAIL_PARSE(400, "bare LF");
     if (*scan < start)
         *scan = start;
     for (i = *scan; i < len; i++) {
@@ -257,7 +261,7 @@ http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan, struct htt
         }
         i = (size_t)(nl - buf);
         if (i == 0 || buf[i - 1] != '\r')
-            FAIL(400, "bare LF");
+            FAIL_PARSE(400, "bare LF");
         if (i >= start + 3 && buf[i - 2] == '\n') {
             end = i + 1;
             break;
@@ -266,31 +270,32 @@ http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan, struct htt
     if (end == 0) {
         *scan = len;
         if (len > max_head)
-            FAIL(431, "request head too large");
-        return 0;
+            FAIL_PARSE(431, "request head too large");
+        return RL_PARSE_MORE;
     }
     if (end > max_head)
-        FAIL(431, "request head too large");
+        FAIL_PARSE(431, "request head too large");
 
     memset(h, 0, offsetof(struct http_head, headers));
     h->content_length = -1;
     p = buf + start;
     eol = memchr(p, '\r', end - start);
     if (eol == NULL || eol[1] != '\n')
-        FAIL(400, "CR without LF");
-    if ((rc = parse_request_line(p, eol, h, why)) != 0)
-        return rc;
+        FAIL_PARSE(400, "CR without LF");
+    if (parse_request_line(p, eol, h, no) != RL_OK)
+        return RL_PARSE_ERR;
     for (p = eol + 2; p < buf + end - 2; p = eol + 2) {
         eol = memchr(p, '\r', (size_t)(buf + end - p));
         if (eol[1] != '\n')
-            FAIL(400, "CR without LF");
-        if ((rc = parse_field(p, eol, h, why)) != 0)
-            return rc;
+            FAIL_PARSE(400, "CR without LF");
+        if (parse_header_field(p, eol, h, no) != RL_OK)
+            return RL_PARSE_ERR;
     }
-    if ((rc = read_semantics(h, why)) != 0)
-        return rc;
+    if (read_semantics(h, no) != RL_OK)
+        return RL_PARSE_ERR;
     split_path(h);
-    return (ssize_t)end;
+    h->len = end;
+    return RL_PARSE_DONE;
 }
 
 const struct http_header *
@@ -322,13 +327,13 @@ enum {
 /* One byte of a chunk-size line or of a trailer line: each counts against
  * CHUNK_LINE_MAX. */
 static int
-chunk_line_byte(struct http_chunked *c, unsigned char b, const char **why)
+chunk_line_byte(struct http_chunked *c, unsigned char b, struct http_refusal *no)
 {
     int x;
 
     switch (c->state) {
     case CH_SIZE:
-        if ((x = hex_value(b)) >= 0) {
+        if (hex_digit(b, &x)) {
             if (c->left >> 60)
                 FAIL(400, "chunk size too large");
             c->left = c->left << 4 | (unsigned)x;
@@ -362,18 +367,19 @@ chunk_line_byte(struct http_chunked *c, unsigned char b, const char **why)
     if (++c->line > CHUNK_LINE_MAX)
         FAIL(400, "chunk line too long");
     c->in++;
-    return 0;
+    return RL_OK;
 }
 
 /* One byte of what frames the data and the trailers (the line ends, the
- * start of a trailer line): 1 once the message has ended. */
-static int
-chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body, const char **why)
+ * start of a trailer line): DONE once the message has ended. */
+static enum rl_parse
+chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body,
+                 struct http_refusal *no)
 {
     switch (c->state) {
     case CH_SIZE_LF:
         if (b != '\n')
-            FAIL(400, "CR without LF in chunked body");
+            FAIL_PARSE(400, "CR without LF in chunked body");
         c->in++;
         c->line = 0;
         if (c->left == 0) {
@@ -382,18 +388,18 @@ chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body, cons
         }
         /* body <= max_body always: compared this way, nothing wraps */
         if (c->left > (uint64_t)max_body - c->body)
-            FAIL(413, "body: larger than max_body");
+            FAIL_PARSE(413, "body: larger than max_body");
         c->state = CH_DATA;
         break;
     case CH_DATA_CR:
         if (b != '\r')
-            FAIL(400, "chunk data longer than its size");
+            FAIL_PARSE(400, "chunk data longer than its size");
         c->state = CH_DATA_LF;
         c->in++;
         break;
     case CH_DATA_LF:
         if (b != '\n')
-            FAIL(400, "CR without LF in chunked body");
+            FAIL_PARSE(400, "CR without LF in chunked body");
         c->state = CH_SIZE;
         c->in++;
         break;
@@ -402,11 +408,11 @@ chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body, cons
             c->state = CH_END_LF;
         } else {
             if (b == '\n')
-                FAIL(400, "bare LF");
+                FAIL_PARSE(400, "bare LF");
             if (ows((char)b))
-                FAIL(400, "obsolete line folding");
+                FAIL_PARSE(400, "obsolete line folding");
             if (++c->trailers > TRAILERS_MAX)
-                FAIL(431, "too many trailer lines");
+                FAIL_PARSE(431, "too many trailer lines");
             c->state = CH_TRAILER;
             c->line = 1;
         }
@@ -414,20 +420,20 @@ chunk_frame_byte(struct http_chunked *c, unsigned char b, int64_t max_body, cons
         break;
     case CH_TRAILER_LF:
         if (b != '\n')
-            FAIL(400, "CR without LF in chunked body");
+            FAIL_PARSE(400, "CR without LF in chunked body");
         c->state = CH_TRAILER_START;
         c->line = 0;
         c->in++;
         break;
     case CH_END_LF:
         if (b != '\n')
-            FAIL(400, "CR without LF in chunked body");
+            FAIL_PARSE(400, "CR without LF in chunked body");
         c->state = CH_DONE;
         c->in++;
-        return 1;
-    default: return 1;
+        return RL_PARSE_DONE;
+    default: return RL_PARSE_DONE;
     }
-    return 0;
+    return RL_PARSE_MORE;
 }
 
 /* The data of a chunk, as much of it as buf holds, moved down over what
@@ -449,24 +455,27 @@ chunk_data(struct http_chunked *c, char *buf, size_t len)
         c->state = CH_DATA_CR;
 }
 
-int
+enum rl_parse
 http_chunked_decode(struct http_chunked *c, char *buf, size_t len, int64_t max_body,
-                    const char **why)
+                    struct http_refusal *no)
 {
-    int rc = 0;
+    enum rl_parse rc = RL_PARSE_MORE;
 
-    while (c->in < len && rc == 0) {
+    while (c->in < len && rc == RL_PARSE_MORE) {
         unsigned char b = (unsigned char)buf[c->in];
 
         switch (c->state) {
         case CH_SIZE:
         case CH_SIZE_WS:
         case CH_EXT:
-        case CH_TRAILER: rc = chunk_line_byte(c, b, why); break;
+        case CH_TRAILER:
+            if (chunk_line_byte(c, b, no) != RL_OK)
+                rc = RL_PARSE_ERR;
+            break;
         case CH_DATA: chunk_data(c, buf, len); break;
-        case CH_DONE: return 1;
-        default: rc = chunk_frame_byte(c, b, max_body, why); break;
+        case CH_DONE: return RL_PARSE_DONE;
+        default: rc = chunk_frame_byte(c, b, max_body, no); break;
         }
     }
-    return rc != 0 ? rc : c->state == CH_DONE;
+    return rc != RL_PARSE_MORE ? rc : c->state == CH_DONE ? RL_PARSE_DONE : RL_PARSE_MORE;
 }

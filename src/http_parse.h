@@ -12,7 +12,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
+
+#include "rl.h"
 
 /* More header lines than this: 431. */
 #define HTTP_HEADERS_MAX 64
@@ -51,26 +52,35 @@ struct http_head {
     int chunked;            /* Transfer-Encoding: chunked */
     int64_t content_length; /* -1 when absent */
     int expect_continue;    /* Expect: 100-continue */
+    size_t len;             /* of the head in buf, empty lines before it included */
     size_t nheaders;
     struct http_header headers[HTTP_HEADERS_MAX];
 };
 
+/* Why a request is refused: the status to answer (400, 413, 414, 431, 501 or
+ * 505) and what is wrong in a few words (static text). */
+struct http_refusal {
+    int status;
+    const char *why;
+};
+
 /*
  * Parse the request head (request line, header fields, the empty line) at
- * the start of buf[0..len).  Returns:
- *   > 0  the head's length: h is filled and the head's bytes were rewritten
- *        in place (NULs end each name, value, method and target);
- *   0    not complete yet: call again with more bytes (same buf start);
- *   < 0  the request is refused: -status (400, 414, 431, 501 or 505) and
- *        *why says what is wrong in a few words (static text).
+ * the start of buf[0..len), an incremental reader (rl.h):
+ *   RL_PARSE_DONE  h is filled, h->len is the head's length, and the head's
+ *                  bytes were rewritten in place (NULs end each name, value,
+ *                  method and target);
+ *   RL_PARSE_MORE  not complete yet: call again with more bytes (same buf
+ *                  start);
+ *   RL_PARSE_ERR   the request is refused, *no says how and why.
  * *scan carries how far earlier calls looked (start at 0 for each request),
  * so a head that arrives a byte at a time is still read in linear time.
  * A head longer than max_head bytes is refused with 431 as soon as that many
  * bytes are seen without its end.  Up to 8 empty lines (CRLF) before the
- * request line are skipped and counted in the returned length; more: 400.
+ * request line are skipped and counted in h->len; more: 400.
  */
-ssize_t http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan,
-                        struct http_head *h, const char **why);
+enum rl_parse http_parse_head(char *buf, size_t len, size_t max_head, size_t *scan,
+                              struct http_head *h, struct http_refusal *no) RL_WUR;
 
 /* The first header named `name` (case-insensitive), or NULL. */
 const struct http_header *http_head_find(const struct http_head *h, const char *name);
@@ -93,12 +103,12 @@ struct http_chunked {
 };
 
 /*
- * Returns 1 when the last chunk and its trailers have been read (c->in is
- * then the end of the message in buf, c->out the end of the body); 0 when
- * more input is needed; < 0 -status (400; 413 when the body passes
- * max_body) with *why.
+ * An incremental reader (rl.h): RL_PARSE_DONE when the last chunk and its
+ * trailers have been read (c->in is then the end of the message in buf,
+ * c->out the end of the body); RL_PARSE_MORE when more input is needed;
+ * RL_PARSE_ERR with *no (400; 413 when the body passes max_body).
  */
-int http_chunked_decode(struct http_chunked *c, char *buf, size_t len, int64_t max_body,
-                        const char **why);
+enum rl_parse http_chunked_decode(struct http_chunked *c, char *buf, size_t len,
+                                  int64_t max_body, struct http_refusal *no) RL_WUR;
 
 #endif

@@ -1,4 +1,5 @@
 /* hybrid.c — see hybrid.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -200,13 +201,13 @@ take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us,
 
 /* ---- syncs ---------------------------------------------------------------- */
 
-static int
+static bool
 idle(const struct rl_hybrid *h)
 {
     return h->units == 0 && h->ops == 0;
 }
 
-int
+bool
 hybrid_idle(const struct rl_hybrid *h)
 {
     return h == NULL || idle(h);
@@ -237,8 +238,9 @@ on_sync(const struct rl_check_res *res, void *arg)
         e->failed = 1;
         mark_dirty(h, e);
         ADD(&h->m->hybrid_sync_failures, 1);
-        log_debug("msg=\"hybrid sync failed\" policy=%s inflight=%lld error=\"%s\"",
-                  e->policy->name, (long long)e->inflight, res->error ? res->error : "");
+        log_debug(LOG_MSG("hybrid sync failed"), LOG_S("policy", e->policy->name),
+                  LOG_I("inflight", e->inflight),
+                  LOG_Q("error", res->error ? res->error : ""));
     }
     free(op);
     gauges(h);
@@ -263,11 +265,10 @@ static int
 sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
 {
     struct sync_op *op;
-    const char *why;
 
     if (h->closing || e->op != NULL)
         return RL_ERR;
-    if (h->be->ops->ready(h->be, &why) != RL_OK) {
+    if (h->be->ops->not_ready(h->be) != NULL) {
         e->failed = 1; /* the local view is getting old */
         return RL_ERR;
     }
@@ -326,7 +327,6 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     struct rl_hybrid *h = arg;
     struct hentry *list = h->dirty, *e;
     int64_t now = h->now(), half = h->tick_ms * 500;
-    const char *why;
 
     h->dirty = NULL;
     while ((e = list) != NULL) {
@@ -343,7 +343,7 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         }
     }
     /* in an outage a snapshot is all there is to go by: keep them */
-    if (h->be->ops->ready(h->be, &why) == RL_OK)
+    if (h->be->ops->not_ready(h->be) == NULL)
         evict(h, now);
     if (h->tab.n == 0)
         evtimer_del(h->tick);
@@ -571,8 +571,8 @@ hybrid_free(struct rl_hybrid *h)
         free(e);
     }
     if (lost > 0)
-        log_warn("msg=\"hybrid counts not synced before exit\" keys=%zu units=%lld", keys,
-                 (long long)lost);
+        log_warn(LOG_MSG("hybrid counts not synced before exit"), LOG_U("keys", keys),
+                 LOG_I("units", lost));
     config_unref(h->cfg);
     event_free(h->tick);
     keytable_destroy(&h->tab);

@@ -108,7 +108,7 @@ void hybrid_admin_done(struct rl_hybrid *h, struct rl_config *cfg,
  */
 void hybrid_drain(struct rl_hybrid *h, void (*idle)(void *arg), void *arg);
 /* Nothing pending and no sync in flight. */
-int hybrid_idle(const struct rl_hybrid *h);
+bool hybrid_idle(const struct rl_hybrid *h);
 
 /*
  * Shutdown, second step, before the backend is destroyed: no more syncs are

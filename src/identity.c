@@ -281,8 +281,8 @@ safe_byte(unsigned char c)
 }
 
 int
-identity_key(const char *prefix, const char *policy, const char *id, size_t idlen, int shared,
-             char *buf, size_t size)
+identity_key(const char *prefix, const char *policy, const char *id, size_t idlen, bool shared,
+             char *buf, size_t size, size_t *len)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t plen = strlen(prefix), nlen = strlen(policy), o = 0;
@@ -291,7 +291,7 @@ identity_key(const char *prefix, const char *policy, const char *id, size_t idle
     size_t typelen = colon != NULL && id[0] != '+' ? (size_t)(colon - id) + 1 : 0;
 
     if (plen + nlen + typelen + 3 * (idlen - typelen) + 4 > size)
-        return -1;
+        return RL_ERR;
     buf[o++] = '{';
     memcpy(buf + o, prefix, plen), o += plen;
     memcpy(buf + o, policy, nlen), o += nlen;
@@ -312,5 +312,6 @@ identity_key(const char *prefix, const char *policy, const char *id, size_t idle
     if (!shared)
         buf[o++] = '}';
     buf[o] = '\0';
-    return (int)o;
+    *len = o;
+    return RL_OK;
 }

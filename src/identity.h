@@ -85,9 +85,10 @@ int identity_forwarded(const struct rl_cidr_list *trusted, const struct rl_ident
  * instead: every caller of the policy in one tag, for a policy whose limits
  * key on identities of their own (all the keys of one check must share a
  * Redis Cluster slot, and a limit keyed by the user alone is the same key
- * whatever address asks).  Returns the length, or -1 when buf is too small.
+ * whatever address asks).  NUL-terminated in buf and its length in *len;
+ * RL_ERR when buf is too small (buf is then untouched).
  */
 int identity_key(const char *prefix, const char *policy, const char *id, size_t idlen,
-                 int shared, char *buf, size_t size);
+                 bool shared, char *buf, size_t size, size_t *len) RL_WUR;
 
 #endif

@@ -29,8 +29,8 @@ on_error(struct evconnlistener *lev, void *arg)
     int err = EVUTIL_SOCKET_ERROR();
     struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
 
-    log_warn("msg=\"accept failed, pausing 100ms\" listener=%s error=\"%s\"", l->who,
-             evutil_socket_error_to_string(err));
+    log_warn(LOG_MSG("accept failed, pausing 100ms"), LOG_S("listener", l->who),
+             LOG_Q("error", evutil_socket_error_to_string(err)));
     evconnlistener_disable(lev);
     event_base_once(l->base, -1, EV_TIMEOUT, on_resume, l, &tv);
 }
@@ -38,8 +38,8 @@ on_error(struct evconnlistener *lev, void *arg)
 static void pause_or_resume(struct listener *l);
 
 static void
-on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen,
-          void *arg)
+on_listener_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+                   int salen, void *arg)
 {
     struct listener *l = arg;
 
@@ -60,7 +60,7 @@ listener_start(struct listener *l, struct event_base *base, int fd, listener_acc
     l->cap = cap > 0 ? cap : 1;
     l->paused = 0;
     l->who = who;
-    l->lev = evconnlistener_new(base, on_accept, l,
+    l->lev = evconnlistener_new(base, on_listener_accept, l,
                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
     if (l->lev == NULL) {
         *cause = xstrdup("cannot listen on the socket");

@@ -1,5 +1,4 @@
 /* log.c — see log.h. */
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,7 +45,7 @@ struct line {
 };
 
 static void
-put(struct line *l, const char *s, size_t len)
+line_put(struct line *l, const char *s, size_t len)
 {
     if (len > l->cap - l->n)
         len = l->cap - l->n;
@@ -55,251 +54,148 @@ put(struct line *l, const char *s, size_t len)
 }
 
 static void
-putc_(struct line *l, char c)
+line_putc(struct line *l, char c)
 {
-    put(l, &c, 1);
+    line_put(l, &c, 1);
 }
 
-/*
- * A %s value as logfmt wants it.  Inside quotes the format already wrote,
- * '"', '\\' and control bytes are escaped, so a value cannot end its field
- * early or start a new line (a Redis error or a config problem may hold
- * quotes).  Unquoted, a value that would split the field (space, '=', '"',
- * control bytes) is quoted and escaped; a plain one is written as it is.
- */
+/* Inside quotes '"', '\\' and control bytes are escaped, so a value cannot
+ * end its field early or start a new line (a Redis error or a config
+ * problem may hold quotes). */
 static void
-put_value(struct line *l, const char *s, size_t len, int quoted)
+put_escaped(struct line *l, const char *s, size_t len)
 {
-    int quote = 0;
+    static const char hex[] = "0123456789abcdef";
 
-    if (!quoted) {
-        for (size_t i = 0; i < len && !quote; i++) {
-            unsigned char c = (unsigned char)s[i];
-            quote = c <= ' ' || c == '=' || c == '"' || c == 0x7f;
-        }
-        if (!quote) {
-            put(l, s, len);
-            return;
-        }
-        putc_(l, '"');
-    }
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        char esc[8];
         switch (c) {
-        case '"': put(l, "\\\"", 2); break;
-        case '\\': put(l, "\\\\", 2); break;
-        case '\n': put(l, "\\n", 2); break;
-        case '\r': put(l, "\\r", 2); break;
-        case '\t': put(l, "\\t", 2); break;
+        case '"': line_put(l, "\\\"", 2); break;
+        case '\\': line_put(l, "\\\\", 2); break;
+        case '\n': line_put(l, "\\n", 2); break;
+        case '\r': line_put(l, "\\r", 2); break;
+        case '\t': line_put(l, "\\t", 2); break;
         default:
             if (c < 0x20 || c == 0x7f) {
-                snprintf(esc, sizeof(esc), "\\x%02x", c);
-                put(l, esc, 4);
+                char esc[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+                line_put(l, esc, 4);
             } else {
-                putc_(l, (char)c);
+                line_putc(l, (char)c);
             }
         }
     }
-    if (quote)
-        putc_(l, '"');
 }
 
-/*
- * The specs handed to snprintf below are cut from the caller's format, a
- * literal that RL_PRINTF checked against its arguments at the call site.
- */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-
-/* One conversion of the caller's format, as read. */
-struct spec {
-    char text[48]; /* "%", flags, width, precision, then length and conversion */
-    size_t len;
-    int prec;  /* -1: none */
-    int lmod;  /* 'h' 'H'(hh) 'l' 'L'(ll) 'z' 'j' 't' 'D'(L), 0: none */
-    char conv; /* '\0': the format ended inside the conversion */
-};
-
-/*
- * Flags, width, precision and length modifier after a '%', then the
- * conversion; '*' arguments are taken from ap (a pointer: the caller goes on
- * with the arguments after them).
- */
 static void
-read_spec(const char **pp, struct spec *sp, va_list *ap)
+put_u64(struct line *l, uint64_t v)
 {
-    const char *p = *pp;
+    char tmp[24];
+    size_t n = sizeof(tmp);
 
-    sp->len = 0;
-    sp->prec = -1;
-    sp->lmod = 0;
-    sp->text[sp->len++] = '%';
-    while (*p != '\0' && strchr("-+ #0", *p) != NULL && sp->len < 8)
-        sp->text[sp->len++] = *p++;
-    if (*p == '*') {
-        sp->len += (size_t)snprintf(sp->text + sp->len, sizeof(sp->text) - sp->len, "%d",
-                                    va_arg(*ap, int));
-        p++;
-    }
-    while (*p >= '0' && *p <= '9' && sp->len < 16)
-        sp->text[sp->len++] = *p++;
-    if (*p == '.') {
-        p++;
-        if (*p == '*') {
-            sp->prec = va_arg(*ap, int);
-            p++;
-        } else {
-            sp->prec = 0;
-            while (*p >= '0' && *p <= '9')
-                sp->prec = sp->prec * 10 + (*p++ - '0');
-        }
-        sp->len += (size_t)snprintf(sp->text + sp->len, sizeof(sp->text) - sp->len, ".%d",
-                                    sp->prec < 0 ? 0 : sp->prec);
-    }
-    if (p[0] == 'h' && p[1] == 'h') {
-        sp->lmod = 'H';
-        p += 2;
-    } else if (p[0] == 'l' && p[1] == 'l') {
-        sp->lmod = 'L';
-        p += 2;
-    } else if (*p != '\0' && strchr("hlzjtL", *p) != NULL) {
-        sp->lmod = *p == 'L' ? 'D' : *p;
-        p++;
-    }
-    sp->conv = *p;
-    if (*p != '\0')
-        p++;
-    *pp = p;
+    do {
+        tmp[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    line_put(l, tmp + n, sizeof(tmp) - n);
 }
 
-/* The length modifier again, then the conversion: a spec snprintf takes. */
 static void
-close_spec(struct spec *sp)
+put_i64(struct line *l, int64_t v)
 {
-    switch (sp->lmod) {
-    case 'H':
-        sp->text[sp->len++] = 'h';
-        sp->text[sp->len++] = 'h';
-        break;
-    case 'L':
-        sp->text[sp->len++] = 'l';
-        sp->text[sp->len++] = 'l';
-        break;
-    case 'D': sp->text[sp->len++] = 'L'; break;
-    case 0: break;
-    default: sp->text[sp->len++] = (char)sp->lmod;
+    if (v < 0) {
+        line_putc(l, '-');
+        put_u64(l, -(uint64_t)v);
+    } else {
+        put_u64(l, (uint64_t)v);
     }
-    sp->text[sp->len++] = sp->conv;
-    sp->text[sp->len] = '\0';
 }
 
-/* A conversion other than %s, through snprintf; false when it is unknown
- * (then the arguments cannot be followed). */
+/* The parts of a text value, each as much as is left of f->max: a NULL first
+ * part reads "(null)"; the others are absent when NULL. */
+static size_t
+text_part(const struct log_kv *f, int i, size_t *left, const char **out)
+{
+    const char *p = f->s[i];
+    size_t n;
+
+    if (p == NULL && i == 0)
+        p = "(null)";
+    if (p == NULL) {
+        *out = "";
+        return 0;
+    }
+    n = strnlen(p, *left);
+    *left -= n;
+    *out = p;
+    return n;
+}
+
+/* A value that would split its field (space, '=', '"', control bytes) is
+ * quoted and escaped unless the field is always quoted anyway. */
 static bool
-put_converted(struct line *l, struct spec *sp, va_list *ap)
+text_needs_quotes(const struct log_kv *f)
 {
-    const char *spec = sp->text;
-    char tmp[128];
-    int m;
+    size_t left = f->max > 0 ? f->max : SIZE_MAX;
 
-    close_spec(sp);
-    switch (sp->conv) {
-    case 'd':
-    case 'i':
-    case 'u':
-    case 'x':
-    case 'X':
-    case 'o':
-        switch (sp->lmod) {
-        case 'l': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long)); break;
-        case 'L': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long long)); break;
-        case 'z': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, size_t)); break;
-        case 'j': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, intmax_t)); break;
-        case 't': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, ptrdiff_t)); break;
-        default: m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int)); break;
+    for (int i = 0; i < 3; i++) {
+        const char *p;
+        size_t n = text_part(f, i, &left, &p);
+
+        for (size_t j = 0; j < n; j++) {
+            unsigned char c = (unsigned char)p[j];
+            if (c <= ' ' || c == '=' || c == '"' || c == 0x7f)
+                return true;
         }
-        break;
-    case 'c': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, int)); break;
-    case 'p': m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, void *)); break;
-    case 'f':
-    case 'F':
-    case 'e':
-    case 'E':
-    case 'g':
-    case 'G':
-        if (sp->lmod == 'D')
-            m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, long double));
-        else
-            m = snprintf(tmp, sizeof(tmp), spec, va_arg(*ap, double));
-        break;
-    default: return false;
     }
-    if (m > 0)
-        put(l, tmp, (size_t)m < sizeof(tmp) ? (size_t)m : sizeof(tmp) - 1);
-    return true;
+    return false;
 }
 
-/*
- * printf for log lines: every conversion but %s goes to snprintf as it is;
- * %s goes through put_value, quoted when the format put a '"' before it.
- */
 static void
-format_line(struct line *l, const char *fmt, va_list ap_in)
+put_text(struct line *l, const struct log_kv *f)
 {
-    const char *p = fmt;
-    struct spec sp;
-    va_list ap;
+    bool quote = f->type == LOG_KV_QUOTED || text_needs_quotes(f);
+    size_t left = f->max > 0 ? f->max : SIZE_MAX;
 
-    va_copy(ap, ap_in);
-    while (*p != '\0') {
-        const char *pct = strchr(p, '%');
-        if (pct == NULL) {
-            put(l, p, strlen(p));
-            break;
-        }
-        put(l, p, (size_t)(pct - p));
-        p = pct + 1;
-        if (*p == '%') {
-            putc_(l, '%');
-            p++;
-            continue;
-        }
-        read_spec(&p, &sp, &ap);
-        if (sp.conv == 's') {
-            const char *s = va_arg(ap, const char *);
-            if (s == NULL)
-                s = "(null)";
-            size_t len = sp.prec >= 0 ? strnlen(s, (size_t)sp.prec) : strlen(s);
-            put_value(l, s, len, pct > fmt && pct[-1] == '"');
-        } else if (sp.conv == '\0' || !put_converted(l, &sp, &ap)) {
-            break;
-        }
+    if (quote)
+        line_putc(l, '"');
+    for (int i = 0; i < 3; i++) {
+        const char *p;
+        size_t n = text_part(f, i, &left, &p);
+
+        if (quote)
+            put_escaped(l, p, n);
+        else
+            line_put(l, p, n);
     }
-    va_end(ap);
+    if (f->with_i)
+        put_i64(l, f->i);
+    if (quote)
+        line_putc(l, '"');
 }
-
-#pragma GCC diagnostic pop
 
 void
-log_write(enum rl_log_level level, const char *fmt, ...)
+log_kv(enum rl_log_level level, const struct log_kv *kv, size_t n)
 {
     char buf[2048];
     struct line l = {buf, sizeof(buf) - 1, 0};
     struct timeval tv;
     struct tm tm;
-    va_list ap;
 
-    if ((int)level > rl_log_level)
-        return;
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
     l.n = strftime(buf, sizeof(buf), "ts=%Y-%m-%dT%H:%M:%S", &tm);
-    l.n += (size_t)snprintf(buf + l.n, sizeof(buf) - l.n, ".%03ldZ level=%s ",
+    l.n += (size_t)snprintf(buf + l.n, sizeof(buf) - l.n, ".%03ldZ level=%s",
                             (long)(tv.tv_usec / 1000), log_level_name(level));
-    va_start(ap, fmt);
-    format_line(&l, fmt, ap);
-    va_end(ap);
+    for (size_t i = 0; i < n; i++) {
+        line_putc(&l, ' ');
+        line_put(&l, kv[i].key, strlen(kv[i].key));
+        line_putc(&l, '=');
+        switch (kv[i].type) {
+        case LOG_KV_INT: put_i64(&l, kv[i].i); break;
+        case LOG_KV_UINT: put_u64(&l, kv[i].u); break;
+        default: put_text(&l, &kv[i]); break;
+        }
+    }
     buf[l.n++] = '\n';
     /* One write per line so lines from several threads never interleave. */
     fwrite(buf, 1, l.n, stderr);

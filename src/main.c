@@ -115,7 +115,7 @@ main(int argc, char **argv)
         if (test)
             fprintf(stderr, "warning: %s\n", warns.msg[i]);
         else
-            log_warn("msg=\"configuration warning\" warning=\"%s\"", warns.msg[i]);
+            log_warn(LOG_MSG("configuration warning"), LOG_S("warning", warns.msg[i]));
     }
     errors_free(&warns);
     if (test) {
@@ -128,10 +128,11 @@ main(int argc, char **argv)
          * with "policy": null, which looks like a working limiter (rules of
          * rls.config alone are a limiter: Envoy's rate limit service). */
         log_set_level(cfg->log_level);
-        log_warn("msg=\"no policies: every check is allowed, nothing is limited\" "
-                 "config=%s hint=\"give a file with policies or rls.config: -c FILE or "
-                 "RATELIMITD_CONFIG\"",
-                 opts.config_file != NULL ? opts.config_file : "(built-in defaults)");
+        log_warn(LOG_MSG("no policies: every check is allowed, nothing is limited"),
+                 LOG_S("config",
+                       opts.config_file != NULL ? opts.config_file : "(built-in defaults)"),
+                 LOG_Q("hint", "give a file with policies or rls.config: -c FILE or "
+                               "RATELIMITD_CONFIG"));
     }
     return daemon_run(&opts, cfg);
 }

@@ -120,20 +120,32 @@ metrics_reject(struct rl_metrics *m, enum rl_reject r)
     ADD(&m->rejected[r]);
 }
 
-void
-metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us)
+static void
+observe(struct rl_histogram *h, int64_t us)
 {
     size_t i;
 
-    ADD(&m->backend_status[st]);
     for (i = 0; i < RL_LAT_BUCKETS && us > lat_le_us[i]; i++)
         ;
     if (i < RL_LAT_BUCKETS)
-        ADD(&m->lat_bucket[i]);
+        ADD(&h->bucket[i]);
     else
-        ADD(&m->lat_inf);
-    ADD(&m->lat_count);
-    __atomic_add_fetch(&m->lat_sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+        ADD(&h->inf);
+    ADD(&h->count);
+    __atomic_add_fetch(&h->sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+}
+
+void
+metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us)
+{
+    ADD(&m->backend_status[st]);
+    observe(&m->backend_latency, us);
+}
+
+void
+metrics_check_duration(struct rl_metrics *m, int64_t us)
+{
+    observe(&m->check_duration, us);
 }
 
 void
@@ -264,6 +276,29 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         (unsigned long long)SUM(http.open), (long long)http_buffered_bytes());
 }
 
+/* One histogram family, summed over the workers; `off` is its offset in
+ * struct rl_metrics. */
+static void
+format_histogram(struct evbuffer *out, struct rl_metrics *const *ms, size_t n,
+                 const char *name, const char *help, size_t off)
+{
+    uint64_t cum = 0;
+
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int b = 0; b < RL_LAT_BUCKETS; b++) {
+        cum += sum(ms, n,
+                   off + offsetof(struct rl_histogram, bucket) + (size_t)b * sizeof(uint64_t));
+        evbuffer_add_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name,
+                            (double)lat_le_us[b] / 1e6, (unsigned long long)cum);
+    }
+    cum += sum(ms, n, off + offsetof(struct rl_histogram, inf));
+    evbuffer_add_printf(
+        out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+        (unsigned long long)cum, name,
+        (double)sum(ms, n, off + offsetof(struct rl_histogram, sum_us)) / 1e6, name,
+        (unsigned long long)sum(ms, n, off + offsetof(struct rl_histogram, count)));
+}
+
 /* The gRPC listener (rls.listen): connections, streams, answers by status,
  * what the transport turned away itself. */
 static void
@@ -310,7 +345,6 @@ static void
 format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
     static const char *const statuses[4] = {"ok", "down", "timeout", "error"};
-    uint64_t cum = 0;
 
     evbuffer_add_printf(out,
                         "# HELP ratelimitd_backend_requests_total Backend calls by outcome.\n"
@@ -318,22 +352,9 @@ format_backend(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     for (int st = 0; st < 4; st++)
         evbuffer_add_printf(out, "ratelimitd_backend_requests_total{status=\"%s\"} %llu\n",
                             statuses[st], (unsigned long long)SUM(backend_status[st]));
-    evbuffer_add_printf(
-        out,
-        "# HELP ratelimitd_backend_latency_seconds Time from asking the backend to its answer.\n"
-        "# TYPE ratelimitd_backend_latency_seconds histogram\n");
-    for (int b = 0; b < RL_LAT_BUCKETS; b++) {
-        cum += SUM(lat_bucket[b]);
-        evbuffer_add_printf(out, "ratelimitd_backend_latency_seconds_bucket{le=\"%g\"} %llu\n",
-                            (double)lat_le_us[b] / 1e6, (unsigned long long)cum);
-    }
-    cum += SUM(lat_inf);
-    evbuffer_add_printf(out,
-                        "ratelimitd_backend_latency_seconds_bucket{le=\"+Inf\"} %llu\n"
-                        "ratelimitd_backend_latency_seconds_sum %.6f\n"
-                        "ratelimitd_backend_latency_seconds_count %llu\n",
-                        (unsigned long long)cum, (double)SUM(lat_sum_us) / 1e6,
-                        (unsigned long long)SUM(lat_count));
+    format_histogram(out, ms, n, "ratelimitd_backend_latency_seconds",
+                     "Time from asking the backend to its answer.",
+                     offsetof(struct rl_metrics, backend_latency));
 }
 
 /* A label value as the text format takes it: printable ASCII, \\ and \"
@@ -422,6 +443,9 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     format_requests(out, ms, n);
     format_grpc(out, ms, n);
     format_backend(out, ms, n);
+    format_histogram(out, ms, n, "ratelimitd_check_duration_seconds",
+                     "Time from the first byte of a check's request read to its answer.",
+                     offsetof(struct rl_metrics, check_duration));
     evbuffer_add_printf(
         out,
         "# HELP ratelimitd_local_cache_hits_total Checks answered from the local cache.\n"

@@ -63,6 +63,12 @@ enum rl_admin_result {
     RL_ADM_RESULT_COUNT
 };
 
+/* A latency histogram: counts per bucket (cumulative on output only). */
+struct rl_histogram {
+    uint64_t bucket[RL_LAT_BUCKETS];
+    uint64_t inf, count, sum_us;
+};
+
 /*
  * Envoy's rate limit service (rls.c), per domain and rule as
  * envoyproxy/ratelimit counts: hits asked for, hits within the limit, hits
@@ -93,9 +99,9 @@ enum rl_rls_result {
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
     uint64_t rejected[RL_REJ_COUNT];
-    uint64_t lat_bucket[RL_LAT_BUCKETS]; /* cumulative on output only */
-    uint64_t lat_inf, lat_count, lat_sum_us;
-    uint64_t backend_status[4]; /* by enum rl_backend_status */
+    struct rl_histogram backend_latency; /* asking the backend to its answer */
+    struct rl_histogram check_duration;  /* a check's first byte read to its answer */
+    uint64_t backend_status[4];          /* by enum rl_backend_status */
     uint64_t local_cache_hits;
     uint64_t inflight;
     struct http_counters http; /* the check listener's connections */
@@ -122,6 +128,8 @@ int metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rle
 void metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n);
 void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
+/* A check answered `us` after its request's first byte was read. */
+void metrics_check_duration(struct rl_metrics *m, int64_t us);
 void metrics_admin(struct rl_metrics *m, enum rl_admin_action a, enum rl_admin_result r);
 /* "inspect", "reset", ... */
 const char *metrics_admin_action_name(enum rl_admin_action a);

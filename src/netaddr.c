@@ -104,17 +104,17 @@ listen_addr_clear(struct rl_listen_addr *a)
 }
 
 /* ":port" with 1..5 digits, or nothing. */
-static int
+static bool
 port_suffix_ok(const char *s, size_t n)
 {
     if (n == 0)
-        return 1;
+        return true;
     if (s[0] != ':' || n < 2 || n > 6)
-        return 0;
+        return false;
     for (size_t i = 1; i < n; i++)
         if (s[i] < '0' || s[i] > '9')
-            return 0;
-    return 1;
+            return false;
+    return true;
 }
 
 int

@@ -1,11 +1,12 @@
 /* pathnorm.c — see pathnorm.h. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "pathnorm.h"
 #include "util.h"
 
 /* RFC 3986 §2.3: the only bytes whose escapes mean the same as themselves. */
-static int
+static bool
 unreserved(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -15,9 +16,10 @@ unreserved(unsigned char c)
 /*
  * Step 1, §6.2.2.1 and §6.2.2.2: escapes of unreserved bytes decoded, the
  * hex digits of the others upper-cased.  In place is safe: never longer.
+ * What stops it (static text), or NULL when it went through.
  */
-static int
-decode(const char *in, size_t len, char *out, size_t *olen, const char **cause)
+static const char *
+decode(const char *in, size_t len, char *out, size_t *olen)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
@@ -25,29 +27,24 @@ decode(const char *in, size_t len, char *out, size_t *olen, const char **cause)
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)in[i];
         if (c == '\0') {
-            *cause = "a NUL byte";
-            return RL_ERR;
+            return "a NUL byte";
         }
         if (c != '%') {
             out[o++] = (char)c;
             continue;
         }
-        int hi = i + 2 < len ? hex_value((unsigned char)in[i + 1]) : -1;
-        int lo = i + 2 < len ? hex_value((unsigned char)in[i + 2]) : -1;
-        if (hi < 0 || lo < 0) {
-            *cause = "a '%' not followed by two hex digits";
-            return RL_ERR;
-        }
+        int hi, lo;
+        if (i + 2 >= len || !hex_digit((unsigned char)in[i + 1], &hi) ||
+            !hex_digit((unsigned char)in[i + 2], &lo))
+            return "a '%' not followed by two hex digits";
         unsigned char v = (unsigned char)(hi << 4 | lo);
         if (v == '\0') {
-            *cause = "an encoded NUL (%00)";
-            return RL_ERR;
+            return "an encoded NUL (%00)";
         }
         /* The application may or may not decode it into a separator, so
          * which segments it routes on cannot be known. */
         if (v == '/') {
-            *cause = "an encoded '/' (%2F)";
-            return RL_ERR;
+            return "an encoded '/' (%2F)";
         }
         if (unreserved(v)) {
             out[o++] = (char)v;
@@ -59,16 +56,17 @@ decode(const char *in, size_t len, char *out, size_t *olen, const char **cause)
         i += 2;
     }
     *olen = o;
-    return RL_OK;
+    return NULL;
 }
 
 /*
  * Steps 2 and 3, §6.2.2.3 (the algorithm of §5.2.4) with runs of '/'
  * merged, segment by segment.  Unlike §5.2.4 a ".." above the root is an
- * error: servers disagree on it (nginx refuses it, others clamp it).
+ * error: servers disagree on it (nginx refuses it, others clamp it).  What
+ * stops it (static text), or NULL when it went through.
  */
-static int
-segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
+static const char *
+segments(char *p, size_t len, unsigned flags, size_t *olen)
 {
     size_t i = 0, o = 0;
 
@@ -87,10 +85,8 @@ segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
                 p[o++] = '/'; /* "/a/." is "/a/" */
             i = e;
         } else if (n == 2 && p[s] == '.' && p[s + 1] == '.') {
-            if (o == 0) {
-                *cause = "a \"..\" above the root";
-                return RL_ERR;
-            }
+            if (o == 0)
+                return "a \"..\" above the root";
             while (o > 0 && p[o - 1] != '/')
                 o--;
             o--; /* the '/' before the removed segment */
@@ -106,7 +102,7 @@ segments(char *p, size_t len, unsigned flags, size_t *olen, const char **cause)
     if (o == 0)
         p[o++] = '/';
     *olen = o;
-    return RL_OK;
+    return NULL;
 }
 
 int
@@ -116,8 +112,8 @@ pathnorm(const char *in, size_t len, unsigned flags, char *out, size_t *outlen, 
     size_t n;
 
     /* the helpers name the fault with static text; the caller gets a copy */
-    if (len == 0 || in[0] != '/' || decode(in, len, out, &n, &why) != RL_OK ||
-        segments(out, n, flags, &n, &why) != RL_OK) {
+    if (len == 0 || in[0] != '/' || (why = decode(in, len, out, &n)) != NULL ||
+        (why = segments(out, n, flags, &n)) != NULL) {
         *cause = xstrdup(why);
         return RL_ERR;
     }

@@ -17,34 +17,35 @@
 #include "redis_conn.h"
 #include "redis_reply.h"
 #include "redis_tls.h"
+#include "redis_tls_bridge.h"
 #include "util.h"
 
 static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
 
-int
+bool
 rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
                 const char *name, int quiet)
 {
-    int became_ready = 0;
+    bool became_ready = false;
 
     if (reason != NULL)
         st->down_reason = reason;
     if (st->state == s)
-        return 0;
+        return false;
     if (s == RCONN_READY) {
-        log_info("msg=\"%s ready\" %s=%s", st->what, st->field, name);
+        log_info(LOG_MSGJ(st->what, " ready", NULL), LOG_S(st->field, name));
         if (st->was_ready)
             metrics_reconnect();
         st->was_ready = 1;
         st->announced_down = 0;
-        became_ready = 1;
+        became_ready = true;
     } else if (s == RCONN_DOWN && !st->announced_down && !quiet) {
-        log_warn("msg=\"%s unavailable\" %s=%s reason=\"%s\"", st->what, st->field, name,
-                 st->down_reason ? st->down_reason : "");
+        log_warn(LOG_MSGJ(st->what, " unavailable", NULL), LOG_S(st->field, name),
+                 LOG_Q("reason", st->down_reason ? st->down_reason : ""));
         st->announced_down = 1;
     }
-    log_debug("msg=\"%s state\" %s=%s from=%s to=%s", st->what, st->field, name,
-              state_names[st->state], state_names[s]);
+    log_debug(LOG_MSGJ(st->what, " state", NULL), LOG_S(st->field, name),
+              LOG_S("from", state_names[st->state]), LOG_S("to", state_names[s]));
     st->state = s;
     return became_ready;
 }
@@ -158,27 +159,29 @@ rconn_dns_free(struct evdns_base *dns)
 
 /* ---- connection ------------------------------------------------------------- */
 
-redisAsyncContext *
+const char *
 rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
            const char *path, void *data, redisConnectCallback *on_connect,
-           redisDisconnectCallback *on_disconnect, const char **why)
+           redisDisconnectCallback *on_disconnect, redisAsyncContext **out)
 {
     redisAsyncContext *ac;
+    const char *why;
 
-    /* TLS: hiredis speaks to a bridge (redis_tls.h), attached already */
+    *out = NULL;
+    /* TLS: hiredis speaks to a bridge (redis_tls_bridge.h), attached already */
     if (path == NULL && rtls_enabled()) {
-        if ((ac = rtls_connect(evb, host, ip, port, why)) == NULL)
-            return NULL;
+        if ((why = rtls_bridge_connect(evb, host, ip, port, &ac)) != NULL)
+            return why;
         goto attached;
     }
     ac = path != NULL ? redisAsyncConnectUnix(path) : redisAsyncConnect(ip, port);
     if (ac == NULL || ac->err) {
-        log_debug("msg=\"redis connect failed\" addr=%s:%d error=\"%s\"",
-                  path != NULL ? path : ip, port, ac != NULL ? ac->errstr : "out of memory");
+        log_debug(LOG_MSG("redis connect failed"),
+                  LOG_HP("addr", path != NULL ? path : ip, port),
+                  LOG_Q("error", ac != NULL ? ac->errstr : "out of memory"));
         if (ac != NULL)
             redisAsyncFree(ac);
-        *why = "connect failed";
-        return NULL;
+        return "connect failed";
     }
     redisLibeventAttach(ac, evb);
 attached:
@@ -186,101 +189,72 @@ attached:
     ac->data = data;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    return ac;
-}
-
-/* ---- handshake -------------------------------------------------------------- */
-
-int
-rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner,
-                redisCallbackFn *fn)
-{
-    int rc = RL_OK;
-
-    if (login->password != NULL && login->username != NULL)
-        rc |= send(owner, fn, (void *)"auth", "AUTH %s %s", login->username, login->password);
-    else if (login->password != NULL)
-        rc |= send(owner, fn, (void *)"auth", "AUTH %s", login->password);
-    if (login->db != 0)
-        rc |= send(owner, fn, (void *)"select", "SELECT %d", login->db);
-    if (login->role == RCONN_ROLE_MUST)
-        rc |= send(owner, fn, (void *)"role", "ROLE");
-    else if (login->role == RCONN_ROLE_IF_ALLOWED)
-        rc |= send(owner, fn, (void *)"role-if-allowed", "ROLE");
-    rc |= send(owner, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check, rl_lua_check_len);
-    rc |= send(owner, fn, (void *)"function", "FUNCTION LOAD %b", rl_lua_check_lib,
-               rl_lua_check_lib_len);
-    return rc == RL_OK ? RL_OK : RL_ERR;
-}
-
-enum rconn_step
-rconn_step(const redisReply *r, const char *step, const char *who, const char **why)
-{
-    /* the last step, and never fatal: a server without FUNCTION runs EVALSHA */
-    if (strcmp(step, "function") == 0)
-        return RCONN_STEP_READY;
-    if (r->type == REDIS_REPLY_ERROR && strcmp(step, "role-if-allowed") == 0 &&
-        strncmp(r->str, "NOPERM", 6) == 0)
-        return RCONN_STEP_WAIT;
-    if (r->type == REDIS_REPLY_ERROR) {
-        *why = "handshake failed";
-        return RCONN_STEP_FAILED;
-    }
-    if (strncmp(step, "role", 4) == 0 && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                                          r->element[0]->type != REDIS_REPLY_STRING ||
-                                          strcmp(r->element[0]->str, "master") != 0)) {
-        /* a sentinel's answer can be stale: only a master takes writes */
-        *why = "not a master";
-        return RCONN_STEP_FAILED;
-    }
-    if (strcmp(step, "script") != 0)
-        return RCONN_STEP_WAIT;
-    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
-        log_error("msg=\"SCRIPT LOAD returned an unexpected digest\" redis=%s", who);
-    return RCONN_STEP_WAIT;
+    *out = ac;
+    return NULL;
 }
 
 /* ---- error replies ---------------------------------------------------------- */
 
 #define FUNCTION_NOT_FOUND "ERR Function not found"
 
-static const struct {
+/* The error replies we know, by their code: the metric's kind, what a check
+ * they answer alone says, and whether the server can serve checks at all. */
+struct error_code {
     const char *code;
     enum rl_redis_error kind;
     const char *unusable; /* not NULL: the connection cannot serve checks */
-} error_codes[] = {
-    {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL},
-    {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)"},
-    {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)"},
-    {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)"},
-    {"OOM", RL_RERR_OOM, NULL},
-    {"BUSY", RL_RERR_BUSY, NULL},
-    {"NOSCRIPT", RL_RERR_NOSCRIPT, NULL},
-    {"WRONGTYPE", RL_RERR_WRONGTYPE, NULL},
-    {"MOVED", RL_RERR_CLUSTER, NULL},
-    {"ASK", RL_RERR_CLUSTER, NULL},
-    {"TRYAGAIN", RL_RERR_CLUSTER, NULL},
-    {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL},
+    const char *answer;   /* NULL: "error reply from the check script" */
 };
 
-/* The entry for the error code that starts err, or -1. */
-static int
+static const struct error_code error_codes[] = {
+    {FUNCTION_NOT_FOUND, RL_RERR_NOSCRIPT, NULL, NULL},
+    {"READONLY", RL_RERR_READONLY, "redis is a replica (READONLY)",
+     "READONLY: redis is a replica"},
+    {"MASTERDOWN", RL_RERR_MASTERDOWN, "redis replica without its master (MASTERDOWN)", NULL},
+    {"LOADING", RL_RERR_LOADING, "redis is loading its data set (LOADING)", NULL},
+    {"OOM", RL_RERR_OOM, NULL, "OOM: redis is out of memory (maxmemory)"},
+    {"BUSY", RL_RERR_BUSY, NULL, NULL},
+    {"NOSCRIPT", RL_RERR_NOSCRIPT, NULL, "NOSCRIPT"},
+    {"WRONGTYPE", RL_RERR_WRONGTYPE, NULL,
+     "WRONGTYPE: a key of the check holds a value of the wrong type"},
+    {"MOVED", RL_RERR_CLUSTER, NULL, NULL},
+    {"ASK", RL_RERR_CLUSTER, NULL, NULL},
+    {"TRYAGAIN", RL_RERR_CLUSTER, NULL, NULL},
+    {"CLUSTERDOWN", RL_RERR_CLUSTER, NULL, NULL},
+};
+
+bool
+rconn_error_is(const char *err, const char *code)
+{
+    size_t n = strlen(code);
+
+    return strncmp(err, code, n) == 0 && (err[n] == ' ' || err[n] == '\0');
+}
+
+/* The entry for the error code that starts err, or NULL. */
+static const struct error_code *
 error_code(const char *err)
 {
-    for (size_t i = 0; i < RL_ARRAY_LEN(error_codes); i++) {
-        size_t n = strlen(error_codes[i].code);
-        if (strncmp(err, error_codes[i].code, n) == 0 && (err[n] == ' ' || err[n] == '\0'))
-            return (int)i;
-    }
-    return -1;
+    for (size_t i = 0; i < RL_ARRAY_LEN(error_codes); i++)
+        if (rconn_error_is(err, error_codes[i].code))
+            return &error_codes[i];
+    return NULL;
 }
 
 const char *
 rconn_unusable(const char *err)
 {
-    int i = error_code(err);
+    const struct error_code *e = error_code(err);
 
-    return i >= 0 ? error_codes[i].unusable : NULL;
+    return e != NULL ? e->unusable : NULL;
+}
+
+const char *
+rconn_error_text(const char *err)
+{
+    const struct error_code *e = error_code(err);
+
+    return e != NULL && e->answer != NULL ? e->answer : "error reply from the check script";
 }
 
 /* Log the repeats of every slot not logged yet; `last`: the run is over. */
@@ -292,9 +266,9 @@ errlog_summary(struct rconn_errlog *el, const struct rconn_status *st, const cha
         if (el->e[i].count == 0)
             continue;
         if (el->e[i].count != el->e[i].logged)
-            log_warn("msg=\"%s errors %s\" %s=%s error=\"%s\" count=%llu", st->what,
-                     last ? "ended" : "go on", st->field, name, el->e[i].text,
-                     (unsigned long long)el->e[i].count);
+            log_warn(LOG_MSGJ(st->what, " errors ", last ? "ended" : "go on"),
+                     LOG_S(st->field, name), LOG_Q("error", el->e[i].text),
+                     LOG_U("count", el->e[i].count));
         el->e[i].logged = el->e[i].count;
         if (last)
             el->e[i].count = el->e[i].logged = 0;
@@ -328,8 +302,8 @@ errlog_add(struct rconn_errlog *el, const struct rconn_status *st, const char *n
         for (char *c = el->e[i].text; *c != '\0'; c++)
             if (*c == '"' || *c == '\n' || *c == '\r')
                 *c = '\'';
-        log_warn("msg=\"%s error\" %s=%s error=\"%s\" checks=%zu", st->what, st->field, name,
-                 el->e[i].text, nchecks);
+        log_warn(LOG_MSGJ(st->what, " error", NULL), LOG_S(st->field, name),
+                 LOG_Q("error", el->e[i].text), LOG_U("checks", nchecks));
         if (!el->active)
             el->last_summary_us = now_monotonic_us();
         el->active = 1;
@@ -345,13 +319,12 @@ void
 rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
             const char *msg, size_t nchecks)
 {
-    int i = error_code(msg);
+    const struct error_code *e = error_code(msg);
 
-    metrics_redis_error(i >= 0 ? error_codes[i].kind : RL_RERR_OTHER, nchecks);
+    metrics_redis_error(e != NULL ? e->kind : RL_RERR_OTHER, nchecks);
     /* NOSCRIPT is answered by sending the script (a restart, SCRIPT FLUSH),
      * a redirection by following it: counted, nothing for an operator to do */
-    if (i >= 0 &&
-        (error_codes[i].kind == RL_RERR_NOSCRIPT || error_codes[i].kind == RL_RERR_CLUSTER))
+    if (e != NULL && (e->kind == RL_RERR_NOSCRIPT || e->kind == RL_RERR_CLUSTER))
         return;
     errlog_add(el, st, name, msg, nchecks);
 }
@@ -522,9 +495,78 @@ functions_loaded(struct rconn *c, const redisReply *r)
     if (c->functions || c->functions_noted)
         return;
     c->functions_noted = 1;
-    log_info("msg=\"%s: no function library, calls are EVALSHA\" %s=%s reply=\"%.120s\"",
-             c->conf.what, c->conf.field, c->conf.name,
-             r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING ? r->str : "");
+    log_info(
+        LOG_MSGJ(c->conf.what, ": no function library, calls are EVALSHA", NULL),
+        LOG_S(c->conf.field, c->conf.name),
+        LOG_QN("reply",
+               r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STRING ? r->str : "",
+               120));
+}
+
+/* ---- handshake -------------------------------------------------------------- */
+
+/*
+ * Queue the handshake: AUTH, SELECT and ROLE as the login asks, then SCRIPT
+ * LOAD of the check script and FUNCTION LOAD of the same as a library (its
+ * reply says whether calls can be FCALLs).  Each reply goes to `fn` with the
+ * step's name as privdata, for handshake_step; the commands are timed by the
+ * same ring as every other.  RL_ERR when a command could not be queued.
+ */
+static int
+handshake_send(struct rconn *c, redisCallbackFn *fn)
+{
+    const struct rconn_login *login = &c->conf.login;
+    int rc = RL_OK;
+
+    if (login->password != NULL && login->username != NULL)
+        rc |= rconn_sendf(c, fn, (void *)"auth", "AUTH %s %s", login->username,
+                          login->password);
+    else if (login->password != NULL)
+        rc |= rconn_sendf(c, fn, (void *)"auth", "AUTH %s", login->password);
+    if (login->db != 0)
+        rc |= rconn_sendf(c, fn, (void *)"select", "SELECT %d", login->db);
+    if (login->role == RCONN_ROLE_MUST)
+        rc |= rconn_sendf(c, fn, (void *)"role", "ROLE");
+    else if (login->role == RCONN_ROLE_IF_ALLOWED)
+        rc |= rconn_sendf(c, fn, (void *)"role-if-allowed", "ROLE");
+    rc |= rconn_sendf(c, fn, (void *)"script", "SCRIPT LOAD %b", rl_lua_check,
+                      rl_lua_check_len);
+    rc |= rconn_sendf(c, fn, (void *)"function", "FUNCTION LOAD %b", rl_lua_check_lib,
+                      rl_lua_check_lib_len);
+    return rc == RL_OK ? RL_OK : RL_ERR;
+}
+
+/*
+ * The handshake read reply by reply (an incremental reader, rl.h): the reply
+ * `r` to step `step` leaves more to come, ends it (the connection is ready),
+ * or fails it (*why, static).
+ */
+static enum rl_parse
+handshake_step(const struct rconn *c, const redisReply *r, const char *step, const char **why)
+{
+    /* the last step, and never fatal: a server without FUNCTION runs EVALSHA */
+    if (strcmp(step, "function") == 0)
+        return RL_PARSE_DONE;
+    if (r->type == REDIS_REPLY_ERROR && strcmp(step, "role-if-allowed") == 0 &&
+        strncmp(r->str, "NOPERM", 6) == 0)
+        return RL_PARSE_MORE;
+    if (r->type == REDIS_REPLY_ERROR) {
+        *why = "handshake failed";
+        return RL_PARSE_ERR;
+    }
+    if (strncmp(step, "role", 4) == 0 && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                                          r->element[0]->type != REDIS_REPLY_STRING ||
+                                          strcmp(r->element[0]->str, "master") != 0)) {
+        /* a sentinel's answer can be stale: only a master takes writes */
+        *why = "not a master";
+        return RL_PARSE_ERR;
+    }
+    if (strcmp(step, "script") != 0)
+        return RL_PARSE_MORE;
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rl_lua_check_sha) != 0)
+        log_error(LOG_MSG("SCRIPT LOAD returned an unexpected digest"),
+                  LOG_S("redis", c->conf.name));
+    return RL_PARSE_MORE;
 }
 
 static void
@@ -539,40 +581,25 @@ on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     if (strcmp(step, "function") == 0)
         functions_loaded(c, r);
-    switch (rconn_step(r, step, c->conf.name, &why)) {
-    case RCONN_STEP_WAIT: break;
-    case RCONN_STEP_FAILED:
+    switch (handshake_step(c, r, step, &why)) {
+    case RL_PARSE_MORE: break;
+    case RL_PARSE_ERR:
         if (r->type == REDIS_REPLY_ERROR) /* what the server said, never the credentials */
-            log_error("msg=\"%s handshake failed\" %s=%s step=%s error=\"%.200s\"",
-                      c->conf.what, c->conf.field, c->conf.name, step, r->str);
+            log_error(LOG_MSGJ(c->conf.what, " handshake failed", NULL),
+                      LOG_S(c->conf.field, c->conf.name), LOG_S("step", step),
+                      LOG_QN("error", r->str, 200));
         else if (!c->st.announced_down)
-            log_warn("msg=\"%s is not a master, retrying\" %s=%s", c->conf.what, c->conf.field,
-                     c->conf.name);
+            log_warn(LOG_MSGJ(c->conf.what, " is not a master, retrying", NULL),
+                     LOG_S(c->conf.field, c->conf.name));
         rconn_drop(c, why);
         break;
-    case RCONN_STEP_READY:
+    case RL_PARSE_DONE:
         evtimer_del(c->connect_ev);
         c->backoff_ms = RCONN_BACKOFF_MIN_MS;
         c->last_reply_us = now_monotonic_us();
         set_state(c, RCONN_READY, NULL);
         break;
     }
-}
-
-static int vsendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt,
-                  va_list ap);
-
-/* The handshake's commands are timed by the same ring as every other. */
-static int
-handshake_send(void *owner, redisCallbackFn *fn, void *priv, const char *fmt, ...)
-{
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = vsendf(owner, fn, priv, fmt, ap);
-    va_end(ap);
-    return rc;
 }
 
 static void
@@ -585,8 +612,8 @@ on_connect(const redisAsyncContext *cac, int status)
         return;
     if (status != REDIS_OK) {
         /* hiredis frees the context after this returns */
-        log_debug("msg=\"%s connect failed\" %s=%s error=\"%s\"", c->conf.what, c->conf.field,
-                  c->conf.name, ac->errstr);
+        log_debug(LOG_MSGJ(c->conf.what, " connect failed", NULL),
+                  LOG_S(c->conf.field, c->conf.name), LOG_Q("error", ac->errstr));
         c->ac = NULL;
         went_down(c, "connection refused");
         return;
@@ -594,7 +621,7 @@ on_connect(const redisAsyncContext *cac, int status)
     c->last_reply_us = now_monotonic_us();
     set_state(c, RCONN_HANDSHAKE, NULL);
     /* a command not queued leaves the handshake to its deadline */
-    (void)rconn_handshake(&c->conf.login, handshake_send, c, on_handshake);
+    (void)handshake_send(c, on_handshake);
 }
 
 static void
@@ -617,16 +644,16 @@ connect_ip(void *arg, const char *ip, const char *why)
 
     c->lookup = NULL;
     if (ip == NULL) {
-        log_debug("msg=\"cannot resolve a host\" %s=%s error=\"%s\"", c->conf.field,
-                  c->conf.name, why);
+        log_debug(LOG_MSG("cannot resolve a host"), LOG_S(c->conf.field, c->conf.name),
+                  LOG_Q("error", why));
         went_down(c, "cannot resolve the host");
         return;
     }
     c->pending = 0;
     c->sent_head = 0;
-    c->ac = rconn_open(c->conf.evb, c->host, ip, c->port, c->conf.path, c, on_connect,
-                       on_disconnect, &why);
-    if (c->ac == NULL)
+    why = rconn_open(c->conf.evb, c->host, ip, c->port, c->conf.path, c, on_connect,
+                     on_disconnect, &c->ac);
+    if (why != NULL)
         went_down(c, why);
 }
 
@@ -683,14 +710,14 @@ on_connect_timeout(evutil_socket_t fd, short what, void *arg)
     if (c->lookup != NULL) {
         rconn_abandon(c->lookup);
         c->lookup = NULL;
-        log_debug("msg=\"%s resolution timed out\" %s=%s", c->conf.what, c->conf.field,
-                  c->conf.name);
+        log_debug(LOG_MSGJ(c->conf.what, " resolution timed out", NULL),
+                  LOG_S(c->conf.field, c->conf.name));
         went_down(c, "resolve timeout");
     } else if (c->conf.hooks->abandon != NULL && c->conf.hooks->abandon(c)) {
         went_down(c, "no answer in time");
     } else if (c->ac != NULL && c->st.state != RCONN_READY) {
-        log_debug("msg=\"%s connect timed out\" %s=%s", c->conf.what, c->conf.field,
-                  c->conf.name);
+        log_debug(LOG_MSGJ(c->conf.what, " connect timed out", NULL),
+                  LOG_S(c->conf.field, c->conf.name));
         /* a timer, not a hiredis callback: freeing here is safe */
         free_ac(c);
         went_down(c, "connect timeout");
@@ -707,8 +734,9 @@ on_drop(evutil_socket_t fd, short what, void *arg)
     if (c->ac == NULL)
         return;
     if (c->drop_was_ready)
-        log_warn("msg=\"dropping the %s connection\" %s=%s reason=\"%s\" pending=%u",
-                 c->conf.what, c->conf.field, c->conf.name, c->drop_reason, c->pending);
+        log_warn(LOG_MSGJ("dropping the ", c->conf.what, " connection"),
+                 LOG_S(c->conf.field, c->conf.name), LOG_Q("reason", c->drop_reason),
+                 LOG_U("pending", c->pending));
     /* Free, not Disconnect: Disconnect waits for replies a hung server will
      * never send.  Every pending callback runs now with NULL. */
     free_ac(c);
@@ -751,26 +779,21 @@ rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, co
     return RL_OK;
 }
 
-static int
-vsendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, va_list ap)
-{
-    if (c->ac == NULL || c->pending >= c->sent_cap ||
-        redisvAsyncCommand(c->ac, fn, priv, fmt, ap) != REDIS_OK)
-        return RL_ERR;
-    note_sent(c, 0);
-    return RL_OK;
-}
-
 int
 rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, ...)
 {
     va_list ap;
     int rc;
 
+    if (c->ac == NULL || c->pending >= c->sent_cap)
+        return RL_ERR;
     va_start(ap, fmt);
-    rc = vsendf(c, fn, priv, fmt, ap);
+    rc = redisvAsyncCommand(c->ac, fn, priv, fmt, ap);
     va_end(ap);
-    return rc;
+    if (rc != REDIS_OK)
+        return RL_ERR;
+    note_sent(c, 0);
+    return RL_OK;
 }
 
 void
@@ -785,7 +808,7 @@ rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply)
         c->last_reply_us = now_monotonic_us();
 }
 
-int
+bool
 rconn_stalled(const struct rconn *c, int64_t now_us)
 {
     return c->ac != NULL && c->pending > 0 && now_us > c->sent[c->sent_head];
@@ -805,18 +828,18 @@ on_reload(redisAsyncContext *ac, void *reply, void *privdata)
     (void)privdata;
 }
 
-int
+bool
 rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *err)
 {
-    int i = error_code(err);
+    const struct error_code *e = error_code(err);
 
-    if (i < 0 || error_codes[i].kind != RL_RERR_NOSCRIPT)
-        return 0;
+    if (e == NULL || e->kind != RL_RERR_NOSCRIPT)
+        return false;
     if (strcmp(err, FUNCTION_NOT_FOUND) == 0 && c->ac == ac && !c->reloading &&
         rconn_sendf(c, on_reload, NULL, "FUNCTION LOAD %b", rl_lua_check_lib,
                     rl_lua_check_lib_len) == RL_OK)
         c->reloading = 1;
-    return 1;
+    return true;
 }
 
 static void
@@ -835,8 +858,8 @@ on_probe(redisAsyncContext *ac, void *reply, void *privdata)
                r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
                strcmp(r->element[0]->str, "master") != 0 && c->st.state == RCONN_READY) {
         /* demoted: PING would still answer, checks would not */
-        log_warn("msg=\"%s is no longer a master\" %s=%s role=%.20s", c->conf.what,
-                 c->conf.field, c->conf.name, r->element[0]->str);
+        log_warn(LOG_MSGJ(c->conf.what, " is no longer a master", NULL),
+                 LOG_S(c->conf.field, c->conf.name), LOG_SN("role", r->element[0]->str, 20));
         rconn_drop(c, "redis is no longer a master");
     }
     (void)privdata;

@@ -15,6 +15,7 @@
 #ifndef RL_REDIS_CONN_H
 #define RL_REDIS_CONN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
@@ -42,10 +43,10 @@ struct rconn_status {
 };
 
 /* Move to s (reason, when not NULL, replaces down_reason); `name` for the
- * log; `quiet`: no "unavailable" line (shutting down).  Returns 1 when this
+ * log; `quiet`: no "unavailable" line (shutting down).  True when this
  * makes a connection ready: what the caller knew of the server is void. */
-int rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
-                    const char *name, int quiet);
+bool rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
+                     const char *name, int quiet);
 
 #define RCONN_BACKOFF_MIN_MS 50
 #define RCONN_BACKOFF_MAX_MS 5000
@@ -75,15 +76,15 @@ void rconn_abandon(struct rconn_lookup *l);
 void rconn_dns_free(struct evdns_base *dns);
 
 /*
- * A context connecting to ip:port (or to the Unix socket `path` when not
- * NULL), attached to evb, with `data` and both callbacks set; NULL and a
- * static reason when hiredis refused at once.  `host`: what ip was resolved
- * from (over TLS, the name the certificate must carry).
+ * *out: a context connecting to ip:port (or to the Unix socket `path` when
+ * not NULL), attached to evb, with `data` and both callbacks set.  Returns
+ * NULL, or why no context could be made (static text: hiredis refused at
+ * once, TLS could not start).  `host`: what ip was resolved from (over TLS,
+ * the name the certificate must carry).
  */
-redisAsyncContext *rconn_open(struct event_base *evb, const char *host, const char *ip,
-                              int port, const char *path, void *data,
-                              redisConnectCallback *on_connect,
-                              redisDisconnectCallback *on_disconnect, const char **why);
+const char *rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
+                       const char *path, void *data, redisConnectCallback *on_connect,
+                       redisDisconnectCallback *on_disconnect, redisAsyncContext **out);
 
 /* Who we are on a new connection.  Credentials are never logged. */
 struct rconn_login {
@@ -98,31 +99,6 @@ struct rconn_login {
 /* Asked, and a replica refused, but an ACL that denies ROLE (NOPERM) is no
  * reason to refuse a server: READONLY replies still tell a replica. */
 #define RCONN_ROLE_IF_ALLOWED 2
-
-/* How the caller queues one command and counts the reply it is owed. */
-typedef int (*rconn_send_fn)(void *owner, redisCallbackFn *fn, void *priv, const char *fmt,
-                             ...);
-
-/*
- * Queue the handshake through `send`: AUTH, SELECT and ROLE as `login` asks,
- * then SCRIPT LOAD of the check script and FUNCTION LOAD of the same
- * as a library (its reply says whether calls can be FCALLs).  Each reply
- * goes to `fn` with the step's name as privdata, for rconn_step.  RL_ERR
- * when a command could not be queued.
- */
-int rconn_handshake(const struct rconn_login *login, rconn_send_fn send, void *owner,
-                    redisCallbackFn *fn);
-
-enum rconn_step {
-    RCONN_STEP_WAIT,  /* fine; more replies to come */
-    RCONN_STEP_READY, /* the last one: the connection is ready */
-    RCONN_STEP_FAILED /* *why says what failed (static) */
-};
-
-/* What the reply `r` to handshake step `step` means; `who` names the server
- * in the log line of a script digest we did not expect. */
-enum rconn_step rconn_step(const redisReply *r, const char *step, const char *who,
-                           const char **why);
 
 /*
  * Error replies, logged once per distinct error with counts: the first one at
@@ -197,8 +173,8 @@ struct rconn_hooks {
      * rconn_fail().  NULL: the host, port or path given at init. */
     void (*locate)(struct rconn *c);
     /* The connect deadline passed while locate's question was out: give it
-     * up and return 1 (0: there was none). */
-    int (*abandon)(struct rconn *c);
+     * up and return true (false: there was none). */
+    bool (*abandon)(struct rconn *c);
     /* The handshake is done (`again`: not the first time). */
     void (*ready)(struct rconn *c, int again);
     /* An attempt failed or the connection ended (c->ac is NULL now, every
@@ -276,7 +252,7 @@ int rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fm
 /* Every callback of a command sent calls this first: ac and reply as given. */
 void rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply);
 /* The oldest reply owed is overdue: the server hangs, or cannot keep up. */
-int rconn_stalled(const struct rconn *c, int64_t now_us);
+bool rconn_stalled(const struct rconn *c, int64_t now_us);
 /* Down now (checks fail fast), the context freed from a fresh stack, then
  * reconnect: for a hung server, a replica, a master Sentinel moved away. */
 void rconn_drop(struct rconn *c, const char *why);
@@ -287,13 +263,13 @@ void rconn_close(struct rconn *c);
  * An error reply to a script call from c's current context `ac` that says
  * the server forgot the script (NOSCRIPT: a restart, SCRIPT FLUSH) or the
  * function library ("Function not found": FUNCTION FLUSH, FLUSHALL, a
- * failover to a server that never had it).  Returns 1 when the caller should
+ * failover to a server that never had it).  True when the caller should
  * send the call again once as EVAL (the whole text: it runs whichever was
  * forgotten, and caches the script); for a lost library a FUNCTION LOAD is
  * queued first, once, so later calls are FCALLs again (or EVALSHAs, when the
  * server now refuses it).  Counted in /metrics as kind "noscript".
  */
-int rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *err);
+bool rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const char *err);
 
 /*
  * The error replies that say this server cannot run checks for now, whatever
@@ -304,6 +280,14 @@ int rconn_script_missing(struct rconn *c, const redisAsyncContext *ac, const cha
  * backend not ready meanwhile.  Returns the static reason, or NULL.
  */
 const char *rconn_unusable(const char *err);
+
+/* What a check answered by the error reply `err` alone says (static text,
+ * naming the error's code when it is one we know). */
+const char *rconn_error_text(const char *err);
+
+/* Whether the error reply `err` has the code `code` ("MOVED 3999 ...":
+ * "MOVED"). */
+bool rconn_error_is(const char *err, const char *code);
 
 /* An error reply `msg` that answered `nchecks` checks of the server `name`
  * (st names it in the log).  Counted in /metrics by kind. */

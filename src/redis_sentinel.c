@@ -1,4 +1,5 @@
 /* redis_sentinel.c — see redis_sentinel.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "log.h"
 #include "redis_conn.h"
 #include "redis_sentinel.h"
+#include "redis_url.h"
 #include "util.h"
 
 struct rl_hostport {
@@ -50,8 +52,8 @@ on_switch_master(redisAsyncContext *ac, void *reply, void *privdata)
     n = strlen(s->master);
     if (strncmp(r->element[2]->str, s->master, n) != 0 || r->element[2]->str[n] != ' ')
         return;
-    log_info("msg=\"sentinel switched the master\" redis=%s switch=\"%.200s\"", s->display,
-             r->element[2]->str);
+    log_info(LOG_MSG("sentinel switched the master"), LOG_S("redis", s->display),
+             LOG_QN("switch", r->element[2]->str, 200));
     s->switched(s->arg);
     (void)privdata;
 }
@@ -85,18 +87,17 @@ on_sub_disconnect(const redisAsyncContext *ac, int status)
 static void
 subscribe(struct rsentinel *s, const char *host, const char *ip, int port)
 {
-    const char *why;
-
     if (s->subac != NULL || s->closing)
         return;
-    s->subac = rconn_open(s->evb, host, ip, port, NULL, s, on_sub_connect, on_sub_disconnect,
-                          &why);
+    /* when none can be made, the next answer from a sentinel tries again */
+    (void)rconn_open(s->evb, host, ip, port, NULL, s, on_sub_connect, on_sub_disconnect,
+                     &s->subac);
 }
 
 /* ---- asking ---------------------------------------------------------------------- */
 
 static void
-on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+on_sentinel_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct rsentinel *s = ac->data;
     redisReply *r = reply;
@@ -109,20 +110,20 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING || atoi(r->element[1]->str) <= 0) {
-        log_debug("msg=\"a sentinel did not name the master\" redis=%s sentinel=%s:%d",
-                  s->display, node->host, node->port);
+        log_debug(LOG_MSG("a sentinel did not name the master"), LOG_S("redis", s->display),
+                  LOG_HP("sentinel", node->host, node->port));
         ask_next(s);
         return;
     }
-    log_debug("msg=\"sentinel named the master\" redis=%s master=%s:%s", s->display,
-              r->element[0]->str, r->element[1]->str);
+    log_debug(LOG_MSG("sentinel named the master"), LOG_S("redis", s->display),
+              LOG_J("master", r->element[0]->str, ":", r->element[1]->str));
     subscribe(s, node->host, ac->c.tcp.host, node->port);
     s->tries = 0;
     s->found(s->arg, r->element[0]->str, atoi(r->element[1]->str), NULL);
 }
 
 static void
-on_connect(const redisAsyncContext *cac, int status)
+on_sentinel_connect(const redisAsyncContext *cac, int status)
 {
     redisAsyncContext *ac = (redisAsyncContext *)cac;
     struct rsentinel *s = ac->data;
@@ -134,7 +135,7 @@ on_connect(const redisAsyncContext *cac, int status)
 }
 
 static void
-on_disconnect(const redisAsyncContext *ac, int status)
+on_sentinel_disconnect(const redisAsyncContext *ac, int status)
 {
     struct rsentinel *s = ac->data;
 
@@ -153,14 +154,14 @@ connect_to(void *arg, const char *ip, const char *why)
     redisAsyncContext *ac;
 
     s->lookup = NULL;
-    if (ip == NULL || (ac = rconn_open(s->evb, node->host, ip, node->port, NULL, s, on_connect,
-                                       on_disconnect, &why)) == NULL) {
+    if (ip == NULL || rconn_open(s->evb, node->host, ip, node->port, NULL, s,
+                                 on_sentinel_connect, on_sentinel_disconnect, &ac) != NULL) {
         ask_next(s);
         return;
     }
     s->ac = ac;
-    redisAsyncCommand(ac, on_reply, (void *)node, "SENTINEL get-master-addr-by-name %s",
-                      s->master);
+    redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
+                      "SENTINEL get-master-addr-by-name %s", s->master);
 }
 
 /* Ask the sentinels in turn; when every one failed, say so. */
@@ -190,14 +191,14 @@ rsentinel_ask(struct rsentinel *s)
     ask_next(s);
 }
 
-int
+bool
 rsentinel_cancel(struct rsentinel *s)
 {
     if (s->lookup != NULL) {
         rconn_abandon(s->lookup);
         s->lookup = NULL;
         s->tries = 0;
-        return 1;
+        return true;
     }
     if (s->ac != NULL) {
         /* a timer's frame, not a hiredis callback: freeing here is safe */
@@ -205,29 +206,12 @@ rsentinel_cancel(struct rsentinel *s)
         s->ac = NULL;
         redisAsyncFree(ac);
         s->tries = 0;
-        return 1;
+        return true;
     }
-    return 0;
+    return false;
 }
 
 /* ---- life ------------------------------------------------------------------------- */
-
-static void
-parse_hostport(const char *s, struct rl_hostport *out)
-{
-    const char *colon = strrchr(s, ':');
-
-    if (colon == NULL) { /* config.c makes this unreachable */
-        out->host = xstrdup(s);
-        out->port = 26379;
-        return;
-    }
-    if (s[0] == '[')
-        out->host = xstrndup(s + 1, (size_t)(colon - s - 2));
-    else
-        out->host = xstrndup(s, (size_t)(colon - s));
-    out->port = atoi(colon + 1);
-}
 
 struct rsentinel *
 rsentinel_new(struct event_base *evb, struct evdns_base **dns,
@@ -240,10 +224,12 @@ rsentinel_new(struct event_base *evb, struct evdns_base **dns,
     s->dns = dns;
     s->display = display;
     s->master = xstrdup(conf->master);
-    s->nnodes = conf->nodes.n;
-    s->nodes = xcalloc(s->nnodes > 0 ? s->nnodes : 1, sizeof(*s->nodes));
-    for (size_t i = 0; i < s->nnodes; i++)
-        parse_hostport(conf->nodes.v[i], &s->nodes[i]);
+    s->nodes = xcalloc(conf->nodes.n > 0 ? conf->nodes.n : 1, sizeof(*s->nodes));
+    /* config.c checked every one with the same parser */
+    for (size_t i = 0; i < conf->nodes.n; i++)
+        if (redis_url_hostport(conf->nodes.v[i], &s->nodes[s->nnodes].host,
+                               &s->nodes[s->nnodes].port) == RL_OK)
+            s->nnodes++;
     s->found = found;
     s->switched = switched;
     s->arg = arg;

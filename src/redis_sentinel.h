@@ -8,12 +8,11 @@
 #ifndef RL_REDIS_SENTINEL_H
 #define RL_REDIS_SENTINEL_H
 
-struct event_base;
-struct evdns_base;
-struct rl_sentinel_conf;
+#include <stdbool.h>
 
 struct event_base;
 struct evdns_base;
+struct rl_sentinel_conf;
 struct rsentinel;
 
 /* The master's address (host as the sentinels gave it, to be resolved), or
@@ -31,9 +30,9 @@ struct rsentinel *rsentinel_new(struct event_base *evb, struct evdns_base **dns,
                                 void *arg);
 /* Ask the sentinels in turn; `found` runs once, perhaps before this returns. */
 void rsentinel_ask(struct rsentinel *s);
-/* Give up the question under way (the caller's deadline passed): 1 when there
+/* Give up the question under way (the caller's deadline passed): true when there
  * was one, and `found` will not run for it. */
-int rsentinel_cancel(struct rsentinel *s);
+bool rsentinel_cancel(struct rsentinel *s);
 void rsentinel_free(struct rsentinel *s);
 
 #endif

@@ -1,30 +1,37 @@
 /*
  * redis_tls.h — Redis over TLS for hiredis 0.14, which has no TLS of its own.
+ * Three modules, one seam each:
  *
- * Each TLS connection is a bridge: hiredis keeps its async context and its
- * libevent adapter, but the socket under it is one end of a socketpair; the
- * other end is shuttled, byte for byte, to a libevent OpenSSL bufferevent
- * connected to the real server.  Batching, NOSCRIPT handling, timeouts and
- * stall detection above it see plain RESP and do not change.
+ *   redis_tls.c         the settings (CA, client certificate, the name
+ *                       verified): process-wide under one mutex, replaced
+ *                       whole by rtls_configure; connections open keep the
+ *                       files they were made with, the next handshake uses
+ *                       the new ones.  Every session starts from them, and
+ *                       the log of TLS failures lives with them.
+ *   redis_tls_reload.c  SIGHUP: new settings are tried with a blocking
+ *                       handshake (and a PING) before they are swapped in.
+ *   redis_tls_bridge.c  each connection: hiredis keeps its async context and
+ *                       libevent adapter, but its socket is one end of a
+ *                       socketpair whose other end is shuttled to an OpenSSL
+ *                       bufferevent connected to the server.
  *
- * The bridge lives exactly as long as its hiredis context: hiredis frees it
- * (through the adapter's cleanup) whenever it frees the context; a TLS
- * failure closes the socketpair, which hiredis sees as the server closing.
- *
- * The settings (CA, client certificate, the name verified) are process-wide
- * and replaced whole by rtls_configure: connections open keep the files they
- * were made with, the next handshake uses the new ones.
+ * The two others use this one; this one uses neither.
  */
 #ifndef RL_REDIS_TLS_H
 #define RL_REDIS_TLS_H
 
-#include <hiredis/async.h>
+#include <stdbool.h>
 
 #include "rl.h"
 
 struct rl_redis_conf;
+struct ssl_ctx_st;
+struct ssl_st;
 
-struct event_base;
+/* server_name, and the words of a failure, fit in this. */
+#define RTLS_NAME_MAX 256
+#define RTLS_REASON_MAX 200
+#define RTLS_DIGEST_LEN 32
 
 /*
  * Load the files `r->tls` names (and decide the name verified) into new
@@ -35,15 +42,7 @@ struct event_base;
 int rtls_configure(const struct rl_redis_conf *r, char **cause) RL_WUR;
 
 /* Whether new Redis connections go over TLS. */
-int rtls_enabled(void);
-
-/*
- * Like rtls_configure, but first a TLS handshake (and a PING) with the new
- * settings to a server `r` names, when they differ from the running ones:
- * on RL_ERR the running settings stay and *cause says why.  For SIGHUP,
- * whose open connections stay on the old settings until they end.
- */
-int rtls_reconfigure(const struct rl_redis_conf *r, char **cause) RL_WUR;
+bool rtls_enabled(void);
 
 /*
  * What rtls_configure would do, without swapping anything in: when TLS is
@@ -53,16 +52,48 @@ int rtls_reconfigure(const struct rl_redis_conf *r, char **cause) RL_WUR;
  */
 int rtls_check(const struct rl_redis_conf *r, char **cause) RL_WUR;
 
-/*
- * A hiredis context whose socket is a new bridge to ip:port over TLS,
- * attached to evb; the certificate is verified as redis.tls.server_name, or
- * else as `host` (the name or address ip was reached by).  NULL and a static
- * reason when it could not be made.
- */
-redisAsyncContext *rtls_connect(struct event_base *evb, const char *host, const char *ip,
-                                int port, const char **why);
-
 /* Forget the settings (process exit: keeps leak checkers quiet). */
 void rtls_shutdown(void);
+
+/* ---- for redis_tls_reload.c: settings loaded, then swapped in ---------------- */
+
+struct rtls_settings {
+    bool on;
+    bool verify;
+    struct ssl_ctx_st *ctx; /* NULL when off */
+    /* server_name: every node is verified as it; "" when not given (each
+     * is verified as the host it is reached by) */
+    char name[RTLS_NAME_MAX];
+    /* of the settings and the files' bytes: a reload that changes nothing
+     * TLS needs no test handshake */
+    unsigned char digest[RTLS_DIGEST_LEN];
+};
+
+/* The settings `r` asks for, loaded (warnings for expired certificates). */
+int rtls_settings_load(const struct rl_redis_conf *r, struct rtls_settings *out,
+                       char **cause) RL_WUR;
+/* s differs from the settings in force. */
+bool rtls_settings_changed(const struct rtls_settings *s);
+/* Swap s in (it takes s->ctx); the old context goes when its last
+ * connection being set up lets it go. */
+void rtls_settings_install(struct rtls_settings *s);
+void rtls_settings_clear(struct rtls_settings *s);
+
+/* Verify ssl's peer as `name` (an address: its IP subjectAltName; a name is
+ * also sent as SNI); NULL or "": no name checked.  False when it cannot be
+ * set. */
+bool rtls_peer_name(struct ssl_st *ssl, const char *name, bool verify);
+
+/* ---- for redis_tls_bridge.c: sessions and their failures ---------------------- */
+
+/* A client session under the settings in force (its own reference to them),
+ * verified as server_name or else as `host`, the name or address the server
+ * was reached by; NULL when TLS cannot start. */
+struct ssl_st *rtls_session(const char *host);
+/* A failure of the TLS setup with `peer`: the first since a connection last
+ * worked is a warning, the retries after it debug lines. */
+void rtls_failed(const char *peer, const char *reason);
+/* A server answered over TLS: the next failure is news again. */
+void rtls_worked(void);
 
 #endif

@@ -115,3 +115,25 @@ redis_url_display(const struct rl_redis_url *u)
                          u->db);
     return xasprintf("%s://%s:%d/%d", u->tls ? "rediss" : "redis", u->host, u->port, u->db);
 }
+
+int
+redis_url_hostport(const char *s, char **host, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    size_t hlen;
+
+    if (colon == NULL || colon == s ||
+        parse_int(colon + 1, strlen(colon + 1), 1, 65535, port) != RL_OK)
+        return RL_ERR;
+    hlen = (size_t)(colon - s);
+    if (s[0] == '[') {
+        if (hlen <= 2 || s[hlen - 1] != ']')
+            return RL_ERR;
+        *host = xstrndup(s + 1, hlen - 2);
+    } else {
+        if (memchr(s, ':', hlen) != NULL)
+            return RL_ERR;
+        *host = xstrndup(s, hlen);
+    }
+    return RL_OK;
+}

@@ -23,4 +23,11 @@ void redis_url_clear(struct rl_redis_url *u);
 /* "redis[s]://host:port/db" or "unix:///path", never with credentials. */
 char *redis_url_display(const struct rl_redis_url *u);
 
+/*
+ * "host:port" or "[v6]:port", as redis.cluster seeds and sentinel nodes are
+ * written: *host (allocated, without brackets) and *port (1..65535).
+ * RL_ERR when s is not one (an unbracketed host may hold no ':').
+ */
+int redis_url_hostport(const char *s, char **host, int *port) RL_WUR;
+
 #endif

@@ -125,6 +125,26 @@ sb_field(struct strbuf *sb, const char *name, int64_t v)
     sb_i64(sb, v);
 }
 
+/* "limits":[...] with each limit's configuration only: what is known when
+ * the backend did not answer */
+static void
+sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
+{
+    sb_str(sb, ",\"limits\":[");
+    for (size_t i = 0; i < p->nlimits; i++) {
+        const struct rl_limit *l = &p->limits[i];
+
+        sb_str(sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
+        sb_str(sb, algo_def(l->algo)->name);
+        sb_field(sb, "\",\"limit\":", l->limit);
+        sb_field(sb, ",\"window_ms\":", l->window_ms);
+        if (algo_def(l->algo)->uses_burst)
+            sb_field(sb, ",\"burst\":", l->burst);
+        sb_str(sb, "}");
+    }
+    sb_str(sb, "]");
+}
+
 size_t
 response_body(const struct rl_decision *d, char *buf, size_t size)
 {
@@ -133,6 +153,14 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     sb_init(&sb, buf, size);
     if (d->policy == NULL) {
         sb_str(&sb, "{\"allowed\":true,\"policy\":null}");
+        goto out;
+    }
+    if (d->status == 503) { /* failure_mode closed: an error, and what is known */
+        sb_str(&sb, "{\"error\":\"backend unavailable\",\"policy\":\"");
+        sb_str(&sb, d->policy->name);
+        sb_str(&sb, "\"");
+        sb_configured_limits(&sb, d->policy);
+        sb_str(&sb, "}");
         goto out;
     }
     sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\""
@@ -148,7 +176,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, ",\"never_fits\":true");
     if (d->blocked)
         sb_str(&sb, ",\"blocked\":true");
-    if (d->nlimits == 0) { /* allowed without asking anyone */
+    if (d->nlimits == 0) { /* allowed without counting: the limits as configured */
+        sb_configured_limits(&sb, d->policy);
         sb_str(&sb, "}");
         goto out;
     }
@@ -210,20 +239,59 @@ sb_pk(struct strbuf *sb, uint64_t pk)
     sb_str(sb, ":");
 }
 
-/* "<policy>";<k1>=<v1>[;<k2>=<v2>][;pk=...] (RateLimit-Policy, RateLimit);
- * k2 NULL: none */
+/* A limit's name in the quota headers: the policy's for a policy of one
+ * limit, "<policy>/<i>" (i its index in "limits") for each of several, so
+ * that RateLimit can say which item of RateLimit-Policy binds. */
+static void
+sb_item_name(struct strbuf *sb, const struct rl_policy *p, size_t i)
+{
+    sb_str(sb, "\"");
+    sb_str(sb, p->name);
+    if (p->nlimits > 1) {
+        sb_str(sb, "/");
+        sb_i64(sb, (int64_t)i);
+    }
+    sb_str(sb, "\"");
+}
+
+/* RateLimit-Policy: every limit of the policy as an item,
+ * "<name>";q=Q[;w=W][;pk=...], in the policy's order */
 static const char *
-sf_item(char *buf, size_t size, const struct rl_decision *d, const char *k1, int64_t v1,
-        const char *k2, int64_t v2)
+policy_list(char *buf, size_t size, const struct rl_decision *d)
+{
+    const struct rl_policy *p = d->policy;
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    for (size_t i = 0; i < p->nlimits; i++) {
+        const struct rl_limit *l = &p->limits[i];
+        int64_t period_ms = capacity_ms(l);
+
+        if (i > 0)
+            sb_str(&sb, ", ");
+        sb_item_name(&sb, p, i);
+        sb_field(&sb, ";q=", capacity(l));
+        /* w is whole seconds in the draft: a window it cannot state exactly
+         * (500ms, 1500ms) is left out rather than rounded into a wrong
+         * promise; slots have no window to state: a lease is not one */
+        if (period_ms % 1000 == 0 && l->algo != RL_ALGO_CONCURRENCY)
+            sb_field(&sb, ";w=", period_ms / 1000);
+        if (d->has_pk)
+            sb_pk(&sb, d->pk);
+    }
+    return buf;
+}
+
+/* RateLimit: the binding limit's item, "<name>";r=R;t=T[;pk=...] */
+static const char *
+binding_item(char *buf, size_t size, const struct rl_decision *d, int64_t t_s)
 {
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
-    sb_str(&sb, "\"");
-    sb_str(&sb, d->policy->name);
-    sb_field(&sb, k1, v1);
-    if (k2 != NULL)
-        sb_field(&sb, k2, v2);
+    sb_item_name(&sb, d->policy, d->binding);
+    sb_field(&sb, ";r=", d->remaining);
+    sb_field(&sb, ";t=", t_s);
     if (d->has_pk)
         sb_pk(&sb, d->pk);
     return buf;
@@ -242,13 +310,20 @@ num(char *buf, size_t size, int64_t v)
 void
 response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
 {
-    char v[160];
+    char v[RESPONSE_POLICY_MAX];
 
-    if (d->policy == NULL || d->nlimits == 0)
+    if (d->policy == NULL)
         return;
-    const struct rl_limit *l = &d->policy->limits[d->binding];
+    if (d->nlimits == 0) {
+        /* nothing was counted (the backend did not answer: failure_mode open,
+         * or closed's 503): the policy is known, the numbers are not */
+        if (d->policy->nlimits > 0)
+            add("RateLimit-Policy", policy_list(v, sizeof(v), d), arg);
+        if (d->status == 503)
+            add("Retry-After", "1", arg);
+        return;
+    }
     int64_t reset_s = response_seconds(d->reset_ms);
-    int64_t period_ms = capacity_ms(l);
     /* the draft: with Retry-After, t SHOULD name the same moment */
     int64_t t_s = d->status == 429 ? response_seconds(d->retry_after_ms) : reset_s;
 
@@ -256,15 +331,8 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
     add("X-RateLimit-Reset",
         num(v, sizeof(v), d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s), arg);
-    /* w is whole seconds in the draft: a window it cannot state exactly
-     * (500ms, 1500ms) is left out rather than rounded into a wrong promise */
-    /* slots have no window to state: a lease is not one */
-    add("RateLimit-Policy",
-        sf_item(v, sizeof(v), d, "\";q=", d->limit,
-                period_ms % 1000 == 0 && l->algo != RL_ALGO_CONCURRENCY ? ";w=" : NULL,
-                period_ms / 1000),
-        arg);
-    add("RateLimit", sf_item(v, sizeof(v), d, "\";r=", d->remaining, ";t=", t_s), arg);
+    add("RateLimit-Policy", policy_list(v, sizeof(v), d), arg);
+    add("RateLimit", binding_item(v, sizeof(v), d, t_s), arg);
     if (d->status == 429)
         add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
     if (d->lease != NULL)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "lease.h"
 
 struct rl_limit;
 struct rl_policy;
@@ -37,19 +38,34 @@ struct rl_decision {
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };
 
+/* One RateLimit-Policy value: every limit of a policy (at most
+ * RL_LIMITS_MAX items of a name of RL_NAME_MAX bytes, the largest numbers a
+ * config allows and pk); tests/unit/check_response.c holds it to that. */
+#define RESPONSE_POLICY_MAX 1024
+/* Every quota header line of one decision, "Name: value\r\n" each, and
+ * X-RateLimit-Lease's (lease.h). */
+#define RESPONSE_HEADERS_MAX (2048 + 21 + RL_LEASE_ID_MAX)
+
 /* Fill d from the backend's answer for `policy` (binding limit, top level). */
 void response_from_result(struct rl_decision *d, const struct rl_policy *policy,
                           const struct rl_check_res *res);
 /* The decision when no policy matched. */
 void response_no_policy(struct rl_decision *d);
-/* Allowed without counting, because the backend failed (failure_mode open). */
+/* Allowed without counting, because the backend failed (failure_mode open):
+ * nlimits stays 0, nothing was counted. */
 void response_degraded_open(struct rl_decision *d, const struct rl_policy *policy);
 
-/* The JSON body; returns its length (truncated at size-1, never overflows). */
+/* The JSON body; returns its length (truncated at size-1, never overflows).
+ * Nothing counted (nlimits 0): "limits" holds each limit's configuration
+ * only; a 503 (failure_mode closed) is {"error":"backend unavailable",...}
+ * with the policy and its limits so. */
 size_t response_body(const struct rl_decision *d, char *buf, size_t size);
 
 typedef void (*rl_header_fn)(const char *name, const char *value, void *arg);
-/* Every quota header of the decision, in a stable order. */
+/* Every quota header of the decision, in a stable order.  RateLimit-Policy
+ * lists every limit of the policy (an item per limit, "<policy>/<i>" when
+ * there are several), RateLimit the binding one.  Nothing counted (nlimits
+ * 0): RateLimit-Policy alone, and Retry-After: 1 on a 503. */
 void response_headers(const struct rl_decision *d, rl_header_fn add, void *arg);
 
 /* Seconds for headers: rounded up; Retry-After is never 0. */

@@ -1,13 +1,28 @@
 /*
  * rl.h — the conventions every module shares.
  *
- * Errors.  An operation that can fail returns RL_OK or RL_ERR (marked
- * RL_WUR); when a person will read why, the reason travels out through a
- * `char **cause` the callee allocates and the caller frees.  A lookup that
- * may find nothing returns bool (found or not) or a pointer (NULL: none),
- * never RL_ERR: "not there" is an answer, not a failure.  Loading a
- * configuration is the one collector: every problem of a file is added to a
- * struct rl_errors (schema.h) so `-t` reports them all at once.
+ * Errors: four shapes, and the signature says which.
+ *
+ * 1. An operation that can fail returns RL_OK or RL_ERR (marked RL_WUR); when
+ *    a person will read why, the reason travels out through a `char **cause`
+ *    the callee allocates and the caller frees.
+ * 2. A lookup that may find nothing returns bool (found or not) or a pointer
+ *    (NULL: none), never RL_ERR: "not there" is an answer, not a failure.  A
+ *    predicate is a bool.  Asking what is wrong is a lookup too: `const char *`
+ *    static text naming the problem, NULL when there is none
+ *    (rconn_unusable, script_reply_problem, the backends' not_ready).  That
+ *    is the shape where the reason is one of a few fixed texts kept past the
+ *    call without an owner (a connection's down_reason, a check's res.error),
+ *    on paths where allocating a cause per call would cost (a reply, a
+ *    request, a reconnect attempt).
+ * 3. Loading a configuration is the one collector: every problem of a file is
+ *    added to a struct rl_errors (schema.h) so `-t` reports them all at once.
+ * 4. An incremental reader, fed as bytes or replies arrive, returns enum
+ *    rl_parse: RL_PARSE_MORE (not complete: call again with more),
+ *    RL_PARSE_DONE or RL_PARSE_ERR, and on RL_PARSE_ERR says why through an
+ *    out-parameter, as static text (http_parse.h: with the status to answer).
+ *    Why a fourth: "not yet" is neither success nor failure, and a reader
+ *    runs on every request, so it never allocates.
  *
  * Layers.  A header includes only headers of lower layers, and only what its
  * own declarations need (a forward declaration where a pointer is enough); a
@@ -18,9 +33,9 @@
  *   layer 1: arena.h lease.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h algo.h lua_scripts.h lua_scripts.c redis_reply.h
  *   layer 2: schema.h
  *   layer 3: config.h rls_rules.h
- *   layer 4: identity.h policy.h http.h grpc.h grpc_tls.h rls_grpc.h redis_conn.h redis_tls.h redis_sentinel.h api.h
+ *   layer 4: identity.h policy.h http.h grpc.h grpc_tls.h rls_grpc.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h api.h
  *   layer 5: backend.h cluster_slots.h
- *   layer 6: script.h deny_cache.h response.h metrics.h
+ *   layer 6: script.h deny_cache.h response.h metrics.h cluster_nodes.h
  *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
  *   layer 8: check.h rls.h
  *   layer 9: worker.h admin.h rls_codec.h rls_json.h
@@ -36,11 +51,16 @@
 #define RL_OK 0
 #define RL_ERR (-1)
 
+/* An incremental reader's answer (Errors, 4 above). */
+enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
+
 #define RL_WUR __attribute__((warn_unused_result))
 #define RL_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define RL_NORETURN __attribute__((noreturn))
 
 #define RL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* The struct of `type` whose `member` p points at. */
+#define RL_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* Limits of the public API (docs/API.md). */
 #define RL_KEY_MAX 512      /* bytes of a caller identity */

@@ -13,6 +13,7 @@
  * unit, count in one key, as envoyproxy/ratelimit's "domain_key_value_..."
  * keys do.  An identity longer than RL_IDENTITY_MAX is its SHA-256.
  */
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,7 +235,7 @@ struct header_sink {
 };
 
 static void
-add_header(const char *name, const char *value, void *arg)
+rls_add_header(const char *name, const char *value, void *arg)
 {
     struct rls_response *resp = arg;
 
@@ -379,7 +380,7 @@ header_slot(const struct rls_op *op, const struct rls_status *st)
 }
 
 static void
-finish(struct rls_op *op)
+rls_finish(struct rls_op *op)
 {
     struct rl_config *cfg = op->cfg;
     struct rls_status *st = xcalloc(op->n, sizeof(*st));
@@ -423,7 +424,7 @@ finish(struct rls_op *op)
     } else {
         const struct rls_slot *h = cfg->rls.response_headers ? header_slot(op, st) : NULL;
         if (h != NULL)
-            response_headers(&h->d, add_header, &resp);
+            response_headers(&h->d, rls_add_header, &resp);
         result = resp.overall_code == RLS_CODE_OVER_LIMIT ? RL_RLS_OVER : RL_RLS_OK;
     }
     __atomic_add_fetch(&op->env->metrics->rls_requests[result], 1, __ATOMIC_RELAXED);
@@ -443,7 +444,7 @@ on_check(const struct rl_decision *d, void *arg)
 
     s->d = *d;
     if (--op->pending == 0 && !op->starting)
-        finish(op);
+        rls_finish(op);
 }
 
 /* ---- the request ------------------------------------------------------------------ */
@@ -517,7 +518,7 @@ own_limit(struct rls_slot *s, const struct rls_descriptor *d)
     s->kind = d->limit_requests_per_unit == 0 ? SLOT_ZERO : SLOT_CHECK;
 }
 
-static int
+static bool
 replaced(const struct rls_rule *r, const struct rls_op *op)
 {
     for (size_t k = 0; k < r->nnames; k++)
@@ -527,9 +528,9 @@ replaced(const struct rls_rule *r, const struct rls_op *op)
                 continue;
             for (size_t j = 0; j < o->nreplaces; j++)
                 if (strcmp(o->replaces[j], r->names[k]) == 0)
-                    return 1;
+                    return true;
         }
-    return 0;
+    return false;
 }
 
 int
@@ -611,7 +612,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
                                                                 : (int64_t)s->hits,
                                req->timeout_ms, on_check, s, &error) != RL_OK) {
             /* cannot happen: identities are bounded by their hash */
-            log_error("msg=\"rls: check not started\" error=\"%s\"", error);
+            log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
             free(error);
             response_degraded_open(&s->d, s->policy);
             op->pending--;
@@ -619,6 +620,6 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     }
     op->starting = 0;
     if (op->pending == 0)
-        finish(op);
+        rls_finish(op);
     return RL_OK;
 }

@@ -77,19 +77,19 @@ wire_str(const char *s)
     return out;
 }
 
-/* A message of type d from len bytes, every allocation in a; NULL and *why
- * when the bytes are not one, or it would pass the arena's cap. */
-static ProtobufCMessage *
+/* *out: a message of type d from len bytes, every allocation in a.
+ * Returns NULL, or `not_one` when the bytes are not one, or
+ * rls_codec_too_complex when it would pass the arena's cap. */
+static const char *
 unpack(struct arena *a, const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
-       const char *not_one, const char **why)
+       const char *not_one, ProtobufCMessage **out)
 {
     struct codec_alloc ca;
-    ProtobufCMessage *m;
 
     codec_init(&ca, a);
-    if ((m = protobuf_c_message_unpack(d, &ca.pa, len, buf)) == NULL)
-        *why = ca.capped ? rls_codec_too_complex : not_one;
-    return m;
+    if ((*out = protobuf_c_message_unpack(d, &ca.pa, len, buf)) == NULL)
+        return ca.capped ? rls_codec_too_complex : not_one;
+    return NULL;
 }
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest PbRequest;
@@ -121,30 +121,28 @@ copy_descriptor(struct arena *a, const PbDescriptor *in, struct rls_descriptor *
     return RL_OK;
 }
 
-int
+const char *
 rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
-                         struct rls_request *req, const char **why)
+                         struct rls_request *req)
 {
-    PbRequest *m = (PbRequest *)unpack(
-        a, &envoy__service__ratelimit__v3__rate_limit_request__descriptor, buf, len,
-        "the message is not a RateLimitRequest", why);
+    ProtobufCMessage *pm;
+    const char *why = unpack(a, &envoy__service__ratelimit__v3__rate_limit_request__descriptor,
+                             buf, len, "the message is not a RateLimitRequest", &pm);
+    const PbRequest *m = (const PbRequest *)pm;
 
     memset(req, 0, sizeof(*req));
-    if (m == NULL)
-        return RL_ERR;
+    if (why != NULL)
+        return why;
     req->domain = wire_str(m->domain);
     req->hits_addend = m->hits_addend;
     if (m->n_descriptors > 0 && (req->descriptors = arena_alloc(
                                      a, m->n_descriptors * sizeof(*req->descriptors))) == NULL)
-        goto capped;
+        return rls_codec_too_complex;
     req->ndescriptors = m->n_descriptors;
     for (size_t i = 0; i < m->n_descriptors; i++)
         if (copy_descriptor(a, m->descriptors[i], &req->descriptors[i]) != RL_OK)
-            goto capped;
-    return RL_OK;
-capped:
-    *why = rls_codec_too_complex;
-    return RL_ERR;
+            return rls_codec_too_complex;
+    return NULL;
 }
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse PbResponse;
@@ -229,18 +227,18 @@ rls_codec_encode_response(struct arena *a, const struct rls_response *resp, size
     return out;
 }
 
-int
+const char *
 rls_codec_decode_health(struct arena *a, const uint8_t *buf, size_t len,
-                        struct rls_str *service, const char **why)
+                        struct rls_str *service)
 {
-    Grpc__Health__V1__HealthCheckRequest *m = (Grpc__Health__V1__HealthCheckRequest *)unpack(
-        a, &grpc__health__v1__health_check_request__descriptor, buf, len,
-        "the message is not a HealthCheckRequest", why);
+    ProtobufCMessage *pm;
+    const char *why = unpack(a, &grpc__health__v1__health_check_request__descriptor, buf, len,
+                             "the message is not a HealthCheckRequest", &pm);
 
-    if (m == NULL)
-        return RL_ERR;
-    *service = wire_str(m->service);
-    return RL_OK;
+    if (why != NULL)
+        return why;
+    *service = wire_str(((const Grpc__Health__V1__HealthCheckRequest *)pm)->service);
+    return NULL;
 }
 
 size_t

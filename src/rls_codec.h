@@ -23,13 +23,13 @@ extern const char rls_codec_too_complex[];
 /*
  * Decode `len` bytes of a RateLimitRequest into *req, whose arrays and
  * strings live in `a` until it is released (strings keep every byte the
- * message held, a NUL too).  RL_ERR and a static *why when the bytes are
- * not a RateLimitRequest, or decoding them would pass the arena's cap
- * (*why is rls_codec_too_complex).  req->timeout_ms is left 0 (the
- * transport's to set).
+ * message held, a NUL too).  Returns NULL, or what is wrong (static text)
+ * when the bytes are not a RateLimitRequest, or decoding them would pass
+ * the arena's cap (then it is rls_codec_too_complex).  req->timeout_ms is
+ * left 0 (the transport's to set).
  */
-int rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
-                             struct rls_request *req, const char **why) RL_WUR;
+const char *rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
+                                     struct rls_request *req) RL_WUR;
 
 /*
  * The RateLimitResponse `resp` says, packed in `a` (*len bytes; released by
@@ -39,9 +39,10 @@ int rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t len,
 const uint8_t *rls_codec_encode_response(struct arena *a, const struct rls_response *resp,
                                          size_t *len);
 
-/* grpc.health.v1.HealthCheckRequest: the service asked about (in a). */
-int rls_codec_decode_health(struct arena *a, const uint8_t *buf, size_t len,
-                            struct rls_str *service, const char **why) RL_WUR;
+/* grpc.health.v1.HealthCheckRequest: the service asked about (in a); NULL,
+ * or what is wrong (static text). */
+const char *rls_codec_decode_health(struct arena *a, const uint8_t *buf, size_t len,
+                                    struct rls_str *service) RL_WUR;
 
 /* grpc.health.v1.HealthCheckResponse.ServingStatus */
 enum rls_serving { RLS_SERVING_UNKNOWN = 0, RLS_SERVING = 1, RLS_NOT_SERVING = 2 };

@@ -1,4 +1,5 @@
 /* rls_grpc.c — see rls_grpc.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,40 +19,14 @@
  * the name envoyproxy/ratelimit registers. */
 #define HEALTH_SERVICE "ratelimit"
 
-/* The first block holds a usual request and its answer; decoding a message
- * may take at most this many times its size (protobuf-c makes an object per
- * field: an empty entry is 2 bytes on the wire and some 100 in memory),
- * plus a floor. */
-#define ARENA_FIRST (16 * 1024)
+/* Decoding a message may take at most this many times its size
+ * (protobuf-c makes an object per field: an empty entry is 2 bytes on the
+ * wire and some 100 in memory), plus a floor. */
 #define ARENA_FACTOR 32
 #define ARENA_FLOOR (1024 * 1024)
 
-struct rls_grpc {
-    struct rl_worker *w;
-    struct arena arena;
-};
-
-struct rls_grpc *
-rls_grpc_new(struct rl_worker *w)
-{
-    struct rls_grpc *g = xcalloc(1, sizeof(*g));
-
-    g->w = w;
-    arena_init(&g->arena, ARENA_FIRST, 0);
-    return g;
-}
-
-void
-rls_grpc_free(struct rls_grpc *g)
-{
-    if (g == NULL)
-        return;
-    arena_free(&g->arena);
-    free(g);
-}
-
-static int
-path_is(const struct grpc_request *rq, const char *p)
+static bool
+grpc_path_is(const struct grpc_request *rq, const char *p)
 {
     size_t n = strlen(p);
 
@@ -63,32 +38,30 @@ static void
 on_decided(const struct rls_response *resp, void *arg)
 {
     struct grpc_call *c = arg;
-    struct rls_grpc *g = grpc_call_arg(c);
-    struct rl_worker *w = g->w;
-    struct arena_mark m = arena_mark(&g->arena);
+    struct rl_worker *w = grpc_call_arg(c);
+    struct arena_mark m = arena_mark(&w->rls_arena);
     const uint8_t *bytes;
     uint8_t *buf;
     size_t n = 0;
 
     if (resp->grpc_status != 0) {
         grpc_respond(c, (enum grpc_status)resp->grpc_status, resp->message);
-    } else if ((bytes = rls_codec_encode_response(&g->arena, resp, &n)) == NULL ||
+    } else if ((bytes = rls_codec_encode_response(&w->rls_arena, resp, &n)) == NULL ||
                (buf = grpc_reply_buf(c, n)) == NULL) {
         grpc_respond(c, GRPC_RESOURCE_EXHAUSTED, "the answer is larger than rls.max_message");
     } else {
         memcpy(buf, bytes, n);
         grpc_respond(c, GRPC_OK, NULL);
     }
-    arena_release(&g->arena, m);
+    arena_release(&w->rls_arena, m);
     worker_check_done(w);
 }
 
 static void
-should_rate_limit(struct rls_grpc *g, struct grpc_call *c, const struct grpc_request *rq)
+should_rate_limit(struct rl_worker *w, struct grpc_call *c, const struct grpc_request *rq)
 {
-    struct rl_worker *w = g->w;
     struct rl_config *cfg = w->cfg;
-    struct arena_mark m = arena_mark(&g->arena);
+    struct arena_mark m = arena_mark(&w->rls_arena);
     struct rls_request req;
     const char *why = NULL;
     char *cause = NULL;
@@ -100,12 +73,12 @@ should_rate_limit(struct rls_grpc *g, struct grpc_call *c, const struct grpc_req
         grpc_respond(c, GRPC_UNAVAILABLE, "overloaded: too many checks in flight");
         return;
     }
-    arena_set_cap(&g->arena, (size_t)cfg->rls.max_message * ARENA_FACTOR + ARENA_FLOOR);
-    if (rls_codec_decode_request(&g->arena, rq->msg, rq->msg_len, &req, &why) != RL_OK) {
+    arena_set_cap(&w->rls_arena, (size_t)cfg->rls.max_message * ARENA_FACTOR + ARENA_FLOOR);
+    if ((why = rls_codec_decode_request(&w->rls_arena, rq->msg, rq->msg_len, &req)) != NULL) {
         metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
         grpc_respond(c, why == rls_codec_too_complex ? GRPC_RESOURCE_EXHAUSTED : GRPC_INTERNAL,
                      why);
-        arena_release(&g->arena, m);
+        arena_release(&w->rls_arena, m);
         return;
     }
     req.timeout_ms = rq->timeout_ms;
@@ -116,59 +89,52 @@ should_rate_limit(struct rls_grpc *g, struct grpc_call *c, const struct grpc_req
         free(cause);
         worker_check_done(w);
     }
-    arena_release(&g->arena, m);
+    arena_release(&w->rls_arena, m);
 }
 
-/*
- * SERVING while the daemon answers checks as configured: always with
- * failure_mode open or local (they answer without Redis too), with closed
- * only while every worker's backend is ready; never while draining.
- */
+/* SERVING exactly when GET /serving says 200: worker_serving() is the one
+ * predicate (draining, failure_mode, every worker's backend). */
 static enum rls_serving
 serving(struct rl_worker *w)
 {
-    int which;
+    const char *reason;
 
-    if (w->draining)
-        return RLS_NOT_SERVING;
-    if (worker_readiness(w, &which) == NULL || w->cfg->failure_mode != RL_FAIL_CLOSED)
-        return RLS_SERVING;
-    return RLS_NOT_SERVING;
+    return worker_serving(w, &reason, NULL) ? RLS_SERVING : RLS_NOT_SERVING;
 }
 
 static void
-health_check(struct rls_grpc *g, struct grpc_call *c, const struct grpc_request *rq)
+health_check(struct rl_worker *w, struct grpc_call *c, const struct grpc_request *rq)
 {
-    struct arena_mark m = arena_mark(&g->arena);
+    struct arena_mark m = arena_mark(&w->rls_arena);
     uint8_t msg[RLS_HEALTH_MAX], *buf;
     struct rls_str svc;
     const char *why = NULL;
     size_t n;
 
-    if (rls_codec_decode_health(&g->arena, rq->msg, rq->msg_len, &svc, &why) != RL_OK) {
+    if ((why = rls_codec_decode_health(&w->rls_arena, rq->msg, rq->msg_len, &svc)) != NULL) {
         grpc_respond(c, GRPC_INTERNAL, why);
     } else if (svc.len != 0 && !(svc.len == strlen(HEALTH_SERVICE) &&
                                  memcmp(svc.p, HEALTH_SERVICE, svc.len) == 0)) {
         grpc_respond(c, GRPC_NOT_FOUND, "unknown service: ask for \"\" or \"ratelimit\"");
     } else {
         /* a few bytes: rls.max_message is at least 256 */
-        n = rls_codec_encode_health(serving(g->w), msg);
+        n = rls_codec_encode_health(serving(w), msg);
         buf = grpc_reply_buf(c, n);
         memcpy(buf, msg, n);
         grpc_respond(c, GRPC_OK, NULL);
     }
-    arena_release(&g->arena, m);
+    arena_release(&w->rls_arena, m);
 }
 
 void
 rls_grpc_handle(struct grpc_call *c, const struct grpc_request *rq, void *arg)
 {
-    struct rls_grpc *g = arg;
+    struct rl_worker *w = arg;
 
-    if (path_is(rq, SHOULD_RATE_LIMIT))
-        should_rate_limit(g, c, rq);
-    else if (path_is(rq, HEALTH_CHECK))
-        health_check(g, c, rq);
+    if (grpc_path_is(rq, SHOULD_RATE_LIMIT))
+        should_rate_limit(w, c, rq);
+    else if (grpc_path_is(rq, HEALTH_CHECK))
+        health_check(w, c, rq);
     else
         grpc_respond(c, GRPC_UNIMPLEMENTED,
                      "unknown method: this server has " SHOULD_RATE_LIMIT

@@ -11,14 +11,13 @@
 
 struct grpc_call;
 struct grpc_request;
-struct rl_worker;
-struct rls_grpc;
 
-/* The services of one worker (its arena for the messages). */
-struct rls_grpc *rls_grpc_new(struct rl_worker *w);
-void rls_grpc_free(struct rls_grpc *g);
+/* The first block of the worker's arena for the messages (w->rls_arena):
+ * it holds a usual request and its answer. */
+#define RLS_GRPC_ARENA_FIRST (16 * 1024)
 
-/* A grpc_handler; arg is the struct rls_grpc of the worker serving it. */
+/* A grpc_handler; arg is the struct rl_worker serving the listener, whose
+ * rls_arena holds the messages. */
 void rls_grpc_handle(struct grpc_call *c, const struct grpc_request *rq, void *arg);
 
 #endif

@@ -42,8 +42,8 @@ static int RL_PRINTF(4, 5)
  * a problem, as protojson's own decoder has it.
  */
 static int
-fields(json_t *o, const char *path, const char *what, const char *const *names,
-       const char *const *alt, size_t n, json_t **at, char **cause)
+jfields(json_t *o, const char *path, const char *what, const char *const *names,
+        const char *const *alt, size_t n, json_t **at, char **cause)
 {
     const char *k;
     json_t *v;
@@ -69,8 +69,7 @@ fields(json_t *o, const char *path, const char *what, const char *const *names,
 /* An unsigned integer up to max: a JSON integer, an integral number, or a
  * string of decimal digits (protojson's form of 64-bit numbers). */
 static int
-get_uint(json_t *v, uint64_t max, const char *path, const char *name, uint64_t *out,
-         char **cause)
+juint(json_t *v, uint64_t max, const char *path, const char *name, uint64_t *out, char **cause)
 {
     if (json_is_integer(v) && json_integer_value(v) >= 0 &&
         (uint64_t)json_integer_value(v) <= max) {
@@ -102,7 +101,7 @@ get_uint(json_t *v, uint64_t max, const char *path, const char *name, uint64_t *
 
 /* A string field; absent is "" (proto3's default). */
 static int
-get_string(json_t *v, const char *path, const char *name, struct rls_str *out, char **cause)
+jstring(json_t *v, const char *path, const char *name, struct rls_str *out, char **cause)
 {
     out->p = "";
     out->len = 0;
@@ -140,9 +139,10 @@ decode_entry(json_t *o, const char *path, struct rls_entry *e, char **cause)
     static const char *const names[] = {"key", "value"}, *const alt[] = {NULL, NULL};
     json_t *at[2];
 
-    if (fields(o, path, "{\"key\": ..., \"value\": ...}", names, alt, 2, at, cause) != RL_OK ||
-        get_string(at[0], path, "key", &e->key, cause) != RL_OK ||
-        get_string(at[1], path, "value", &e->value, cause) != RL_OK)
+    if (jfields(o, path, "{\"key\": ..., \"value\": ...}", names, alt, 2, at, cause) !=
+            RL_OK ||
+        jstring(at[0], path, "key", &e->key, cause) != RL_OK ||
+        jstring(at[1], path, "value", &e->value, cause) != RL_OK)
         return RL_ERR;
     return RL_OK;
 }
@@ -157,11 +157,10 @@ decode_limit(json_t *o, const char *path, struct rls_descriptor *d, char **cause
     json_t *at[2];
     uint64_t n = 0;
 
-    if (fields(o, path, "{\"requestsPerUnit\": N, \"unit\": \"MINUTE\"}", names, alt, 2, at,
-               cause) != RL_OK)
+    if (jfields(o, path, "{\"requestsPerUnit\": N, \"unit\": \"MINUTE\"}", names, alt, 2, at,
+                cause) != RL_OK)
         return RL_ERR;
-    if (at[0] != NULL &&
-        get_uint(at[0], UINT32_MAX, path, "requestsPerUnit", &n, cause) != RL_OK)
+    if (at[0] != NULL && juint(at[0], UINT32_MAX, path, "requestsPerUnit", &n, cause) != RL_OK)
         return RL_ERR;
     d->limit_unit = RLS_UNIT_UNKNOWN;
     if (at[1] != NULL && get_unit(at[1], path, &d->limit_unit, cause) != RL_OK)
@@ -181,7 +180,7 @@ decode_descriptor(json_t *o, const char *path, struct rls_descriptor *d, char **
     char sub[96];
     size_t i;
 
-    if (fields(o, path, "{\"entries\": [...]}", names, alt, 3, at, cause) != RL_OK)
+    if (jfields(o, path, "{\"entries\": [...]}", names, alt, 3, at, cause) != RL_OK)
         return RL_ERR;
     if (at[0] != NULL && !json_is_array(at[0]))
         return bad(cause, path, "entries", "must be a list");
@@ -197,7 +196,7 @@ decode_descriptor(json_t *o, const char *path, struct rls_descriptor *d, char **
         return RL_ERR;
     /* google.protobuf.UInt64Value: in JSON, the number itself */
     if (at[2] != NULL) {
-        if (get_uint(at[2], UINT64_MAX, path, "hitsAddend", &d->hits_addend, cause) != RL_OK)
+        if (juint(at[2], UINT64_MAX, path, "hitsAddend", &d->hits_addend, cause) != RL_OK)
             return RL_ERR;
         d->has_hits_addend = 1;
     }
@@ -223,13 +222,13 @@ rls_json_decode(const char *body, size_t len, struct rls_json_request *out, char
                            jerr.column, jerr.text);
         return RL_ERR;
     }
-    if (fields(root, "", "(a RateLimitRequest: {\"domain\": ..., \"descriptors\": [...]})",
-               names, alt, 3, at, cause) != RL_OK ||
-        get_string(at[0], "", "domain", &req->domain, cause) != RL_OK)
+    if (jfields(root, "", "(a RateLimitRequest: {\"domain\": ..., \"descriptors\": [...]})",
+                names, alt, 3, at, cause) != RL_OK ||
+        jstring(at[0], "", "domain", &req->domain, cause) != RL_OK)
         return RL_ERR;
     if (at[1] != NULL && !json_is_array(at[1]))
         return bad(cause, "", "descriptors", "must be a list");
-    if (at[2] != NULL && get_uint(at[2], UINT32_MAX, "", "hitsAddend", &hits, cause) != RL_OK)
+    if (at[2] != NULL && juint(at[2], UINT32_MAX, "", "hitsAddend", &hits, cause) != RL_OK)
         return RL_ERR;
     req->hits_addend = (uint32_t)hits;
     req->ndescriptors = at[1] != NULL ? json_array_size(at[1]) : 0;

@@ -1,4 +1,5 @@
 /* rls_rules.c — see rls_rules.h. */
+#include <stdbool.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -92,21 +93,21 @@ node(struct yload *y, int id)
 }
 
 /* A plain ~, null or empty scalar: YAML's null, the field left out. */
-static int
+static bool
 is_null(const yaml_node_t *n)
 {
     static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
     const char *v;
 
     if (n == NULL)
-        return 1;
+        return true;
     if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return 0;
+        return false;
     v = (const char *)n->data.scalar.value;
     for (size_t i = 0; i < RL_ARRAY_LEN(nulls); i++)
         if (strcmp(v, nulls[i]) == 0 && n->data.scalar.length == strlen(nulls[i]))
-            return 1;
-    return 0;
+            return true;
+    return false;
 }
 
 /* A string field: any scalar as written (a number or true too, as
@@ -175,7 +176,7 @@ get_bool(struct yload *y, const yaml_node_t *n, const char *path, int *out)
  * 0b binary or 0-led octal, '_' between digits.  *out stays 0 when null.
  */
 static int
-get_uint(struct yload *y, const yaml_node_t *n, const char *path, uint64_t max, uint64_t *out)
+yuint(struct yload *y, const yaml_node_t *n, const char *path, uint64_t max, uint64_t *out)
 {
     const char *v;
     unsigned base = 10;
@@ -197,10 +198,11 @@ get_uint(struct yload *y, const yaml_node_t *n, const char *path, uint64_t max, 
     else if (v[0] == '0' && v[1] != '\0')
         base = 8, v += 1;
     for (; *v; v++) {
-        int d = *v == '_' ? -2 : hex_value((unsigned char)*v);
-        if (d == -2 && digits > 0)
+        int d;
+
+        if (*v == '_' && digits > 0)
             continue;
-        if (d < 0 || (unsigned)d >= base)
+        if (!hex_digit((unsigned char)*v, &d) || (unsigned)d >= base)
             goto bad;
         if (acc > (max - (uint64_t)d) / base)
             goto range;
@@ -221,8 +223,8 @@ bad:
 
 /* A duration: "500ms", "10s", "1m", "1h", "1d" or an integer of ms. */
 static int
-get_duration(struct yload *y, const yaml_node_t *n, const char *path, int64_t min, int64_t max,
-             int64_t *out)
+yduration(struct yload *y, const yaml_node_t *n, const char *path, int64_t min, int64_t max,
+          int64_t *out)
 {
     const char *v;
     size_t len;
@@ -277,8 +279,8 @@ get_enum(struct yload *y, const yaml_node_t *n, const char *path, const char *co
 /* A mapping's keys: known ones to fields, the rest problems.  at[i] is the
  * value of names[i] (NULL: absent), *keys[i] the key node. */
 static int
-fields(struct yload *y, const yaml_node_t *map, const char *path, const char *const *names,
-       size_t n, yaml_node_t **at, yaml_node_t **keys, const char *hint)
+yfields(struct yload *y, const yaml_node_t *map, const char *path, const char *const *names,
+        size_t n, yaml_node_t **at, yaml_node_t **keys, const char *hint)
 {
     int ok = RL_OK;
 
@@ -392,7 +394,7 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
                                              "sliding_window_counter", "token_bucket", "gcra"};
     static const char *const align_names[] = {"first", "epoch"};
     yaml_node_t *at[L_COUNT], *keys[L_COUNT];
-    int ok = fields(y, m, path, l_names, L_COUNT, at, keys, L_HINT);
+    int ok = yfields(y, m, path, l_names, L_COUNT, at, keys, L_HINT);
     int unlimited = 0, algo = RL_ALGO_FIXED_WINDOW, align = RL_ALIGN_EPOCH;
     uint64_t requests = 0, burst = 0;
     int64_t window = 0;
@@ -415,9 +417,9 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
         ok = RL_ERR;
     }
     FIELD(L_NAME, get_cstr(y, at[L_NAME], fp, &name));
-    FIELD(L_REQUESTS, get_uint(y, at[L_REQUESTS], fp, UINT32_MAX, &requests));
-    FIELD(L_WINDOW, get_duration(y, at[L_WINDOW], fp, 1, 366 * DAY_MS, &window));
-    FIELD(L_BURST, get_uint(y, at[L_BURST], fp, 1000000000, &burst));
+    FIELD(L_REQUESTS, yuint(y, at[L_REQUESTS], fp, UINT32_MAX, &requests));
+    FIELD(L_WINDOW, yduration(y, at[L_WINDOW], fp, 1, 366 * DAY_MS, &window));
+    FIELD(L_BURST, yuint(y, at[L_BURST], fp, 1000000000, &burst));
     if (at[L_ALGORITHM] != NULL)
         FIELD(L_ALGORITHM,
               get_enum(y, at[L_ALGORITHM], fp, algo_names, RL_ARRAY_LEN(algo_names), 0,
@@ -466,7 +468,7 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
                 if (e == NULL || e->type != YAML_MAPPING_NODE) {
                     ybad(y, e, ip, "must be a mapping {name: NAME}");
                     ok = RL_ERR;
-                } else if (fields(y, e, ip, rn, 1, eat, ekeys, "a replaces entry has name") !=
+                } else if (yfields(y, e, ip, rn, 1, eat, ekeys, "a replaces entry has name") !=
                                RL_OK ||
                            get_cstr(y, eat[0], np, &rname) != RL_OK) {
                     ok = RL_ERR;
@@ -594,7 +596,7 @@ free_node(struct rls_node *n)
     memset(n, 0, sizeof(*n));
 }
 
-static int
+static bool
 valid_policy_name(const char *s)
 {
     size_t n = strlen(s);
@@ -742,7 +744,7 @@ load_rule(struct yload *y, yaml_node_t *m, const char *path, struct rls_rule *r,
 {
     static const char *const mode_names[] = {"exact", "hybrid"};
     yaml_node_t *at[D_COUNT], *keys[D_COUNT];
-    int ok = fields(y, m, path, d_names, D_COUNT, at, keys, D_HINT);
+    int ok = yfields(y, m, path, d_names, D_COUNT, at, keys, D_HINT);
     struct rls_str key, value;
     int mode = RL_MODE_EXACT;
     int64_t sync_ms = 0;
@@ -769,7 +771,7 @@ load_rule(struct yload *y, yaml_node_t *m, const char *path, struct rls_rule *r,
     if (at[D_MODE] != NULL)
         FIELD(D_MODE,
               get_enum(y, at[D_MODE], fp, mode_names, 2, 0, "must be exact or hybrid", &mode));
-    FIELD(D_SYNC_INTERVAL, get_duration(y, at[D_SYNC_INTERVAL], fp, 10, 60000, &sync_ms));
+    FIELD(D_SYNC_INTERVAL, yduration(y, at[D_SYNC_INTERVAL], fp, 10, 60000, &sync_ms));
 #undef FIELD
     /* metadata: Envoy's dynamic metadata for a response; any YAML, read
      * by nobody here */
@@ -984,8 +986,8 @@ load_doc(struct yload *y, struct rls_domain *d)
         ybad(y, root, "", "must be a mapping of domain and descriptors");
         return RL_ERR;
     }
-    ok = fields(y, root, "", t_names, T_COUNT, at, keys,
-                "a rule file has domain, descriptors");
+    ok = yfields(y, root, "", t_names, T_COUNT, at, keys,
+                 "a rule file has domain, descriptors");
     if (get_str(y, at[T_DOMAIN], "domain", &name) != RL_OK)
         return RL_ERR;
     if (name.p == NULL || name.len == 0) {
@@ -1115,7 +1117,7 @@ load_file(struct loading *l, const char *file)
     return RL_OK;
 }
 
-static int
+static bool
 yaml_name(const char *n)
 {
     size_t len = strlen(n);
@@ -1270,7 +1272,7 @@ rls_rules_domain(const struct rls_rules *r, const char *name, size_t len)
     return NULL;
 }
 
-int
+bool
 rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t len)
 {
     const struct rls_str *first = &parts[0], *last = &parts[nparts - 1];
@@ -1280,7 +1282,7 @@ rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t
         return len == first->len && memcmp(s, first->p, len) == 0;
     if (len < first->len + last->len || memcmp(s, first->p, first->len) != 0 ||
         memcmp(s + len - last->len, last->p, last->len) != 0)
-        return 0;
+        return false;
     /* the middle runs in order, each at its first place, between the two */
     lo = first->len;
     hi = len - last->len;
@@ -1289,13 +1291,13 @@ rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t
         if (parts[i].len == 0)
             continue;
         if (hi - lo < parts[i].len)
-            return 0;
+            return false;
         at = memmem(s + lo, hi - lo, parts[i].p, parts[i].len);
         if (at == NULL)
-            return 0;
+            return false;
         lo = (size_t)(at - s) + parts[i].len;
     }
-    return 1;
+    return true;
 }
 
 static struct rls_rule *

@@ -20,6 +20,7 @@
 #ifndef RL_RLS_RULES_H
 #define RL_RLS_RULES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -158,7 +159,7 @@ const struct rls_rule *rls_rules_match(const struct rls_domain *d, const struct 
                                        size_t n, const struct rls_str **shared);
 
 /* Each '*' of pattern any run of bytes (empty too), the rest literally. */
-int rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t len);
+bool rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t len);
 
 /* Unit name ("minute") of u, any case as written; NULL for UNKNOWN. */
 const char *rls_unit_name(enum rls_unit u);

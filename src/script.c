@@ -1,4 +1,5 @@
 /* script.c — see script.h. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,26 +9,28 @@
 #include "config.h"
 #include "lease.h"
 #include "lua_scripts.h"
+#include "redis_conn.h"
 #include "script.h"
 #include "util.h"
 
 /* Room for one number in decimal: 20 digits, a sign and a NUL. */
 #define NUM_MAX 24
 
-static void
-grow(struct rl_script_call *c, size_t more)
+/* Where the next bytes of the call go, with room for `more` of them. */
+static char *
+call_room(struct rl_script_call *c, size_t more)
 {
     if (c->len + more > c->cap) {
         c->cap = (c->len + more) * 2;
         c->buf = xrealloc(c->buf, c->cap);
     }
+    return c->buf + c->len;
 }
 
 static void
 put_raw(struct rl_script_call *c, const char *s, size_t n)
 {
-    grow(c, n);
-    memcpy(c->buf + c->len, s, n);
+    memcpy(call_room(c, n), s, n);
     c->len += n;
 }
 
@@ -45,8 +48,9 @@ digits(size_t n)
 }
 
 /* <prefix><n>\r\n at p, d = digits(n) of them: the array and bulk string
- * headers of the protocol (sb_i64 and its bounds checks were a tenth of a
- * call's build, for numbers that are never negative). */
+ * headers of the protocol, for numbers that are never negative (sb_i64 and
+ * its bounds checks cost more: docs/BENCHMARKS.md, "Measurements behind the
+ * code"). */
 static char *
 header_at(char *p, char prefix, size_t n, size_t d)
 {
@@ -62,18 +66,16 @@ header_at(char *p, char prefix, size_t n, size_t d)
 static void
 put_header(struct rl_script_call *c, char prefix, size_t n)
 {
-    grow(c, NUM_MAX + 3);
-    c->len = (size_t)(header_at(c->buf + c->len, prefix, n, digits(n)) - c->buf);
+    c->len = (size_t)(header_at(call_room(c, NUM_MAX + 3), prefix, n, digits(n)) - c->buf);
 }
 
 /* One argument: $<len>\r\n<bytes>\r\n */
 static void
-put(struct rl_script_call *c, const char *s, size_t n)
+put_arg(struct rl_script_call *c, const char *s, size_t n)
 {
     char *p;
 
-    grow(c, NUM_MAX + 5 + n);
-    p = header_at(c->buf + c->len, '$', n, digits(n));
+    p = header_at(call_room(c, NUM_MAX + 5 + n), '$', n, digits(n));
     memcpy(p, s, n);
     memcpy(p + n, "\r\n", 2);
     c->len = (size_t)(p + n + 2 - c->buf);
@@ -87,7 +89,7 @@ put_num(struct rl_script_call *c, long long v)
 
     sb_init(&sb, tmp, sizeof(tmp));
     sb_i64(&sb, v);
-    put(c, tmp, sb.len);
+    put_arg(c, tmp, sb.len);
 }
 
 void
@@ -99,18 +101,18 @@ script_call_free(struct rl_script_call *c)
     memset(c, 0, sizeof(*c));
 }
 
-static int
+static bool
 same_limits(const struct rl_script_spec *s, const struct rl_limit *l, size_t n)
 {
     if (s->at != l || s->n != n)
-        return 0;
+        return false;
     for (size_t i = 0; i < n; i++) {
         if (s->limits[i].algo != l[i].algo || s->limits[i].limit != l[i].limit ||
             s->limits[i].window_ms != l[i].window_ms || s->limits[i].burst != l[i].burst ||
             s->limits[i].align != l[i].align)
-            return 0;
+            return false;
     }
-    return 1;
+    return true;
 }
 
 /* The spec argument of limits l[0..n): from the cache, else built into it. */
@@ -168,27 +170,26 @@ enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK };
 static int
 put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind kind, size_t i)
 {
-    size_t d = digits(req->key_len + 8), kd;
+    size_t d = digits(req->key_len + 8), kd, len;
     char *at;
-    int len;
+    int rc;
 
-    grow(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX);
-    at = c->buf + c->len + 1 + d + 2;
+    at = call_room(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX) + 1 + d + 2;
     if (kind == KEY_LIMIT)
-        len = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX);
+        rc = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX, &len);
     else if (kind == KEY_ONCE)
-        len = backend_once_key(req, at, RL_LIMIT_KEY_MAX);
+        rc = backend_once_key(req, at, RL_LIMIT_KEY_MAX, &len);
     else
-        len = backend_block_key(req, at, RL_LIMIT_KEY_MAX);
-    if (len < 0)
+        rc = backend_block_key(req, at, RL_LIMIT_KEY_MAX, &len);
+    if (rc != RL_OK)
         return RL_ERR;
-    if ((kd = digits((size_t)len)) != d) {
+    if ((kd = digits(len)) != d) {
         ptrdiff_t shift = (ptrdiff_t)kd - (ptrdiff_t)d;
 
-        memmove(at + shift, at, (size_t)len);
+        memmove(at + shift, at, len);
         at += shift;
     }
-    header_at(c->buf + c->len, '$', (size_t)len, kd);
+    header_at(c->buf + c->len, '$', len, kd);
     memcpy(at + len, "\r\n", 2);
     c->len = (size_t)(at + len + 2 - c->buf);
     return RL_OK;
@@ -233,7 +234,7 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "l", 1);
     if (req->flags & RL_CHECK_RELEASE)
         sb_mem(&sb, "x", 1);
-    put(c, tmp, sb.len);
+    put_arg(c, tmp, sb.len);
 }
 
 /*
@@ -256,7 +257,7 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
         char hex[RL_LEASE_HEX];
 
         lease_hex(&req->lease, hex);
-        put(c, hex, sizeof(hex));
+        put_arg(c, hex, sizeof(hex));
     }
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
@@ -287,20 +288,20 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
     put_header(c, '*', 5 + nkeys + nargs);
     if (cmd == SCRIPT_FCALL) {
-        put(c, "FCALL", 5);
-        put(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
+        put_arg(c, "FCALL", 5);
+        put_arg(c, rl_lua_check_fn, strlen(rl_lua_check_fn));
     } else if (cmd == SCRIPT_EVAL) {
-        put(c, "EVAL", 4);
-        put(c, rl_lua_check, rl_lua_check_len);
+        put_arg(c, "EVAL", 4);
+        put_arg(c, rl_lua_check, rl_lua_check_len);
     } else {
-        put(c, "EVALSHA", 7);
-        put(c, rl_lua_check_sha, strlen(rl_lua_check_sha));
+        put_arg(c, "EVALSHA", 7);
+        put_arg(c, rl_lua_check_sha, strlen(rl_lua_check_sha));
     }
     put_num(c, (long long)nkeys);
     for (size_t j = 0; j < n; j++)
         if (put_keys(c, reqs[j]) != RL_OK)
             return RL_ERR;
-    put(c, "", 0);
+    put_arg(c, "", 0);
     put_num(c, (long long)n);
     for (size_t j = 0; j < n; j++)
         if (put_args(c, reqs[j]) != RL_OK)
@@ -308,21 +309,17 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     return RL_OK;
 }
 
-int
-script_reply_check(const redisReply *r, size_t len, const char **why)
+const char *
+script_reply_problem(const redisReply *r, size_t len)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != len) {
-        *why = "unexpected reply from the check script";
-        return RL_ERR;
-    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != len)
+        return "unexpected reply from the check script";
     for (size_t i = 0; i < r->elements; i++) {
         if (r->element[i]->type != REDIS_REPLY_INTEGER &&
-            r->element[i]->type != REDIS_REPLY_ERROR) {
-            *why = "non-integer in the check script's reply";
-            return RL_ERR;
-        }
+            r->element[i]->type != REDIS_REPLY_ERROR)
+            return "non-integer in the check script's reply";
     }
-    return RL_OK;
+    return NULL;
 }
 
 void
@@ -340,33 +337,8 @@ script_answer_status(struct rl_script_wait *w, enum rl_backend_status st, const 
     w->cb(&res, w->arg);
 }
 
-/*
- * res.error is static text: what a failed check's error reply says, by its
- * code.  The reply itself is freed once its checks are answered.
- */
-static const char *
-error_text(const char *e)
-{
-    static const struct {
-        const char *code, *text;
-    } known[] = {
-        {"WRONGTYPE", "WRONGTYPE: a key of the check holds a value of the wrong type"},
-        {"OOM", "OOM: redis is out of memory (maxmemory)"},
-        {"READONLY", "READONLY: redis is a replica"},
-        {"NOSCRIPT", "NOSCRIPT"},
-    };
-
-    for (size_t i = 0; i < RL_ARRAY_LEN(known); i++) {
-        size_t n = strlen(known[i].code);
-
-        if (strncmp(e, known[i].code, n) == 0 && (e[n] == ' ' || e[n] == '\0'))
-            return known[i].text;
-    }
-    return "error reply from the check script";
-}
-
 void
-script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, size_t nlimits)
+script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
 {
     struct rl_check_res res;
 
@@ -374,10 +346,10 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, si
         return;
     /* this check alone failed in the script; the others of its batch stand */
     if (r->element[at]->type == REDIS_REPLY_ERROR) {
-        script_answer_status(w, RL_BACKEND_ERROR, error_text(r->element[at]->str));
+        script_answer_status(w, RL_BACKEND_ERROR, rconn_error_text(r->element[at]->str));
         return;
     }
-    for (size_t i = 1; i <= 3 * nlimits; i++) {
+    for (size_t i = 1; i <= 3 * w->nlimits; i++) {
         if (r->element[at + i]->type != REDIS_REPLY_INTEGER) {
             script_answer_status(w, RL_BACKEND_ERROR, "error in the check script's reply");
             return;
@@ -391,8 +363,8 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, si
         res.released = res.allowed;
         res.allowed = 0;
     }
-    res.nlimits = nlimits;
-    for (size_t i = 0; i < nlimits; i++) {
+    res.nlimits = w->nlimits;
+    for (size_t i = 0; i < w->nlimits; i++) {
         struct rl_limit_result *l = &res.limits[i];
         l->remaining = r->element[at + 1 + 3 * i]->integer;
         l->reset_ms = r->element[at + 2 + 3 * i]->integer;
@@ -405,4 +377,97 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at, si
     w->answered = 1;
     w->req = NULL;
     w->cb(&res, w->arg);
+}
+
+/* ---- a batch's reply ------------------------------------------------------------ */
+
+static void
+batch_answer(const struct script_batch *b, enum rl_backend_status st, const char *why)
+{
+    for (size_t i = 0; i < b->n; i++)
+        script_answer_status(b->w[i], st, why);
+}
+
+/* Nothing runs on this server until it is a master again: leave it (the
+ * name is resolved again: DNS, Sentinel, the slot map). */
+static void
+batch_leave(const struct script_batch *b, const char *why)
+{
+    if (b->c->ac == b->ac)
+        rconn_drop(b->c, why);
+    if (b->unusable != NULL)
+        b->unusable(b->arg);
+}
+
+/* The call's own error, the same for every check. */
+static bool
+batch_error(const struct script_batch *b, const char *err)
+{
+    const char *unusable = rconn_unusable(err);
+
+    rconn_error(&b->c->errs, &b->c->st, b->c->conf.name, err, b->n);
+    if (b->own != NULL && b->own(err)) {
+        for (size_t i = 0; i < b->n; i++)
+            if (!b->w[i]->answered)
+                b->take(b->arg, i, err);
+        return false;
+    }
+    /* The server forgot the script or the library (restart, SCRIPT or
+     * FUNCTION FLUSH): sent whole once. */
+    if (!b->eval && rconn_script_missing(b->c, b->ac, err))
+        return b->resend(b->arg);
+    if (unusable != NULL) {
+        /* nothing ran, and nothing will on this server */
+        batch_answer(b, RL_BACKEND_DOWN, unusable);
+        batch_leave(b, unusable);
+        return false;
+    }
+    batch_answer(b, RL_BACKEND_ERROR, "error reply from redis");
+    return false;
+}
+
+bool
+script_batch_reply(const struct script_batch *b, const redisReply *r)
+{
+    const char *name = b->c->conf.name, *why, *unusable = NULL;
+    size_t len = 0, at = 0, failed = 0;
+
+    if (r == NULL) {
+        /* The connection died or is being freed: every pending callback
+         * runs once with NULL.  Never resent: the script may have run. */
+        batch_answer(b, RL_BACKEND_DOWN, "connection lost");
+        return false;
+    }
+    if (r->type == REDIS_REPLY_ERROR)
+        return batch_error(b, r->str);
+    for (size_t i = 0; i < b->n; i++)
+        len += script_reply_len(b->w[i]->nlimits);
+    if ((why = script_reply_problem(r, len)) != NULL) {
+        rconn_bad_reply(&b->c->errs, &b->c->st, name, why, b->n);
+        batch_answer(b, RL_BACKEND_ERROR, why);
+        return false;
+    }
+    for (size_t i = 0; i < b->n; at += script_reply_len(b->w[i]->nlimits), i++) {
+        const redisReply *e = r->element[at];
+
+        /* a check that failed alone inside the script (pcall) is an error
+         * reply all the same: logged, counted, and a server that cannot
+         * take writes is left */
+        if (e->type == REDIS_REPLY_ERROR) {
+            failed++;
+            rconn_error(&b->c->errs, &b->c->st, name, e->str, 1);
+            if (b->own != NULL && !b->w[i]->answered && b->own(e->str)) {
+                b->take(b->arg, i, e->str);
+                continue;
+            }
+            if (unusable == NULL)
+                unusable = rconn_unusable(e->str);
+        }
+        script_answer_reply(b->w[i], r, at);
+    }
+    if (failed == 0)
+        rconn_errlog_end(&b->c->errs, &b->c->st, name);
+    if (unusable != NULL)
+        batch_leave(b, unusable);
+    return false;
 }

@@ -1,14 +1,19 @@
 /*
  * script.h — calling the check script and reading its answer: what the
  * standalone/Sentinel backend (backend_redis.c) and the Cluster backend
- * (backend_cluster.c) send and parse alike.
+ * (cluster_op.c) send and parse alike, down to walking a batch's reply.
  */
 #ifndef RL_SCRIPT_H
 #define RL_SCRIPT_H
 
+#include <stdbool.h>
+
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "backend.h"
+
+struct rconn;
 
 /*
  * A policy's limits as the script reads them, prebuilt: the whole protocol
@@ -31,8 +36,9 @@ struct rl_script_spec {
 /*
  * One script call deciding a batch of checks (coalescing: the checks that
  * arrive in one event-loop pass share one call), formatted as the Redis
- * protocol so hiredis only copies it (redisAsyncFormattedCommand): its own
- * printf-style formatting was 6% of the daemon's instructions per check.
+ * protocol so hiredis only copies it (redisAsyncFormattedCommand), not
+ * through its printf-style formatting (docs/BENCHMARKS.md, "Measurements
+ * behind the code").
  * Reused from call to call, with the specs of the policies it carried
  * lately; one per connection (never shared between threads).
  */
@@ -62,10 +68,10 @@ int script_call_build(struct rl_script_call *c, const struct rl_check_req *const
  * -blocked_ms for a blocked key) then
  * (remaining, reset_ms, retry_after_ms) per limit, all integers; or, for a
  * check that failed alone (a key of the wrong type), an error in place of
- * allowed, then integers.  RL_OK when r has exactly `len` elements, each an
- * integer or an error, else RL_ERR and a static *why.
+ * allowed, then integers.  What is wrong with r as that answer, `len`
+ * elements each an integer or an error (static text), or NULL when nothing.
  */
-int script_reply_check(const redisReply *r, size_t len, const char **why) RL_WUR;
+const char *script_reply_problem(const redisReply *r, size_t len);
 
 /* Elements of a batch reply that answer one check of `nlimits` limits. */
 static inline size_t
@@ -84,15 +90,47 @@ struct rl_script_wait {
     const struct rl_check_req *req;
     rl_check_cb cb;
     void *arg;
+    size_t nlimits; /* req's: its part of a reply, known once req is gone */
     int answered;
 };
 
 void script_answer_status(struct rl_script_wait *w, enum rl_backend_status st,
                           const char *why);
-/* The check's part of a reply script_reply_check() accepted: its elements
- * from `at` on, for `nlimits` limits.  An error there answers the check
- * RL_BACKEND_ERROR (static text naming the error's code), and it alone. */
-void script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at,
-                         size_t nlimits);
+/* The check's part of a reply script_reply_problem() found fine: its elements
+ * from `at` on.  An error there answers the check RL_BACKEND_ERROR (static
+ * text naming the error's code, rconn_error_text), and it alone. */
+void script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at);
+
+/*
+ * One script call's reply, walked the same way by both Redis backends: the
+ * connection lost, a malformed reply, the error log and its counts, the
+ * errors that say the server cannot serve checks (its connection dropped),
+ * a forgotten script, and each check answered from its part.  A backend
+ * hands in only what is its own: the errors it classifies itself (Cluster:
+ * MOVED, ASK, TRYAGAIN, CLUSTERDOWN) and how it sends a call again.
+ */
+struct script_batch {
+    struct rconn *c;             /* the connection that carried the call */
+    const redisAsyncContext *ac; /* the reply's context (c's, unless replaced) */
+    struct rl_script_wait **w;   /* the call's checks, in its order */
+    size_t n;
+    bool eval; /* the call was an EVAL already */
+    /* An error reply of the backend's own kind, answering check i: the
+     * call's error (for every check still waiting) or the check's own.  The
+     * backend deals with it (follows it, retries); NULL: no kind of its own. */
+    bool (*own)(const char *err);
+    void (*take)(void *arg, size_t i, const char *err);
+    /* The server forgot the script (NOSCRIPT, "Function not found"): send the
+     * checks still waiting again as EVAL, or answer them.  True when the
+     * call was sent again as one, so its batch lives on. */
+    bool (*resend)(void *arg);
+    /* The server cannot serve checks (rconn_unusable): the walker drops the
+     * connection and says so here too (NULL: nothing more to do). */
+    void (*unusable)(void *arg);
+    void *arg;
+};
+
+/* Walk r (NULL: the connection ended) for b; true when b was sent again. */
+bool script_batch_reply(const struct script_batch *b, const redisReply *r);
 
 #endif

@@ -65,9 +65,8 @@ tls_warn_expired(const char *who, const char *field, const char *file)
                 when[n > 0 ? n : 0] = '\0';
                 BIO_free(b);
             }
-            log_warn("msg=\"%s certificate expired\" field=%s file=%s subject=\"%s\" "
-                     "not_after=\"%s\"",
-                     who, field, file, subject, when);
+            log_warn(LOG_MSGJ(who, " certificate expired", NULL), LOG_S("field", field),
+                     LOG_S("file", file), LOG_Q("subject", subject), LOG_Q("not_after", when));
             X509_free(x);
             break;
         }

@@ -1,5 +1,6 @@
 /* util.c — see util.h. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,21 +83,32 @@ xasprintf(const char *fmt, ...)
     return p;
 }
 
+/* The clock `id` read in units of 1/per_s of a second. */
+static inline int64_t
+clock_read(clockid_t id, int64_t per_s)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * per_s + ts.tv_nsec / (1000000000 / per_s);
+}
+
 int64_t
 now_monotonic_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return clock_read(CLOCK_MONOTONIC, 1000000);
 }
 
 int64_t
 now_coarse_ms(void)
 {
-    struct timespec ts;
+    return clock_read(CLOCK_MONOTONIC_COARSE, 1000);
+}
 
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+int64_t
+now_unix_us(void)
+{
+    return clock_read(CLOCK_REALTIME, 1000000);
 }
 
 int
@@ -136,15 +148,7 @@ read_file_bounded(const char *file, size_t max, char **text, size_t *len, char *
     return RL_OK;
 }
 
-int64_t
-now_unix_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int
+bool
 str_ieq(const char *a, const char *b)
 {
     return strcasecmp(a, b) == 0;

@@ -7,6 +7,7 @@
 #define RL_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,7 +37,7 @@ int64_t now_coarse_ms(void);
 int64_t now_unix_us(void);
 
 /* Case-insensitive ASCII comparison of the first n bytes. */
-int str_ieq(const char *a, const char *b);
+bool str_ieq(const char *a, const char *b);
 
 /* SipHash-2-4 of len bytes under the key (k0, k1): a keyed hash, for values
  * a caller must not be able to aim at (hash chains) or to invert. */
@@ -57,23 +58,26 @@ fnv1a(uint64_t h, const char *p, size_t n)
     return h;
 }
 
-/* The value of a hex digit, -1 for any other byte. */
-static inline int
-hex_value(unsigned char c)
+/* Whether c is a hex digit, and its value in *v. */
+static inline bool
+hex_digit(unsigned char c, int *v)
 {
     if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+        *v = c - '0';
+    else if (c >= 'a' && c <= 'f')
+        *v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+        *v = c - 'A' + 10;
+    else
+        return false;
+    return true;
 }
 
 /*
  * Appending to a fixed buffer without printf: the hot path formats a dozen
- * integers per check, and snprintf's format parsing was a fifth of the
- * daemon's instructions.  Past `size` the text is cut (sb.len keeps
+ * integers per check, and snprintf parses its format every time
+ * (docs/BENCHMARKS.md, "Measurements behind the code").  Past `size` the
+ * text is cut (sb.len keeps
  * counting, so sb_ok() tells); the buffer is always NUL-terminated.
  */
 struct strbuf {
@@ -115,7 +119,7 @@ sb_str(struct strbuf *sb, const char *s)
 void sb_i64(struct strbuf *sb, int64_t v);
 
 /* Everything appended fitted. */
-static inline int
+static inline bool
 sb_ok(const struct strbuf *sb)
 {
     return sb->len < sb->size;

@@ -1,4 +1,5 @@
 /* worker.c — see worker.h. */
+#include <stdbool.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@
  * waits for the backend, and every count a hybrid policy admitted has
  * reached it (or shutdown_grace is over).  A connection closes only after
  * its last answer was written, so nothing is left to flush. */
-static int
+static bool
 drained(const struct rl_worker *w)
 {
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
@@ -50,8 +51,8 @@ on_grace(evutil_socket_t fd, short what, void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_warn("msg=\"shutdown grace over\" worker=%d abandoned=%llu", w->id,
-             (unsigned long long)w->metrics->inflight);
+    log_warn(LOG_MSG("shutdown grace over"), LOG_I("worker", w->id),
+             LOG_U("abandoned", w->metrics->inflight));
     event_base_loopexit(w->base, NULL);
     (void)fd;
     (void)what;
@@ -84,16 +85,16 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+/* The reason a draining worker gives; told apart from the backend's by
+ * address (worker_serving). */
+static const char shutting_down[] = "shutting down";
+
 static const char *
 own_readiness(struct rl_worker *w)
 {
-    const char *reason = NULL;
-
     if (w->draining)
-        return "shutting down";
-    if (w->backend->ops->ready(w->backend, &reason) == RL_OK)
-        return NULL;
-    return reason != NULL ? reason : "backend not ready";
+        return shutting_down;
+    return w->backend->ops->not_ready(w->backend);
 }
 
 static void
@@ -120,6 +121,21 @@ worker_readiness(struct rl_worker *w, int *which)
         *which = w->peers[i].id;
     }
     return reason;
+}
+
+bool
+worker_serving(struct rl_worker *w, const char **reason, int *which)
+{
+    int who;
+
+    *reason = worker_readiness(w, which != NULL ? which : &who);
+    if (*reason == NULL)
+        return true;
+    if (*reason == shutting_down)
+        return false;
+    /* open and local answer every check without the backend; closed would
+     * answer each with a 503 */
+    return w->cfg->failure_mode != RL_FAIL_CLOSED;
 }
 
 /* The config handed over by worker_set_config, swapped in on this thread. */
@@ -252,8 +268,8 @@ worker_serve_admin(struct rl_worker *w, int fd, char **cause)
 int
 worker_serve_rls(struct rl_worker *w, int fd, char **cause)
 {
-    w->rls_svc = rls_grpc_new(w);
-    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w->rls_svc,
+    arena_init(&w->rls_arena, RLS_GRPC_ARENA_FIRST, 0);
+    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w,
                            &w->metrics->grpc, cause);
 }
 
@@ -328,9 +344,9 @@ worker_main(void *arg)
 {
     struct rl_worker *w = arg;
 
-    log_debug("msg=\"worker running\" worker=%d", w->id);
+    log_debug(LOG_MSG("worker running"), LOG_I("worker", w->id));
     event_base_dispatch(w->base);
-    log_debug("msg=\"worker stopped\" worker=%d", w->id);
+    log_debug(LOG_MSG("worker stopped"), LOG_I("worker", w->id));
     if (w->exited_ev != NULL)
         event_active(w->exited_ev, EV_READ, 0);
     return NULL;
@@ -377,7 +393,7 @@ worker_free(struct rl_worker *w)
     http_server_free(w->http);
     http_server_free(w->admin);
     grpc_server_free(w->rls); /* calls still owed were answered above */
-    rls_grpc_free(w->rls_svc);
+    arena_free(&w->rls_arena);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)

@@ -8,14 +8,15 @@
 #define RL_WORKER_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
+#include "arena.h"
 #include "check.h"
 
 struct event_base;
 struct event;
 struct evbuffer;
 struct grpc_server;
-struct rls_grpc;
 struct http_server;
 struct rl_check_req;
 struct rl_check_res;
@@ -28,7 +29,7 @@ struct rl_worker {
     struct http_server *http;   /* the check listener */
     struct http_server *admin;  /* admin_listen, on worker 0 only */
     struct grpc_server *rls;    /* rls.listen, Envoy's rate limit service */
-    struct rls_grpc *rls_svc;   /* its services */
+    struct arena rls_arena;     /* its services' messages (rls_grpc.c) */
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
     struct event *cfg_ev;
@@ -89,6 +90,17 @@ void worker_free(struct rl_worker *w);
  * or NULL when every worker is: w's own state read now, the others' as they
  * last published it (at most READY_PUBLISH_MS ago).  On w's thread. */
 const char *worker_readiness(struct rl_worker *w, int *which);
+
+/*
+ * Whether the daemon can answer checks as configured (GET /serving, gRPC
+ * health's SERVING): not while draining; with failure_mode closed, not while
+ * a worker's backend is not ready (its checks would be 503s); with open or
+ * local, yes even then (they answer without the backend, degraded).
+ * *reason: why not, or why the answers are degraded; NULL when every backend
+ * is ready (static text).  *which (may be NULL): the worker that says so.
+ * On w's thread, as worker_readiness.
+ */
+bool worker_serving(struct rl_worker *w, const char **reason, int *which);
 
 /* Called by the API around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);

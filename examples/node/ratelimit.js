@@ -9,7 +9,9 @@
 //   a handshake and a TIME_WAIT socket per request, and port exhaustion at
 //   real rates).  A request that fails on a reused socket the daemon closed
 //   (it drops idle connections after 60 s) is retried once on a fresh one.
-// - A timeout (default 200 ms): the limiter must never be why a request hangs.
+// - A timeout (default 200 ms) on the whole check, the retry below included:
+//   the limiter must never be why a request hangs.  A check that fails says
+//   how long it took ("after N ms").
 // - A stated policy when the daemon cannot answer (refused, timeout, 5xx):
 //   failOpen true (default) lets the request through with a warning; false
 //   answers 503.
@@ -19,6 +21,9 @@
 //   client walk around every limit.  Logged as an error.
 // - The client's address is forwarded (X-Forwarded-For) so anonymous callers
 //   are told apart; override clientIp(req) behind a proxy.
+// - The path checked is the request's own, req.originalUrl: mounted on a
+//   prefix (app.use('/api', rateLimit(...))) Express strips the prefix from
+//   req.url, and a policy of /api/... would never match.
 // - A 429 is passed through with the daemon's Retry-After and quota headers.
 
 const http = require('node:http');
@@ -33,7 +38,7 @@ function createClient(opts = {}) {
   const logger = opts.logger || console;
   const agent = opts.agent || new http.Agent({ keepAlive: true, maxSockets: opts.maxSockets || 16 });
 
-  function post(body, headers) {
+  function post(body, headers, ms) {
     return new Promise((resolve, reject) => {
       const req = http.request({
         host: url.hostname, port: url.port || 80, path: '/check', method: 'POST', agent,
@@ -45,7 +50,7 @@ function createClient(opts = {}) {
         res.on('error', reject);
       });
       // the whole exchange, not only idle time, is bounded
-      const timer = setTimeout(() => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })), timeout);
+      const timer = setTimeout(() => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })), ms);
       req.on('close', () => clearTimeout(timer));
       req.on('error', (err) => { err.reusedSocket = req.reusedSocket; reject(err); });
       req.end(body);
@@ -68,15 +73,19 @@ function createClient(opts = {}) {
     if (cost != null) b.cost = cost;
     const headers = clientIp ? { 'X-Forwarded-For': clientIp } : {};
     const body = JSON.stringify(b);
+    const start = Date.now();
+    const took = () => `after ${Date.now() - start} ms`;
     let res;
     for (let attempt = 0; ; attempt++) {
       try {
-        res = await post(body, headers);
+        // one deadline for the check, whatever the attempt
+        res = await post(body, headers, Math.max(1, timeout - (Date.now() - start)));
         break;
       } catch (err) {
         // only a kept-alive socket the daemon had closed is worth a second try
-        if (attempt === 0 && err.reusedSocket && err.code !== 'ETIMEDOUT') continue;
-        return failed(`${err.code || err.message}`);
+        if (attempt === 0 && err.reusedSocket && err.code !== 'ETIMEDOUT' &&
+            Date.now() - start < timeout) continue;
+        return failed(`${err.code || err.message} ${took()}`);
       }
     }
     const quota = {};
@@ -85,7 +94,7 @@ function createClient(opts = {}) {
     if (res.status === 429) {
       return { allowed: false, status: 429, retryAfter: res.headers['retry-after'] || '1', headers: quota, degraded: false };
     }
-    const reason = `ratelimitd answered ${res.status}: ${res.body.toString().slice(0, 200)}`;
+    const reason = `ratelimitd answered ${res.status} ${took()}: ${res.body.toString().slice(0, 200)}`;
     if (res.status >= 400 && res.status < 500) {
       // the client's doing or a bug here: denied, never the failure policy
       logger.error(`${reason}: the request is refused`);
@@ -104,7 +113,8 @@ function rateLimit(opts = {}) {
   const key = opts.key || (() => undefined);
   const clientIp = opts.clientIp || ((req) => req.socket.remoteAddress);
   const mw = async function ratelimitMiddleware(req, res, next) {
-    const d = await client.check({ key: key(req), path: (req.url || '/').split('?')[0],
+    // originalUrl: a mount prefix (Express's app.use('/api', ...)) is cut from req.url
+    const d = await client.check({ key: key(req), path: (req.originalUrl || req.url || '/').split('?')[0],
       method: req.method, clientIp: clientIp(req) });
     if (d.allowed) return next();
     const body = JSON.stringify(d.status === 429

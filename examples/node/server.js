@@ -6,22 +6,34 @@
 const http = require('node:http');
 const { rateLimit } = require('./ratelimit');
 
-const clientHeader = (process.env.CLIENT_HEADER || '').toLowerCase();
-const limiter = rateLimit({
-  url: process.env.RATELIMITD_URL || 'http://127.0.0.1:8080',
-  timeout: Number(process.env.TIMEOUT_MS || 200),
-  failOpen: process.env.FAIL_OPEN !== '0',
-  key: (req) => req.headers['x-api-key'],
-  clientIp: clientHeader ? (req) => req.headers[clientHeader] : undefined,
-});
-
-const server = http.createServer((req, res) => {
-  limiter(req, res, () => {
-    res.writeHead(200, { 'Content-Type': 'text/plain' });
-    res.end('hello from the app\n');
+// The demos' middleware, from the environment (express.js uses it too).
+function limiterFromEnv() {
+  const clientHeader = (process.env.CLIENT_HEADER || '').toLowerCase();
+  return rateLimit({
+    url: process.env.RATELIMITD_URL || 'http://127.0.0.1:8080',
+    timeout: Number(process.env.TIMEOUT_MS || 200),
+    failOpen: process.env.FAIL_OPEN !== '0',
+    key: (req) => req.headers['x-api-key'],
+    clientIp: clientHeader ? (req) => req.headers[clientHeader] : undefined,
   });
-});
-server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
-  console.log(`listening ${server.address().port}`);
-});
-process.on('SIGTERM', () => { limiter.client.close(); server.close(() => process.exit(0)); });
+}
+
+// Listen on PORT (0: any), say where, stop on SIGTERM.
+function serve(server, limiter) {
+  server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
+    console.log(`listening ${server.address().port}`);
+  });
+  process.on('SIGTERM', () => { limiter.client.close(); server.close(() => process.exit(0)); });
+}
+
+module.exports = { limiterFromEnv, serve };
+
+if (require.main === module) {
+  const limiter = limiterFromEnv();
+  serve(http.createServer((req, res) => {
+    limiter(req, res, () => {
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      res.end('hello from the app\n');
+    });
+  }), limiter);
+}

@@ -17,7 +17,10 @@ What it does, and why:
   *reused* connection is retried once on a fresh one (the check never reached
   the daemon, or its answer was lost; either way nothing was decided twice
   in a way the caller could see, at worst one unit was counted).
-- **A timeout** (default 200 ms): the limiter must never be why a request hangs.
+- **A timeout** (default 200 ms) for the whole check, the retry below
+  included: the limiter must never be why a request hangs.  Each Decision
+  says how long the check took (``elapsed_ms``), and so does the warning of
+  one that failed.
 - **A stated policy when the daemon cannot answer** (connection refused,
   timeout, 5xx): ``fail_open=True`` (the default) lets the request through and
   logs a warning; ``fail_open=False`` answers 503.
@@ -32,6 +35,9 @@ What it does, and why:
   proxy's header only when the proxy sets it.
 - **A 429 is passed through** with the daemon's ``Retry-After`` and quota
   headers, so clients back off for the right time.
+- **The whole path is checked**: under a mount (``SCRIPT_NAME``, ASGI's
+  ``root_path``) the app sees only the rest of it, and a policy of
+  ``/api/...`` would never match.
 """
 
 import asyncio
@@ -41,6 +47,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import urllib.parse
 
 log = logging.getLogger("ratelimit")
@@ -60,21 +67,24 @@ class Decision:
     retry_after  seconds (str) on a 429, else None
     headers      [(name, value)] of quota headers to pass on
     degraded     True when the decision is the failure policy's, not the daemon's
+    elapsed_ms   how long the check took, retry included
     """
 
-    __slots__ = ("allowed", "status", "retry_after", "headers", "degraded", "reason")
+    __slots__ = ("allowed", "status", "retry_after", "headers", "degraded", "reason", "elapsed_ms")
 
-    def __init__(self, allowed, status, retry_after=None, headers=(), degraded=False, reason=None):
+    def __init__(self, allowed, status, retry_after=None, headers=(), degraded=False, reason=None,
+                 elapsed_ms=None):
         self.allowed = allowed
         self.status = status
         self.retry_after = retry_after
         self.headers = list(headers)
         self.degraded = degraded
         self.reason = reason
+        self.elapsed_ms = elapsed_ms
 
     def __repr__(self):
-        return "Decision(allowed=%r, status=%r, retry_after=%r, degraded=%r, reason=%r)" % (
-            self.allowed, self.status, self.retry_after, self.degraded, self.reason)
+        return "Decision(allowed=%r, status=%r, retry_after=%r, degraded=%r, reason=%r, elapsed_ms=%r)" % (
+            self.allowed, self.status, self.retry_after, self.degraded, self.reason, self.elapsed_ms)
 
 
 class RateLimitClient:
@@ -104,11 +114,18 @@ class RateLimitClient:
             c.close()
         self._local.conn = None
 
-    def _post(self, body, headers):
-        """(status, headers, body bytes); OSError / HTTPException on failure."""
+    def _post(self, body, headers, deadline):
+        """(status, headers, body bytes); OSError / HTTPException on failure.
+        Each socket operation waits at most until `deadline` (monotonic)."""
         for attempt in (0, 1):
             c = self._conn()
             reused = self._local.used
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("timed out")
+            c.timeout = left
+            if c.sock is not None:
+                c.sock.settimeout(left)
             try:
                 c.request("POST", "/check", body=body, headers=headers)
                 r = c.getresponse()
@@ -139,30 +156,33 @@ class RateLimitClient:
         headers = {"Content-Type": "application/json"}
         if client_ip:
             headers["X-Forwarded-For"] = client_ip
+        start = time.monotonic()
         try:
-            status, rh, data = self._post(json.dumps(body).encode(), headers)
+            status, rh, data = self._post(json.dumps(body).encode(), headers, start + self.timeout)
         except (OSError, http.client.HTTPException) as e:
-            return self._failed("%s: %s" % (type(e).__name__, e))
+            ms = (time.monotonic() - start) * 1000
+            return self._failed("%s: %s after %.0f ms" % (type(e).__name__, e, ms), ms)
+        ms = (time.monotonic() - start) * 1000
         quota = [(k, v) for k, v in rh if k.lower() in QUOTA_HEADERS]
         if status == 200:
-            return Decision(True, 200, headers=quota)
+            return Decision(True, 200, headers=quota, elapsed_ms=ms)
         if status == 429:
             ra = next((v for k, v in rh if k.lower() == "retry-after"), "1")
-            return Decision(False, 429, retry_after=ra, headers=quota)
-        reason = "ratelimitd answered %d: %s" % (status, data[:200].decode("utf-8", "replace"))
+            return Decision(False, 429, retry_after=ra, headers=quota, elapsed_ms=ms)
+        reason = "ratelimitd answered %d after %.0f ms: %s" % (status, ms, data[:200].decode("utf-8", "replace"))
         if 400 <= status < 500:
             # the client's doing (a path the daemon cannot read) or a bug
             # here: denied, never the failure policy
             log.error("%s: the request is refused", reason)
-            return Decision(False, 400, reason=reason)
-        return self._failed(reason)
+            return Decision(False, 400, reason=reason, elapsed_ms=ms)
+        return self._failed(reason, ms)
 
-    def _failed(self, reason):
+    def _failed(self, reason, ms):
         if self.fail_open:
             log.warning("rate limiter unavailable, allowing the request: %s", reason)
-            return Decision(True, 200, degraded=True, reason=reason)
+            return Decision(True, 200, degraded=True, reason=reason, elapsed_ms=ms)
         log.warning("rate limiter unavailable, refusing the request: %s", reason)
-        return Decision(False, 503, headers=[("Retry-After", "1")], degraded=True, reason=reason)
+        return Decision(False, 503, headers=[("Retry-After", "1")], degraded=True, reason=reason, elapsed_ms=ms)
 
 
 def _deny_body(d):
@@ -191,7 +211,10 @@ class RateLimitWSGI:
         self.client_ip = client_ip or (lambda environ: environ.get("REMOTE_ADDR"))
 
     def __call__(self, environ, start_response):
-        d = self.client.check(key=self.key(environ), path=environ.get("PATH_INFO") or "/",
+        # under a mount, PATH_INFO is what follows SCRIPT_NAME: the request's
+        # path is both
+        path = (environ.get("SCRIPT_NAME") or "") + (environ.get("PATH_INFO") or "")
+        d = self.client.check(key=self.key(environ), path=path or "/",
                               method=environ.get("REQUEST_METHOD", "GET"),
                               client_ip=self.client_ip(environ))
         if d.allowed:
@@ -222,8 +245,12 @@ class RateLimitASGI:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         loop = asyncio.get_running_loop()
+        # the whole path: some servers leave a mount's root_path out of path
+        root, path = scope.get("root_path") or "", scope.get("path") or "/"
+        if root and not path.startswith(root):
+            path = root + path
         d = await loop.run_in_executor(
-            self.pool, lambda: self.client.check(key=self.key(scope), path=scope.get("path") or "/",
+            self.pool, lambda: self.client.check(key=self.key(scope), path=path,
                                                  method=scope.get("method", "GET"),
                                                  client_ip=self.client_ip(scope)))
         if d.allowed:

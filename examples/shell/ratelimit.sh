@@ -13,6 +13,8 @@
 #      — nor as "allowed": the failure policy is for the daemon's own failures
 #   3  the daemon could not answer (refused, timeout, 503, ...) and
 #      RATELIMIT_FAIL=closed
+# A check that could not be answered says so on stderr, with how long it
+# took (curl's own time_total), open or closed.
 # Environment: RATELIMITD_URL (http://127.0.0.1:8080), RATELIMIT_TIMEOUT
 # (seconds, 0.2), RATELIMIT_FAIL (open | closed, default open),
 # RATELIMIT_POLICY (a policy name), RATELIMIT_CLIENT_IP (sent as
@@ -46,7 +48,12 @@ _rl_body() {
     fi
 }
 
-# status code and Retry-After of one answer -> exit status (see above)
+# curl's time_total (seconds) in whole milliseconds
+_rl_ms() {
+    awk -v t="${1:-0}" 'BEGIN { printf "%d", t * 1000 + 0.5 }'
+}
+
+# status code (and curl's time_total) of one answer -> exit status (see above)
 _rl_verdict() {
     case $1 in
     200) return 0 ;;
@@ -54,10 +61,10 @@ _rl_verdict() {
     4[0-9][0-9]) echo "ratelimit: bad request ($1): a bug in the caller" >&2; return 2 ;;
     esac
     if [ "$RATELIMIT_FAIL" = closed ]; then
-        echo "ratelimit: daemon unavailable (${1:-no answer}), failing closed" >&2
+        echo "ratelimit: daemon unavailable (${1:-no answer} after $(_rl_ms "$2") ms), failing closed" >&2
         return 3
     fi
-    echo "ratelimit: daemon unavailable (${1:-no answer}), failing open" >&2
+    echo "ratelimit: daemon unavailable (${1:-no answer} after $(_rl_ms "$2") ms), failing open" >&2
     return 0
 }
 
@@ -66,12 +73,14 @@ ratelimit_check() {
     set -- "$1" "$(curl -s -o /dev/null --max-time "$RATELIMIT_TIMEOUT" \
         -X POST -H 'Content-Type: application/json' \
         ${RATELIMIT_CLIENT_IP:+-H "X-Forwarded-For: $RATELIMIT_CLIENT_IP"} \
-        -d "$(_rl_body "$1")" -w '%{http_code} %header{retry-after}' \
+        -d "$(_rl_body "$1")" -w '%{http_code} %{time_total} %header{retry-after}' \
         "$RATELIMITD_URL/check" 2>/dev/null)"
     RL_STATUS=${2%% *}
+    set -- "$1" "${2#* }"
+    RL_TIME=${2%% *}
     RL_RETRY_AFTER=${2#* }
     [ "$RL_STATUS" = 000 ] && RL_STATUS=
-    _rl_verdict "$RL_STATUS"
+    _rl_verdict "$RL_STATUS" "$RL_TIME"
 }
 
 # ratelimit_check_many KEY...: all keys over one connection, "KEY STATUS RETRY_AFTER" each.
@@ -86,7 +95,7 @@ ratelimit_check_many() {
         set -- "$@" -s -o /dev/null --max-time "$RATELIMIT_TIMEOUT" -X POST \
             -H 'Content-Type: application/json' \
             ${RATELIMIT_CLIENT_IP:+-H "X-Forwarded-For: $RATELIMIT_CLIENT_IP"} \
-            -d "$(_rl_body "$_rl_k")" -w '%{http_code} %header{retry-after}\n' "$RATELIMITD_URL/check"
+            -d "$(_rl_body "$_rl_k")" -w '%{http_code} %{time_total} %header{retry-after}\n' "$RATELIMITD_URL/check"
         _rl_keys="${_rl_keys:-}$_rl_k
 "
     done
@@ -98,9 +107,9 @@ ratelimit_check_many() {
         while IFS= read -r k; do
             i=$((i + 1))
             line=$(printf '%s\n' "$_rl_out" | sed -n "${i}p")
-            st=${line%% *}; ra=${line#* }
+            st=${line%% *}; rest=${line#* }; t=${rest%% *}; ra=${rest#* }
             [ "$st" = 000 ] && st=
-            _rl_verdict "$st"; v=$?
+            _rl_verdict "$st" "$t"; v=$?
             printf '%s %s %s\n' "$k" "${st:-none}" "${ra:--}"
             [ $v -gt $_rl_worst ] && _rl_worst=$v
         done

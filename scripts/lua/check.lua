@@ -120,8 +120,9 @@ local function cost_of(s)
 end
 
 -- The first limit's value (false: missing) and the ms until the block ends
--- (0: none).  Two GETs, not one MGET: an MGET answers a table (~1.3k more
--- than a GET) and nil for a key of the wrong type, which then needed a GET
+-- (0: none).  Two GETs, not one MGET: an MGET answers a table (dearer than a
+-- GET: docs/BENCHMARKS.md) and nil for a key of the wrong type, which then
+-- needed a GET
 -- of its own to fail the check; a GET of the limit's key raises WRONGTYPE
 -- itself (this check fails alone), one of the block key answers an error
 -- table, taken as no block, as is a block key where a migrating Cluster
@@ -301,7 +302,7 @@ else
 end
 
 -- one check of one limit (coalescing off, or a quiet moment): no tables,
--- and no tonumber for n (glibc's strtod: ~1.4k instructions, even for '1')
+-- and no tonumber for n (glibc's strtod, even for '1': docs/BENCHMARKS.md)
 if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then

@@ -20,8 +20,9 @@
 --     gives `units` (> 0) back (a reward; see README "Giving back"), from
 --     the state a peek of cost 0 read (s1..s5), and sets the TTL; a state
 --     left worth nothing is deleted (no key is the empty state).
--- Multiple results rather than a table: a table per limit per check cost as
--- much as a redis.call.
+-- Multiple results rather than a table: a table per limit per check costs
+-- about what a redis.call does (docs/BENCHMARKS.md, "Measurements behind the
+-- code").
 -- The driver calls repair_ttl(key, repair) itself when no commit follows,
 -- so that an allowed check does not pay for a PTTL its commit makes moot
 -- (the O(1) algorithms write value and TTL in one SET ... PX).
@@ -29,22 +30,23 @@
 -- Redis runs this whole script on every EVALSHA (and since 7.0 a script
 -- cannot keep anything in globals between calls), so every function the
 -- modules define is built again on every call, and every local a function
--- captures costs a walk of Lua's open upvalues as it is built: together that
--- was a third of a one-check call.  Hence a module file registers a
+-- captures costs a walk of Lua's open upvalues as it is built: together a
+-- large part of a one-check call (docs/BENCHMARKS.md).  Hence a module file
+-- registers a
 -- constructor in MODULES, and algo() builds a module the first time a call
 -- names its tag: a call pays for the modules it uses only.  A constructor
 -- takes the library functions it needs into its own locals (built once per
 -- call), and the functions at the top level capture as little as they can.
 --
 -- Numbers are written with '%d' (a C long: every value here is an integer
--- below 2^53), never '%.0f', which costs glibc twice as much; a TTL goes
+-- below 2^53), never '%.0f', which costs glibc more; a TTL goes
 -- to redis.call as such a string too, or Redis would print it with '%.17g'.
 
 -- floor(x) for a number x is x - x % 1: Lua 5.1 computes % in the VM
 -- (x - floor(x / 1) * 1 with C's floor), exactly (x - floor(x) is exact for
 -- |x| < 2^52, and 0 for any larger double, an integer already), without
--- the C function call math.floor costs (about twice as much); the hot
--- paths use it, math.floor stays where a call is rare.
+-- the C function call math.floor costs (docs/BENCHMARKS.md); the hot paths
+-- use it, math.floor stays where a call is rare.
 local floor = math.floor
 
 local MODULES, ALGOS = {}, {}
@@ -83,8 +85,9 @@ end
 -- little-endian doubles (struct.pack '<dd' / '<ddd', 16 or 24 bytes; every
 -- value is an integer below 2^53, exact in a double).  Reading them is one C
 -- call, where the text layout of 0.1 ("5:1700000000000000") cost a find, a
--- sub and a glibc strtod per number (~6k instructions of a ~49k check), and
--- writing them another (~4k).  state2(v) and state3(v): the two or three
+-- sub and a glibc strtod per number, and writing them as much again
+-- (docs/BENCHMARKS.md, "Measurements behind the code").  state2(v) and
+-- state3(v): the two or three
 -- numbers of a value, nothing for a value that is not that many whole
 -- numbers in [0, 2^53) (NaN, infinities and fractions are not: a key written
 -- by hand, which the modules take as no state).  A value in the text layout

@@ -9,7 +9,7 @@
 -- bytes of non-negative big-endian doubles sort as their values, keeping
 -- index order = time order = cum order; reading one is a C call where the
 -- text of 0.1 ("<cum, 16 digits>:<cost>", still read) cost a match and two
--- glibc strtods (~6k instructions, twice per check).
+-- glibc strtods, twice per check (docs/BENCHMARKS.md).
 --
 -- Memory stays bounded by `limit` live members.  An allowed check cannot pass
 -- it (every member holds at least one unit), but a forced one can (a hybrid

@@ -339,6 +339,7 @@ def t_backend_down(a, b, r):
             st, h, got = H.request(aport, "POST", "/admin/" + action,
                                    dict(body, policy="fw", key="down"))
             H.expect_error(st, h, got, 503, "backend", action)
+            eq(h.get("retry-after"), "1", action + ": Retry-After on the admin API's 503")
         eq(metric(d.port, "block", "error"), 1, "a failed block counted as an error")
 
 
@@ -494,7 +495,7 @@ CASES = [
     ("hybrid: another daemon sees a block within its sync bound", t_hybrid_bound),
     ("bad input: 400 naming the field, counted, nothing changed", t_bad_input),
     ("every action logged (peer, action, policy, key, result) and counted", t_logged_and_counted),
-    ("the backend unreachable: 503 naming it, counted as an error", t_backend_down),
+    ("the backend unreachable: 503 naming it, with Retry-After: 1, counted as an error", t_backend_down),
     ("bearer token: 401 without it, reread on SIGHUP", t_token),
     ("unix socket admin_listen on the memory backend", t_unix_socket_and_memory),
     ("unsafe admin configurations are refused", t_config_refused),

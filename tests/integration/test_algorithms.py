@@ -164,10 +164,16 @@ def verify(resp, policy, confs, allowed, rems, binding, cost, what=""):
     eq(h["x-ratelimit-limit"], str(bcap), "X-RateLimit-Limit")
     eq(h["x-ratelimit-remaining"], str(rems[binding]), "X-RateLimit-Remaining")
     eq(h["x-ratelimit-reset"], str(ceil_s(b["reset_ms"])), "X-RateLimit-Reset (ceil reset_ms %d)" % b["reset_ms"])
-    eq(h["ratelimit-policy"], '"%s";q=%d' % (policy, bcap) +
-       (";w=%d" % (bperiod // 1000) if bperiod % 1000 == 0 else ""), "RateLimit-Policy")
+    # every limit of the policy, an item each, named "<policy>/<i>" when several
+    names = ['"%s"' % policy] if len(confs) == 1 else ['"%s/%d"' % (policy, i) for i in range(len(confs))]
+    items = []
+    for n, c in zip(names, confs):
+        cap = c.get("burst", c["limit"])
+        period = window_ms(c) if c["algorithm"] not in BUCKETS else -(-cap * window_ms(c) // c["limit"])
+        items.append("%s;q=%d" % (n, cap) + (";w=%d" % (period // 1000) if period % 1000 == 0 else ""))
+    eq(h["ratelimit-policy"], ", ".join(items), "RateLimit-Policy")
     # t: the reset, or on a 429 the moment Retry-After names (the draft's SHOULD)
-    eq(h["ratelimit"], '"%s";r=%d;t=%d' % (policy, rems[binding],
+    eq(h["ratelimit"], '%s;r=%d;t=%d' % (names[binding], rems[binding],
                                            ceil_s(b["reset_ms"] if allowed else b["retry_after_ms"])),
        "RateLimit")
     if allowed:

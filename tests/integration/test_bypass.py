@@ -21,12 +21,20 @@ or absent for sub-second windows, a denial never says retry in 0, and
 X-RateLimit-Reset as a Unix time on request, and pk (the caller's partition,
 keyed-hashed, never the identity) when partition_key is set.
 
+And the Caddy recipe under faults: with its own timeouts, ratelimitd killed,
+SIGSTOPped or slow after kept-alive checks, every request reaches the app (it
+fails open) within 250 ms, as Caddy's own JSON access log says (duration);
+an error of the app itself is not taken for ratelimitd's.  (The other cases
+stretch the recipe's timeouts, so that a loaded host's slow check is no
+fail-open they test.)
+
 A missing nginx or caddy is a failure, never a skip (Debian packages nginx,
 caddy).  CADDY overrides the binary.
 """
 
 import atexit
 import base64
+import json
 import os
 import re
 import shutil
@@ -39,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
 import test_nginx as N  # noqa: E402  (its App and Nginx, not its cases)
+from daemon_faults import FAULTS, FaultyDaemon, expect_bounded  # noqa: E402
 
 CADDY = os.environ.get("CADDY") or shutil.which("caddy") or "/usr/bin/caddy"
 CADDYFILE = os.path.join(H.RL_SRCDIR, "deploy", "caddy", "Caddyfile")
@@ -89,16 +98,25 @@ SPOOFS = {"X-Original-URI": "/free", "X-Original-Method": "OPTIONS",
 
 # ------------------------------------------------------------------- Caddy
 
-def render_caddyfile(text, rl_port, app_port, port):
+# The recipe's timeouts towards ratelimitd, stretched for the cases that test
+# semantics (a loaded host's slow check must not fail open there).
+CADDY_TIMEOUTS = ("dial_timeout 100ms", "response_header_timeout 200ms")
+
+
+def render_caddyfile(text, rl_port, app_port, port, verbatim=False, log=None):
     subs = [("forward_auth 127.0.0.1:8080 {", "forward_auth 127.0.0.1:%d {" % rl_port),
             (":8000 {", ":%d {" % port)]
+    if not verbatim:
+        subs += [(t, t.split()[0] + " %ds" % int(2 * H.SLOW)) for t in CADDY_TIMEOUTS]
+    if log:     # Caddy's own JSON access log: each request's duration
+        subs.append(("\tbind 127.0.0.1\n", "\tbind 127.0.0.1\n\tlog {\n\t\toutput file %s\n\t\tformat json\n\t}\n" % log))
     for old, new in subs:
         if text.count(old) != 1:
             raise H.HarnessError("the Caddy recipe no longer has exactly one %r: update "
                                  "test_bypass.py's render_caddyfile" % old)
         text = text.replace(old, new)
-    if text.count("reverse_proxy 127.0.0.1:3000") != 2:
-        raise H.HarnessError("the Caddy recipe no longer proxies to 127.0.0.1:3000 twice")
+    if text.count("reverse_proxy 127.0.0.1:3000") != 3:
+        raise H.HarnessError("the Caddy recipe no longer proxies to 127.0.0.1:3000 three times")
     return text.replace("reverse_proxy 127.0.0.1:3000", "reverse_proxy 127.0.0.1:%d" % app_port)
 
 
@@ -106,7 +124,7 @@ class Caddy:
     """caddy run with the recipe, its data and config dirs in a temp dir;
     drop: lines of the recipe left out."""
 
-    def __init__(self, rl_port, app_port, drop=()):
+    def __init__(self, rl_port, app_port, drop=(), verbatim=False):
         if not (os.path.isfile(CADDY) and os.access(CADDY, os.X_OK)):
             raise H.HarnessError("caddy not found (%r): it is required, install the "
                                  "Debian package caddy" % CADDY)
@@ -114,6 +132,7 @@ class Caddy:
         atexit.register(shutil.rmtree, self.dir, True)
         self.conf = os.path.join(self.dir, "Caddyfile")
         self.logf = os.path.join(self.dir, "caddy.log")
+        self.accesslog = os.path.join(self.dir, "access.json")
         self.env = dict(os.environ, HOME=self.dir, XDG_DATA_HOME=self.dir,
                         XDG_CONFIG_HOME=self.dir)
         self.proc = None
@@ -126,7 +145,7 @@ class Caddy:
         for _ in range(5):          # the free port may be taken meanwhile
             self.port = H.free_port()
             with open(self.conf, "w") as f:
-                f.write(render_caddyfile(recipe, rl_port, app_port, self.port))
+                f.write(render_caddyfile(recipe, rl_port, app_port, self.port, verbatim, self.accesslog))
             if self._start():
                 return
         raise H.HarnessError("caddy did not start; log:\n%s" % self.log())
@@ -153,6 +172,21 @@ class Caddy:
 
     def stop(self):
         H.stop_process(self.proc)
+
+    def access(self, uri):
+        """Caddy's access log entry of the request for `uri`: (status, duration in ms)."""
+        deadline = time.monotonic() + 5 * H.SLOW       # written when the request ends
+        while True:
+            try:
+                with open(self.accesslog) as f:
+                    for line in f:
+                        e = json.loads(line)
+                        if e.get("request", {}).get("uri") == uri:
+                            return e["status"], e["duration"] * 1000
+            except (OSError, ValueError):
+                pass
+            check(time.monotonic() < deadline, "no access log entry for %s", uri)
+            time.sleep(0.02)
 
 
 # ------------------------------------------------------------------ helpers
@@ -439,6 +473,79 @@ def t_quota_partition_key(fx):
         eq(pk_of(quota_check(d0, "gcra_hour", ident, 0)[1]), None, "pk without partition_key")
 
 
+def t_caddy_faults_bounded(fx):
+    # the recipe as it ships: its own timeouts towards ratelimitd, failing open
+    for kind in FAULTS:
+        with FaultyDaemon(CADDY_RL) as fd:
+            cd = Caddy(fd.port, fx.app.port, verbatim=True)
+            try:
+                for i in range(3):      # kept-alive connections to ratelimitd, as in service
+                    st, _, _ = send(cd.port, "/api/warm-%s-%d" % (kind, i), key="warm-" + kind)
+                    eq(st, 200, "a request before the fault")
+                fd.inflict(kind)
+                n = [0]
+
+                def measure():
+                    times = []
+                    for _ in range(3):
+                        n[0] += 1
+                        uri = "/api/%s-%d" % (kind, n[0])
+                        before = fx.app.count()
+                        st, _, body = H.request(cd.port, "POST", uri, body=b"the client's body",
+                                                headers={"X-Api-Key": "k-" + kind,
+                                                         "Content-Type": "text/plain"})
+                        eq((st, fx.app.count() - before), (200, 1), "ratelimitd %s: fail open (%r)" % (kind, body))
+                        eq(fx.app.last()[3], b"the client's body", "the body the app got (ratelimitd %s)" % kind)
+                        logged, ms = cd.access(uri)
+                        eq(logged, 200, "the status Caddy logged")
+                        times.append(ms)
+                    return times
+                expect_bounded("Caddy recipe, ratelimitd %s (access log duration)" % kind, measure)
+            finally:
+                cd.stop()
+
+
+class SlammingApp:
+    """An app that accepts and closes at once (Caddy answers 502), counting
+    the connections it was asked on."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+
+        def run():
+            while True:
+                try:
+                    c, _ = self.sock.accept()
+                except OSError:
+                    return
+                self.accepted += 1
+                c.close()
+        threading.Thread(target=run, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+
+def t_caddy_app_errors_are_the_apps(fx):
+    # ratelimitd answers, the app fails: Caddy's 502 is the app's, and the
+    # recipe's fail-open does not ask the app a second time
+    app = SlammingApp()
+    cd = Caddy(fx.caddy_daemon.port, app.port, verbatim=True)
+    try:
+        st, _, _ = send(cd.port, "/api/app-down", key="app-down")
+        eq(st, 502, "the app failing behind a working ratelimitd")
+        eq(app.accepted, 1, "connections to the failing app for one request (2: the fail-open asked it again)")
+    finally:
+        cd.stop()
+        app.close()
+
+
 def accepted(port):
     """Connections a daemon has accepted, from its own /metrics."""
     st, _, text = H.request(port, "GET", "/metrics")
@@ -480,6 +587,9 @@ CASES = [
      t_quota_reset_epoch),
     ("partition_key: pk is the caller's partition, hashed with the secret, the same on every instance",
      t_quota_partition_key),
+    ("the Caddy recipe's own timeouts: ratelimitd killed / stopped / slow, every request reaches the app "
+     "(its body too) within 250 ms (Caddy's access log)", t_caddy_faults_bounded),
+    ("the Caddy recipe: the app's own 502 is not taken for ratelimitd's", t_caddy_app_errors_are_the_apps),
 ]
 
 
@@ -512,4 +622,4 @@ class _Fixture:
 
 
 if __name__ == "__main__":
-    H.suite(CASES, _Fixture, timeout=180)
+    H.suite(CASES, _Fixture, timeout=360)

@@ -142,6 +142,20 @@ def t_bad_arguments(r):
         check((out + err).strip(), "no message for %r", args)
 
 
+def t_flag_and_env_problems_named(r):
+    # a flag's or variable's bad value is its own problem, not the file's
+    cfg = H.write_config(simple())
+    for args, env, origin in ((["-l", "not an address"], None, "-l"),
+                              ([], {"RATELIMITD_LISTEN": "1.2.3.4:99999"}, "RATELIMITD_LISTEN"),
+                              (["-r", "http://nope"], None, "-r"),
+                              (["-w", "abc"], None, "-w")):
+        rc, out, err = H.run_cli(["-t", "-c", cfg] + args, env=env, timeout=10)
+        eq(rc, 1, "exit code for %r %r" % (args, env))
+        first = err.strip().splitlines()[0] if err.strip() else ""
+        check(first.startswith(origin + ": "), "%r %r: the problem %r does not name %s", args, env, first, origin)
+        check(cfg not in err, "%r %r: the file is blamed: %r", args, env, err)
+
+
 # ---------------------------------------------------------------- environment
 
 def t_env_listen(r):
@@ -483,6 +497,7 @@ CASES = [
     ("-l beats RATELIMITD_LISTEN", t_flag_beats_env_listen),
     ("RATELIMITD_LISTEN beats the file; -l beats both", t_env_beats_file_listen),
     ("RATELIMITD_CONFIG is honoured; -c beats it", t_env_config),
+    ("a bad -l, RATELIMITD_LISTEN, -r or -w names itself, not the file", t_flag_and_env_problems_named),
     ("RATELIMITD_BACKEND is honoured; -b beats it", t_env_backend),
     ("RATELIMITD_REDIS_URL is honoured; -r beats it", t_env_redis_url),
     ("RATELIMITD_LOG_LEVEL is honoured", t_env_log_level),

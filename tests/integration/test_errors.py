@@ -3,7 +3,9 @@
 {"error": "..."} naming the field; the daemon survives all of them and keeps
 serving, also on the same connection.  Plus /healthz and /readyz."""
 
+import json
 import os
+import signal
 import sys
 import time
 
@@ -197,12 +199,67 @@ def t_readyz_redis_down(d, r):
         st, h, b = _poll_readyz(d, 503, 10 * H.SLOW)
         eq(st, 503, "/readyz with Redis stopped (body %r)" % (b,))
         check(b not in ("", None, {}), "503 from /readyz without a reason")
+        eq(h.get("retry-after"), "1", "Retry-After on /readyz's 503")
         st, h, b = H.request(d.port, "GET", "/healthz")
         eq(st, 200, "/healthz while Redis is down")
     finally:
         r.restart()
     st, h, b = _poll_readyz(d, 200, 15 * H.SLOW)
     eq(st, 200, "/readyz after Redis came back (body %r)" % (b,))
+
+
+def t_503_overloaded(d, r):
+    # max_inflight 1 and Redis paused: the first check waits, the second is
+    # shed at once with a 503 that says when to come back
+    cfg = dict(CONFIG, max_inflight=1, redis={"timeout": "30s"})
+    with H.Daemon(cfg, redis=r) as d1:
+        c = H.RawConn(d1.port)
+        r.pause()
+        try:
+            c.send(H.http_bytes("POST", "/check", b'{"key":"waits"}'))
+            deadline = time.monotonic() + 10 * H.SLOW
+            while _inflight(d1.port) < 1:
+                check(time.monotonic() < deadline, "the first check never waited for Redis")
+                time.sleep(0.02)
+            st, h, b = post(d1, {"key": "shed"})
+            H.expect_error(st, h, b, 503, None, "past max_inflight")
+            eq(b.get("error"), "overloaded: too many checks in flight", "the 503's message")
+            eq(h.get("retry-after"), "1", "Retry-After on the overload 503")
+        finally:
+            r.resume()
+        c.close()
+
+
+def _inflight(port):
+    st, _, text = H.request(port, "GET", "/metrics")
+    for line in text.splitlines():
+        if line.startswith("ratelimitd_inflight_checks "):
+            return float(line.split()[1])
+    raise H.Fail("no ratelimitd_inflight_checks in /metrics")
+
+
+def t_503_draining(d, r):
+    # a request read after SIGTERM is answered (issue 24: a check is decided
+    # as usual); what the drain itself says 503 to, readiness, carries
+    # Retry-After like every 503 of the daemon
+    cfg = dict(CONFIG, shutdown_grace="5s")
+    with H.Daemon(cfg, redis=r) as d1:
+        c = H.RawConn(d1.port)
+        req = H.http_bytes("GET", "/readyz")
+        c.send(req[:10])            # a request coming in: the drain waits for it
+        d1.send_signal(signal.SIGTERM)  # (a connection still queued is accepted first)
+        deadline = time.monotonic() + 10 * H.SLOW
+        while H.port_open(d1.port):         # the drain has begun: no more accepts
+            check(time.monotonic() < deadline, "the daemon still accepts 10 s after SIGTERM")
+            time.sleep(0.02)
+        c.send(req[10:])
+        st, h, raw = c.read_response()
+        body = json.loads(raw)
+        eq((st, body.get("reason")), (503, "shutting down"), "GET /readyz after SIGTERM (%r)" % body)
+        eq(h.get("retry-after"), "1", "Retry-After on the drain's 503")
+        eq(h.get("connection"), "close", "the drain's last answer closes")
+        c.close()
+        eq(d1.wait(15), 0, "exit code after the drain")
 
 
 CASES = [
@@ -221,7 +278,9 @@ CASES = [
     ("after every error the daemon is alive and serving", t_still_serving),
     ("GET /healthz -> 200 {\"status\":\"ok\"}", t_healthz),
     ("GET /readyz -> 200 with Redis up", t_readyz_up),
-    ("GET /readyz -> 503 with Redis down, 200 again after", t_readyz_redis_down),
+    ("GET /readyz -> 503 with Redis down (Retry-After: 1), 200 again after", t_readyz_redis_down),
+    ("503 past max_inflight carries Retry-After: 1", t_503_overloaded),
+    ("503 shutting down (readiness read after SIGTERM) carries Retry-After: 1 and closes", t_503_draining),
 ]
 
 

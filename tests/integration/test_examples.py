@@ -15,9 +15,17 @@ shell helper (examples/shell/ratelimit.sh, run by /bin/sh) — must:
   - fail open by default when the daemon is down (refused), hung (timeout,
     bounded in time) or answers 503; fail closed (503, or the shell's exit 3)
     when told to; never read a 400 as "limited", nor let it through: a 4xx
-    (a path the daemon cannot normalise) denies with 400.
+    (a path the daemon cannot normalise) denies with 400;
+  - with their own default timeout, against a real daemon killed, SIGSTOPped
+    or slow after kept-alive checks: each request is decided within 250 ms,
+    as the client itself reports it (the Python Decision's elapsed_ms, the
+    Node and shell warnings' "after N ms", curl's time_total);
+  - check the request's whole path when mounted on a prefix: Express's
+    app.use('/api', ...) (examples/node/express.js, Debian's node-express)
+    and WSGI's SCRIPT_NAME, ASGI's root_path.
 
-A missing node is a failure, never a skip (Debian package nodejs).
+A missing node or Express is a failure, never a skip (Debian packages nodejs,
+node-express).
 """
 
 import asyncio
@@ -37,6 +45,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
+from daemon_faults import FAULTS, FaultyDaemon, expect_bounded  # noqa: E402
 
 EX = os.path.join(H.RL_SRCDIR, "examples")
 LIMIT = 3
@@ -232,33 +241,36 @@ def t_py_wsgi(fx):
         relay.close()
 
 
+async def hello_asgi(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"hello from the app\n"})
+
+
+async def asgi_call(app, scope):
+    """One HTTP request through an ASGI app: (status, Headers, body)."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(msg):
+        sent.append(msg)
+    await app(dict({"type": "http", "method": "GET", "headers": []}, **scope), receive, send)
+    start = sent[0]
+    hd = H.Headers([(k.decode(), v.decode()) for k, v in start.get("headers", [])])
+    return start["status"], hd, b"".join(m.get("body", b"") for m in sent[1:])
+
+
 def t_py_asgi(fx):
     relay = Relay(fx.daemon.port)
     try:
         client = RL.RateLimitClient("http://127.0.0.1:%d" % relay.port, timeout=OK_TIMEOUT)
-
-        async def hello(scope, receive, send):
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"text/plain")]})
-            await send({"type": "http.response.body", "body": b"hello from the app\n"})
-
-        app = RL.RateLimitASGI(hello, client, threads=2)
+        app = RL.RateLimitASGI(hello_asgi, client, threads=2)
         ip = fresh_ip()
 
         async def one(client_ip):
-            sent = []
-
-            async def receive():
-                return {"type": "http.request", "body": b"", "more_body": False}
-
-            async def send(msg):
-                sent.append(msg)
-            scope = {"type": "http", "method": "POST", "path": "/orders", "client": (client_ip, 50000),
-                     "headers": []}
-            await app(scope, receive, send)
-            start = sent[0]
-            hd = H.Headers([(k.decode(), v.decode()) for k, v in start.get("headers", [])])
-            return start["status"], hd, b"".join(m.get("body", b"") for m in sent[1:])
+            return await asgi_call(app, {"method": "POST", "path": "/orders", "client": (client_ip, 50000)})
 
         async def run():
             res = [await one(ip) for _ in range(LIMIT + 1)]
@@ -330,16 +342,21 @@ def t_py_failure_policy(fx):
 
 # ----------------------------------------------------------------------- Node
 
+# Debian's node-* packages install here; node does not look there by itself
+NODE_PATH = "/usr/share/nodejs"
+
+
 class NodeApp:
-    def __init__(self, daemon_port, **env):
+    def __init__(self, daemon_port, script="server.js", **env):
         node = shutil.which("node") or shutil.which("nodejs")
         if node is None:
             raise H.Fail("node not found: it is required (Debian package nodejs)")
         e = dict(os.environ, RATELIMITD_URL="http://127.0.0.1:%d" % daemon_port, PORT="0")
+        e["NODE_PATH"] = NODE_PATH + (":" + e["NODE_PATH"] if e.get("NODE_PATH") else "")
         e.update({k: str(v) for k, v in env.items()})
         self.logpath = os.path.join(H.tmpdir(), "node-%s.log" % uuid.uuid4().hex[:6])
         self.log = open(self.logpath, "w")
-        self.proc = subprocess.Popen([node, os.path.join(EX, "node", "server.js")], env=e,
+        self.proc = subprocess.Popen([node, os.path.join(EX, "node", script)], env=e,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = ""
         deadline = time.monotonic() + 20 * SLOW
@@ -353,9 +370,9 @@ class NodeApp:
             raise H.Fail("node server.js did not start (%r): %s" % (line, open(self.logpath).read()))
         self.port = int(m.group(1))
 
-    def get(self, headers=None, conn=None):
+    def get(self, headers=None, conn=None, path="/orders?x=1"):
         c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=10 * SLOW)
-        c.request("GET", "/orders?x=1", headers=headers or {})
+        c.request("GET", path, headers=headers or {})
         r = c.getresponse()
         body = r.read()
         hd = H.Headers(r.getheaders())
@@ -506,6 +523,110 @@ def t_shell_failure_policy(fx):
            "the daemon answering 503, RATELIMIT_FAIL=closed")
 
 
+# ------------------------------------------------- faults, with the defaults
+
+AFTER_MS = re.compile(r"after (\d+) ms")
+
+
+def t_py_faults(fx):
+    # the client's own default timeout; its Decision says how long each check took
+    for kind in FAULTS:
+        with FaultyDaemon(CONFIG) as fd:
+            client = RL.RateLimitClient("http://127.0.0.1:%d" % fd.port)
+            for i in range(3):      # a kept-alive connection, as in service
+                client.timeout = OK_TIMEOUT
+                d = client.check(key=fresh(), path="/x")
+                check(not d.degraded, "a check before the fault: %r", d)
+            client.timeout = RL.RateLimitClient().timeout
+            fd.inflict(kind)
+
+            def measure():
+                ds = [client.check(key=fresh(), path="/x") for _ in range(3)]
+                check(all(d.allowed and d.degraded for d in ds), "daemon %s, fail open: %r", kind, ds)
+                return [d.elapsed_ms for d in ds]
+            expect_bounded("python, daemon %s" % kind, measure)
+
+
+def t_node_faults(fx):
+    for kind in FAULTS:
+        with FaultyDaemon(CONFIG) as fd:
+            # server.js's default timeout (200 ms) once the warm-up is done
+            with NodeApp(fd.port) as app:
+                for i in range(3):
+                    eq(app.get({"X-Api-Key": fresh()})[0], 200, "a request before the fault")
+                fd.inflict(kind)
+
+                def measure():
+                    before = len(AFTER_MS.findall(app.stderr()))
+                    sts = [app.get({"X-Api-Key": fresh()})[0] for _ in range(3)]
+                    eq(sts, [200] * 3, "daemon %s: fail open" % kind)
+                    times = [int(t) for t in AFTER_MS.findall(app.stderr())[before:]]
+                    eq(len(times), 3, "warnings of the failed checks (%s)" % app.stderr()[-500:])
+                    return times
+                expect_bounded("node, daemon %s" % kind, measure)
+
+
+def t_shell_faults(fx):
+    for kind in FAULTS:
+        with FaultyDaemon(CONFIG) as fd:
+            eq(sh([fresh()], fd.port)[0], 0, "a check before the fault")
+            fd.inflict(kind)
+
+            def one():
+                # the script's own default timeout: RATELIMIT_TIMEOUT unset
+                e = dict(os.environ, RATELIMITD_URL="http://127.0.0.1:%d" % fd.port)
+                e.pop("RATELIMIT_TIMEOUT", None)
+                r = subprocess.run(["sh", os.path.join(EX, "shell", "ratelimit.sh"), fresh()], env=e,
+                                   capture_output=True, text=True, timeout=30 * SLOW)
+                eq(r.returncode, 0, "daemon %s: fail open (%s)" % (kind, r.stderr))
+                m = AFTER_MS.search(r.stderr)
+                check(m, "daemon %s: the warning does not say how long curl took: %r", kind, r.stderr)
+                return int(m.group(1))
+            expect_bounded("shell, daemon %s" % kind, lambda: [one() for _ in range(3)])
+
+
+# ------------------------------------------------------------ mount prefixes
+
+PREFIX_CONFIG = {
+    "identity": ["body", "header:X-Api-Key", "forwarded", "peer"],
+    "redis": {"timeout": "2s"},
+    "policies": [{"name": "five", "match": {"path_prefix": "/api/"},
+                  "limits": [{"algorithm": "fixed_window", "limit": 5, "window": "60s"}]}],
+}
+
+
+def t_node_express_prefix(fx):
+    with H.Daemon(PREFIX_CONFIG, redis=fx.redis) as d, \
+            NodeApp(d.port, script="express.js", TIMEOUT_MS=int(OK_TIMEOUT * 1000)) as app:
+        key = fresh()
+        sts = [app.get({"X-Api-Key": key}, path="/api/orders")[0] for _ in range(7)]
+        eq(sts, [200] * 5 + [429] * 2, "app.use('/api', rateLimit(...)), limit 5 on /api/")
+        st, hd, _ = app.get({"X-Api-Key": key}, path="/api/orders")
+        eq(hd.get("ratelimit-policy", "").split(";")[0], '"five"', "the policy that limited it")
+        eq(app.get({"X-Api-Key": key}, path="/health")[0], 200, "a path outside the mount")
+
+
+def t_py_mount_prefix(fx):
+    with H.Daemon(PREFIX_CONFIG, redis=fx.redis) as d:
+        client = RL.RateLimitClient("http://127.0.0.1:%d" % d.port, timeout=OK_TIMEOUT)
+        app = RL.RateLimitWSGI(hello_wsgi, client, key=lambda env: env.get("HTTP_X_API_KEY"))
+        key = fresh()
+        sts = []
+        for _ in range(7):
+            environ = {"REQUEST_METHOD": "GET", "SCRIPT_NAME": "/api", "PATH_INFO": "/orders",
+                       "REMOTE_ADDR": "203.0.113.7", "HTTP_X_API_KEY": key}
+            got = {}
+            b"".join(app(environ, lambda st, h, e=None: got.update(st=st)))
+            sts.append(int(got["st"].split()[0]))
+        eq(sts, [200] * 5 + [429] * 2, "WSGI mounted at /api (SCRIPT_NAME), limit 5 on /api/")
+
+        key2 = fresh()
+        asgi = RL.RateLimitASGI(hello_asgi, client, key=lambda sc: key2, threads=1)
+        scope = {"root_path": "/api", "path": "/orders", "client": ("203.0.113.8", 1)}
+        sts = [asyncio.run(asgi_call(asgi, scope))[0] for _ in range(7)]
+        eq(sts, [200] * 5 + [429] * 2, "ASGI mounted at /api (root_path, path without it)")
+
+
 class Fx:
     pass
 
@@ -530,8 +651,17 @@ CASES = [
      t_node_failure_policy),
     ("shell: exit 0 / 1 with Retry-After / 2 on a 400; many keys over one connection", t_shell),
     ("shell: refused / hung / 503 fail open by default, exit 3 when closed", t_shell_failure_policy),
+    ("python, default timeout: daemon killed / stopped / slow after kept-alive checks, each check "
+     "decided within 250 ms (Decision.elapsed_ms)", t_py_faults),
+    ("node, default timeout: daemon killed / stopped / slow, each request within 250 ms (its warnings)",
+     t_node_faults),
+    ("shell, default timeout: daemon killed / stopped / slow, each check within 250 ms (curl's time_total)",
+     t_shell_faults),
+    ("node: Express app.use('/api', rateLimit(...)) checks the whole path: 5 of 7 for a limit of 5",
+     t_node_express_prefix),
+    ("python: WSGI under SCRIPT_NAME and ASGI under root_path check the whole path", t_py_mount_prefix),
 ]
 
 
 if __name__ == "__main__":
-    H.suite(CASES, fixture, timeout=240)
+    H.suite(CASES, fixture, timeout=480)

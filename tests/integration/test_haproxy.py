@@ -13,11 +13,16 @@ rewritten), a real redis-server, the real ratelimitd and a tiny upstream app
     sees it (a client's own X-Forwarded-For changes nothing); the original
     path (without its query) and method reach ratelimitd (a POST-only policy
     on a path prefix limits exactly those requests);
-  - ratelimitd down, hung (answered within 4 x the recipe's timeout: haproxy's
-    httpclient tries 4 times) or answering 503: fail open; the `closed`
-    variant answers 503 with Retry-After: 1;
-  - checks in a row share one kept-alive connection to ratelimitd (counted by
-    a relay).
+  - ratelimitd down, hung or answering 503: fail open; the `closed` variant
+    answers 503 with Retry-After: 1;
+  - a check ratelimitd refuses as the client's doing (another 4xx: a path it
+    cannot normalise) is denied with 400, never let through to the app;
+  - with the recipe's own timeout (200 ms), ratelimitd killed, SIGSTOPped or
+    slow after some checks: every request reaches the app within 250 ms, as
+    haproxy's own log says (%Ta, the request's active time), and the check is
+    never retried (2.6's httpclient made a down ratelimitd cost 3 s);
+  - each check is one connection, closed after its answer: none is left open
+    on ratelimitd (its connections_open gauge).
 
 A missing haproxy is a failure, never a skip (Debian package haproxy).
 """
@@ -38,6 +43,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
+from daemon_faults import FAULTS, FaultyDaemon, expect_bounded  # noqa: E402
 
 RECIPE = os.path.join(H.RL_SRCDIR, "deploy", "haproxy")
 LIMIT = 3
@@ -112,9 +118,13 @@ class Blackhole:
             c.close()
 
 
+RECIPE_TIMEOUT_MS = 200      # the recipe's own, in its `http-request lua.ratelimitd` line
+TIMING = re.compile(r"rl-timing (\S+) (\d+) (-?\d+)")
+
+
 class HAProxy:
     # a generous default: on a loaded host a check slower than the timeout would
-    # fail open (and be retried by haproxy's httpclient), which is not under test
+    # fail open, which is not under test; timeout_ms=None: the recipe's own
     def __init__(self, rl_port, app_port, mode="open", timeout_ms=int(2000 * H.SLOW)):
         exe = shutil.which("haproxy")
         if exe is None and os.access("/usr/sbin/haproxy", os.X_OK):
@@ -127,9 +137,14 @@ class HAProxy:
         subs = [
             (r"lua-load /etc/haproxy/ratelimitd.lua", "lua-load %s" % os.path.join(RECIPE, "ratelimitd.lua")),
             (r"bind 127\.0\.0\.1:8000", "bind 127.0.0.1:%d" % self.port),
-            (r"lua\.ratelimitd http://127\.0\.0\.1:8080 open 200",
-             "lua.ratelimitd http://127.0.0.1:%d %s %d" % (rl_port, mode, timeout_ms)),
+            (r"lua\.ratelimitd http://127\.0\.0\.1:8080 open %d" % RECIPE_TIMEOUT_MS,
+             "lua.ratelimitd http://127.0.0.1:%d %s %d" % (rl_port, mode, timeout_ms or RECIPE_TIMEOUT_MS)),
             (r"server app1 127\.0\.0\.1:3000", "server app1 127.0.0.1:%d" % app_port),
+            # haproxy's own timing of each request: its log at info, a line of
+            # our own format per request (%Ta: from the request to the end of
+            # the answer, in ms)
+            (r"log stderr format short local0 warning", "log stderr format short local0 info"),
+            (r"(bind 127\.0\.0\.1:\d+)", "\\1\n    log-format \"rl-timing %HU %ST %Ta\""),
         ]
         for pat, rep in subs:
             cfg, n = re.subn(pat, rep, cfg)
@@ -154,6 +169,16 @@ class HAProxy:
         self.log.flush()
         with open(self.logpath) as f:
             return f.read()
+
+    def active_ms(self, uri):
+        """haproxy's own %Ta of the request for `uri`."""
+        deadline = time.monotonic() + 5 * H.SLOW       # logged when the request ends
+        while True:
+            for u, st, ta in TIMING.findall(self.output()):
+                if u == uri:
+                    return int(ta)
+            check(time.monotonic() < deadline, "no haproxy log line for %s:\n%s", uri, self.output()[-1500:])
+            time.sleep(0.02)
 
     def request(self, method="GET", path="/api/orders", headers=None, body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10 * H.SLOW)
@@ -238,12 +263,12 @@ def t_fail_open_and_closed(fx):
     hole = Blackhole()
     try:
         with HAProxy(hole.port, fx.app.port, timeout_ms=300) as hap:
-            t0 = time.monotonic()
-            st, _, _ = hap.request()
-            took = time.monotonic() - t0
+            st, _, _ = hap.request(path="/api/hung")
             eq(st, 200, "ratelimitd hung, open")
-            # httpclient resends a timed-out check 3 times: 4 x the timeout, documented
-            check(took < 4 * 0.3 + 1.5 * H.SLOW, "a hung ratelimitd took %.2fs (timeout 0.3s, 4 tries)", took)
+            # one try, bounded as a whole: the timeout and no retry
+            ta = hap.active_ms("/api/hung")
+            check(300 <= ta < 300 + 250 * H.SLOW, "a hung ratelimitd took %d ms (timeout 300 ms, one try)", ta)
+            eq(len(hole.held), 1, "connections haproxy made to a hung ratelimitd for one request")
     finally:
         hole.close()
     with H.Daemon(dict(CONFIG, failure_mode="closed"), args=["-r", "redis://127.0.0.1:%d/0" % H.free_port()],
@@ -272,25 +297,56 @@ def t_client_fault_denied(fx):
         eq(hap.request(path="/api%2Fitems", headers={"X-Api-Key": k})[0], 400, "closed, /api%2Fitems")
 
 
-def t_connection_reuse(fx):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from test_examples import Relay
-    relay = Relay(fx.daemon.port)
+def daemon_metric(port, name):
+    st, _, text = H.request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    m = re.search(r"^%s (\d+)$" % name, text, re.M)
+    check(m, "no %s in /metrics", name)
+    return int(m.group(1))
+
+
+def t_connection_per_check(fx):
+    # a Lua socket lives with its transaction: one connection per check, which
+    # ratelimitd closes after its answer, so none piles up
+    before = daemon_metric(fx.daemon.port, "ratelimitd_connections_accepted_total")
+    c = http.client.HTTPConnection("127.0.0.1", fx.hap.port, timeout=10 * H.SLOW)
     try:
-        with HAProxy(relay.port, fx.app.port) as hap:
-            c = http.client.HTTPConnection("127.0.0.1", hap.port, timeout=10 * H.SLOW)
-            try:
-                for i in range(20):
-                    c.request("GET", "/api/reuse", headers={"X-Api-Key": key()})
-                    r = c.getresponse()
-                    r.read()
-                    eq(r.status, 200, "check %d through haproxy" % (i + 1))
-            finally:
-                c.close()
-        check(1 <= relay.accepted <= 2, "%d connections to ratelimitd for 20 checks", relay.accepted)
-        print("# haproxy: %d connection(s) to ratelimitd for 20 checks" % relay.accepted)
+        for i in range(20):
+            c.request("GET", "/api/conn", headers={"X-Api-Key": key()})
+            r = c.getresponse()
+            r.read()
+            eq(r.status, 200, "check %d through haproxy" % (i + 1))
     finally:
-        relay.close()
+        c.close()
+    accepted = daemon_metric(fx.daemon.port, "ratelimitd_connections_accepted_total") - before - 1
+    eq(accepted, 20, "connections to ratelimitd for 20 checks (and this scrape)")
+    deadline = time.monotonic() + 5 * H.SLOW
+    while daemon_metric(fx.daemon.port, "ratelimitd_connections_open") > 1:    # the scrape's own
+        check(time.monotonic() < deadline, "connections from haproxy left open on ratelimitd")
+        time.sleep(0.05)
+
+
+def t_faults_bounded(fx):
+    # the recipe as it ships: its own 200 ms, failing open
+    for kind in FAULTS:
+        with FaultyDaemon(CONFIG) as fd, HAProxy(fd.port, fx.app.port, timeout_ms=None) as hap:
+            for i in range(3):
+                eq(hap.request(path="/api/warm-%s-%d" % (kind, i), headers={"X-Api-Key": key()})[0], 200,
+                   "a request before the fault")
+            fd.inflict(kind)
+            n = [0]
+
+            def measure():
+                times = []
+                for _ in range(3):
+                    n[0] += 1
+                    uri = "/api/%s-%d" % (kind, n[0])
+                    before = len(fx.app.seen)
+                    st, _, body = hap.request(path=uri, headers={"X-Api-Key": key()})
+                    eq((st, len(fx.app.seen) - before), (200, 1), "ratelimitd %s: fail open (%r)" % (kind, body))
+                    times.append(hap.active_ms(uri))
+                return times
+            expect_bounded("HAProxy recipe, ratelimitd %s (%%Ta)" % kind, measure)
 
 
 class Fx:
@@ -320,9 +376,12 @@ CASES = [
      t_client_fault_denied),
     ("ratelimitd down / hung / 503: fail open; the closed variant answers 503 + Retry-After: 1",
      t_fail_open_and_closed),
-    ("checks in a row share one kept-alive connection to ratelimitd", t_connection_reuse),
+    ("each check is one connection, closed after its answer: none left open on ratelimitd",
+     t_connection_per_check),
+    ("the recipe's own 200 ms: ratelimitd killed / stopped / slow, every request reaches the app within 250 ms "
+     "(haproxy's %Ta)", t_faults_bounded),
 ]
 
 
 if __name__ == "__main__":
-    H.suite(CASES, fixture, timeout=180)
+    H.suite(CASES, fixture, timeout=360)

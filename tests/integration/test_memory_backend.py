@@ -11,8 +11,10 @@ next to `open` and `closed` (docs/API.md, README, docs/ALGORITHMS-CHOOSING.md).
 - 20k distinct keys: RSS grows by less than 64 MiB, every key is remembered,
   the daemon stays healthy;
 - the redis backend with Redis stopped: `local` decides with the limit
-  enforced and marks every answer degraded; `open` allows (degraded, no quota
-  headers); `closed` answers 503 {"error": "backend unavailable"}.
+  enforced and marks every answer degraded; `open` allows (degraded: the
+  policy's limits as configured in the body and RateLimit-Policy, nothing a
+  count would say); `closed` answers 503 {"error": "backend unavailable", the
+  policy, its limits} with RateLimit-Policy and Retry-After: 1.
 """
 
 import contextlib
@@ -321,6 +323,26 @@ def t_local(ctx):
         limit3(d, "p3_" + SHORT[a], "local-" + SHORT[a], degraded=True)
 
 
+# What the configuration says of p3_fw and wide, all a failed check can say.
+P3_FW = [{"algorithm": "fixed_window", "limit": 3, "window_ms": 3600000}]
+WIDE = [dict({"algorithm": a, "limit": 5, "window_ms": 3600000},
+             **({"burst": 5} if a in ("token_bucket", "gcra") else {})) for a in ALGOS]
+WIDE_POLICY = ", ".join('"wide/%d";q=5;w=3600' % i for i in range(len(ALGOS)))
+
+
+def expect_known_only(h, b, policy, limits, rl_policy, what, status):
+    """The policy's configuration, in the body and RateLimit-Policy; none of
+    the numbers only a count gives (remaining, resets, the binding limit)."""
+    eq(b.get("policy"), policy, what + ": policy")
+    eq(b.get("limits"), limits, what + ": limits, as configured")
+    for k in ("limit", "remaining", "reset_ms", "retry_after_ms"):
+        check(k not in b, "%s: %s %r in an answer nobody counted", what, k, b.get(k))
+    eq(h.get("ratelimit-policy"), rl_policy, what + ": RateLimit-Policy")
+    counted = [n for n in QUOTA_HEADERS if n in h and n not in ("ratelimit-policy", "retry-after")]
+    check(not counted, "%s: quota headers %r on an answer nobody counted", what, counted)
+    eq(h.get("retry-after"), "1" if status == 503 else None, what + ": Retry-After")
+
+
 def t_open(ctx):
     d = ctx["daemons"]["open"]
     for i in range(6):   # twice the limit: never denied
@@ -328,8 +350,10 @@ def t_open(ctx):
         H.expect_json(st, h, b, 200, "open, check %d" % (i + 1))
         eq(b.get("allowed"), True, "open, check %d: allowed" % (i + 1))
         eq(b.get("degraded"), True, "open, check %d: degraded" % (i + 1))
-        present = [n for n in QUOTA_HEADERS if n in h]
-        check(not present, "open, check %d: quota headers %r on an answer nobody counted", i + 1, present)
+        expect_known_only(h, b, "p3_fw", P3_FW, '"p3_fw";q=3;w=3600', "open, check %d" % (i + 1), 200)
+    st, h, b = post(d, {"key": "open-1", "policy": "wide"})
+    H.expect_json(st, h, b, 200, "open, a policy of five limits")
+    expect_known_only(h, b, "wide", WIDE, WIDE_POLICY, "open, five limits", 200)
 
 
 def t_closed(ctx):
@@ -337,17 +361,26 @@ def t_closed(ctx):
     for i in range(3):
         st, h, b = post(d, {"key": "closed-1", "policy": "p3_fw"})
         H.expect_json(st, h, b, 503, "closed, check %d" % (i + 1))
-        eq(b, {"error": "backend unavailable"}, "closed, check %d: body" % (i + 1))
-        present = [n for n in QUOTA_HEADERS if n in h]
-        check(not present, "closed: quota headers %r on a 503", present)
+        eq(b.get("error"), "backend unavailable", "closed, check %d: error" % (i + 1))
+        check("allowed" not in b, "closed, check %d: allowed in a 503: %r", i + 1, b)
+        expect_known_only(h, b, "p3_fw", P3_FW, '"p3_fw";q=3;w=3600', "closed, check %d" % (i + 1), 503)
+    st, h, b = post(d, {"key": "closed-1", "policy": "wide"})
+    H.expect_json(st, h, b, 503, "closed, a policy of five limits")
+    expect_known_only(h, b, "wide", WIDE, WIDE_POLICY, "closed, five limits", 503)
+    # status and headers only (an auth subrequest): the same headers
+    st, h, raw = H.request(d.port, "POST", "/check?body=none", {"key": "closed-1", "policy": "p3_fw"})
+    eq((st, h.get("ratelimit-policy"), h.get("retry-after"), raw), (503, '"p3_fw";q=3;w=3600', "1", ""),
+       "closed, ?body=none")
 
 
 DOWN_CASES = [
     ("local/open/closed with Redis up: decided by Redis, not degraded", t_before_stop),
     ("Redis stopped: /readyz 503 on all three", t_stop_redis),
     ("failure_mode local, Redis down: limit 3 -> 3 allowed then 429, all degraded, every algorithm", t_local),
-    ("failure_mode open, Redis down: 200 degraded without quota headers, beyond the limit", t_open),
-    ("failure_mode closed, Redis down: 503 {\"error\": \"backend unavailable\"}", t_closed),
+    ("failure_mode open, Redis down: 200 degraded beyond the limit; the limits as configured, "
+     "RateLimit-Policy, no counted numbers", t_open),
+    ("failure_mode closed, Redis down: 503 backend unavailable with the policy, its limits, "
+     "RateLimit-Policy and Retry-After: 1", t_closed),
 ]
 
 

@@ -133,6 +133,23 @@ def t_promtool_test(fx):
     check(not missing, "alerts no unit test sees firing: %s", missing)
 
 
+def t_rules_job(fx):
+    # only RatelimitdDown looks at the job: it matches a static "ratelimitd"
+    # and the Prometheus Operator's "<namespace>/ratelimitd" of podmonitor.yaml
+    for name, expr in rule_exprs():
+        check('job="' not in expr, "alert %s names one scrape job: %s", name, expr)
+    down = dict(rule_exprs())["RatelimitdDown"]
+    m = re.search(r'job=~"([^"]+)"', down)
+    check(m, "RatelimitdDown does not select the job: %s", down)
+    for job, want in (("ratelimitd", True), ("app/ratelimitd", True), ("monitoring/ratelimitd", True),
+                      ("kubernetes-pods", False), ("app/other", False), ("notratelimitd", False)):
+        eq(re.fullmatch(m.group(1), job) is not None, want, "RatelimitdDown's job matcher on %r" % job)
+    pm = yaml_load(os.path.join(H.RL_SRCDIR, "deploy", "kubernetes", "podmonitor.yaml"))
+    eq(pm.get("kind"), "PodMonitor", "deploy/kubernetes/podmonitor.yaml's kind")
+    name = pm["metadata"]["name"]
+    check(re.fullmatch(m.group(1), "app/" + name), "the PodMonitor's job (<namespace>/%s) is not matched", name)
+
+
 def t_rules_metrics(fx):
     metrics = scrape(fx.port)
     seen = set()
@@ -146,7 +163,12 @@ def t_dashboard_shape(fx):
     ids = [p["id"] for p in d["panels"]]
     eq(len(ids), len(set(ids)), "distinct panel ids")
     names = {v["name"] for v in d["templating"]["list"]}
-    check({"datasource", "instance"} <= names, "template variables %s", sorted(names))
+    check({"datasource", "job", "instance"} <= names, "template variables %s", sorted(names))
+    # the scrape job is the user's to name (a static job, a PodMonitor's
+    # "<namespace>/<name>", an annotation-discovered pod): never written in
+    check('job="' not in json.dumps(d).replace('\\"', '"'), "the dashboard names a scrape job")
+    inst = [v for v in d["templating"]["list"] if v["name"] == "instance"][0]
+    check('job=~"$job"' in inst["definition"], "the instance variable ignores the job: %s", inst["definition"])
     for p in d["panels"]:
         check(p.get("targets"), "panel %r has no query", p["title"])
         check(p["datasource"]["uid"] == "${datasource}", "panel %r has a fixed datasource", p["title"])
@@ -154,6 +176,8 @@ def t_dashboard_shape(fx):
         check(g["x"] + g["w"] <= 24, "panel %r is wider than the grid", p["title"])
         for t in p["targets"]:
             check('instance=~"$instance"' in t["expr"], "panel %r/%s ignores the instance variable: %s",
+                  p["title"], t["refId"], t["expr"])
+            check('job=~"$job"' in t["expr"], "panel %r/%s ignores the job variable: %s",
                   p["title"], t["refId"], t["expr"])
 
 
@@ -164,7 +188,7 @@ def t_dashboard_promql(fx):
     with open(path, "w") as f:
         f.write("groups:\n- name: dashboard\n  rules:\n")
         for i, (_, e) in enumerate(exprs):
-            e = e.replace("$__rate_interval", "5m").replace("$instance", ".*")
+            e = e.replace("$__rate_interval", "5m").replace("$instance", ".*").replace("$job", ".*")
             f.write("  - record: dashboard:expr_%d\n    expr: %s\n" % (i, json.dumps(e)))
     rc, out = run([promtool(), "check", "rules", path])
     check(rc == 0 and "SUCCESS: %d rules found" % len(exprs) in out,
@@ -178,7 +202,9 @@ def t_dashboard_metrics(fx):
         seen |= check_expr("panel " + where, expr, metrics)
     # the headline metrics each have a panel
     for m in ("ratelimitd_checks_total", "ratelimitd_backend_latency_seconds_bucket",
-              "ratelimitd_backend_requests_total", "ratelimitd_local_cache_hits_total"):
+              "ratelimitd_backend_requests_total", "ratelimitd_local_cache_hits_total",
+              "ratelimitd_redis_errors_total", "ratelimitd_connections_open",
+              "ratelimitd_connections_accepted_total", "ratelimitd_check_duration_seconds_bucket"):
         check(m in seen, "no panel shows %s", m)
     print("# the dashboard shows %d of the %d metrics in /metrics" % (len(seen), len(metrics)))
 
@@ -209,7 +235,10 @@ CASES = [
     ("promtool check rules: deploy/prometheus/ratelimitd.rules.yml", t_promtool_check),
     ("promtool test rules: every alert fires for the sick instance only, after its for:", t_promtool_test),
     ("every metric and label value the alert rules use is in a real /metrics scrape", t_rules_metrics),
-    ("grafana dashboard: distinct ids, datasource and instance variables, on the grid", t_dashboard_shape),
+    ("the rules name no scrape job but RatelimitdDown's, which matches ratelimitd and <namespace>/ratelimitd",
+     t_rules_job),
+    ("grafana dashboard: distinct ids, datasource, job and instance variables used by every query, on the grid",
+     t_dashboard_shape),
     ("grafana dashboard: every expression is valid PromQL (promtool)", t_dashboard_promql),
     ("grafana dashboard: every metric and label value it uses is in a real /metrics scrape",
      t_dashboard_metrics),

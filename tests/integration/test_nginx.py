@@ -15,7 +15,11 @@ free port), then checks what the recipe's header comment promises:
     client's body never reaches ratelimitd; the original method does;
   - ratelimitd answering 503 (failure_mode closed, Redis gone) -> 503 with
     Retry-After: 1; ratelimitd hung -> fail open after proxy_read_timeout;
-    ratelimitd down -> fail open (the app answers, no quota headers).
+    ratelimitd down -> fail open (the app answers, no quota headers);
+  - with the recipe's own timeouts (the other cases stretch them, so that a
+    loaded host's slow check is not a fail-open they do not test), ratelimitd
+    killed, SIGSTOPped or slow after kept-alive checks: every request reaches
+    the app within 250 ms, as nginx's own $request_time says in its access log.
 
 A missing nginx is a failure, never a skip (Debian package: nginx; its
 auth_request module is built in).  NGINX overrides the binary.
@@ -38,6 +42,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
+from daemon_faults import FAULTS, FaultyDaemon, expect_bounded, wait_stopped  # noqa: E402
 
 NGINX = os.environ.get("NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 RECIPE = os.path.join(H.RL_SRCDIR, "deploy", "nginx", "ratelimitd.conf")
@@ -46,9 +51,9 @@ LIMIT = 3
 RL_CONFIG = {
     "identity": ["header:X-Api-Key", "forwarded", "peer"],
     "failure_mode": "closed",
-    # below the recipe's proxy_read_timeout (1s), as the recipe wants; no case
-    # stalls Redis, so this only has to outlast a loaded host's delays (200 ms
-    # did not always: a 503 where the case wants the app's 200 or a 429)
+    # below the timeouts the cases give the recipe (STRETCHED); no case stalls
+    # Redis, so this only has to outlast a loaded host's delays (200 ms did not
+    # always: a 503 where the case wants the app's 200 or a 429)
     "redis": {"timeout": "600ms"},
     "policies": [
         {"name": "api", "match": {"path_prefix": "/api/"},
@@ -126,11 +131,20 @@ class App:
 
 # ------------------------------------------------------------------- nginx
 
-def render_recipe(text, rl_port, app_port, port):
-    """The recipe with its three ADDRESS lines pointed at this test's ports."""
+# The recipe's timeouts towards ratelimitd, and what the semantic cases make
+# of them: a check slowed by a loaded host must not fail open there.
+RECIPE_TIMEOUTS = ("proxy_connect_timeout 100ms;", "proxy_send_timeout 200ms;", "proxy_read_timeout 200ms;")
+STRETCHED = "%ds;" % int(2 * H.SLOW)
+
+
+def render_recipe(text, rl_port, app_port, port, verbatim=False):
+    """The recipe with its three ADDRESS lines pointed at this test's ports
+    (and, unless verbatim, its timeouts towards ratelimitd stretched)."""
     subs = [("server 127.0.0.1:8080;", "server 127.0.0.1:%d;" % rl_port),
             ("server 127.0.0.1:3000;", "server 127.0.0.1:%d;" % app_port),
             ("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % port)]
+    if not verbatim:
+        subs += [(t, t.split()[0] + " " + STRETCHED) for t in RECIPE_TIMEOUTS]
     for old, new in subs:
         if text.count(old) != 1:
             raise H.HarnessError("the recipe no longer has exactly one %r: update "
@@ -142,7 +156,7 @@ def render_recipe(text, rl_port, app_port, port):
 class Nginx:
     """nginx -p DIR -c DIR/nginx.conf -g 'daemon off;', including the recipe."""
 
-    def __init__(self, rl_port, app_port):
+    def __init__(self, rl_port, app_port, verbatim=False):
         if not (os.path.isfile(NGINX) and os.access(NGINX, os.X_OK)):
             raise H.HarnessError("nginx not found (%r): it is required, install the "
                                  "Debian package nginx" % NGINX)
@@ -153,7 +167,9 @@ class Nginx:
         for d in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             os.mkdir(os.path.join(self.dir, d))
         self.errlog = os.path.join(self.dir, "error.log")
+        self.timinglog = os.path.join(self.dir, "timing.log")
         self.conf = os.path.join(self.dir, "nginx.conf")
+        self.verbatim = verbatim
         self.proc = None
         with open(RECIPE) as f:
             self.recipe = f.read()
@@ -168,7 +184,7 @@ class Nginx:
 
     def _write(self, rl_port, app_port):
         with open(os.path.join(self.dir, "ratelimitd.conf"), "w") as f:
-            f.write(render_recipe(self.recipe, rl_port, app_port, self.port))
+            f.write(render_recipe(self.recipe, rl_port, app_port, self.port, self.verbatim))
         d = self.dir
         user = "user nobody nogroup;\n" if os.geteuid() == 0 else ""
         with open(self.conf, "w") as f:
@@ -179,7 +195,8 @@ class Nginx:
                 "error_log %s info;\n"
                 "events { worker_connections 256; }\n"
                 "http {\n"
-                "    access_log %s/access.log;\n"
+                "    log_format timing '$request_uri $status $request_time';\n"
+                "    access_log %s/timing.log timing;\n"
                 "    client_body_temp_path %s/body;\n"
                 "    proxy_temp_path %s/proxy;\n"
                 "    fastcgi_temp_path %s/fastcgi;\n"
@@ -207,6 +224,21 @@ class Nginx:
                 return f.read()
         except OSError:
             return ""
+
+    def request_time_ms(self, uri):
+        """nginx's own $request_time of the request for `uri`, in ms."""
+        deadline = time.monotonic() + 5 * H.SLOW       # written when the request ends
+        while True:
+            try:
+                with open(self.timinglog) as f:
+                    for line in f:
+                        u, st, t = line.split()
+                        if u == uri:
+                            return float(t) * 1000
+            except OSError:
+                pass
+            check(time.monotonic() < deadline, "no access log line for %s", uri)
+            time.sleep(0.02)
 
     def stop(self):
         H.stop_process(self.proc)
@@ -386,23 +418,6 @@ def t_no_unexpected_status(fx):
           "\n".join(l for l in log.splitlines() if "unexpected status" in l))
 
 
-def wait_stopped(pid, timeout=5.0):
-    """SIGSTOP reaches a threaded process's threads one by one: wait for all."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = []
-        for tid in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                pass
-        if states and all(st in ("T", "t") for st in states):
-            return
-        check(time.monotonic() < deadline, "ratelimitd's threads not all stopped: %r", states)
-        time.sleep(0.005)
-
-
 def t_hung(fx):
     fx.daemon.send_signal(signal.SIGSTOP)
     try:
@@ -414,8 +429,36 @@ def t_hung(fx):
         fx.daemon.send_signal(signal.SIGCONT)
     expect_app(fx, st, hdrs, body, "GET", "/api/items", "ratelimitd hung")
     no_quota_headers(hdrs, "ratelimitd hung")
-    check(0.8 <= took <= 5.0, "answered after %.2fs; proxy_read_timeout is 1s", took)
+    check(1.6 * H.SLOW <= took <= 10.0 * H.SLOW, "answered after %.2fs; proxy_read_timeout is %s here",
+          took, STRETCHED)
     check("upstream timed out" in fx.nginx.log(), "nginx logged no upstream timeout")
+
+
+def t_faults_bounded(fx):
+    # the recipe as it ships: its own timeouts towards ratelimitd
+    for kind in FAULTS:
+        with FaultyDaemon(RL_CONFIG) as fd:
+            ng = Nginx(fd.port, fx.app.port, verbatim=True)
+            try:
+                for i in range(3):      # kept-alive connections to ratelimitd, as in service
+                    st, _, _ = H.request(ng.port, "GET", "/api/warm-%s-%d" % (kind, i),
+                                         headers={"X-Api-Key": "warm-" + kind})
+                    eq(st, 200, "a request before the fault")
+                fd.inflict(kind)
+                n = [0]
+
+                def measure():
+                    times = []
+                    for _ in range(3):
+                        n[0] += 1
+                        uri = "/api/%s-%d" % (kind, n[0])
+                        st, hdrs, body = H.request(ng.port, "GET", uri, headers={"X-Api-Key": "k-" + kind})
+                        expect_app(fx, st, hdrs, body, "GET", uri, "ratelimitd %s: fail open" % kind)
+                        times.append(ng.request_time_ms(uri))
+                    return times
+                expect_bounded("nginx recipe, ratelimitd %s ($request_time)" % kind, measure)
+            finally:
+                ng.stop()
 
 
 def t_closed(fx):
@@ -477,7 +520,8 @@ def t_shipped_login(fx):
     # only the addresses (flags) and a timeout a loaded host cannot hit:
     # a degraded answer would let the request through (failure_mode open)
     cfg["redis"]["timeout"] = "2s"
-    with H.Daemon(cfg, redis=fx.redis, workers=1) as d:
+    # a Redis of its own: the cases before kill the fixture's
+    with H.Redis() as redis, H.Daemon(cfg, redis=redis, workers=1) as d:
         ng = Nginx(d.port, fx.app.port)
         try:
             seen0 = fx.app.count()
@@ -513,6 +557,8 @@ CASES = [
     ("an unprotected location is never checked", t_unprotected),
     ("nginx logged no unmapped auth status", t_no_unexpected_status),
     ("ratelimitd hung: fail open after proxy_read_timeout", t_hung),
+    ("the recipe's own timeouts: ratelimitd killed / stopped / slow, every request reaches the app within "
+     "250 ms (nginx's $request_time)", t_faults_bounded),
     ("ratelimitd answers 503 (failure_mode closed, Redis gone): 503 with Retry-After", t_closed),
     ("ratelimitd down: fail open, no quota headers", t_down),
     ("conf/hybrid.json's login behind the recipe: 5 per address whatever X-Api-Key, "

@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,6 +111,101 @@ def t_security():
     print("# systemd-analyze security: overall exposure %.1f (at most %.1f)" % (score, MAX_EXPOSURE))
     check(score <= MAX_EXPOSURE, "exposure %.1f > %.1f:\n%s", score, MAX_EXPOSURE,
           "\n".join(l for l in out.splitlines() if l.startswith("✗"))[:3000])
+
+
+def unit_settings(name):
+    with open(UNIT) as f:
+        return [l.split("=", 1)[1].strip() for l in f.read().splitlines() if l.startswith(name + "=")]
+
+
+def t_unit_runtime_directory():
+    # ProtectSystem=strict leaves /run read-only: the documented admin socket
+    # needs a directory of its own there, which systemd makes
+    dirs = unit_settings("RuntimeDirectory")
+    eq(len(dirs), 1, "RuntimeDirectory= lines in the unit")
+    run_dir = "/run/" + dirs[0]
+    documented = set()
+    for doc in (os.path.join(SRC, "README.md"), os.path.join(SRC, "docs/API.md"),
+                os.path.join(SRC, "conf", "login-protection.json")):
+        with open(doc) as f:
+            documented |= set(re.findall(r"unix:(/run/[\w./-]+\.sock)", f.read()))
+    check(documented, "no unix:/run/... admin socket documented")
+    for path in documented:
+        eq(os.path.dirname(path), run_dir, "the directory of the documented socket %s" % path)
+    # what happens without it: the daemon cannot bind the socket (exit 2), and
+    # -t cannot see that; with the directory there, the admin API is served
+    d = scratch("rundir-")
+    missing = os.path.join(d, "ratelimitd", "admin.sock")
+    cfg = H.write_config({"admin_listen": "unix:" + missing, "policies": []})
+    rc, out, err = H.run_cli(["-t", "-c", cfg])
+    eq(rc, 0, "-t with the socket's directory missing (%s)" % (out + err))
+    with H.Daemon(None, backend="memory", args=["-c", cfg], wait=False) as dm:
+        eq(dm.wait(10), 2, "exit status when the admin socket's directory does not exist")
+        check("admin" in dm.log(), "the exit does not say what failed:\n%s", dm.log())
+    os.mkdir(os.path.dirname(missing), 0o750)
+    with H.Daemon(None, backend="memory", args=["-c", cfg]) as dm:
+        check(os.path.exists(missing), "no admin socket at %s", missing)
+
+
+def reload_commands(binary, config, pid):
+    """The unit's ExecReload= command lines, in order, as argv lists with the
+    built binary, a test config and the daemon's pid put in."""
+    cmds = []
+    for line in unit_settings("ExecReload"):
+        check(not line.startswith(("-", "@", "+", "!", ":")), "ExecReload=%s: a prefix this test does not "
+              "model", line)
+        line = line.replace("/usr/local/bin/ratelimitd", binary).replace(
+            "/etc/ratelimitd/ratelimitd.json", config).replace("$MAINPID", str(pid))
+        cmds.append(shlex.split(line))
+    return cmds
+
+
+def reloads(port):
+    st, _, text = H.request(port, "GET", "/metrics")
+    eq(st, 200, "GET /metrics")
+    return tuple(int(re.search(r'^ratelimitd_config_reloads_total\{result="%s"\} (\d+)$' % r, text, re.M).group(1))
+                 for r in ("ok", "failed"))
+
+
+def t_unit_reload_dry_run():
+    """systemctl reload as the unit has systemd run it: each ExecReload= in
+    turn, the first failure failing the reload (and skipping the rest)."""
+    def pol(name):
+        return {"name": name, "limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]}
+    cfgpath = H.write_config({"identity": ["body"], "policies": [pol("first")]})
+    with H.Daemon(None, backend="memory", args=["-c", cfgpath]) as d:
+        def run_reload():
+            for argv in reload_commands(os.path.abspath(H.RATELIMITD), cfgpath, d.proc.pid):
+                rc, out, err = run(argv)
+                if rc != 0:
+                    return rc, argv, out + err
+            return 0, None, ""
+
+        def served(name):
+            return H.request(d.port, "POST", "/check", {"key": "k", "policy": name})[0] == 200
+
+        check(len(reload_commands("x", "y", 1)) >= 2, "ExecReload= does not check the file before the signal")
+        before = reloads(d.port)
+        for bad, why in (("{ broken", "not JSON"),
+                         (json.dumps({"policies": [pol("second")], "workers": 100000}), "workers out of range")):
+            with open(cfgpath, "w") as f:
+                f.write(bad)
+            rc, argv, text = run_reload()
+            check(rc != 0, "a file with a problem (%s): the reload succeeded", why)
+            eq(argv[0], os.path.abspath(H.RATELIMITD), "the ExecReload= that failed (%s)" % why)
+            check(cfgpath in text, "the failed reload does not name the file (%s): %r", why, text)
+            time.sleep(0.3)
+            eq(reloads(d.port), before, "the daemon's reloads after a refused systemctl reload (%s)" % why)
+            check(served("first") and not served("second"), "the running configuration changed (%s)", why)
+        with open(cfgpath, "w") as f:
+            json.dump({"identity": ["body"], "policies": [pol("first"), pol("second")]}, f)
+        rc, argv, text = run_reload()
+        eq(rc, 0, "the reload of a good file (%s: %s)" % (argv, text))
+        deadline = time.monotonic() + 10 * H.SLOW
+        while not served("second"):
+            check(time.monotonic() < deadline, "the good file is not served after the reload")
+            time.sleep(0.05)
+        eq(reloads(d.port), (before[0] + 1, before[1]), "the daemon's reloads after a good one")
 
 
 # ---------------------------------------------------------------- Dockerfile
@@ -529,7 +625,8 @@ def t_k8s_sidecar():
           "RATELIMITD_REDIS_URL %r does not point at the redis Service", env.get("RATELIMITD_REDIS_URL"))
     svc = by_kind(k8s("redis.yaml"), "Service")
     eq(svc["metadata"]["name"], "redis", "the Redis Service's name")
-    eq(rl["readinessProbe"]["httpGet"]["path"], "/readyz", "readinessProbe path")
+    # readiness that fits a sidecar: answering checks as configured, not Redis's state
+    eq(rl["readinessProbe"]["httpGet"]["path"], "/serving", "readinessProbe path")
     eq(rl["livenessProbe"]["httpGet"]["path"], "/healthz", "livenessProbe path")
     sc = rl["securityContext"]
     eq(sc.get("runAsNonRoot"), True, "runAsNonRoot")
@@ -558,10 +655,201 @@ def t_k8s_sidecar():
 
 def t_k8s_configmap():
     cm = by_kind(k8s("configmap.yaml"), "ConfigMap")
-    path = H.write_config(cm["data"]["ratelimitd.json"], name="configmap-")
+    text = cm["data"]["ratelimitd.json"]
+    # the Redis password file the sidecar has mounted from the Secret, here a scratch one
+    pwfile = json.loads(text).get("redis", {}).get("password_file")
+    if pwfile:
+        scratch_pw = os.path.join(scratch("k8s-secret-"), "password")
+        with open(scratch_pw, "w") as f:
+            f.write("from-the-secret\n")
+        text = text.replace(pwfile, scratch_pw)
+    path = H.write_config(text, name="configmap-")
     rc, out, err = H.run_cli(["-t", "-c", path], env={"RATELIMITD_REDIS_URL": "redis://redis:6379/0",
                                                       "RATELIMITD_LISTEN": "0.0.0.0:8080"})
     check(rc == 0, "-t exit %d:\n%s", rc, err.strip())
+
+
+K8S_KINDS = {("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"), ("v1", "Secret"),
+             ("networking.k8s.io/v1", "NetworkPolicy"), ("monitoring.coreos.com/v1", "PodMonitor")}
+DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def k8s_objects():
+    """Every object of deploy/kubernetes/'s manifests (the *-patch.yaml files are
+    patches, not objects): [(file, object)]."""
+    out = []
+    for p in sorted(glob.glob(os.path.join(SRC, "deploy", "kubernetes", "*.yaml"))):
+        if p.endswith("-patch.yaml"):
+            continue
+        out += [(os.path.basename(p), d) for d in yaml_load_all(p)]
+    return out
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+def pod_ports(spec):
+    return {p["name"]: p["containerPort"] for c in spec.get("containers", []) + spec.get("initContainers", [])
+            for p in c.get("ports", []) if "name" in p}
+
+
+def t_k8s_schema():
+    """What kubeconform would say of each object, and what it would not: the
+    references between them (selectors, named ports, Secrets, ConfigMaps)."""
+    objs = k8s_objects()
+    problems = []
+    defined = {(o["kind"], o["metadata"]["name"]): o for _, o in objs if "metadata" in o}
+    # what a manifest's comments say to make with kubectl (a ConfigMap or a
+    # Secret from files) is defined too
+    for p in glob.glob(os.path.join(SRC, "deploy", "kubernetes", "*.yaml")):
+        with open(p) as f:
+            for kind, name, keys in re.findall(r"kubectl create (configmap|secret generic) ([\w.-]+)((?: --from-[\w-]+=[\w.-]+)*)",
+                                               f.read()):
+                data = {k.split("=")[0].split("/")[-1]: "" for k in re.findall(r"--from-[\w-]+=([\w./-]+)", keys)}
+                defined.setdefault(("ConfigMap" if kind == "configmap" else "Secret", name),
+                                   {"kind": kind, "data": data or {"": ""}})
+    deployments = [o for _, o in objs if o.get("kind") == "Deployment"]
+    for f, o in objs:
+        where = "%s: %s %s" % (f, o.get("kind"), o.get("metadata", {}).get("name"))
+        if (o.get("apiVersion"), o.get("kind")) not in K8S_KINDS:
+            problems.append("%s: unknown apiVersion/kind %s/%s" % (where, o.get("apiVersion"), o.get("kind")))
+            continue
+        name = o.get("metadata", {}).get("name", "")
+        if not DNS1123.match(name) or len(name) > 63:
+            problems.append("%s: metadata.name %r is not a DNS-1123 label" % (where, name))
+        kind = o["kind"]
+        if kind == "Deployment":
+            spec = o["spec"]
+            tmpl = spec["template"]
+            if not selects(spec["selector"], tmpl["metadata"].get("labels", {})):
+                problems.append("%s: the selector does not select its own pods" % where)
+            ps = tmpl["spec"]
+            ports = pod_ports(ps)
+            for pn in ports:
+                if len(pn) > 15 or not PORT_NAME.match(pn):
+                    problems.append("%s: port name %r (15 characters of a-z0-9-)" % (where, pn))
+            vols = {v["name"]: v for v in ps.get("volumes", [])}
+            for c in ps.get("containers", []) + ps.get("initContainers", []):
+                for k in ("name", "image"):
+                    if not c.get(k):
+                        problems.append("%s: a container without %s" % (where, k))
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    port = (c.get(probe, {}).get("httpGet") or c.get(probe, {}).get("tcpSocket") or {}).get("port")
+                    if isinstance(port, str) and port not in ports:
+                        problems.append("%s: %s.%s names port %r, which no container has" % (where, c["name"], probe, port))
+                for m in c.get("volumeMounts", []):
+                    if m["name"] not in vols:
+                        problems.append("%s: %s mounts %r, which is no volume" % (where, c["name"], m["name"]))
+                for e in c.get("env", []):
+                    ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                    if ref:
+                        sec = defined.get(("Secret", ref["name"]))
+                        if sec is None or ref["key"] not in (sec.get("stringData") or sec.get("data") or {}):
+                            problems.append("%s: %s's %s is from %s/%s, not defined here" % (where, c["name"], e["name"],
+                                                                                           ref["name"], ref["key"]))
+            for v in vols.values():
+                if "secret" in v:
+                    sec = defined.get(("Secret", v["secret"]["secretName"]))
+                    keys = set((sec or {}).get("stringData") or (sec or {}).get("data") or {})
+                    if sec is None or any(i["key"] not in keys for i in v["secret"].get("items", [])):
+                        problems.append("%s: volume %s: Secret %s (or its keys) not defined here"
+                                        % (where, v["name"], v["secret"]["secretName"]))
+                if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) not in defined:
+                    problems.append("%s: volume %s: ConfigMap %s not defined here" % (where, v["name"], v["configMap"]["name"]))
+        elif kind in ("Service", "NetworkPolicy", "PodMonitor"):
+            sel = o["spec"]["selector"] if kind == "Service" else (
+                o["spec"]["podSelector"] if kind == "NetworkPolicy" else o["spec"]["selector"])
+            sel = sel if "matchLabels" in sel else {"matchLabels": sel}
+            pods = [d for d in deployments if selects(sel, d["spec"]["template"]["metadata"].get("labels", {}))]
+            if not pods:
+                problems.append("%s: selects no pod of these manifests" % where)
+                continue
+            ports = pod_ports(pods[0]["spec"]["template"]["spec"])
+            named = []
+            if kind == "Service":
+                named = [p.get("targetPort") for p in o["spec"]["ports"]]
+            elif kind == "NetworkPolicy":
+                named = [p.get("port") for r in o["spec"].get("ingress", []) for p in r.get("ports", [])]
+                for r in o["spec"].get("ingress", []):
+                    for fr in r.get("from", []):
+                        if "podSelector" in fr and "namespaceSelector" not in fr and not any(
+                                selects(fr["podSelector"], d["spec"]["template"]["metadata"].get("labels", {}))
+                                for d in deployments):
+                            problems.append("%s: admits pods that none of these manifests makes" % where)
+            else:
+                named = [e.get("port") for e in o["spec"]["podMetricsEndpoints"]]
+            for n in named:
+                if isinstance(n, str) and n not in ports:
+                    problems.append("%s: names port %r, which its pods do not have" % (where, n))
+        elif kind == "Secret":
+            if not (o.get("stringData") or o.get("data")):
+                problems.append("%s: no data" % where)
+    check(len(objs) >= 8, "only %d objects under deploy/kubernetes", len(objs))
+    check(not problems, "%d problem(s):\n%s", len(problems), "\n".join(problems))
+
+
+def t_k8s_scrape():
+    dep = by_kind(k8s("deployment.yaml"), "Deployment")
+    tmpl = dep["spec"]["template"]
+    rl = [c for c in tmpl["spec"].get("initContainers", []) if c["name"] == "ratelimitd"][0]
+    port = [p for p in rl["ports"] if p["name"] == "ratelimitd"][0]
+    ann = tmpl["metadata"].get("annotations", {})
+    eq((ann.get("prometheus.io/scrape"), ann.get("prometheus.io/port"), ann.get("prometheus.io/path")),
+       ("true", str(port["containerPort"]), "/metrics"), "the pod's scrape annotations")
+    pm = by_kind(k8s("podmonitor.yaml"), "PodMonitor")
+    check(selects(pm["spec"]["selector"], tmpl["metadata"]["labels"]), "the PodMonitor does not select the app's pods")
+    eq([(e["port"], e["path"]) for e in pm["spec"]["podMetricsEndpoints"]], [("ratelimitd", "/metrics")],
+       "the PodMonitor's endpoints")
+    # the NetworkPolicy admits the scrape to that port, and nothing else there
+    np = [o for o in k8s("deployment.yaml") if o.get("kind") == "NetworkPolicy"][0]
+    rules = [r for r in np["spec"]["ingress"] if any(p.get("port") in ("ratelimitd", port["containerPort"])
+                                                     for p in r.get("ports", []))]
+    eq(len(rules), 1, "ingress rules for ratelimitd's port")
+    froms = rules[0].get("from", [])
+    check(froms and all(f.get("podSelector", {}).get("matchLabels") for f in froms),
+          "ratelimitd's port is open to every pod, not only to Prometheus: %r", froms)
+    check(any("prometheus" in json.dumps(f) for f in froms), "the scrape's source is not Prometheus: %r", froms)
+    # monitoring files know how such a job is named
+    with open(os.path.join(SRC, "deploy", "prometheus", "README.md")) as f:
+        check("podmonitor.yaml" in f.read(), "deploy/prometheus/README.md does not say how to scrape the sidecars")
+
+
+def t_k8s_redis():
+    objs = k8s("redis.yaml")
+    check(not [o for o in objs if o.get("kind") == "Secret"],
+          "redis.yaml holds a Secret: applying it would replace the password made with kubectl")
+    secret = by_kind(k8s("redis-secret.yaml"), "Secret")
+    sname = secret["metadata"]["name"]
+    red = by_kind(objs, "Deployment")["spec"]["template"]
+    c = red["spec"]["containers"][0]
+    args = c["args"]
+    eq(args[args.index("--maxmemory-policy") + 1], "noeviction", "Redis's maxmemory-policy")
+    check("--maxmemory" in args, "Redis has no maxmemory: noeviction would never refuse")
+    pw_env = [e["name"] for e in c["env"] if (e.get("valueFrom") or {}).get("secretKeyRef", {}).get("name") == sname]
+    check("REDISCLI_AUTH" in pw_env, "the readiness probe's redis-cli does not authenticate")
+    req = args[args.index("--requirepass") + 1]
+    check(req.startswith("$(") and req[2:-1] in pw_env, "--requirepass %r is not the Secret's password", req)
+    npol = by_kind(objs, "NetworkPolicy")
+    check(selects(npol["spec"]["podSelector"], red["metadata"]["labels"]), "Redis's NetworkPolicy selects no Redis")
+    froms = [f for r in npol["spec"]["ingress"] for f in r.get("from", [])]
+    app = by_kind(k8s("deployment.yaml"), "Deployment")["spec"]["template"]
+    check(froms and all(selects(f.get("podSelector", {}), app["metadata"]["labels"]) for f in froms),
+          "Redis is open to more than the app's pods: %r", froms)
+    # the sidecar reads that Secret's password where the config says
+    spec = app["spec"]
+    rl = [x for x in spec["initContainers"] if x["name"] == "ratelimitd"][0]
+    vol = [v for v in spec["volumes"] if v.get("secret", {}).get("secretName") == sname]
+    eq(len(vol), 1, "volumes of the Secret %s in the app's pod" % sname)
+    mount = [m for m in rl["volumeMounts"] if m["name"] == vol[0]["name"]][0]
+    item = [i for i in vol[0]["secret"]["items"] if i["key"] == "password"][0]
+    cfg = json.loads(by_kind(k8s("configmap.yaml"), "ConfigMap")["data"]["ratelimitd.json"])
+    eq(cfg["redis"].get("password_file"), os.path.join(mount["mountPath"], item["path"]),
+       "the config's redis.password_file against the mounted Secret")
+    check(vol[0]["secret"].get("defaultMode") == 0o440 and spec["securityContext"].get("fsGroup") == 10001,
+          "the Secret is readable by more than ratelimitd's group")
+    check(spec["containers"][0]["securityContext"]["runAsUser"] != 10001, "the app runs as ratelimitd's user")
 
 
 def t_k8s_reloader():
@@ -637,6 +925,179 @@ def t_k8s_reloader():
 
 # ---------------------------------------------------------------- papercuts
 
+README = os.path.join(SRC, "README.md")
+DATE = re.compile(r"^Date: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+                  r"\d{4} \d\d:\d\d:\d\d GMT$")
+# what varies from one run to the next: the time, and how much of the window
+# is left when the 429 comes (at most a few seconds later)
+VARY_MS = ("reset_ms", "retry_after_ms")
+VARY_S = ("X-RateLimit-Reset", "Retry-After")
+
+
+def try_it_block():
+    """README's "Try it" console block: (text, start, end) offsets of its body."""
+    with open(README) as f:
+        text = f.read()
+    sec = text.index("\n## Try it\n")
+    start = text.index("```console\n", sec) + len("```console\n")
+    end = text.index("```\n", start)
+    return text, start, end
+
+
+def try_it_steps(block):
+    """[(command, [output lines])]"""
+    steps = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            check(steps, "output before the first command in the README's Try it: %r", line)
+            steps[-1][1].append(line)
+    return steps
+
+
+def same_json(doc, real, where):
+    """Equal but for the ms that vary, which must be close (5 s) and within the window."""
+    if isinstance(doc, dict) and isinstance(real, dict):
+        eq(sorted(doc), sorted(real), "%s: fields" % where)
+        for k in doc:
+            if k in VARY_MS and doc[k] != real[k]:
+                check(isinstance(doc[k], int) and isinstance(real[k], int) and 0 < doc[k] <= 60000
+                      and 0 < real[k] <= 60000 and abs(doc[k] - real[k]) <= 5000,
+                      "%s: %s documented %r, the daemon says %r", where, k, doc[k], real[k])
+            else:
+                same_json(doc[k], real[k], "%s.%s" % (where, k))
+    elif isinstance(doc, list) and isinstance(real, list):
+        eq(len(doc), len(real), "%s: length" % where)
+        for i, (a, b) in enumerate(zip(doc, real)):
+            same_json(a, b, "%s[%d]" % (where, i))
+    else:
+        eq(doc, real, where)
+
+
+def same_output(doc, real, cmd):
+    """The documented output of one command against the daemon's."""
+    eq(len(doc), len(real), "lines of the output of %r (README:\n%s\nthe daemon:\n%s)"
+       % (cmd, "\n".join(doc), "\n".join(real)))
+    body = "".join(l for l in doc if l.startswith("{"))
+    for i, (d, r) in enumerate(zip(doc, real)):
+        where = "%r, line %d" % (cmd, i + 1)
+        if d.startswith("Date: "):
+            check(DATE.match(d) and DATE.match(r), "%s: %r / %r", where, d, r)
+        elif d.startswith("{"):
+            same_json(json.loads(d), json.loads(r), where)
+        elif d.startswith("Content-Length: "):
+            eq(d, "Content-Length: %d" % len(body.encode()), "%s: documented Content-Length" % where)
+            check(r.startswith("Content-Length: "), "%s: %r" % (where, r))
+        elif d.split(":")[0] in VARY_S or d.startswith("RateLimit: "):
+            # seconds left: the same, or a second or two less by the time of the 429
+            dn, rn = re.sub(r"\d+$", "N", d), re.sub(r"\d+$", "N", r)
+            eq(dn, rn, where)
+            dv, rv = int(re.search(r"\d+$", d).group()), int(re.search(r"\d+$", r).group())
+            check(0 <= dv - rv <= 5, "%s: %r documented, the daemon says %r", where, d, r)
+        else:
+            eq(d, r, where)
+
+
+def readme_admin_steps():
+    """The README's admin API example: [(command, documented output lines)],
+    continuation lines joined."""
+    with open(README) as f:
+        text = f.read()
+    sec = text.index("\n## Admin API\n")
+    start = text.index("```\n", sec) + 4
+    end = text.index("```\n", start)
+    steps, cont = [], False
+    for line in text[start:end].splitlines():
+        if line.startswith("$ ") or cont:
+            cmd = line[2:] if line.startswith("$ ") else line
+            if cont:
+                steps[-1] = (steps[-1][0] + " " + cmd.strip().rstrip("\\").strip(), steps[-1][1])
+            else:
+                steps.append((cmd.rstrip("\\").strip(), []))
+            cont = line.endswith("\\")
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+def t_readme_admin_examples():
+    """The README's admin API examples, run as written against the shipped
+    configuration they are written for (conf/login-protection.json, its admin
+    socket moved to a scratch directory) after three failed logins."""
+    need("curl", "curl")
+    steps = readme_admin_steps()
+    check(len(steps) >= 6, "only %d admin examples in the README", len(steps))
+    src = os.path.join(SRC, "conf", "login-protection.json")
+    with open(src) as f:
+        conf = json.load(f)
+    sock = os.path.join(scratch("admin-"), "admin.sock")
+    documented = conf["admin_listen"][len("unix:"):]
+    conf["admin_listen"] = "unix:" + sock
+    with H.Redis(topology="standalone") as r, H.Daemon(conf, redis=r) as d:
+        for _ in range(3):
+            st, _, b = H.request(d.port, "POST", "/check",
+                                 {"path": "/login", "method": "POST", "key": "alice|203.0.113.7"})
+            eq(st, 200, "a failed login's check (%r)" % (b,))
+        for cmd, doc in steps:
+            check(documented in cmd, "%r is not sent to the documented socket %s", cmd, documented)
+            rc, out, err = run(["bash", "-c", cmd.replace(documented, sock)])
+            eq(rc, 0, "%r: exit status (%s)" % (cmd, err))
+            got = json.loads(out)
+            action = re.search(r"/admin/(\w+)", cmd).group(1)
+            eq(got.get("action"), action, "%r: the answer's action (%r)" % (cmd, got))
+            if doc:
+                want = json.loads("".join(doc))
+                for k in want:
+                    if k != "limits":
+                        eq(got.get(k), want[k], "%r: %s" % (cmd, k))
+                eq(len(got["limits"]), len(want["limits"]), "%r: limits" % cmd)
+                for w, g in zip(want["limits"], got["limits"]):
+                    eq(sorted(g), sorted(w), "%r: a limit's fields" % cmd)
+                    for k in w:
+                        if k == "reset_ms":
+                            # a fixed window starts at the first check: what is left of it;
+                            # a sliding counter is whole again when its current window (on
+                            # the clock) has passed as the previous one: up to two windows
+                            close = w["algorithm"] != "fixed_window" or abs(g[k] - w[k]) <= 5000
+                            check(0 < g[k] <= 2 * w["window_ms"] and 0 < w[k] <= 2 * w["window_ms"] and close,
+                                  "%r: reset_ms %d documented, %d from the daemon", cmd, w[k], g[k])
+                        else:
+                            eq(g[k], w[k], "%r: a limit's %s" % (cmd, k))
+
+
+def t_readme_try_it():
+    """README's "Try it", run for real as it says: scripts/run's configuration
+    (conf/ratelimitd.json) on a fresh Redis, each command as written (curl),
+    its output compared line by line.  RL_UPDATE_README=1 writes the real run
+    into the README instead."""
+    need("curl", "curl")
+    text, start, end = try_it_block()
+    steps = try_it_steps(text[start:end])
+    check(len(steps) >= 4, "only %d commands in the README's Try it", len(steps))
+    with H.Redis(topology="standalone") as r, \
+            H.Daemon(None, redis=r, args=["-c", os.path.join(SRC, "conf", "ratelimitd.json")]) as d:
+        got = []
+        for cmd, _ in steps:
+            check("localhost:8080" in cmd or "127.0.0.1:8080" in cmd, "%r does not ask the daemon", cmd)
+            real = cmd.replace("localhost:8080", "localhost:%d" % d.port).replace(
+                "127.0.0.1:8080", "127.0.0.1:%d" % d.port)
+            rc, out, err = run(["bash", "-c", real])
+            eq(rc, 0, "%r: exit status (%s)" % (cmd, err))
+            lines = out.replace("\r\n", "\n").split("\n")
+            # curl -i prints the head and the body, without a newline at the end
+            while lines and lines[-1] == "":
+                lines.pop()
+            got.append((cmd, lines))
+    if os.environ.get("RL_UPDATE_README") == "1":
+        block = "".join("$ %s\n" % cmd + "".join(l + "\n" for l in lines) for cmd, lines in got)
+        with open(README, "w") as f:
+            f.write(text[:start] + block + text[end:])
+        print("# README's Try it written from this run")
+        return
+    for (cmd, doc), (_, real) in zip(steps, got):
+        same_output(doc, real, cmd)
+
 def t_k8s_uid():
     user = instr(dockerfile_stages()[-1], "USER")[-1].split(":")[0].strip()
     check(user.isdigit(), "the image's USER %r is not numeric: runAsNonRoot cannot check a name", user)
@@ -685,6 +1146,83 @@ def make_env():
     for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
         env.pop(k, None)
     return env
+
+
+def run_script_run(redis_port, until):
+    """scripts/run as a user runs it (built already), stopped with Ctrl-C (a
+    SIGINT to its process group) once until(daemon port) holds: its output."""
+    import signal
+    port = H.free_port()
+    work = scratch("run-")
+    # the binary under test, no build: a make in the build directory while
+    # make check runs there could relink the daemon under other tests
+    env = dict(make_env(), BUILD_DIR=work, RL_RUN_REDIS_PORT=str(redis_port),
+               RATELIMITD=os.path.abspath(H.RATELIMITD))
+    logpath = os.path.join(work, "run.log")
+    with open(logpath, "wb") as log:
+        p = H._track(subprocess.Popen([os.path.join(SRC, "scripts", "run"), "-l", "127.0.0.1:%d" % port],
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 120 * H.SLOW
+        while not H.port_open(port):
+            check(p.poll() is None, "scripts/run ended: %s", open(logpath).read()[-2000:])
+            check(time.monotonic() < deadline, "scripts/run did not serve: %s", open(logpath).read()[-2000:])
+            time.sleep(0.1)
+        until(port)
+        os.killpg(p.pid, signal.SIGINT)
+        eq(p.wait(timeout=30), 0, "scripts/run's exit status after Ctrl-C (%s)" % open(logpath).read()[-1500:])
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return open(logpath).read()
+
+
+def man_text(page):
+    rc, out, err = run([need("man", "man-db"), "-l", page], env=dict(os.environ, MANPAGER="cat", PAGER="cat",
+                                                                    MANWIDTH="200"))
+    eq(rc, 0, "man -l %s" % page)
+    return re.sub(r"\s+", " ", out)
+
+
+def t_doc_papercuts():
+    # the URL forms as the daemon takes them
+    m5 = man_text(MAN5)
+    check("redis[s]://[user[:password]@]host[:port][/db]" in m5,
+          "ratelimitd.json(5) does not give redis.url as redis[s]://[user[:password]@]host[:port][/db]")
+    # every recipe of deploy/ in ratelimitd(8)
+    m8 = man_text(MAN8)
+    for d in sorted(os.listdir(os.path.join(SRC, "deploy"))):
+        if os.path.isdir(os.path.join(SRC, "deploy", d)):
+            check("deploy/%s/" % d in m8, "ratelimitd(8) does not name deploy/%s/", d)
+    # a clone has no configure script: every ./configure the README shows is made first
+    with open(os.path.join(SRC, "README.md")) as f:
+        readme = f.read()
+    for m in re.finditer(r"`([^`]*\./configure[^`]*)`", readme):
+        check("autoreconf -fi" in m.group(1) or "--enable" in m.group(1).split("./configure")[1],
+              "the README runs ./configure without autoreconf -fi first: %r", m.group(1))
+
+
+def t_scripts_run_stops_its_redis():
+    need("redis-cli", "redis-tools")
+    rport = H.free_port()
+
+    def works(port):
+        st, _, b = H.request(port, "POST", "/check", {"key": "alice", "policy": "demo"})
+        eq((st, b.get("degraded")), (200, None), "a check through scripts/run's daemon and Redis (%r)" % (b,))
+    out = run_script_run(rport, works)
+    check("stopping the redis-server" in out, "scripts/run did not say it stops its redis-server:\n%s", out)
+    deadline = time.monotonic() + 10 * H.SLOW
+    while H.port_open(rport):
+        check(time.monotonic() < deadline, "the redis-server scripts/run started is still up after Ctrl-C")
+        time.sleep(0.05)
+    # a Redis that was there before is not scripts/run's to stop
+    with H.Redis(topology="standalone") as r:
+        out = run_script_run(r.port, works)
+        check("using the redis-server already" in out and "stopping the redis-server" not in out,
+              "scripts/run and a Redis it did not start:\n%s", out)
+        check(r.ping(), "scripts/run stopped a Redis it did not start")
 
 
 def t_make_install():
@@ -845,6 +1383,10 @@ CASES = [
     ("systemd-analyze verify: the unit as shipped: no complaint but the absent binary and man page",
      t_verify_shipped),
     ("systemd-analyze security --offline=yes: overall exposure <= %.1f" % MAX_EXPOSURE, t_security),
+    ("systemd: RuntimeDirectory= holds the documented admin socket (without it: exit 2)",
+     t_unit_runtime_directory),
+    ("systemd: ExecReload= dry run: a bad file fails the reload and leaves the daemon alone; a good one reloads",
+     t_unit_reload_dry_run),
     ("Dockerfile is multi-stage: the final stage copies from the named build stage", t_docker_multistage),
     ("Dockerfile: the final stage installs the package of every library the daemon links", t_docker_runtime_libs),
     ("Dockerfile runs scripts/test in the build stage", t_docker_tests),
@@ -863,11 +1405,23 @@ CASES = [
     ("kubernetes: the sidecar has its image, Redis URL, probes, security context, resources, ConfigMap",
      t_k8s_sidecar),
     ("kubernetes: the ConfigMap's ratelimitd.json passes ratelimitd -t", t_k8s_configmap),
+    ("kubernetes: every object is well formed and its selectors, named ports, Secrets and ConfigMaps resolve",
+     t_k8s_schema),
+    ("kubernetes: the sidecar is scraped (annotations, PodMonitor), its NetworkPolicy admits Prometheus only",
+     t_k8s_scrape),
+    ("kubernetes: Redis with a password from a Secret, noeviction, a NetworkPolicy; the sidecar reads the "
+     "password as a file", t_k8s_redis),
     ("kubernetes: the reloader's script sends SIGHUP on a kubelet-style ConfigMap update",
      t_k8s_reloader),
     ("kubernetes: README and runAsUser give the image's numeric uid", t_k8s_uid),
     ("systemd: the Redis password as a credential (LoadCredential=, redis.password_file), documented",
      t_unit_credential),
+    ("README's Try it is what the daemon answers (run as written; the time and the ms left vary)",
+     t_readme_try_it),
+    ("README's admin API examples run as written against conf/login-protection.json", t_readme_admin_examples),
+    ("scripts/run stops the redis-server it started on Ctrl-C, and leaves one it found", t_scripts_run_stops_its_redis),
+    ("man 5's redis.url forms, man 8's recipes (every deploy/ directory), the README's configure from a clone",
+     t_doc_papercuts),
     ("make install puts the example configuration under sysconfdir, keeps an edited one", t_make_install),
     (".dockerignore keeps build dirs and in-tree build output out, every tracked file in",
      t_dockerignore),

@@ -3,10 +3,18 @@
 accept the probe: with -w 4 and one worker unable to connect (Redis
 maxclients lets three in), every probe says 503 and names that worker; when
 it connects, every probe says 200.  (Before, a probe answered for its own
-worker only, so a Kubernetes probe flapped.)"""
+worker only, so a Kubernetes probe flapped.)
+
+GET /serving says whether checks can be answered as configured, the
+readiness a sidecar needs: with Redis gone it stays 200 (degraded, naming the
+failure_mode and the reason) under failure_mode open and local, which answer
+every check without Redis, and is 503 under closed, whose checks would all be
+503s; it follows a reload of failure_mode, says 503 while draining, and is
+what every worker says.  /readyz keeps its meaning (the backend's state)."""
 
 import contextlib
 import os
+import signal
 import sys
 import time
 
@@ -64,9 +72,102 @@ def t_one_worker_down(_):
             admin.close()
 
 
+def serving_config(mode):
+    return {"identity": ["body"], "failure_mode": mode,
+            "redis": {"timeout": "100ms", "connect_timeout": "200ms"},
+            "policies": [{"name": "p", "limits": [{"algorithm": "fixed_window", "limit": 100,
+                                                  "window": "1m"}]}]}
+
+
+def wait_status(port, path, want, what, timeout=10):
+    deadline = time.monotonic() + timeout * H.SLOW
+    while True:
+        st, h, b = H.request(port, "GET", path)
+        if st == want:
+            return h, b
+        check(time.monotonic() < deadline, "%s: GET %s still %d (%r) after %ds", what, path, st, b, timeout)
+        time.sleep(0.05)
+
+
+def t_serving_redis_outage(_):
+    # one daemon per failure_mode (two workers each), one Redis for all; Redis goes away
+    with H.Redis(topology="standalone") as r:
+        ds = {m: H.Daemon(serving_config(m), redis=r, workers=2) for m in ("local", "open", "closed")}
+        try:
+            for m, d in ds.items():
+                st, h, b = H.request(d.port, "GET", "/serving")
+                eq((st, b), (200, {"status": "serving"}), "%s, Redis up: GET /serving" % m)
+            r.stop()
+            for m, d in ds.items():
+                wait_status(d.port, "/readyz", 503, "%s, Redis stopped" % m)
+                got = [H.request(d.port, "GET", "/serving") for _ in range(8)]
+                if m == "closed":
+                    eq(sorted({st for st, _, _ in got}), [503], "closed, Redis stopped: GET /serving")
+                    h, b = got[0][1], got[0][2]
+                    eq(b.get("status"), "not serving", "closed: status")
+                    check(b.get("reason") and isinstance(b.get("worker"), int), "closed: %r", b)
+                    eq(h.get("retry-after"), "1", "closed: Retry-After on /serving's 503")
+                    st, _, cb = H.request(d.port, "POST", "/check", {"key": "k", "policy": "p"})
+                    eq(st, 503, "closed: a check while not serving (%r)" % (cb,))
+                else:
+                    eq(sorted({st for st, _, _ in got}), [200], "%s, Redis stopped: GET /serving" % m)
+                    b = got[0][2]
+                    eq((b.get("status"), b.get("degraded"), b.get("failure_mode")), ("serving", True, m),
+                       "%s, Redis stopped: /serving's body %r" % (m, b))
+                    check(b.get("reason") and isinstance(b.get("worker"), int), "%s: %r", m, b)
+                    st, _, cb = H.request(d.port, "POST", "/check", {"key": "k", "policy": "p"})
+                    eq((st, cb.get("degraded")), (200, True), "%s: a check while serving degraded" % m)
+                st, h, b = H.request(d.port, "HEAD", "/serving")
+                eq((st, b), (503 if m == "closed" else 200, ""), "%s: HEAD /serving" % m)
+            # closed reloaded to local: serving at once, Redis still gone
+            d = ds["closed"]
+            d.rewrite_config(serving_config("local"))
+            d.reload()
+            h, b = wait_status(d.port, "/serving", 200, "closed reloaded to local")
+            eq(b.get("failure_mode"), "local", "after the reload: /serving's body %r" % (b,))
+            r.restart()
+            for m, d in ds.items():
+                h, b = wait_status(d.port, "/serving", 200, "%s, Redis back" % m, timeout=20)
+                deadline = time.monotonic() + 20 * H.SLOW
+                while b != {"status": "serving"}:
+                    check(time.monotonic() < deadline, "%s: /serving still %r with Redis back" % (m, b))
+                    time.sleep(0.1)
+                    b = H.request(d.port, "GET", "/serving")[2]
+        finally:
+            for d in ds.values():
+                d.kill()
+
+
+def t_serving_draining_and_methods(_):
+    cfg = dict(serving_config("local"), shutdown_grace="5s")
+    with H.Daemon(cfg, backend="memory") as d:
+        eq(H.request(d.port, "GET", "/serving")[0::2], (200, {"status": "serving"}), "memory backend")
+        st, h, b = H.request(d.port, "POST", "/serving")
+        eq((st, h.get("allow")), (405, "GET, HEAD"), "POST /serving")
+        # a probe read after SIGTERM: not serving, whatever the failure_mode
+        c = H.RawConn(d.port)
+        req = b"GET /serving HTTP/1.1\r\nHost: x\r\n\r\n"
+        c.send(req[:5])
+        time.sleep(0.1)
+        d.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10 * H.SLOW
+        while H.port_open(d.port):
+            check(time.monotonic() < deadline, "still accepting 10 s after SIGTERM")
+            time.sleep(0.02)
+        c.send(req[5:])
+        st, h, raw = c.read_response()
+        eq((st, h.get("retry-after")), (503, "1"), "GET /serving while draining")
+        check(b'"shutting down"' in raw and b'"not serving"' in raw, "the drain's /serving body %r", raw)
+        c.close()
+        eq(d.wait(15), 0, "exit code after the drain")
+
+
 CASES = [
     ("-w 4, one worker not connected: every probe 503 naming it; connected: every probe 200",
      t_one_worker_down),
+    ("GET /serving with Redis gone: 200 degraded under local and open, 503 under closed; "
+     "follows a reload; /readyz 503 for all", t_serving_redis_outage),
+    ("GET /serving: 200 with the memory backend, 405 for POST, 503 while draining", t_serving_draining_and_methods),
 ]
 
 

@@ -1155,13 +1155,14 @@ daemon_call(struct rl_script_call *c, const struct rl_check_req *const *reqs, si
     r = get_reply();
     for (size_t i = 0; i < n; i++)
         len += script_reply_len(reqs[i]->policy->nlimits);
-    ck_assert_msg(script_reply_check(r, len, &why) == RL_OK, "%s (%s)", why,
+    ck_assert_msg((why = script_reply_problem(r, len)) == NULL, "%s (%s)", why,
                   r->type == REDIS_REPLY_ERROR ? r->str : "");
     for (size_t i = 0; i < n; i++) {
-        struct rl_script_wait w = {.req = reqs[i], .cb = on_answer, .arg = &ans[i]};
+        struct rl_script_wait w = {.req = reqs[i], .cb = on_answer, .arg = &ans[i],
+                                   .nlimits = reqs[i]->policy->nlimits};
 
         memset(&ans[i], 0, sizeof(ans[i]));
-        script_answer_reply(&w, r, at, reqs[i]->policy->nlimits);
+        script_answer_reply(&w, r, at);
         ck_assert_int_eq(ans[i].calls, 1);
         at += script_reply_len(reqs[i]->policy->nlimits);
     }

@@ -320,10 +320,11 @@ backend_remaining(struct fx *f, const char *policy, const char *body_key)
     const struct rl_policy *p = config_policy(f->cfg, policy);
     char id[RL_IDENTITY_MAX], key[RL_REDIS_KEY_MAX];
     int n = snprintf(id, sizeof(id), "k:%s", body_key);
+    size_t klen;
 
     ck_assert_ptr_nonnull(p);
-    ck_assert_int_ge(identity_key(f->cfg->redis.key_prefix, policy, id, (size_t)n,
-                                  p->limit_ids, key, sizeof(key)), 0);
+    ck_assert_int_eq(identity_key(f->cfg->redis.key_prefix, policy, id, (size_t)n,
+                                  p->limit_ids, key, sizeof(key), &klen), RL_OK);
     return tu_check(f->mem, p, key, 0, 0).limits[0].remaining;
 }
 

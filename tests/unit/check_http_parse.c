@@ -40,6 +40,35 @@ dup_bytes(const char *p, size_t n)
     return b;
 }
 
+/* The readers' answers as one number each, as the cases compare them: the
+ * head's length (1 for the end of a chunked body), 0 for more, -status for a
+ * refusal (*why set to its reason). */
+static ssize_t
+head_verdict(char *buf, size_t len, size_t max, size_t *scan, struct http_head *h,
+             const char **why)
+{
+    struct http_refusal no = {0, NULL};
+
+    switch (http_parse_head(buf, len, max, scan, h, &no)) {
+    case RL_PARSE_DONE: return (ssize_t)h->len;
+    case RL_PARSE_MORE: return 0;
+    default: *why = no.why; return -no.status;
+    }
+}
+
+static int
+chunked_verdict(struct http_chunked *c, char *buf, size_t len, int64_t max_body,
+                const char **why)
+{
+    struct http_refusal no = {0, NULL};
+
+    switch (http_chunked_decode(c, buf, len, max_body, &no)) {
+    case RL_PARSE_DONE: return 1;
+    case RL_PARSE_MORE: return 0;
+    default: *why = no.why; return -no.status;
+    }
+}
+
 /* The whole stream at once, in a buffer of exactly n bytes (kept for the
  * caller to read the in-place strings from; free it). */
 static ssize_t
@@ -51,7 +80,7 @@ parse_whole(const char *p, size_t n, size_t max, struct http_head *h, const char
 
     *why = NULL;
     *bufp = buf;
-    return http_parse_head(buf, n, max, &scan, h, why);
+    return head_verdict(buf, n, max, &scan, h, why);
 }
 
 /* Byte by byte: the first verdict that is not "more" and where it came. */
@@ -66,7 +95,7 @@ parse_split(const char *p, size_t n, size_t max, size_t *at)
         char *buf = dup_bytes(p, k);
         const char *why = NULL;
 
-        r = http_parse_head(buf, k, max, &scan, &h, &why);
+        r = head_verdict(buf, k, max, &scan, &h, &why);
         free(buf);
         ck_assert_msg(scan <= k, "scan %zu past len %zu", scan, k);
         if (r != 0) {
@@ -348,7 +377,7 @@ START_TEST(head_leading_crlfs_bounded)
     for (size_t i = 0; i < n; i++)
         b[i] = i % 2 ? '\n' : '\r';
     for (k = 1; k <= n && r == 0; k++)
-        r = http_parse_head(b, k, n, &scan, &h, &why);
+        r = head_verdict(b, k, n, &scan, &h, &why);
     ck_assert_int_eq(r, -400);
     ck_assert_uint_eq(k - 1, 18);       /* refused at the 9th CRLF */
     ck_assert_ptr_nonnull(why);
@@ -356,7 +385,7 @@ START_TEST(head_leading_crlfs_bounded)
     /* eight are skipped and counted in the head's length */
     memcpy(b + 16, req, sizeof(req) - 1);
     scan = 0;
-    r = http_parse_head(b, 16 + sizeof(req) - 1, n, &scan, &h, &why);
+    r = head_verdict(b, 16 + sizeof(req) - 1, n, &scan, &h, &why);
     ck_assert_int_eq(r, (ssize_t)(16 + sizeof(req) - 1));
     ck_assert_int_eq(h.method, HTTP_M_GET);
     free(b);
@@ -497,13 +526,13 @@ START_TEST(head_pipelined)
     struct http_head h;
     const char *why;
     size_t scan = 0, off;
-    ssize_t r = http_parse_head(buf, sizeof(raw) - 1, MAX_HEAD, &scan, &h, &why);
+    ssize_t r = head_verdict(buf, sizeof(raw) - 1, MAX_HEAD, &scan, &h, &why);
 
     ck_assert_int_eq(r, (ssize_t)strlen(FIRST_HEAD));
     ck_assert_int_eq(h.content_length, 3);
     off = (size_t)r + 3;
     scan = 0;
-    r = http_parse_head(buf + off, sizeof(raw) - 1 - off, MAX_HEAD, &scan, &h, &why);
+    r = head_verdict(buf + off, sizeof(raw) - 1 - off, MAX_HEAD, &scan, &h, &why);
     ck_assert_int_eq(r, (ssize_t)(sizeof(raw) - 1 - off));
     ck_assert_int_eq(h.method, HTTP_M_GET);
     ck_assert_str_eq(h.target, "/healthz");
@@ -556,10 +585,10 @@ decode(const char *raw, size_t n, int64_t max_body, int split, char **bufp,
     c->in = c->out = PREFIX_LEN;
     *why = NULL;
     if (!split) {
-        r = http_chunked_decode(c, buf, PREFIX_LEN + n, max_body, why);
+        r = chunked_verdict(c, buf, PREFIX_LEN + n, max_body, why);
     } else {
         for (size_t k = PREFIX_LEN; k <= PREFIX_LEN + n; k++) {
-            r = http_chunked_decode(c, buf, k, max_body, why);
+            r = chunked_verdict(c, buf, k, max_body, why);
             ck_assert_msg(c->out <= c->in && c->in <= k, "out %zu in %zu len %zu", c->out, c->in, k);
             if (r != 0)
                 break;
@@ -717,13 +746,13 @@ START_TEST(head_then_chunked)
     struct http_chunked c;
     const char *why;
     size_t scan = 0;
-    ssize_t r = http_parse_head(buf, sizeof(raw) - 1, MAX_HEAD, &scan, &h, &why);
+    ssize_t r = head_verdict(buf, sizeof(raw) - 1, MAX_HEAD, &scan, &h, &why);
 
     ck_assert_int_gt(r, 0);
     ck_assert_int_eq(h.chunked, 1);
     memset(&c, 0, sizeof(c));
     c.in = c.out = (size_t)r;
-    ck_assert_int_eq(http_chunked_decode(&c, buf, sizeof(raw) - 1, 1024, &why), 1);
+    ck_assert_int_eq(chunked_verdict(&c, buf, sizeof(raw) - 1, 1024, &why), 1);
     ck_assert_uint_eq(c.out - (size_t)r, 23);
     ck_assert_mem_eq(buf + r, "{\"policy\":\"p\",\"cost\":0}", 23);
     ck_assert_uint_eq(sizeof(raw) - 1 - c.in, 34);

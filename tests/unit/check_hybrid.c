@@ -60,18 +60,17 @@ probe_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
     }
 }
 
-static int
-probe_ready(struct rl_backend *be, const char **reason)
+static const char *
+probe_not_ready(struct rl_backend *be)
 {
-    *reason = NULL;
     (void)be;
-    return RL_OK;
+    return NULL;
 }
 
 static const struct rl_backend_ops probe_ops = {
     .name = "probe",
     .check = probe_check,
-    .ready = probe_ready,
+    .not_ready = probe_not_ready,
 };
 
 /* The held check reaches the memory backend now. */

@@ -743,12 +743,13 @@ START_TEST(compound_source)
                      RL_OK);
     ck_assert(alen != blen || memcmp(a, b, alen) != 0);
     /* the keys, in one tag per policy (shared) and apart */
-    int na = identity_key("rl:", "login", a, alen, 1, ka, sizeof(ka));
-    int nb = identity_key("rl:", "login", b, blen, 1, kb, sizeof(kb));
+    size_t na, nb;
+    ck_assert_int_eq(identity_key("rl:", "login", a, alen, true, ka, sizeof(ka), &na), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", b, blen, true, kb, sizeof(kb), &nb), RL_OK);
     ck_assert_str_eq(ka, "{rl:login}:+k%3Aa+k%3Ab");
     ck_assert_str_eq(kb, "{rl:login}:k:a+k%3Ab");
-    ck_assert_int_eq(na, (int)strlen(ka));
-    ck_assert_int_eq(nb, (int)strlen(kb));
+    ck_assert_uint_eq(na, strlen(ka));
+    ck_assert_uint_eq(nb, strlen(kb));
 }
 END_TEST
 
@@ -771,7 +772,9 @@ START_TEST(compound_of_two_full_keys_fits)
     ck_assert_int_eq(identity_resolve(&chain, &trusted, &in, out, sizeof(out), &len, &error),
                      RL_OK);
     ck_assert_uint_eq(len, 2 * (3 + RL_KEY_MAX));
-    ck_assert_int_gt(identity_key("rl:", "p", out, len, 1, key, sizeof(key)), 0);
+    size_t klen;
+    ck_assert_int_eq(identity_key("rl:", "p", out, len, true, key, sizeof(key), &klen), RL_OK);
+    ck_assert_uint_gt(klen, 0);
 }
 END_TEST
 
@@ -779,9 +782,10 @@ START_TEST(key_exact)
 {
     const struct key_case *c = &key_cases[_i];
     char buf[RL_REDIS_KEY_MAX];
-    int n = identity_key("rl:", "api", c->id, c->len, 0, buf, sizeof(buf));
+    size_t n;
 
-    ck_assert_int_eq(n, (int)strlen(c->key));
+    ck_assert_int_eq(identity_key("rl:", "api", c->id, c->len, false, buf, sizeof(buf), &n), RL_OK);
+    ck_assert_uint_eq(n, strlen(c->key));
     ck_assert_str_eq(buf, c->key);
 }
 END_TEST
@@ -793,7 +797,7 @@ START_TEST(key_all_distinct_one_hash_tag)
     static char k512[2 + RL_KEY_MAX], k511[2 + RL_KEY_MAX], kcurly[2 + RL_KEY_MAX];
     const char *ids[N];
     size_t lens[N];
-    int n[N];
+    size_t n[N];
     size_t m = 0;
 
     for (size_t i = 0; i < RL_ARRAY_LEN(key_cases); i++, m++) {
@@ -810,8 +814,9 @@ START_TEST(key_all_distinct_one_hash_tag)
     ids[m] = kcurly, lens[m++] = 2 + RL_KEY_MAX;
 
     for (size_t i = 0; i < m; i++) {
-        n[i] = identity_key("rl:", "api", ids[i], lens[i], 0, big[i], sizeof(big[i]));
-        ck_assert_msg(n[i] > 0, "id %zu: no key", i);
+        ck_assert_msg(identity_key("rl:", "api", ids[i], lens[i], false, big[i], sizeof(big[i]), &n[i]) ==
+                          RL_OK && n[i] > 0,
+                      "id %zu: no key", i);
         ck_assert_msg(strlen(big[i]) == (size_t)n[i], "id %zu: NUL inside the key", i);
         ck_assert_msg(big[i][0] == '{' && big[i][n[i] - 1] == '}',
                       "id %zu: %s is not one hash tag", i, big[i]);
@@ -830,7 +835,7 @@ START_TEST(key_worst_case_fits)
     /* the longest prefix and policy name, 512 bytes that all need escaping */
     char prefix[RL_NAME_MAX + 1], policy[RL_NAME_MAX + 1], id[2 + RL_KEY_MAX];
     char buf[RL_REDIS_KEY_MAX];
-    int n;
+    size_t n;
 
     memset(prefix, 'p', RL_NAME_MAX);
     prefix[RL_NAME_MAX] = '\0';
@@ -838,9 +843,9 @@ START_TEST(key_worst_case_fits)
     policy[RL_NAME_MAX] = '\0';
     memcpy(id, "k:", 2);
     memset(id + 2, '}', RL_KEY_MAX);
-    n = identity_key(prefix, policy, id, sizeof(id), 0, buf, sizeof(buf));
+    ck_assert_int_eq(identity_key(prefix, policy, id, sizeof(id), false, buf, sizeof(buf), &n), RL_OK);
     /* '{' prefix policy ':' "k:" 512 x "%7D" '}' */
-    ck_assert_int_eq(n, 1 + RL_NAME_MAX + RL_NAME_MAX + 1 + 2 + 3 * RL_KEY_MAX + 1);
+    ck_assert_uint_eq(n, 1 + RL_NAME_MAX + RL_NAME_MAX + 1 + 2 + 3 * RL_KEY_MAX + 1);
     ck_assert_int_eq(count_byte(buf, (size_t)n, '}'), 1);
 }
 END_TEST
@@ -848,15 +853,17 @@ END_TEST
 START_TEST(key_buffer_too_small)
 {
     char buf[32];
+    size_t n = 0;
     /* "{rl:api:k:%7D}" is 14 bytes and its NUL */
     memset(buf, 'x', sizeof(buf));
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, 0, buf, 15), 14);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, false, buf, 15, &n), RL_OK);
+    ck_assert_uint_eq(n, 14);
     ck_assert_str_eq(buf, "{rl:api:k:%7D}");
     memset(buf, 'x', sizeof(buf));
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, 0, buf, 14), -1);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, false, buf, 14, &n), RL_ERR);
     for (size_t i = 0; i < sizeof(buf); i++)
         ck_assert_int_eq(buf[i], 'x');
-    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, 0, buf, 0), -1);
+    ck_assert_int_eq(identity_key("rl:", "api", "k:}", 3, false, buf, 0, &n), RL_ERR);
 }
 END_TEST
 
@@ -880,15 +887,16 @@ START_TEST(key_typed_apart)
     body_key(&in, "ip:1.2.3.4", 10);
     ck_assert(identity_resolve(&full_chain, &trusted, &in, id3, sizeof(id3), &l3, &no_error) == RL_OK);
 
-    int n1 = identity_key("rl:", "login", id1, l1, 0, k1, sizeof(k1));
-    int n2 = identity_key("rl:", "login", id2, l2, 0, k2, sizeof(k2));
-    int n3 = identity_key("rl:", "login", id3, l3, 0, k3, sizeof(k3));
+    size_t n1, n2, n3;
+    ck_assert_int_eq(identity_key("rl:", "login", id1, l1, false, k1, sizeof(k1), &n1), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", id2, l2, false, k2, sizeof(k2), &n2), RL_OK);
+    ck_assert_int_eq(identity_key("rl:", "login", id3, l3, false, k3, sizeof(k3), &n3), RL_OK);
     ck_assert_str_eq(k1, "{rl:login:k:1.2.3.4}");
     ck_assert_str_eq(k2, "{rl:login:ip:1.2.3.4}");
     ck_assert_str_eq(k3, "{rl:login:k:ip%3A1.2.3.4}");
-    ck_assert_int_eq(n1, (int)strlen(k1));
-    ck_assert_int_eq(n2, (int)strlen(k2));
-    ck_assert_int_eq(n3, (int)strlen(k3));
+    ck_assert_uint_eq(n1, strlen(k1));
+    ck_assert_uint_eq(n2, strlen(k2));
+    ck_assert_uint_eq(n3, strlen(k3));
 }
 END_TEST
 

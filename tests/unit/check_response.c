@@ -392,15 +392,48 @@ START_TEST(body_shadow)
 }
 END_TEST
 
+/* What is known without the backend: each limit as configured; nothing that
+ * a count would say (remaining, reset_ms, retry_after_ms, the binding limit) */
+#define LOGIN_CONFIGURED                                                               \
+    "\"limits\":[{\"algorithm\":\"token_bucket\",\"limit\":5,\"window_ms\":1000,"        \
+    "\"burst\":10},{\"algorithm\":\"fixed_window\",\"limit\":100,\"window_ms\":3600000}]"
+
 START_TEST(body_degraded_open)
 {
     struct rl_decision d;
 
     response_degraded_open(&d, &login);
-    expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true}");
+    expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true," LOGIN_CONFIGURED
+                    "}");
     response_degraded_open(&d, &login_shadow);
     expect_body(&d, "{\"allowed\":true,\"policy\":\"login\",\"shadow\":true,"
-                    "\"would_deny\":false,\"degraded\":true}");
+                    "\"would_deny\":false,\"degraded\":true," LOGIN_CONFIGURED "}");
+}
+END_TEST
+
+/* failure_mode closed: check.c's 503 decision */
+static void
+closed_decision(struct rl_decision *d, const struct rl_policy *p)
+{
+    memset(d, 0, sizeof(*d));
+    d->status = 503;
+    d->policy = p;
+    d->degraded = 1;
+}
+
+START_TEST(body_closed)
+{
+    struct rl_decision d;
+    char buf[1024];
+    json_t *j;
+
+    closed_decision(&d, &login);
+    response_body(&d, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "{\"error\":\"backend unavailable\",\"policy\":\"login\","
+                          LOGIN_CONFIGURED "}");
+    j = json_loads(buf, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_decref(j);
 }
 END_TEST
 
@@ -464,7 +497,11 @@ START_TEST(body_truncation_never_overflows)
     response_no_policy(&d);
     expect_truncation(&d, "{\"allowed\":true,\"policy\":null}");
     response_degraded_open(&d, &login);
-    expect_truncation(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true}");
+    expect_truncation(&d, "{\"allowed\":true,\"policy\":\"login\",\"degraded\":true," LOGIN_CONFIGURED
+                          "}");
+    closed_decision(&d, &login);
+    expect_truncation(&d, "{\"error\":\"backend unavailable\",\"policy\":\"login\","
+                          LOGIN_CONFIGURED "}");
 }
 END_TEST
 
@@ -502,35 +539,44 @@ START_TEST(strbuf_numbers_and_cuts)
 }
 END_TEST
 
+/* The largest policy a valid config allows (8 limits, a 64-byte name, every
+ * number at its bound, windows `step` ms apart), every limit denying. */
+static void
+worst_case(struct rl_policy *p, struct rl_decision *d, int64_t step, int shadow)
+{
+    static struct rl_limit l[RL_LIMITS_MAX];
+    static char name[RL_NAME_MAX + 1];
+    struct rl_limit_result r[RL_LIMITS_MAX];
+    const int64_t win = 366LL * 24 * 3600 * 1000, big = 1000000000;
+
+    memset(name, 'n', RL_NAME_MAX);
+    for (size_t i = 0; i < RL_LIMITS_MAX; i++) {
+        l[i].algo = i % 2 ? RL_ALGO_SLIDING_WINDOW_COUNTER : RL_ALGO_TOKEN_BUCKET;
+        l[i].limit = big;
+        l[i].window_ms = win - step * (int64_t)i;
+        l[i].burst = big;
+        /* a full bucket refills in burst/limit windows: at most one window */
+        r[i] = no(big, win, win);
+    }
+    memset(p, 0, sizeof(*p));
+    p->name = name;
+    p->limits = l;
+    p->nlimits = RL_LIMITS_MAX;
+    p->shadow = shadow;
+    decide(d, p, 0, RL_LIMITS_MAX, r);
+}
+
 /*
  * The largest body a valid config can produce (8 limits, 64-byte name, every
  * number at its config bound) fits the 2048-byte buffer http.c writes it to.
  */
 START_TEST(body_worst_case_fits_http_buffer)
 {
-    static struct rl_limit l[RL_LIMITS_MAX];
-    static char name[RL_NAME_MAX + 1];
     struct rl_policy p;
-    struct rl_limit_result r[RL_LIMITS_MAX];
-    const int64_t win = 366LL * 24 * 3600 * 1000, big = 1000000000;
     struct rl_decision d;
     char buf[2048];
 
-    memset(name, 'n', RL_NAME_MAX);
-    for (size_t i = 0; i < RL_LIMITS_MAX; i++) {
-        l[i].algo = i % 2 ? RL_ALGO_SLIDING_WINDOW_COUNTER : RL_ALGO_TOKEN_BUCKET;
-        l[i].limit = big;
-        l[i].window_ms = win - (int64_t)i;
-        l[i].burst = big;
-        /* a full bucket refills in burst/limit windows: at most one window */
-        r[i] = no(big, win, win);
-    }
-    memset(&p, 0, sizeof(p));
-    p.name = name;
-    p.limits = l;
-    p.nlimits = RL_LIMITS_MAX;
-    p.shadow = 1;
-    decide(&d, &p, 0, RL_LIMITS_MAX, r);
+    worst_case(&p, &d, 1, 1);
     size_t n = response_body(&d, buf, sizeof(buf));
     ck_assert_msg(n < sizeof(buf) - 1, "worst-case body needs %zu bytes or more", n);
     json_t *j = json_loads(buf, 0, NULL);
@@ -545,7 +591,7 @@ END_TEST
 struct headers {
     size_t n;
     char name[16][64];
-    char value[16][256];
+    char value[16][RESPONSE_POLICY_MAX];
 };
 
 static void
@@ -555,11 +601,17 @@ collect(const char *name, const char *value, void *arg)
 
     ck_assert_uint_lt(h->n, 16);
     ck_assert_uint_lt(strlen(name), 64);
-    ck_assert_uint_lt(strlen(value), 256);
+    ck_assert_uint_lt(strlen(value), RESPONSE_POLICY_MAX);
     strcpy(h->name[h->n], name);
     strcpy(h->value[h->n], value);
     h->n++;
 }
+
+/* RateLimit-Policy of the two fixtures: every limit, an item each, in the
+ * policy's order (w left out where it is not whole seconds: 45 in 2250 ms) */
+#define LOGIN_POLICY "\"login/0\";q=10;w=2, \"login/1\";q=100;w=3600"
+#define FOUR_POLICY                                                                    \
+    "\"four/0\";q=10;w=1, \"four/1\";q=20;w=2, \"four/2\";q=45, \"four/3\";q=40;w=60"
 
 /* want: name, value, name, value, ..., NULL */
 static void
@@ -587,8 +639,8 @@ START_TEST(headers_allowed)
         "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "4",
         "X-RateLimit-Reset", "1",
-        "RateLimit-Policy", "\"login\";q=10;w=2",
-        "RateLimit", "\"login\";r=4;t=1",
+        "RateLimit-Policy", LOGIN_POLICY,
+        "RateLimit", "\"login/0\";r=4;t=1",
         NULL,
     };
 
@@ -605,8 +657,8 @@ START_TEST(headers_denied)
         "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "1",
-        "RateLimit-Policy", "\"login\";q=10;w=2",
-        "RateLimit", "\"login\";r=0;t=1",
+        "RateLimit-Policy", LOGIN_POLICY,
+        "RateLimit", "\"login/0\";r=0;t=1",
         "Retry-After", "1",
         NULL,
     };
@@ -626,8 +678,8 @@ START_TEST(headers_round_up)
         "X-RateLimit-Limit", "100",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "3",
-        "RateLimit-Policy", "\"login\";q=100;w=3600",
-        "RateLimit", "\"login\";r=0;t=2",
+        "RateLimit-Policy", LOGIN_POLICY,
+        "RateLimit", "\"login/1\";r=0;t=2",
         "Retry-After", "2",
         NULL,
     };
@@ -642,8 +694,8 @@ START_TEST(headers_round_up)
         "X-RateLimit-Limit", "45",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "3",
-        "RateLimit-Policy", "\"four\";q=45",
-        "RateLimit", "\"four\";r=0;t=3",
+        "RateLimit-Policy", FOUR_POLICY,
+        "RateLimit", "\"four/2\";r=0;t=3",
         "Retry-After", "3",
         NULL,
     };
@@ -662,8 +714,8 @@ START_TEST(headers_retry_after_never_zero)
         "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "5",
         "X-RateLimit-Reset", "0",
-        "RateLimit-Policy", "\"login\";q=10;w=2",
-        "RateLimit", "\"login\";r=5;t=2",
+        "RateLimit-Policy", LOGIN_POLICY,
+        "RateLimit", "\"login/0\";r=5;t=2",
         "Retry-After", "2",
         NULL,
     };
@@ -691,8 +743,8 @@ START_TEST(headers_shadow_has_no_retry_after)
         "X-RateLimit-Limit", "10",
         "X-RateLimit-Remaining", "0",
         "X-RateLimit-Reset", "1",
-        "RateLimit-Policy", "\"login\";q=10;w=2",
-        "RateLimit", "\"login\";r=0;t=1",
+        "RateLimit-Policy", LOGIN_POLICY,
+        "RateLimit", "\"login/0\";r=0;t=1",
         NULL,
     };
 
@@ -701,15 +753,87 @@ START_TEST(headers_shadow_has_no_retry_after)
 }
 END_TEST
 
-START_TEST(headers_none_without_limits)
+START_TEST(headers_none_without_policy)
 {
     static const char *const none[] = {NULL};
     struct rl_decision d;
 
     response_no_policy(&d);
     expect_headers(&d, none);
+}
+END_TEST
+
+/* Nothing counted: the policy is known, the numbers are not; a 503 says when
+ * to come back */
+START_TEST(headers_degraded_and_closed)
+{
+    static const char *const open[] = {"RateLimit-Policy", LOGIN_POLICY, NULL};
+    static const char *const closed[] = {
+        "RateLimit-Policy", FOUR_POLICY,
+        "Retry-After", "1",
+        NULL,
+    };
+    struct rl_decision d;
+
     response_degraded_open(&d, &login);
-    expect_headers(&d, none);
+    expect_headers(&d, open);
+    closed_decision(&d, &four);
+    expect_headers(&d, closed);
+    /* pk, when configured, is known too */
+    closed_decision(&d, &four);
+    d.has_pk = 1;
+    d.pk = 0x0123456789abcdefULL;
+    struct headers h;
+    memset(&h, 0, sizeof(h));
+    response_headers(&d, collect, &h);
+    ck_assert_uint_eq(h.n, 2);
+    ck_assert_str_eq(h.value[0], "\"four/0\";q=10;w=1;pk=:ASNFZ4mrze8=:, "
+                                 "\"four/1\";q=20;w=2;pk=:ASNFZ4mrze8=:, "
+                                 "\"four/2\";q=45;pk=:ASNFZ4mrze8=:, "
+                                 "\"four/3\";q=40;w=60;pk=:ASNFZ4mrze8=:");
+}
+END_TEST
+
+/* The longest header lines a valid config can produce (8 limits, 64-byte
+ * name, the largest numbers, pk, the Unix time) fit RESPONSE_POLICY_MAX per
+ * value and RESPONSE_HEADERS_MAX in all, as api.c writes them. */
+struct lines {
+    struct strbuf sb;
+    size_t longest;
+};
+
+static void
+as_lines(const char *name, const char *value, void *arg)
+{
+    struct lines *l = arg;
+
+    if (strlen(value) > l->longest)
+        l->longest = strlen(value);
+    sb_str(&l->sb, name);
+    sb_str(&l->sb, ": ");
+    sb_str(&l->sb, value);
+    sb_str(&l->sb, "\r\n");
+}
+
+START_TEST(headers_worst_case_fit)
+{
+    static char buf[RESPONSE_HEADERS_MAX];
+    struct rl_policy p;
+    struct rl_decision d;
+    struct lines out;
+
+    worst_case(&p, &d, 1000, 0); /* whole seconds: every item has its w */
+    d.has_pk = 1;
+    d.pk = UINT64_MAX;
+    d.reset_epoch = 1;
+    memset(&out, 0, sizeof(out));
+    sb_init(&out.sb, buf, sizeof(buf));
+    response_headers(&d, as_lines, &out);
+    ck_assert_msg(sb_ok(&out.sb), "the header lines need more than %d bytes",
+                  RESPONSE_HEADERS_MAX);
+    ck_assert_uint_lt(out.longest, RESPONSE_POLICY_MAX - 1);
+    /* every limit is listed, each with its whole window and pk */
+    ck_assert_ptr_nonnull(strstr(buf, "/7\";q=1000000000;w=31622393;pk=://////////8=:\r\n"));
 }
 END_TEST
 
@@ -847,7 +971,7 @@ START_TEST(headers_reset_epoch)
     ck_assert_int_ge(atoll(h.value[2]), before + 3);
     ck_assert_int_le(atoll(h.value[2]), after + 3);
     /* the draft's t stays delta seconds */
-    ck_assert_str_eq(h.value[4], "\"login\";r=0;t=3");
+    ck_assert_str_eq(h.value[4], "\"login/0\";r=0;t=3");
 }
 END_TEST
 
@@ -864,16 +988,17 @@ START_TEST(headers_partition_key)
     memset(&h, 0, sizeof(h));
     response_headers(&d, collect, &h);
     /* base64 of 01 23 45 67 89 ab cd ef */
-    ck_assert_str_eq(h.value[3], "\"login\";q=10;w=2;pk=:ASNFZ4mrze8=:");
-    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=:ASNFZ4mrze8=:");
+    ck_assert_str_eq(h.value[3], "\"login/0\";q=10;w=2;pk=:ASNFZ4mrze8=:, "
+                                 "\"login/1\";q=100;w=3600;pk=:ASNFZ4mrze8=:");
+    ck_assert_str_eq(h.value[4], "\"login/0\";r=4;t=1;pk=:ASNFZ4mrze8=:");
     d.pk = 0;
     memset(&h, 0, sizeof(h));
     response_headers(&d, collect, &h);
-    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=:AAAAAAAAAAA=:");
+    ck_assert_str_eq(h.value[4], "\"login/0\";r=4;t=1;pk=:AAAAAAAAAAA=:");
     d.pk = UINT64_MAX;
     memset(&h, 0, sizeof(h));
     response_headers(&d, collect, &h);
-    ck_assert_str_eq(h.value[4], "\"login\";r=4;t=1;pk=://////////8=:");
+    ck_assert_str_eq(h.value[4], "\"login/0\";r=4;t=1;pk=://////////8=:");
 }
 END_TEST
 
@@ -919,6 +1044,7 @@ response_suite(void)
     tcase_add_test(tc, body_denied_blocked);
     tcase_add_test(tc, body_shadow);
     tcase_add_test(tc, body_degraded_open);
+    tcase_add_test(tc, body_closed);
     tcase_add_test(tc, body_no_policy);
     tcase_add_test(tc, body_gcra_and_windows);
     tcase_add_test(tc, body_truncation_never_overflows);
@@ -932,7 +1058,9 @@ response_suite(void)
     tcase_add_test(tc, headers_round_up);
     tcase_add_test(tc, headers_retry_after_never_zero);
     tcase_add_test(tc, headers_shadow_has_no_retry_after);
-    tcase_add_test(tc, headers_none_without_limits);
+    tcase_add_test(tc, headers_none_without_policy);
+    tcase_add_test(tc, headers_degraded_and_closed);
+    tcase_add_test(tc, headers_worst_case_fit);
     tcase_add_test(tc, headers_longest_values_whole);
     tcase_add_test(tc, headers_every_algorithm);
     tcase_add_test(tc, denials_never_say_zero);

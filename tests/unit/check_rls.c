@@ -548,9 +548,13 @@ START_TEST(several_limits_decided_together)
         const struct rls_rule *r = rls_rules_match(d, &e, 1, sh);
         struct rl_policy p = *r->policy;
         char key[RL_REDIS_KEY_MAX];
+        size_t klen = 0;
 
         p.nlimits = 1;
-        ck_assert_int_gt(identity_key("rl:", "rls", id, sizeof(id) - 1, 0, key, sizeof(key)), 0);
+        ck_assert_int_eq(identity_key("rl:", "rls", id, sizeof(id) - 1, false, key, sizeof(key),
+                                      &klen),
+                         RL_OK);
+        ck_assert_uint_gt(klen, 0);
         ck_assert_str_eq(key, "{rl:rls:d:test-domain%1Epair%1Fx}");
         ck_assert_int_eq(tu_check(f.mem, &p, key, 0, 0).limits[0].remaining, 3);
     }
