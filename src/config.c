@@ -30,9 +30,8 @@
 
 #define SECRET_MAX 4096 /* bytes of a password read from a file */
 #define DAY_MS (24LL * 3600 * 1000)
-/* a concurrency limit's lease: the default, the longest, and its slots */
+/* a concurrency limit's lease by default, and its most slots */
 #define LEASE_DEFAULT_MS (60LL * 1000)
-#define LEASE_MAX_MS DAY_MS
 #define LEASE_SLOTS_MAX 100000
 #define HYBRID_SYNC_DEFAULT_MS 250
 
@@ -374,7 +373,7 @@ static const struct schema_field limit_fields[] = {
      .max = 366 * DAY_MS, .flags = SCHEMA_REQUIRED, .required_if = limit_has_window},
     /* concurrency only; absent (0): LEASE_DEFAULT_MS, set by finalize */
     {.name = "lease", .type = SCHEMA_DURATION, .off = LIMIT(lease_ms), .min = 1,
-     .max = LEASE_MAX_MS},
+     .max = DAY_MS},
     /* 0 (absent): the limit, set by finalize */
     {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
     {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",

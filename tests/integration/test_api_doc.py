@@ -43,6 +43,9 @@ METRIC_HEADER = ["metric", "type", "labels", "meaning"]
 # What config.c's check hooks require next to an option: {option: {other: value}}.
 COMPANIONS = {
     "policies[].limits[].burst": {"policies[].limits[].algorithm": "token_bucket"},
+    # a concurrency limit has a lease and no window (required of the others)
+    "policies[].limits[].lease": {"policies[].limits[].algorithm": "concurrency",
+                                  "policies[].limits[].window": "DROP"},
     "policies[].sync_interval": {"policies[].mode": "hybrid"},
     "redis.tls.cert_file": {"redis.tls.key_file": None},
     "redis.tls.key_file": {"redis.tls.cert_file": None},
@@ -50,7 +53,7 @@ COMPANIONS = {
     "rls.tls.cert_file": {"rls.tls.key_file": None},
     "rls.tls.key_file": {"rls.tls.cert_file": None},
     "rls.tls.client_ca_file": {"rls.tls.cert_file": None, "rls.tls.key_file": None},
-}  # None: the option's documented value
+}  # None: the option's documented value; "DROP": left out, though required elsewhere
 
 SCHEMA_WORDS = {"SCHEMA_STRING": "string", "SCHEMA_INT": "integer", "SCHEMA_DURATION": "duration",
                 "SCHEMA_SIZE": "size", "SCHEMA_BOOL": "boolean", "SCHEMA_STRLIST": "list of strings",
@@ -276,9 +279,17 @@ class Builder:
     def config(self, path, value):
         cfg = {}
         for other, v in COMPANIONS.get(path, {}).items():
-            self.put(cfg, other, v if v is not None else self.value(other))
+            if v != "DROP":
+                self.put(cfg, other, v if v is not None else self.value(other))
         self.put(cfg, path, value)
         self.fill_required(cfg, "top_fields")
+        for other, v in COMPANIONS.get(path, {}).items():
+            if v == "DROP":
+                parts = self.concrete(other).replace("]", "").replace("[", ".").split(".")
+                node = cfg
+                for part in parts[:-1]:
+                    node = node[int(part)] if part.isdigit() else node[part]
+                node.pop(parts[-1], None)
         return cfg
 
 
