@@ -127,6 +127,14 @@ sb_field(struct strbuf *sb, const char *name, int64_t v)
 
 /* "limits":[...] with each limit's configuration only: what is known when
  * the backend did not answer */
+/* ,"window_ms":W, or a concurrency limit's ,"lease_ms":L (its window) */
+static void
+sb_window(struct strbuf *sb, const struct rl_limit *l)
+{
+    sb_field(sb, l->algo == RL_ALGO_CONCURRENCY ? ",\"lease_ms\":" : ",\"window_ms\":",
+             l->window_ms);
+}
+
 static void
 sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
 {
@@ -137,7 +145,7 @@ sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
         sb_str(sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(sb, algo_def(l->algo)->name);
         sb_field(sb, "\",\"limit\":", l->limit);
-        sb_field(sb, ",\"window_ms\":", l->window_ms);
+        sb_window(sb, l);
         if (algo_def(l->algo)->uses_burst)
             sb_field(sb, ",\"burst\":", l->burst);
         sb_str(sb, "}");
@@ -199,9 +207,7 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(&sb, algo_def(l->algo)->name);
         sb_field(&sb, "\",\"limit\":", l->limit);
-        /* a concurrency limit's window is its lease */
-        sb_field(&sb, l->algo == RL_ALGO_CONCURRENCY ? ",\"lease_ms\":" : ",\"window_ms\":",
-                 l->window_ms);
+        sb_window(&sb, l);
         sb_field(&sb, ",\"remaining\":", r->remaining);
         sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
         if (algo_def(l->algo)->uses_burst)
