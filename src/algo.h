@@ -178,6 +178,14 @@ struct rl_algo_def {
                  const struct rl_lease *id, struct rl_limit_result *res);
     bool (*release)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
                     const struct rl_lease *id);
+    /*
+     * A reservation (max_delay; token_bucket and gcra only, NULL for the
+     * others): commit() without the bound of algo_most_owed, for a check
+     * that peek() found to fit within a bounded wait, so the debt it leaves
+     * is bounded by that wait (burst + limit x max_delay / window).
+     */
+    void (*reserve)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                    int64_t cost, struct rl_limit_result *res);
 };
 
 const struct rl_algo_def *algo_def(enum rl_algo algo);

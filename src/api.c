@@ -134,6 +134,11 @@ on_check_done(const struct rl_decision *d, void *arg)
     /* nginx and Caddy keep an auth subrequest's connection only when
      * its answer has no body: there, status and headers say it all */
     n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
+    /* a reservation (max_delay): the same answer, when it comes due */
+    if (d->delayed_ms > 0) {
+        worker_hold(w, r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n, d->delayed_ms);
+        return;
+    }
     respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
     worker_check_done(w);
 }

@@ -542,7 +542,17 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         if (!res->limits[i].allowed)
             res->allowed = 0;
     }
-    if ((res->allowed && blocked == 0) || (req->flags & RL_CHECK_FORCE)) {
+    /* a reservation: every limit fits within max_delay_ms, none never */
+    bool reserve = !res->allowed && blocked == 0 && cost > 0 && (req->flags & RL_CHECK_DELAY);
+    for (size_t i = 0; reserve && i < op->n; i++) {
+        int64_t r = res->limits[i].retry_after_ms;
+
+        /* a slot's end is a bound, not a promise: reserved only with a
+         * slot free */
+        reserve = r >= 0 && r <= req->max_delay_ms &&
+                  (pol->limits[i].algo != RL_ALGO_CONCURRENCY || r == 0);
+    }
+    if ((res->allowed && blocked == 0) || reserve || (req->flags & RL_CHECK_FORCE)) {
         for (size_t i = 0; cost > 0 && i < op->n; i++) {
             const struct rl_limit *lim = &pol->limits[i];
 
@@ -550,6 +560,8 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
 
             if (d->hold != NULL && (req->flags & RL_CHECK_LEASE))
                 d->hold(lim, &op_get(s, op, i, now)->st, now, &req->lease, &res->limits[i]);
+            else if (reserve && d->reserve != NULL)
+                d->reserve(lim, &op_get(s, op, i, now)->st, now, cost, &res->limits[i]);
             else
                 d->commit(lim, &op_get(s, op, i, now)->st, now, cost, &res->limits[i]);
             op_expire(s, op, i, lim, now);
@@ -558,6 +570,8 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
     res->nlimits = op->n;
     if (blocked > 0)
         backend_apply_block(res, blocked);
+    if (reserve)
+        backend_apply_delay(res);
 }
 
 static void

@@ -45,6 +45,7 @@ struct check_op {
     int64_t start_us;
     uint64_t epoch;        /* of the backend when the check was sent */
     int hybrid;            /* a hybrid policy's key unknown locally */
+    int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
     struct limit_keys *lk; /* NULL: every limit under key */
     char key[RL_REDIS_KEY_MAX];
@@ -175,6 +176,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
         d.lease = lease_of(op, res, lease, sizeof(lease));
+        if (res->allowed && res->delay_ms > 0 && op->delay)
+            d.delayed_ms = res->delay_ms;
     } else {
         switch (cfg->failure_mode) {
         case RL_FAIL_CLOSED:
@@ -187,6 +190,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
             if (op->env->local != NULL) {
                 /* The memory backend answers before check() returns. */
                 struct local_answer la = {&d, op->policy, 0};
+                /* the worker's own decision is answered now: no wait */
+                op->req.flags &= ~RL_CHECK_DELAY;
                 op->env->local->ops->check(op->env->local, &op->req, on_local, &la);
                 if (la.answered)
                     break;
@@ -207,10 +212,19 @@ finish(struct check_op *op, const struct rl_check_res *res)
                   : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
                   : d.allowed                ? RL_OUT_ALLOWED
                                              : RL_OUT_DENIED);
+    /* no wait: the place it held is free now (a held one's, when answered) */
+    if (op->delay && d.delayed_ms == 0)
+        check_delay_done(op->env);
     op->done(&d, op->arg);
     config_unref(op->cfg);
     free(op->lk);
     free(op);
+}
+
+void
+check_delay_done(const struct rl_check_env *env)
+{
+    (*env->delayed)--;
 }
 
 static int64_t
@@ -228,7 +242,7 @@ on_backend(const struct rl_check_res *res, void *arg)
     /* a slot may be released any moment: a denial for want of one is not
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache && !(op->req.flags & RL_CHECK_LEASE)) {
+        op->cfg->deny_cache && !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -489,6 +503,15 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
             lease_draw(&op->req.lease);
         }
     }
+    /* may be held for max_delay: while the worker holds fewer than
+     * max_delayed (the place is taken now, before the answer says) */
+    if (cost > 0 && policy->max_delay_ms > 0 && ident != NULL && env->delayed != NULL &&
+        *env->delayed < cfg->max_delayed) {
+        op->req.flags |= RL_CHECK_DELAY;
+        op->req.max_delay_ms = policy->max_delay_ms;
+        op->delay = 1;
+        (*env->delayed)++;
+    }
     op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
                              ? timeout_ms
                              : cfg->redis.timeout_ms;
@@ -505,7 +528,8 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
-    if (env->deny != NULL && cfg->deny_cache && !(op->req.flags & RL_CHECK_LEASE)) {
+    if (env->deny != NULL && cfg->deny_cache &&
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);

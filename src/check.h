@@ -28,6 +28,11 @@ struct rl_check_env {
     struct rl_deny_cache *deny; /* NULL: no local cache of denials */
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
     int64_t (*now_us)(void);    /* NULL: now_monotonic_us (tests drive it) */
+    /* The worker's checks that may be held for a policy's max_delay: sent
+     * asking for a reservation, or answered with one and waiting; at most
+     * the config's max_delayed (past it a check is decided as without
+     * max_delay).  NULL: no check is ever held (gRPC, admin). */
+    int64_t *delayed;
 };
 
 struct rl_check_input {
@@ -42,8 +47,17 @@ struct rl_check_input {
     struct rl_ident_input ident; /* body_key is filled by check_start */
 };
 
-/* Called exactly once with the decision; `d` lives only during the call. */
+/*
+ * Called exactly once with the decision; `d` lives only during the call.  A
+ * decision with delayed_ms > 0 (a reservation, max_delay) holds one of
+ * env->delayed until its caller has answered it after that wait, and gives
+ * it back with check_delay_done().
+ */
 typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
+
+/* A held check (delayed_ms > 0) was answered: its place in env->delayed is
+ * free again. */
+void check_delay_done(const struct rl_check_env *env);
 
 /*
  * Start a check under `cfg` (the check takes its own reference).  RL_OK: done

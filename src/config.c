@@ -426,6 +426,9 @@ static const struct schema_field policy_fields[] = {
      * finalize sets HYBRID_SYNC_DEFAULT_MS when it is absent */
     {.name = "sync_interval", .type = SCHEMA_DURATION, .off = POLICY(sync_interval_ms),
      .min = 10, .max = 60 * 1000},
+    /* absent (0): a check that does not fit now is denied */
+    {.name = "max_delay", .type = SCHEMA_DURATION, .off = POLICY(max_delay_ms), .min = 1,
+     .max = 60 * 1000},
     /* absent (0): the top-level values */
     {.name = "ipv4_prefix", .type = SCHEMA_INT, .off = POLICY(ipv4_prefix), .min = 8,
      .max = 32},
@@ -588,6 +591,8 @@ static const struct schema_field top_fields[] = {
      .flags = SCHEMA_NONEMPTY},
     {.name = "max_body", .type = SCHEMA_SIZE, .off = TOP(max_body), .def = "\"64k\"", .min = 2,
      .max = 64 * 1024 * 1024, .flags = SCHEMA_RESTART},
+    {.name = "max_delayed", .type = SCHEMA_INT, .off = TOP(max_delayed), .def = "1000",
+     .min = 1, .max = 1000000},
     {.name = "max_inflight", .type = SCHEMA_INT, .off = TOP(max_inflight), .def = "10000",
      .min = 1, .max = 10000000},
     {.name = "access_log", .type = SCHEMA_INT, .off = TOP(access_log), .def = "0", .min = 0,
@@ -758,6 +763,34 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
     if (p->sync_interval_ms != 0 && p->mode != RL_MODE_HYBRID)
         schema_bad_field(ctx, path, "sync_interval",
                          "only a policy with \"mode\": \"hybrid\" syncs");
+    /* a delay is exact only where the future admission is: the buckets */
+    for (size_t k = 0; p->max_delay_ms > 0 && k <= p->noverrides; k++) {
+        const struct rl_limit *l = k == 0 ? p->limits : p->overrides[k - 1].limits;
+        size_t n = k == 0 ? p->nlimits : p->overrides[k - 1].nlimits;
+        const char *where = k == 0 ? "" : "an override's ";
+
+        if (p->mode == RL_MODE_HYBRID) {
+            schema_bad_field(ctx, path, "max_delay",
+                             "a hybrid policy decides in the worker: it cannot hold a check");
+            break;
+        }
+        bool bucket = false;
+
+        for (size_t i = 0; i < n; i++) {
+            bucket |= l[i].algo == RL_ALGO_TOKEN_BUCKET || l[i].algo == RL_ALGO_GCRA;
+            /* a concurrency limit beside: held only with a slot free */
+            if (l[i].algo != RL_ALGO_TOKEN_BUCKET && l[i].algo != RL_ALGO_GCRA &&
+                l[i].algo != RL_ALGO_CONCURRENCY)
+                schema_bad_field(
+                    ctx, path, "max_delay",
+                    "only token_bucket and gcra know exactly when a check will fit: "
+                    "%slimits[%zu] is %s",
+                    where, i, algo_def(l[i].algo)->name);
+        }
+        if (!bucket)
+            schema_bad_field(ctx, path, "max_delay",
+                             "%slimits have no token_bucket or gcra to smooth", where);
+    }
     /* leases live in the backend: a hybrid policy decides in the worker */
     for (size_t k = 0; p->mode == RL_MODE_HYBRID && k <= p->noverrides; k++) {
         const struct rl_limit *l = k == 0 ? p->limits : p->overrides[k - 1].limits;

@@ -115,7 +115,8 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms;         /* hybrid: counts go to Redis this often */
+    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
+    int64_t max_delay_ms;     /* a check that fits within this is held, not denied; 0: off */
     int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
     /* derived by finalize, not fields: */
     int fold4, fold6; /* the address identity's network, in bits */
@@ -218,6 +219,7 @@ struct rl_config {
     uint64_t pk_k0, pk_k1;                   /* the SipHash key made from it; not a field */
     int64_t max_body;
     int64_t max_inflight;      /* per worker; past it a fast 503 */
+    int64_t max_delayed;       /* per worker: checks held for max_delay at once */
     int deny_cache;            /* answer known denials locally */
     int forward_auth;          /* any method on /check and /check/... */
     int64_t access_log;        /* log one check in N; 0: off */

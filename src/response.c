@@ -193,6 +193,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     sb_field(&sb, ",\"remaining\":", d->remaining);
     sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
     sb_field(&sb, ",\"retry_after_ms\":", d->retry_after_ms);
+    if (d->delayed_ms > 0)
+        sb_field(&sb, ",\"delayed_ms\":", d->delayed_ms);
     /* lease.h: hex, digits, base64url and dots, nothing to escape */
     if (d->lease != NULL) {
         sb_str(&sb, ",\"lease\":\"");
@@ -332,6 +334,11 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     int64_t reset_s = response_seconds(d->reset_ms);
     /* the draft: with Retry-After, t SHOULD name the same moment */
     int64_t t_s = d->status == 429 ? response_seconds(d->retry_after_ms) : reset_s;
+
+    /* a held check is answered when its reservation comes due: its quota
+     * is there now (issue 23) */
+    if (d->delayed_ms > 0)
+        t_s = 0;
 
     add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
     add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);

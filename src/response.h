@@ -29,6 +29,8 @@ struct rl_decision {
     /* the lease an allowed check took on the policy's concurrency limit
      * (lease.h), NULL: none; lives as long as the decision */
     const char *lease;
+    /* a reservation (max_delay): answered 200 after this many ms; 0: now */
+    int64_t delayed_ms;
     size_t binding; /* index of the binding limit */
     /* Of the binding limit.  limit is what a caller can spend at once (the
      * burst of token_bucket and gcra), so remaining never exceeds it;

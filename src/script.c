@@ -212,7 +212,8 @@ put_keys(struct rl_script_call *c, const struct rl_check_req *req)
 static void
 put_cost(struct rl_script_call *c, const struct rl_check_req *req)
 {
-    const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN | RL_CHECK_LEASE;
+    const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN |
+                              RL_CHECK_LEASE | RL_CHECK_DELAY;
     char tmp[NUM_MAX + 4];
     struct strbuf sb;
 
@@ -234,6 +235,8 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "l", 1);
     if (req->flags & RL_CHECK_RELEASE)
         sb_mem(&sb, "x", 1);
+    if (req->flags & RL_CHECK_DELAY)
+        sb_mem(&sb, "d", 1);
     put_arg(c, tmp, sb.len);
 }
 
@@ -259,6 +262,8 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
         lease_hex(&req->lease, hex);
         put_arg(c, hex, sizeof(hex));
     }
+    if (req->flags & RL_CHECK_DELAY)
+        put_num(c, (long long)req->max_delay_ms);
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
     if (req->flags & RL_CHECK_RESET)
@@ -282,7 +287,8 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
         nkeys += reqs[j]->policy->nlimits + once;
         /* spec, cost, block key, lease, seq, limit index, block ms */
         nargs += 3 + once + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
-                 ((f & RL_CHECK_RESET) != 0) + ((f & RL_CHECK_BLOCK) != 0);
+                 ((f & RL_CHECK_DELAY) != 0) + ((f & RL_CHECK_RESET) != 0) +
+                 ((f & RL_CHECK_BLOCK) != 0);
     }
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
@@ -374,6 +380,9 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
     /* a blocked key: -blocked_ms in place of allowed */
     if (r->element[at]->integer < 0 && !(w->req->flags & RL_CHECK_RELEASE))
         backend_apply_block(&res, -r->element[at]->integer);
+    /* 2: reserved, allowed after its limits' waits */
+    if (r->element[at]->integer == 2 && (w->req->flags & RL_CHECK_DELAY))
+        backend_apply_delay(&res);
     w->answered = 1;
     w->req = NULL;
     w->cb(&res, w->arg);

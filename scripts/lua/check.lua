@@ -21,10 +21,13 @@
 --          does not fit), 'o', once, 'r', reset, 'b', block, 'l', take a
 --          lease (the policy's concurrency limit holds a slot under the
 --          lease's id when the check is allowed), 'x', release (give the
---          lease's slot back: an admin check) ("3", "1f", "2o", "2fo",
---          "0r", "-3", "0rb", "1l", "0x")
+--          lease's slot back: an admin check), 'd', delay (a check that
+--          would fit within max_delay ms is reserved: consumed now, as if
+--          forced, and answered 2) ("3", "1f", "2o", "2fo", "0r", "-3",
+--          "0rb", "1l", "0x", "1d", "1ld")
 --   block  the check's block key (same hash tag; see below)
 --   lease  only for an 'l' or 'x' check: the lease's id (concurrency.lua)
+--   max_delay  only for a 'd' check: in ms
 --   seq    only for a 'once' check: its writer's seq.  Such a check has one
 --          more key after its limits' keys, the writer's last applied seq;
 --          a seq not above it was applied already (a hybrid sync sent again
@@ -45,8 +48,9 @@
 -- then fails (its check alone).
 --
 -- Returns one flat array: per check, allowed (1 or 0, or -blocked_ms while
--- the key is blocked: denied; for a release, 1 when the lease was held and
--- had not ended, else 0), then per limit remaining, reset_ms,
+-- the key is blocked: denied; 2 a reservation of a 'd' check: allowed after
+-- the longest retry_after_ms of its limits; for a release, 1 when the lease
+-- was held and had not ended, else 0), then per limit remaining, reset_ms,
 -- retry_after_ms.  A check is allowed only when every limit allows it and
 -- the key is not blocked; a denied check consumes nothing from any limit
 -- (unless forced).  An admin check (reset, block, or a negative cost: give
@@ -106,13 +110,13 @@ local function spec_of(s)
 end
 
 -- A cost string -> { cost, force, once, reset, block, admin, lease,
--- release; err }.
+-- release, delay; err }.
 local function cost_of(s)
-  local cf = { tonumber(s), false, false, false, false, false, false, false }
+  local cf = { tonumber(s), false, false, false, false, false, false, false, false }
   if cf[1] == nil then
-    local c, f, o, r, b, l, x = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)$')
+    local c, f, o, r, b, l, x, d = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)$')
     cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
-    cf[7], cf[8] = l == 'l', x == 'x'
+    cf[7], cf[8], cf[9] = l == 'l', x == 'x', d == 'd'
     if c == nil then cf.err = 'bad cost ' .. s end
   end
   cf[6] = cf[1] < 0 or cf[4] or cf[5] or cf[8]
@@ -199,6 +203,10 @@ local function applied(once_key, seq)
   return last and tonumber(last) >= tonumber(seq)
 end
 
+-- The max_delay (ms) of the check being run, nil when it is not a 'd' one:
+-- set by the driver before each check.
+local delay_max = nil
+
 -- One check of one limit (most checks), its keys from KEYS[k + 1], its
 -- admin arguments from ARGV[a]: allowed (1, 0 or -blocked_ms), remaining,
 -- reset_ms, retry_after_ms.
@@ -213,14 +221,21 @@ local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   local key = KEYS[k + 1]
   local v, blocked = read_first(key, bkey, now, sp.own)
   local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost, v)
-  if ((ok and blocked == 0) or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
+  -- a slot's end is a bound, not a promise: never reserved for
+  local reserve = delay_max and not ok and blocked == 0 and retry >= 0 and retry <= delay_max and
+                  not sp.cc
+  if ((ok and blocked == 0) or force or reserve) and cost > 0 and
+     not (once_key and applied(once_key, seq)) then
+    reserving = reserve and true or false
     rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+    reserving = false
     -- kept as long as the counts it guards; the seq as the daemon wrote it
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   elseif repair then
     repair_ttl(key, repair)
   end
   if released then return released, rem, reset, retry end
+  if reserve and cost > 0 then return 2, rem, reset, retry end
   if blocked > 0 then return -blocked, rem, reset, retry end
   if ok then return 1, rem, reset, retry end
   return 0, rem, reset, retry
@@ -249,10 +264,18 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
     pre = nil
     if not ok then allowed = false end
   end
+  local reserve = delay_max and not allowed and blocked == 0 and cost > 0
+  for i = 1, n do
+    if reserve and (retries[i] < 0 or retries[i] > delay_max) then reserve = false end
+  end
+  -- a slot's end is a bound, not a promise: reserved only with a slot free
+  if reserve and sp.cc and retries[sp.cc] > 0 then reserve = false end
   if released then out[o + 1] = released
-  elseif allowed then out[o + 1] = 1 elseif blocked > 0 then out[o + 1] = -blocked
+  elseif allowed then out[o + 1] = 1 elseif reserve then out[o + 1] = 2
+  elseif blocked > 0 then out[o + 1] = -blocked
   else out[o + 1] = 0 end
-  if (allowed or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
+  if (allowed or force or reserve) and cost > 0 and not (once_key and applied(once_key, seq)) then
+    reserving = reserve and true or false
     for i = 1, n do
       local j = 5 * i - 5
       out[o + 3 * i - 1], out[o + 3 * i] =
@@ -260,6 +283,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
                   s1[i], s2[i], s3[i], s4[i], s5[i])
       out[o + 3 * i + 1] = retries[i]
     end
+    reserving = false
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   else
     for i = 1, n do
@@ -307,8 +331,9 @@ if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
-    cc_lease = nil
+    cc_lease, delay_max = nil, nil
     if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
+    if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
     if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
     local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
@@ -325,9 +350,13 @@ for _ = 1, tonumber(ARGV[2]) do
   if sp == nil or cf == nil then sp, cf = cached(s, c) end
   local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
   b = b + 3
-  cc_lease = nil
+  cc_lease, delay_max = nil, nil
   if cf[7] or cf[8] then
     cc_lease = ARGV[b]
+    b = b + 1
+  end
+  if cf[9] then
+    delay_max = tonumber(ARGV[b])
     b = b + 1
   end
   if cf[3] then

@@ -47,6 +47,7 @@ COMPANIONS = {
     "policies[].limits[].lease": {"policies[].limits[].algorithm": "concurrency",
                                   "policies[].limits[].window": "DROP"},
     "policies[].sync_interval": {"policies[].mode": "hybrid"},
+    "policies[].max_delay": {"policies[].limits[].algorithm": "gcra"},
     "redis.tls.cert_file": {"redis.tls.key_file": None},
     "redis.tls.key_file": {"redis.tls.cert_file": None},
     "rls.listen": {"rls.config": None},

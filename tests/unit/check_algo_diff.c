@@ -80,7 +80,9 @@ struct dpolicy {
     int64_t block_until;    /* the twin's block: us, the script's clock */
     int64_t reset_index, block_ms;  /* of the next DP_RESET, DP_BLOCK */
     struct rl_lease lease;  /* of the next DP_LEASE, DP_RELEASE */
+    int64_t max_delay_ms;   /* of every DP_DELAY */
     int persisted;      /* the previous step took every TTL away */
+    long long last;     /* what the previous step answered first */
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
 };
 
@@ -148,6 +150,7 @@ get_reply(void)
 #define DP_BLOCK 0x8    /* block for p->block_ms (0: lift) */
 #define DP_LEASE 0x10   /* the concurrency limit holds the slot under p->lease */
 #define DP_RELEASE 0x20 /* give lease p->lease back */
+#define DP_DELAY 0x40   /* reserved when it fits within p->max_delay_ms */
 
 /* The script call of one step: EVALSHA with explicit time, a batch of one. */
 struct dp_call {
@@ -179,11 +182,12 @@ static void
 dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
          struct dp_call *c)
 {
-    char flags[8];
+    char flags[12];
 
-    snprintf(flags, sizeof(flags), "%s%s%s%s%s", how & DP_FORCE ? "f" : "",
+    snprintf(flags, sizeof(flags), "%s%s%s%s%s%s", how & DP_FORCE ? "f" : "",
              how & DP_RESET ? "r" : "", how & DP_BLOCK ? "b" : "",
-             how & DP_LEASE ? "l" : "", how & DP_RELEASE ? "x" : "");
+             how & DP_LEASE ? "l" : "", how & DP_RELEASE ? "x" : "",
+             how & DP_DELAY ? "d" : "");
     dc_arg(c, "EVALSHA");
     dc_arg(c, rl_lua_check_sha);
     dc_num(c, (int64_t)p->n, "");
@@ -209,6 +213,8 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
         c->hex[RL_LEASE_HEX] = '\0';
         dc_arg(c, c->hex);
     }
+    if (how & DP_DELAY)
+        dc_num(c, p->max_delay_ms, "");
     if (how & DP_RESET)
         dc_num(c, p->reset_index, "");
     if (how & DP_BLOCK)
@@ -315,17 +321,26 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
         allowed &= cr[i].allowed;
     }
     allowed &= blocked == 0;
-    *committed = (allowed || force) && cost > 0;
+    /* as backend_memory.c: every limit fits within max_delay, none never */
+    int reserve = !allowed && blocked == 0 && cost > 0 && (how & DP_DELAY);
+    for (size_t i = 0; reserve && i < p->n; i++)
+        reserve = cr[i].retry_after_ms >= 0 && cr[i].retry_after_ms <= p->max_delay_ms &&
+                  (p->l[i].lim.algo != RL_ALGO_CONCURRENCY || cr[i].retry_after_ms == 0);
+    *committed = (allowed || force || reserve) && cost > 0;
     for (size_t i = 0; *committed && i < p->n; i++) {
         const struct rl_algo_def *d = algo_def(p->l[i].lim.algo);
 
         if (d->hold != NULL && (how & DP_LEASE))
             d->hold(&p->l[i].lim, &p->l[i].st, now, &p->lease, &cr[i]);
+        else if (reserve && d->reserve != NULL)
+            d->reserve(&p->l[i].lim, &p->l[i].st, now, cost, &cr[i]);
         else
             d->commit(&p->l[i].lim, &p->l[i].st, now, cost, &cr[i]);
     }
     if (released >= 0)
         return released;
+    if (reserve)
+        return 2;
     return blocked > 0 ? -blocked : allowed;
 }
 
@@ -402,6 +417,7 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
         dp_compare(p, i, r, now, &cr[i], committed, slack, at);
     freeReplyObject(r);
     p->persisted = how & DP_PERSIST;
+    p->last = want;
     return want == 1;
 }
 
@@ -1018,6 +1034,65 @@ START_TEST(leases_releases_and_expiries_match)
 }
 END_TEST
 
+/*
+ * Reservations (max_delay): token_bucket and gcra, alone and together, a
+ * burst of checks of which those that fit within max_delay are reserved
+ * (2) and the rest denied, mixed with time that passes, blocks, rewards
+ * and resets: the decision and every number compared at every step.
+ */
+START_TEST(reservations_match)
+{
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct dpolicy p = {0};
+        int64_t now = T0 + (int64_t)seed * 104729, reserved = 0;
+        char id[32], where[160];
+
+        snprintf(id, sizeof(id), "delay:%llu", (unsigned long long)seed);
+        dp_add(&p, id, seed % 2 ? RL_ALGO_TOKEN_BUCKET : RL_ALGO_GCRA, 10, 1000,
+               (int64_t)(seed % 4) + 1);
+        if (seed % 3 == 0)
+            dp_add(&p, id, seed % 2 ? RL_ALGO_GCRA : RL_ALGO_TOKEN_BUCKET, 3, 500, 3);
+        /* slots beside the bucket: a reservation holds one, never waits
+         * for one */
+        if (seed % 4 == 1)
+            dp_add(&p, id, RL_ALGO_CONCURRENCY, 2, 300, 0);
+        /* past the time the bucket takes to refill: a debt of more than
+         * one burst, carried exactly */
+        p.max_delay_ms = 100 + (int64_t)(rnd(&seed) % 2000);
+        for (int n = 0; n < 300; n++) {
+            int how = DP_DELAY;
+            int64_t cost = 1 + (int64_t)(rnd(&seed) % 2);
+            uint64_t r = rnd(&seed) % 20;
+
+            if (r < 3)
+                now += rnd_upto(&seed, 300 * MS);
+            else if (r < 4)
+                now -= rnd_upto(&seed, 5 * MS);
+            else if (r < 12)
+                now += rnd_upto(&seed, 10 * MS);
+            r = rnd(&seed) % 40;
+            if (r == 0) {
+                how = DP_BLOCK;
+                p.block_ms = 1 + (int64_t)(rnd(&seed) % 200);
+                cost = 0;
+            } else if (r == 1) {
+                cost = -1;
+                how = 0;
+            } else if (r == 2) {
+                how = DP_RESET;
+                p.reset_index = -1;
+                cost = 0;
+            }
+            snprintf(where, sizeof(where), "%s step %d", id, n);
+            dp_step(&p, now, cost, how, where);
+            reserved += p.last == 2;
+        }
+        ck_assert_msg(reserved > 0, "%s: no check was reserved", id);
+        dp_free(&p);
+    }
+}
+END_TEST
+
 /* A slot given back twice is given back once; an ended lease is not held. */
 START_TEST(release_twice_and_after_the_end)
 {
@@ -1449,6 +1524,7 @@ diff_suite(void)
     tcase_add_test(tc, a_removed_ttl_is_put_back);
     tcase_add_test(tc, leases_releases_and_expiries_match);
     tcase_add_test(tc, release_twice_and_after_the_end);
+    tcase_add_test(tc, reservations_match);
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
     tcase_add_test(tc, o1_reads_the_text_layout_and_ignores_garbage);
     tcase_add_test(tc, log_member_of_garbage_fails_its_check);
