@@ -324,10 +324,13 @@ answer_json(const struct admin_op *op, const struct rl_check_res *res)
 
     for (size_t i = 0; i < res->nlimits && i < op->policy->nlimits; i++) {
         const struct rl_limit *l = &op->policy->limits[i];
+        bool cc = l->algo == RL_ALGO_CONCURRENCY;
+        /* a concurrency limit's window is its lease; a period's window is
+         * its length now */
         json_t *e = json_pack("{s:s,s:I,s:I}", "algorithm", algo_def(l->algo)->name, "limit",
-                              (json_int_t)l->limit, "window_ms",
-                              (json_int_t)algo_window_ms(l, now));
-        /* a period's window is its length now; what period, where */
+                              (json_int_t)l->limit, cc ? "lease_ms" : "window_ms",
+                              (json_int_t)(cc ? l->window_ms : algo_window_ms(l, now)));
+        /* what period, where */
         if (algo_has_period(l)) {
             json_object_set_new(e, "period", json_string(period_kind_name(l->period.kind)));
             json_object_set_new(e, "timezone", json_string(period_tz_name(l->period.tz)));
@@ -339,6 +342,9 @@ answer_json(const struct admin_op *op, const struct rl_check_res *res)
         json_object_set_new(e, "reset_ms", json_integer(res->limits[i].reset_ms));
         if (algo_def(l->algo)->uses_burst)
             json_object_set_new(e, "burst", json_integer(l->burst));
+        /* the slots held now: by leases not released and not ended */
+        if (cc)
+            json_object_set_new(e, "held", json_integer(l->limit - res->limits[i].remaining));
         json_array_append_new(limits, e);
     }
     o = json_pack("{s:s,s:s,s:s%,s:s,s:I,s:o}", "action",

@@ -14,6 +14,7 @@ static const struct rl_algo_def *const algos[RL_ALGO_COUNT] = {
     [RL_ALGO_SLIDING_WINDOW_COUNTER] = &rl_algo_sliding_window_counter,
     [RL_ALGO_TOKEN_BUCKET] = &rl_algo_token_bucket,
     [RL_ALGO_GCRA] = &rl_algo_gcra,
+    [RL_ALGO_CONCURRENCY] = &rl_algo_concurrency,
 };
 
 const struct rl_algo_def *

@@ -21,6 +21,7 @@
 #define RL_ALGO_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "period.h"
 #include "rl.h"
@@ -33,8 +34,12 @@ enum rl_algo {
     RL_ALGO_SLIDING_WINDOW_COUNTER,
     RL_ALGO_TOKEN_BUCKET,
     RL_ALGO_GCRA,
+    /* not a rate: slots held by leases (algo_concurrency.c); the rate
+     * algorithms come first, RL_ALGO_RATES of them */
+    RL_ALGO_CONCURRENCY,
     RL_ALGO_COUNT
 };
+#define RL_ALGO_RATES RL_ALGO_CONCURRENCY
 
 struct rl_identity_chain;
 
@@ -64,6 +69,9 @@ struct rl_limit {
     /* who this limit counts by, when not the policy's caller (config.h);
      * NULL: the policy's identity */
     struct rl_identity_chain *identity;
+    /* concurrency: the longest a slot is held, as configured (0: absent);
+     * window_ms is set to it (the key's name, the state's TTL) */
+    int64_t lease_ms;
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */
@@ -117,6 +125,16 @@ struct rl_algo_seen {
     int64_t used;                /* admitted locally, not yet in it */
 };
 
+/*
+ * One lease of a concurrency limit within its key: 128 random bits, never
+ * all zero (algo_concurrency.c's anonymous slots are), written as 32
+ * lower-case hex digits (the script's sorted-set member).
+ */
+struct rl_lease {
+    uint64_t hi, lo;
+};
+#define RL_LEASE_HEX 32
+
 struct rl_algo_def {
     const char *name; /* config name, e.g. "fixed_window" */
     const char *tag;  /* short id used in Redis keys and script arguments */
@@ -161,6 +179,25 @@ struct rl_algo_def {
                      struct rl_limit_result *res);
     void (*estimate_take)(const struct rl_limit *lim, int64_t cost,
                           struct rl_limit_result *res);
+    /*
+     * Leases, concurrency only (NULL for the rates).  hold() is commit() for
+     * an allowed check that takes a slot under lease `id`; commit() itself
+     * takes an anonymous slot (a penalty), none when every slot is held.
+     * release() gives lease `id`'s slot back at now_us: true when it was
+     * held and had not ended.
+     */
+    void (*hold)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                 const struct rl_lease *id, struct rl_limit_result *res);
+    bool (*release)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                    const struct rl_lease *id);
+    /*
+     * A reservation (max_delay; token_bucket and gcra only, NULL for the
+     * others): commit() without the bound of algo_most_owed, for a check
+     * that peek() found to fit within a bounded wait, so the debt it leaves
+     * is bounded by that wait (burst + limit x max_delay / window).
+     */
+    void (*reserve)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                    int64_t cost, struct rl_limit_result *res);
 };
 
 const struct rl_algo_def *algo_def(enum rl_algo algo);
@@ -279,5 +316,6 @@ extern const struct rl_algo_def rl_algo_sliding_window_log;
 extern const struct rl_algo_def rl_algo_sliding_window_counter;
 extern const struct rl_algo_def rl_algo_token_bucket;
 extern const struct rl_algo_def rl_algo_gcra;
+extern const struct rl_algo_def rl_algo_concurrency;
 
 #endif

@@ -126,21 +126,37 @@ gcra_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t no
     }
 }
 
+/* Take cost; TAT no further than 2 x tau ahead unless `reserving`. */
 static void
-gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
-            struct rl_limit_result *res)
+gcra_take(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+          bool reserving, struct rl_limit_result *res)
 {
     int64_t most = algo_most_owed(lim), room;
-    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now), cost < most ? cost : most);
+    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now),
+                                cost < most || reserving ? cost : most);
     struct gcra_t cap = gcra_units(lim, most);
 
     /* a forced commit: TAT no further than 2 x tau ahead */
-    if (gcra_later(n, cap))
+    if (!reserving && gcra_later(n, cap))
         n = cap;
     room = gcra_room(lim, n);
     st->gcra.tat_us = now + n.i;
     st->gcra.tat_frac = n.f;
     algo_set_numbers(res, room, gcra_ceil(n));
+}
+
+static void
+gcra_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+            struct rl_limit_result *res)
+{
+    gcra_take(lim, st, now, cost, false, res);
+}
+
+static void
+gcra_reserve(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+             struct rl_limit_result *res)
+{
+    gcra_take(lim, st, now, cost, true, res);
 }
 
 static void
@@ -176,4 +192,5 @@ const struct rl_algo_def rl_algo_gcra = {
     .ttl_us = gcra_ttl,
     .estimate = algo_estimate_refill,
     .estimate_take = algo_estimate_take_refill,
+    .reserve = gcra_reserve,
 };

@@ -15,6 +15,8 @@
  * algo_most_owed() (D <= 2 x burst).  D itself never goes below 0, so every
  * product stays of non-negative numbers, as intmath.lua needs.
  */
+#include <stdbool.h>
+
 #include "algo.h"
 
 /* Microseconds, rounded up, until the deficit d + f / W falls to x tokens. */
@@ -87,9 +89,10 @@ tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
     }
 }
 
+/* Take cost; the debt bounded by algo_most_owed unless `reserving`. */
 static void
-tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
-          struct rl_limit_result *res)
+tb_take(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+        bool reserving, struct rl_limit_result *res)
 {
     struct tb_view v;
     int64_t room;
@@ -98,7 +101,7 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
     st->tb.owed = v.d + cost;
     st->tb.owed_frac = v.f;
     st->tb.at_us = v.at;
-    if (st->tb.owed >= algo_most_owed(lim)) {
+    if (!reserving && st->tb.owed >= algo_most_owed(lim)) {
         st->tb.owed = algo_most_owed(lim);
         st->tb.owed_frac = 0;
     }
@@ -106,6 +109,20 @@ tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
     algo_set_numbers(
         res, room,
         tb_wait(st->tb.owed, st->tb.owed_frac, 0, lim->window_ms * 1000, lim->limit) + v.skew);
+}
+
+static void
+tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+          struct rl_limit_result *res)
+{
+    tb_take(lim, st, now, cost, false, res);
+}
+
+static void
+tb_reserve(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+           struct rl_limit_result *res)
+{
+    tb_take(lim, st, now, cost, true, res);
 }
 
 static void
@@ -143,4 +160,5 @@ const struct rl_algo_def rl_algo_token_bucket = {
     .ttl_us = tb_ttl,
     .estimate = algo_estimate_refill,
     .estimate_take = algo_estimate_take_refill,
+    .reserve = tb_reserve,
 };

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "config.h"
 #include "http.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "response.h"
@@ -20,7 +21,8 @@
 #include "util.h"
 #include "worker.h"
 
-#define BODY_MAX 4096 /* 8 limits of a period in a zone of 64 bytes: ~2.7 KiB */
+/* 8 limits of a period in a zone of 64 bytes: ~2.7 KiB; and a lease */
+#define BODY_MAX (4096 + RL_LEASE_ID_MAX)
 
 /* On every 503 of ours: the backend reconnects within a second or so, a
  * drain sends the caller elsewhere. */
@@ -133,6 +135,11 @@ on_check_done(const struct rl_decision *d, void *arg)
     /* nginx and Caddy keep an auth subrequest's connection only when
      * its answer has no body: there, status and headers say it all */
     n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));
+    /* a reservation (max_delay): the same answer, when it comes due */
+    if (d->delayed_ms > 0) {
+        worker_hold(w, r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n, d->delayed_ms);
+        return;
+    }
     respond(r, d->status, headers, sb_ok(&sb) ? sb.len : 0, body, n);
     worker_check_done(w);
 }
@@ -302,6 +309,39 @@ respond_status(struct http_req *r, int status, json_t *o, const char *fallback)
 }
 
 static void
+on_release_done(int status, bool released, void *arg)
+{
+    struct http_req *r = arg;
+    struct rl_worker *w = http_req_arg(r);
+
+    if (status != 200)
+        respond_error(r, 503, NULL, "backend unavailable");
+    else if (released)
+        respond(r, 200, NULL, 0, "{\"released\":true}", 17);
+    else
+        respond(r, 200, NULL, 0, "{\"released\":false}", 18);
+    worker_check_done(w);
+}
+
+/* POST /release: a lease's slot back (check.h). */
+static void
+handle_release(struct http_req *r, struct rl_worker *w)
+{
+    char *error = NULL;
+
+    if (!admit(r, w))
+        return;
+    worker_check_begin(w);
+    if (check_release(&w->env, w->cfg, r->body_len ? r->body : NULL, r->body_len,
+                      on_release_done, r, &error) != RL_OK) {
+        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+        respond_error(r, 400, NULL, error);
+        free(error);
+        worker_check_done(w);
+    }
+}
+
+static void
 on_json_done(const struct rls_response *resp, void *arg)
 {
     struct http_req *r = arg;
@@ -427,6 +467,11 @@ api_handle(struct http_req *r, void *arg)
         handle_check(r, w, 1);
     } else if (path_is(h, "/check", 6)) {
         respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/release", 8)) {
+        if (h->method == HTTP_M_POST)
+            handle_release(r, w);
+        else
+            respond_405(r, w, "Allow: POST\r\n");
     } else if (path_is(h, "/json", 5)) {
         if (h->method == HTTP_M_POST)
             handle_json(r, w);
@@ -455,7 +500,7 @@ api_handle(struct http_req *r, void *arg)
     } else {
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
-                      "no such path: use POST /check, POST /json, GET /healthz, "
-                      "GET /readyz, GET /serving or GET /metrics");
+                      "no such path: use POST /check, POST /release, POST /json, "
+                      "GET /healthz, GET /readyz, GET /serving or GET /metrics");
     }
 }

@@ -80,3 +80,18 @@ backend_apply_block(struct rl_check_res *res, int64_t blocked_ms)
             l->retry_after_ms = blocked_ms;
     }
 }
+
+void
+backend_apply_delay(struct rl_check_res *res)
+{
+    res->allowed = 1;
+    res->delay_ms = 0;
+    for (size_t i = 0; i < res->nlimits; i++) {
+        struct rl_limit_result *l = &res->limits[i];
+
+        if (l->retry_after_ms > res->delay_ms)
+            res->delay_ms = l->retry_after_ms;
+        l->allowed = 1;
+        l->retry_after_ms = 0;
+    }
+}

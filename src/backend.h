@@ -54,11 +54,13 @@ struct rl_check_req {
      * penalty.
      */
     int64_t cost;
-    int64_t timeout_ms;   /* answer by then, whatever happens */
-    unsigned flags;       /* RL_CHECK_* */
-    uint64_t writer, seq; /* RL_CHECK_ONCE */
-    int limit_index;      /* RL_CHECK_RESET: this limit only; < 0: all */
-    int64_t block_ms;     /* RL_CHECK_BLOCK: for this long; 0 lifts it */
+    int64_t timeout_ms;    /* answer by then, whatever happens */
+    unsigned flags;        /* RL_CHECK_* */
+    uint64_t writer, seq;  /* RL_CHECK_ONCE */
+    int limit_index;       /* RL_CHECK_RESET: this limit only; < 0: all */
+    int64_t block_ms;      /* RL_CHECK_BLOCK: for this long; 0 lifts it */
+    struct rl_lease lease; /* RL_CHECK_LEASE, RL_CHECK_RELEASE */
+    int64_t max_delay_ms;  /* RL_CHECK_DELAY: > 0 */
 };
 
 /* Consume `cost` even when it does not fit (the answer still says whether it
@@ -96,7 +98,26 @@ struct rl_check_req {
  */
 #define RL_CHECK_RESET 0x8u
 #define RL_CHECK_BLOCK 0x10u
-#define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK)
+/*
+ * Leases (algo_concurrency.c).  RL_CHECK_LEASE: when the check is allowed
+ * (and cost > 0) the policy's concurrency limit holds its slot under `lease`
+ * (only the first concurrency limit of a policy holds leases; config.c
+ * allows one).  RL_CHECK_RELEASE: give lease `lease` back, an admin
+ * operation of its own (cost 0, no other flag), answered like a check of
+ * cost 0 after it, with `released` saying whether the lease was held.
+ */
+/*
+ * A check that does not fit now but would within max_delay_ms (every limit's
+ * retry_after_ms at most that, none never fitting, the key not blocked) is
+ * reserved: consumed now, as a forced check is (a bucket into debt, GCRA's
+ * TAT further out), and answered allowed with delay_ms, the longest of its
+ * limits' waits; the caller answers it after that wait.  Token bucket and
+ * gcra only (config.c): their debt says exactly when the next check fits.
+ */
+#define RL_CHECK_DELAY 0x80u
+#define RL_CHECK_LEASE 0x20u
+#define RL_CHECK_RELEASE 0x40u
+#define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK | RL_CHECK_RELEASE)
 
 struct rl_check_res {
     enum rl_backend_status status;
@@ -106,6 +127,8 @@ struct rl_check_res {
      * is 0, nothing was consumed (unless forced), and every limit's
      * retry_after_ms is at least this (or -1: the cost never fits). */
     int64_t blocked_ms;
+    int released;     /* RL_CHECK_RELEASE: the lease was held and had not ended */
+    int64_t delay_ms; /* RL_CHECK_DELAY: allowed after this wait (0: now) */
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };
@@ -166,6 +189,10 @@ int backend_block_key(const struct rl_check_req *req, char *buf, size_t size,
 /* Mark res as the answer for a key blocked for blocked_ms (> 0) more ms:
  * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
 void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);
+/* Mark res, decided as a reservation (RL_CHECK_DELAY), as the answer: allowed
+ * after delay_ms, the longest of its limits' retry_after_ms, which become
+ * 0.  Both backends' way. */
+void backend_apply_delay(struct rl_check_res *res);
 /* Whether req is an admin operation (reset, block or give back). */
 static inline bool
 backend_is_admin(const struct rl_check_req *req)

@@ -471,6 +471,26 @@ op_expire(struct mem_store *s, struct mem_op *op, size_t i, const struct rl_limi
     heap_fix(&s->shards[op->shard[i]], op->e[i]->heap);
 }
 
+/* Give lease req->lease back (a release comes alone): whether it was held. */
+static bool
+op_release_lease(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
+                 int64_t now)
+{
+    const struct rl_policy *pol = req->policy;
+    size_t i;
+    bool held;
+
+    if (!config_lease_limit(pol, &i) || op_find(s, op, i, now) == NULL)
+        return false;
+    held = algo_def(pol->limits[i].algo)
+               ->release(&pol->limits[i], &op->e[i]->st, now, &req->lease);
+    if (op->e[i]->st.ring_len == 0)
+        op_drop(s, op, i, now);
+    else
+        op_expire(s, op, i, &pol->limits[i], now);
+    return held;
+}
+
 /* Reset, block, give back: in that order, as the script does. */
 static void
 op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now)
@@ -523,18 +543,36 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         if (!res->limits[i].allowed)
             res->allowed = 0;
     }
-    if ((res->allowed && blocked == 0) || (req->flags & RL_CHECK_FORCE)) {
+    /* a reservation: every limit fits within max_delay_ms, none never */
+    bool reserve = !res->allowed && blocked == 0 && cost > 0 && (req->flags & RL_CHECK_DELAY);
+    for (size_t i = 0; reserve && i < op->n; i++) {
+        int64_t r = res->limits[i].retry_after_ms;
+
+        /* a slot's end is a bound, not a promise: reserved only with a
+         * slot free */
+        reserve = r >= 0 && r <= req->max_delay_ms &&
+                  (pol->limits[i].algo != RL_ALGO_CONCURRENCY || r == 0);
+    }
+    if ((res->allowed && blocked == 0) || reserve || (req->flags & RL_CHECK_FORCE)) {
         for (size_t i = 0; cost > 0 && i < op->n; i++) {
             const struct rl_limit *lim = &pol->limits[i];
 
-            algo_def(lim->algo)->commit(lim, &op_get(s, op, i, now)->st, now, cost,
-                                        &res->limits[i]);
+            const struct rl_algo_def *d = algo_def(lim->algo);
+
+            if (d->hold != NULL && (req->flags & RL_CHECK_LEASE))
+                d->hold(lim, &op_get(s, op, i, now)->st, now, &req->lease, &res->limits[i]);
+            else if (reserve && d->reserve != NULL)
+                d->reserve(lim, &op_get(s, op, i, now)->st, now, cost, &res->limits[i]);
+            else
+                d->commit(lim, &op_get(s, op, i, now)->st, now, cost, &res->limits[i]);
             op_expire(s, op, i, lim, now);
         }
     }
     res->nlimits = op->n;
     if (blocked > 0)
         backend_apply_block(res, blocked);
+    if (reserve)
+        backend_apply_delay(res);
 }
 
 static void
@@ -565,9 +603,16 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
     now = now_unix_us();
     for (unsigned k = 0; k < op.nlocked; k++)
         shard_sweep(&s->shards[op.order[k]], now, MEM_SWEEP_BATCH);
-    if (backend_is_admin(req))
+    if (req->flags & RL_CHECK_RELEASE)
+        res.released = op_release_lease(s, &op, req, now);
+    else if (backend_is_admin(req))
         op_admin(s, &op, req, now);
     op_decide(s, &op, req, now, &res);
+    /* a release answers whether the lease was held, not a decision */
+    if (req->flags & RL_CHECK_RELEASE) {
+        res.allowed = 0;
+        res.blocked_ms = 0;
+    }
     op_unlock(s, &op);
     op_release(&op);
 

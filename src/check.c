@@ -12,6 +12,7 @@
 #include "config.h"
 #include "deny_cache.h"
 #include "hybrid.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
@@ -45,6 +46,7 @@ struct check_op {
     int64_t start_us;
     uint64_t epoch;        /* of the backend when the check was sent */
     int hybrid;            /* a hybrid policy's key unknown locally */
+    int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
     struct limit_keys *lk; /* NULL: every limit under key */
     char key[RL_REDIS_KEY_MAX];
@@ -147,16 +149,41 @@ on_local(const struct rl_check_res *res, void *arg)
     la->answered = 1;
 }
 
+/* The lease id of the slot op's allowed check took, into buf; NULL when it
+ * took none. */
+static const char *
+lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, size_t size)
+{
+    size_t i, len = op->req.key_len;
+    const char *base = op->key;
+
+    if (!(op->req.flags & RL_CHECK_LEASE) || res->status != RL_BACKEND_OK || !res->allowed ||
+        !config_lease_limit(op->policy, &i))
+        return NULL;
+    if (op->lk != NULL && op->lk->key[i] != NULL) {
+        base = op->lk->key[i];
+        len = op->lk->len[i];
+    }
+    if (lease_id_format(&op->req.lease, op->policy->limits[i].window_ms, base, len, buf,
+                        size) != RL_OK)
+        return NULL; /* cannot be: the buffer holds the longest key */
+    return buf;
+}
+
 /* Answer the check from res, then free it: every path ends here once. */
 static void
 finish(struct check_op *op, const struct rl_check_res *res)
 {
     struct rl_decision d;
     struct rl_config *cfg = op->cfg;
+    char lease[RL_LEASE_ID_MAX];
 
     if (res->status == RL_BACKEND_OK) {
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
+        d.lease = lease_of(op, res, lease, sizeof(lease));
+        if (res->allowed && res->delay_ms > 0 && op->delay)
+            d.delayed_ms = res->delay_ms;
     } else {
         switch (cfg->failure_mode) {
         case RL_FAIL_CLOSED:
@@ -169,6 +196,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
             if (op->env->local != NULL) {
                 /* The memory backend answers before check() returns. */
                 struct local_answer la = {&d, op->policy, 0};
+                /* the worker's own decision is answered now: no wait */
+                op->req.flags &= ~RL_CHECK_DELAY;
                 op->env->local->ops->check(op->env->local, &op->req, on_local, &la);
                 if (la.answered)
                     break;
@@ -189,10 +218,19 @@ finish(struct check_op *op, const struct rl_check_res *res)
                   : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
                   : d.allowed                ? RL_OUT_ALLOWED
                                              : RL_OUT_DENIED);
+    /* no wait: the place it held is free now (a held one's, when answered) */
+    if (op->delay && d.delayed_ms == 0)
+        check_delay_done(op->env);
     op->done(&d, op->arg);
     config_unref(op->cfg);
     free(op->lk);
     free(op);
+}
+
+void
+check_delay_done(const struct rl_check_env *env)
+{
+    (*env->delayed)--;
 }
 
 static int64_t
@@ -207,8 +245,10 @@ on_backend(const struct rl_check_res *res, void *arg)
     struct check_op *op = arg;
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
+    /* a slot may be released any moment: a denial for want of one is not
+     * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache) {
+        op->cfg->deny_cache && !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -449,7 +489,7 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
 
 static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
-                     int64_t timeout_ms, rl_check_done done, void *arg);
+                     int64_t timeout_ms, bool may_hold, rl_check_done done, void *arg);
 
 /*
  * Decide a check of `cost` for (policy, identity): locally when the hybrid
@@ -505,15 +545,17 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         return RL_ERR;
     }
     op->req.key_len = klen;
-    start_op(op, env, cfg, policy, cost, timeout_ms, done, arg);
+    /* only a request's check (not gRPC's, not the admin's) is held */
+    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, done, arg);
     return RL_OK;
 }
 
-/* The check op holds its key(s): decide it as every check is decided. */
+/* The check op holds its key(s): decide it as every check is decided;
+ * may_hold: a check that may wait for the policy's max_delay. */
 static void
 start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *cfg,
-         const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, rl_check_done done,
-         void *arg)
+         const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, bool may_hold,
+         rl_check_done done, void *arg)
 {
     op->cfg = config_ref(cfg);
     op->policy = policy;
@@ -527,6 +569,24 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->req.limit_key_len = op->lk->len;
     }
     op->req.cost = cost;
+    {
+        size_t li;
+
+        /* an allowed check takes a slot under a lease of its own */
+        if (cost > 0 && config_lease_limit(policy, &li)) {
+            op->req.flags |= RL_CHECK_LEASE;
+            lease_draw(&op->req.lease);
+        }
+    }
+    /* may be held for max_delay: while the worker holds fewer than
+     * max_delayed (the place is taken now, before the answer says) */
+    if (cost > 0 && policy->max_delay_ms > 0 && may_hold && env->delayed != NULL &&
+        *env->delayed < cfg->max_delayed) {
+        op->req.flags |= RL_CHECK_DELAY;
+        op->req.max_delay_ms = policy->max_delay_ms;
+        op->delay = 1;
+        (*env->delayed)++;
+    }
     op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
                              ? timeout_ms
                              : cfg->redis.timeout_ms;
@@ -543,7 +603,8 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
-    if (env->deny != NULL && cfg->deny_cache) {
+    if (env->deny != NULL && cfg->deny_cache &&
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
@@ -591,7 +652,7 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->lk->all = op->lk->buf;
     op->lk->all_len = o;
-    start_op(op, env, cfg, policy, cost, timeout_ms, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, false, done, arg);
     return RL_OK;
 }
 
@@ -673,4 +734,131 @@ out:
     free(norm);
     json_decref(root);
     return rc;
+}
+
+/* ---- POST /release ------------------------------------------------------ */
+
+/* A release waiting for its backend: the lease's limit alone, as a policy
+ * of one limit whose key base is the lease's.  Freed in the callback. */
+struct release_op {
+    struct rl_config *cfg;
+    const struct rl_check_env *env;
+    struct rl_policy policy;
+    struct rl_limit limit;
+    struct rl_check_req req;
+    rl_release_done done;
+    void *arg;
+    int64_t start_us;
+    char key[RL_REDIS_KEY_MAX];
+};
+
+static void
+on_release(const struct rl_check_res *res, void *arg)
+{
+    struct release_op *op = arg;
+
+    metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
+    if (res->status != RL_BACKEND_OK)
+        log_debug(LOG_MSG("release failed"), LOG_S("policy", op->policy.name),
+                  LOG_Q("error", res->error ? res->error : ""));
+    op->done(res->status == RL_BACKEND_OK ? 200 : 503,
+             res->status == RL_BACKEND_OK && res->released, op->arg);
+    config_unref(op->cfg);
+    free(op);
+}
+
+/* The concurrency limit a lease of key base `key` and lease_ms names: of
+ * the policy whose hash tag the key starts with, or of one of its
+ * overrides.  NULL: none (a reload removed it, or the lease is made up). */
+static const struct rl_policy *
+lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t lease_ms,
+             size_t *index)
+{
+    size_t plen = strlen(cfg->redis.key_prefix);
+
+    if (klen < 1 + plen || key[0] != '{' || memcmp(key + 1, cfg->redis.key_prefix, plen) != 0)
+        return NULL;
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        const struct rl_policy *p = &cfg->policies[i];
+        size_t n = strlen(p->name), at = 1 + plen + n;
+
+        /* a name holds neither ':' nor '}': what follows it ends it */
+        if (klen <= at || memcmp(key + 1 + plen, p->name, n) != 0 ||
+            (key[at] != ':' && key[at] != '}'))
+            continue;
+        for (size_t k = 0; k <= p->noverrides; k++) {
+            const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+
+            if (config_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
+                return q;
+        }
+        return NULL;
+    }
+    return NULL;
+}
+
+int
+check_release(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+              size_t body_len, rl_release_done done, void *arg, char **error)
+{
+    struct release_op *op;
+    const struct rl_policy *p;
+    struct rl_lease id;
+    json_error_t jerr;
+    json_t *root, *v;
+    int64_t lease_ms;
+    size_t klen, i;
+    char key[RL_REDIS_KEY_MAX];
+
+    root = json_loadb(body != NULL ? body : "", body_len,
+                      JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        *error = body_len == 0 ? xstrdup("body: required: {\"lease\": \"<a check's lease>\"}")
+                               : xasprintf("body: malformed JSON at line %d column %d: %s",
+                                           jerr.line, jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    v = json_is_object(root) ? json_object_get(root, "lease") : NULL;
+    if (!json_is_object(root)) {
+        *error = xstrdup("body: must be a JSON object");
+    } else if (v == NULL || json_is_null(v)) {
+        *error = xstrdup("lease: required: the \"lease\" of an allowed check");
+    } else if (!json_is_string(v)) {
+        *error = xstrdup("lease: must be a string");
+    } else if (!lease_id_parse(json_string_value(v), json_string_length(v), &id, &lease_ms,
+                               key, sizeof(key), &klen)) {
+        *error = xstrdup("lease: not a lease this daemon gives: "
+                         "\"<32 hex digits>.<lease ms>.<key in base64url>\"");
+    }
+    json_decref(root);
+    if (*error != NULL)
+        return RL_ERR;
+    /* a well-formed lease of no limit of ours holds nothing: not held */
+    p = lease_policy(cfg, key, klen, lease_ms, &i);
+    if (p == NULL) {
+        done(200, false, arg);
+        return RL_OK;
+    }
+    op = xcalloc(1, sizeof(*op));
+    op->cfg = config_ref(cfg);
+    op->env = env;
+    op->done = done;
+    op->arg = arg;
+    op->limit = p->limits[i];
+    op->limit.identity = NULL;
+    op->policy = *p;
+    op->policy.limits = &op->limit;
+    op->policy.nlimits = 1;
+    op->policy.overrides = NULL;
+    op->policy.noverrides = 0;
+    memcpy(op->key, key, klen);
+    op->req.policy = &op->policy;
+    op->req.key = op->key;
+    op->req.key_len = klen;
+    op->req.flags = RL_CHECK_RELEASE;
+    op->req.lease = id;
+    op->req.timeout_ms = cfg->redis.timeout_ms;
+    op->start_us = now_us(env);
+    env->backend->ops->check(env->backend, &op->req, on_release, op);
+    return RL_OK;
 }

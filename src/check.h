@@ -6,6 +6,7 @@
 #ifndef RL_CHECK_H
 #define RL_CHECK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "identity.h"
@@ -32,6 +33,11 @@ struct rl_check_env {
     struct rl_caller_limits *caller_limits;
     int64_t (*now_us)(void); /* NULL: now_monotonic_us (tests drive it) */
     struct slab *slab;       /* NULL: malloc; the worker's blocks for per-call state */
+    /* The worker's checks that may be held for a policy's max_delay: sent
+     * asking for a reservation, or answered with one and waiting; at most
+     * the config's max_delayed (past it a check is decided as without
+     * max_delay).  NULL: no check is ever held (gRPC, admin). */
+    int64_t *delayed;
 };
 
 struct rl_check_input {
@@ -46,8 +52,17 @@ struct rl_check_input {
     struct rl_ident_input ident; /* body_key is filled by check_start */
 };
 
-/* Called exactly once with the decision; `d` lives only during the call. */
+/*
+ * Called exactly once with the decision; `d` lives only during the call.  A
+ * decision with delayed_ms > 0 (a reservation, max_delay) holds one of
+ * env->delayed until its caller has answered it after that wait, and gives
+ * it back with check_delay_done().
+ */
 typedef void (*rl_check_done)(const struct rl_decision *d, void *arg);
+
+/* A held check (delayed_ms > 0) was answered: its place in env->delayed is
+ * free again. */
+void check_delay_done(const struct rl_check_env *env);
 
 /*
  * Start a check under `cfg` (the check takes its own reference).  RL_OK: done
@@ -73,6 +88,19 @@ int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
                        size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                        void *arg, char **cause) RL_WUR;
+
+/* Called exactly once with a release's answer: status 200 (released: the
+ * lease was held and had not ended) or 503 (the backend failed). */
+typedef void (*rl_release_done)(int status, bool released, void *arg);
+
+/*
+ * POST /release: give back the slot of the lease the body names
+ * ({"lease": "..."}, lease.h).  RL_OK: done will be called, maybe before this
+ * returns.  RL_ERR: the body is bad (a 400); *error names the field (caller
+ * frees).
+ */
+int check_release(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+                  size_t body_len, rl_release_done done, void *arg, char **error) RL_WUR;
 
 /*
  * A check of `policy` whose limit i counts under keys[i] (lens[i] bytes,

@@ -31,6 +31,9 @@
 
 #define SECRET_MAX 4096 /* bytes of a password read from a file */
 #define DAY_MS (24LL * 3600 * 1000)
+/* a concurrency limit's lease by default, and its most slots */
+#define LEASE_DEFAULT_MS (60LL * 1000)
+#define LEASE_SLOTS_MAX 100000
 #define HYBRID_SYNC_DEFAULT_MS 250
 
 /* ---- types of our own: identity chains, CIDR lists, method sets ---------- */
@@ -384,7 +387,7 @@ static const char *const reset_names[] = {"delta", "epoch", NULL};
 static const char *const align_names[] = {"first", "epoch", NULL};
 static const char *const algo_name_list[] = {
     "fixed_window", "sliding_window_log", "sliding_window_counter",
-    "token_bucket", "gcra", NULL
+    "token_bucket", "gcra", "concurrency", NULL
 };
 
 static void check_limit(const void *obj, const char *path, struct schema_ctx *ctx);
@@ -417,9 +420,12 @@ static const struct schema_field limit_fields[] = {
      .flags = SCHEMA_REQUIRED},
     {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1, .max = 1000000000,
      .flags = SCHEMA_REQUIRED},
-    /* window or period: check_limit */
+    /* window or period: check_limit; a concurrency limit has its lease instead */
     {.name = "window", .type = SCHEMA_DURATION, .off = LIMIT(window_ms), .min = 1,
      .max = 366 * DAY_MS},
+    /* concurrency only; absent (0): LEASE_DEFAULT_MS, set by finalize */
+    {.name = "lease", .type = SCHEMA_DURATION, .off = LIMIT(lease_ms), .min = 1,
+     .max = DAY_MS},
     /* 0 (absent): the limit, set by finalize */
     {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
     {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",
@@ -484,6 +490,9 @@ static const struct schema_field policy_fields[] = {
     /* 0 (absent): no cap */
     {.name = "request_limits_max", .type = SCHEMA_INT, .off = POLICY(request_limits_max),
      .min = 1, .max = 1000000000},
+    /* absent (0): a check that does not fit now is denied */
+    {.name = "max_delay", .type = SCHEMA_DURATION, .off = POLICY(max_delay_ms), .min = 1,
+     .max = 60 * 1000},
     /* absent (0): the top-level values */
     {.name = "ipv4_prefix", .type = SCHEMA_INT, .off = POLICY(ipv4_prefix), .min = 8,
      .max = 32},
@@ -655,6 +664,8 @@ static const struct schema_field top_fields[] = {
      .flags = SCHEMA_NONEMPTY},
     {.name = "max_body", .type = SCHEMA_SIZE, .off = TOP(max_body), .def = "\"64k\"", .min = 2,
      .max = 64 * 1024 * 1024, .flags = SCHEMA_RESTART},
+    {.name = "max_delayed", .type = SCHEMA_INT, .off = TOP(max_delayed), .def = "1000",
+     .min = 1, .max = 1000000},
     {.name = "max_inflight", .type = SCHEMA_INT, .off = TOP(max_inflight), .def = "10000",
      .min = 1, .max = 10000000},
     {.name = "access_log", .type = SCHEMA_INT, .off = TOP(access_log), .def = "0", .min = 0,
@@ -702,8 +713,22 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
     int64_t burst = l->burst != 0 ? l->burst : l->limit;
     int period = algo_has_period(l);
 
-    if (l->window_ms == 0 && !period && !schema_problem_at(ctx, path, "window") &&
-        !schema_problem_at(ctx, path, "period"))
+    if (l->algo == RL_ALGO_CONCURRENCY) {
+        if (l->window_ms != 0)
+            schema_bad_field(ctx, path, "window",
+                             "a concurrency limit has no window: its slots are held until "
+                             "released or until their \"lease\" ends");
+        if (l->limit > LEASE_SLOTS_MAX)
+            schema_bad_field(ctx, path, "limit",
+                             "a concurrency limit holds at most %d slots (one sorted-set "
+                             "member each)",
+                             LEASE_SLOTS_MAX);
+    } else if (l->lease_ms != 0) {
+        schema_bad_field(ctx, path, "lease", "only a concurrency limit holds leases");
+    }
+
+    if (l->algo != RL_ALGO_CONCURRENCY && l->window_ms == 0 && !period &&
+        !schema_problem_at(ctx, path, "window") && !schema_problem_at(ctx, path, "period"))
         schema_bad(ctx, path,
                    "give \"window\" (a duration like \"1m\") or \"period\" (a calendar "
                    "period like \"day\")");
@@ -771,9 +796,18 @@ key_unknown(const char *path, size_t i, struct schema_ctx *ctx)
 static void
 check_limit_list(const struct rl_limit *l, size_t n, const char *path, struct schema_ctx *ctx)
 {
+    size_t leases = 0;
+
     if (l != NULL && (n == 0 || n > RL_LIMITS_MAX))
         schema_bad_field(ctx, path, "limits", "must hold 1..%d limits", RL_LIMITS_MAX);
     for (size_t i = 0; i < n; i++) {
+        if (l[i].algo == RL_ALGO_CONCURRENCY && leases++ > 0) {
+            char *fp = xasprintf("%s.limits", path);
+            schema_bad_item(ctx, fp, i,
+                            "a second concurrency limit: a check answers one lease, so a "
+                            "policy has at most one");
+            free(fp);
+        }
         for (size_t j = 0; j < i; j++) {
             if (algo_same_key(&l[i], &l[j]) && !key_unknown(path, i, ctx) &&
                 !key_unknown(path, j, ctx)) {
@@ -863,6 +897,50 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
         schema_bad_field(ctx, path, "mode",
                          "a hybrid policy's estimates need windows of a fixed length: "
                          "its limits (and its overrides') cannot have a period");
+    /* a delay is exact only where the future admission is: the buckets */
+    for (size_t k = 0; p->max_delay_ms > 0 && k <= p->noverrides; k++) {
+        const struct rl_limit *l = k == 0 ? p->limits : p->overrides[k - 1].limits;
+        size_t n = k == 0 ? p->nlimits : p->overrides[k - 1].nlimits;
+        const char *where = k == 0 ? "" : "an override's ";
+
+        if (p->mode == RL_MODE_HYBRID) {
+            schema_bad_field(ctx, path, "max_delay",
+                             "a hybrid policy decides in the worker: it cannot hold a check");
+            break;
+        }
+        bool bucket = false;
+
+        for (size_t i = 0; i < n; i++) {
+            bucket |= l[i].algo == RL_ALGO_TOKEN_BUCKET || l[i].algo == RL_ALGO_GCRA;
+            /* a concurrency limit beside: held only with a slot free */
+            if (l[i].algo != RL_ALGO_TOKEN_BUCKET && l[i].algo != RL_ALGO_GCRA &&
+                l[i].algo != RL_ALGO_CONCURRENCY)
+                schema_bad_field(
+                    ctx, path, "max_delay",
+                    "only token_bucket and gcra know exactly when a check will fit: "
+                    "%slimits[%zu] is %s",
+                    where, i, algo_def(l[i].algo)->name);
+        }
+        if (!bucket)
+            schema_bad_field(ctx, path, "max_delay",
+                             "%slimits have no token_bucket or gcra to smooth", where);
+    }
+    /* leases live in the backend: a hybrid policy decides in the worker */
+    for (size_t k = 0; p->mode == RL_MODE_HYBRID && k <= p->noverrides; k++) {
+        const struct rl_limit *l = k == 0 ? p->limits : p->overrides[k - 1].limits;
+        size_t n = k == 0 ? p->nlimits : p->overrides[k - 1].nlimits;
+
+        for (size_t i = 0; i < n; i++) {
+            if (l[i].algo != RL_ALGO_CONCURRENCY)
+                continue;
+            char *lp = k == 0 ? xasprintf("%s.limits[%zu]", path, i)
+                              : xasprintf("%s.overrides[%zu].limits[%zu]", path, k - 1, i);
+            schema_bad_field(ctx, lp, "algorithm",
+                             "a hybrid policy cannot hold leases: \"concurrency\" needs "
+                             "\"mode\": \"exact\"");
+            free(lp);
+        }
+    }
     /* a hybrid entry is one key's counts: one identity for every limit */
     for (size_t i = 0; p->mode == RL_MODE_HYBRID && i < p->nlimits; i++) {
         if (p->limits[i].identity != NULL) {
@@ -1122,9 +1200,17 @@ clear_override(void *obj)
 static void
 finalize_limits(struct rl_limit *l, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (l[i].burst == 0)
             l[i].burst = l[i].limit;
+        /* the lease is the concurrency limit's window: its key's name and
+         * its state's lifetime */
+        if (l[i].algo == RL_ALGO_CONCURRENCY) {
+            if (l[i].lease_ms == 0)
+                l[i].lease_ms = LEASE_DEFAULT_MS;
+            l[i].window_ms = l[i].lease_ms;
+        }
+    }
 }
 
 /*
@@ -1559,6 +1645,18 @@ config_set_option(struct rl_config *cfg, const char *name, const char *text,
     if (strcmp(name, "listen") == 0) /* checked with the top level, later */
         cfg->listen_origin = origin;
     return RL_OK;
+}
+
+bool
+config_lease_limit(const struct rl_policy *p, size_t *index)
+{
+    for (size_t i = 0; i < p->nlimits; i++) {
+        if (p->limits[i].algo == RL_ALGO_CONCURRENCY) {
+            *index = i;
+            return true;
+        }
+    }
+    return false;
 }
 
 int

@@ -12,6 +12,7 @@
 #ifndef RL_CONFIG_H
 #define RL_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,7 +115,8 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms;         /* hybrid: counts go to Redis this often */
+    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
+    int64_t max_delay_ms;     /* a check that fits within this is held, not denied; 0: off */
     int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
     int request_limits;               /* a check may bring its own limits ("limits") */
     int64_t request_limits_max;       /* the largest limit (or burst) it may ask; 0: any */
@@ -222,6 +224,7 @@ struct rl_config {
     uint64_t pk_k0, pk_k1;                   /* the SipHash key made from it; not a field */
     int64_t max_body;
     int64_t max_inflight;      /* per worker; past it a fast 503 */
+    int64_t max_delayed;       /* per worker: checks held for max_delay at once */
     int deny_cache;            /* answer known denials locally */
     int forward_auth;          /* any method on /check and /check/... */
     int64_t access_log;        /* log one check in N; 0: off */
@@ -318,6 +321,10 @@ config_request_headers(const struct rl_config *cfg)
 }
 /* A uid no other policy of this process has (struct rl_policy.uid). */
 uint64_t config_new_uid(void);
+
+/* Whether p has a concurrency limit (the one that holds leases: config.c
+ * allows one per policy), and its index. */
+bool config_lease_limit(const struct rl_policy *p, size_t *index);
 
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg, const char *name);

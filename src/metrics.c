@@ -149,6 +149,13 @@ metrics_check_duration(struct rl_metrics *m, int64_t us)
 }
 
 void
+metrics_delayed(struct rl_metrics *m, int64_t us)
+{
+    ADD(&m->delayed);
+    observe(&m->delay, us);
+}
+
+void
 metrics_redis_error(enum rl_redis_error kind, size_t nchecks)
 {
     __atomic_add_fetch(&redis_errors[kind], (uint64_t)nchecks, __ATOMIC_RELAXED);
@@ -443,6 +450,19 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     format_requests(out, ms, n);
     format_grpc(out, ms, n);
     format_backend(out, ms, n);
+    evbuffer_add_printf(out,
+                        "# HELP ratelimitd_checks_delayed_total Checks held for max_delay "
+                        "before their 200.\n"
+                        "# TYPE ratelimitd_checks_delayed_total counter\n"
+                        "ratelimitd_checks_delayed_total %llu\n"
+                        "# HELP ratelimitd_checks_delayed_waiting Checks held now.\n"
+                        "# TYPE ratelimitd_checks_delayed_waiting gauge\n"
+                        "ratelimitd_checks_delayed_waiting %llu\n",
+                        (unsigned long long)SUM(delayed),
+                        (unsigned long long)SUM(delayed_waiting));
+    format_histogram(out, ms, n, "ratelimitd_check_delay_seconds",
+                     "How long held checks waited (max_delay).",
+                     offsetof(struct rl_metrics, delay));
     format_histogram(out, ms, n, "ratelimitd_check_duration_seconds",
                      "Time from the first byte of a check's request read to its answer.",
                      offsetof(struct rl_metrics, check_duration));

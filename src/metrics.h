@@ -101,6 +101,9 @@ struct rl_metrics {
     uint64_t rejected[RL_REJ_COUNT];
     struct rl_histogram backend_latency; /* asking the backend to its answer */
     struct rl_histogram check_duration;  /* a check's first byte read to its answer */
+    struct rl_histogram delay;           /* a held check's wait (max_delay) */
+    uint64_t delayed;                    /* checks held for max_delay */
+    uint64_t delayed_waiting;            /* gauge: held now */
     uint64_t backend_status[4];          /* by enum rl_backend_status */
     uint64_t local_cache_hits;
     uint64_t inflight;
@@ -130,6 +133,8 @@ void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
 /* A check answered `us` after its request's first byte was read. */
 void metrics_check_duration(struct rl_metrics *m, int64_t us);
+/* A check held `us` before its answer (max_delay). */
+void metrics_delayed(struct rl_metrics *m, int64_t us);
 void metrics_admin(struct rl_metrics *m, enum rl_admin_action a, enum rl_admin_result r);
 /* "inspect", "reset", ... */
 const char *metrics_admin_action_name(enum rl_admin_action a);

@@ -145,6 +145,20 @@ sb_period(struct strbuf *sb, const struct rl_limit *l)
     sb_str(sb, "\"");
 }
 
+/* ,"window_ms":W (a period's length at now_us, and what period), or a
+ * concurrency limit's ,"lease_ms":L (its window) */
+static void
+sb_window(struct strbuf *sb, const struct rl_limit *l, int64_t now_us)
+{
+    if (l->algo == RL_ALGO_CONCURRENCY) {
+        sb_field(sb, ",\"lease_ms\":", l->window_ms);
+        return;
+    }
+    sb_field(sb, ",\"window_ms\":", algo_window_ms(l, now_us));
+    if (algo_has_period(l))
+        sb_period(sb, l);
+}
+
 /* "limits":[...] with each limit's configuration only: what is known when
  * the backend did not answer */
 static void
@@ -157,9 +171,7 @@ sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
         sb_str(sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(sb, algo_def(l->algo)->name);
         sb_field(sb, "\",\"limit\":", l->limit);
-        sb_field(sb, ",\"window_ms\":", algo_window_ms(l, now_unix_us()));
-        if (algo_has_period(l))
-            sb_period(sb, l);
+        sb_window(sb, l, now_unix_us());
         if (algo_def(l->algo)->uses_burst)
             sb_field(sb, ",\"burst\":", l->burst);
         sb_str(sb, "}");
@@ -207,6 +219,14 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     sb_field(&sb, ",\"remaining\":", d->remaining);
     sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
     sb_field(&sb, ",\"retry_after_ms\":", d->retry_after_ms);
+    if (d->delayed_ms > 0)
+        sb_field(&sb, ",\"delayed_ms\":", d->delayed_ms);
+    /* lease.h: hex, digits, base64url and dots, nothing to escape */
+    if (d->lease != NULL) {
+        sb_str(&sb, ",\"lease\":\"");
+        sb_str(&sb, d->lease);
+        sb_str(&sb, "\"");
+    }
     sb_str(&sb, ",\"limits\":[");
     for (size_t i = 0; i < d->nlimits; i++) {
         const struct rl_limit *l = &d->policy->limits[i];
@@ -215,9 +235,7 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(&sb, algo_def(l->algo)->name);
         sb_field(&sb, "\",\"limit\":", l->limit);
-        sb_field(&sb, ",\"window_ms\":", algo_window_ms(l, d->now_us));
-        if (algo_has_period(l))
-            sb_period(&sb, l);
+        sb_window(&sb, l, d->now_us);
         sb_field(&sb, ",\"remaining\":", r->remaining);
         sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
         if (algo_def(l->algo)->uses_burst)
@@ -289,8 +307,8 @@ policy_list(char *buf, size_t size, const struct rl_decision *d)
         sb_field(&sb, ";q=", capacity(l));
         /* w is whole seconds in the draft: a window it cannot state exactly
          * (500ms, 1500ms) is left out rather than rounded into a wrong
-         * promise */
-        if (period_ms % 1000 == 0)
+         * promise; slots have no window to state: a lease is not one */
+        if (period_ms % 1000 == 0 && l->algo != RL_ALGO_CONCURRENCY)
             sb_field(&sb, ";w=", period_ms / 1000);
         if (d->has_pk)
             sb_pk(&sb, d->pk);
@@ -343,6 +361,11 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     /* the draft: with Retry-After, t SHOULD name the same moment */
     int64_t t_s = d->status == 429 ? response_seconds(d->retry_after_ms) : reset_s;
 
+    /* a held check is answered when its reservation comes due: its quota
+     * is there now (issue 23) */
+    if (d->delayed_ms > 0)
+        t_s = 0;
+
     add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
     add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
     add("X-RateLimit-Reset",
@@ -351,4 +374,6 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     add("RateLimit", binding_item(v, sizeof(v), d, t_s), arg);
     if (d->status == 429)
         add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
+    if (d->lease != NULL)
+        add("X-RateLimit-Lease", d->lease, arg);
 }

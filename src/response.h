@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "lease.h"
 
 struct rl_limit;
 struct rl_policy;
@@ -25,7 +26,12 @@ struct rl_decision {
     int reset_epoch;                /* X-RateLimit-Reset as a Unix time */
     int has_pk;                     /* the pk parameter is sent: */
     uint64_t pk;                    /* the caller's partition, hashed */
-    size_t binding;                 /* index of the binding limit */
+    /* the lease an allowed check took on the policy's concurrency limit
+     * (lease.h), NULL: none; lives as long as the decision */
+    const char *lease;
+    /* a reservation (max_delay): answered 200 after this many ms; 0: now */
+    int64_t delayed_ms;
+    size_t binding; /* index of the binding limit */
     /* Of the binding limit.  limit is what a caller can spend at once (the
      * burst of token_bucket and gcra), so remaining never exceeds it;
      * retry_after_ms is > 0 on every denial. */
@@ -41,8 +47,9 @@ struct rl_decision {
  * RL_LIMITS_MAX items of a name of RL_NAME_MAX bytes, the largest numbers a
  * config allows and pk); tests/unit/check_response.c holds it to that. */
 #define RESPONSE_POLICY_MAX 1024
-/* Every quota header line of one decision, "Name: value\r\n" each. */
-#define RESPONSE_HEADERS_MAX 2048
+/* Every quota header line of one decision, "Name: value\r\n" each, and
+ * X-RateLimit-Lease's (lease.h). */
+#define RESPONSE_HEADERS_MAX (2048 + 21 + RL_LEASE_ID_MAX)
 
 /* Fill d from the backend's answer for `policy` (binding limit, top level). */
 void response_from_result(struct rl_decision *d, const struct rl_policy *policy,

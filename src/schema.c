@@ -426,7 +426,8 @@ schema_parse(const struct schema *s, void *obj, json_t *j, const char *path,
     }
     for (size_t i = 0; i < s->nfields; i++)
         if ((s->fields[i].flags & SCHEMA_REQUIRED) &&
-            json_object_get(j, s->fields[i].name) == NULL)
+            json_object_get(j, s->fields[i].name) == NULL &&
+            (s->fields[i].required_if == NULL || s->fields[i].required_if(obj)))
             schema_bad_field(ctx, path, s->fields[i].name, "is required");
     if (s->check != NULL)
         s->check(obj, path, ctx);

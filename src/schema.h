@@ -62,6 +62,9 @@ struct schema_field {
     const struct schema_custom *custom;
     size_t count_off; /* ARRAY: offsetof its size_t count */
     unsigned flags;   /* SCHEMA_* */
+    /* SCHEMA_REQUIRED only when this says so of the object parsed (its other
+     * fields read); NULL: always */
+    bool (*required_if)(const void *obj);
 };
 
 /* Problems found while loading, each "ORIGIN: path: what is wrong". */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "lease.h"
 #include "lua_scripts.h"
 #include "redis_conn.h"
 #include "script.h"
@@ -252,7 +253,8 @@ put_keys(struct rl_script_call *c, const struct rl_check_req *req)
 static void
 put_cost(struct rl_script_call *c, const struct rl_check_req *req)
 {
-    const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN;
+    const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN |
+                              RL_CHECK_LEASE | RL_CHECK_DELAY;
     char tmp[NUM_MAX + 4];
     struct strbuf sb;
 
@@ -270,6 +272,12 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "r", 1);
     if (req->flags & RL_CHECK_BLOCK)
         sb_mem(&sb, "b", 1);
+    if (req->flags & RL_CHECK_LEASE)
+        sb_mem(&sb, "l", 1);
+    if (req->flags & RL_CHECK_RELEASE)
+        sb_mem(&sb, "x", 1);
+    if (req->flags & RL_CHECK_DELAY)
+        sb_mem(&sb, "d", 1);
     put_arg(c, tmp, sb.len);
 }
 
@@ -289,6 +297,14 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
     put_cost(c, req);
     if (put_key(c, req, KEY_BLOCK, 0) != RL_OK)
         return RL_ERR;
+    if (req->flags & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) {
+        char hex[RL_LEASE_HEX];
+
+        lease_hex(&req->lease, hex);
+        put_arg(c, hex, sizeof(hex));
+    }
+    if (req->flags & RL_CHECK_DELAY)
+        put_num(c, (long long)req->max_delay_ms);
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
     if (req->flags & RL_CHECK_RESET)
@@ -310,8 +326,10 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
 
         /* the limits' keys, the once key */
         nkeys += reqs[j]->policy->nlimits + once;
-        /* spec, cost, block key, seq, limit index, block ms */
-        nargs += 3 + once + ((f & RL_CHECK_RESET) != 0) + ((f & RL_CHECK_BLOCK) != 0);
+        /* spec, cost, block key, lease, seq, limit index, block ms */
+        nargs += 3 + once + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
+                 ((f & RL_CHECK_DELAY) != 0) + ((f & RL_CHECK_RESET) != 0) +
+                 ((f & RL_CHECK_BLOCK) != 0);
     }
     c->len = 0;
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
@@ -387,6 +405,11 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
     memset(&res, 0, sizeof(res));
     res.status = RL_BACKEND_OK;
     res.allowed = r->element[at]->integer == 1;
+    /* a release: whether the lease was held in place of allowed */
+    if (w->req->flags & RL_CHECK_RELEASE) {
+        res.released = res.allowed;
+        res.allowed = 0;
+    }
     res.nlimits = w->nlimits;
     for (size_t i = 0; i < w->nlimits; i++) {
         struct rl_limit_result *l = &res.limits[i];
@@ -396,8 +419,11 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
         l->allowed = l->retry_after_ms == 0;
     }
     /* a blocked key: -blocked_ms in place of allowed */
-    if (r->element[at]->integer < 0)
+    if (r->element[at]->integer < 0 && !(w->req->flags & RL_CHECK_RELEASE))
         backend_apply_block(&res, -r->element[at]->integer);
+    /* 2: reserved, allowed after its limits' waits */
+    if (r->element[at]->integer == 2 && (w->req->flags & RL_CHECK_DELAY))
+        backend_apply_delay(&res);
     w->answered = 1;
     w->req = NULL;
     w->cb(&res, w->arg);

@@ -62,6 +62,101 @@ on_grace(evutil_socket_t fd, short what, void *arg)
     (void)what;
 }
 
+/* ---- checks held for max_delay ------------------------------------------ */
+
+/* One held answer: in w->held until its timer fires (answered or not),
+ * freed then or by worker_free. */
+struct worker_held {
+    struct worker_held *prev, *next;
+    struct rl_worker *w;
+    struct http_req *r; /* NULL once answered */
+    int64_t ms;
+    int status;
+    size_t hlen, blen;
+    char bytes[]; /* headers, then body */
+};
+
+static void
+held_unlink(struct worker_held *h)
+{
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        h->w->held = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+}
+
+/* Answer h's check (its own answer, or 503 when draining); h stays listed
+ * until its timer. */
+static void
+held_answer(struct worker_held *h, bool draining)
+{
+    struct rl_worker *w = h->w;
+    struct http_response resp = {.status = h->status,
+                                 .headers = h->bytes,
+                                 .headers_len = h->hlen,
+                                 .body = h->bytes + h->hlen,
+                                 .body_len = h->blen};
+    static const char bye[] = "{\"error\":\"shutting down\"}";
+
+    if (draining) {
+        resp.status = 503;
+        resp.headers = "Retry-After: 1\r\n";
+        resp.headers_len = strlen(resp.headers);
+        resp.body = bye;
+        resp.body_len = sizeof(bye) - 1;
+    } else {
+        metrics_delayed(w->metrics, h->ms * 1000);
+    }
+    __atomic_sub_fetch(&w->metrics->delayed_waiting, 1, __ATOMIC_RELAXED);
+    http_respond(h->r, &resp);
+    h->r = NULL;
+    check_delay_done(&w->env);
+    worker_check_done(w);
+}
+
+static void
+on_held(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker_held *h = arg;
+
+    if (h->r != NULL)
+        held_answer(h, false);
+    held_unlink(h);
+    free(h); /* the event is libevent's own (event_base_once) */
+    (void)fd;
+    (void)what;
+}
+
+void
+worker_hold(struct rl_worker *w, struct http_req *r, int status, const char *headers,
+            size_t hlen, const char *body, size_t blen, int64_t ms)
+{
+    struct worker_held *h = xmalloc(sizeof(*h) + hlen + blen);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    h->w = w;
+    h->r = r;
+    h->ms = ms;
+    h->status = status;
+    h->hlen = hlen;
+    h->blen = blen;
+    memcpy(h->bytes, headers, hlen);
+    memcpy(h->bytes + hlen, body, blen);
+    h->prev = NULL;
+    h->next = w->held;
+    if (w->held != NULL)
+        w->held->prev = h;
+    w->held = h;
+    __atomic_add_fetch(&w->metrics->delayed_waiting, 1, __ATOMIC_RELAXED);
+    if (w->draining || event_base_once(w->base, -1, EV_TIMEOUT, on_held, h, &tv) != 0) {
+        held_answer(h, true);
+        held_unlink(h);
+        free(h);
+    }
+}
+
 static void
 on_drain(evutil_socket_t fd, short what, void *arg)
 {
@@ -72,6 +167,10 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     if (w->draining)
         return;
     w->draining = 1;
+    /* a held check is answered at once: its caller goes elsewhere */
+    for (struct worker_held *h = w->held; h != NULL; h = h->next)
+        if (h->r != NULL)
+            held_answer(h, true);
     if (w->env.hybrid != NULL)
         hybrid_drain(w->env.hybrid, stop_if_drained, w);
     http_server_drain(w->http, stop_if_drained, w);
@@ -324,6 +423,7 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg, c
     w->env.slab = &w->slab;
     /* a tenant sends the same "limits" with every check: read them once */
     w->env.caller_limits = caller_limits_new();
+    w->env.delayed = &w->delayed;
     /* only worth it when the answer costs a round trip */
     if (cfg->backend == RL_BACKEND_REDIS) {
         w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
@@ -390,6 +490,13 @@ void
 worker_free(struct rl_worker *w)
 {
     take_news(w, 0); /* what was pushed and never taken */
+    /* held answers whose timers never fired (answered when draining began) */
+    while (w->held != NULL) {
+        struct worker_held *h = w->held;
+
+        held_unlink(h);
+        free(h);
+    }
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);

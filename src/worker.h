@@ -22,6 +22,8 @@ struct http_server;
 struct rl_check_req;
 struct rl_check_res;
 struct worker_news;
+struct worker_held;
+struct http_req;
 
 struct rl_worker {
     int id;
@@ -59,6 +61,11 @@ struct rl_worker {
      * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
     struct worker_news *news;
     struct event *news_ev;
+    /* Checks held for max_delay (env.delayed counts them with those sent
+     * asking for a reservation); each answered by its timer, or with 503
+     * when draining begins. */
+    int64_t delayed;
+    struct worker_held *held;
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
@@ -107,6 +114,17 @@ bool worker_serving(struct rl_worker *w, const char **reason, int *which);
 /* Called by the API around each check; the end may finish a drain. */
 void worker_check_begin(struct rl_worker *w);
 void worker_check_done(struct rl_worker *w);
+
+/*
+ * Answer r (a check begun with worker_check_begin, its decision held for
+ * max_delay) with this status, header lines and body after `ms`, from a
+ * timer on the worker's loop; at once with 503 when the worker drains.
+ * Then its place in env.delayed is given back and the check is done.  The
+ * bytes are copied.  A client that closes meanwhile keeps its reservation:
+ * it was counted.
+ */
+void worker_hold(struct rl_worker *w, struct http_req *r, int status, const char *headers,
+                 size_t hlen, const char *body, size_t blen, int64_t ms);
 
 /* Prometheus text of every worker's counters, summed (on w's thread). */
 void worker_metrics(struct rl_worker *w, struct evbuffer *out);

@@ -21,9 +21,16 @@
 --          them and the script converts them once per call, not per check
 --   cost   the cost (0 asks without consuming, < 0 gives back), then the
 --          flags, in this order: 'f', force (consume the cost even when it
---          does not fit), 'o', once, 'r', reset, 'b', block ("3", "1f",
---          "2o", "2fo", "0r", "-3", "0rb")
+--          does not fit), 'o', once, 'r', reset, 'b', block, 'l', take a
+--          lease (the policy's concurrency limit holds a slot under the
+--          lease's id when the check is allowed), 'x', release (give the
+--          lease's slot back: an admin check), 'd', delay (a check that
+--          would fit within max_delay ms is reserved: consumed now, as if
+--          forced, and answered 2) ("3", "1f", "2o", "2fo", "0r", "-3",
+--          "0rb", "1l", "0x", "1d", "1ld")
 --   block  the check's block key (same hash tag; see below)
+--   lease  only for an 'l' or 'x' check: the lease's id (concurrency.lua)
+--   max_delay  only for a 'd' check: in ms
 --   seq    only for a 'once' check: its writer's seq.  Such a check has one
 --          more key after its limits' keys, the writer's last applied seq;
 --          a seq not above it was applied already (a hybrid sync sent again
@@ -44,7 +51,9 @@
 -- then fails (its check alone).
 --
 -- Returns one flat array: per check, allowed (1 or 0, or -blocked_ms while
--- the key is blocked: denied), then per limit remaining, reset_ms,
+-- the key is blocked: denied; 2 a reservation of a 'd' check: allowed after
+-- the longest retry_after_ms of its limits; for a release, 1 when the lease
+-- was held and had not ended, else 0), then per limit remaining, reset_ms,
 -- retry_after_ms.  A check is allowed only when every limit allows it and
 -- the key is not blocked; a denied check consumes nothing from any limit
 -- (unless forced).  An admin check (reset, block, or a negative cost: give
@@ -81,7 +90,7 @@ end
 -- (ms); err, why it cannot run }.
 local function spec_of(s)
   local find, sub = string.find, string.sub
-  local sp, n, ttl, at = nil, 0, 1000, 1
+  local sp, n, ttl, at, cc = nil, 0, 1000, 1, nil
   while at <= #s do
     local e1 = find(s, ' ', at, true)
     local e2 = e1 and find(s, ' ', e1 + 1, true)
@@ -92,7 +101,9 @@ local function spec_of(s)
       sp.err = 'bad spec ' .. s
       break
     end
-    local m = algo(sub(s, at, e1 - 1))
+    local tag = sub(s, at, e1 - 1)
+    local m = algo(tag)
+    if tag == 'cc' and not cc then cc = n + 1 end
     local l, w, b = tonumber(sub(s, e1 + 1, e2 - 1)), tonumber(sub(s, e2 + 1, e3 - 1)),
                     tonumber(sub(s, e3 + 1, e4 - 1))
     local W = w and w * 1000
@@ -119,19 +130,22 @@ local function spec_of(s)
     end
   end
   sp = sp or { err = 'empty spec' }
-  sp.n, sp.ttl = n, ttl
+  -- cc: the index of the concurrency limit, the one that holds leases
+  sp.n, sp.ttl, sp.cc = n, ttl, cc
   return sp
 end
 
--- A cost string -> { cost, force, once, reset, block, admin; err }.
+-- A cost string -> { cost, force, once, reset, block, admin, lease,
+-- release, delay; err }.
 local function cost_of(s)
-  local cf = { tonumber(s), false, false, false, false, false }
+  local cf = { tonumber(s), false, false, false, false, false, false, false, false }
   if cf[1] == nil then
-    local c, f, o, r, b = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)$')
+    local c, f, o, r, b, l, x, d = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)$')
     cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
+    cf[7], cf[8], cf[9] = l == 'l', x == 'x', d == 'd'
     if c == nil then cf.err = 'bad cost ' .. s end
   end
-  cf[6] = cf[1] < 0 or cf[4] or cf[5]
+  cf[6] = cf[1] < 0 or cf[4] or cf[5] or cf[8]
   return cf
 end
 
@@ -153,10 +167,15 @@ local function read_first(key, bkey, now, own)
   return v, 0
 end
 
--- An admin check's operation: reset, block, give back, in that order;
--- ARGV[a] on are its arguments.  Every read (give back's peeks, of the
--- limits it does not reset) comes before any write.
+-- An admin check's operation: release, reset, block, give back, in that
+-- order; ARGV[a] on are its arguments.  Every read (give back's peeks, of
+-- the limits it does not reset) comes before any write but the release's
+-- (a release comes alone).  Answers what the release says (nil: none).
 local function admin(sp, cf, k, bkey, now, a)
+  if cf[8] then
+    if not sp.cc then error('a release needs a concurrency limit') end
+    return cc_release(KEYS[k + sp.cc], now, cc_lease)
+  end
   local call, n = redis.call, sp.n
   local reset, ms, units, st = nil, nil, -cf[1], {}
   if cf[4] then
@@ -210,26 +229,39 @@ local function applied(once_key, seq)
   return last and tonumber(last) >= tonumber(seq)
 end
 
+-- The max_delay (ms) of the check being run, nil when it is not a 'd' one:
+-- set by the driver before each check.
+local delay_max = nil
+
 -- One check of one limit (most checks), its keys from KEYS[k + 1], its
 -- admin arguments from ARGV[a]: allowed (1, 0 or -blocked_ms), remaining,
 -- reset_ms, retry_after_ms.
 local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
+  local released
   if cf[6] then
-    admin(sp, cf, k, bkey, now, a)
+    released = admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
   local key = KEYS[k + 1]
   local v, blocked = read_first(key, bkey, now, sp.own)
   local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost, v)
-  if ((ok and blocked == 0) or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
+  -- a slot's end is a bound, not a promise: never reserved for
+  local reserve = delay_max and not ok and blocked == 0 and retry >= 0 and retry <= delay_max and
+                  not sp.cc
+  if ((ok and blocked == 0) or force or reserve) and cost > 0 and
+     not (once_key and applied(once_key, seq)) then
+    reserving = reserve and true or false
     rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+    reserving = false
     -- kept as long as the counts it guards; the seq as the daemon wrote it
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   elseif repair then
     repair_ttl(key, repair)
   end
+  if released then return released, rem, reset, retry end
+  if reserve and cost > 0 then return 2, rem, reset, retry end
   if blocked > 0 then return -blocked, rem, reset, retry end
   if ok then return 1, rem, reset, retry end
   return 0, rem, reset, retry
@@ -243,8 +275,9 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
+  local released
   if cf[6] then
-    admin(sp, cf, k, bkey, now, a)
+    released = admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
   local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
@@ -257,8 +290,18 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
     pre = nil
     if not ok then allowed = false end
   end
-  if allowed then out[o + 1] = 1 elseif blocked > 0 then out[o + 1] = -blocked else out[o + 1] = 0 end
-  if (allowed or force) and cost > 0 and not (once_key and applied(once_key, seq)) then
+  local reserve = delay_max and not allowed and blocked == 0 and cost > 0
+  for i = 1, n do
+    if reserve and (retries[i] < 0 or retries[i] > delay_max) then reserve = false end
+  end
+  -- a slot's end is a bound, not a promise: reserved only with a slot free
+  if reserve and sp.cc and retries[sp.cc] > 0 then reserve = false end
+  if released then out[o + 1] = released
+  elseif allowed then out[o + 1] = 1 elseif reserve then out[o + 1] = 2
+  elseif blocked > 0 then out[o + 1] = -blocked
+  else out[o + 1] = 0 end
+  if (allowed or force or reserve) and cost > 0 and not (once_key and applied(once_key, seq)) then
+    reserving = reserve and true or false
     for i = 1, n do
       local j = 5 * i - 5
       out[o + 3 * i - 1], out[o + 3 * i] =
@@ -266,6 +309,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
                   s1[i], s2[i], s3[i], s4[i], s5[i])
       out[o + 3 * i + 1] = retries[i]
     end
+    reserving = false
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   else
     for i = 1, n do
@@ -313,7 +357,10 @@ if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
-    if cf[3] then once_key, seq, ab = KEYS[2], ARGV[6], 7 end
+    cc_lease, delay_max = nil, nil
+    if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
+    if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
+    if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
     local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
     if type(a) == 'table' then a = a.err end
@@ -329,6 +376,15 @@ for _ = 1, tonumber(ARGV[2]) do
   if sp == nil or cf == nil then sp, cf = cached(s, c) end
   local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
   b = b + 3
+  cc_lease, delay_max = nil, nil
+  if cf[7] or cf[8] then
+    cc_lease = ARGV[b]
+    b = b + 1
+  end
+  if cf[9] then
+    delay_max = tonumber(ARGV[b])
+    b = b + 1
+  end
   if cf[3] then
     once_key, seq = KEYS[k + n + 1], ARGV[b]
     b = b + 1

@@ -91,10 +91,10 @@ MODULES['gcra'] = function(with_give)
   local function commit(key, now, limit, W, burst, cost, xi, xf, ni, nf, fits)
     if ni == nil then
       local most = 2 * burst
-      if cost > most then cost = most end
+      if cost > most and not reserving then cost = most end
       ni, nf = gcra_next(xi, xf, cost, W, limit)
     end
-    if not fits then
+    if not fits and not reserving then
       -- a forced commit: TAT no further than 2 x tau ahead
       -- T * 2 burst = 2 tau, exactly
       local mi, mf = tau(W, burst, limit)

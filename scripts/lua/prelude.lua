@@ -50,6 +50,10 @@
 local floor = math.floor
 
 local MODULES, ALGOS = {}, {}
+-- true while the driver commits a reservation (a 'd' check that fits
+-- within max_delay): token_bucket and gcra then carry the debt it leaves
+-- past their 2 x burst bound (algo.h, reserve)
+local reserving = false
 -- the tags whose peek reads its key itself, not as a string: the driver
 -- then reads only the block key, not that key
 local OWN_READ = {}

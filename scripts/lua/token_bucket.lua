@@ -72,7 +72,7 @@ MODULES['tb'] = function(with_give)
   local m_d, m_f, m_at, m_value, m_reset, m_ttl
   local function commit(key, now, limit, W, burst, cost, d, f, at, skew)
     d = d + cost
-    if d >= 2 * burst then d, f = 2 * burst, 0 end
+    if d >= 2 * burst and not reserving then d, f = 2 * burst, 0 end
     local reset = tb_wait(d, f, 0, W, limit) + skew
     -- value and TTL in one command
     if d ~= m_d or f ~= m_f or at ~= m_at then

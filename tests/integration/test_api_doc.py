@@ -43,7 +43,11 @@ METRIC_HEADER = ["metric", "type", "labels", "meaning"]
 # What config.c's check hooks require next to an option: {option: {other: value}}.
 COMPANIONS = {
     "policies[].limits[].burst": {"policies[].limits[].algorithm": "token_bucket"},
+    # a concurrency limit has a lease and no window (required of the others)
+    "policies[].limits[].lease": {"policies[].limits[].algorithm": "concurrency",
+                                  "policies[].limits[].window": "DROP"},
     "policies[].sync_interval": {"policies[].mode": "hybrid"},
+    "policies[].max_delay": {"policies[].limits[].algorithm": "gcra"},
     "redis.tls.cert_file": {"redis.tls.key_file": None},
     "redis.tls.key_file": {"redis.tls.cert_file": None},
     "rls.listen": {"rls.config": None},
@@ -54,7 +58,7 @@ COMPANIONS = {
     "policies[].limits[].week_start": {"policies[].limits[].period": "week"},
     "policies[].request_limits_max": {"policies[].request_limits": True},
     "rls.request_limits_max": {"rls.request_limits": True},
-}  # None: the option's documented value
+}  # None: the option's documented value; "DROP": left out, though required elsewhere
 
 # Fields of which an object needs one (config.c's check hooks): {table: names};
 # an object given none gets the first's documented value.
@@ -289,9 +293,17 @@ class Builder:
     def config(self, path, value):
         cfg = {}
         for other, v in COMPANIONS.get(path, {}).items():
-            self.put(cfg, other, v if v is not None else self.value(other))
+            if v != "DROP":
+                self.put(cfg, other, v if v is not None else self.value(other))
         self.put(cfg, path, value)
         self.fill_required(cfg, "top_fields")
+        for other, v in COMPANIONS.get(path, {}).items():
+            if v == "DROP":
+                parts = self.concrete(other).replace("]", "").replace("[", ".").split(".")
+                node = cfg
+                for part in parts[:-1]:
+                    node = node[int(part)] if part.isdigit() else node[part]
+                node.pop(parts[-1], None)
         return cfg
 
 

@@ -25,7 +25,7 @@
 static struct rl_limit
 mklimit(enum rl_algo algo, int64_t limit, int64_t window_ms, int64_t burst)
 {
-    struct rl_limit l = { algo, limit, window_ms, burst ? burst : limit, RL_ALIGN_FIRST, {0, 0, NULL}, NULL};
+    struct rl_limit l = { algo, limit, window_ms, burst ? burst : limit, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0};
     return l;
 }
 
@@ -510,6 +510,88 @@ START_TEST(swl_forced_keeps_the_newest_limit_entries)
 }
 END_TEST
 
+/* ---- concurrency: slots held by leases -------------------------------------- */
+
+static struct rl_limit_result
+hold(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, uint64_t id)
+{
+    struct rl_lease l = {0x1234, id};
+    struct rl_limit_result r = peek(lim, st, now, 1);
+
+    if (r.allowed)
+        algo_def(lim->algo)->hold(lim, st, now, &l, &r);
+    return r;
+}
+
+static bool
+release(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, uint64_t id)
+{
+    struct rl_lease l = {0x1234, id};
+
+    return algo_def(lim->algo)->release(lim, st, now, &l);
+}
+
+START_TEST(cc_slots_leases_and_releases)
+{
+    /* 3 slots, leases of 1 s */
+    struct rl_limit l = mklimit(RL_ALGO_CONCURRENCY, 3, 1000, 0);
+    struct rl_algo_state st = {0};
+
+    EXPECT(hold(&l, &st, T0, 1), 1, 2, 1000, 0);
+    EXPECT(hold(&l, &st, T0 + 100 * MS, 2), 1, 1, 1000, 0);
+    /* any cost takes one slot */
+    EXPECT(peek(&l, &st, T0 + 200 * MS, 50), 1, 1, 900, 0);
+    EXPECT(hold(&l, &st, T0 + 200 * MS, 3), 1, 0, 1000, 0);
+    /* full: the first lease ends at T0 + 1 s, an upper bound */
+    EXPECT(peek(&l, &st, T0 + 300 * MS, 1), 0, 0, 900, 700);
+    /* cost 0 asks: allowed, takes nothing */
+    EXPECT(peek(&l, &st, T0 + 300 * MS, 0), 1, 0, 900, 0);
+    /* a release frees its slot at once, once */
+    ck_assert(release(&l, &st, T0 + 400 * MS, 2));
+    ck_assert(!release(&l, &st, T0 + 400 * MS, 2));
+    ck_assert(!release(&l, &st, T0 + 400 * MS, 99));
+    EXPECT(peek(&l, &st, T0 + 400 * MS, 1), 1, 1, 800, 0);
+    EXPECT(hold(&l, &st, T0 + 500 * MS, 4), 1, 0, 1000, 0);
+    /* lease 1 ends unreleased: its slot is back at T0 + 1 s */
+    EXPECT(peek(&l, &st, T0 + 1000 * MS - 1, 1), 0, 0, 501, 1);
+    EXPECT(peek(&l, &st, T0 + 1000 * MS, 1), 1, 1, 500, 0);
+    /* an ended lease is not held: its release says so */
+    ck_assert(!release(&l, &st, T0 + 1000 * MS, 1));
+    /* the rest end too; the state is worthless when the last does */
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1000 * MS), 500 * MS);
+    EXPECT(peek(&l, &st, T0 + 1500 * MS, 1), 1, 3, 0, 0);
+    ck_assert_int_eq(ttl_us(&l, &st, T0 + 1500 * MS), 0);
+    /* releasing the last live lease empties the state */
+    EXPECT(hold(&l, &st, T0 + 2000 * MS, 5), 1, 2, 1000, 0);
+    ck_assert(release(&l, &st, T0 + 2100 * MS, 5));
+    ck_assert_int_eq(st.ring_len, 0);
+    ck_assert_ptr_null(st.ring);
+    algo_state_release(&st);
+}
+END_TEST
+
+START_TEST(cc_penalty_and_reward)
+{
+    struct rl_limit l = mklimit(RL_ALGO_CONCURRENCY, 2, 1000, 0);
+    struct rl_algo_state st = {0};
+    struct rl_lease zero = {0, 0};
+
+    /* a penalty takes an anonymous slot, never one past the limit */
+    EXPECT(force(&l, &st, T0, 7), 1, 1, 1000, 0);
+    EXPECT(force(&l, &st, T0 + 100 * MS, 1), 1, 0, 1000, 0);
+    EXPECT(force(&l, &st, T0 + 200 * MS, 1), 0, 0, 900, 800);
+    ck_assert_int_eq(st.ring_len, 2);
+    /* no lease id names an anonymous slot */
+    ck_assert(!algo_def(l.algo)->release(&l, &st, T0 + 300 * MS, &zero));
+    /* a reward frees the slot that would end last */
+    algo_def(l.algo)->give(&l, &st, T0 + 300 * MS, 1);
+    EXPECT(peek(&l, &st, T0 + 300 * MS, 1), 1, 1, 700, 0);
+    algo_def(l.algo)->give(&l, &st, T0 + 300 * MS, 5);
+    ck_assert_int_eq(st.ring_len, 0);
+    algo_state_release(&st);
+}
+END_TEST
+
 /* ---- every algorithm: invariants over random sequences --------------------- */
 
 static uint64_t
@@ -556,9 +638,11 @@ check_promises(const struct rl_limit *l, const struct rl_algo_state *st,
     const struct rl_algo_def *d = algo_def(l->algo);
     int64_t cap = capacity(l), ttl = d->ttl_us(l, st, now);
     struct rl_limit_result r = peek(l, st, now, cost), r0 = peek(l, st, now, 0);
+    /* a concurrency limit's check takes one slot whatever its cost */
+    int64_t need = l->algo == RL_ALGO_CONCURRENCY ? cost > 0 : cost;
 
     ck_assert_msg(r.remaining >= 0 && r.reset_ms >= 0, "%s", where);
-    if (cost > cap) {
+    if (need > cap) {
         ck_assert_msg(!r.allowed && r.retry_after_ms == -1, "%s", where);
     } else if (r.allowed) {
         ck_assert_msg(r.retry_after_ms == 0, "%s", where);
@@ -1243,6 +1327,8 @@ algo_suite(void)
     tcase_add_test(tc, gcra_give_back_moves_tat_back_not_before_now);
     tcase_add_test(tc, swl_give_back_forgets_the_newest_entries);
     tcase_add_test(tc, give_back_on_nothing_changes_nothing);
+    tcase_add_test(tc, cc_slots_leases_and_releases);
+    tcase_add_test(tc, cc_penalty_and_reward);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("promises");

@@ -27,6 +27,7 @@
 
 #include "algo.h"
 #include "config.h"
+#include "lease.h"
 #include "lua_scripts.h"
 #include "period.h"
 #include "script.h"
@@ -80,7 +81,10 @@ struct dpolicy {
     char block_key[128];
     int64_t block_until;    /* the twin's block: us, the script's clock */
     int64_t reset_index, block_ms;  /* of the next DP_RESET, DP_BLOCK */
+    struct rl_lease lease;  /* of the next DP_LEASE, DP_RELEASE */
+    int64_t max_delay_ms;   /* of every DP_DELAY */
     int persisted;      /* the previous step took every TTL away */
+    long long last;     /* what the previous step answered first */
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
     int64_t skew;       /* the daemon's clock minus the script's (periods) */
 };
@@ -172,6 +176,9 @@ get_reply(void)
 #define DP_FORCE 0x2    /* a forced check: consume cost even if it does not fit */
 #define DP_RESET 0x4    /* reset limit p->reset_index (< 0: all and the block) */
 #define DP_BLOCK 0x8    /* block for p->block_ms (0: lift) */
+#define DP_LEASE 0x10   /* the concurrency limit holds the slot under p->lease */
+#define DP_RELEASE 0x20 /* give lease p->lease back */
+#define DP_DELAY 0x40   /* reserved when it fits within p->max_delay_ms */
 
 /* The script call of one step: EVALSHA with explicit time, a batch of one. */
 struct dp_call {
@@ -181,6 +188,7 @@ struct dp_call {
     char nums[8][24];
     int nn;
     char spec[RL_LIMITS_MAX * 128];
+    char hex[RL_LEASE_HEX + 1];
 };
 
 static void
@@ -202,10 +210,12 @@ static void
 dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
          struct dp_call *c)
 {
-    char flags[8];
+    char flags[12];
 
-    snprintf(flags, sizeof(flags), "%s%s%s", how & DP_FORCE ? "f" : "",
-             how & DP_RESET ? "r" : "", how & DP_BLOCK ? "b" : "");
+    snprintf(flags, sizeof(flags), "%s%s%s%s%s%s", how & DP_FORCE ? "f" : "",
+             how & DP_RESET ? "r" : "", how & DP_BLOCK ? "b" : "",
+             how & DP_LEASE ? "l" : "", how & DP_RELEASE ? "x" : "",
+             how & DP_DELAY ? "d" : "");
     dc_arg(c, "EVALSHA");
     dc_arg(c, rl_lua_check_sha);
     dc_num(c, (int64_t)p->n, "");
@@ -238,6 +248,13 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
     dc_arg(c, c->spec);
     dc_num(c, cost, flags);
     dc_arg(c, p->block_key);
+    if (how & (DP_LEASE | DP_RELEASE)) {
+        lease_hex(&p->lease, c->hex);
+        c->hex[RL_LEASE_HEX] = '\0';
+        dc_arg(c, c->hex);
+    }
+    if (how & DP_DELAY)
+        dc_num(c, p->max_delay_ms, "");
     if (how & DP_RESET)
         dc_num(c, p->reset_index, "");
     if (how & DP_BLOCK)
@@ -316,14 +333,27 @@ static long long
 dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
         struct rl_limit_result *cr, int *committed)
 {
-    int admin = (how & (DP_RESET | DP_BLOCK)) || cost < 0;
+    int admin = (how & (DP_RESET | DP_BLOCK | DP_RELEASE)) || cost < 0;
     int force = (how & DP_FORCE) && !admin, allowed = 1;
     int64_t blocked;
+    long long released = -1;
 
-    if (admin) {
+    if (how & DP_RELEASE) {
+        /* as backend_memory.c: the first concurrency limit holds leases */
+        released = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            const struct rl_algo_def *d = algo_def(p->l[i].lim.algo);
+
+            if (d->release != NULL) {
+                released = d->release(&p->l[i].lim, &p->l[i].st, now, &p->lease);
+                break;
+            }
+        }
+    } else if (admin) {
         dp_twin_admin(p, now, cost, how);
-        cost = 0;
     }
+    if (admin)
+        cost = 0;
     blocked = p->block_until > now ? ceil_ms(p->block_until - now) : 0;
     for (size_t i = 0; i < p->n; i++) {
         const struct dlimit *d = &p->l[i];
@@ -331,11 +361,26 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
         allowed &= cr[i].allowed;
     }
     allowed &= blocked == 0;
-    *committed = (allowed || force) && cost > 0;
-    if (*committed)
-        for (size_t i = 0; i < p->n; i++)
-            algo_def(p->l[i].lim.algo)->commit(&p->l[i].lim, &p->l[i].st, now,
-                                               cost, &cr[i]);
+    /* as backend_memory.c: every limit fits within max_delay, none never */
+    int reserve = !allowed && blocked == 0 && cost > 0 && (how & DP_DELAY);
+    for (size_t i = 0; reserve && i < p->n; i++)
+        reserve = cr[i].retry_after_ms >= 0 && cr[i].retry_after_ms <= p->max_delay_ms &&
+                  (p->l[i].lim.algo != RL_ALGO_CONCURRENCY || cr[i].retry_after_ms == 0);
+    *committed = (allowed || force || reserve) && cost > 0;
+    for (size_t i = 0; *committed && i < p->n; i++) {
+        const struct rl_algo_def *d = algo_def(p->l[i].lim.algo);
+
+        if (d->hold != NULL && (how & DP_LEASE))
+            d->hold(&p->l[i].lim, &p->l[i].st, now, &p->lease, &cr[i]);
+        else if (reserve && d->reserve != NULL)
+            d->reserve(&p->l[i].lim, &p->l[i].st, now, cost, &cr[i]);
+        else
+            d->commit(&p->l[i].lim, &p->l[i].st, now, cost, &cr[i]);
+    }
+    if (released >= 0)
+        return released;
+    if (reserve)
+        return 2;
     return blocked > 0 ? -blocked : allowed;
 }
 
@@ -412,6 +457,7 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
         dp_compare(p, i, r, now, &cr[i], committed, slack, at);
     freeReplyObject(r);
     p->persisted = how & DP_PERSIST;
+    p->last = want;
     return want == 1;
 }
 
@@ -940,7 +986,8 @@ START_TEST(a_removed_ttl_is_put_back)
         int64_t W = 60000 * MS;
 
         snprintf(id, sizeof(id), "persist:%d", a);
-        dp_add(&p, id, (enum rl_algo)a, 10, 60000, 10);
+        /* concurrency: one slot, so that the held one denies below */
+        dp_add(&p, id, (enum rl_algo)a, a == RL_ALGO_CONCURRENCY ? 1 : 10, 60000, 10);
         ck_assert(dp_step(&p, T0, 3, 0, "commit"));
         ck_assert(dp_step(&p, T0 + MS, 0, DP_PERSIST, "persist"));
         /* while the state matters: the exact TTL again (dp_step checks) */
@@ -959,6 +1006,155 @@ START_TEST(a_removed_ttl_is_put_back)
                       p.pttl[0]);
         dp_free(&p);
     }
+}
+END_TEST
+
+/*
+ * Leases through the script and through C side by side: checks that take a
+ * lease (with a rate limit beside, so that a denial by either takes nothing
+ * from the other), releases of held, released, ended and never-given leases,
+ * time that jumps past leases' ends and steps back, resets and rewards: the
+ * decision, every number and `released` compared at every step.
+ */
+START_TEST(leases_releases_and_expiries_match)
+{
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        struct dpolicy p = {0};
+        struct rl_lease held[64];
+        size_t nheld = 0;
+        int64_t now = T0 + (int64_t)seed * 7919, lease_ms = 200 + 300 * (int64_t)(seed % 3);
+        char id[32], where[160];
+
+        snprintf(id, sizeof(id), "lease:%llu", (unsigned long long)seed);
+        dp_add(&p, id, RL_ALGO_CONCURRENCY, 1 + (int64_t)(seed % 4), lease_ms, 0);
+        if (seed % 2 == 0)
+            dp_add(&p, id, RL_ALGO_FIXED_WINDOW, 5, 1000, 0);
+        for (int n = 0; n < 400; n++) {
+            int how = 0;
+            int64_t cost = 1;
+            uint64_t r = rnd(&seed) % 20;
+
+            if (r < 2)
+                now += rnd_upto(&seed, 2 * lease_ms * MS);
+            else if (r < 3)
+                now -= rnd_upto(&seed, 50 * MS);
+            else
+                now += rnd_upto(&seed, lease_ms * MS / 8);
+            r = rnd(&seed) % 20;
+            if (r < 8 && nheld > 0) {
+                /* a lease given before: held, released already, or ended */
+                how = DP_RELEASE;
+                p.lease = held[rnd(&seed) % nheld];
+                cost = 0;
+            } else if (r < 9) {
+                how = DP_RELEASE; /* never given */
+                lease_draw(&p.lease);
+                cost = 0;
+            } else if (r < 10) {
+                cost = 0; /* asks only */
+            } else if (r < 11) {
+                cost = -1; /* a reward: the newest slot back */
+            } else if (r < 12) {
+                how = DP_RESET;
+                p.reset_index = -1;
+                cost = 0;
+            } else {
+                how = DP_LEASE;
+                lease_draw(&p.lease);
+                cost = 1 + (int64_t)(rnd(&seed) % 3);
+            }
+            snprintf(where, sizeof(where), "%s step %d", id, n);
+            if (dp_step(&p, now, cost, how, where) && (how & DP_LEASE))
+                held[nheld++ % RL_ARRAY_LEN(held)] = p.lease;
+            if (nheld > RL_ARRAY_LEN(held))
+                nheld = RL_ARRAY_LEN(held);
+        }
+        dp_free(&p);
+    }
+}
+END_TEST
+
+/*
+ * Reservations (max_delay): token_bucket and gcra, alone and together, a
+ * burst of checks of which those that fit within max_delay are reserved
+ * (2) and the rest denied, mixed with time that passes, blocks, rewards
+ * and resets: the decision and every number compared at every step.
+ */
+START_TEST(reservations_match)
+{
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct dpolicy p = {0};
+        int64_t now = T0 + (int64_t)seed * 104729, reserved = 0;
+        char id[32], where[160];
+
+        snprintf(id, sizeof(id), "delay:%llu", (unsigned long long)seed);
+        dp_add(&p, id, seed % 2 ? RL_ALGO_TOKEN_BUCKET : RL_ALGO_GCRA, 10, 1000,
+               (int64_t)(seed % 4) + 1);
+        if (seed % 3 == 0)
+            dp_add(&p, id, seed % 2 ? RL_ALGO_GCRA : RL_ALGO_TOKEN_BUCKET, 3, 500, 3);
+        /* slots beside the bucket: a reservation holds one, never waits
+         * for one */
+        if (seed % 4 == 1)
+            dp_add(&p, id, RL_ALGO_CONCURRENCY, 2, 300, 0);
+        /* past the time the bucket takes to refill: a debt of more than
+         * one burst, carried exactly */
+        p.max_delay_ms = 100 + (int64_t)(rnd(&seed) % 2000);
+        for (int n = 0; n < 300; n++) {
+            int how = DP_DELAY;
+            int64_t cost = 1 + (int64_t)(rnd(&seed) % 2);
+            uint64_t r = rnd(&seed) % 20;
+
+            if (r < 3)
+                now += rnd_upto(&seed, 300 * MS);
+            else if (r < 4)
+                now -= rnd_upto(&seed, 5 * MS);
+            else if (r < 12)
+                now += rnd_upto(&seed, 10 * MS);
+            r = rnd(&seed) % 40;
+            if (r == 0) {
+                how = DP_BLOCK;
+                p.block_ms = 1 + (int64_t)(rnd(&seed) % 200);
+                cost = 0;
+            } else if (r == 1) {
+                cost = -1;
+                how = 0;
+            } else if (r == 2) {
+                how = DP_RESET;
+                p.reset_index = -1;
+                cost = 0;
+            }
+            snprintf(where, sizeof(where), "%s step %d", id, n);
+            dp_step(&p, now, cost, how, where);
+            reserved += p.last == 2;
+        }
+        ck_assert_msg(reserved > 0, "%s: no check was reserved", id);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+/* A slot given back twice is given back once; an ended lease is not held. */
+START_TEST(release_twice_and_after_the_end)
+{
+    struct dpolicy p = {0};
+    struct rl_lease a, b;
+
+    dp_add(&p, "twice", RL_ALGO_CONCURRENCY, 2, 1000, 0);
+    lease_draw(&a);
+    lease_draw(&b);
+    p.lease = a;
+    ck_assert(dp_step(&p, T0, 1, DP_LEASE, "take a"));
+    p.lease = b;
+    ck_assert(dp_step(&p, T0 + 10 * MS, 1, DP_LEASE, "take b"));
+    ck_assert(!dp_step(&p, T0 + 20 * MS, 1, 0, "full"));
+    p.lease = a;
+    ck_assert(dp_step(&p, T0 + 30 * MS, 0, DP_RELEASE, "release a"));
+    ck_assert(!dp_step(&p, T0 + 40 * MS, 0, DP_RELEASE, "release a again"));
+    /* b ends at T0 + 1010 ms: then it is not held, its release says so */
+    p.lease = b;
+    ck_assert(!dp_step(&p, T0 + 1010 * MS, 0, DP_RELEASE, "release b after its end"));
+    ck_assert_int_eq(zcard(p.l[0].key), 0);
+    dp_free(&p);
 }
 END_TEST
 
@@ -1182,8 +1378,8 @@ END_TEST
 
 START_TEST(daemon_batch_fails_one_check_alone)
 {
-    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
-    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
     char n1[] = "p1", n2[] = "p2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1246,8 +1442,8 @@ END_TEST
  */
 START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
 {
-    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL},
-                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
+    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
+                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
     char name[] = "pa";
     struct rl_policy p = {.name = name, .limits = l, .nlimits = 2};
     struct rl_check_req use = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = 3};
@@ -1313,9 +1509,9 @@ END_TEST
  */
 START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
 {
-    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
-    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL},
-                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL}};
+    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
+                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
     char n1[] = "pl1", n2[] = "pl2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1562,9 +1758,9 @@ START_TEST(daemon_sends_a_periods_boundaries)
 {
     char *cause = NULL;
     struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
-                             {RL_PERIOD_MINUTE, 0, NULL}, NULL}};
+                             {RL_PERIOD_MINUTE, 0, NULL}, NULL, 0}};
     struct rl_limit l2[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
-                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL}};
+                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL, 0}};
     char n1[] = "pm", n2[] = "pd";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 1};
@@ -1633,6 +1829,9 @@ diff_suite(void)
     tcase_add_test(tc, log_rebases_before_its_running_total_loses_precision);
     tcase_add_test(tc, log_drops_a_bounded_number_of_expired_entries);
     tcase_add_test(tc, a_removed_ttl_is_put_back);
+    tcase_add_test(tc, leases_releases_and_expiries_match);
+    tcase_add_test(tc, release_twice_and_after_the_end);
+    tcase_add_test(tc, reservations_match);
     tcase_add_test(tc, o1_state_is_one_string_set_with_its_ttl);
     tcase_add_test(tc, o1_reads_the_text_layout_and_ignores_garbage);
     tcase_add_test(tc, log_member_of_garbage_fails_its_check);
