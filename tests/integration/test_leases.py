@@ -336,7 +336,7 @@ def t_config_refused(site):
                                    "lease": "1s"}]},
          "policies[0].limits[0].lease: only a concurrency limit holds leases"),
         ({"name": "n", "limits": [{"algorithm": "fixed_window", "limit": 2}]},
-         "policies[0].limits[0].window: is required"),
+         "policies[0].limits[0]: give \"window\""),
         ({"name": "t", "limits": [{"algorithm": "concurrency", "limit": 2},
                                   {"algorithm": "concurrency", "limit": 3, "lease": "1s"}]},
          "policies[0].limits[1]: a second concurrency limit"),
