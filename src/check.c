@@ -48,6 +48,7 @@ struct check_op {
     int hybrid;            /* a hybrid policy's key unknown locally */
     int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
+    int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
     char key[RL_REDIS_KEY_MAX];
     /* a check's own limits: its policy, a copy of the one it falls under
@@ -184,6 +185,14 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.lease = lease_of(op, res, lease, sizeof(lease));
         if (res->allowed && res->delay_ms > 0 && op->delay)
             d.delayed_ms = res->delay_ms;
+    } else if (res->status == RL_BACKEND_TIMEOUT && op->caller_deadline) {
+        /* The caller's own deadline passed, not Redis's: failure_mode is not
+         * asked (its answer would race the transport's DEADLINE_EXCEEDED). */
+        memset(&d, 0, sizeof(d));
+        d.status = 503;
+        d.policy = op->policy;
+        d.degraded = 1;
+        d.expired = 1;
     } else {
         switch (cfg->failure_mode) {
         case RL_FAIL_CLOSED:
@@ -587,9 +596,8 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->delay = 1;
         (*env->delayed)++;
     }
-    op->req.timeout_ms = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms
-                             ? timeout_ms
-                             : cfg->redis.timeout_ms;
+    op->caller_deadline = timeout_ms > 0 && timeout_ms < cfg->redis.timeout_ms;
+    op->req.timeout_ms = op->caller_deadline ? timeout_ms : cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     op->epoch = env->backend->epoch;
     if (env->hybrid != NULL)

@@ -21,6 +21,7 @@ struct rl_decision {
     int allowed;                    /* what the caller is told */
     int shadow, would_deny;         /* shadow policy and what it would do */
     int degraded;                   /* the backend failed; failure_mode decided */
+    int expired;                    /* undecided: the caller's deadline passed first */
     int never_fits;                 /* denied: the cost exceeds the capacity */
     int blocked;                    /* denied: the caller is blocked (admin API) */
     int reset_epoch;                /* X-RateLimit-Reset as a Unix time */

@@ -427,7 +427,7 @@ rls_finish(struct rls_op *op)
     struct rls_status *st = op->n <= RL_ARRAY_LEN(few) ? few : xmalloc(op->n * sizeof(*st));
     struct rls_response resp;
     size_t over = 0, quota = 0, quota_over = 0;
-    int unavailable = 0;
+    int unavailable = 0, expired = 0;
     enum rl_rls_result result;
 
     memset(&resp, 0, sizeof(resp));
@@ -437,6 +437,8 @@ rls_finish(struct rls_op *op)
             zero_decision(s, cfg, &s->d);
         if (s->kind == SLOT_CHECK && s->d.status == 503)
             unavailable = 1;
+        if (s->kind == SLOT_CHECK && s->d.expired)
+            expired = 1;
         status_of(s, &st[i]);
         if ((s->kind == SLOT_CHECK || s->kind == SLOT_ZERO) && !s->uncounted)
             count(s, cfg->rls.near_limit_ratio, op->env->metrics);
@@ -458,7 +460,11 @@ rls_finish(struct rls_op *op)
     }
     resp.statuses = st;
     resp.nstatuses = op->n;
-    if (unavailable) {
+    if (expired) {
+        resp.grpc_status = 4;
+        resp.message = "the deadline (grpc-timeout) passed";
+        result = RL_RLS_UNAVAILABLE;
+    } else if (unavailable) {
         resp.grpc_status = 14;
         resp.message = "backend unavailable (failure_mode closed)";
         result = RL_RLS_UNAVAILABLE;

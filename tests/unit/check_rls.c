@@ -147,6 +147,7 @@ struct desc {
 struct reqspec {
     const char *domain;
     uint32_t hits;
+    int64_t timeout_ms; /* the transport's deadline; 0: none */
     size_t n;
     struct desc d[DMAX];
 };
@@ -157,7 +158,8 @@ build(const struct reqspec *s, struct rls_descriptor *ds, struct rls_entry (*es)
     struct rls_request req = {.domain = {s->domain, strlen(s->domain)},
                               .descriptors = ds,
                               .ndescriptors = s->n,
-                              .hits_addend = s->hits};
+                              .hits_addend = s->hits,
+                              .timeout_ms = s->timeout_ms};
 
     for (size_t i = 0; i < s->n; i++) {
         size_t n = 0;
@@ -740,6 +742,48 @@ START_TEST(failure_modes)
 }
 END_TEST
 
+static void
+timeout_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
+{
+    struct rl_check_res res = {.status = RL_BACKEND_TIMEOUT, .error = "test: no answer in time"};
+
+    (void)be;
+    (void)req;
+    cb(&res, arg);
+}
+
+static const struct rl_backend_ops timeout_ops = {.name = "timeout", .check = timeout_check};
+
+/* A backend that did not answer within the caller's own deadline (shorter
+ * than redis.timeout) leaves the call DEADLINE_EXCEEDED whatever
+ * failure_mode says: nobody waits for failure_mode's answer, and the
+ * transport's own timer answers the same.  Redis's timeout is failure_mode's
+ * to answer. */
+START_TEST(the_callers_deadline_is_not_failure_mode)
+{
+    struct fx f;
+    struct rl_backend slow = {.ops = &timeout_ops};
+    struct reqspec s = {.domain = "test-domain", .n = 1, .d = {{.kv = {{"key2", "value2"}}}}};
+    struct answer a;
+    enum rl_failure_mode modes[] = {RL_FAIL_OPEN, RL_FAIL_CLOSED, RL_FAIL_LOCAL};
+
+    fx_open(&f, NULL);
+    f.env.backend = &slow;
+    f.env.local = f.mem;
+    for (size_t i = 0; i < RL_ARRAY_LEN(modes); i++) {
+        f.cfg->failure_mode = modes[i];
+        s.timeout_ms = f.cfg->redis.timeout_ms - 1;
+        a = ask(&f, &s);
+        ck_assert_int_eq(a.grpc_status, 4);
+        /* a deadline past redis.timeout: Redis's timeout, failure_mode's */
+        s.timeout_ms = f.cfg->redis.timeout_ms + 1;
+        a = ask(&f, &s);
+        ck_assert_int_eq(a.grpc_status, modes[i] == RL_FAIL_CLOSED ? 14 : 0);
+    }
+    fx_close(&f);
+}
+END_TEST
+
 /* rls.response_headers: /check's quota headers of the descriptor nearest
  * its limit, or of one over it. */
 START_TEST(response_headers)
@@ -792,6 +836,7 @@ main(void)
     tcase_add_test(tc, counts_as_envoyproxy_ratelimit_counts);
     tcase_add_test(tc, the_window_ends_on_the_clock);
     tcase_add_test(tc, failure_modes);
+    tcase_add_test(tc, the_callers_deadline_is_not_failure_mode);
     tcase_add_test(tc, response_headers);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
