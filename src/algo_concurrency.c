@@ -9,10 +9,12 @@
  * per lease (ring_cap and ring_len count leases; ring_head stays 0), sorted
  * by end, oldest first, as the script's sorted set is by score.  peek() only
  * reads: leases that have ended are skipped there and dropped by the next
- * commit.  An anonymous slot (a penalty) has id 0, which no lease has.
+ * write (a commit, a release, a reward).  An
+ * anonymous slot (a penalty) has id 0, which no lease has.
  *
  * The numbers: remaining is the free slots; reset_ms the time until every
- * slot is free if nobody releases (the last lease's end); a denial's
+ * slot is free if nobody releases (the last lease's end, what the key
+ * expires with); a denial's
  * retry_after_ms the time until enough leases end for a slot to be free:
  * an upper bound, as a release may come sooner.
  */
@@ -143,18 +145,18 @@ cc_hold(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
     cc_take(lim, st, now, id->hi, id->lo, res);
 }
 
+/* As the script: the ended leases go first, so a lease found is live. */
 static bool
 cc_release(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now,
            const struct rl_lease *id)
 {
+    cc_drop_ended(st, now);
     for (uint32_t i = 0; i < st->ring_len; i++) {
         const int64_t *e = st->ring + CC_WORDS * (size_t)i;
 
         if ((uint64_t)e[1] == id->hi && (uint64_t)e[2] == id->lo && (id->hi | id->lo) != 0) {
-            bool live = e[0] > now;
-
             cc_remove(st, i);
-            return live;
+            return true;
         }
     }
     return false;

@@ -603,15 +603,15 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
     now = now_unix_us();
     for (unsigned k = 0; k < op.nlocked; k++)
         shard_sweep(&s->shards[op.order[k]], now, MEM_SWEEP_BATCH);
-    if (req->flags & RL_CHECK_RELEASE)
-        res.released = op_release_lease(s, &op, req, now);
-    else if (backend_is_admin(req))
-        op_admin(s, &op, req, now);
-    op_decide(s, &op, req, now, &res);
-    /* a release answers whether the lease was held, not a decision */
     if (req->flags & RL_CHECK_RELEASE) {
-        res.allowed = 0;
-        res.blocked_ms = 0;
+        /* a release answers whether the lease was held, and zeros (as the
+         * script, which reads nothing else) */
+        res.released = op_release_lease(s, &op, req, now);
+        res.nlimits = op.n;
+    } else {
+        if (backend_is_admin(req))
+            op_admin(s, &op, req, now);
+        op_decide(s, &op, req, now, &res);
     }
     op_unlock(s, &op);
     op_release(&op);

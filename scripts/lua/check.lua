@@ -54,11 +54,11 @@
 -- the key is blocked: denied; 2 a reservation of a 'd' check: allowed after
 -- the longest retry_after_ms of its limits; for a release, 1 when the lease
 -- was held and had not ended, else 0), then per limit remaining, reset_ms,
--- retry_after_ms.  A check is allowed only when every limit allows it and
+-- retry_after_ms (zeros for a release: it reads nothing else).  A check is allowed only when every limit allows it and
 -- the key is not blocked; a denied check consumes nothing from any limit
 -- (unless forced).  An admin check (reset, block, or a negative cost: give
 -- back, always applied) does its operation, then answers as a check of
--- cost 0.  Checks run in order, so two checks of one key in a batch see
+-- cost 0; a release answers only what it released.  Checks run in order, so two checks of one key in a batch see
 -- each other exactly as two calls would.
 --
 -- Each check succeeds or fails on its own, as separate calls would: one
@@ -239,9 +239,10 @@ local delay_max = nil
 local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
-  local released
+  -- a release answers only whether the lease was held: nothing else is read
+  if cf[8] then return admin(sp, cf, k, bkey, now, a), 0, 0, 0 end
   if cf[6] then
-    released = admin(sp, cf, k, bkey, now, a)
+    admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
   local key = KEYS[k + 1]
@@ -257,10 +258,11 @@ local function run1(sp, cf, k, bkey, once_key, seq, now, a)
     reserving = false
     -- kept as long as the counts it guards; the seq as the daemon wrote it
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
-  elseif repair then
-    repair_ttl(key, repair)
+  else
+    -- a peek that left them to be read when no slot is taken (concurrency)
+    if reset == nil then reset, repair = cc_late(key, now) end
+    if repair then repair_ttl(key, repair) end
   end
-  if released then return released, rem, reset, retry end
   if reserve and cost > 0 then return 2, rem, reset, retry end
   if blocked > 0 then return -blocked, rem, reset, retry end
   if ok then return 1, rem, reset, retry end
@@ -275,9 +277,13 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
-  local released
+  if cf[8] then
+    out[o + 1] = admin(sp, cf, k, bkey, now, a)
+    for i = o + 2, o + 1 + 3 * n do out[i] = 0 end
+    return
+  end
   if cf[6] then
-    released = admin(sp, cf, k, bkey, now, a)
+    admin(sp, cf, k, bkey, now, a)
     cost, force = 0, false
   end
   local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
@@ -296,8 +302,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   end
   -- a slot's end is a bound, not a promise: reserved only with a slot free
   if reserve and sp.cc and retries[sp.cc] > 0 then reserve = false end
-  if released then out[o + 1] = released
-  elseif allowed then out[o + 1] = 1 elseif reserve then out[o + 1] = 2
+  if allowed then out[o + 1] = 1 elseif reserve then out[o + 1] = 2
   elseif blocked > 0 then out[o + 1] = -blocked
   else out[o + 1] = 0 end
   if (allowed or force or reserve) and cost > 0 and not (once_key and applied(once_key, seq)) then
@@ -313,6 +318,8 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   else
     for i = 1, n do
+      -- a peek that left them to be read when no slot is taken (concurrency)
+      if resets[i] == nil then resets[i], repairs[i] = cc_late(KEYS[k + i], now) end
       local r = repairs[i]
       if r then repair_ttl(KEYS[k + i], r) end
       out[o + 3 * i - 1], out[o + 3 * i], out[o + 3 * i + 1] = rems[i], resets[i], retries[i]

@@ -336,11 +336,12 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
     int admin = (how & (DP_RESET | DP_BLOCK | DP_RELEASE)) || cost < 0;
     int force = (how & DP_FORCE) && !admin, allowed = 1;
     int64_t blocked;
-    long long released = -1;
 
     if (how & DP_RELEASE) {
-        /* as backend_memory.c: the first concurrency limit holds leases */
-        released = 0;
+        long long released = 0;
+
+        /* as backend_memory.c: the first concurrency limit holds leases;
+         * a release answers that and zeros */
         for (size_t i = 0; i < p->n; i++) {
             const struct rl_algo_def *d = algo_def(p->l[i].lim.algo);
 
@@ -349,6 +350,9 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
                 break;
             }
         }
+        memset(cr, 0, p->n * sizeof(*cr));
+        *committed = 0;
+        return released;
     } else if (admin) {
         dp_twin_admin(p, now, cost, how);
     }
@@ -377,8 +381,6 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
         else
             d->commit(&p->l[i].lim, &p->l[i].st, now, cost, &cr[i]);
     }
-    if (released >= 0)
-        return released;
     if (reserve)
         return 2;
     return blocked > 0 ? -blocked : allowed;
