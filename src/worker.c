@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <event2/event_struct.h>
 
 #include "admin.h"
 #include "api.h"
@@ -65,15 +66,16 @@ on_grace(evutil_socket_t fd, short what, void *arg)
 /* ---- checks held for max_delay ------------------------------------------ */
 
 /* One held answer: in w->held until its timer fires (answered or not),
- * freed then or by worker_free. */
+ * then in w->held_spare for the next one; freed by worker_free. */
 struct worker_held {
     struct worker_held *prev, *next;
     struct rl_worker *w;
     struct http_req *r; /* NULL once answered */
+    struct event timer; /* assigned once, added once per held answer */
     int64_t ms;
     int status;
-    size_t hlen, blen;
-    char bytes[]; /* headers, then body */
+    size_t hlen, blen, cap;
+    char *bytes; /* cap bytes: headers, then body */
 };
 
 static void
@@ -85,6 +87,14 @@ held_unlink(struct worker_held *h)
         h->w->held = h->next;
     if (h->next != NULL)
         h->next->prev = h->prev;
+}
+
+/* Done with h (its timer not pending): kept for the next held answer. */
+static void
+held_spare(struct worker_held *h)
+{
+    h->next = h->w->held_spare;
+    h->w->held_spare = h;
 }
 
 /* Answer h's check (its own answer, or 503 when draining); h stays listed
@@ -124,19 +134,39 @@ on_held(evutil_socket_t fd, short what, void *arg)
     if (h->r != NULL)
         held_answer(h, false);
     held_unlink(h);
-    free(h); /* the event is libevent's own (event_base_once) */
+    held_spare(h); /* kept, not freed: this is its own timer's callback */
     (void)fd;
     (void)what;
+}
+
+/* A spare held answer with room for n bytes, or a new one. */
+static struct worker_held *
+held_get(struct rl_worker *w, size_t n)
+{
+    struct worker_held *h = w->held_spare;
+
+    if (h != NULL) {
+        w->held_spare = h->next;
+    } else {
+        h = xcalloc(1, sizeof(*h));
+        h->w = w;
+        evtimer_assign(&h->timer, w->base, on_held, h);
+    }
+    if (h->cap < n) {
+        free(h->bytes);
+        h->bytes = xmalloc(n);
+        h->cap = n;
+    }
+    return h;
 }
 
 void
 worker_hold(struct rl_worker *w, struct http_req *r, int status, const char *headers,
             size_t hlen, const char *body, size_t blen, int64_t ms)
 {
-    struct worker_held *h = xmalloc(sizeof(*h) + hlen + blen);
+    struct worker_held *h = held_get(w, hlen + blen);
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
-    h->w = w;
     h->r = r;
     h->ms = ms;
     h->status = status;
@@ -150,10 +180,10 @@ worker_hold(struct rl_worker *w, struct http_req *r, int status, const char *hea
         w->held->prev = h;
     w->held = h;
     __atomic_add_fetch(&w->metrics->delayed_waiting, 1, __ATOMIC_RELAXED);
-    if (w->draining || event_base_once(w->base, -1, EV_TIMEOUT, on_held, h, &tv) != 0) {
+    if (w->draining || evtimer_add(&h->timer, &tv) != 0) {
         held_answer(h, true);
         held_unlink(h);
-        free(h);
+        held_spare(h);
     }
 }
 
@@ -490,11 +520,20 @@ void
 worker_free(struct rl_worker *w)
 {
     take_news(w, 0); /* what was pushed and never taken */
-    /* held answers whose timers never fired (answered when draining began) */
+    /* held answers whose timers never fired (answered when draining
+     * began), then the spares */
     while (w->held != NULL) {
         struct worker_held *h = w->held;
 
+        evtimer_del(&h->timer);
         held_unlink(h);
+        held_spare(h);
+    }
+    while (w->held_spare != NULL) {
+        struct worker_held *h = w->held_spare;
+
+        w->held_spare = h->next;
+        free(h->bytes);
         free(h);
     }
     /* Backends first: their pending callbacks may still answer requests

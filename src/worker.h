@@ -66,6 +66,10 @@ struct rl_worker {
      * when draining begins. */
     int64_t delayed;
     struct worker_held *held;
+    /* Held answers done with, kept for the next (their timer and buffer
+     * reused: no allocation per held check); at most as many as were ever
+     * held at once, which max_delayed bounds. */
+    struct worker_held *held_spare;
 };
 
 /* Set up a worker on an already listening socket (it takes the fd). */
