@@ -9,14 +9,13 @@
  * per lease (ring_cap and ring_len count leases; ring_head stays 0), sorted
  * by end, oldest first, as the script's sorted set is by score.  peek() only
  * reads: leases that have ended are skipped there and dropped by the next
- * write (a commit, a release, a reward).  An
- * anonymous slot (a penalty) has id 0, which no lease has.
+ * write (a commit, a release, a reward).  An anonymous slot (a penalty) has
+ * id 0, which no lease has.
  *
  * The numbers: remaining is the free slots; reset_ms the time until every
  * slot is free if nobody releases (the last lease's end, what the key
- * expires with); a denial's
- * retry_after_ms the time until enough leases end for a slot to be free:
- * an upper bound, as a release may come sooner.
+ * expires with); a denial's retry_after_ms the time until enough leases end
+ * for a slot to be free: an upper bound, as a release may come sooner.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -185,21 +185,19 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.lease = lease_of(op, res, lease, sizeof(lease));
         if (res->allowed && res->delay_ms > 0 && op->delay)
             d.delayed_ms = res->delay_ms;
-    } else if (res->status == RL_BACKEND_TIMEOUT && op->caller_deadline) {
-        /* The caller's own deadline passed, not Redis's: failure_mode is not
-         * asked (its answer would race the transport's DEADLINE_EXCEEDED). */
-        memset(&d, 0, sizeof(d));
-        d.status = 503;
-        d.policy = op->policy;
-        d.degraded = 1;
-        d.expired = 1;
     } else {
-        switch (cfg->failure_mode) {
+        /* The caller's own deadline passed, not Redis's: no failure_mode's
+         * answer (it would race the transport's DEADLINE_EXCEEDED), the
+         * undecided one closed gives, marked expired. */
+        bool expired = res->status == RL_BACKEND_TIMEOUT && op->caller_deadline;
+
+        switch (expired ? RL_FAIL_CLOSED : cfg->failure_mode) {
         case RL_FAIL_CLOSED:
             memset(&d, 0, sizeof(d));
             d.status = 503;
             d.policy = op->policy;
             d.degraded = 1;
+            d.expired = expired;
             break;
         case RL_FAIL_LOCAL:
             if (op->env->local != NULL) {

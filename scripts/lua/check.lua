@@ -54,12 +54,13 @@
 -- the key is blocked: denied; 2 a reservation of a 'd' check: allowed after
 -- the longest retry_after_ms of its limits; for a release, 1 when the lease
 -- was held and had not ended, else 0), then per limit remaining, reset_ms,
--- retry_after_ms (zeros for a release: it reads nothing else).  A check is allowed only when every limit allows it and
--- the key is not blocked; a denied check consumes nothing from any limit
--- (unless forced).  An admin check (reset, block, or a negative cost: give
--- back, always applied) does its operation, then answers as a check of
--- cost 0; a release answers only what it released.  Checks run in order, so two checks of one key in a batch see
--- each other exactly as two calls would.
+-- retry_after_ms (zeros for a release: it reads nothing else).  A check is
+-- allowed only when every limit allows it and the key is not blocked; a
+-- denied check consumes nothing from any limit (unless forced).  An admin
+-- check (reset, block, or a negative cost: give back, always applied) does
+-- its operation, then answers as a check of cost 0; a release answers only
+-- what it released.  Checks run in order, so two checks of one key in a
+-- batch see each other exactly as two calls would.
 --
 -- Each check succeeds or fails on its own, as separate calls would: one
 -- whose command fails (a key of the wrong type, WRONGTYPE) answers an error

@@ -699,28 +699,33 @@ START_TEST(the_window_ends_on_the_clock)
 }
 END_TEST
 
-static struct rl_check_res down_res = {.status = RL_BACKEND_DOWN, .error = "test: down"};
+/* A backend that fails every check with its `res`: down (answered at once)
+ * or timed out. */
+struct failing_backend {
+    struct rl_backend base;
+    struct rl_check_res res;
+};
 
 static void
-down_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
+failing_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
 {
-    (void)be;
     (void)req;
-    cb(&down_res, arg);
+    cb(&((struct failing_backend *)be)->res, arg);
 }
 
-static const struct rl_backend_ops down_ops = {.name = "down", .check = down_check};
+static const struct rl_backend_ops failing_ops = {.name = "failing", .check = failing_check};
 
 /* failure_mode as /check has it: open answers OK (no numbers), closed
  * UNAVAILABLE for the request, local counts in the process. */
 START_TEST(failure_modes)
 {
     struct fx f;
-    struct rl_backend down = {.ops = &down_ops};
+    struct failing_backend down = {.base = {.ops = &failing_ops},
+                                   .res = {.status = RL_BACKEND_DOWN, .error = "test: down"}};
     struct answer a;
 
     fx_open(&f, NULL);
-    f.env.backend = &down;
+    f.env.backend = &down.base;
     f.env.local = f.mem;
     a = ask1(&f, "key2", "value2");
     ck_assert_int_eq(a.grpc_status, 0);
@@ -742,18 +747,6 @@ START_TEST(failure_modes)
 }
 END_TEST
 
-static void
-timeout_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb, void *arg)
-{
-    struct rl_check_res res = {.status = RL_BACKEND_TIMEOUT, .error = "test: no answer in time"};
-
-    (void)be;
-    (void)req;
-    cb(&res, arg);
-}
-
-static const struct rl_backend_ops timeout_ops = {.name = "timeout", .check = timeout_check};
-
 /* A backend that did not answer within the caller's own deadline (shorter
  * than redis.timeout) leaves the call DEADLINE_EXCEEDED whatever
  * failure_mode says: nobody waits for failure_mode's answer, and the
@@ -762,13 +755,15 @@ static const struct rl_backend_ops timeout_ops = {.name = "timeout", .check = ti
 START_TEST(the_callers_deadline_is_not_failure_mode)
 {
     struct fx f;
-    struct rl_backend slow = {.ops = &timeout_ops};
+    struct failing_backend slow = {
+        .base = {.ops = &failing_ops},
+        .res = {.status = RL_BACKEND_TIMEOUT, .error = "test: no answer in time"}};
     struct reqspec s = {.domain = "test-domain", .n = 1, .d = {{.kv = {{"key2", "value2"}}}}};
     struct answer a;
     enum rl_failure_mode modes[] = {RL_FAIL_OPEN, RL_FAIL_CLOSED, RL_FAIL_LOCAL};
 
     fx_open(&f, NULL);
-    f.env.backend = &slow;
+    f.env.backend = &slow.base;
     f.env.local = f.mem;
     for (size_t i = 0; i < RL_ARRAY_LEN(modes); i++) {
         f.cfg->failure_mode = modes[i];
