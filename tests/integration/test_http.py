@@ -845,15 +845,22 @@ def t_slow_bodies(ctx):
                     s.close()
 
         def settle(target_kib):
-            """RSS once the connections are gone (at most 20 s for it)."""
+            """RSS once the daemon has closed the flood's connections (the
+            next flood then gets the same fd numbers, not higher ones whose
+            libevent entries would pin more pages) and, with a target, once it
+            is back under it (at most 20 s for each)."""
+            deadline = time.monotonic() + 20 * H.SLOW
+            while metric(d.port, "ratelimitd_connections_open") > 1 and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
+            if target_kib is None:
+                time.sleep(1.5)       # one trim interval
+                return vm_rss_kib(pid)
             deadline = time.monotonic() + 20 * H.SLOW
             while True:
                 rss = vm_rss_kib(pid)
-                if (target_kib is not None and rss <= target_kib) or time.monotonic() > deadline:
+                if rss <= target_kib or time.monotonic() > deadline:
                     return rss
-                if target_kib is None and metric(d.port, "ratelimitd_connections_open") <= 1:
-                    time.sleep(1.5)       # one trim interval
-                    return vm_rss_kib(pid)
                 time.sleep(0.2)
 
         # A first flood leaves ~4 KiB per connection resident for good:
