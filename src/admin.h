@@ -1,5 +1,5 @@
 /*
- * admin.h — the admin API (README "Admin API"), served on admin_listen and
+ * admin.h — the admin API (docs/operations.md, "Admin API"), served on admin_listen and
  * never on the check listener.  POST /admin/inspect, /admin/reset,
  * /admin/block, /admin/unblock, /admin/reward and /admin/penalty, each
  * naming one caller of one policy the way a check resolves it

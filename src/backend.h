@@ -50,7 +50,8 @@ struct rl_check_req {
     /*
      * > 0 consumes, 0 only asks (inspect), < 0 gives |cost| units back (a
      * reward): always applied, as if forced, whatever the limits say; per
-     * algorithm, see README "Giving back".  A forced positive cost is a
+     * algorithm, see docs/ALGORITHMS-CHOOSING.md, "Reset, block and give
+     * back".  A forced positive cost is a
      * penalty.
      */
     int64_t cost;

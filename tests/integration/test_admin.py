@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The admin API (README "Admin API"): its own listener (admin_listen), never
+"""The admin API (docs/operations.md, "Admin API"): its own listener (admin_listen), never
 the check listener's routes; inspect, reset, block/unblock, reward, penalty on
 one caller of one policy, as the check resolves it; bearer token auth; every
 action logged and counted; what this daemon's workers and other daemons see

@@ -11,7 +11,7 @@ status, `remaining`, per-limit entry and quota header of a sequence of costs
 token bucket's retry for cost c is reset - (burst - c) * T).  Then policies
 mixing algorithms (atomic: a denied check consumes nothing from the other
 limits, shown by their `remaining`), the binding-limit rules of docs/API.md and
-README, one short-window case per algorithm (allowed again once
+docs/checks.md, one short-window case per algorithm (allowed again once
 retry_after_ms has passed, no upper bound on time) and a TTL on every key.
 """
 
@@ -95,7 +95,7 @@ def ceil_s(ms):
 # ---------------------------------------------------------------- checking
 
 def verify(resp, policy, confs, allowed, rems, binding, cost, what=""):
-    """Everything docs/API.md/README promise about one answer that does not depend
+    """Everything docs/API.md/docs/checks.md promise about one answer that does not depend
     on time.  confs: the policy's limits; rems: expected remaining per limit;
     binding: the index of the binding limit.  Returns the body."""
     status, h, b = resp
@@ -404,7 +404,7 @@ def t_mix_same(ds, r):
 
 
 def t_frees_last(backend):
-    """README: of several limits that deny, the binding one is the one that
+    """docs/checks.md: of several limits that deny, the binding one is the one that
     frees last (docs/API.md: the top-level numbers are those of the denying limit)."""
     def run(ds, r):
         d = ds[backend]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Smoothing instead of rejecting (issue 23, 2; README "Smoothing: max_delay"):
+"""Smoothing instead of rejecting (issue 23, 2; docs/leases.md, "Smoothing: max_delay"):
 a check of a policy with `max_delay` that would be allowed within it is
 counted now as a reservation and answered 200 after the wait, with
 `delayed_ms` in the body and RateLimit t=0; one that would need longer is

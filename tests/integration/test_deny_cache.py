@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The local cache of denials (README: deny_cache): a hot denied key is
+"""The local cache of denials (docs/operations.md: deny_cache): a hot denied key is
 answered by the daemon itself until its denial must end, at no cost to Redis,
 and never for longer than Redis would deny it."""
 

@@ -3,7 +3,7 @@
 
 Every case runs its own redis-server (or a fake one) and its own daemon, keeps
 a load of keep-alive clients going through the fault, and asserts what
-docs/API.md and README promise:
+docs/API.md and docs/design.md promise:
 
   (a) Redis hangs (SIGSTOP): every check is answered within redis.timeout (+
       a margin), by failure_mode (open: 200 degraded, closed: 503
@@ -664,7 +664,7 @@ def t_script_flush():
 
 def t_restart_data_lost():
     """(d) Redis restarted with an empty data set: counts start over, no errors
-    after.  A partly used key and an exhausted one: README says the local
+    after.  A partly used key and an exhausted one: docs/design.md says the local
     cache of denials "never denies longer than Redis would"."""
     # the exact counts before and after need Redis's answers, not a loaded
     # host's late ones (a stopped Redis closes its connections: no check waits)
@@ -815,7 +815,7 @@ def t_slow_server():
     ~60 concurrent callers): every check is still answered within the timeout;
     the work queued on the connection must stay bounded, so that once the
     flood is over the daemon answers from Redis again within a few seconds.
-    README: "a hung Redis cannot pile up work".
+    docs/design.md: "a hung Redis cannot pile up work".
 
     (Timed by the daemon: see MARGIN.)"""
     with FakeRedis("slow", interval=0.05) as fk:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""forward_auth (README): a gateway's own request is a check — any method on
+"""forward_auth (docs/operations.md, docs/checks.md): a gateway's own request is a check — any method on
 /check or /check/<original path>, no body, the original request from the
 X-Original-* headers (Envoy's recipe) or X-Forwarded-* ones (Traefik, Caddy:
 forwarded_request_headers "forwarded"), never both — while with the option off

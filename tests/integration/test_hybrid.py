@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hybrid policies (README: "mode": "hybrid"): a known key is decided in the
+"""Hybrid policies (docs/hybrid.md: "mode": "hybrid"): a known key is decided in the
 worker from its last snapshot of Redis minus what it admitted since, and the
 counts reach Redis every sync_interval as forced checks.  One instance stays
 exact; several admit at most the documented bound; a failed sync, a Redis

@@ -458,7 +458,7 @@ def t_injection_redis_keys(dt, du, r):
         after = key[len(tag) + 2:]
         check(b"{" not in after and b"}" not in after, "key %r: a brace after the hash tag", key)
         check(all(0x21 <= c <= 0x7e for c in key), "key %r: a raw control, space or non-ASCII byte "
-              "(README: caller bytes are percent-escaped)", key)
+              "(docs/design.md: caller bytes are percent-escaped)", key)
         if name == "inj":
             inj_tags.add(tag)
     check(INJ_ACCEPTED, "no tricky key was accepted by the case before")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Concurrency limits with leases (issue 23, README "Concurrency limits"):
+"""Concurrency limits with leases (issue 23, docs/leases.md, "Concurrency limits"):
 an allowed check takes a slot and answers its lease (body and
 X-RateLimit-Lease), POST /release gives it back, a slot never released comes
 back when its lease ends; never more than `limit` slots held by many clients

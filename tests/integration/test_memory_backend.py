@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The in-process backend (`-b memory`) with no Redis at all, and the
 in-process limiter standing in for a dead Redis (`failure_mode: local`),
-next to `open` and `closed` (docs/API.md, README, docs/ALGORITHMS-CHOOSING.md).
+next to `open` and `closed` (docs/API.md, docs/operations.md, docs/ALGORITHMS-CHOOSING.md).
 
 - `-b memory` with `-r` at a closed port (and, separately, at a listener that
   records connections): ready, enforcing, never touching Redis;

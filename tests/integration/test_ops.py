@@ -926,6 +926,7 @@ def t_k8s_reloader():
 # ---------------------------------------------------------------- papercuts
 
 README = os.path.join(SRC, "README.md")
+OPERATIONS = os.path.join(SRC, "docs", "operations.md")
 DATE = re.compile(r"^Date: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                   r"\d{4} \d\d:\d\d:\d\d GMT$")
 # what varies from one run to the next: the time, and how much of the window
@@ -1000,9 +1001,9 @@ def same_output(doc, real, cmd):
 
 
 def readme_admin_steps():
-    """The README's admin API example: [(command, documented output lines)],
-    continuation lines joined."""
-    with open(README) as f:
+    """The admin API example (docs/operations.md, "Admin API"): [(command,
+    documented output lines)], continuation lines joined."""
+    with open(OPERATIONS) as f:
         text = f.read()
     sec = text.index("\n## Admin API\n")
     start = text.index("```\n", sec) + 4
@@ -1022,12 +1023,12 @@ def readme_admin_steps():
 
 
 def t_readme_admin_examples():
-    """The README's admin API examples, run as written against the shipped
+    """docs/operations.md's admin API examples, run as written against the shipped
     configuration they are written for (conf/login-protection.json, its admin
     socket moved to a scratch directory) after three failed logins."""
     need("curl", "curl")
     steps = readme_admin_steps()
-    check(len(steps) >= 6, "only %d admin examples in the README", len(steps))
+    check(len(steps) >= 6, "only %d admin examples in docs/operations.md", len(steps))
     src = os.path.join(SRC, "conf", "login-protection.json")
     with open(src) as f:
         conf = json.load(f)
@@ -1196,12 +1197,14 @@ def t_doc_papercuts():
     for d in sorted(os.listdir(os.path.join(SRC, "deploy"))):
         if os.path.isdir(os.path.join(SRC, "deploy", d)):
             check("deploy/%s/" % d in m8, "ratelimitd(8) does not name deploy/%s/", d)
-    # a clone has no configure script: every ./configure the README shows is made first
-    with open(os.path.join(SRC, "README.md")) as f:
-        readme = f.read()
-    for m in re.finditer(r"`([^`]*\./configure[^`]*)`", readme):
-        check("autoreconf -fi" in m.group(1) or "--enable" in m.group(1).split("./configure")[1],
-              "the README runs ./configure without autoreconf -fi first: %r", m.group(1))
+    # a clone has no configure script: every ./configure the README and the
+    # guides show is made first
+    for doc in [os.path.join(SRC, "README.md")] + sorted(glob.glob(os.path.join(SRC, "docs", "*.md"))):
+        with open(doc) as f:
+            text = f.read()
+        for m in re.finditer(r"`([^`]*\./configure[^`]*)`", text):
+            check("autoreconf -fi" in m.group(1) or "--enable" in m.group(1).split("./configure")[1],
+                  "%s runs ./configure without autoreconf -fi first: %r", os.path.relpath(doc, SRC), m.group(1))
 
 
 def t_scripts_run_stops_its_redis():
@@ -1425,9 +1428,10 @@ CASES = [
      t_unit_credential),
     ("README's Try it is what the daemon answers (run as written; the time and the ms left vary)",
      t_readme_try_it),
-    ("README's admin API examples run as written against conf/login-protection.json", t_readme_admin_examples),
+    ("docs/operations.md's admin API examples run as written against conf/login-protection.json",
+     t_readme_admin_examples),
     ("scripts/run stops the redis-server it started on Ctrl-C, and leaves one it found", t_scripts_run_stops_its_redis),
-    ("man 5's redis.url forms, man 8's recipes (every deploy/ directory), the README's configure from a clone",
+    ("man 5's redis.url forms, man 8's recipes (every deploy/ directory), the docs' configure from a clone",
      t_doc_papercuts),
     ("make install puts the example configuration under sysconfdir, keeps an edited one", t_make_install),
     (".dockerignore keeps build dirs and in-tree build output out, every tracked file in",

@@ -351,7 +351,7 @@ def t_query_not_in_path_headers(d, r):
 
 
 def t_query_not_in_path_body(d, r):
-    # README: "path, method: the original request ... The query string is not part of the path."
+    # docs/checks.md: "path, method: the original request ... The query string is not part of the path."
     table(d, [
         ({"path": "/exact?x=1"}, "exact"),
         ({"path": "/g/a/xyz?q=1"}, "glob"),

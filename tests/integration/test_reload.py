@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SIGHUP reloads the config file (docs/API.md "Signals", README "Signals").
+"""SIGHUP reloads the config file (docs/API.md "Signals", docs/operations.md, "Command line").
 
 A good file takes effect for new checks (a changed limit, a new policy, a
 removed one); a broken file (bad JSON, or valid JSON with semantic problems) is

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Redis Sentinel (README: redis.sentinel): the daemon asks the sentinels for
+"""Redis Sentinel (docs/redis.md, docs/operations.md: redis.sentinel): the daemon asks the sentinels for
 the master, checks it with ROLE, and follows a failover (+switch-master) while
 checks flow: limits stay exact before and after, and recovery is measured.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Redis over TLS (README: Redis over TLS; ratelimitd.json(5): redis.tls).
+"""Redis over TLS (docs/redis.md: Redis over TLS; ratelimitd.json(5): redis.tls).
 
 Every Redis here is a real redis-server serving TLS only (--port 0
 --tls-port P) with certificates this file makes with the openssl command in
