@@ -713,6 +713,39 @@ class _TopologyRedis(Redis):
                 pass
 
 
+def cluster_slot_map(ports):
+    """{slot: master port} once every node of `ports` says cluster_state:ok,
+    knows exactly those nodes and gives the same map of all 16384 slots; else
+    None."""
+    maps = []
+    for port in ports:
+        info = dict(line.split(":", 1) for line in _resp(port, "CLUSTER", "INFO").splitlines() if ":" in line)
+        if info.get("cluster_state", "").strip() != "ok" or \
+                int(info.get("cluster_known_nodes", "0")) != len(ports):
+            return None
+        owners = {}
+        for rng in _resp(port, "CLUSTER", "SLOTS"):
+            for s in range(rng[0], rng[1] + 1):
+                owners[s] = rng[2][1]
+        maps.append(owners)
+    return maps[0] if len(maps[0]) == 16384 and all(m == maps[0] for m in maps) else None
+
+
+def cluster_create(servers):
+    """Join cluster-enabled RedisServers (3 or more) as masters without
+    replicas (`redis-cli --cluster create`); the slot map once every node
+    agrees on it (cluster_slot_map)."""
+    _need(REDIS_CLI, "redis-tools")
+    r = subprocess.run([REDIS_CLI, "--cluster", "create"] + ["127.0.0.1:%d" % s.port for s in servers] +
+                       ["--cluster-replicas", "0", "--cluster-yes"],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    if r.returncode != 0:
+        raise HarnessError("redis-cli --cluster create failed:\n%s"
+                           % (r.stdout + r.stderr).decode("utf-8", "replace"))
+    return wait_until(lambda: cluster_slot_map([s.port for s in servers]),
+                      "cluster_state:ok and one slot map on every node")
+
+
 class ClusterRedis(_TopologyRedis):
     """Three cluster-enabled masters (no replicas) on free loopback ports.
 
@@ -736,29 +769,10 @@ class ClusterRedis(_TopologyRedis):
                     "cluster-node-timeout 5000", "cluster-require-full-coverage no"]))
             self.port, self.proc = self.servers[0].port, self.servers[0].proc
             self.logfile = self.servers[0].logfile
-            _need(REDIS_CLI, "redis-tools")
-            r = subprocess.run([REDIS_CLI, "--cluster", "create"] +
-                               ["127.0.0.1:%d" % s.port for s in self.servers] +
-                               ["--cluster-replicas", "0", "--cluster-yes"],
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
-            if r.returncode != 0:
-                raise HarnessError("redis-cli --cluster create failed:\n%s"
-                                   % (r.stdout + r.stderr).decode("utf-8", "replace"))
-            wait_until(self._consistent, "cluster_state:ok and one slot map on every node")
+            cluster_create(self.servers)
         except BaseException:
             self.kill()
             raise
-
-    def _consistent(self):
-        maps = []
-        for s in self.servers:
-            info = _resp(s.port, "CLUSTER", "INFO")
-            if "cluster_state:ok" not in info or \
-                    "cluster_known_nodes:%d" % self.NODES not in info:
-                return False
-            maps.append(sorted((r[0], r[1], r[2][1]) for r in _resp(s.port, "CLUSTER", "SLOTS")))
-        covered = sum(e - b + 1 for b, e, _ in maps[0])
-        return covered == 16384 and all(m == maps[0] for m in maps)
 
     def master_ports(self):
         return [s.port for s in self.servers]

@@ -136,43 +136,19 @@ def slot_owners(port):
 
 
 def wait_cluster_ok(nodes, what, timeout=30.0):
-    """Every node says cluster_state:ok, knows every other and agrees on the map."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            states = [info_cluster(n.port) for n in nodes]
-            maps = [slot_owners(n.port) for n in nodes]
-            ok = all(s.get("cluster_state") == "ok" and
-                     int(s.get("cluster_known_nodes", 0)) == len(nodes) for s in states)
-            if ok and all(m == maps[0] for m in maps) and len(maps[0]) == SLOTS:
-                return maps[0]
-            last = repr([(s.get("cluster_state"), s.get("cluster_known_nodes")) for s in states])
-        except (OSError, H.RespError) as e:
-            last = repr(e)
-        time.sleep(0.1)
-    raise H.HarnessError("cluster not consistent within %ss (%s): %s" % (timeout, what, last))
-
-
-def info_cluster(port):
-    out = {}
-    for line in rcmd(port, "CLUSTER", "INFO").splitlines():
-        if ":" in line:
-            k, v = line.split(":", 1)
-            out[k] = v.strip()
-    return out
+    """Every node says cluster_state:ok, knows every other and agrees on the
+    map: the map."""
+    return H.wait_until(lambda: H.cluster_slot_map([n.port for n in nodes]),
+                        "a consistent cluster (%s)" % what, timeout)
 
 
 def make_cluster(n):
     nodes = [Node() for _ in range(n)]
     if n >= 3:
-        rc, out = cli("--cluster", "create", *["127.0.0.1:%d" % x.port for x in nodes],
-                      "--cluster-replicas", "0", "--cluster-yes")
-        if rc != 0:
-            raise H.HarnessError("redis-cli --cluster create failed:\n%s" % out)
+        H.cluster_create(nodes)
     else:
         rcmd(nodes[0].port, "CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
-    wait_cluster_ok(nodes, "after create")
+        wait_cluster_ok(nodes, "after create")
     return nodes
 
 
@@ -590,15 +566,18 @@ def case_reshard(fx):
 
 
 def wait_readyz(port, status, timeout):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+    """GET /readyz's body once its status is `status`."""
+    last = []
+
+    def answered():
         st, _, body = H.request(port, "GET", "/readyz")
-        if st == status:
-            return body
-        last = (st, body)
-        time.sleep(0.05)
-    raise H.Fail("GET /readyz did not become %d within %ss (last %r)" % (status, timeout, last))
+        last[:] = [st, body]
+        return st == status
+    try:
+        H.wait_for(answered, "GET /readyz to become %d" % status, timeout, interval=0.05)
+    except H.Fail as e:
+        raise H.Fail("%s: the last answer %r" % (e, last))
+    return last[1]
 
 
 def case_master_restart(fx):
@@ -698,11 +677,8 @@ def case_idle_hang(fx):
         os.kill(victim.proc.pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
-            deadline = t0 + 6.0 * H.SLOW
-            while H.request(d.port, "GET", "/readyz", timeout=5.0)[0] != 503:
-                check(time.monotonic() < deadline, "/readyz still 200 %.1f s after a master "
-                      "hung with no check waiting", time.monotonic() - t0)
-                time.sleep(0.05)
+            H.wait_for(lambda: H.request(d.port, "GET", "/readyz", timeout=5.0)[0] == 503,
+                       "/readyz 503 after a master hung with no check waiting", 6.0, interval=0.05)
             sys.stdout.write("# idle master hung: /readyz 503 after %.2f s\n"
                              % (time.monotonic() - t0))
         finally:
@@ -738,11 +714,10 @@ def case_hybrid_stall(fx):
         return v[0] if v else 0
 
     def wait_count(cond, what, timeout):
-        deadline = time.monotonic() + timeout * H.SLOW
-        while not cond(count()):
-            if time.monotonic() > deadline:
-                raise H.Fail("%s: the master holds %d" % (what, count()))
-            time.sleep(0.05)
+        try:
+            H.wait_for(lambda: cond(count()), what, timeout, interval=0.05)
+        except H.Fail as e:
+            raise H.Fail("%s: the master holds %d" % (e, count()))
 
     try:
         for i in range(10):
@@ -800,10 +775,8 @@ def case_failover(fx):
     check(rc == 0, "redis-cli --cluster add-node failed:\n%s", out[-2000:])
     fx.nodes.append(rep)
     wait_cluster_ok(fx.nodes, "after adding a replica")
-    deadline = time.monotonic() + 20
-    while info(rep.port, "replication").get("master_link_status") != "up":
-        check(time.monotonic() < deadline, "the replica never synced")
-        time.sleep(0.1)
+    H.wait_for(lambda: info(rep.port, "replication").get("master_link_status") == "up",
+               "the replica's sync", 20, interval=0.1)
     owners = fx.owners()
     idents = [i for i in ("fo%d" % k for k in range(200))
               if owners[slot_of("mig1", i)] == old.port][:3]
@@ -817,10 +790,8 @@ def case_failover(fx):
     try:
         time.sleep(0.3)
         eq(rcmd(rep.port, "CLUSTER", "FAILOVER"), "OK", "CLUSTER FAILOVER")
-        deadline = time.monotonic() + 15
-        while not (role(rep.port) == "master" and role(old.port) == "slave"):
-            check(time.monotonic() < deadline, "the failover did not complete")
-            time.sleep(0.05)
+        H.wait_for(lambda: role(rep.port) == "master" and role(old.port) == "slave",
+                   "the failover to complete", 15, interval=0.05)
         time.sleep(0.5)
         during = flow.count()
     finally:
@@ -839,11 +810,8 @@ def case_failover(fx):
         for k in range(24):
             st, _, ans = post(d.port, {"key": idents[k % len(idents)], "policy": "mig1", "cost": 0})
             clean(st, ans)
-    deadline = time.monotonic() + 5
-    while daemon_clients(old.port):
-        check(time.monotonic() < deadline, "connections to the demoted master stay open: %s",
-              daemon_clients(old.port)[:2])
-        time.sleep(0.05)
+    H.wait_for(lambda: not daemon_clients(old.port), "the connections to the demoted master to close",
+               5, interval=0.05)
     for d in fx.daemons:
         ready_everywhere(d)
 
@@ -863,13 +831,7 @@ def case_auto_failover(fx):
                         rep.get("master_link_status") == "up":
                     return m, n
         return None
-    deadline = time.monotonic() + 15
-    found = pair()
-    while found is None:
-        check(time.monotonic() < deadline, "no master with a connected replica within 15 s")
-        time.sleep(0.1)
-        found = pair()
-    victim, heir = found
+    victim, heir = H.wait_for(pair, "a master with a connected replica", 15, interval=0.1)
     owners = fx.owners()
     idents = [i for i in ("af%d" % k for k in range(300))
               if owners[slot_of("down", i)] == victim.port][:2]
@@ -877,16 +839,12 @@ def case_auto_failover(fx):
         for _ in range(5):
             st, _, ans = post(fx.ports[0], {"key": i, "policy": "down"})
             eq(clean(st, ans), "allowed", "check before the kill")
-    deadline = time.monotonic() + 10
-    while (int(info(heir.port, "replication").get("master_repl_offset", 0)) <
-           int(info(victim.port, "replication").get("master_repl_offset", 0))):
-        check(time.monotonic() < deadline, "the replica did not catch up")
-        time.sleep(0.05)
+    H.wait_for(lambda: (int(info(heir.port, "replication").get("master_repl_offset", 0)) >=
+                        int(info(victim.port, "replication").get("master_repl_offset", 0))),
+               "the replica to catch up", 10, interval=0.05)
     t0 = time.monotonic()
     victim.kill()
-    while role(heir.port) != "master":
-        check(time.monotonic() - t0 < 20, "the replica was not promoted within 20 s")
-        time.sleep(0.05)
+    H.wait_for(lambda: role(heir.port) == "master", "the replica's promotion", 20, interval=0.05)
     promoted = time.monotonic() - t0
     for d in fx.daemons:
         ready_everywhere(d, timeout=20)
@@ -920,10 +878,7 @@ def case_auth(fx):
             check(good_pw not in d.log(), "the password reached the log")
         cfg["redis"] = dict(cfg["redis"], password=bad_pw)
         with H.Daemon(cfg, ready=False) as d:
-            deadline = time.monotonic() + 5
-            while "handshake failed" not in d.log() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            check("handshake failed" in d.log(), "a refused AUTH was not logged")
+            H.wait_for(lambda: "handshake failed" in d.log(), "a refused AUTH in the log", 5, interval=0.05)
             st, _, body = H.request(d.port, "GET", "/readyz")
             eq(st, 503, "GET /readyz with a wrong password (%r)" % (body,))
             st, _, ans = post(d.port, {"key": "auth-2", "policy": "demo"})

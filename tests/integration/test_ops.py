@@ -201,10 +201,7 @@ def t_unit_reload_dry_run():
             json.dump({"identity": ["body"], "policies": [pol("first"), pol("second")]}, f)
         rc, argv, text = run_reload()
         eq(rc, 0, "the reload of a good file (%s: %s)" % (argv, text))
-        deadline = time.monotonic() + 10 * H.SLOW
-        while not served("second"):
-            check(time.monotonic() < deadline, "the good file is not served after the reload")
-            time.sleep(0.05)
+        H.wait_for(lambda: served("second"), "the good file served after the reload", 10, interval=0.05)
         eq(reloads(d.port), (before[0] + 1, before[1]), "the daemon's reloads after a good one")
 
 
@@ -895,27 +892,29 @@ def t_k8s_reloader():
                                             stdin=subprocess.DEVNULL,
                                             env=dict(os.environ, PATH=shim + ":" + os.environ["PATH"])))
         try:
-            def wait_for(what, cond, timeout=10):
-                deadline = time.monotonic() + timeout
-                while not cond():
+            def wait(what, cond):
+                def reloader_running_and():
                     check(rel.poll() is None, "the reloader exited: %s", open(logpath).read())
-                    check(time.monotonic() < deadline, "%s within %ss; reloader log:\n%s\ndaemon log:\n%s",
-                          what, timeout, open(logpath).read(), dmn.log()[-1500:])
-                    time.sleep(0.05)
+                    return cond()
+                try:
+                    H.wait_for(reloader_running_and, what, 10, interval=0.05)
+                except H.Fail as e:
+                    raise H.Fail("%s; reloader log:\n%s\ndaemon log:\n%s"
+                                 % (e, open(logpath).read(), dmn.log()[-1500:]))
 
             def policy_known(name):
                 st, _, _ = H.request(dmn.port, "POST", "/check", {"key": "k", "policy": name})
                 return st == 200
 
-            wait_for("the reloader started", lambda: "watching" in open(logpath).read())
+            wait("the reloader started", lambda: "watching" in open(logpath).read())
             time.sleep(0.5)
             check("configuration reloaded" not in dmn.log(), "a reload without a change")
             check(policy_known("first") and not policy_known("second"), "the first config is not running")
             publish({"identity": ["body", "peer"], "policies": [pol("first"), pol("second")]})
-            wait_for("the new policy is served", lambda: policy_known("second"))
+            wait("the new policy is served", lambda: policy_known("second"))
             check("SIGHUP sent" in open(logpath).read(), "the reloader did not log its SIGHUP")
             publish("{ broken")
-            wait_for("the broken file is rejected", lambda: "reload rejected" in dmn.log())
+            wait("the broken file is rejected", lambda: "reload rejected" in dmn.log())
             check(policy_known("second"), "the running config was lost on a broken file")
             eq(dmn.proc.poll(), None, "the daemon's state after the reloads")
         finally:
@@ -1165,11 +1164,13 @@ def run_script_run(redis_port, until):
                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       env=env, start_new_session=True))
     try:
-        deadline = time.monotonic() + 120 * H.SLOW
-        while not H.port_open(port):
+        def serving():
             check(p.poll() is None, "scripts/run ended: %s", open(logpath).read()[-2000:])
-            check(time.monotonic() < deadline, "scripts/run did not serve: %s", open(logpath).read()[-2000:])
-            time.sleep(0.1)
+            return H.port_open(port)
+        try:
+            H.wait_for(serving, "scripts/run to serve", 120, interval=0.1)
+        except H.Fail as e:
+            raise H.Fail("%s: %s" % (e, open(logpath).read()[-2000:]))
         until(port)
         os.killpg(p.pid, signal.SIGINT)
         eq(p.wait(timeout=30), 0, "scripts/run's exit status after Ctrl-C (%s)" % open(logpath).read()[-1500:])
@@ -1214,19 +1215,21 @@ def t_scripts_run_stops_its_redis():
     def works(port):
         # a degraded answer is a check slower than the shipped 50 ms
         # redis.timeout (a loaded host, a sanitized build): ask again
-        deadline = time.monotonic() + 10 * H.SLOW
-        while True:
-            st, _, b = H.request(port, "POST", "/check", {"key": "alice", "policy": "demo"})
-            if b.get("degraded") is None or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        answers = []
+
+        def decided():
+            answers.append(H.request(port, "POST", "/check", {"key": "alice", "policy": "demo"}))
+            return answers[-1][2].get("degraded") is None
+        try:
+            H.wait_for(decided, "a check not degraded", 10, interval=0.1)
+        except H.Fail:
+            pass            # the last answer says what was wrong
+        st, _, b = answers[-1]
         eq((st, b.get("degraded")), (200, None), "a check through scripts/run's daemon and Redis (%r)" % (b,))
     out = run_script_run(rport, works)
     check("stopping the redis-server" in out, "scripts/run did not say it stops its redis-server:\n%s", out)
-    deadline = time.monotonic() + 10 * H.SLOW
-    while H.port_open(rport):
-        check(time.monotonic() < deadline, "the redis-server scripts/run started is still up after Ctrl-C")
-        time.sleep(0.05)
+    H.wait_for(lambda: not H.port_open(rport), "the redis-server scripts/run started to stop after Ctrl-C",
+               10, interval=0.05)
     # a Redis that was there before is not scripts/run's to stop
     with H.Redis(topology="standalone") as r:
         out = run_script_run(r.port, works)

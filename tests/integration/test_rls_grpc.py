@@ -31,7 +31,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 import harness_grpc as G  # noqa: E402
-from harness import check, eq  # noqa: E402
+from harness import check, eq, wait_for  # noqa: E402
 
 DOMAIN = "rl-test"
 RULES = """\
@@ -91,15 +91,6 @@ def metric(d, name, labels=None):
         if line.startswith(want + " "):
             return float(line.split()[-1])
     raise H.Fail("no metric %s in /metrics" % want)
-
-
-def wait_for(cond, what, timeout=10.0):
-    deadline = time.monotonic() + timeout * H.SLOW
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise H.Fail("timed out waiting for %s" % what)
 
 
 def serves(port, what=""):
