@@ -430,6 +430,27 @@ handle_serving(struct http_req *r, struct rl_worker *w)
     }
 }
 
+/*
+ * envoyproxy/ratelimit's health route, which Envoy Gateway's probes read:
+ * 200 "OK" while every check is answered as configured (the predicate of
+ * GET /serving and gRPC Health/Check), else a 500 with no body, as it
+ * answers after SIGTERM or without its Redis.
+ */
+static void
+handle_healthcheck(struct http_req *r, struct rl_worker *w)
+{
+    const char *reason;
+
+    if (worker_serving(w, &reason, NULL))
+        http_respond(r, &(const struct http_response){.status = 200,
+                                                      .content_type = "text/plain",
+                                                      .body = "OK",
+                                                      .body_len = 2});
+    else
+        http_respond(r, &(const struct http_response){.status = 500,
+                                                      .content_type = "text/plain"});
+}
+
 static void
 handle_metrics(struct http_req *r, struct rl_worker *w)
 {
@@ -492,6 +513,11 @@ api_handle(struct http_req *r, void *arg)
             handle_serving(r, w);
         else
             respond_405(r, w, "Allow: GET, HEAD\r\n");
+    } else if (path_is(h, "/healthcheck", 12)) {
+        if (get)
+            handle_healthcheck(r, w);
+        else
+            respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else if (path_is(h, "/metrics", 8)) {
         if (get)
             handle_metrics(r, w);
@@ -501,6 +527,6 @@ api_handle(struct http_req *r, void *arg)
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
         respond_error(r, 404, NULL,
                       "no such path: use POST /check, POST /release, POST /json, "
-                      "GET /healthz, GET /readyz, GET /serving or GET /metrics");
+                      "GET /healthz, GET /readyz, GET /serving, GET /healthcheck or GET /metrics");
     }
 }

@@ -97,6 +97,9 @@ def t_serving_redis_outage(_):
             for m, d in ds.items():
                 st, h, b = H.request(d.port, "GET", "/serving")
                 eq((st, b), (200, {"status": "serving"}), "%s, Redis up: GET /serving" % m)
+                st, h, b = H.request(d.port, "GET", "/healthcheck")
+                eq((st, b, H.media_type(h)), (200, "OK", "text/plain"),
+                   "%s, Redis up: GET /healthcheck" % m)
             r.stop()
             for m, d in ds.items():
                 wait_status(d.port, "/readyz", 503, "%s, Redis stopped" % m)
@@ -119,6 +122,10 @@ def t_serving_redis_outage(_):
                     eq((st, cb.get("degraded")), (200, True), "%s: a check while serving degraded" % m)
                 st, h, b = H.request(d.port, "HEAD", "/serving")
                 eq((st, b), (503 if m == "closed" else 200, ""), "%s: HEAD /serving" % m)
+                # envoyproxy/ratelimit's route: the same predicate, its answers
+                st, h, b = H.request(d.port, "GET", "/healthcheck")
+                eq((st, b), (500, "") if m == "closed" else (200, "OK"),
+                   "%s, Redis stopped: GET /healthcheck" % m)
             # closed reloaded to local: serving at once, Redis still gone
             d = ds["closed"]
             d.rewrite_config(serving_config("local"))
@@ -144,6 +151,12 @@ def t_serving_draining_and_methods(_):
         eq(H.request(d.port, "GET", "/serving")[0::2], (200, {"status": "serving"}), "memory backend")
         st, h, b = H.request(d.port, "POST", "/serving")
         eq((st, h.get("allow")), (405, "GET, HEAD"), "POST /serving")
+        eq(H.request(d.port, "HEAD", "/healthcheck")[0::2], (200, ""), "HEAD /healthcheck")
+        st, h, b = H.request(d.port, "POST", "/healthcheck")
+        eq((st, h.get("allow")), (405, "GET, HEAD"), "POST /healthcheck")
+        hc = H.RawConn(d.port)
+        hreq = b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"
+        hc.send(hreq[:5])
         # a probe read after SIGTERM: not serving, whatever the failure_mode
         c = H.RawConn(d.port)
         req = b"GET /serving HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -159,15 +172,20 @@ def t_serving_draining_and_methods(_):
         eq((st, h.get("retry-after")), (503, "1"), "GET /serving while draining")
         check(b'"shutting down"' in raw and b'"not serving"' in raw, "the drain's /serving body %r", raw)
         c.close()
+        hc.send(hreq[5:])
+        st, h, raw = hc.read_response()
+        eq((st, raw), (500, b""), "GET /healthcheck while draining")
+        hc.close()
         eq(d.wait(15), 0, "exit code after the drain")
 
 
 CASES = [
     ("-w 4, one worker not connected: every probe 503 naming it; connected: every probe 200",
      t_one_worker_down),
-    ("GET /serving with Redis gone: 200 degraded under local and open, 503 under closed; "
-     "follows a reload; /readyz 503 for all", t_serving_redis_outage),
-    ("GET /serving: 200 with the memory backend, 405 for POST, 503 while draining", t_serving_draining_and_methods),
+    ("GET /serving with Redis gone: 200 degraded under local and open, 503 under closed "
+     "(/healthcheck 200 OK or 500); follows a reload; /readyz 503 for all", t_serving_redis_outage),
+    ("GET /serving and /healthcheck: 200 with the memory backend, 405 for POST, 503 (500) while draining",
+     t_serving_draining_and_methods),
 ]
 
 
