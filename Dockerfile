@@ -16,6 +16,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ratelimitd
 COPY --from=build /out/usr/local/bin/ratelimitd /usr/local/bin/ratelimitd
+# envoyproxy/ratelimit's command, which Envoy Gateway runs: by that name the
+# daemon reads its environment (docs/envoy.md)
+RUN ln -s /usr/local/bin/ratelimitd /bin/ratelimit
 COPY conf/ratelimitd.json /etc/ratelimitd/ratelimitd.json
 # numeric, so Kubernetes' runAsNonRoot can verify it
 USER 10001:10001

@@ -442,13 +442,12 @@ handle_healthcheck(struct http_req *r, struct rl_worker *w)
     const char *reason;
 
     if (worker_serving(w, &reason, NULL))
-        http_respond(r, &(const struct http_response){.status = 200,
-                                                      .content_type = "text/plain",
-                                                      .body = "OK",
-                                                      .body_len = 2});
+        http_respond(
+            r, &(const struct http_response){
+                   .status = 200, .content_type = "text/plain", .body = "OK", .body_len = 2});
     else
-        http_respond(r, &(const struct http_response){.status = 500,
-                                                      .content_type = "text/plain"});
+        http_respond(
+            r, &(const struct http_response){.status = 500, .content_type = "text/plain"});
 }
 
 static void
@@ -525,8 +524,9 @@ api_handle(struct http_req *r, void *arg)
             respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else {
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
-        respond_error(r, 404, NULL,
-                      "no such path: use POST /check, POST /release, POST /json, "
-                      "GET /healthz, GET /readyz, GET /serving, GET /healthcheck or GET /metrics");
+        respond_error(
+            r, 404, NULL,
+            "no such path: use POST /check, POST /release, POST /json, "
+            "GET /healthz, GET /readyz, GET /serving, GET /healthcheck or GET /metrics");
     }
 }

@@ -399,6 +399,7 @@ static void check_sentinel(const void *obj, const char *path, struct schema_ctx 
 static void check_tls(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_redis(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_rls_tls(const void *obj, const char *path, struct schema_ctx *ctx);
+static void check_header_names(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_rls(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_top(const void *obj, const char *path, struct schema_ctx *ctx);
 
@@ -413,6 +414,7 @@ static void check_top(const void *obj, const char *path, struct schema_ctx *ctx)
 #define HTTP(m) offsetof(struct rl_http_conf, m)
 #define RLS_TLS(m) offsetof(struct rl_rls_tls_conf, m)
 #define RLS(m) offsetof(struct rl_rls_conf, m)
+#define HNAMES(m) offsetof(struct rl_rls_header_names, m)
 #define TOP(m) offsetof(struct rl_config, m)
 
 static const struct schema_field limit_fields[] = {
@@ -594,6 +596,17 @@ static const struct schema rls_tls_schema = {
     SCHEMA_FIELDS(rls_tls_fields), sizeof(struct rl_rls_tls_conf), check_rls_tls, NULL
 };
 
+static const struct schema_field header_names_fields[] = {
+    {.name = "limit", .type = SCHEMA_STRING, .off = HNAMES(limit), .flags = SCHEMA_NONEMPTY},
+    {.name = "remaining", .type = SCHEMA_STRING, .off = HNAMES(remaining),
+     .flags = SCHEMA_NONEMPTY},
+    {.name = "reset", .type = SCHEMA_STRING, .off = HNAMES(reset), .flags = SCHEMA_NONEMPTY},
+};
+static const struct schema header_names_schema = {
+    SCHEMA_FIELDS(header_names_fields), sizeof(struct rl_rls_header_names), check_header_names,
+    NULL
+};
+
 static const struct schema_field rls_fields[] = {
     {.name = "listen", .type = SCHEMA_STRING, .off = RLS(listen),
      .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
@@ -601,6 +614,8 @@ static const struct schema_field rls_fields[] = {
     {.name = "config", .type = SCHEMA_STRING, .off = RLS(config), .flags = SCHEMA_NONEMPTY},
     {.name = "response_headers", .type = SCHEMA_BOOL, .off = RLS(response_headers),
      .def = "false"},
+    {.name = "header_names", .type = SCHEMA_OBJECT, .off = RLS(header_names),
+     .sub = &header_names_schema},
     {.name = "shadow_mode", .type = SCHEMA_BOOL, .off = RLS(shadow_mode), .def = "false"},
     {.name = "all_or_nothing", .type = SCHEMA_BOOL, .off = RLS(all_or_nothing), .def = "false"},
     {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
@@ -1009,16 +1024,39 @@ check_rls_tls(const void *obj, const char *path, struct schema_ctx *ctx)
 }
 
 /* A listener needs rules to serve, and an address that parses. */
+/* Header field names (RFC 9110 tokens); all three or none: check_rls. */
+static void
+check_header_names(const void *obj, const char *path, struct schema_ctx *ctx)
+{
+    static const char tchar[] = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    const struct rl_rls_header_names *h = obj;
+    const char *const v[] = {h->limit, h->remaining, h->reset};
+    const char *const names[] = {"limit", "remaining", "reset"};
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(v); i++) {
+        if (v[i] != NULL && (strlen(v[i]) > 128 || strspn(v[i], tchar) != strlen(v[i])))
+            schema_bad_field(ctx, path, names[i],
+                             "must be a header name (letters, digits, '-'...) of at most 128 "
+                             "bytes");
+    }
+}
+
 static void
 check_rls(const void *obj, const char *path, struct schema_ctx *ctx)
 {
     const struct rl_rls_conf *r = obj;
     struct rl_listen_addr la;
     char *cause = NULL;
+    int names = (r->header_names.limit != NULL) + (r->header_names.remaining != NULL) +
+                (r->header_names.reset != NULL);
 
     if (r->request_limits_max != 0 && !r->request_limits)
         schema_bad_field(ctx, path, "request_limits_max",
                          "caps the limits descriptors bring: needs \"request_limits\": true");
+    if (names != 0 && names != 3)
+        schema_bad_field(ctx, path, "header_names",
+                         "give limit, remaining and reset, or none of them");
     if (r->listen == NULL)
         return;
     if (listen_addr_parse(r->listen, &la, &cause) != RL_OK) {
@@ -1634,17 +1672,41 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
     return RL_OK;
 }
 
-int
-config_set_option(struct rl_config *cfg, const char *name, const char *text,
-                  const char *origin, struct rl_errors *errs)
+static int
+set_option(struct rl_config *cfg, const char *name, const char *text, const char *origin,
+           int defer, struct rl_errors *errs)
 {
     struct schema_ctx ctx = {origin, errs};
 
-    if (schema_set(&top_schema, cfg, name, text, &ctx) != RL_OK)
+    if ((defer ? schema_set_deferred(&top_schema, cfg, name, text, &ctx)
+               : schema_set(&top_schema, cfg, name, text, &ctx)) != RL_OK)
         return RL_ERR;
     if (strcmp(name, "listen") == 0) /* checked with the top level, later */
         cfg->listen_origin = origin;
     return RL_OK;
+}
+
+int
+config_set_option(struct rl_config *cfg, const char *name, const char *text,
+                  const char *origin, struct rl_errors *errs)
+{
+    return set_option(cfg, name, text, origin, 0, errs);
+}
+
+int
+config_set_option_deferred(struct rl_config *cfg, const char *name, const char *text,
+                           const char *origin, struct rl_errors *errs)
+{
+    return set_option(cfg, name, text, origin, 1, errs);
+}
+
+int
+config_check_option(struct rl_config *cfg, const char *name, const char *origin,
+                    struct rl_errors *errs)
+{
+    struct schema_ctx ctx = {origin, errs};
+
+    return schema_check_parent(&top_schema, cfg, name, &ctx);
 }
 
 bool

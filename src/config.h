@@ -176,6 +176,14 @@ struct rl_rls_tls_conf {
     char *client_ca_file; /* clients must present a certificate it signed */
 };
 
+/* rls.header_names: envoyproxy/ratelimit's three headers under these names
+ * instead of /check's (all three, or none). */
+struct rl_rls_header_names {
+    char *limit;     /* the limit's requests_per_unit */
+    char *remaining; /* its limit_remaining */
+    char *reset;     /* seconds until its window ends */
+};
+
 /*
  * rls: Envoy's rate limit service (envoy.service.ratelimit.v3) over gRPC on
  * a listener of its own, with envoyproxy/ratelimit's YAML rule files
@@ -184,8 +192,10 @@ struct rl_rls_tls_conf {
 struct rl_rls_conf {
     char *listen; /* "host:port" or "unix:PATH"; NULL: no gRPC listener */
     struct rl_rls_tls_conf tls;
-    char *config;                   /* one YAML file, or a directory of *.yaml / *.yml */
-    int response_headers;           /* the RateLimit fields in response_headers_to_add */
+    char *config;         /* one YAML file, or a directory of *.yaml / *.yml */
+    int response_headers; /* the RateLimit fields in response_headers_to_add */
+    /* limit != NULL: envoyproxy/ratelimit's three headers instead */
+    struct rl_rls_header_names header_names;
     int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
     int all_or_nothing;             /* a request's descriptors in one decision */
     double near_limit_ratio;        /* hits past this share of a limit are "near" */
@@ -258,6 +268,13 @@ int config_load_file(const char *file, struct rl_config **out, struct rl_errors 
  * origin must outlive cfg (it may name a problem found by config_validate). */
 int config_set_option(struct rl_config *cfg, const char *name, const char *text,
                       const char *origin, struct rl_errors *errs) RL_WUR;
+
+/* The same, the object holding it not checked yet: config_check_option,
+ * once every option of a source is set (rls.tls.cert_file, then key_file). */
+int config_set_option_deferred(struct rl_config *cfg, const char *name, const char *text,
+                               const char *origin, struct rl_errors *errs) RL_WUR;
+int config_check_option(struct rl_config *cfg, const char *name, const char *origin,
+                        struct rl_errors *errs) RL_WUR;
 
 /* Cross-field checks after every source is applied; then the rule files of
  * rls.config are read (their problems are the config's). */

@@ -65,11 +65,25 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl
     } else {
         cfg = config_new_defaults();
     }
-    /* Every problem is collected in errs, so keep going after one. */
+    /* Every problem is collected in errs, so keep going after one.  The
+     * objects are checked once all are set: a source may set two fields of
+     * one (envoyproxy/ratelimit's GRPC_SERVER_TLS_CERT and _KEY), each
+     * object once, as told by the last source that set a field of it. */
     for (size_t i = 0; i < o->nov; i++)
-        if (config_set_option(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin, errs) !=
-            RL_OK)
+        if (config_set_option_deferred(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin,
+                                       errs) != RL_OK)
             continue;
+    for (size_t i = 0; i < o->nov && errs->n == before; i++) {
+        const char *dot = strrchr(o->ov[i].name, '.');
+        size_t plen = dot != NULL ? (size_t)(dot - o->ov[i].name) : 0;
+        bool later = false;
+
+        for (size_t j = i + 1; j < o->nov && !later; j++)
+            later = strncmp(o->ov[j].name, o->ov[i].name, plen) == 0 &&
+                    strrchr(o->ov[j].name, '.') == o->ov[j].name + plen;
+        if (!later && config_check_option(cfg, o->ov[i].name, o->ov[i].origin, errs) != RL_OK)
+            continue;
+    }
     if (config_validate(cfg, errs) != RL_OK || errs->n != before) {
         config_unref(cfg);
         *out = NULL;

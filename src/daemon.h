@@ -20,7 +20,7 @@ struct rl_setting {
     const char *origin; /* "-r", "RATELIMITD_REDIS_URL", ... */
 };
 
-#define RL_SETTINGS_MAX 16
+#define RL_SETTINGS_MAX 64
 
 struct rl_options {
     const char *config_file; /* NULL: built-in defaults */

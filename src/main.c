@@ -10,6 +10,7 @@
 #include "ac_config.h"
 #include "config.h"
 #include "daemon.h"
+#include "envoy_env.h"
 #include "grpc_tls.h"
 #include "log.h"
 #include "redis_tls.h"
@@ -19,7 +20,7 @@ static void
 usage(FILE *f)
 {
     fprintf(f, "usage: ratelimitd [-c FILE] [-l ADDR:PORT] [-r REDIS_URL] [-b redis|memory]\n"
-               "                  [-w N] [-L LEVEL] [-t] [-V] [-h]\n"
+               "                  [-w N] [-L LEVEL] [-t] [-V] [-h] [--envoy-env]\n"
                "  -c FILE   JSON config file (env RATELIMITD_CONFIG)\n"
                "  -l ADDR   listen address: 127.0.0.1:8080, [::1]:8080, unix:/path.sock\n"
                "            (env RATELIMITD_LISTEN)\n"
@@ -30,6 +31,8 @@ usage(FILE *f)
                "  -w N      worker threads (default 1; 0 = one per CPU)\n"
                "  -L LEVEL  log level: error, warn, info, debug (env RATELIMITD_LOG_LEVEL)\n"
                "  -t        check the configuration and exit\n"
+               "  --envoy-env  read envoyproxy/ratelimit's environment\n"
+               "            (also when started as `ratelimit`; docs/envoy.md)\n"
                "  -V        print the version and exit\n"
                "  -h        print this help and exit\n"
                "signals: HUP reloads the config; TERM/INT drain and stop (twice: now)\n");
@@ -50,9 +53,37 @@ add_override(struct rl_options *o, const char *name, const char *text, const cha
         o->ov[o->nov++] = (struct rl_setting){name, text, origin};
 }
 
+static void
+set_from_env(const char *name, const char *text, const char *origin, void *arg)
+{
+    add_override(arg, name, text, origin);
+}
+
+/* envoyproxy/ratelimit's environment, below ours (RATELIMITD_*) and the
+ * flags; RL_ERR (told) for a value it would refuse too. */
+static int
+read_envoy_env(struct rl_options *opts, struct envoy_env *ee, struct rl_errors *notes)
+{
+    extern char **environ;
+    struct rl_errors errs = {0};
+
+    if (envoy_env_read(ee, environ, set_from_env, opts, notes, &errs) == RL_OK)
+        return RL_OK;
+    for (size_t i = 0; i < errs.n; i++)
+        fprintf(stderr, "%s\n", errs.msg[i]);
+    fprintf(stderr, "ratelimitd: %zu problem%s in envoyproxy/ratelimit's environment\n",
+            errs.n, errs.n == 1 ? "" : "s");
+    errors_free(&errs);
+    return RL_ERR;
+}
+
 int
 main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        {"envoy-env", no_argument, NULL, 'E'},
+        {NULL, 0, NULL, 0},
+    };
     static const struct {
         const char *env, *name;
     } envs[] = {
@@ -61,11 +92,21 @@ main(int argc, char **argv)
         {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
     struct rl_options opts = {0};
-    struct rl_errors errs = {0}, warns = {0};
+    struct rl_errors errs = {0}, warns = {0}, notes = {0};
+    /* static: its texts are read again at every reload, until exit */
+    static struct envoy_env ee;
+    int envoy = envoy_env_command(argv[0]);
     struct rl_config *cfg;
     char *cause = NULL;
     int test = 0, c;
 
+    for (int i = 1; i < argc; i++) /* before the rest: it is the lowest source */
+        envoy |= strcmp(argv[i], "--envoy-env") == 0;
+    if (envoy && read_envoy_env(&opts, &ee, &notes) != RL_OK) {
+        envoy_env_free(&ee);
+        errors_free(&notes);
+        return 1;
+    }
     opts.config_file = getenv("RATELIMITD_CONFIG");
     if (opts.config_file != NULL && *opts.config_file == '\0')
         opts.config_file = NULL;
@@ -74,7 +115,7 @@ main(int argc, char **argv)
         if (v != NULL && *v != '\0')
             add_override(&opts, envs[i].name, v, envs[i].env);
     }
-    while ((c = getopt(argc, argv, "c:l:r:b:w:L:tVh")) != -1) {
+    while ((c = getopt_long(argc, argv, "c:l:r:b:w:L:tVh", longopts, NULL)) != -1) {
         switch (c) {
         case 'c': opts.config_file = optarg; break;
         case 'l': add_override(&opts, "listen", optarg, "-l"); break;
@@ -83,6 +124,7 @@ main(int argc, char **argv)
         case 'w': add_override(&opts, "workers", optarg, "-w"); break;
         case 'L': add_override(&opts, "log_level", optarg, "-L"); break;
         case 't': test = 1; break;
+        case 'E': break; /* read above */
         case 'V': printf("ratelimitd %s\n", PACKAGE_VERSION); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 1;
@@ -118,6 +160,15 @@ main(int argc, char **argv)
             log_warn(LOG_MSG("configuration warning"), LOG_S("warning", warns.msg[i]));
     }
     errors_free(&warns);
+    /* once, by name, never a value (REDIS_AUTH is one of them) */
+    for (size_t i = 0; i < notes.n; i++) {
+        if (test)
+            fprintf(stderr, "note: %s\n", notes.msg[i]);
+        else
+            log_warn(LOG_MSG("envoyproxy/ratelimit variable without effect"),
+                     LOG_Q("variable", notes.msg[i]));
+    }
+    errors_free(&notes);
     if (test) {
         printf("configuration OK\n");
         config_unref(cfg);
@@ -134,5 +185,7 @@ main(int argc, char **argv)
                  LOG_Q("hint", "give a file with policies or rls.config: -c FILE or "
                                "RATELIMITD_CONFIG"));
     }
-    return daemon_run(&opts, cfg);
+    c = daemon_run(&opts, cfg);
+    envoy_env_free(&ee);
+    return c;
 }

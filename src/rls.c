@@ -14,7 +14,9 @@
  * keys do.  An identity longer than RL_IDENTITY_MAX is its SHA-256.
  */
 #include <stdbool.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -418,6 +420,23 @@ header_slot(const struct rls_op *op, const struct rls_status *st)
     return best;
 }
 
+/* envoyproxy/ratelimit's three headers (rls.header_names), from the status
+ * it answers: the limit, what remains of it, the seconds until it resets. */
+static void
+envoy_headers(const struct rl_rls_header_names *names, const struct rls_status *st,
+              struct rls_response *resp)
+{
+    char v[24];
+
+    snprintf(v, sizeof(v), "%" PRIu32, st->requests_per_unit);
+    rls_add_header(names->limit, v, resp);
+    snprintf(v, sizeof(v), "%" PRIu32, st->limit_remaining);
+    rls_add_header(names->remaining, v, resp);
+    snprintf(v, sizeof(v), "%" PRId64,
+             st->until_reset_ms > 0 ? (st->until_reset_ms + 999) / 1000 : 0);
+    rls_add_header(names->reset, v, resp);
+}
+
 static void
 rls_finish(struct rls_op *op)
 {
@@ -470,7 +489,9 @@ rls_finish(struct rls_op *op)
         result = RL_RLS_UNAVAILABLE;
     } else {
         const struct rls_slot *h = cfg->rls.response_headers ? header_slot(op, st) : NULL;
-        if (h != NULL)
+        if (h != NULL && cfg->rls.header_names.limit != NULL)
+            envoy_headers(&cfg->rls.header_names, &st[h - op->slots], &resp);
+        else if (h != NULL)
             response_headers(&h->d, rls_add_header, &resp);
         result = resp.overall_code == RLS_CODE_OVER_LIMIT ? RL_RLS_OVER : RL_RLS_OK;
     }

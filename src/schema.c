@@ -495,14 +495,17 @@ text_value(const struct schema_field *f, const char *text)
         v = json_loads(text, JSON_DECODE_ANY, NULL);
     else if (f->type == SCHEMA_CUSTOM && f->custom->text_is_json)
         v = json_loads(text, JSON_DECODE_ANY, NULL);
+    else if (f->type == SCHEMA_STRLIST && text[0] == '[') /* a JSON list */
+        v = json_loads(text, JSON_DECODE_ANY, NULL);
     return v != NULL ? v : json_string(text);
 }
 
-int
-schema_set(const struct schema *top, void *obj, const char *name, const char *text,
-           struct schema_ctx *ctx)
+static int
+set_field(const struct schema *top, void *obj, const char *name, const char *text, int defer,
+          struct schema_ctx *ctx)
 {
     const struct schema *s = top;
+    void *root = obj;
     const struct schema_field *f = find_dotted(&s, &obj, name);
     size_t before = ctx->errs->n;
     json_t *v;
@@ -514,9 +517,36 @@ schema_set(const struct schema *top, void *obj, const char *name, const char *te
     v = text_value(f, text);
     parse_field(f, obj, v, name, ctx);
     json_decref(v);
+    if (!defer && ctx->errs->n == before)
+        return schema_check_parent(top, root, name, ctx);
+    return ctx->errs->n == before ? RL_OK : RL_ERR;
+}
+
+int
+schema_set(const struct schema *top, void *obj, const char *name, const char *text,
+           struct schema_ctx *ctx)
+{
+    return set_field(top, obj, name, text, 0, ctx);
+}
+
+int
+schema_set_deferred(const struct schema *top, void *obj, const char *name, const char *text,
+                    struct schema_ctx *ctx)
+{
+    return set_field(top, obj, name, text, 1, ctx);
+}
+
+int
+schema_check_parent(const struct schema *top, void *obj, const char *name,
+                    struct schema_ctx *ctx)
+{
+    const struct schema *s = top;
+    const struct schema_field *f = find_dotted(&s, &obj, name);
+    size_t before = ctx->errs->n;
+
     /* sub-objects re-check here, at their own path ("redis" for
      * "redis.url"); the top level waits for every source */
-    if (s != top && s->check != NULL && ctx->errs->n == before) {
+    if (f != NULL && s != top && s->check != NULL) {
         const char *dot = strrchr(name, '.');
         char *parent = xstrndup(name, dot ? (size_t)(dot - name) : 0);
         s->check(obj, parent, ctx);

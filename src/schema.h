@@ -123,11 +123,21 @@ void schema_parse(const struct schema *s, void *obj, struct json_t *j, const cha
 
 /*
  * Set one field by its dotted name ("redis.url") from text (a flag or the
- * environment).  The object holding it is checked again; the top level is
- * not (its check needs every source applied).
+ * environment).  The object holding it is checked again (not by
+ * schema_set_deferred: several fields of one object set in turn, rls.tls's
+ * cert_file and key_file, are checked together by schema_check_parent
+ * after the last);
+ * the top level is not (its check needs every source applied).
  */
 int schema_set(const struct schema *top, void *obj, const char *name, const char *text,
                struct schema_ctx *ctx) RL_WUR;
+int schema_set_deferred(const struct schema *top, void *obj, const char *name,
+                        const char *text, struct schema_ctx *ctx) RL_WUR;
+
+/* The check of the object holding the dotted name's field (none at the top
+ * level).  RL_ERR when it found a problem. */
+int schema_check_parent(const struct schema *top, void *obj, const char *name,
+                        struct schema_ctx *ctx) RL_WUR;
 
 void schema_free(const struct schema *s, void *obj);
 

@@ -980,6 +980,10 @@ class Daemon:
     backend  "memory" adds `-b memory`
     args     extra command-line arguments
     env      extra environment (RATELIMITD_* of the caller's environment are dropped)
+    exact_env  True: the environment is `env` alone, plus PATH and the sanitizers'
+             and valgrind's own variables (a container's environment, exactly)
+    binary   the executable to start instead of RATELIMITD (a link to it named
+             `ratelimit`, envoyproxy/ratelimit's command)
     listen   False: do not pass -l; then `port` says where the daemon will listen
     wait     False: do not wait for /healthz (for daemons expected to fail)
     ready    also wait for GET /readyz 200 (the backend connected) before returning;
@@ -990,8 +994,10 @@ class Daemon:
 
     def __init__(self, config=None, redis=None, backend=None, args=(), env=None,
                  listen=True, port=None, wait=True, workers=None, ready=None,
-                 wrapper=(), start_timeout=None):
+                 wrapper=(), start_timeout=None, exact_env=False, binary=None):
         self.wrapper = list(wrapper)
+        self.exact_env = exact_env
+        self.binary = binary or RATELIMITD
         self.start_timeout = start_timeout or START_TIMEOUT
         self.want_ready = ready if ready is not None else (redis is not None or backend == "memory")
         # RL_TOPOLOGY cluster/sentinel: the Redis's seeds/sentinels go in the
@@ -1033,7 +1039,7 @@ class Daemon:
             _daemons.append(self)
 
     def _spawn(self):
-        argv = [RATELIMITD]
+        argv = [self.binary]
         if self.config_path:
             argv += ["-c", self.config_path]
         if self.listen:
@@ -1058,7 +1064,12 @@ class Daemon:
             self.vglog = self.logfile[:-len(".log")] + ".valgrind"
             run = [VALGRIND_BIN] + VALGRIND_ARGS + ["--log-file=" + self.vglog] + argv
         try:
-            self.proc = _track(subprocess.Popen(run, env=clean_env(self.env), stdin=subprocess.DEVNULL,
+            env = clean_env(self.env)
+            if self.exact_env:
+                env = {k: v for k, v in os.environ.items()
+                       if k == "PATH" or k.startswith(("ASAN_", "LSAN_", "UBSAN_", "VALGRIND"))}
+                env.update({k: str(v) for k, v in (self.env or {}).items()})
+            self.proc = _track(subprocess.Popen(run, env=env, stdin=subprocess.DEVNULL,
                                                 stdout=fd, stderr=subprocess.STDOUT))
         finally:
             os.close(fd)

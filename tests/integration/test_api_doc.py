@@ -58,6 +58,9 @@ COMPANIONS = {
     "policies[].limits[].week_start": {"policies[].limits[].period": "week"},
     "policies[].request_limits_max": {"policies[].request_limits": True},
     "rls.request_limits_max": {"rls.request_limits": True},
+    "rls.header_names.limit": {"rls.header_names.remaining": None, "rls.header_names.reset": None},
+    "rls.header_names.remaining": {"rls.header_names.limit": None, "rls.header_names.reset": None},
+    "rls.header_names.reset": {"rls.header_names.limit": None, "rls.header_names.remaining": None},
 }  # None: the option's documented value; "DROP": left out, though required elsewhere
 
 # Fields of which an object needs one (config.c's check hooks): {table: names};

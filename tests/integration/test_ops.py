@@ -1250,6 +1250,12 @@ def t_make_install():
         eq(f.read(), g.read(), "the installed configuration against conf/ratelimitd.json")
     rc, out, err = run([bins[0], "-t", "-c", confs[0]])
     eq((rc, out.strip()), (0, "configuration OK"), "the installed binary on the installed configuration")
+    # envoyproxy/ratelimit's command: a link that reads its environment
+    link = os.path.join(os.path.dirname(bins[0]), "ratelimit")
+    eq(os.readlink(link), "ratelimitd", "the installed ratelimit link")
+    rc, out, err = run([link, "-t"], env=dict(os.environ, GRPC_SERVER_USE_TLS="yes"))
+    check(rc == 1 and "\nGRPC_SERVER_USE_TLS: not a boolean" in "\n" + err,
+          "ratelimit did not read envoyproxy/ratelimit's environment: %d %r", rc, err)
     # an operator's edit survives a second install and an uninstall
     with open(confs[0], "a") as f:
         f.write("\n")
@@ -1260,6 +1266,7 @@ def t_make_install():
     with open(confs[0]) as f:
         check(f.read().endswith("}\n\n"), "make install replaced an edited configuration")
     check(not os.path.exists(bins[0]), "make uninstall left the binary")
+    check(not os.path.lexists(link), "make uninstall left the ratelimit link")
 
 
 def dockerignore_rules():
@@ -1436,7 +1443,8 @@ CASES = [
     ("scripts/run stops the redis-server it started on Ctrl-C, and leaves one it found", t_scripts_run_stops_its_redis),
     ("man 5's redis.url forms, man 8's recipes (every deploy/ directory), the docs' configure from a clone",
      t_doc_papercuts),
-    ("make install puts the example configuration under sysconfdir, keeps an edited one", t_make_install),
+    ("make install puts the example configuration under sysconfdir, keeps an edited one; "
+     "the ratelimit link", t_make_install),
     (".dockerignore keeps build dirs and in-tree build output out, every tracked file in",
      t_dockerignore),
     ("an in-tree ./configure does not break scripts/run's out-of-tree configure", t_in_tree_configure),

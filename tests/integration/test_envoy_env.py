@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""envoyproxy/ratelimit's environment (docs/envoy.md, "Moving from
+envoyproxy/ratelimit"): the daemon started as `ratelimit`, with exactly the
+environment Envoy Gateway gives its rate limit Deployment
+(envoy_gateway.env), serves ShouldRateLimit over TLS on GRPC_PORT from the
+rule files under RUNTIME_ROOT, GET /healthcheck and POST /json on PORT, and
+names once, at start, every variable it reads without effect (never a
+value); --envoy-env does the same for `ratelimitd`.  LIMIT_RESPONSE_HEADERS_ENABLED
+puts envoyproxy/ratelimit's three headers (names from LIMIT_*_HEADER) on the
+answer; a value envoyproxy/ratelimit would refuse stops the start, naming
+the variable.  Redis Sentinel and Cluster come in its REDIS_URL forms."""
+
+import contextlib
+import os
+import re
+import sys
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+import harness_grpc as G  # noqa: E402
+from harness import check, eq  # noqa: E402
+
+FIXTURE = os.path.join(H.HERE, "envoy_gateway.env")
+DOMAIN = "default/eg/http"
+RULES = """\
+domain: default/eg/http
+descriptors:
+  - key: rule-0-match-0
+    value: rule-0-match-0
+    descriptors:
+      - key: masked_remote_address
+        rate_limit: {unit: hour, requests_per_unit: 3}
+"""
+
+
+def gateway_env():
+    """The fixture's variables, in order: [(name, value)]."""
+    out = []
+    with open(FIXTURE) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                k, _, v = line.partition("=")
+                out.append((k, v))
+    return out
+
+
+def runtime_root():
+    """RUNTIME_ROOT with ratelimit/config/eg.yaml (Envoy Gateway's
+    RUNTIME_SUBDIRECTORY, envoyproxy/ratelimit's RUNTIME_APPDIRECTORY)."""
+    root = os.path.join(H.tmpdir(), "runtime-%s" % uuid.uuid4().hex[:8])
+    os.makedirs(os.path.join(root, "ratelimit", "config"))
+    with open(os.path.join(root, "ratelimit", "config", "eg.yaml"), "w") as f:
+        f.write(RULES)
+    return root
+
+
+def command_link():
+    """A link named `ratelimit` to the daemon, as the image provides."""
+    d = os.path.join(H.tmpdir(), "bin-%s" % uuid.uuid4().hex[:8])
+    os.makedirs(d)
+    link = os.path.join(d, "ratelimit")
+    os.symlink(os.path.abspath(H.RATELIMITD), link)
+    return link
+
+
+def eg_descriptor(addr):
+    return [[("rule-0-match-0", "rule-0-match-0"), ("masked_remote_address", addr)]]
+
+
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+
+
+def told(log, var):
+    """The start's lines naming var as without effect."""
+    return [ln for ln in log.splitlines()
+            if "without effect" in ln and re.search(r'variable="%s:' % re.escape(var), ln)]
+
+
+def t_envoy_gateway(redis):
+    pki = H.Pki()
+    ca = pki.ca("eg-ca")
+    crt, key = pki.leaf("eg-ratelimit", ca)
+    certs = os.path.join(H.tmpdir(), "certs-%s" % uuid.uuid4().hex[:8])
+    os.makedirs(certs)
+    for src, name in ((crt, "tls.crt"), (key, "tls.key"), (ca[0], "ca.crt")):
+        os.symlink(src, os.path.join(certs, name))
+    root = runtime_root()
+    port, grpc_port = H.free_port(), H.free_port()
+    env = {}
+    for k, v in gateway_env():
+        v = v.replace("/certs/", certs + "/")
+        if k == "RUNTIME_ROOT":
+            v = root
+        if k == "REDIS_URL":
+            v = "127.0.0.1:%d" % redis.port
+        env[k] = v
+    env.update(PORT=str(port), GRPC_PORT=str(grpc_port))
+    with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False, port=port,
+                  ready=True) as d:
+        st, h, b = H.request(port, "GET", "/healthcheck")
+        eq((st, b), (200, "OK"), "GET /healthcheck")
+        # TLS with the server's files; GRPC_SERVER_TLS_CA_CERT is not
+        # envoyproxy/ratelimit's variable: no client certificate is asked
+        creds = G.grpc.ssl_channel_credentials(root_certificates=read(ca[0]))
+        addr = "10.1.%d.0/24" % (uuid.uuid4().int % 250)
+        with G.Client(grpc_port, creds=creds, name="localhost") as c:
+            eq(c.health("ratelimit"), "SERVING", "Health/Check over TLS")
+            codes = []
+            for _ in range(4):
+                r = c.check(DOMAIN, eg_descriptor(addr))
+                codes.append(G.protos().rls.RateLimitResponse.Code.Name(r.overall_code))
+            eq(codes, ["OK", "OK", "OK", "OVER_LIMIT"], "ShouldRateLimit over TLS, limit 3 an hour")
+            eq(r.statuses[0].current_limit.requests_per_unit, 3, "the rule's limit")
+            eq(len(r.response_headers_to_add), 0, "no headers without LIMIT_RESPONSE_HEADERS_ENABLED")
+        # h2c on the TLS port: refused
+        with G.Client(grpc_port) as c:
+            eq(G.status_of(c.health, "", timeout=3)[0], "UNAVAILABLE", "h2c on the TLS port")
+        st, _, b = H.request(port, "POST", "/json", {"domain": DOMAIN, "descriptors": [
+            {"entries": [{"key": "rule-0-match-0", "value": "rule-0-match-0"},
+                         {"key": "masked_remote_address", "value": addr}]}]})
+        eq((st, b.get("overallCode")), (429, "OVER_LIMIT"), "POST /json on PORT, the same count")
+        log = d.log()
+        for var in ("GRPC_SERVER_TLS_CA_CERT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
+                    "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+                    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG",
+                    "USE_PROMETHEUS", "PROMETHEUS_ADDR", "RUNTIME_WATCH_ROOT",
+                    "RUNTIME_IGNOREDOTFILES"):
+            eq(len(told(log, var)), 1, "%s told once at start (log:\n%s)" % (var, log))
+        for var in ("USE_STATSD", "REDIS_URL", "GRPC_SERVER_TLS_CERT", "LOG_LEVEL"):
+            eq(told(log, var), [], "%s, read, not told" % var)
+        check("envoy-gateway:18001" not in log and certs not in log,
+              "a variable's value in the log:\n%s", log)
+
+
+def t_flag_and_headers(redis):
+    root = runtime_root()
+    port, grpc_port = H.free_port(), H.free_port()
+    env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
+           "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
+           "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
+           "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset-In",
+           "REDIS_POOL_SIZ": "5"}
+    with H.Daemon(None, env=env, exact_env=True, args=["--envoy-env"], listen=False, port=port,
+                  ready=True) as d:
+        addr = "10.2.%d.0/24" % (uuid.uuid4().int % 250)
+        with G.Client(grpc_port) as c:
+            for want in (2, 1, 0, 0):
+                r = c.check(DOMAIN, eg_descriptor(addr))
+                hdrs = {hv.key: hv.value for hv in r.response_headers_to_add}
+                eq(sorted(hdrs), ["RateLimit-Limit", "RateLimit-Remaining", "X-Reset-In"],
+                   "envoyproxy/ratelimit's headers, LIMIT_RESET_HEADER's name")
+                eq((hdrs["RateLimit-Limit"], hdrs["RateLimit-Remaining"]), ("3", str(want)),
+                   "limit and remaining")
+                check(1 <= int(hdrs["X-Reset-In"]) <= 3600, "reset in the hour: %r", hdrs)
+            # a descriptor no rule answers: no headers (no current_limit)
+            r = c.check(DOMAIN, [[("other", "x")]])
+            eq(len(r.response_headers_to_add), 0, "no rule, no headers")
+        st, _, b = H.request(port, "POST", "/json", {"domain": DOMAIN, "descriptors": [
+            {"entries": [{"key": "rule-0-match-0", "value": "rule-0-match-0"},
+                         {"key": "masked_remote_address", "value": addr + "x"}]}]})
+        names = sorted(hv["key"] for hv in b.get("responseHeadersToAdd", []))
+        eq((st, names), (200, ["RateLimit-Limit", "RateLimit-Remaining", "X-Reset-In"]),
+           "POST /json's headers")
+        eq(len(told(d.log(), "REDIS_POOL_SIZ")), 1, "an unknown REDIS_ variable told once")
+
+
+def t_refused_values(_):
+    root = runtime_root()
+    base = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit"}
+    for var, value in (("GRPC_SERVER_USE_TLS", "yes"), ("REDIS_TIMEOUT", "10"),
+                       ("PORT", "80800"), ("REDIS_URL", "mymaster"), ("BACKEND_TYPE", "memcache")):
+        env = dict(base, **{var: value})
+        if var == "REDIS_URL":
+            env["REDIS_TYPE"] = "sentinel"
+        rc, _, err = H.run_cli(["--envoy-env", "-t"], env=env)
+        eq(rc, 1, "%s=%s: refused at start" % (var, value))
+        check(err.startswith(var + ":"), "%s: the problem names it: %r", var, err)
+    # no rule files where RUNTIME_ROOT says: nothing to serve
+    rc, _, err = H.run_cli(["--envoy-env", "-t"], env={"RUNTIME_ROOT": root + "-missing"})
+    eq(rc, 1, "no directory of rule files")
+    check("RUNTIME_ROOT:" in err, "names RUNTIME_ROOT: %r", err)
+    # without --envoy-env and as ratelimitd, its variables are not read
+    rc, _, err = H.run_cli(["-t"], env={"GRPC_SERVER_USE_TLS": "yes"})
+    eq(rc, 0, "ratelimitd reads none of them: %r" % (err,))
+
+
+def t_sentinel_url(_):
+    with H.SentinelRedis() as s:
+        root = runtime_root()
+        port, grpc_port = H.free_port(), H.free_port()
+        nodes = ",".join("127.0.0.1:%d" % x.port for x in s.sentinels)
+        env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
+               "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
+               "REDIS_TYPE": "sentinel", "REDIS_URL": "%s,%s" % (s.MASTER, nodes)}
+        with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False,
+                      port=port, ready=True):
+            addr = "10.3.%d.0/24" % (uuid.uuid4().int % 250)
+            with G.Client(grpc_port) as c:
+                r = c.check(DOMAIN, eg_descriptor(addr))
+                eq(r.statuses[0].limit_remaining, 2, "counted through the sentinels' master")
+            keys = s.cli("KEYS", "*rls:d:*")
+            check(keys, "no key in the master named by the sentinels")
+
+
+CASES = [
+    ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
+     "RUNTIME_ROOT's files, /healthcheck, /json; each variable without effect told once",
+     t_envoy_gateway),
+    ("--envoy-env: LIMIT_RESPONSE_HEADERS_ENABLED's three headers with LIMIT_*_HEADER names; "
+     "an unknown REDIS_ variable told", t_flag_and_headers),
+    ("values envoyproxy/ratelimit refuses stop the start, naming the variable", t_refused_values),
+    ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,...", t_sentinel_url),
+]
+
+
+@contextlib.contextmanager
+def fixture():
+    with H.Redis(topology="standalone") as r:
+        yield r
+
+
+if __name__ == "__main__":
+    H.suite(CASES, fixture, timeout=180)
