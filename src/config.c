@@ -510,6 +510,8 @@ static const struct schema_field sentinel_fields[] = {
      .flags = SCHEMA_REQUIRED | SCHEMA_NONEMPTY | SCHEMA_RESTART},
     {.name = "nodes", .type = SCHEMA_STRLIST, .off = SENTINEL(nodes),
      .flags = SCHEMA_REQUIRED | SCHEMA_RESTART},
+    {.name = "password", .type = SCHEMA_STRING, .off = SENTINEL(password),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
 };
 static const struct schema sentinel_schema = {
     SCHEMA_FIELDS(sentinel_fields), sizeof(struct rl_sentinel_conf), check_sentinel, NULL

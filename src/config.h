@@ -129,6 +129,7 @@ struct rl_policy {
 struct rl_sentinel_conf {
     char *master;            /* the monitored master's name */
     struct rl_strlist nodes; /* "host:port" of the sentinels */
+    char *password;          /* AUTH to each sentinel (its requirepass); NULL: none */
 };
 
 /* redis.tls: Redis over TLS (redis_tls.c). */

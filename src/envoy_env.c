@@ -429,12 +429,15 @@ json_list(const char *s)
  * REDIS_URL as REDIS_TYPE and REDIS_SOCKET_TYPE say: single "host:port" (tcp)
  * or a socket path (unix); sentinel "master,host1:26379,host2:26379";
  * cluster "host1:6379,host2:6379".  A redis:// URL is taken as it is.
+ * REDIS_SENTINEL_AUTH: the sentinels' password (not the master's:
+ * REDIS_AUTH), read with a sentinel URL only, as there.
  */
 static void
 cv_redis_url(struct ev_ctx *c, const struct ev_row *r, const char *value)
 {
     const char *type = value_of(c, "REDIS_TYPE");
     const char *sock = value_of(c, "REDIS_SOCKET_TYPE");
+    const char *auth = env_get(c->envp, "REDIS_SENTINEL_AUTH");
 
     if (strpbrk(value, "\"\\") != NULL) {
         errors_add(c->errs, "%s: a quote or a backslash is not a host", r->name);
@@ -451,6 +454,8 @@ cv_redis_url(struct ev_ctx *c, const struct ev_row *r, const char *value)
         }
         set(c, "redis.sentinel.master", r->name, xstrndup(value, (size_t)(comma - value)));
         set(c, "redis.sentinel.nodes", r->name, json_list(comma + 1));
+        if (auth != NULL)
+            set(c, "redis.sentinel.password", "REDIS_SENTINEL_AUTH", xstrdup(auth));
     } else if (strcasecmp(type, "cluster") == 0) {
         set(c, "redis.cluster", r->name, json_list(value));
     } else if (strcasecmp(type, "single") != 0) {
@@ -658,7 +663,7 @@ static const struct ev_row rows[] = {
     NONE("REDIS_PIPELINE_WINDOW", NO_POOL),
     NONE("REDIS_PIPELINE_LIMIT", NO_POOL),
     NONE("REDIS_CLUSTER_PIPELINE_PARALLELISM", NO_POOL),
-    NONE("REDIS_SENTINEL_AUTH", "not built: sentinels are asked without a password"),
+    PART("REDIS_SENTINEL_AUTH", "redis.sentinel.password", "REDIS_URL"),
     NONE("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "/healthcheck follows the backend under "
          "failure_mode closed"),
     {.name = "REDIS_TIMEOUT", .option = "redis.timeout", .conv = cv_duration},

@@ -22,7 +22,8 @@ struct rsentinel {
     struct event_base *evb;
     struct evdns_base **dns;
     const char *display;
-    char *master; /* the name the sentinels know it by */
+    char *master;   /* the name the sentinels know it by */
+    char *password; /* AUTH first on every connection to a sentinel; NULL: none */
     struct rl_hostport *nodes;
     size_t nnodes, next, tries;
     struct rconn_lookup *lookup; /* a sentinel's name being resolved */
@@ -69,6 +70,9 @@ on_sub_connect(const redisAsyncContext *cac, int status)
             s->subac = NULL;
         return;
     }
+    /* a refused AUTH fails the SUBSCRIBE too: its error reply is ignored */
+    if (s->password != NULL)
+        redisAsyncCommand(ac, NULL, NULL, "AUTH %s", s->password);
     redisAsyncCommand(ac, on_switch_master, NULL, "SUBSCRIBE +switch-master");
 }
 
@@ -160,6 +164,10 @@ connect_to(void *arg, const char *ip, const char *why)
         return;
     }
     s->ac = ac;
+    /* a refused AUTH (NOAUTH, WRONGPASS) makes the next answer an error:
+     * that sentinel did not name the master, the next is asked */
+    if (s->password != NULL)
+        redisAsyncCommand(ac, NULL, NULL, "AUTH %s", s->password);
     redisAsyncCommand(ac, on_sentinel_reply, (void *)node,
                       "SENTINEL get-master-addr-by-name %s", s->master);
 }
@@ -224,6 +232,7 @@ rsentinel_new(struct event_base *evb, struct evdns_base **dns,
     s->dns = dns;
     s->display = display;
     s->master = xstrdup(conf->master);
+    s->password = conf->password != NULL ? xstrdup(conf->password) : NULL;
     s->nodes = xcalloc(conf->nodes.n > 0 ? conf->nodes.n : 1, sizeof(*s->nodes));
     /* config.c checked every one with the same parser */
     for (size_t i = 0; i < conf->nodes.n; i++)
@@ -257,5 +266,6 @@ rsentinel_free(struct rsentinel *s)
         free(s->nodes[i].host);
     free(s->nodes);
     free(s->master);
+    free(s->password);
     free(s);
 }

@@ -191,20 +191,34 @@ def t_refused_values(_):
 
 def t_sentinel_url(_):
     with H.SentinelRedis() as s:
+        # the sentinels ask for a password (REDIS_SENTINEL_AUTH), the master none
+        for x in s.sentinels:
+            eq(x.cli("ACL", "SETUSER", "default", "resetpass", ">sentinel-pw"), "OK",
+               "a password on the sentinel")
         root = runtime_root()
-        port, grpc_port = H.free_port(), H.free_port()
         nodes = ",".join("127.0.0.1:%d" % x.port for x in s.sentinels)
-        env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
-               "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
-               "REDIS_TYPE": "sentinel", "REDIS_URL": "%s,%s" % (s.MASTER, nodes)}
-        with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False,
-                      port=port, ready=True):
-            addr = "10.3.%d.0/24" % (uuid.uuid4().int % 250)
-            with G.Client(grpc_port) as c:
-                r = c.check(DOMAIN, eg_descriptor(addr))
-                eq(r.statuses[0].limit_remaining, 2, "counted through the sentinels' master")
-            keys = s.cli("KEYS", "*rls:d:*")
-            check(keys, "no key in the master named by the sentinels")
+        for auth in ("sentinel-pw", None):
+            port, grpc_port = H.free_port(), H.free_port()
+            env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
+                   "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
+                   "REDIS_TYPE": "sentinel", "REDIS_URL": "%s,%s" % (s.MASTER, nodes),
+                   "LOG_LEVEL": "debug"}
+            if auth:
+                env["REDIS_SENTINEL_AUTH"] = auth
+            with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False,
+                          port=port, ready=bool(auth)) as d:
+                addr = "10.3.%d.0/24" % (uuid.uuid4().int % 250)
+                if auth:
+                    with G.Client(grpc_port) as c:
+                        r = c.check(DOMAIN, eg_descriptor(addr))
+                        eq(r.statuses[0].limit_remaining, 2, "counted through the sentinels' master")
+                    check(s.cli("KEYS", "*rls:d:*"), "no key in the master named by the sentinels")
+                else:
+                    # refused by every sentinel: no master, not ready
+                    H.wait_for(lambda: "a sentinel did not name the master" in d.log(),
+                               "the daemon to be refused by the sentinels")
+                    eq(H.request(port, "GET", "/readyz")[0], 503, "not ready without the password")
+                    check("sentinel-pw" not in d.log(), "the password in the log")
 
 
 CASES = [
@@ -214,7 +228,8 @@ CASES = [
     ("--envoy-env: LIMIT_RESPONSE_HEADERS_ENABLED's three headers with LIMIT_*_HEADER names; "
      "an unknown REDIS_ variable told", t_flag_and_headers),
     ("values envoyproxy/ratelimit refuses stop the start, naming the variable", t_refused_values),
-    ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,...", t_sentinel_url),
+    ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,..., REDIS_SENTINEL_AUTH to sentinels "
+     "with a password (none: refused)", t_sentinel_url),
 ]
 
 

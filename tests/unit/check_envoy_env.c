@@ -362,9 +362,11 @@ START_TEST(redis_forms)
 {
     static const char *const sentinel[] = {"REDIS_TYPE=sentinel",
                                            "REDIS_URL=mymaster,host1:26379,host2:26379",
-                                           "REDIS_AUTH=user:pa:ss", NULL};
+                                           "REDIS_AUTH=user:pa:ss",
+                                           "REDIS_SENTINEL_AUTH=sent", NULL};
     static const char *const cluster[] = {"REDIS_TYPE=CLUSTER", "REDIS_SOCKET_TYPE=tcp",
                                           "REDIS_URL=a:7000,b:7001,c:7002",
+                                          "REDIS_SENTINEL_AUTH=ignored",
                                           "REDIS_AUTH=secret", NULL};
     static const char *const unixsock[] = {"REDIS_TLS=true", "REDIS_TLS_CACERT=/ca.pem",
                                            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true", NULL};
@@ -379,12 +381,14 @@ START_TEST(redis_forms)
     ck_assert_ptr_null(got_text(&g, "redis.url"));
     ck_assert_str_eq(got_text(&g, "redis.username"), "user");
     ck_assert_str_eq(got_text(&g, "redis.password"), "pa:ss");
+    ck_assert_str_eq(got_text(&g, "redis.sentinel.password"), "sent");
 
     memset(&g, 0, sizeof(g));
     ck_assert_int_eq(read_env(cluster, &g, &notes, &errs), RL_OK);
     ck_assert_str_eq(got_text(&g, "redis.cluster"), "[\"a:7000\",\"b:7001\",\"c:7002\"]");
     ck_assert_ptr_null(got_text(&g, "redis.username"));
     ck_assert_str_eq(got_text(&g, "redis.password"), "secret");
+    ck_assert_ptr_null(got_text(&g, "redis.sentinel.password"));
 
     /* its defaults: a unix socket of nutcracker */
     memset(&g, 0, sizeof(g));
