@@ -245,6 +245,7 @@ struct rl_config {
     struct rl_http_conf http;
     struct rl_rls_conf rls;
     enum rl_log_level log_level;
+    enum rl_log_format log_format;
     struct rl_policy *policies;
     size_t npolicies;
     char *admin_listen;     /* NULL: no admin API (admin.h) */

@@ -268,6 +268,7 @@ reload(struct run_state *rs)
         return;
     }
     log_set_level(cfg->log_level);
+    log_set_format(cfg->log_format);
     config_warnings(cfg, &errs);
     for (size_t i = 0; i < errs.n; i++)
         log_warn(LOG_MSG("configuration warning"), LOG_S("warning", errs.msg[i]));
@@ -538,6 +539,7 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
 
     rs.opts = opts;
     log_set_level(cfg->log_level);
+    log_set_format(cfg->log_format);
     metrics_set_config_hash(cfg->hash);
     set_config(cfg);
     nworkers = worker_count(cfg);

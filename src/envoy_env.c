@@ -331,7 +331,7 @@ static void
 cv_log_format(struct ev_ctx *c, const struct ev_row *r, const char *value)
 {
     if (strcasecmp(value, "json") == 0)
-        note(c, r->name, "json is not built: log lines are logfmt");
+        set(c, r->option, r->name, xstrdup("json"));
     else if (strcasecmp(value, "text") != 0)
         errors_add(c->errs, "%s: use text or json", r->name);
 }
@@ -584,7 +584,7 @@ static const struct ev_row rows[] = {
          "variable is GRPC_CLIENT_TLS_CACERT): clients are not asked for a certificate"),
     /* logs */
     {.name = "LOG_LEVEL", .option = "log_level", .conv = cv_log_level, .def = "WARN"},
-    {.name = "LOG_FORMAT", .conv = cv_log_format},
+    {.name = "LOG_FORMAT", .option = "log_format", .conv = cv_log_format},
     /* rules */
     {.name = "CONFIG_TYPE", .conv = cv_config_type},
     NONE("FORCE_START_WITHOUT_INITIAL_CONFIG", "the daemon starts at once anyway"),

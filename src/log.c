@@ -10,6 +10,8 @@
 #include "log.h"
 
 int rl_log_level = RL_LOG_INFO;
+static int log_format = RL_LOG_LOGFMT; /* enum rl_log_format; atomic */
+const char *const log_format_names[] = {"logfmt", "json", NULL};
 
 const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
 
@@ -35,6 +37,12 @@ void
 log_set_level(enum rl_log_level level)
 {
     __atomic_store_n(&rl_log_level, (int)level, __ATOMIC_RELAXED);
+}
+
+void
+log_set_format(enum rl_log_format format)
+{
+    __atomic_store_n(&log_format, (int)format, __ATOMIC_RELAXED);
 }
 
 /* A bounded line: writes past the end are dropped, the line stays one line. */
@@ -173,6 +181,74 @@ put_text(struct line *l, const struct log_kv *f)
         line_putc(l, '"');
 }
 
+/* JSON's string escapes: '"', '\\' and control bytes (RFC 8259 7). */
+static void
+put_json_escaped(struct line *l, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '"' || c == '\\') {
+            line_putc(l, '\\');
+            line_putc(l, (char)c);
+        } else if (c < 0x20 || c == 0x7f) {
+            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            line_put(l, esc, 6);
+        } else {
+            line_putc(l, (char)c);
+        }
+    }
+}
+
+/* A text field as a JSON string: its parts, then its integer. */
+static void
+put_json_text(struct line *l, const struct log_kv *f)
+{
+    size_t left = f->max > 0 ? f->max : SIZE_MAX;
+
+    line_putc(l, '"');
+    for (int i = 0; i < 3; i++) {
+        const char *p;
+        size_t n = text_part(f, i, &left, &p);
+        put_json_escaped(l, p, n);
+    }
+    if (f->with_i)
+        put_i64(l, f->i);
+    line_putc(l, '"');
+}
+
+/* The fields as one JSON object, without its closing brace; a field that
+ * does not fit is left out with those after it: true then. */
+static bool
+put_json(struct line *l, const char *ts, enum rl_log_level level, const struct log_kv *kv,
+         size_t n)
+{
+    line_put(l, "{\"ts\":\"", 7);
+    line_put(l, ts, strlen(ts));
+    line_put(l, "\",\"level\":\"", 11);
+    line_put(l, log_level_name(level), strlen(log_level_name(level)));
+    line_putc(l, '"');
+    for (size_t i = 0; i < n; i++) {
+        size_t at = l->n;
+
+        line_put(l, ",\"", 2);
+        put_json_escaped(l, kv[i].key, strlen(kv[i].key));
+        line_put(l, "\":", 2);
+        switch (kv[i].type) {
+        case LOG_KV_INT: put_i64(l, kv[i].i); break;
+        case LOG_KV_UINT: put_u64(l, kv[i].u); break;
+        default: put_json_text(l, &kv[i]); break;
+        }
+        if (l->n == l->cap) { /* cut: the line stays valid JSON without it */
+            l->n = at;
+            return true;
+        }
+    }
+    return false;
+}
+
 void
 log_kv(enum rl_log_level level, const struct log_kv *kv, size_t n)
 {
@@ -183,6 +259,23 @@ log_kv(enum rl_log_level level, const struct log_kv *kv, size_t n)
 
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
+    if (__atomic_load_n(&log_format, __ATOMIC_RELAXED) == RL_LOG_JSON) {
+        char ts[40];
+        size_t tn = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+
+        static const char cut[] = ",\"truncated\":true";
+
+        snprintf(ts + tn, sizeof(ts) - tn, ".%03ldZ", (long)(tv.tv_usec / 1000));
+        l.cap -= sizeof(cut); /* room for it and the closing brace */
+        if (put_json(&l, ts, level, kv, n)) {
+            memcpy(buf + l.n, cut, sizeof(cut) - 1);
+            l.n += sizeof(cut) - 1;
+        }
+        buf[l.n++] = '}';
+        buf[l.n++] = '\n';
+        fwrite(buf, 1, l.n, stderr);
+        return;
+    }
     l.n = strftime(buf, sizeof(buf), "ts=%Y-%m-%dT%H:%M:%S", &tm);
     l.n += (size_t)snprintf(buf + l.n, sizeof(buf) - l.n, ".%03ldZ level=%s",
                             (long)(tv.tv_usec / 1000), log_level_name(level));

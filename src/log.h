@@ -28,6 +28,15 @@ extern int rl_log_level; /* enum rl_log_level; read racily, written rarely */
 
 void log_set_level(enum rl_log_level level);
 
+/* logfmt (key=value) or JSON lines ({"ts":...,"level":...,"msg":...}): the
+ * same fields either way (log_format). */
+enum rl_log_format { RL_LOG_LOGFMT = 0, RL_LOG_JSON };
+
+/* "logfmt", "json" by format, NULL-terminated. */
+extern const char *const log_format_names[];
+
+void log_set_format(enum rl_log_format format);
+
 int log_level_parse(const char *s, enum rl_log_level *out) RL_WUR;
 /* "?" for a value that is no level. */
 const char *log_level_name(enum rl_log_level l);

@@ -152,6 +152,7 @@ main(int argc, char **argv)
         config_unref(cfg);
         return 1;
     }
+    log_set_format(cfg->log_format); /* the lines below already */
     config_warnings(cfg, &warns);
     for (size_t i = 0; i < warns.n; i++) {
         if (test)

@@ -11,6 +11,7 @@ answer; a value envoyproxy/ratelimit would refuse stops the start, naming
 the variable.  Redis Sentinel and Cluster come in its REDIS_URL forms."""
 
 import contextlib
+import json
 import os
 import re
 import sys
@@ -75,9 +76,16 @@ def read(p):
 
 
 def told(log, var):
-    """The start's lines naming var as without effect."""
-    return [ln for ln in log.splitlines()
-            if "without effect" in ln and re.search(r'variable="%s:' % re.escape(var), ln)]
+    """The start's lines naming var as without effect (logfmt or JSON lines)."""
+    out = []
+    for ln in log.splitlines():
+        if ln.startswith("{"):
+            o = json.loads(ln)
+            if "without effect" in o.get("msg", "") and o.get("variable", "").startswith(var + ":"):
+                out.append(ln)
+        elif "without effect" in ln and re.search(r'variable="%s:' % re.escape(var), ln):
+            out.append(ln)
+    return out
 
 
 def t_envoy_gateway(redis):
@@ -144,7 +152,7 @@ def t_flag_and_headers(redis):
            "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
            "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
            "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset-In",
-           "REDIS_POOL_SIZ": "5"}
+           "REDIS_POOL_SIZ": "5", "LOG_FORMAT": "json", "LOG_LEVEL": "debug"}
     with H.Daemon(None, env=env, exact_env=True, args=["--envoy-env"], listen=False, port=port,
                   ready=True) as d:
         addr = "10.2.%d.0/24" % (uuid.uuid4().int % 250)
@@ -167,6 +175,15 @@ def t_flag_and_headers(redis):
         eq((st, names), (200, ["RateLimit-Limit", "RateLimit-Remaining", "X-Reset-In"]),
            "POST /json's headers")
         eq(len(told(d.log(), "REDIS_POOL_SIZ")), 1, "an unknown REDIS_ variable told once")
+        # LOG_FORMAT=json: every line the daemon wrote is a JSON object
+        lines = [ln for ln in d.log().splitlines() if ln and not ln.startswith("==")]
+        check(len(lines) >= 3, "only %d log lines", len(lines))
+        for ln in lines:
+            try:
+                o = json.loads(ln)
+            except ValueError:
+                raise H.Fail("LOG_FORMAT=json: not a JSON line: %r" % ln)
+            check(isinstance(o, dict) and {"ts", "level", "msg"} <= set(o), "fields of %r", ln)
 
 
 def t_refused_values(_):
@@ -226,7 +243,7 @@ CASES = [
      "RUNTIME_ROOT's files, /healthcheck, /json; each variable without effect told once",
      t_envoy_gateway),
     ("--envoy-env: LIMIT_RESPONSE_HEADERS_ENABLED's three headers with LIMIT_*_HEADER names; "
-     "an unknown REDIS_ variable told", t_flag_and_headers),
+     "an unknown REDIS_ variable told; LOG_FORMAT=json lines", t_flag_and_headers),
     ("values envoyproxy/ratelimit refuses stop the start, naming the variable", t_refused_values),
     ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,..., REDIS_SENTINEL_AUTH to sentinels "
      "with a password (none: refused)", t_sentinel_url),

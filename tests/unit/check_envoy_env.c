@@ -414,7 +414,7 @@ START_TEST(listeners_headers_and_values)
         "HOST=::1", "PORT=0x1F91", "GRPC_UDS=/run/rl.sock", "LIMIT_RESPONSE_HEADERS_ENABLED=1",
         "LIMIT_RESET_HEADER=X-Reset", "NEAR_LIMIT_RATIO=0.9", "REDIS_TIMEOUT=1m30s",
         "SHADOW_MODE=T", "LOG_LEVEL=Trace", "QUOTA_MODE=false", "MERGE_DOMAIN_CONFIG=true",
-        NULL};
+        "LOG_FORMAT=json", NULL};
     struct got g = {0};
     struct rl_errors notes = {0}, errs = {0};
 
@@ -434,6 +434,7 @@ START_TEST(listeners_headers_and_values)
     ck_assert_str_eq(got_text(&g, "redis.timeout"), "90000");
     ck_assert_str_eq(got_text(&g, "rls.shadow_mode"), "true");
     ck_assert_str_eq(got_text(&g, "log_level"), "debug");
+    ck_assert_str_eq(got_text(&g, "log_format"), "json");
     /* QUOTA_MODE=false asks what ratelimitd does; MERGE_DOMAIN_CONFIG=true does not */
     ck_assert(!has_note(&notes, "QUOTA_MODE"));
     ck_assert(has_note(&notes, "MERGE_DOMAIN_CONFIG"));

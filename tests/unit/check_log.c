@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "unit.h"
 
 #include "log.h"
@@ -106,6 +108,50 @@ START_TEST(long_line_stays_one_line)
 }
 END_TEST
 
+/* log_format json: one JSON object a line, the same fields, the values
+ * whole whatever they hold. */
+START_TEST(json_line_parses)
+{
+    json_t *o;
+
+    log_set_format(RL_LOG_JSON);
+    CAPTURE(LOG_MSG("a \"q\" \\ \n\x01 end"), LOG_I("n", -5), LOG_U("u", 7),
+            LOG_J("j", "a", ":", "b"), LOG_QN("cut", "abcdef", 3));
+    log_set_format(RL_LOG_LOGFMT);
+    ck_assert_msg(strchr(captured, '\n') == captured + strlen(captured) - 1, "%s", captured);
+    o = json_loads(captured, 0, NULL);
+    ck_assert_msg(o != NULL, "not JSON: %s", captured);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "level")), "error");
+    ck_assert_uint_eq(strlen(json_string_value(json_object_get(o, "ts"))), 24);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "msg")), "a \"q\" \\ \n\x01 end");
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "n")), -5);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "u")), 7);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "j")), "a:b");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "cut")), "abc");
+    ck_assert_ptr_null(json_object_get(o, "truncated"));
+    json_decref(o);
+}
+END_TEST
+
+START_TEST(json_long_line_leaves_fields_out)
+{
+    static char big[3000];
+    json_t *o;
+
+    memset(big, 'x', sizeof(big) - 1);
+    log_set_format(RL_LOG_JSON);
+    CAPTURE(LOG_MSG("first"), LOG_S("big", big), LOG_S("after", "y"));
+    log_set_format(RL_LOG_LOGFMT);
+    o = json_loads(captured, 0, NULL);
+    ck_assert_msg(o != NULL, "not JSON: %.200s", captured);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "msg")), "first");
+    ck_assert_ptr_null(json_object_get(o, "big"));
+    ck_assert_ptr_null(json_object_get(o, "after"));
+    ck_assert(json_is_true(json_object_get(o, "truncated")));
+    json_decref(o);
+}
+END_TEST
+
 static Suite *
 log_suite(void)
 {
@@ -118,6 +164,8 @@ log_suite(void)
     tcase_add_test(tc, integers_signed_and_unsigned);
     tcase_add_test(tc, joined_values_are_one_value);
     tcase_add_test(tc, long_line_stays_one_line);
+    tcase_add_test(tc, json_line_parses);
+    tcase_add_test(tc, json_long_line_leaves_fields_out);
     suite_add_tcase(s, tc);
     return s;
 }
