@@ -619,6 +619,7 @@ static const struct schema_field rls_fields[] = {
     {.name = "header_names", .type = SCHEMA_OBJECT, .off = RLS(header_names),
      .sub = &header_names_schema},
     {.name = "shadow_mode", .type = SCHEMA_BOOL, .off = RLS(shadow_mode), .def = "false"},
+    {.name = "envoy_metrics", .type = SCHEMA_BOOL, .off = RLS(envoy_metrics), .def = "false"},
     {.name = "all_or_nothing", .type = SCHEMA_BOOL, .off = RLS(all_or_nothing), .def = "false"},
     {.name = "near_limit_ratio", .type = SCHEMA_CUSTOM, .off = RLS(near_limit_ratio),
      .def = "0.8", .custom = &ratio_type},

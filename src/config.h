@@ -198,6 +198,7 @@ struct rl_rls_conf {
     /* limit != NULL: envoyproxy/ratelimit's three headers instead */
     struct rl_rls_header_names header_names;
     int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
+    int envoy_metrics;              /* the rules' counts under its names too */
     int all_or_nothing;             /* a request's descriptors in one decision */
     double near_limit_ratio;        /* hits past this share of a limit are "near" */
     int request_limits;             /* a descriptor's own limit counts (else refused) */

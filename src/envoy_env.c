@@ -743,6 +743,8 @@ envoy_env_read(struct envoy_env *ee, char *const *envp, envoy_env_set_fn setfn, 
     struct ev_ctx c = {ee, envp, setfn, arg, notes, errs};
     size_t before = errs->n;
 
+    /* its metric names beside ours: its dashboards and queries read them */
+    set(&c, "rls.envoy_metrics", "--envoy-env", xstrdup("true"));
     for (size_t i = 0; i < RL_ARRAY_LEN(rows); i++) {
         const struct ev_row *r = &rows[i];
         const char *v = env_get(envp, r->name);

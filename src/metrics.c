@@ -515,6 +515,90 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     format_rls_rules(out, ms, n);
 }
 
+/* A rule's label split as envoyproxy/ratelimit's stat name is: the first
+ * level, and the second (absent: *k2 NULL); the rest is not a label. */
+static void
+envoy_keys(int id, const char **k1, size_t *l1, const char **k2, size_t *l2)
+{
+    const char *r = rls_names[id].rule, *end = r + rls_names[id].rlen;
+    const char *dot = memchr(r, '.', rls_names[id].rlen), *dot2;
+
+    *k1 = r;
+    *l1 = dot != NULL ? (size_t)(dot - r) : rls_names[id].rlen;
+    *k2 = NULL;
+    *l2 = 0;
+    if (dot == NULL)
+        return;
+    *k2 = dot + 1;
+    dot2 = memchr(*k2, '.', (size_t)(end - *k2));
+    *l2 = dot2 != NULL ? (size_t)(dot2 - *k2) : (size_t)(end - *k2);
+}
+
+/* Whether rules a and b count under one series of envoyproxy/ratelimit's. */
+static bool
+envoy_same(int a, int b)
+{
+    const char *a1, *a2, *b1, *b2;
+    size_t al1, al2, bl1, bl2;
+
+    if (rls_names[a].dlen != rls_names[b].dlen ||
+        memcmp(rls_names[a].domain, rls_names[b].domain, rls_names[a].dlen) != 0)
+        return false;
+    envoy_keys(a, &a1, &al1, &a2, &al2);
+    envoy_keys(b, &b1, &bl1, &b2, &bl2);
+    return al1 == bl1 && memcmp(a1, b1, al1) == 0 && (a2 == NULL) == (b2 == NULL) &&
+           al2 == bl2 && (a2 == NULL || memcmp(a2, b2, al2) == 0);
+}
+
+void
+metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    static const char *const names[RL_RLS_STAT_COUNT][2] = {
+        {"ratelimit_service_rate_limit_total_hits", "ratelimitd_rls_hits_total"},
+        {"ratelimit_service_rate_limit_within_limit", "ratelimitd_rls_within_limit_total"},
+        {"ratelimit_service_rate_limit_near_limit", "ratelimitd_rls_near_limit_total"},
+        {"ratelimit_service_rate_limit_over_limit", "ratelimitd_rls_over_limit_total"},
+        {"ratelimit_service_rate_limit_shadow_mode", "ratelimitd_rls_shadow_mode_total"},
+    };
+    int count;
+
+    pthread_mutex_lock(&rls_lock);
+    count = rls_n;
+    pthread_mutex_unlock(&rls_lock);
+    for (int s = 0; s < RL_RLS_STAT_COUNT; s++) {
+        evbuffer_add_printf(out,
+                            "# HELP %s %s under envoyproxy/ratelimit's name and labels.\n"
+                            "# TYPE %s counter\n",
+                            names[s][0], names[s][1], names[s][0]);
+        for (int id = 0; id < count; id++) {
+            const char *k1, *k2;
+            size_t l1, l2;
+            uint64_t v = 0;
+            bool first = true;
+
+            /* one series per label set: rules deeper than two levels that
+             * differ below the second are summed, as its mapper sums them */
+            for (int j = 0; j < id && first; j++)
+                first = !envoy_same(j, id);
+            if (!first)
+                continue;
+            for (int j = id; j < count; j++)
+                if (j == id || envoy_same(j, id))
+                    v += SUM(rls_rules[j][s]);
+            envoy_keys(id, &k1, &l1, &k2, &l2);
+            evbuffer_add_printf(out, "%s{domain=\"", names[s][0]);
+            add_label(out, rls_names[id].domain, rls_names[id].dlen);
+            evbuffer_add_printf(out, "\",key1=\"");
+            add_label(out, k1, l1);
+            if (k2 != NULL) {
+                evbuffer_add_printf(out, "\",key2=\"");
+                add_label(out, k2, l2);
+            }
+            evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)v);
+        }
+    }
+}
+
 void
 metrics_format_admin(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {

@@ -164,6 +164,11 @@ void metrics_set_config_hash(uint64_t hash);
 
 /* Everything, summed over `n` workers' metrics. */
 void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker, size_t n);
+/* rls.envoy_metrics: the rules' counts again under envoyproxy/ratelimit's
+ * names (ratelimit_service_rate_limit_total_hits, ...) and labels (domain,
+ * key1, key2), as its default statsd mapper makes them. */
+void metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *per_worker,
+                          size_t n);
 /* The admin API's counters, after metrics_format's. */
 void metrics_format_admin(struct evbuffer *out, struct rl_metrics *const *per_worker,
                           size_t n);

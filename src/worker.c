@@ -415,6 +415,8 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
     for (size_t i = 0; i < n; i++)
         ms[i] = w->peers[i].metrics;
     metrics_format(out, ms, n);
+    if (w->cfg->rls.envoy_metrics)
+        metrics_format_envoy(out, ms, n);
     metrics_format_admin(out, ms, n);
 }
 

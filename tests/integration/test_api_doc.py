@@ -385,11 +385,19 @@ def t_metrics():
             labels[t[0]] = set(t[1:])
         doc[names[0]] = (row[1], labels)
     check(len(doc) > 15, "only %d metrics in docs/API.md", len(doc))
-    cfg = {"policies": [{"name": "api", "limits": [{"algorithm": "fixed_window", "limit": 1, "window": "1m"}]}]}
+    # rules of one and two levels, with envoyproxy/ratelimit's names on: every label served
+    rules = H.write_config("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, "
+                           "requests_per_unit: 5}\n  - key: b\n    descriptors:\n      - key: c\n"
+                           "        rate_limit: {unit: minute, requests_per_unit: 5}\n", name="rules-")
+    cfg = {"policies": [{"name": "api", "limits": [{"algorithm": "fixed_window", "limit": 1, "window": "1m"}]}],
+           "rls": {"config": rules, "envoy_metrics": True}}
     with H.Daemon(cfg, backend="memory") as d:
         for _ in range(2):   # one allowed, one denied
             st, _, _ = H.request(d.port, "POST", "/check", {"key": "k", "policy": "api"})
         eq(st, 429, "the second check")
+        for entries in ([{"key": "a", "value": "1"}], [{"key": "b", "value": "2"}, {"key": "c", "value": "3"}]):
+            st, _, _ = H.request(d.port, "POST", "/json", {"domain": "d", "descriptors": [{"entries": entries}]})
+            eq(st, 200, "a /json check of rule %r" % (entries,))
         types, series = H.scrape_metrics(d.port)
     problems = []
     for name, kind in sorted(types.items()):

@@ -131,6 +131,15 @@ def t_envoy_gateway(redis):
             {"entries": [{"key": "rule-0-match-0", "value": "rule-0-match-0"},
                          {"key": "masked_remote_address", "value": addr}]}]})
         eq((st, b.get("overallCode")), (429, "OVER_LIMIT"), "POST /json on PORT, the same count")
+        # envoyproxy/ratelimit's metric names beside ours, its labels
+        ours = {"domain": DOMAIN, "rule": "rule-0-match-0_rule-0-match-0.masked_remote_address"}
+        theirs = {"domain": DOMAIN, "key1": "rule-0-match-0_rule-0-match-0",
+                  "key2": "masked_remote_address"}
+        for stat, mine, want in (("total_hits", "hits_total", 5), ("within_limit", "within_limit_total", 3),
+                                 ("over_limit", "over_limit_total", 2)):
+            eq(H.metric(port, "ratelimitd_rls_" + mine, ours), want, "ratelimitd_rls_" + mine)
+            eq(H.metric(port, "ratelimit_service_rate_limit_" + stat, theirs), want,
+               "ratelimit_service_rate_limit_%s{domain,key1,key2}" % stat)
         log = d.log()
         for var in ("GRPC_SERVER_TLS_CA_CERT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
                     "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
@@ -240,7 +249,7 @@ def t_sentinel_url(_):
 
 CASES = [
     ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
-     "RUNTIME_ROOT's files, /healthcheck, /json; each variable without effect told once",
+     "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
      t_envoy_gateway),
     ("--envoy-env: LIMIT_RESPONSE_HEADERS_ENABLED's three headers with LIMIT_*_HEADER names; "
      "an unknown REDIS_ variable told; LOG_FORMAT=json lines", t_flag_and_headers),
