@@ -241,6 +241,10 @@ dynamic_label(char *buf, size_t size, const struct rls_rule *rule,
             value = &r->value;
         else if (!rule->detailed_metric && r->value.p == NULL && !r->value_to_metric)
             value = NULL;
+        /* value_to_metric with an empty value: the key alone ("route", not
+         * "route_"), as envoyproxy/ratelimit writes a level with no value */
+        if (!rule->detailed_metric && value != NULL && value->len == 0)
+            value = NULL;
         label_level(&sb, key, value);
     }
     return sb.len < size ? sb.len : size - 1;

@@ -47,13 +47,28 @@ def gateway_env():
     return out
 
 
-def runtime_root():
+VALUE_TO_METRIC = """\
+domain: vtm
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: path
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 10}
+"""
+
+
+def runtime_root(extra=None):
     """RUNTIME_ROOT with ratelimit/config/eg.yaml (Envoy Gateway's
-    RUNTIME_SUBDIRECTORY, envoyproxy/ratelimit's RUNTIME_APPDIRECTORY)."""
+    RUNTIME_SUBDIRECTORY, envoyproxy/ratelimit's RUNTIME_APPDIRECTORY), and
+    extra.yaml when given."""
     root = os.path.join(H.tmpdir(), "runtime-%s" % uuid.uuid4().hex[:8])
     os.makedirs(os.path.join(root, "ratelimit", "config"))
-    with open(os.path.join(root, "ratelimit", "config", "eg.yaml"), "w") as f:
-        f.write(RULES)
+    for name, text in (("eg.yaml", RULES), ("extra.yaml", extra)):
+        if text is not None:
+            with open(os.path.join(root, "ratelimit", "config", name), "w") as f:
+                f.write(text)
     return root
 
 
@@ -155,7 +170,7 @@ def t_envoy_gateway(redis):
 
 
 def t_flag_and_headers(redis):
-    root = runtime_root()
+    root = runtime_root(VALUE_TO_METRIC)
     port, grpc_port = H.free_port(), H.free_port()
     env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
            "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
@@ -184,6 +199,16 @@ def t_flag_and_headers(redis):
         eq((st, names), (200, ["RateLimit-Limit", "RateLimit-Remaining", "X-Reset-In"]),
            "POST /json's headers")
         eq(len(told(d.log(), "REDIS_POOL_SIZ")), 1, "an unknown REDIS_ variable told once")
+        # value_to_metric: a level with an empty value is named by its key alone
+        for route in ("", "r1"):
+            st, _, b = H.request(port, "POST", "/json", {"domain": "vtm", "descriptors": [
+                {"entries": [{"key": "route", "value": route}, {"key": "path", "value": "/x"}]}]})
+            eq(st, 200, "a value_to_metric rule (%r)" % (b,))
+        for rule in ("route.path_/x", "route_r1.path_/x"):
+            eq(H.metric(port, "ratelimitd_rls_hits_total", {"domain": "vtm", "rule": rule}), 1,
+               "value_to_metric's label %s" % rule)
+        eq(H.metric(port, "ratelimitd_rls_hits_total", {"domain": "vtm", "rule": "route_.path_/x"}, default=-1),
+           -1, "no route_. label")
         # LOG_FORMAT=json: every line the daemon wrote is a JSON object
         lines = [ln for ln in d.log().splitlines() if ln and not ln.startswith("==")]
         check(len(lines) >= 3, "only %d log lines", len(lines))
@@ -252,7 +277,8 @@ CASES = [
      "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
      t_envoy_gateway),
     ("--envoy-env: LIMIT_RESPONSE_HEADERS_ENABLED's three headers with LIMIT_*_HEADER names; "
-     "an unknown REDIS_ variable told; LOG_FORMAT=json lines", t_flag_and_headers),
+     "an unknown REDIS_ variable told; LOG_FORMAT=json lines; value_to_metric's empty value",
+     t_flag_and_headers),
     ("values envoyproxy/ratelimit refuses stop the start, naming the variable", t_refused_values),
     ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,..., REDIS_SENTINEL_AUTH to sentinels "
      "with a password (none: refused)", t_sentinel_url),
