@@ -700,6 +700,7 @@ static const struct schema_field top_fields[] = {
     {.name = "rls", .type = SCHEMA_OBJECT, .off = TOP(rls), .sub = &rls_schema},
     {.name = "log_level", .type = SCHEMA_ENUM, .off = TOP(log_level), .def = "\"info\"",
      .names = log_level_names},
+    {.name = "watch_files", .type = SCHEMA_BOOL, .off = TOP(watch_files), .def = "false"},
     {.name = "log_format", .type = SCHEMA_ENUM, .off = TOP(log_format), .def = "\"logfmt\"",
      .names = log_format_names},
     {.name = "policies", .type = SCHEMA_ARRAY, .off = TOP(policies), .sub = &policy_schema,

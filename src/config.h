@@ -247,6 +247,7 @@ struct rl_config {
     struct rl_rls_conf rls;
     enum rl_log_level log_level;
     enum rl_log_format log_format;
+    int watch_files; /* reload when a file it reads changes on disk */
     struct rl_policy *policies;
     size_t npolicies;
     char *admin_listen;     /* NULL: no admin API (admin.h) */

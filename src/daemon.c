@@ -28,6 +28,7 @@
 #include "notify.h"
 #include "redis_tls.h"
 #include "redis_tls_reload.h"
+#include "watch.h"
 #include "rls_rules.h"
 #include "util.h"
 #include "worker.h"
@@ -226,7 +227,45 @@ struct run_state {
     struct rl_listen_addr admin; /* admin_listen, once open */
     struct rl_listen_addr rls;   /* rls.listen, once open */
     int *rls_fds;                /* one per worker, until each takes its own */
+    struct rl_watch *watch;      /* watch_files: NULL when off */
 };
+
+/* watch_files: the files a reload reads, watched (by their directories)
+ * while the option is on; set again after every reload. */
+static void on_files_changed(void *arg);
+
+static void
+watch_config(struct run_state *rs, const struct rl_config *cfg)
+{
+    const char *paths[] = {
+        rs->opts->config_file,       cfg->rls.config,
+        cfg->rls.tls.cert_file,      cfg->rls.tls.key_file,
+        cfg->rls.tls.client_ca_file, cfg->redis.tls.ca_file,
+        cfg->redis.tls.cert_file,    cfg->redis.tls.key_file,
+        cfg->redis.password_file,    cfg->admin_token_file,
+    };
+
+    if (!cfg->watch_files) {
+        watch_free(rs->watch);
+        rs->watch = NULL;
+        return;
+    }
+    if (rs->watch == NULL)
+        rs->watch = watch_new(rs->base, on_files_changed, rs);
+    watch_set(rs->watch, paths, RL_ARRAY_LEN(paths));
+}
+
+static void reload(struct run_state *rs);
+
+/* A file a reload reads changed on disk: the reload SIGHUP makes. */
+static void
+on_files_changed(void *arg)
+{
+    struct run_state *rs = arg;
+
+    log_info(LOG_MSG("files changed on disk, reloading"));
+    reload(rs);
+}
 
 static void
 reload(struct run_state *rs)
@@ -275,6 +314,7 @@ reload(struct run_state *rs)
     errors_free(&errs);
     metrics_reload(1, cfg->hash);
     set_config(cfg);
+    watch_config(rs, cfg);
     log_info(LOG_MSG("configuration reloaded"), LOG_U("policies", cfg->npolicies),
              LOG_U("rls_rules", cfg->rls.rules != NULL ? cfg->rls.rules->nrules : 0));
     notify_systemd("READY=1");
@@ -507,7 +547,10 @@ serve(struct run_state *rs, const struct rl_config *cfg)
     rs->ready_by_us = now_monotonic_us() + cfg->redis.connect_timeout_ms * 1000;
     on_ready_poll(-1, 0, rs);
 
+    watch_config(rs, cfg);
     event_base_dispatch(rs->base);
+    watch_free(rs->watch);
+    rs->watch = NULL;
     for (size_t i = 0; i < RL_ARRAY_LEN(rs->sigs); i++)
         event_free(rs->sigs[i]);
     event_free(rs->ready_ev);

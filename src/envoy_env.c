@@ -604,7 +604,8 @@ static const struct ev_row rows[] = {
     NONE("XDS_CLIENT_BACKOFF_JITTER", XDS_LATER),
     NONE("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", XDS_LATER),
     NONE("RUNTIME_IGNOREDOTFILES", "names starting with '.' are always skipped"),
-    NONE("RUNTIME_WATCH_ROOT", "files are not watched: SIGHUP reloads them"),
+    NONE("RUNTIME_WATCH_ROOT", "the files are watched either way (watch_files): their "
+         "directories, a ConfigMap's ..data swap included"),
     NONE("MERGE_DOMAIN_CONFIG", "not built: a domain in two files is an error"),
     NONE("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "not built: /healthcheck follows "
          "failure_mode and the backend"),
@@ -743,8 +744,11 @@ envoy_env_read(struct envoy_env *ee, char *const *envp, envoy_env_set_fn setfn, 
     struct ev_ctx c = {ee, envp, setfn, arg, notes, errs};
     size_t before = errs->n;
 
-    /* its metric names beside ours: its dashboards and queries read them */
+    /* its metric names beside ours: its dashboards and queries read them;
+     * it watches its rule files (RUNTIME_WATCH_ROOT only says which
+     * directory), and so do we, the TLS files too */
     set(&c, "rls.envoy_metrics", "--envoy-env", xstrdup("true"));
+    set(&c, "watch_files", "--envoy-env", xstrdup("true"));
     for (size_t i = 0; i < RL_ARRAY_LEN(rows); i++) {
         const struct ev_row *r = &rows[i];
         const char *v = env_get(envp, r->name);

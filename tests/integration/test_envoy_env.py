@@ -272,6 +272,99 @@ def t_sentinel_url(_):
                     check("sentinel-pw" not in d.log(), "the password in the log")
 
 
+def configmap_rules(config_dir, name, limit):
+    """A Kubernetes ConfigMap's update as the kubelet makes it: the files in a
+    new ..<timestamp> directory, a ..data_tmp symlink to it renamed over
+    ..data, and each file a symlink through ..data."""
+    d = "..%s" % name
+    os.makedirs(os.path.join(config_dir, d))
+    with open(os.path.join(config_dir, d, "eg.yaml"), "w") as f:
+        f.write(RULES.replace("requests_per_unit: 3", "requests_per_unit: %s" % limit))
+    os.symlink(d, os.path.join(config_dir, "..data_tmp"))
+    os.rename(os.path.join(config_dir, "..data_tmp"), os.path.join(config_dir, "..data"))
+    if not os.path.lexists(os.path.join(config_dir, "eg.yaml")):
+        os.symlink("..data/eg.yaml", os.path.join(config_dir, "eg.yaml"))
+
+
+def t_files_watched(redis):
+    root = os.path.join(H.tmpdir(), "runtime-%s" % uuid.uuid4().hex[:8])
+    config_dir = os.path.join(root, "ratelimit", "config")
+    os.makedirs(config_dir)
+    configmap_rules(config_dir, "2026_01", 3)
+    port, grpc_port = H.free_port(), H.free_port()
+    env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
+           "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
+           "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port}
+
+    def limit():
+        st, _, b = H.request(port, "POST", "/json", {"domain": DOMAIN, "descriptors": [
+            {"entries": [{"key": "rule-0-match-0", "value": "rule-0-match-0"},
+                         {"key": "masked_remote_address", "value": uuid.uuid4().hex}]}]})
+        eq(st, 200, "a check (%r)" % (b,))
+        return b["statuses"][0]["currentLimit"]["requestsPerUnit"]
+
+    def reloads(result):
+        return H.metric(port, "ratelimitd_config_reloads_total", {"result": result}, default=0)
+
+    with H.Daemon(None, env=env, exact_env=True, args=["--envoy-env"], listen=False, port=port,
+                  ready=True):
+        eq(limit(), 3, "the first rules")
+        # a ConfigMap update: ..data swapped, no SIGHUP
+        configmap_rules(config_dir, "2026_02", 7)
+        H.wait_for(lambda: limit() == 7, "the swapped ConfigMap's rules")
+        # a bad file: refused, the running rules stay
+        ok = reloads("ok")
+        configmap_rules(config_dir, "2026_03", "seven")
+        H.wait_for(lambda: reloads("failed") >= 1, "the bad file's reload to be refused")
+        eq(limit(), 7, "the running rules after a bad file")
+        # a file written in place (not through ..data)
+        with open(os.path.join(config_dir, "more.yaml"), "w") as f:
+            f.write("domain: more\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                    "requests_per_unit: 9}\n")
+        configmap_rules(config_dir, "2026_04", 5)
+        H.wait_for(lambda: limit() == 5 and reloads("ok") > ok, "the fixed rules and the new file")
+        st, _, b = H.request(port, "POST", "/json", {"domain": "more", "descriptors": [
+            {"entries": [{"key": "k", "value": "v"}]}]})
+        eq(b["statuses"][0]["currentLimit"]["requestsPerUnit"], 9, "the file written in place")
+
+
+def t_tls_files_watched(redis):
+    """Our own mode: watch_files in the file; rls.tls's files replaced by
+    rename (cert-manager's way) are taken for new handshakes."""
+    import shutil
+    import socket
+    import ssl
+    pki = H.Pki()
+    ca = pki.ca("watch-ca")
+    a = pki.leaf("watch-a", ca)
+    b = pki.leaf("watch-b", ca)
+    tls_dir = os.path.join(H.tmpdir(), "tls-%s" % uuid.uuid4().hex[:8])
+    os.makedirs(tls_dir)
+    crt, key = os.path.join(tls_dir, "tls.crt"), os.path.join(tls_dir, "tls.key")
+    shutil.copy(a[0], crt)
+    shutil.copy(a[1], key)
+    rules = os.path.join(runtime_root(), "ratelimit", "config")
+    grpc_port = H.free_port()
+    cfg = {"watch_files": True, "rls": {"listen": "127.0.0.1:%d" % grpc_port, "config": rules,
+                                        "tls": {"cert_file": crt, "key_file": key}}}
+
+    def served_cn():
+        ctx = ssl.create_default_context(cafile=ca[0])
+        ctx.set_alpn_protocols(["h2"])
+        with socket.create_connection(("127.0.0.1", grpc_port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as t:
+                subject = dict(x[0] for x in t.getpeercert()["subject"])
+        return subject["commonName"]
+
+    with H.Daemon(cfg, redis=redis) as d:
+        eq(served_cn(), "watch-a", "the first certificate")
+        for src, dst in ((b[1], key), (b[0], crt)):
+            shutil.copy(src, dst + ".new")
+            os.replace(dst + ".new", dst)
+        H.wait_for(lambda: served_cn() == "watch-b", "the renamed certificate to be served")
+        check("files changed on disk, reloading" in d.log(), "the reload not logged:\n%s", d.log())
+
+
 CASES = [
     ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
      "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
@@ -280,6 +373,9 @@ CASES = [
      "an unknown REDIS_ variable told; LOG_FORMAT=json lines; value_to_metric's empty value",
      t_flag_and_headers),
     ("values envoyproxy/ratelimit refuses stop the start, naming the variable", t_refused_values),
+    ("rule files changed on disk (a ConfigMap's ..data swap, a file written in place) reload them; "
+     "a bad one keeps the running rules", t_files_watched),
+    ("watch_files in our own mode: rls.tls's files renamed over are served", t_tls_files_watched),
     ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,..., REDIS_SENTINEL_AUTH to sentinels "
      "with a password (none: refused)", t_sentinel_url),
 ]
