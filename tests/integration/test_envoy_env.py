@@ -23,6 +23,9 @@ import harness_grpc as G  # noqa: E402
 from harness import check, eq  # noqa: E402
 
 FIXTURE = os.path.join(H.HERE, "envoy_gateway.env")
+# Redis's answers wait this long here (ours is 50 ms, then failure_mode
+# answers open): under valgrind or on a loaded machine a check takes longer
+SLOW_REDIS = "5s"
 DOMAIN = "default/eg/http"
 RULES = """\
 domain: default/eg/http
@@ -121,7 +124,7 @@ def t_envoy_gateway(redis):
         if k == "REDIS_URL":
             v = "127.0.0.1:%d" % redis.port
         env[k] = v
-    env.update(PORT=str(port), GRPC_PORT=str(grpc_port))
+    env.update(PORT=str(port), GRPC_PORT=str(grpc_port), REDIS_TIMEOUT=SLOW_REDIS)
     with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False, port=port,
                   ready=True) as d:
         st, h, b = H.request(port, "GET", "/healthcheck")
@@ -175,6 +178,7 @@ def t_flag_and_headers(redis):
     env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
            "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
            "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
+           "REDIS_TIMEOUT": SLOW_REDIS,
            "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset-In",
            "REDIS_POOL_SIZ": "5", "LOG_FORMAT": "json", "LOG_LEVEL": "debug"}
     with H.Daemon(None, env=env, exact_env=True, args=["--envoy-env"], listen=False, port=port,
@@ -253,7 +257,7 @@ def t_sentinel_url(_):
             env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
                    "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
                    "REDIS_TYPE": "sentinel", "REDIS_URL": "%s,%s" % (s.MASTER, nodes),
-                   "LOG_LEVEL": "debug"}
+                   "LOG_LEVEL": "debug", "REDIS_TIMEOUT": SLOW_REDIS}
             if auth:
                 env["REDIS_SENTINEL_AUTH"] = auth
             with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False,
@@ -294,7 +298,8 @@ def t_files_watched(redis):
     port, grpc_port = H.free_port(), H.free_port()
     env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
            "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
-           "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port}
+           "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
+           "REDIS_TIMEOUT": SLOW_REDIS}
 
     def limit():
         st, _, b = H.request(port, "POST", "/json", {"domain": DOMAIN, "descriptors": [
@@ -345,8 +350,9 @@ def t_tls_files_watched(redis):
     shutil.copy(a[1], key)
     rules = os.path.join(runtime_root(), "ratelimit", "config")
     grpc_port = H.free_port()
-    cfg = {"watch_files": True, "rls": {"listen": "127.0.0.1:%d" % grpc_port, "config": rules,
-                                        "tls": {"cert_file": crt, "key_file": key}}}
+    cfg = {"watch_files": True, "redis": {"timeout": SLOW_REDIS},
+           "rls": {"listen": "127.0.0.1:%d" % grpc_port, "config": rules,
+                   "tls": {"cert_file": crt, "key_file": key}}}
 
     def served_cn():
         ctx = ssl.create_default_context(cafile=ca[0])
