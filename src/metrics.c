@@ -534,20 +534,36 @@ envoy_keys(int id, const char **k1, size_t *l1, const char **k2, size_t *l2)
     *l2 = dot2 != NULL ? (size_t)(dot2 - *k2) : (size_t)(end - *k2);
 }
 
-/* Whether rules a and b count under one series of envoyproxy/ratelimit's. */
-static bool
-envoy_same(int a, int b)
+/* The order of rules a and b by envoyproxy/ratelimit's labels (domain,
+ * key1, key2; no key2 first): 0 when they count under one series. */
+static int
+envoy_cmp(int a, int b)
 {
     const char *a1, *a2, *b1, *b2;
     size_t al1, al2, bl1, bl2;
+    int c;
 
-    if (rls_names[a].dlen != rls_names[b].dlen ||
-        memcmp(rls_names[a].domain, rls_names[b].domain, rls_names[a].dlen) != 0)
-        return false;
+    if (rls_names[a].dlen != rls_names[b].dlen)
+        return rls_names[a].dlen < rls_names[b].dlen ? -1 : 1;
+    if ((c = memcmp(rls_names[a].domain, rls_names[b].domain, rls_names[a].dlen)) != 0)
+        return c;
     envoy_keys(a, &a1, &al1, &a2, &al2);
     envoy_keys(b, &b1, &bl1, &b2, &bl2);
-    return al1 == bl1 && memcmp(a1, b1, al1) == 0 && (a2 == NULL) == (b2 == NULL) &&
-           al2 == bl2 && (a2 == NULL || memcmp(a2, b2, al2) == 0);
+    if (al1 != bl1)
+        return al1 < bl1 ? -1 : 1;
+    if ((c = memcmp(a1, b1, al1)) != 0)
+        return c;
+    if ((a2 == NULL) != (b2 == NULL))
+        return a2 == NULL ? -1 : 1;
+    if (al2 != bl2)
+        return al2 < bl2 ? -1 : 1;
+    return a2 == NULL ? 0 : memcmp(a2, b2, al2);
+}
+
+static int
+envoy_qsort_cmp(const void *a, const void *b)
+{
+    return envoy_cmp(*(const int *)a, *(const int *)b);
 }
 
 void
@@ -560,31 +576,31 @@ metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *ms, size_t 
         {"ratelimit_service_rate_limit_over_limit", "ratelimitd_rls_over_limit_total"},
         {"ratelimit_service_rate_limit_shadow_mode", "ratelimitd_rls_shadow_mode_total"},
     };
+    int order[RL_METRICS_RLS_RULES];
     int count;
 
     pthread_mutex_lock(&rls_lock);
     count = rls_n;
     pthread_mutex_unlock(&rls_lock);
+    /* sorted by label set: rules deeper than two levels that differ below
+     * the second are neighbours, summed into one series as its mapper sums
+     * them */
+    for (int i = 0; i < count; i++)
+        order[i] = i;
+    qsort(order, (size_t)count, sizeof(order[0]), envoy_qsort_cmp);
     for (int s = 0; s < RL_RLS_STAT_COUNT; s++) {
         evbuffer_add_printf(out,
                             "# HELP %s %s under envoyproxy/ratelimit's name and labels.\n"
                             "# TYPE %s counter\n",
                             names[s][0], names[s][1], names[s][0]);
-        for (int id = 0; id < count; id++) {
+        for (int i = 0; i < count;) {
+            int id = order[i];
             const char *k1, *k2;
             size_t l1, l2;
             uint64_t v = 0;
-            bool first = true;
 
-            /* one series per label set: rules deeper than two levels that
-             * differ below the second are summed, as its mapper sums them */
-            for (int j = 0; j < id && first; j++)
-                first = !envoy_same(j, id);
-            if (!first)
-                continue;
-            for (int j = id; j < count; j++)
-                if (j == id || envoy_same(j, id))
-                    v += SUM(rls_rules[j][s]);
+            for (; i < count && envoy_cmp(order[i], id) == 0; i++)
+                v += SUM(rls_rules[order[i]][s]);
             envoy_keys(id, &k1, &l1, &k2, &l2);
             evbuffer_add_printf(out, "%s{domain=\"", names[s][0]);
             add_label(out, rls_names[id].domain, rls_names[id].dlen);
