@@ -1069,6 +1069,8 @@ gconn_free(struct grpc_conn *c)
         c->next->prev = c->prev;
     listener_closed(&srv->ls);
     __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
+    /* its session's memory goes too: once the pool is empty, a trim */
+    bufpool_freed((int64_t)sizeof(*c));
     free(c);
     if (srv->draining && srv->ls.open == 0 && srv->empty != NULL)
         srv->empty(srv->empty_arg);
