@@ -572,8 +572,8 @@ static const struct schema_field http_fields[] = {
      * buffer already) before its lingering close */
     {.name = "drain_idle", .type = SCHEMA_DURATION, .off = HTTP(drain_idle_ms),
      .def = "\"1s\"", .min = 0, .max = 60 * 1000},
-    /* request bytes buffered past each connection's first 4 KiB, the whole
-     * daemon: slow bodies cannot hold memory without bound */
+    /* request bytes buffered, the whole daemon, both listeners (bufpool.h):
+     * slow bodies and declared messages cannot hold memory without bound */
     {.name = "max_buffered", .type = SCHEMA_SIZE, .off = HTTP(max_buffered), .def = "\"64m\"",
      .min = 64 * 1024, .max = 16LL * 1024 * 1024 * 1024},
 };
@@ -1158,6 +1158,12 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
             "must be at least max_body (%lld bytes): a body of that size could never be "
             "read",
             (long long)cfg->max_body);
+    /* the gRPC listener's messages come from the same pool (bufpool.h) */
+    if (cfg->rls.listen != NULL && cfg->http.max_buffered < cfg->rls.max_message)
+        schema_bad(ctx, "http.max_buffered",
+                   "must be at least rls.max_message (%lld bytes): the gRPC listener buffers "
+                   "its messages from the same pool, and one of that size could never be read",
+                   (long long)cfg->rls.max_message);
     if (cfg->partition_key != NULL && strlen(cfg->partition_key) < 16)
         schema_bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
     check_admin(cfg, ctx);

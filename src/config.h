@@ -166,7 +166,7 @@ struct rl_http_conf {
     int64_t max_pipelined;     /* requests read ahead of their answers */
     int64_t max_connections;   /* open at once, the whole daemon */
     int64_t drain_idle_ms;     /* draining: the grace for a next request */
-    int64_t max_buffered;      /* request bytes buffered, the whole daemon */
+    int64_t max_buffered;      /* request bytes buffered, the whole daemon (gRPC too) */
 };
 
 /* rls.tls: the gRPC listener over TLS, ALPN "h2" (mTLS with client_ca_file). */

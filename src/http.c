@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include <event2/event.h>
 
 #include "http.h"
+#include "bufpool.h"
 #include "config.h"
 #include "listener.h"
 #include "log.h"
@@ -41,19 +41,6 @@
  * the connection lives on; a longer one is refused with a close. */
 #define DISCARD_MIN (1024 * 1024)
 #define DISCARD_FACTOR 4
-/* Bytes freed from request buffers after which their memory is handed back
- * to the system (malloc_trim), at most once a TRIM_EVERY_MS. */
-#define TRIM_FREED_MIN (4 * 1024 * 1024)
-#define TRIM_EVERY_MS 1000
-
-/*
- * Request bytes buffered past each connection's first RBUF_INIT, the whole
- * process (every worker's servers): bounded by http.max_buffered, so that
- * slow bodies cannot hold memory without bound.  Relaxed atomics.
- */
-static int64_t buffered_total;
-static int64_t freed_since_trim;
-static int64_t last_trim_ms;
 
 enum conn_state {
     C_HEAD,    /* reading a request head */
@@ -91,7 +78,7 @@ struct http_conn {
     int64_t drain_until_ms; /* draining: the grace for a next request ends */
     /* input: unconsumed bytes are rbuf[rpos, rlen) */
     char *rbuf;
-    size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it counted in buffered_total */
+    size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it taken from bufpool.h's pool */
     size_t scan;             /* head bytes already searched for its end */
     int64_t first_us;        /* when the read that began this request came */
     size_t head_len;
@@ -337,17 +324,17 @@ head_load(struct http_head *h, const char *base, const ptrdiff_t *off)
             *head_string(h, i) = base + off[i];
 }
 
-/* rbuf to `cap` bytes (never below RBUF_INIT), the process's count too. */
+/* rbuf to `cap` bytes (never below RBUF_INIT); what it grows by was taken
+ * from the pool already, what it shrinks by goes back. */
 static void
 resize_rbuf(struct http_conn *c, size_t cap)
 {
-    int64_t was = (int64_t)c->rcap - RBUF_INIT, now = (int64_t)cap - RBUF_INIT;
+    size_t was = c->rcap;
 
     c->rbuf = xrealloc(c->rbuf, cap);
     c->rcap = cap;
-    __atomic_add_fetch(&buffered_total, now - was, __ATOMIC_RELAXED);
-    if (now < was)
-        __atomic_add_fetch(&freed_since_trim, was - now, __ATOMIC_RELAXED);
+    if (cap < was)
+        bufpool_give((int64_t)(was - cap));
 }
 
 /*
@@ -368,14 +355,9 @@ make_room(struct http_conn *c, size_t want, size_t most)
     if (c->rcap - c->rpos >= want && c->rlen < c->rcap)
         return RL_OK;
     if (c->rcap < want || (c->rpos == 0 && c->rlen == c->rcap)) {
-        cap = c->rcap * 2;
-        if (most > 0 && cap > most)
-            cap = most;
-        if (cap < want)
-            cap = want;
+        cap = bufpool_next_cap(c->rcap, want, most);
         if (cap > c->rcap &&
-            __atomic_load_n(&buffered_total, __ATOMIC_RELAXED) + (int64_t)(cap - c->rcap) >
-                c->srv->limits->max_buffered)
+            bufpool_take((int64_t)(cap - c->rcap), c->srv->limits->max_buffered) != RL_OK)
             return RL_ERR;
     }
     if (rebase)
@@ -578,6 +560,7 @@ static void
 refuse_busy(struct http_conn *c)
 {
     COUNT(c->srv, overloaded);
+    bufpool_refused("http", c->srv->limits->max_buffered);
     refuse(c, 503, "busy: the daemon buffers http.max_buffered request bytes already");
 }
 
@@ -768,10 +751,9 @@ conn_free(struct http_conn *c)
     listener_closed(&srv->ls);
     __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
     if (c->rcap > RBUF_INIT)
-        __atomic_sub_fetch(&buffered_total, (int64_t)(c->rcap - RBUF_INIT), __ATOMIC_RELAXED);
+        bufpool_give((int64_t)(c->rcap - RBUF_INIT));
     /* a flood of connections is a flood of buffers too */
-    __atomic_add_fetch(&freed_since_trim, (int64_t)(c->rcap + c->wcap + sizeof(*c)),
-                       __ATOMIC_RELAXED);
+    bufpool_freed((int64_t)(RBUF_INIT + c->wcap + sizeof(*c)));
     free(c->rbuf);
     free(c->wbuf);
     free(c);
@@ -970,37 +952,6 @@ on_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
     set_deadline(c, D_HEADER, srv->limits->header_timeout_ms);
 }
 
-/*
- * After a flood of large requests or of connections, what their buffers
- * took goes back to the system: glibc keeps freed memory in its arenas
- * (one per worker thread), where RSS grew round after round (146 -> 255 MB
- * over ten floods of 2,000 slow bodies).  At most once a TRIM_EVERY_MS,
- * after TRIM_FREED_MIN freed, or once the flood is over (nothing buffered
- * any more) whatever was freed since the last trim: keep-alive checks of a
- * few hundred bytes never trim.
- */
-static void
-trim_after_floods(int64_t now)
-{
-    int64_t last = __atomic_load_n(&last_trim_ms, __ATOMIC_RELAXED);
-    int64_t freed = __atomic_load_n(&freed_since_trim, __ATOMIC_RELAXED);
-
-    if (freed == 0 ||
-        (freed < TRIM_FREED_MIN && __atomic_load_n(&buffered_total, __ATOMIC_RELAXED) > 0) ||
-        now - last < TRIM_EVERY_MS ||
-        !__atomic_compare_exchange_n(&last_trim_ms, &last, now, 0, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
-        return; /* not worth it yet, or another worker does it */
-    __atomic_store_n(&freed_since_trim, 0, __ATOMIC_RELAXED);
-    malloc_trim(0);
-}
-
-int64_t
-http_buffered_bytes(void)
-{
-    return __atomic_load_n(&buffered_total, __ATOMIC_RELAXED);
-}
-
 static void
 on_sweep(evutil_socket_t fd, short what, void *arg)
 {
@@ -1008,7 +959,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_coarse_ms();
     struct http_conn *c, *next;
 
-    trim_after_floods(now);
+    bufpool_trim(now);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (c->dkind == D_NONE || now < c->deadline_ms)

@@ -104,10 +104,6 @@ size_t http_server_connections(const struct http_server *srv);
 /* Answer r (exactly once per request). */
 void http_respond(struct http_req *r, const struct http_response *resp);
 
-/* Request bytes the whole process buffers past each connection's first
- * 4 KiB (bounded by http.max_buffered), for /metrics. */
-int64_t http_buffered_bytes(void);
-
 /* The handler's arg of the server that read r. */
 void *http_req_arg(const struct http_req *r);
 

@@ -6,6 +6,7 @@
 #include <event2/buffer.h>
 
 #include "ac_config.h"
+#include "bufpool.h"
 #include "metrics.h"
 #include "util.h"
 
@@ -276,11 +277,11 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_connections_open Connections open on the check listener.\n"
         "# TYPE ratelimitd_connections_open gauge\n"
         "ratelimitd_connections_open %llu\n"
-        "# HELP ratelimitd_http_buffered_bytes Request bytes buffered past each connection's first 4 KiB (http.max_buffered bounds it).\n"
+        "# HELP ratelimitd_http_buffered_bytes Request bytes both listeners buffer past each HTTP/1.1 connection's first 4 KiB and each gRPC message's first 512 bytes (http.max_buffered bounds it).\n"
         "# TYPE ratelimitd_http_buffered_bytes gauge\n"
         "ratelimitd_http_buffered_bytes %lld\n",
         (unsigned long long)SUM(http.timeouts), (unsigned long long)SUM(http.accepted),
-        (unsigned long long)SUM(http.open), (long long)http_buffered_bytes());
+        (unsigned long long)SUM(http.open), (long long)bufpool_bytes());
 }
 
 /* One histogram family, summed over the workers; `off` is its offset in

@@ -288,7 +288,7 @@ on_config(evutil_socket_t fd, short what, void *arg)
     if (w->admin != NULL)
         http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
     if (w->rls != NULL) {
-        grpc_server_set_limits(w->rls, &cfg->rls);
+        grpc_server_set_limits(w->rls, &cfg->rls, &cfg->http.max_buffered);
         grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
     }
     config_unref(old);
@@ -402,8 +402,8 @@ int
 worker_serve_rls(struct rl_worker *w, int fd, char **cause)
 {
     arena_init(&w->rls_arena, RLS_GRPC_ARENA_FIRST, 0);
-    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w,
-                           &w->metrics->grpc, cause);
+    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, &w->cfg->http.max_buffered,
+                           rls_grpc_handle, w, &w->metrics->grpc, cause);
 }
 
 void
