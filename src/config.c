@@ -1607,7 +1607,7 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
 {
     struct schema_ctx ctx = {file, errs};
     struct rl_config *cfg;
-    size_t before = errs->n;
+    size_t before = errs->total;
     uint64_t hash;
     json_t *root;
 
@@ -1623,7 +1623,7 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
         schema_parse(&top_schema, cfg, root, "", &ctx);
     json_decref(root);
     finalize(cfg, &ctx);
-    if (errs->n != before) {
+    if (errs->total != before) {
         /* the rule files' problems too, so that -t reports them all at
          * once (a good file reads them in config_validate) */
         load_rules(cfg, errs);
@@ -1663,12 +1663,12 @@ int
 config_validate(struct rl_config *cfg, struct rl_errors *errs)
 {
     struct schema_ctx ctx = {cfg->file ? cfg->file : "configuration", errs};
-    size_t before = errs->n;
+    size_t before = errs->total;
 
     check_top(cfg, "", &ctx);
     finalize(cfg, &ctx);
     load_rules(cfg, errs);
-    return errs->n == before ? RL_OK : RL_ERR;
+    return errs->total == before ? RL_OK : RL_ERR;
 }
 
 void

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "algo.h"
+#include "arena.h"
 #include "rl.h"
 #include "schema.h"
 
@@ -124,7 +125,8 @@ struct rls_rules {
     size_t ndomains;
     size_t nrules;
     size_t nfiles;
-    uint64_t hash; /* FNV-1a of every file's name and bytes */
+    uint64_t hash;    /* FNV-1a of every file's name and bytes */
+    struct arena mem; /* the rules, their strings, limits and policies */
 };
 
 /* Bounds of a rule set: more is a load error naming the bound. */
@@ -132,6 +134,11 @@ struct rls_rules {
 #define RLS_DEPTH_MAX 32     /* nested descriptors */
 #define RLS_FILES_MAX 10000  /* files of a directory */
 #define RLS_FILE_MAX (16 * 1024 * 1024)
+/* A file's YAML, bounded as it is read: nesting of lists and mappings
+ * (metadata's too), and nodes with every alias counted as the nodes it
+ * names (a file without aliases stays well under it). */
+#define RLS_YAML_DEPTH_MAX 100
+#define RLS_YAML_NODES_MAX 8000000
 
 /*
  * Load the rules of `where` (a file or a directory).  RL_ERR with every
