@@ -1201,10 +1201,33 @@ rest_empty(struct loading *l, struct yload *y, yaml_parser_t *p)
     }
 }
 
-/* The rules of one file's text into *d (zeroed). */
+/* A rule file as the parser asks for it: hashed as it is read, never
+ * held whole. */
+struct file_in {
+    FILE *f;
+    size_t n;
+    uint64_t hash;
+};
+
 static int
-parse_file(struct loading *l, const char *file, const char *text, size_t len,
-           struct rls_domain *d)
+read_some(void *data, unsigned char *buf, size_t size, size_t *got)
+{
+    struct file_in *in = data;
+
+    *got = fread(buf, 1, size, in->f);
+    if (*got == 0 && ferror(in->f))
+        return 0;
+    /* a file that grew past its bound since it was measured */
+    in->n += *got;
+    if (in->n > RLS_FILE_MAX)
+        return 0;
+    in->hash = fnv1a(in->hash, (const char *)buf, *got);
+    return 1;
+}
+
+/* The rules of one file into *d (zeroed). */
+static int
+parse_file(struct loading *l, const char *file, struct file_in *in, struct rls_domain *d)
 {
     yaml_parser_t parser;
     struct yload y = {.file = file,
@@ -1220,7 +1243,7 @@ parse_file(struct loading *l, const char *file, const char *text, size_t len,
         errors_add(l->errs, "%s: cannot start the YAML parser", file);
         return RL_ERR;
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    yaml_parser_set_input(&parser, read_some, in);
     ok = read_doc(l, &parser, file);
     if (ok == RL_OK)
         ok = load_doc(&y, d);
@@ -1228,6 +1251,26 @@ parse_file(struct loading *l, const char *file, const char *text, size_t len,
         ok = rest_empty(l, &y, &parser);
     yaml_parser_delete(&parser);
     return ok;
+}
+
+/* The file opened and measured: at most RLS_FILE_MAX bytes. */
+static int
+open_rules(struct loading *l, const char *file, struct file_in *in)
+{
+    struct stat st;
+
+    if ((in->f = fopen(file, "rb")) == NULL || fstat(fileno(in->f), &st) != 0) {
+        errors_add(l->errs, "%s: %s", file, strerror(errno));
+        if (in->f != NULL)
+            fclose(in->f);
+        return RL_ERR;
+    }
+    if (st.st_size > RLS_FILE_MAX) {
+        errors_add(l->errs, "%s: larger than %d bytes", file, RLS_FILE_MAX);
+        fclose(in->f);
+        return RL_ERR;
+    }
+    return RL_OK;
 }
 
 /* A domain that another file has already is a problem. */
@@ -1253,21 +1296,21 @@ static int
 load_file(struct loading *l, const char *file)
 {
     struct rls_domain d;
-    size_t len;
-    char *text;
+    struct file_in in = {0};
     int ok;
 
     if (l->r->nfiles >= RLS_FILES_MAX) {
         errors_add(l->errs, "%s: more than %d rule files", file, RLS_FILES_MAX);
         return RL_ERR;
     }
-    if (errors_read_file(l->errs, file, RLS_FILE_MAX, &text, &len) != RL_OK)
+    if (open_rules(l, file, &in) != RL_OK)
         return RL_ERR;
     l->r->nfiles++;
-    l->r->hash = fnv1a(fnv1a(l->r->hash, file, strlen(file) + 1), text, len);
+    in.hash = fnv1a(l->r->hash, file, strlen(file) + 1);
     memset(&d, 0, sizeof(d));
-    ok = parse_file(l, file, text, len, &d);
-    free(text);
+    ok = parse_file(l, file, &in, &d);
+    fclose(in.f);
+    l->r->hash = in.hash;
     if (ok != RL_OK || domain_unique(l, file, &d) != RL_OK)
         return RL_ERR;
     if (l->r->ndomains == l->cap) {
