@@ -822,6 +822,7 @@ rule_flags(struct yload *y, const struct ynode **at, const char *path, struct rl
            int *mode, int64_t *sync_ms)
 {
     static const char *const mode_names[] = {"exact", "hybrid"};
+    int shadow = 0, quota = 0, detailed = 0, to_metric = 0, share = 0;
     int ok = RL_OK;
     char *fp;
 
@@ -832,16 +833,21 @@ rule_flags(struct yload *y, const struct ynode **at, const char *path, struct rl
             ok = RL_ERR; \
         free(fp); \
     } while (0)
-    FIELD(D_SHADOW_MODE, get_bool(y, at[D_SHADOW_MODE], fp, &r->shadow_mode));
-    FIELD(D_QUOTA_MODE, get_bool(y, at[D_QUOTA_MODE], fp, &r->quota_mode));
-    FIELD(D_DETAILED_METRIC, get_bool(y, at[D_DETAILED_METRIC], fp, &r->detailed_metric));
-    FIELD(D_VALUE_TO_METRIC, get_bool(y, at[D_VALUE_TO_METRIC], fp, &r->value_to_metric));
-    FIELD(D_SHARE_THRESHOLD, get_bool(y, at[D_SHARE_THRESHOLD], fp, &r->share_threshold));
+    FIELD(D_SHADOW_MODE, get_bool(y, at[D_SHADOW_MODE], fp, &shadow));
+    FIELD(D_QUOTA_MODE, get_bool(y, at[D_QUOTA_MODE], fp, &quota));
+    FIELD(D_DETAILED_METRIC, get_bool(y, at[D_DETAILED_METRIC], fp, &detailed));
+    FIELD(D_VALUE_TO_METRIC, get_bool(y, at[D_VALUE_TO_METRIC], fp, &to_metric));
+    FIELD(D_SHARE_THRESHOLD, get_bool(y, at[D_SHARE_THRESHOLD], fp, &share));
     if (at[D_MODE] != NULL)
         FIELD(D_MODE,
               get_enum(y, at[D_MODE], fp, mode_names, 2, 0, "must be exact or hybrid", mode));
     FIELD(D_SYNC_INTERVAL, yduration(y, at[D_SYNC_INTERVAL], fp, 10, 60000, sync_ms));
 #undef FIELD
+    r->shadow_mode = (uint8_t)shadow;
+    r->quota_mode = (uint8_t)quota;
+    r->detailed_metric = (uint8_t)detailed;
+    r->value_to_metric = (uint8_t)to_metric;
+    r->share_threshold = (uint8_t)share;
     return ok;
 }
 
@@ -914,10 +920,12 @@ rule_nested(struct yload *y, const struct ynode *seq, const char *path, struct r
     char *np = join(path, "descriptors");
     int ok = RL_ERR;
 
-    if (depth + 1 >= RLS_DEPTH_MAX)
+    if (depth + 1 >= RLS_DEPTH_MAX) {
         ybad(y, seq, np, "descriptors nested deeper than %d levels", RLS_DEPTH_MAX);
-    else
-        ok = load_descriptors(y, seq, np, &r->node, r, depth + 1);
+    } else {
+        r->node = mem_zalloc(y, sizeof(*r->node));
+        ok = load_descriptors(y, seq, np, r->node, r, depth + 1);
+    }
     free(np);
     return ok;
 }
@@ -1497,7 +1505,8 @@ set_ids(struct rls_node *n, int id)
     for (size_t i = 0; i < n->nrules; i++) {
         if (n->rules[i].policy != NULL)
             n->rules[i].policy->metrics_id = id;
-        set_ids(&n->rules[i].node, id);
+        if (n->rules[i].node != NULL)
+            set_ids(n->rules[i].node, id);
     }
 }
 
@@ -1623,9 +1632,9 @@ rls_rules_match(const struct rls_domain *d, const struct rls_entry *e, size_t n,
         /* a rule answers only for a descriptor as deep as it is */
         if (next->has_limit && i == n - 1)
             found = next;
-        if (next->node.nrules == 0)
+        if (next->node == NULL || next->node->nrules == 0)
             break;
-        at = &next->node;
+        at = next->node;
     }
     return found;
 }

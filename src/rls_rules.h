@@ -88,10 +88,12 @@ struct rls_rule {
     struct rls_str value;  /* p NULL: the key alone (counts per value) */
     struct rls_str *parts; /* a value with '*': the literal runs around them */
     size_t nparts;
-    int share_threshold; /* a wildcard's values share one count */
-    int value_to_metric, detailed_metric, shadow_mode, quota_mode;
-    int has_limit; /* rate_limit or rate_limits: the rule answers here */
-    int unlimited;
+    /* flags, bytes: a rule set holds up to RLS_RULES_MAX rules */
+    uint8_t share_threshold; /* a wildcard's values share one count */
+    uint8_t value_to_metric, detailed_metric, shadow_mode, quota_mode;
+    uint8_t has_limit; /* rate_limit or rate_limits: the rule answers here */
+    uint8_t unlimited;
+    uint8_t dynamic_label;         /* see label */
     struct rls_rule_limit *limits; /* as many as policy's */
     size_t nlimits;
     size_t zero;  /* 1 + the index of a limit of 0 (always over); 0: none */
@@ -106,11 +108,10 @@ struct rls_rule {
      * ("key1_value1.subkey1", "wild_foo*"); dynamic: detailed_metric or
      * value_to_metric on its path, the request's values go in instead. */
     char *label;
-    int dynamic_label;
     int stat_id; /* metrics id of label, found on first use (atomic); -1 */
     const struct rls_domain *domain;
     struct rls_rule *parent;
-    struct rls_node node;
+    struct rls_node *node; /* its descriptors; NULL: none */
     size_t line;
 };
 

@@ -186,6 +186,79 @@ open_level(struct reader *r, const yaml_mark_t *at)
     return RL_OK;
 }
 
+/* ---- text: scalars NUL-terminated, short mapping keys once ------------- */
+
+#define KEY_INTERN_MAX 32
+
+static uint32_t *
+key_slot(const struct ytree *t, const char *s, size_t len)
+{
+    size_t mask = t->nkeyslots - 1;
+    size_t i = (size_t)fnv1a(FNV1A_INIT, s, len) & mask;
+
+    while (t->keys[i] != 0) {
+        const char *k = t->text + t->keys[i] - 1;
+        if (strlen(k) == len && memcmp(k, s, len) == 0)
+            break;
+        i = (i + 1) & mask;
+    }
+    return &t->keys[i];
+}
+
+static void
+keys_rehash(struct ytree *t)
+{
+    uint32_t *old = t->keys;
+    size_t nold = t->nkeyslots;
+
+    t->nkeyslots = t->nkeyslots ? 2 * t->nkeyslots : 64;
+    t->keys = xcalloc(t->nkeyslots, sizeof(*t->keys));
+    for (size_t i = 0; i < nold; i++)
+        if (old[i] != 0)
+            *key_slot(t, t->text + old[i] - 1, strlen(t->text + old[i] - 1)) = old[i];
+    free(old);
+}
+
+/* The offset in text of len bytes of s, NUL-terminated: a short key (with
+ * no NUL in it) found there already is not added again. */
+static uint32_t
+add_text(struct ytree *t, const char *s, size_t len, bool key)
+{
+    uint32_t *slot = NULL, at;
+
+    key = key && len <= KEY_INTERN_MAX && memchr(s, '\0', len) == NULL;
+    if (key) {
+        if (2 * (t->nkeys + 1) > t->nkeyslots)
+            keys_rehash(t);
+        slot = key_slot(t, s, len);
+        if (*slot != 0)
+            return *slot - 1;
+    }
+    while (t->ntext + len + 1 > t->captext) {
+        t->captext = t->captext ? 2 * t->captext : 4096;
+        t->text = xrealloc(t->text, t->captext);
+    }
+    memcpy(t->text + t->ntext, s, len);
+    t->text[t->ntext + len] = '\0';
+    at = (uint32_t)t->ntext;
+    t->ntext += len + 1;
+    if (slot != NULL) {
+        *slot = at + 1;
+        t->nkeys++;
+    }
+    return at;
+}
+
+/* Whether the next node is a mapping's key. */
+static bool
+at_key(const struct reader *r)
+{
+    const struct frame *f = r->nframes > 0 ? &r->frames[r->nframes - 1] : NULL;
+
+    return f != NULL && r->t->nodes[f->node].kind == YT_MAP &&
+           (r->npending - f->first) % 2 == 0;
+}
+
 static int
 scalar(struct reader *r, yaml_event_t *e)
 {
@@ -196,16 +269,9 @@ scalar(struct reader *r, yaml_event_t *e)
     if (count(r, 1, &e->start_mark) != RL_OK)
         return RL_ERR;
     n = new_node(t, YT_SCALAR, &e->start_mark);
-    while (t->ntext + len + 1 > t->captext) {
-        t->captext = t->captext ? 2 * t->captext : 4096;
-        t->text = xrealloc(t->text, t->captext);
-    }
-    memcpy(t->text + t->ntext, e->data.scalar.value, len);
-    t->text[t->ntext + len] = '\0';
-    t->nodes[n].at = (uint32_t)t->ntext;
+    t->nodes[n].at = add_text(t, (const char *)e->data.scalar.value, len, at_key(r));
     t->nodes[n].n = (uint32_t)len;
     t->nodes[n].plain = e->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-    t->ntext += len + 1;
     if (e->data.scalar.anchor != NULL)
         anchor_add(t, take(e->data.scalar.anchor), n, 1);
     place(r, n);
@@ -316,9 +382,11 @@ event(struct reader *r, yaml_event_t *e, bool *done)
 static void
 clear(struct ytree *t)
 {
-    t->nnodes = t->nkids = t->ntext = t->expanded = 0;
+    t->nnodes = t->nkids = t->ntext = t->expanded = t->nkeys = 0;
     t->has_root = false;
     anchors_clear(t);
+    if (t->keys != NULL)
+        memset(t->keys, 0, t->nkeyslots * sizeof(*t->keys));
 }
 
 int
@@ -363,6 +431,7 @@ ytree_free(struct ytree *t)
     anchors_clear(t);
     free(t->anchors);
     free(t->slots);
+    free(t->keys);
     free(t->nodes);
     free(t->kids);
     free(t->text);

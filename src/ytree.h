@@ -56,6 +56,10 @@ struct ytree {
     size_t nanchors, capanchors;
     uint32_t *slots;
     size_t nslots;
+    /* mapping keys of a few bytes, kept once each: 1 + their offset in
+     * text, hashed (a rule file repeats "key", "value", "unit" ...) */
+    uint32_t *keys;
+    size_t nkeys, nkeyslots;
 };
 
 struct ytree_bounds {
