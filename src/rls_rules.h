@@ -6,6 +6,12 @@
  * with the rest of the configuration, its problems collected with the
  * others' (file, YAML path, line), immutable, freed with the config.
  *
+ * A file is read by ytree.c from libyaml's events, its bounds applied as
+ * they arrive; the rules are validated from that tree, which knows nothing
+ * of YAML: another source (xDS's RateLimitConfig) can build the same tree
+ * and go through the same validation.  Everything a rule set keeps lives in
+ * one arena, freed at once.
+ *
  * The matcher finds a request descriptor's rule as envoyproxy/ratelimit
  * does: at each entry an exact key and value first, then a value with '*'
  * (a glob: each '*' any run of bytes), in file order, then the key alone; a

@@ -11,7 +11,8 @@
  * stands for against `nodes`, so a walk of the tree is bounded too.
  *
  * A node is 16 bytes; scalars are NUL-terminated in one buffer.  The tree
- * knows nothing of what it holds: rls_rules.c walks it.
+ * knows nothing of what it holds (rls_rules.c walks it), and only
+ * ytree_read knows libyaml.
  */
 #ifndef RL_YTREE_H
 #define RL_YTREE_H
