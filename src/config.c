@@ -1613,7 +1613,7 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
 {
     struct schema_ctx ctx = {file, errs};
     struct rl_config *cfg;
-    size_t before = errs->n;
+    size_t before = errs->total;
     uint64_t hash;
     json_t *root;
 
@@ -1629,7 +1629,7 @@ config_load_file(const char *file, struct rl_config **out, struct rl_errors *err
         schema_parse(&top_schema, cfg, root, "", &ctx);
     json_decref(root);
     finalize(cfg, &ctx);
-    if (errs->n != before) {
+    if (errs->total != before) {
         /* the rule files' problems too, so that -t reports them all at
          * once (a good file reads them in config_validate) */
         load_rules(cfg, errs);
@@ -1669,12 +1669,12 @@ int
 config_validate(struct rl_config *cfg, struct rl_errors *errs)
 {
     struct schema_ctx ctx = {cfg->file ? cfg->file : "configuration", errs};
-    size_t before = errs->n;
+    size_t before = errs->total;
 
     check_top(cfg, "", &ctx);
     finalize(cfg, &ctx);
     load_rules(cfg, errs);
-    return errs->n == before ? RL_OK : RL_ERR;
+    return errs->total == before ? RL_OK : RL_ERR;
 }
 
 void

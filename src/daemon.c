@@ -57,7 +57,7 @@ int
 daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl_errors *errs)
 {
     struct rl_config *cfg;
-    size_t before = errs->n;
+    size_t before = errs->total;
 
     if (o->config_file != NULL) {
         if (config_load_file(o->config_file, &cfg, errs) != RL_OK)
@@ -70,7 +70,7 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl
         if (config_set_option(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin, errs) !=
             RL_OK)
             continue;
-    if (config_validate(cfg, errs) != RL_OK || errs->n != before) {
+    if (config_validate(cfg, errs) != RL_OK || errs->total != before) {
         config_unref(cfg);
         *out = NULL;
         return RL_ERR;

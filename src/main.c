@@ -96,8 +96,8 @@ main(int argc, char **argv)
     if (daemon_load_config(&opts, &cfg, &errs) != RL_OK) {
         for (size_t i = 0; i < errs.n; i++)
             fprintf(stderr, "%s\n", errs.msg[i]);
-        fprintf(stderr, "ratelimitd: %zu problem%s in the configuration\n", errs.n,
-                errs.n == 1 ? "" : "s");
+        fprintf(stderr, "ratelimitd: %zu problem%s in the configuration\n", errs.total,
+                errs.total == 1 ? "" : "s");
         errors_free(&errs);
         return 1;
     }

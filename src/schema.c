@@ -29,10 +29,24 @@ void
 errors_add(struct rl_errors *e, const char *fmt, ...)
 {
     va_list ap;
-    va_start(ap, fmt);
-    e->msg = xrealloc(e->msg, (e->n + 1) * sizeof(*e->msg));
-    e->msg[e->n++] = xvasprintf(fmt, ap);
-    va_end(ap);
+
+    e->total++;
+    if (e->n < RL_ERRORS_MAX) {
+        va_start(ap, fmt);
+        e->msg = xrealloc(e->msg, (e->n + 1) * sizeof(*e->msg));
+        e->msg[e->n++] = xvasprintf(fmt, ap);
+        va_end(ap);
+        return;
+    }
+    /* past the bound (a broken file can have a problem per line): one last
+     * line counts the rest */
+    if (e->n == RL_ERRORS_MAX) {
+        e->msg = xrealloc(e->msg, (e->n + 1) * sizeof(*e->msg));
+        e->n++;
+    } else {
+        free(e->msg[RL_ERRORS_MAX]);
+    }
+    e->msg[RL_ERRORS_MAX] = xasprintf("... and %zu more problems", e->total - RL_ERRORS_MAX);
 }
 
 static void
@@ -49,6 +63,7 @@ void
 errors_free(struct rl_errors *e)
 {
     free_strings(&e->msg, &e->n);
+    e->total = 0;
 }
 
 int
