@@ -55,7 +55,24 @@ struct check_op {
      * with these in place of that one's (written only then) */
     struct rl_policy own;
     struct rl_limit own_limits[RL_LIMITS_MAX];
+    size_t ncaller; /* of own_limits, the caller's; the policy's caps follow */
 };
+
+/* A caller's own limits allowed the check and a cap denied it. */
+static bool
+capped(const struct check_op *op, const struct rl_decision *d)
+{
+    bool cap_denied = false;
+
+    if (op->ncaller == 0 || d->status != 429 || d->allowed || d->nlimits <= op->ncaller)
+        return false;
+    for (size_t i = 0; i < d->nlimits; i++) {
+        if (i < op->ncaller && !d->limits[i].allowed)
+            return false;
+        cap_denied |= i >= op->ncaller && !d->limits[i].allowed;
+    }
+    return cap_denied;
+}
 
 /* What names op's decision in the deny cache. */
 static const char *
@@ -225,6 +242,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
                   : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
                   : d.allowed                ? RL_OUT_ALLOWED
                                              : RL_OUT_DENIED);
+    if (capped(op, &d))
+        __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
     /* no wait: the place it held is free now (a held one's, when answered) */
     if (op->delay && d.delayed_ms == 0)
         check_delay_done(op->env);
@@ -392,6 +411,14 @@ own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
                                json_object_get(*root, "limits"), out, n, cause) != RL_OK)
             return RL_ERR;
     }
+    /* the policy's caps are counted with them, in one script call */
+    if (*n + policy->ncaps > RL_LIMITS_MAX) {
+        *cause = xasprintf("limits: must be a list of 1..%zu limits under policy \"%s\" (its "
+                           "request_limits_cap takes %zu of %d)",
+                           RL_LIMITS_MAX - policy->ncaps, policy->name, policy->ncaps,
+                           RL_LIMITS_MAX);
+        return RL_ERR;
+    }
     return caller_limits_allowed(policy, out, *n, cause);
 }
 
@@ -527,6 +554,11 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     if (limits != NULL) {
         op->own = *policy;
         memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
+        /* the policy's caps, counted with them whatever they are (own_limits
+         * checked that they fit) */
+        memcpy(op->own_limits + nlimits, policy->caps, policy->ncaps * sizeof(*limits));
+        op->ncaller = nlimits;
+        nlimits += policy->ncaps;
         op->own.limits = op->own_limits;
         op->own.nlimits = nlimits;
         op->own.uid = 1ULL << 62 | ((policy->uid * 0x9e3779b97f4a7c15ULL) ^

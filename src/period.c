@@ -11,9 +11,15 @@
 #define DAY 86400
 /* A zone file is a few KiB; anything much bigger is not one. */
 #define TZ_FILE_MAX (256 * 1024)
-/* Zones loaded in one process at most (the database has ~600 names; a
- * reread of a changed file adds one). */
+/* Zones configurations name, loaded in one process at most (the database has
+ * ~600 names; a reread of a changed file adds one).  Requests never count
+ * here: what a caller names cannot refuse a reload. */
 #define TZ_LOADED_MAX 1024
+/* Zones named only by requests, at most: one per file of the tz database
+ * (each request's name resolved to the file it leads to, so aliases and
+ * "posix/" paths are one zone).  tzdata holds under 1,000 files, so with it
+ * this never bites; it bounds the memory should $TZDIR hold more. */
+#define TZ_REQUESTED_MAX 2048
 /* Offsets beyond a day and two hours are refused, so that the clock of any
  * instant more than TZ_REACH seconds earlier reads an earlier time. */
 #define TZ_OFFSET_MAX (26 * 3600)
@@ -35,8 +41,11 @@ struct rl_tz {
 
 static struct rl_tz tz_utc = {.name = "UTC"};
 static pthread_mutex_t tz_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rl_tz *tz_loaded; /* newest first */
+static struct rl_tz *tz_loaded; /* configured zones, newest first */
 static size_t tz_nloaded;
+static struct rl_tz *tz_requested; /* zones only requests named, by canonical name */
+static size_t tz_nrequested;
+static uint64_t tz_refused; /* atomic: requests refused past TZ_REQUESTED_MAX */
 
 /* ---- civil dates (proleptic Gregorian), days since 1970-01-01 ------------ */
 
@@ -456,6 +465,7 @@ valid_name(const char *name)
                         "0123456789_+-/") == n;
 }
 
+/* The newest zone of that name, configured ones first (tz_lock held). */
 static struct rl_tz *
 tz_find(const char *name)
 {
@@ -463,6 +473,35 @@ tz_find(const char *name)
         if (strcmp(z->name, name) == 0)
             return z;
     return NULL;
+}
+
+static struct rl_tz *
+tz_find_any(const char *name)
+{
+    struct rl_tz *z = tz_find(name);
+
+    if (z != NULL)
+        return z;
+    for (z = tz_requested; z != NULL; z = z->next)
+        if (strcmp(z->name, name) == 0)
+            return z;
+    return NULL;
+}
+
+static const char *
+tz_dir(void)
+{
+    const char *dir = getenv("TZDIR");
+
+    return dir != NULL && dir[0] != '\0' ? dir : "/usr/share/zoneinfo";
+}
+
+static char *
+unknown_zone(const char *name, const char *file)
+{
+    return xasprintf("unknown time zone \"%s\": the tz database has no %s (an IANA "
+                     "name like \"Europe/Berlin\"; is tzdata installed?)",
+                     name, file);
 }
 
 static void
@@ -476,18 +515,14 @@ tz_free(struct rl_tz *z)
 static struct rl_tz *
 tz_read(const char *name, char **cause)
 {
-    const char *dir = getenv("TZDIR");
     char *file, *text = NULL, *why = NULL;
     struct rl_tz *z;
     struct stat st;
     size_t len;
 
-    file = xasprintf("%s/%s", dir != NULL && dir[0] != '\0' ? dir : "/usr/share/zoneinfo",
-                     name);
+    file = xasprintf("%s/%s", tz_dir(), name);
     if (stat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
-        *cause = xasprintf("unknown time zone \"%s\": the tz database has no %s (an IANA "
-                           "name like \"Europe/Berlin\"; is tzdata installed?)",
-                           name, file);
+        *cause = unknown_zone(name, file);
         free(file);
         return NULL;
     }
@@ -503,8 +538,84 @@ tz_read(const char *name, char **cause)
     return z;
 }
 
+/*
+ * The name of the file `name` leads to in the tz database, into canon
+ * (RL_TZ_NAME_MAX + 1 bytes): "posix/Asia/Tokyo", "posix/posix/Asia/Tokyo"
+ * and "Japan" (links) are "Asia/Tokyo" on Debian's tzdata.  A name leading
+ * out of the database is unknown.
+ */
+static int
+tz_canonical(const char *name, char canon[RL_TZ_NAME_MAX + 1], char **cause)
+{
+    char *file = xasprintf("%s/%s", tz_dir(), name);
+    char *real = realpath(file, NULL), *dir = realpath(tz_dir(), NULL);
+    size_t dl = dir != NULL ? strlen(dir) : 0;
+    int rc = RL_ERR;
+
+    if (real == NULL || dir == NULL)
+        *cause = unknown_zone(name, file);
+    else if (strncmp(real, dir, dl) != 0 || real[dl] != '/' || !valid_name(real + dl + 1))
+        *cause = xasprintf("unknown time zone \"%s\": %s leads out of the tz database (%s)",
+                           name, file, dir);
+    else
+        rc = snprintf(canon, RL_TZ_NAME_MAX + 1, "%s", real + dl + 1) > 0 ? RL_OK : RL_ERR;
+    free(file);
+    free(real);
+    free(dir);
+    return rc;
+}
+
+/*
+ * A zone a request names: a configured one of that name, else the zone
+ * of the file it leads to, loaded once into the requests' own table
+ * (never freed: a check may hold it as long as it likes).
+ */
+static const struct rl_tz *
+tz_request(const char *name, char **cause)
+{
+    char canon[RL_TZ_NAME_MAX + 1];
+    struct rl_tz *z, *had;
+
+    pthread_mutex_lock(&tz_lock);
+    had = tz_find_any(name);
+    pthread_mutex_unlock(&tz_lock);
+    if (had != NULL)
+        return had;
+    if (tz_canonical(name, canon, cause) != RL_OK)
+        return NULL;
+    if (strcmp(canon, name) != 0) {
+        pthread_mutex_lock(&tz_lock);
+        had = tz_find_any(canon);
+        pthread_mutex_unlock(&tz_lock);
+        if (had != NULL)
+            return had;
+    }
+    if ((z = tz_read(canon, cause)) == NULL)
+        return NULL;
+    pthread_mutex_lock(&tz_lock);
+    if ((had = tz_find_any(canon)) != NULL) {
+        pthread_mutex_unlock(&tz_lock);
+        tz_free(z);
+        return had;
+    }
+    if (tz_nrequested >= TZ_REQUESTED_MAX) {
+        pthread_mutex_unlock(&tz_lock);
+        tz_free(z);
+        __atomic_add_fetch(&tz_refused, 1, __ATOMIC_RELAXED);
+        *cause = xasprintf("time zone \"%s\": %d zones named by requests are loaded already, "
+                           "more than the tz database has files ($TZDIR: %s)",
+                           name, TZ_REQUESTED_MAX, tz_dir());
+        return NULL;
+    }
+    z->next = tz_requested;
+    tz_requested = z;
+    tz_nrequested++;
+    pthread_mutex_unlock(&tz_lock);
+    return z;
+}
+
 const struct rl_tz *
-period_tz(const char *name, int reread, char **cause)
+period_tz(const char *name, int configured, char **cause)
 {
     struct rl_tz *z, *had;
 
@@ -516,15 +627,10 @@ period_tz(const char *name, int reread, char **cause)
                            RL_TZ_NAME_MAX);
         return NULL;
     }
-    if (!reread) {
-        pthread_mutex_lock(&tz_lock);
-        had = tz_find(name);
-        pthread_mutex_unlock(&tz_lock);
-        if (had != NULL)
-            return had;
-    }
-    /* read outside the lock: a reread file or a new zone is rare, a
-     * lookup of a loaded one is not */
+    if (!configured)
+        return tz_request(name, cause);
+    /* a configuration reads its zones again (a reload sees an upgraded
+     * tzdata); outside the lock: a new or changed zone is rare */
     if ((z = tz_read(name, cause)) == NULL)
         return NULL;
     pthread_mutex_lock(&tz_lock);
@@ -549,6 +655,16 @@ period_tz(const char *name, int reread, char **cause)
     tz_nloaded++;
     pthread_mutex_unlock(&tz_lock);
     return z;
+}
+
+void
+period_tz_stats(struct period_tz_stats *s)
+{
+    pthread_mutex_lock(&tz_lock);
+    s->configured = tz_nloaded;
+    s->requested = tz_nrequested;
+    pthread_mutex_unlock(&tz_lock);
+    s->refused = __atomic_load_n(&tz_refused, __ATOMIC_RELAXED);
 }
 
 bool
