@@ -35,6 +35,7 @@ struct rl_tz {
     size_t n;
     int64_t *at;    /* instants at which the offset changes, ascending */
     int32_t *off;   /* the offset from at[i] on */
+    int borrowed;   /* at and off are another zone's of the same rules (tz_share) */
     int superseded; /* atomic: a reread found other rules for this name */
     struct rl_tz *next;
 };
@@ -507,9 +508,43 @@ unknown_zone(const char *name, const char *file)
 static void
 tz_free(struct rl_tz *z)
 {
-    free(z->at);
-    free(z->off);
+    if (!z->borrowed) {
+        free(z->at);
+        free(z->off);
+    }
     free(z);
+}
+
+static bool
+same_rules(const struct rl_tz *a, const struct rl_tz *b)
+{
+    return a->off0 == b->off0 && a->n == b->n &&
+           (a->n == 0 || (memcmp(a->at, b->at, a->n * sizeof(*a->at)) == 0 &&
+                          memcmp(a->off, b->off, a->n * sizeof(*a->off)) == 0));
+}
+
+/*
+ * z, about to be kept (tz_lock held), takes the offsets of a zone kept
+ * already with the same rules: links and copies of one zone ("posix/" is
+ * a tree of hard links in Debian's tzdata, 2,048 names a request may load)
+ * cost a name each, not a table each.  Zones are never freed, so the one
+ * lent outlives the borrower.
+ */
+static void
+tz_share(struct rl_tz *z)
+{
+    struct rl_tz *lists[] = {tz_loaded, tz_requested};
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(lists); k++)
+        for (const struct rl_tz *o = lists[k]; o != NULL; o = o->next)
+            if (o != z && same_rules(o, z)) {
+                free(z->at);
+                free(z->off);
+                z->at = o->at;
+                z->off = o->off;
+                z->borrowed = 1;
+                return;
+            }
 }
 
 static struct rl_tz *
@@ -607,6 +642,7 @@ tz_request(const char *name, char **cause)
                            name, TZ_REQUESTED_MAX, tz_dir());
         return NULL;
     }
+    tz_share(z);
     z->next = tz_requested;
     tz_requested = z;
     tz_nrequested++;
@@ -650,6 +686,7 @@ period_tz(const char *name, int configured, char **cause)
     }
     if (had != NULL)
         __atomic_store_n(&had->superseded, 1, __ATOMIC_RELEASE);
+    tz_share(z);
     z->next = tz_loaded;
     tz_loaded = z;
     tz_nloaded++;
