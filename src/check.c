@@ -411,14 +411,6 @@ own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
                                json_object_get(*root, "limits"), out, n, cause) != RL_OK)
             return RL_ERR;
     }
-    /* the policy's caps are counted with them, in one script call */
-    if (*n + policy->ncaps > RL_LIMITS_MAX) {
-        *cause = xasprintf("limits: must be a list of 1..%zu limits under policy \"%s\" (its "
-                           "request_limits_cap takes %zu of %d)",
-                           RL_LIMITS_MAX - policy->ncaps, policy->name, policy->ncaps,
-                           RL_LIMITS_MAX);
-        return RL_ERR;
-    }
     return caller_limits_allowed(policy, out, *n, cause);
 }
 

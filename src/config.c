@@ -885,8 +885,9 @@ check_caps(const struct rl_policy *p, const char *path, struct schema_ctx *ctx)
     if (p->ncaps == 0)
         return;
     if (!p->request_limits)
-        schema_bad_field(ctx, path, "request_limits_cap",
-                         "caps what callers' own limits admit: needs \"request_limits\": true");
+        schema_bad_field(
+            ctx, path, "request_limits_cap",
+            "caps what callers' own limits admit: needs \"request_limits\": true");
     if (p->ncaps > RL_CAPS_MAX)
         schema_bad_field(ctx, path, "request_limits_cap", "must be a list of 1..%d limits",
                          RL_CAPS_MAX);
@@ -900,7 +901,8 @@ check_caps(const struct rl_policy *p, const char *path, struct schema_ctx *ctx)
                              "a cap counts what is admitted: not concurrency");
         for (size_t j = 0; j < i; j++)
             if (algo_same_key(&p->caps[i], &p->caps[j]))
-                schema_bad(ctx, ip, "same algorithm and window as request_limits_cap[%zu]: "
+                schema_bad(ctx, ip,
+                           "same algorithm and window as request_limits_cap[%zu]: "
                            "one key, counted twice",
                            j);
         free(ip);

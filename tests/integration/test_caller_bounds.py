@@ -16,7 +16,8 @@ Caps: a policy with request_limits_max 5 and a request_limits_cap of 5 an
 hour; a caller rotates the window length, the algorithm, the period, the
 zone, the order of its limits (each check a fresh shape, a fresh key): no
 more than 5 admitted in all, and no more keys than the admitted checks' limits
-plus the cap's; the capped checks counted by a metric.
+plus the cap's; the capped checks counted by a metric; the memory backend
+holds the cap too.
 """
 
 import os
@@ -253,6 +254,14 @@ def case_caps_refused(r, d):
         check(want in out + err, "-t does not say %r: %s", want, out + err)
 
 
+def case_caps_memory_backend(r, d):
+    with H.Daemon({"identity": ["body"], "policies": policies()}, backend="memory") as m:
+        st = [H.post(m, {"key": "m", "policy": "capped", "limits": rot_window(i)})[0]
+              for i in range(50)]
+        eq((st.count(200), st.count(429)), (CAP, 50 - CAP), "-b memory: admitted, denied")
+        eq(H.metric(m, "ratelimitd_request_limits_capped_total"), 50 - CAP, "capped checks")
+
+
 def main():
     cases = [
         ("one caller names 1,100 zones: another tenant's Asia/Tokyo plan works, a reload adds "
@@ -269,6 +278,7 @@ def main():
         ("rotating the order of two limits (and their windows)",
          lambda r, d: rotate(r, d, rot_order, 2)),
         ("caps: a list too long with them; -t refuses bad caps", case_caps_refused),
+        ("-b memory: rotating the window admits at most the cap", case_caps_memory_backend),
     ]
 
     def fixture():
