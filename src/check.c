@@ -548,7 +548,8 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
         /* the policy's caps, counted with them whatever they are (own_limits
          * checked that they fit) */
-        memcpy(op->own_limits + nlimits, policy->caps, policy->ncaps * sizeof(*limits));
+        if (policy->ncaps > 0)
+            memcpy(op->own_limits + nlimits, policy->caps, policy->ncaps * sizeof(*limits));
         op->ncaller = nlimits;
         nlimits += policy->ncaps;
         op->own.limits = op->own_limits;
