@@ -50,12 +50,12 @@ struct check_op {
     int stale;             /* decided locally after a failed sync */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
+    size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
     /* a check's own limits: its policy, a copy of the one it falls under
      * with these in place of that one's (written only then) */
     struct rl_policy own;
     struct rl_limit own_limits[RL_LIMITS_MAX];
-    size_t ncaller; /* of own_limits, the caller's; the policy's caps follow */
 };
 
 /* A caller's own limits allowed the check and a cap denied it. */
@@ -546,8 +546,8 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     if (limits != NULL) {
         op->own = *policy;
         memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
-        /* the policy's caps, counted with them whatever they are (own_limits
-         * checked that they fit) */
+        /* the policy's caps, counted with them whatever they are
+         * (caller_limits_allowed checked that they fit) */
         if (policy->ncaps > 0)
             memcpy(op->own_limits + nlimits, policy->caps, policy->ncaps * sizeof(*limits));
         op->ncaller = nlimits;
@@ -555,7 +555,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         op->own.limits = op->own_limits;
         op->own.nlimits = nlimits;
         op->own.uid = 1ULL << 62 | ((policy->uid * 0x9e3779b97f4a7c15ULL) ^
-                                    algo_limits_hash(limits, nlimits)) >>
+                                    algo_limits_hash(op->own_limits, nlimits)) >>
                                        2;
         policy = &op->own;
     }
