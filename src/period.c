@@ -525,10 +525,10 @@ same_rules(const struct rl_tz *a, const struct rl_tz *b)
 
 /*
  * z, about to be kept (tz_lock held), takes the offsets of a zone kept
- * already with the same rules: links and copies of one zone ("posix/" is
- * a tree of hard links in Debian's tzdata, 2,048 names a request may load)
- * cost a name each, not a table each.  Zones are never freed, so the one
- * lent outlives the borrower.
+ * already with the same rules: hard links and copies of one zone ("posix/"
+ * is a tree of hard links in Debian's tzdata) cost a name each, not a
+ * table each.  Zones are never freed, so the one lent outlives the
+ * borrower.
  */
 static void
 tz_share(struct rl_tz *z)
