@@ -547,6 +547,19 @@ tz_share(struct rl_tz *z)
             }
 }
 
+/* z kept at the head of *list (tz_lock held), unless *n is max already. */
+static bool
+tz_keep(struct rl_tz **list, size_t *n, size_t max, struct rl_tz *z)
+{
+    if (*n >= max)
+        return false;
+    tz_share(z);
+    z->next = *list;
+    *list = z;
+    (*n)++;
+    return true;
+}
+
 static struct rl_tz *
 tz_read(const char *name, char **cause)
 {
@@ -633,7 +646,7 @@ tz_request(const char *name, char **cause)
         tz_free(z);
         return had;
     }
-    if (tz_nrequested >= TZ_REQUESTED_MAX) {
+    if (!tz_keep(&tz_requested, &tz_nrequested, TZ_REQUESTED_MAX, z)) {
         pthread_mutex_unlock(&tz_lock);
         tz_free(z);
         __atomic_add_fetch(&tz_refused, 1, __ATOMIC_RELAXED);
@@ -642,10 +655,6 @@ tz_request(const char *name, char **cause)
                            name, TZ_REQUESTED_MAX, tz_dir());
         return NULL;
     }
-    tz_share(z);
-    z->next = tz_requested;
-    tz_requested = z;
-    tz_nrequested++;
     pthread_mutex_unlock(&tz_lock);
     return z;
 }
@@ -676,7 +685,7 @@ period_tz(const char *name, int configured, char **cause)
         tz_free(z);
         return had;
     }
-    if (tz_nloaded >= TZ_LOADED_MAX) {
+    if (!tz_keep(&tz_loaded, &tz_nloaded, TZ_LOADED_MAX, z)) {
         pthread_mutex_unlock(&tz_lock);
         tz_free(z);
         *cause = xasprintf("time zone \"%s\": %d zones are loaded already, the most one "
@@ -686,10 +695,6 @@ period_tz(const char *name, int configured, char **cause)
     }
     if (had != NULL)
         __atomic_store_n(&had->superseded, 1, __ATOMIC_RELEASE);
-    tz_share(z);
-    z->next = tz_loaded;
-    tz_loaded = z;
-    tz_nloaded++;
     pthread_mutex_unlock(&tz_lock);
     return z;
 }
