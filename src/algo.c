@@ -36,7 +36,7 @@ algo_script_tag(const struct rl_limit *l)
 void
 algo_key_suffix(const struct rl_limit *l, struct strbuf *sb)
 {
-    sb_str(sb, ":");
+    sb_str(sb, l->cap ? ":cap-" : ":");
     sb_str(sb, algos[l->algo]->tag);
     sb_str(sb, ":");
     if (!algo_has_period(l)) {
@@ -55,7 +55,7 @@ algo_key_suffix(const struct rl_limit *l, struct strbuf *sb)
 bool
 algo_same_key(const struct rl_limit *a, const struct rl_limit *b)
 {
-    if (a->algo != b->algo || algo_has_period(a) != algo_has_period(b))
+    if (a->algo != b->algo || a->cap != b->cap || algo_has_period(a) != algo_has_period(b))
         return false;
     if (!algo_has_period(a))
         return a->window_ms == b->window_ms;
@@ -77,8 +77,8 @@ algo_limits_hash(const struct rl_limit *l, size_t n)
                         (uint64_t)l[i].limit,
                         (uint64_t)l[i].window_ms,
                         (uint64_t)l[i].burst,
-                        (uint64_t)l[i].align << 32 | (uint64_t)l[i].period.kind << 8 |
-                            (uint64_t)l[i].period.week_start,
+                        (uint64_t)l[i].cap << 48 | (uint64_t)l[i].align << 32 |
+                            (uint64_t)l[i].period.kind << 8 | (uint64_t)l[i].period.week_start,
                         (uint64_t)(uintptr_t)l[i].period.tz};
         for (size_t k = 0; k < RL_ARRAY_LEN(v); k++)
             h = (h ^ v[k]) * 0x100000001b3ULL;

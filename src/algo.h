@@ -72,6 +72,9 @@ struct rl_limit {
     /* concurrency: the longest a slot is held, as configured (0: absent);
      * window_ms is set to it (the key's name, the state's TTL) */
     int64_t lease_ms;
+    /* a policy's request_limits_cap: counted in a key of its own
+     * (":cap-<tag>:..."), never one a limit of the same shape has */
+    int cap;
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */

@@ -50,12 +50,29 @@ struct check_op {
     int stale;             /* decided locally after a failed sync */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
+    size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
     /* a check's own limits: its policy, a copy of the one it falls under
      * with these in place of that one's (written only then) */
     struct rl_policy own;
     struct rl_limit own_limits[RL_LIMITS_MAX];
 };
+
+/* A caller's own limits allowed the check and a cap denied it. */
+static bool
+capped(const struct check_op *op, const struct rl_decision *d)
+{
+    bool cap_denied = false;
+
+    if (op->ncaller == 0 || d->status != 429 || d->allowed || d->nlimits <= op->ncaller)
+        return false;
+    for (size_t i = 0; i < d->nlimits; i++) {
+        if (i < op->ncaller && !d->limits[i].allowed)
+            return false;
+        cap_denied |= i >= op->ncaller && !d->limits[i].allowed;
+    }
+    return cap_denied;
+}
 
 /* What names op's decision in the deny cache. */
 static const char *
@@ -225,6 +242,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
                   : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
                   : d.allowed                ? RL_OUT_ALLOWED
                                              : RL_OUT_DENIED);
+    if (capped(op, &d))
+        __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
     /* no wait: the place it held is free now (a held one's, when answered) */
     if (op->delay && d.delayed_ms == 0)
         check_delay_done(op->env);
@@ -527,10 +546,16 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     if (limits != NULL) {
         op->own = *policy;
         memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
+        /* the policy's caps, counted with them whatever they are
+         * (caller_limits_allowed checked that they fit) */
+        if (policy->ncaps > 0)
+            memcpy(op->own_limits + nlimits, policy->caps, policy->ncaps * sizeof(*limits));
+        op->ncaller = nlimits;
+        nlimits += policy->ncaps;
         op->own.limits = op->own_limits;
         op->own.nlimits = nlimits;
         op->own.uid = 1ULL << 62 | ((policy->uid * 0x9e3779b97f4a7c15ULL) ^
-                                    algo_limits_hash(limits, nlimits)) >>
+                                    algo_limits_hash(op->own_limits, nlimits)) >>
                                        2;
         policy = &op->own;
     }

@@ -490,6 +490,8 @@ static const struct schema_field policy_fields[] = {
     /* 0 (absent): no cap */
     {.name = "request_limits_max", .type = SCHEMA_INT, .off = POLICY(request_limits_max),
      .min = 1, .max = 1000000000},
+    {.name = "request_limits_cap", .type = SCHEMA_ARRAY, .off = POLICY(caps),
+     .sub = &limit_schema, .count_off = POLICY(ncaps)},
     /* absent (0): a check that does not fit now is denied */
     {.name = "max_delay", .type = SCHEMA_DURATION, .off = POLICY(max_delay_ms), .min = 1,
      .max = 60 * 1000},
@@ -875,6 +877,38 @@ policy_has_period(const struct rl_policy *p)
     return false;
 }
 
+/* request_limits_cap: counted with a caller's own limits, in one call of
+ * at most RL_LIMITS_MAX, and by the policy's identity (the caller's). */
+static void
+check_caps(const struct rl_policy *p, const char *path, struct schema_ctx *ctx)
+{
+    if (p->ncaps == 0)
+        return;
+    if (!p->request_limits)
+        schema_bad_field(
+            ctx, path, "request_limits_cap",
+            "caps what callers' own limits admit: needs \"request_limits\": true");
+    if (p->ncaps > RL_CAPS_MAX)
+        schema_bad_field(ctx, path, "request_limits_cap", "must be a list of 1..%d limits",
+                         RL_CAPS_MAX);
+    for (size_t i = 0; i < p->ncaps && i < RL_LIMITS_MAX; i++) {
+        char *ip = xasprintf("%s%srequest_limits_cap[%zu]", path, *path ? "." : "", i);
+
+        if (p->caps[i].identity != NULL)
+            schema_bad_field(ctx, ip, "identity", "a cap counts by the policy's identity");
+        if (p->caps[i].algo == RL_ALGO_CONCURRENCY)
+            schema_bad_field(ctx, ip, "algorithm",
+                             "a cap counts what is admitted: not concurrency");
+        for (size_t j = 0; j < i; j++)
+            if (algo_same_key(&p->caps[i], &p->caps[j]))
+                schema_bad(ctx, ip,
+                           "same algorithm and window as request_limits_cap[%zu]: "
+                           "one key, counted twice",
+                           j);
+        free(ip);
+    }
+}
+
 static void
 check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
 {
@@ -889,6 +923,7 @@ check_policy(const void *obj, const char *path, struct schema_ctx *ctx)
     if (p->request_limits_max != 0 && !p->request_limits)
         schema_bad_field(ctx, path, "request_limits_max",
                          "caps the limits callers send: needs \"request_limits\": true");
+    check_caps(p, path, ctx);
     if (p->mode == RL_MODE_HYBRID && p->request_limits)
         schema_bad_field(ctx, path, "request_limits",
                          "a hybrid policy decides from the limits it knows: not with "
@@ -1315,6 +1350,9 @@ finalize_policy(const struct rl_config *cfg, struct rl_policy *p, size_t i, unsi
     for (size_t k = 0; k < p->noverrides; k++)
         p->limit_ids |= has_limit_ids(p->overrides[k].limits, p->overrides[k].nlimits);
     finalize_limits(p->limits, p->nlimits);
+    finalize_limits(p->caps, p->ncaps);
+    for (size_t k = 0; k < p->ncaps; k++)
+        p->caps[k].cap = 1;
     for (size_t k = 0; k < p->noverrides; k++)
         finalize_override(&p->overrides[k], p);
 }

@@ -102,6 +102,10 @@ struct rl_override {
     struct rl_policy *as_policy; /* built after parsing; not a field */
 };
 
+/* request_limits_cap: the most caps a policy has (a caller's own limits
+ * then number at most RL_LIMITS_MAX minus the policy's caps). */
+#define RL_CAPS_MAX 4
+
 struct rl_policy {
     char *name;
     struct rl_match match;
@@ -120,6 +124,10 @@ struct rl_policy {
     int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
     int request_limits;               /* a check may bring its own limits ("limits") */
     int64_t request_limits_max;       /* the largest limit (or burst) it may ask; 0: any */
+    /* what a check bringing its own limits is counted against as well
+     * (their keys ":cap-<tag>:...", every caller's own) */
+    struct rl_limit *caps;
+    size_t ncaps;
     /* derived by finalize, not fields: */
     int fold4, fold6; /* the address identity's network, in bits */
     int limit_ids;    /* a limit (or an override's) has an identity of its own:

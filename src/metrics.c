@@ -8,6 +8,7 @@
 #include "ac_config.h"
 #include "bufpool.h"
 #include "metrics.h"
+#include "period.h"
 #include "util.h"
 
 #define ADD(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
@@ -439,6 +440,30 @@ format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     }
 }
 
+/* Bounds on what callers bring: the zones they name, the caps on their
+ * own limits (docs/API.md, "Limits from the caller"). */
+static void
+format_caller_bounds(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    struct period_tz_stats tz;
+
+    period_tz_stats(&tz);
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_time_zones_loaded Time zones loaded, named by configurations and only by requests.\n"
+        "# TYPE ratelimitd_time_zones_loaded gauge\n"
+        "ratelimitd_time_zones_loaded{table=\"configured\"} %zu\n"
+        "ratelimitd_time_zones_loaded{table=\"requested\"} %zu\n"
+        "# HELP ratelimitd_time_zones_refused_total Requests' zones refused: the requests' table was full.\n"
+        "# TYPE ratelimitd_time_zones_refused_total counter\n"
+        "ratelimitd_time_zones_refused_total %llu\n"
+        "# HELP ratelimitd_request_limits_capped_total Checks their own limits allowed and a request_limits_cap denied.\n"
+        "# TYPE ratelimitd_request_limits_capped_total counter\n"
+        "ratelimitd_request_limits_capped_total %llu\n",
+        tz.configured, tz.requested, (unsigned long long)tz.refused,
+        (unsigned long long)SUM(request_limits_capped));
+}
+
 void
 metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
@@ -506,6 +531,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         (unsigned long long)SUM(inflight), (unsigned long long)LOAD(&reconnects),
         (unsigned long long)LOAD(&reloads_ok), (unsigned long long)LOAD(&reloads_failed),
         (unsigned long long)LOAD(&config_hash));
+    format_caller_bounds(out, ms, n);
     evbuffer_add_printf(
         out,
         "# HELP ratelimitd_redis_errors_total Checks answered by an error reply from Redis, by kind.\n"

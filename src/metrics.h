@@ -106,6 +106,7 @@ struct rl_metrics {
     uint64_t delayed_waiting;            /* gauge: held now */
     uint64_t backend_status[4];          /* by enum rl_backend_status */
     uint64_t local_cache_hits;
+    uint64_t request_limits_capped; /* checks a request_limits_cap denied (check.c) */
     uint64_t inflight;
     struct http_counters http; /* the check listener's connections */
     struct grpc_counters grpc; /* the gRPC listener's (rls.listen) */

@@ -57,6 +57,7 @@ COMPANIONS = {
     "policies[].limits[].timezone": {"policies[].limits[].period": None},
     "policies[].limits[].week_start": {"policies[].limits[].period": "week"},
     "policies[].request_limits_max": {"policies[].request_limits": True},
+    "policies[].request_limits_cap": {"policies[].request_limits": True},
     "rls.request_limits_max": {"rls.request_limits": True},
 }  # None: the option's documented value; "DROP": left out, though required elsewhere
 

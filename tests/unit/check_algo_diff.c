@@ -1380,8 +1380,8 @@ END_TEST
 
 START_TEST(daemon_batch_fails_one_check_alone)
 {
-    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
-    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char n1[] = "p1", n2[] = "p2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1444,8 +1444,8 @@ END_TEST
  */
 START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
 {
-    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char name[] = "pa";
     struct rl_policy p = {.name = name, .limits = l, .nlimits = 2};
     struct rl_check_req use = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = 3};
@@ -1511,9 +1511,9 @@ END_TEST
  */
 START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
 {
-    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
-    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
+    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char n1[] = "pl1", n2[] = "pl2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1760,9 +1760,9 @@ START_TEST(daemon_sends_a_periods_boundaries)
 {
     char *cause = NULL;
     struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
-                             {RL_PERIOD_MINUTE, 0, NULL}, NULL, 0}};
+                             {RL_PERIOD_MINUTE, 0, NULL}, NULL, 0, 0}};
     struct rl_limit l2[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
-                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL, 0}};
+                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL, 0, 0}};
     char n1[] = "pm", n2[] = "pd";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 1};
