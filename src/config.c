@@ -1470,6 +1470,15 @@ config_warnings(const struct rl_config *cfg, struct rl_errors *warns)
         char *path = xasprintf("policies[%zu]", i);
 
         warn_limits(p->limits, p->nlimits, path, file, warns);
+        /* request_limits_max bounds each limit a caller sends, not what it
+         * is admitted: one varying its windows gets a fresh key each time. */
+        if (p->request_limits && p->ncaps == 0)
+            errors_add(
+                warns,
+                "%s: %s: request_limits without request_limits_cap: a caller that varies "
+                "its limits (window, algorithm, period, zone) is not bounded by "
+                "request_limits_max, only each limit's size is",
+                file, path);
         for (size_t k = 0; k < p->noverrides; k++) {
             char *op = xasprintf("policies[%zu].overrides[%zu]", i, k);
             warn_limits(p->overrides[k].limits, p->overrides[k].nlimits, op, file, warns);

@@ -254,6 +254,16 @@ def case_caps_refused(r, d):
         check(want in out + err, "-t does not say %r: %s", want, out + err)
 
 
+def case_caps_missing_warned(r, d):
+    """request_limits without a cap: -t says it, naming the policy; with a cap it says nothing."""
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(conf())])
+    eq(rc, 0, "-t of the test's config: %s" % (out + err))
+    check("policies[0]: request_limits without request_limits_cap" in out + err,
+          "-t does not warn about policies[0] (no cap): %s", out + err)
+    check("policies[2]: request_limits without" not in out + err,
+          "-t warns about policies[2], which has a cap: %s", out + err)
+
+
 def case_caps_memory_backend(r, d):
     with H.Daemon({"identity": ["body"], "policies": policies()}, backend="memory") as m:
         st = [H.post(m, {"key": "m", "policy": "capped", "limits": rot_window(i)})[0]
@@ -278,6 +288,7 @@ def main():
         ("rotating the order of two limits (and their windows)",
          lambda r, d: rotate(r, d, rot_order, 2)),
         ("caps: a list too long with them; -t refuses bad caps", case_caps_refused),
+        ("request_limits without a cap: -t warns, naming the policy", case_caps_missing_warned),
         ("-b memory: rotating the window admits at most the cap", case_caps_memory_backend),
     ]
 
