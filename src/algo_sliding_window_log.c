@@ -132,6 +132,20 @@ swl_reserve(const struct rl_limit *lim, struct rl_algo_state *st)
     st->ring_head = 0;
 }
 
+/* Log an entry of `cost` at ts, the newest; its units count. */
+static void
+swl_append(const struct rl_limit *lim, struct rl_algo_state *st, int64_t ts, int64_t cost)
+{
+    uint32_t slot;
+
+    swl_reserve(lim, st);
+    slot = (st->ring_head + st->ring_len) % st->ring_cap;
+    st->ring[2 * (size_t)slot] = ts;
+    st->ring[2 * (size_t)slot + 1] = cost;
+    st->ring_len++;
+    st->swl.units += cost;
+}
+
 static void
 swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
            struct rl_limit_result *res)
@@ -139,7 +153,6 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
     int64_t W = lim->window_ms * 1000;
     int64_t ts, n0, room;
     struct swl_view v;
-    uint32_t slot;
 
     swl_view(lim, st, now, &v);
     n0 = v.n;
@@ -149,12 +162,7 @@ swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
      * to at most limit - cost units): keep the newest limit - 1, then this */
     if (v.first <= SWL_DROP_MAX && st->ring_len >= lim->limit)
         swl_drop(st, st->ring_len - (uint32_t)lim->limit + 1);
-    swl_reserve(lim, st);
-    slot = (st->ring_head + st->ring_len) % st->ring_cap;
-    st->ring[2 * (size_t)slot] = ts;
-    st->ring[2 * (size_t)slot + 1] = cost;
-    st->ring_len++;
-    st->swl.units += cost;
+    swl_append(lim, st, ts, cost);
 
     /* the units still inside the window: not those left behind; a forced
      * commit into a log at its limit may have forgotten some, so its
@@ -189,14 +197,10 @@ swl_charge(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
         slot = (st->ring_head + st->ring_len - 1) % st->ring_cap;
         st->ring[2 * (size_t)slot] = ts;
         st->ring[2 * (size_t)slot + 1] += cost;
+        st->swl.units += cost;
     } else {
-        swl_reserve(lim, st);
-        slot = (st->ring_head + st->ring_len) % st->ring_cap;
-        st->ring[2 * (size_t)slot] = ts;
-        st->ring[2 * (size_t)slot + 1] = cost;
-        st->ring_len++;
+        swl_append(lim, st, ts, cost);
     }
-    st->swl.units += cost;
     swl_view(lim, st, now, &v);
     algo_set_numbers(res, lim->limit - v.n, ts + W - now);
 }
