@@ -243,44 +243,58 @@ end
 -- set by the driver before each check.
 local delay_max = nil
 
+-- One limit of a charge: its key's value pre (nil: read it), done (nothing
+-- to count) -> ok, remaining, reset_ms, retry_after_ms of a check of cost 0
+-- after it.  Commit's numbers are those when the limit is not overdrawn
+-- (remaining >= 0: a check of cost 0 fits, now); an overdraft peeks again,
+-- from the value commit wrote (no read), or the key (the log, whose peek
+-- reads its own), for when it is paid back.
+local function charge_limit(sp, j, key, now, cost, pre, done, cc)
+  local peek, limit, W, burst = sp[j + 1], sp[j + 3], sp[j + 4], sp[j + 5]
+  local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = peek(key, now, limit, W, burst, 0, pre)
+  if done or cc then
+    if reset == nil then reset, repair = cc_late(key, now) end
+    if repair then repair_ttl(key, repair) end
+    return ok, rem, reset, retry
+  end
+  charging = true
+  local v
+  rem, reset, v = sp[j + 2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+  charging = false
+  if rem >= 0 then return true, rem, reset, 0 end
+  ok, rem, reset, retry = peek(key, now, limit, W, burst, 0, v)
+  return ok, rem, reset, retry
+end
+
 -- A charge ('c'): every limit's cost counted now, past its limit, during a
 -- block too (the block denies checks; a charge records work already done),
 -- with nothing of it lost (charging: token_bucket and gcra carry the whole
 -- debt, the sliding log forgets no unit); a concurrency limit is not
 -- charged (a charge holds no slot).  Answered as a check of cost 0 made
--- right after it: peek again, from the value commit wrote (no read), or
--- from the key (the log, whose peek reads its own).  Its keys from
--- KEYS[k + 1], its answer into out[o + 1]... (o = 0, out nil: returned, for
--- run1's one limit).
+-- right after it.  Its keys from KEYS[k + 1], its answer into out[o + 1]...
+-- (out nil: returned, for run1's one limit).
 local function charge(sp, cf, k, bkey, once_key, seq, now, out, o)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local n, cost = sp.n, cf[1]
   local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
   local done = cost <= 0 or (once_key and applied(once_key, seq))
-  local allowed, r = blocked == 0, {}
-  for i = 1, n do
-    local j, key = 5 * i - 5, KEYS[k + i]
-    local peek, limit, W, burst = sp[j + 1], sp[j + 3], sp[j + 4], sp[j + 5]
-    local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = peek(key, now, limit, W, burst, 0, pre)
-    pre = nil
-    if not done and i ~= sp.cc then
-      charging = true
-      local _, _, v = sp[j + 2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
-      charging = false
-      ok, rem, reset, retry = peek(key, now, limit, W, burst, 0, v)
-    else
-      if reset == nil then reset, repair = cc_late(key, now) end
-      if repair then repair_ttl(key, repair) end
-    end
+  local ok, rem, reset, retry = charge_limit(sp, 0, KEYS[k + 1], now, cost, pre, done,
+                                             sp.cc == 1)
+  local allowed = blocked == 0 and ok
+  if out == nil then
+    if not done and once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+    if blocked > 0 then return -blocked, rem, reset, retry end
+    return allowed and 1 or 0, rem, reset, retry
+  end
+  out[o + 2], out[o + 3], out[o + 4] = rem, reset, retry
+  for i = 2, n do
+    ok, out[o + 3 * i - 1], out[o + 3 * i], out[o + 3 * i + 1] =
+      charge_limit(sp, 5 * i - 5, KEYS[k + i], now, cost, nil, done, sp.cc == i)
     if not ok then allowed = false end
-    r[3 * i - 2], r[3 * i - 1], r[3 * i] = rem, reset, retry
   end
   if not done and once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
-  local a = 0
-  if blocked > 0 then a = -blocked elseif allowed then a = 1 end
-  if out == nil then return a, r[1], r[2], r[3] end
-  out[o + 1] = a
-  for i = 1, 3 * n do out[o + 1 + i] = r[i] end
+  if blocked > 0 then out[o + 1] = -blocked elseif allowed then out[o + 1] = 1
+  else out[o + 1] = 0 end
 end
 
 -- One check of one limit (most checks), its keys from KEYS[k + 1], its

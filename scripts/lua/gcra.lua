@@ -89,12 +89,22 @@ MODULES['gcra'] = function(with_give)
   local m_at, m_f, m_value, m_left, m_ttl
   local function commit(key, now, limit, W, burst, cost, xi, xf, ni, nf, fits)
     if charging then
-      -- TAT moved by the whole charge, up to owed_max units ahead
-      local most = owed_max(limit, W, muldiv)
-      if cost > most then cost = most end
+      -- TAT moved by the whole charge, up to owed_max units ahead;
+      -- owed_max >= 2 x burst (a bucket refills within 366 days), so it is
+      -- computed only for a charge or a TAT past that
+      local most = nil
+      if cost > 2 * burst then
+        most = owed_max(limit, W, muldiv)
+        if cost > most then cost = most end
+      end
       ni, nf = gcra_next(xi, xf, cost, W, limit)
-      local mi, mf = muldiv(W, most, limit)
-      if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
+      local ti, tf = tau(W, burst, limit)
+      ti, tf = gcra_norm(2 * ti, 2 * tf, limit)
+      if ni > ti or (ni == ti and nf > tf) then
+        most = most or owed_max(limit, W, muldiv)
+        local mi, mf = muldiv(W, most, limit)
+        if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
+      end
       fits = true
     elseif ni == nil then
       local most = 2 * burst

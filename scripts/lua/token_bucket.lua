@@ -75,8 +75,12 @@ MODULES['tb'] = function(with_give)
   local function commit(key, now, limit, W, burst, cost, d, f, at, skew)
     d = d + cost
     if charging then
-      local most = owed_max(limit, W, muldiv)
-      if d >= most then d, f = most, 0 end
+      -- owed_max >= 2 x burst (a bucket refills within 366 days): its
+      -- digit-wise division only for a debt that large
+      if d >= 2 * burst then
+        local most = owed_max(limit, W, muldiv)
+        if d >= most then d, f = most, 0 end
+      end
     elseif d >= 2 * burst and not reserving then
       d, f = 2 * burst, 0
     end
