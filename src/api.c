@@ -247,10 +247,11 @@ admit(struct http_req *r, struct rl_worker *w)
  * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
  * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
  * method, no body, the original request in its headers, or in the path after
- * /check/ and the method itself.
+ * /check/ and the method itself.  POST /charge (charge) takes the same body
+ * and counts its cost, never denied (check.h).
  */
 static void
-handle_check(struct http_req *r, struct rl_worker *w, int forward)
+handle_check(struct http_req *r, struct rl_worker *w, int forward, bool charge)
 {
     struct rl_config *cfg = w->cfg;
     const struct http_head *h = r->head;
@@ -263,6 +264,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     memset(&ci, 0, sizeof(ci));
     ci.body = r->body_len ? r->body : NULL;
     ci.body_len = r->body_len;
+    ci.charge = charge;
     if (query_has(h, "body=none"))
         r->flags |= API_NO_BODY;
     if (forward) {
@@ -462,11 +464,16 @@ api_handle(struct http_req *r, void *arg)
                      (h->path_len == 6 || h->path[6] == '/');
 
     if (path_is(h, "/check", 6) && h->method == HTTP_M_POST) {
-        handle_check(r, w, 0);
+        handle_check(r, w, 0, false);
     } else if (check_tree && w->cfg->forward_auth) {
-        handle_check(r, w, 1);
+        handle_check(r, w, 1, false);
     } else if (path_is(h, "/check", 6)) {
         respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/charge", 7)) {
+        if (h->method == HTTP_M_POST)
+            handle_check(r, w, 0, true);
+        else
+            respond_405(r, w, "Allow: POST\r\n");
     } else if (path_is(h, "/release", 8)) {
         if (h->method == HTTP_M_POST)
             handle_release(r, w);
@@ -499,8 +506,9 @@ api_handle(struct http_req *r, void *arg)
             respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else {
         metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
-        respond_error(r, 404, NULL,
-                      "no such path: use POST /check, POST /release, POST /json, "
-                      "GET /healthz, GET /readyz, GET /serving or GET /metrics");
+        respond_error(
+            r, 404, NULL,
+            "no such path: use POST /check, POST /charge, POST /release, POST /json, "
+            "GET /healthz, GET /readyz, GET /serving or GET /metrics");
     }
 }

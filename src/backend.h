@@ -118,6 +118,17 @@ struct rl_check_req {
 #define RL_CHECK_DELAY 0x80u
 #define RL_CHECK_LEASE 0x20u
 #define RL_CHECK_RELEASE 0x40u
+/*
+ * A charge (POST /charge): `cost` (>= 0) counted now in every limit, past
+ * the limit, during a block too, never denied and nothing of it lost: a
+ * bucket's debt and GCRA's TAT carry it whole (up to algo_owed_max, not
+ * algo_most_owed), the sliding log forgets no unit; a concurrency limit is
+ * not charged.  Answered as a check of cost 0 made right after it: allowed
+ * says whether such a check passes, each limit's overdraft what is past it.
+ * May come with RL_CHECK_ONCE (a hybrid sync of charged units), with no
+ * other flag.
+ */
+#define RL_CHECK_CHARGE 0x100u
 #define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK | RL_CHECK_RELEASE)
 
 struct rl_check_res {

@@ -48,6 +48,7 @@ struct check_op {
     int hybrid;            /* a hybrid policy's key unknown locally */
     int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
+    int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
@@ -143,7 +144,7 @@ check_fields(const struct rl_body_fields *f, char **cause)
         return RL_ERR;
     }
     if (f->cost < 0 || f->cost > RL_COST_MAX) {
-        *cause = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+        *cause = xasprintf("cost: must be an integer 0..%lld", RL_COST_MAX);
         return RL_ERR;
     }
     return RL_OK;
@@ -202,6 +203,20 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.lease = lease_of(op, res, lease, sizeof(lease));
         if (res->allowed && res->delay_ms > 0 && op->delay)
             d.delayed_ms = res->delay_ms;
+        if (op->charge) {
+            /* counted, whatever the limits say: the state after it */
+            d.charge = 1;
+            d.charged = op->req.cost;
+            d.status = 200;
+            metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
+        }
+    } else if (op->charge) {
+        /* nothing counted: no failure_mode answers as if it had been */
+        memset(&d, 0, sizeof(d));
+        d.status = 503;
+        d.policy = op->policy;
+        d.degraded = 1;
+        d.charge = 1;
     } else {
         /* The caller's own deadline passed, not Redis's: no failure_mode's
          * answer (it would race the transport's DEADLINE_EXCEEDED), the
@@ -236,12 +251,13 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.has_pk = 1;
         d.pk = siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len);
     }
-    metrics_check(op->env->metrics, op->policy->metrics_id,
-                  d.status == 503            ? RL_OUT_ERROR
-                  : d.degraded               ? RL_OUT_DEGRADED
-                  : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
-                  : d.allowed                ? RL_OUT_ALLOWED
-                                             : RL_OUT_DENIED);
+    if (!op->charge)
+        metrics_check(op->env->metrics, op->policy->metrics_id,
+                      d.status == 503            ? RL_OUT_ERROR
+                      : d.degraded               ? RL_OUT_DEGRADED
+                      : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
+                      : d.allowed                ? RL_OUT_ALLOWED
+                                                 : RL_OUT_DENIED);
     if (capped(op, &d))
         __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
     /* no wait: the place it held is free now (a held one's, when answered) */
@@ -274,7 +290,8 @@ on_backend(const struct rl_check_res *res, void *arg)
     /* a slot may be released any moment: a denial for want of one is not
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache && !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
+        op->cfg->deny_cache &&
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -515,7 +532,8 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
 
 static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
-                     int64_t timeout_ms, bool may_hold, rl_check_done done, void *arg);
+                     int64_t timeout_ms, bool may_hold, bool charge, rl_check_done done,
+                     void *arg);
 
 /*
  * Decide a check of `cost` for (policy, identity): locally when the hybrid
@@ -528,7 +546,7 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
-             const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
+             const struct rl_ident_input *ident, int64_t cost, bool charge, int64_t timeout_ms,
              const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
              char **cause)
 {
@@ -578,16 +596,18 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->req.key_len = klen;
     /* only a request's check (not gRPC's, not the admin's) is held */
-    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, charge, done, arg);
     return RL_OK;
 }
 
 /* The check op holds its key(s): decide it as every check is decided;
- * may_hold: a check that may wait for the policy's max_delay. */
+ * may_hold: a check that may wait for the policy's max_delay; charge: a
+ * charge (RL_CHECK_CHARGE), which takes no lease, is never held and never
+ * answered from the deny cache. */
 static void
 start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *cfg,
          const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, bool may_hold,
-         rl_check_done done, void *arg)
+         bool charge, rl_check_done done, void *arg)
 {
     op->cfg = config_ref(cfg);
     op->policy = policy;
@@ -601,11 +621,16 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->req.limit_key_len = op->lk->len;
     }
     op->req.cost = cost;
+    if (charge) {
+        op->charge = 1;
+        op->req.flags |= RL_CHECK_CHARGE;
+        may_hold = false;
+    }
     {
         size_t li;
 
         /* an allowed check takes a slot under a lease of its own */
-        if (cost > 0 && config_lease_limit(policy, &li)) {
+        if (cost > 0 && !charge && config_lease_limit(policy, &li)) {
             op->req.flags |= RL_CHECK_LEASE;
             lease_draw(&op->req.lease);
         }
@@ -627,15 +652,15 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
-        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
-                          &op->stale)) {
+        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, charge,
+                          &local, &op->stale)) {
             finish(op, &local);
             return;
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
     if (env->deny != NULL && cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
@@ -683,7 +708,7 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->lk->all = op->lk->buf;
     op->lk->all_len = o;
-    start_op(op, env, cfg, policy, cost, timeout_ms, false, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, false, false, done, arg);
     return RL_OK;
 }
 
@@ -693,8 +718,8 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                    void *arg, char **cause)
 {
-    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, NULL, 0,
-                        done, arg, cause);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, false, timeout_ms,
+                        NULL, 0, done, arg, cause);
 }
 
 int
@@ -730,7 +755,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy == NULL) {
         struct rl_decision d;
         response_no_policy(&d);
-        metrics_check(env->metrics, RL_METRICS_NO_POLICY, RL_OUT_ALLOWED);
+        d.charge = in->charge; /* counted nowhere: "charged": 0 */
+        if (!in->charge)
+            metrics_check(env->metrics, RL_METRICS_NO_POLICY, RL_OUT_ALLOWED);
         done(&d, arg);
         rc = RL_OK;
         goto out;
@@ -759,7 +786,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy->noverrides > 0)
         policy = config_policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0,
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge, 0,
                       nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);

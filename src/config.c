@@ -415,11 +415,16 @@ static void check_top(const void *obj, const char *path, struct schema_ctx *ctx)
 #define RLS(m) offsetof(struct rl_rls_conf, m)
 #define TOP(m) offsetof(struct rl_config, m)
 
+_Static_assert(RL_COST_MAX == 1000000000000000, "limit_fields' bounds say RL_COST_MAX");
+
 static const struct schema_field limit_fields[] = {
     {.name = "algorithm", .type = SCHEMA_ENUM, .off = LIMIT(algo), .names = algo_name_list,
      .flags = SCHEMA_REQUIRED},
-    {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1, .max = 1000000000,
-     .flags = SCHEMA_REQUIRED},
+    /* budgets of tokens or micro-dollars: up to RL_COST_MAX, written out for
+     * tests/integration/test_api_doc.py (the sliding log, an entry per
+     * check, less: check_limit) */
+    {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1,
+     .max = 1000000000000000, .flags = SCHEMA_REQUIRED},
     /* window or period: check_limit; a concurrency limit has its lease instead */
     {.name = "window", .type = SCHEMA_DURATION, .off = LIMIT(window_ms), .min = 1,
      .max = 366 * DAY_MS},
@@ -427,7 +432,8 @@ static const struct schema_field limit_fields[] = {
     {.name = "lease", .type = SCHEMA_DURATION, .off = LIMIT(lease_ms), .min = 1,
      .max = DAY_MS},
     /* 0 (absent): the limit, set by finalize */
-    {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1, .max = 1000000000},
+    {.name = "burst", .type = SCHEMA_INT, .off = LIMIT(burst), .min = 1,
+     .max = 1000000000000000},
     {.name = "align", .type = SCHEMA_ENUM, .off = LIMIT(align), .def = "\"first\"",
      .names = align_names},
     {.name = "period", .type = SCHEMA_CUSTOM, .off = LIMIT(period.kind), .custom = &period_type},
@@ -489,7 +495,7 @@ static const struct schema_field policy_fields[] = {
      .def = "false"},
     /* 0 (absent): no cap */
     {.name = "request_limits_max", .type = SCHEMA_INT, .off = POLICY(request_limits_max),
-     .min = 1, .max = 1000000000},
+     .min = 1, .max = 1000000000000000},
     {.name = "request_limits_cap", .type = SCHEMA_ARRAY, .off = POLICY(caps),
      .sub = &limit_schema, .count_off = POLICY(ncaps)},
     /* absent (0): a check that does not fit now is denied */
@@ -751,6 +757,11 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
         schema_bad_field(ctx, path, "align", "only fixed_window has windows to align");
     else if (l->align != RL_ALIGN_FIRST && period)
         schema_bad_field(ctx, path, "align", "a period is aligned to the calendar already");
+    /* the log holds an entry per allowed check (at most `limit` of them) */
+    if (l->algo == RL_ALGO_SLIDING_WINDOW_LOG && l->limit > 1000000000)
+        schema_bad_field(ctx, path, "limit",
+                         "at most 1000000000 with sliding_window_log: it keeps an entry per "
+                         "check (its memory); a larger budget takes sliding_window_counter");
     /* time to refill a whole bucket = burst/limit x window: bounded so the
      * algorithms' exact integer arithmetic cannot overflow */
     if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&

@@ -117,6 +117,14 @@ metrics_check(struct rl_metrics *m, int id, enum rl_outcome o)
 }
 
 void
+metrics_charge(struct rl_metrics *m, int id, int64_t units)
+{
+    if (id < 0 || id >= RL_METRICS_POLICIES)
+        id = RL_METRICS_POLICIES - 1;
+    __atomic_add_fetch(&m->charged[id], (uint64_t)units, __ATOMIC_RELAXED);
+}
+
+void
 metrics_reject(struct rl_metrics *m, enum rl_reject r)
 {
     ADD(&m->rejected[r]);
@@ -246,6 +254,20 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                                 "ratelimitd_checks_total{policy=\"%s\",result=\"%s\"} %llu\n",
                                 name, outcomes[o], (unsigned long long)v);
         }
+    }
+    evbuffer_add_printf(out, "# HELP ratelimitd_charged_units_total Units counted by POST "
+                             "/charge, by policy.\n"
+                             "# TYPE ratelimitd_charged_units_total counter\n");
+    for (int id = 1; id < RL_METRICS_POLICIES; id++) {
+        const char *name = id < names                      ? reg_names[id]
+                           : id == RL_METRICS_POLICIES - 1 ? "(other)"
+                                                           : NULL;
+        uint64_t v = SUM(charged[id]);
+
+        if (name == NULL || (v == 0 && id == RL_METRICS_POLICIES - 1))
+            continue;
+        evbuffer_add_printf(out, "ratelimitd_charged_units_total{policy=\"%s\"} %llu\n", name,
+                            (unsigned long long)v);
     }
 }
 

@@ -63,10 +63,12 @@ enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
 #define RL_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* Limits of the public API (docs/API.md). */
-#define RL_KEY_MAX 512      /* bytes of a caller identity */
-#define RL_COST_MAX 1000000 /* largest cost a check may ask for */
-#define RL_LIMITS_MAX 8     /* limits per policy, decided in one script call */
-#define RL_NAME_MAX 64      /* policy names become part of Redis keys */
+#define RL_KEY_MAX 512  /* bytes of a caller identity */
+#define RL_LIMITS_MAX 8 /* limits per policy, decided in one script call */
+#define RL_NAME_MAX 64  /* policy names become part of Redis keys */
+/* The largest cost a check or a charge may ask for: budgets of tokens or
+ * micro-dollars; every count stays below 2^51 (algo.h, ALGO_UNITS_MAX). */
+#define RL_COST_MAX 1000000000000000LL
 /* A typed identity ("k:" + key; a compound's two such parts) and its
  * escaped form inside a hash tag. */
 #define RL_IDENTITY_MAX (2 * (8 + RL_KEY_MAX))

@@ -42,7 +42,9 @@ METRIC_HEADER = ["metric", "type", "labels", "meaning"]
 
 # What config.c's check hooks require next to an option: {option: {other: value}}.
 COMPANIONS = {
-    "policies[].limits[].burst": {"policies[].limits[].algorithm": "token_bucket"},
+    # a burst of 10^15 refills within 366 days only at a limit as large
+    "policies[].limits[].burst": {"policies[].limits[].algorithm": "token_bucket",
+                                  "policies[].limits[].limit": 1000000000000000},
     # a concurrency limit has a lease and no window (required of the others)
     "policies[].limits[].lease": {"policies[].limits[].algorithm": "concurrency",
                                   "policies[].limits[].window": "DROP"},

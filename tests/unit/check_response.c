@@ -46,14 +46,14 @@ static struct rl_policy four = {
 static struct rl_limit_result
 ok(int64_t remaining, int64_t reset_ms)
 {
-    struct rl_limit_result r = {1, remaining, reset_ms, 0};
+    struct rl_limit_result r = {1, remaining, reset_ms, 0, 0};
     return r;
 }
 
 static struct rl_limit_result
 no(int64_t remaining, int64_t reset_ms, int64_t retry_after_ms)
 {
-    struct rl_limit_result r = {0, remaining, reset_ms, retry_after_ms};
+    struct rl_limit_result r = {0, remaining, reset_ms, retry_after_ms, 0};
     return r;
 }
 
