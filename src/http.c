@@ -20,8 +20,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <arpa/inet.h>
+#include <stdio.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "http.h"
 #include "config.h"
@@ -525,6 +528,24 @@ http_respond(struct http_req *r, const struct http_response *resp)
     }
     if (!c->busy)
         conn_settle(c);
+}
+
+void
+http_respond_error(struct http_req *r, int status, const char *extra, const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    struct http_response resp = {.status = status};
+
+    if (status == 503 && extra == NULL)
+        extra = "Retry-After: 1\r\n";
+    resp.headers = extra;
+    resp.headers_len = extra ? strlen(extra) : 0;
+    resp.body = s != NULL ? s : "{\"error\":\"internal error\"}";
+    resp.body_len = strlen(resp.body);
+    http_respond(r, &resp);
+    free(s);
+    json_decref(o);
 }
 
 /* A JSON error for a request we refuse ourselves.  The connection closes
@@ -1159,4 +1180,20 @@ const struct sockaddr_storage *
 http_req_peer(const struct http_req *r)
 {
     return r->conn != NULL ? &r->conn->peer : NULL;
+}
+
+void
+http_req_peer_text(const struct http_req *r, char *buf, size_t size)
+{
+    const struct sockaddr_storage *ss = http_req_peer(r);
+
+    snprintf(buf, size, "-");
+    if (ss == NULL)
+        return;
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, buf,
+                  (socklen_t)size);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, buf,
+                  (socklen_t)size);
 }
