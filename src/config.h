@@ -18,17 +18,14 @@
 
 #include "log.h"
 #include "netaddr.h"
+#include "policy.h"
 #include "rl.h"
 #include "schema.h"
 
-struct rl_limit;
 struct rls_rules;
 
 enum rl_backend_kind { RL_BACKEND_REDIS = 0, RL_BACKEND_MEMORY };
 enum rl_failure_mode { RL_FAIL_OPEN = 0, RL_FAIL_CLOSED, RL_FAIL_LOCAL };
-/* exact: every check asks the backend; hybrid: see hybrid.h */
-enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
-
 /* forwarded_request_headers: which family of original-request headers the
  * trusted proxies write (the other may be the client's, passed through).
  * auto: forwarded with forward_auth on (what Traefik and Caddy send, and
@@ -38,93 +35,6 @@ enum rl_request_headers { RL_REQHDR_ORIGINAL = 0, RL_REQHDR_FORWARDED, RL_REQHDR
 enum rl_bad_path { RL_BADPATH_REJECT = 0, RL_BADPATH_RAW };
 /* x_ratelimit_reset: seconds from now, or the Unix time of the reset */
 enum rl_reset_format { RL_RESET_DELTA = 0, RL_RESET_EPOCH };
-
-/* trusted_header: a header read only from a peer in trusted_proxies (one
- * the proxy sets itself, after authenticating the client) */
-enum rl_id_kind {
-    RL_ID_BODY = 0,
-    RL_ID_HEADER,
-    RL_ID_FORWARDED,
-    RL_ID_PEER,
-    RL_ID_TRUSTED_HEADER
-};
-
-/* Parts of a compound source ("forwarded+body") at most. */
-#define RL_ID_PARTS_MAX 3
-
-struct rl_id_source {
-    enum rl_id_kind kind;
-    char *header;              /* RL_ID_HEADER, RL_ID_TRUSTED_HEADER: its name */
-    struct rl_id_source *also; /* a compound's next part (owned), or NULL */
-};
-
-struct rl_identity_chain {
-    struct rl_id_source *v;
-    size_t n;
-};
-
-/* HTTP methods a policy can match, as a bit set. */
-enum {
-    RL_M_GET = 1 << 0,
-    RL_M_HEAD = 1 << 1,
-    RL_M_POST = 1 << 2,
-    RL_M_PUT = 1 << 3,
-    RL_M_DELETE = 1 << 4,
-    RL_M_PATCH = 1 << 5,
-    RL_M_OPTIONS = 1 << 6,
-    RL_M_CONNECT = 1 << 7,
-    RL_M_TRACE = 1 << 8
-};
-
-struct rl_match {
-    char *path; /* exact */
-    char *path_prefix;
-    char *path_glob;  /* '*' any run of bytes, '?' one byte */
-    unsigned methods; /* 0 = any */
-};
-
-struct rl_policy;
-
-/*
- * Limits of their own for some callers (a tier, a partner's keys).  Each
- * override carries a whole policy that shares its parent's name, match and
- * keys' hash tag, so the rest of the daemon sees just another policy.
- */
-struct rl_override {
-    /* typed, as written: "key:alice", "ip:10.0.0.7", "ip:10.1.0.0/16" */
-    struct rl_strlist identities;
-    /* built from identities after parsing; not fields */
-    struct rl_cidr_list ips;
-    char **keys; /* the values of "key:" entries (not owned) */
-    size_t nkeys;
-    struct rl_limit *limits;
-    size_t nlimits;
-    struct rl_policy *as_policy; /* built after parsing; not a field */
-};
-
-struct rl_policy {
-    char *name;
-    struct rl_match match;
-    struct rl_limit *limits;
-    size_t nlimits;
-    int shadow;
-    struct rl_identity_chain identity; /* n == 0: the global chain */
-    struct rl_override *overrides;
-    size_t noverrides;
-    int metrics_id; /* config_set_metrics_ids() */
-    uint64_t uid;   /* never the same for two policies of one
-                                 * process, across reloads (an address may be) */
-    enum rl_policy_mode mode;
-    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
-    int64_t max_delay_ms;     /* a check that fits within this is held, not denied; 0: off */
-    int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
-    int request_limits;               /* a check may bring its own limits ("limits") */
-    int64_t request_limits_max;       /* the largest limit (or burst) it may ask; 0: any */
-    /* derived by finalize, not fields: */
-    int fold4, fold6; /* the address identity's network, in bits */
-    int limit_ids;    /* a limit (or an override's) has an identity of its own:
-                       * every key of the policy in one hash tag (identity.h) */
-};
 
 struct rl_sentinel_conf {
     char *master;            /* the monitored master's name */
@@ -289,27 +199,8 @@ void config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name
 struct rl_config *config_ref(struct rl_config *cfg);
 void config_unref(struct rl_config *cfg);
 
-/* The RL_M_* bit of a method name (any case), 0 when unknown. */
-unsigned config_method_bit(const char *name);
-
 /* failure_mode as the file spells it: "open", "closed", "local". */
 const char *config_failure_mode_name(enum rl_failure_mode m);
-
-/* The policy for a caller: an override listing `id` (the typed identity of
- * identity_resolve: "k:alice", "ip:10.0.0.7"), else p itself.  A key never
- * matches an address entry, nor an address a key entry. */
-const struct rl_policy *config_policy_for(const struct rl_policy *p, const char *id,
-                                          size_t idlen);
-
-/*
- * A check's own limits (POST /check "limits", a policy with
- * request_limits): the JSON list v read by the rules of a policy's
- * "limits", into out[0..*n) (at most RL_LIMITS_MAX).  RL_ERR: *cause names
- * the first problem, "limits[1].window: ..." (caller frees).  The zones of
- * their periods are the ones loaded (or loaded now, once).
- */
-int config_parse_limits(struct json_t *v, struct rl_limit *out, size_t *n,
-                        char **cause) RL_WUR;
 
 /* The family of original-request headers believed, auto resolved. */
 static inline enum rl_request_headers
@@ -319,13 +210,6 @@ config_request_headers(const struct rl_config *cfg)
         return cfg->request_headers;
     return cfg->forward_auth ? RL_REQHDR_FORWARDED : RL_REQHDR_ORIGINAL;
 }
-/* A uid no other policy of this process has (struct rl_policy.uid). */
-uint64_t config_new_uid(void);
-
-/* Whether p has a concurrency limit (the one that holds leases: config.c
- * allows one per policy), and its index. */
-bool config_lease_limit(const struct rl_policy *p, size_t *index);
-
 /* Policy by exact name, NULL when none. */
 const struct rl_policy *config_policy(const struct rl_config *cfg, const char *name);
 
