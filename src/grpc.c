@@ -38,7 +38,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "config.h"
+#include "transport_conf.h"
 #include "grpc.h"
 #include "grpc_tls.h"
 #include "listener.h"

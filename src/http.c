@@ -27,7 +27,7 @@
 #include <jansson.h>
 
 #include "http.h"
-#include "config.h"
+#include "transport_conf.h"
 #include "listener.h"
 #include "log.h"
 #include "util.h"
