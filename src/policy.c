@@ -215,6 +215,20 @@ free_nothing(void *at)
 }
 
 /* "day", "week", ...: a calendar period (period.h), stored as its kind */
+/* An algorithm by its name in algo.c's table, stored as its enum rl_algo. */
+static void
+parse_algorithm(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
+{
+    enum rl_algo *out = at;
+    const char *s = json_string_value(v);
+    char list[256];
+
+    if (s != NULL && algo_by_name(s, out))
+        return;
+    algo_name_list(list, sizeof(list), RL_ALGO_COUNT);
+    schema_bad(ctx, path, "must be one of %s", list);
+}
+
 static void
 parse_period(json_t *v, void *at, const char *path, struct schema_ctx *ctx)
 {
@@ -267,6 +281,7 @@ const struct schema_custom policy_identity_type = {parse_identity, free_identity
 static const struct schema_custom identity_ptr_type = {parse_identity_ptr, free_identity_ptr,
                                                        1};
 static const struct schema_custom methods_type = {parse_methods, free_nothing, 1};
+static const struct schema_custom algorithm_type = {parse_algorithm, free_nothing, 0};
 static const struct schema_custom period_type = {parse_period, free_nothing, 0};
 static const struct schema_custom timezone_type = {parse_timezone, free_nothing, 0};
 static const struct schema_custom week_start_type = {parse_week_start, free_nothing, 0};
@@ -278,10 +293,6 @@ static const struct schema_custom week_start_type = {parse_week_start, free_noth
 
 static const char *const mode_names[] = {"exact", "hybrid", NULL};
 static const char *const align_names[] = {"first", "epoch", NULL};
-static const char *const algo_name_list[] = {
-    "fixed_window", "sliding_window_log", "sliding_window_counter",
-    "token_bucket", "gcra", "concurrency", NULL
-};
 
 static void check_limit(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_match(const void *obj, const char *path, struct schema_ctx *ctx);
@@ -296,7 +307,7 @@ static void check_policy(const void *obj, const char *path, struct schema_ctx *c
 #define POLICY(m) offsetof(struct rl_policy, m)
 
 static const struct schema_field limit_fields[] = {
-    {.name = "algorithm", .type = SCHEMA_ENUM, .off = LIMIT(algo), .names = algo_name_list,
+    {.name = "algorithm", .type = SCHEMA_CUSTOM, .off = LIMIT(algo), .custom = &algorithm_type,
      .flags = SCHEMA_REQUIRED},
     {.name = "limit", .type = SCHEMA_INT, .off = LIMIT(limit), .min = 1, .max = 1000000000,
      .flags = SCHEMA_REQUIRED},
@@ -392,8 +403,8 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
 {
     const struct rl_limit *l = obj;
     const struct rl_algo_def *d = algo_def(l->algo);
-    int64_t burst = l->burst != 0 ? l->burst : l->limit;
     int period = algo_has_period(l);
+    const char *why, *field;
 
     if (l->algo == RL_ALGO_CONCURRENCY) {
         if (l->window_ms != 0)
@@ -425,19 +436,12 @@ check_limit(const void *obj, const char *path, struct schema_ctx *ctx)
         schema_bad_field(ctx, path, "timezone", "only a limit of a period has a time zone");
     if (l->period.week_start != 0 && l->period.kind != RL_PERIOD_WEEK)
         schema_bad_field(ctx, path, "week_start", "only a \"week\" period starts on a day");
-    if (l->burst != 0 && !d->uses_burst)
-        schema_bad_field(ctx, path, "burst", "only token_bucket and gcra take a burst");
+    if ((why = algo_limit_problem(l, &field)) != NULL)
+        schema_bad_field(ctx, path, field, "%s", why);
     if (l->align != RL_ALIGN_FIRST && d->aligned_tag == NULL)
         schema_bad_field(ctx, path, "align", "only fixed_window has windows to align");
     else if (l->align != RL_ALIGN_FIRST && period)
         schema_bad_field(ctx, path, "align", "a period is aligned to the calendar already");
-    /* time to refill a whole bucket = burst/limit x window: bounded so the
-     * algorithms' exact integer arithmetic cannot overflow */
-    if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&
-        (unsigned __int128)burst * (unsigned __int128)l->window_ms >
-            (unsigned __int128)l->limit * (unsigned __int128)(366 * DAY_MS))
-        schema_bad_field(ctx, path, "burst",
-                         "the bucket must refill within 366 days (burst / limit x window)");
 }
 
 static bool

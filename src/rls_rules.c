@@ -276,6 +276,26 @@ get_enum(struct yload *y, const yaml_node_t *n, const char *path, const char *co
     return RL_ERR;
 }
 
+/* A rate algorithm by its name in algo.c's table (a rule's descriptors hold
+ * no leases: not concurrency). */
+static int
+get_algo(struct yload *y, const yaml_node_t *n, const char *path, int *out)
+{
+    const char *v;
+    enum rl_algo a;
+    char list[256];
+
+    if (get_cstr(y, n, path, &v) != RL_OK)
+        return RL_ERR;
+    if (v != NULL && algo_by_name(v, &a) && a < RL_ALGO_RATES) {
+        *out = (int)a;
+        return RL_OK;
+    }
+    algo_name_list(list, sizeof(list), RL_ALGO_RATES);
+    ybad(y, n, path, "must be one of %s", list);
+    return RL_ERR;
+}
+
 /* A mapping's keys: known ones to fields, the rest problems.  at[i] is the
  * value of names[i] (NULL: absent), *keys[i] the key node. */
 static int
@@ -390,15 +410,13 @@ static int
 load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struct rls_rule *r,
            struct rl_limit *lim, struct rls_rule_limit *rl)
 {
-    static const char *const algo_names[] = {"fixed_window", "sliding_window_log",
-                                             "sliding_window_counter", "token_bucket", "gcra"};
     static const char *const align_names[] = {"first", "epoch"};
     yaml_node_t *at[L_COUNT], *keys[L_COUNT];
     int ok = yfields(y, m, path, l_names, L_COUNT, at, keys, L_HINT);
     int unlimited = 0, algo = RL_ALGO_FIXED_WINDOW, align = RL_ALIGN_EPOCH;
     uint64_t requests = 0, burst = 0;
     int64_t window = 0;
-    const char *name = NULL;
+    const char *name = NULL, *why, *field;
     char *fp;
 
     memset(lim, 0, sizeof(*lim));
@@ -421,11 +439,7 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
     FIELD(L_WINDOW, yduration(y, at[L_WINDOW], fp, 1, 366 * DAY_MS, &window));
     FIELD(L_BURST, yuint(y, at[L_BURST], fp, 1000000000, &burst));
     if (at[L_ALGORITHM] != NULL)
-        FIELD(L_ALGORITHM,
-              get_enum(y, at[L_ALGORITHM], fp, algo_names, RL_ARRAY_LEN(algo_names), 0,
-                       "must be one of fixed_window, sliding_window_log, "
-                       "sliding_window_counter, token_bucket, gcra",
-                       &algo));
+        FIELD(L_ALGORITHM, get_algo(y, at[L_ALGORITHM], fp, &algo));
     if (at[L_ALIGN] != NULL)
         FIELD(L_ALIGN, get_enum(y, at[L_ALIGN], fp, align_names, 2, 0,
                                 "must be first or epoch", &align));
@@ -533,8 +547,8 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
         ybad(y, at[L_ALIGN], path, "align: only fixed_window has windows to align");
         return RL_ERR;
     }
-    if (burst != 0 && !algo_def(lim->algo)->uses_burst) {
-        ybad(y, at[L_BURST], path, "burst: only token_bucket and gcra take a burst");
+    if ((why = algo_limit_problem(lim, &field)) != NULL) {
+        ybad(y, at[L_BURST] ? at[L_BURST] : m, path, "%s: %s", field, why);
         return RL_ERR;
     }
     if (lim->algo != RL_ALGO_FIXED_WINDOW && requests > 1000000000) {
@@ -546,15 +560,6 @@ load_limit(struct yload *y, yaml_node_t *m, const char *path, int in_list, struc
     }
     if (lim->burst == 0)
         lim->burst = lim->limit;
-    /* refilling a whole bucket is bounded as in the JSON config */
-    if (algo_def(lim->algo)->uses_burst && lim->limit > 0 &&
-        (unsigned __int128)lim->burst * (unsigned __int128)lim->window_ms >
-            (unsigned __int128)lim->limit * (unsigned __int128)(366 * DAY_MS)) {
-        ybad(y, at[L_BURST] ? at[L_BURST] : m, path,
-             "burst: the bucket must refill within 366 days (burst / requests_per_unit x "
-             "window)");
-        return RL_ERR;
-    }
     return RL_OK;
 }
 
