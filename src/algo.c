@@ -8,6 +8,8 @@
 #include "algo.h"
 #include "util.h"
 
+#define ALGO_DAY_MS (24LL * 3600 * 1000)
+
 static const struct rl_algo_def *const algos[RL_ALGO_COUNT] = {
     [RL_ALGO_FIXED_WINDOW] = &rl_algo_fixed_window,
     [RL_ALGO_SLIDING_WINDOW_LOG] = &rl_algo_sliding_window_log,
@@ -21,6 +23,46 @@ const struct rl_algo_def *
 algo_def(enum rl_algo algo)
 {
     return algos[algo];
+}
+
+bool
+algo_by_name(const char *name, enum rl_algo *out)
+{
+    for (size_t i = 0; i < RL_ALGO_COUNT; i++) {
+        if (strcmp(algos[i]->name, name) == 0) {
+            *out = (enum rl_algo)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+void
+algo_name_list(char *buf, size_t size, size_t n)
+{
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    for (size_t i = 0; i < n && i < RL_ALGO_COUNT; i++) {
+        sb_str(&sb, i ? ", " : "");
+        sb_str(&sb, algos[i]->name);
+    }
+}
+
+const char *
+algo_limit_problem(const struct rl_limit *l, const char **field)
+{
+    const struct rl_algo_def *d = algos[l->algo];
+    int64_t burst = l->burst != 0 ? l->burst : l->limit;
+
+    *field = "burst";
+    if (l->burst != 0 && !d->uses_burst)
+        return "only token_bucket and gcra take a burst";
+    if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&
+        (unsigned __int128)burst * (unsigned __int128)l->window_ms >
+            (unsigned __int128)l->limit * (unsigned __int128)(366 * ALGO_DAY_MS))
+        return "the bucket must refill within 366 days (burst / limit x window)";
+    return NULL;
 }
 
 const char *

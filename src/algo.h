@@ -216,6 +216,23 @@ struct rl_algo_def {
 const struct rl_algo_def *algo_def(enum rl_algo algo);
 void algo_state_release(struct rl_algo_state *st);
 
+/* The algorithm named `name` in the table (algo_def's name, as written):
+ * found or not. */
+bool algo_by_name(const char *name, enum rl_algo *out);
+/* The names of the first n algorithms of the table, "fixed_window, ...",
+ * for a message that lists them (truncated to size). */
+void algo_name_list(char *buf, size_t size, size_t n);
+
+/*
+ * The one limit validator of what the algorithm decides, for every reader
+ * of limits (the JSON config's policies and a check's own, through
+ * policy.c; rls.config's rules): what is wrong with l, as static text, NULL
+ * when nothing; *field names the field at fault.  A burst where the
+ * algorithm takes none; a bucket that takes more than 366 days to refill
+ * (burst / limit x window), which bounds the algorithms' integer arithmetic.
+ */
+const char *algo_limit_problem(const struct rl_limit *l, const char **field);
+
 /* The module the check script runs for limit l ("fw", "fwa", "fwp", ...). */
 const char *algo_script_tag(const struct rl_limit *l);
 
@@ -229,7 +246,7 @@ algo_has_period(const struct rl_limit *l)
  * The part of a limit's key after the check's hash tag: ":<tag>:<window_ms>",
  * or ":<tag>:<period>@<zone>" (a week "week-<start day>@<zone>") for a
  * period, into sb.  Two limits of one check with the same suffix would share
- * a counter (config.c refuses them).
+ * a counter (policy.c refuses them).
  */
 void algo_key_suffix(const struct rl_limit *l, struct strbuf *sb);
 /* Both limits count in the key of the same suffix. */

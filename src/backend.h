@@ -102,7 +102,7 @@ struct rl_check_req {
 /*
  * Leases (algo_concurrency.c).  RL_CHECK_LEASE: when the check is allowed
  * (and cost > 0) the policy's concurrency limit holds its slot under `lease`
- * (only the first concurrency limit of a policy holds leases; config.c
+ * (only the first concurrency limit of a policy holds leases; policy.c
  * allows one).  RL_CHECK_RELEASE: give lease `lease` back, an admin
  * operation of its own (cost 0, no other flag), answered like a check of
  * cost 0 after it, with `released` saying whether the lease was held.
@@ -113,7 +113,7 @@ struct rl_check_req {
  * reserved: consumed now, as a forced check is (a bucket into debt, GCRA's
  * TAT further out), and answered allowed with delay_ms, the longest of its
  * limits' waits; the caller answers it after that wait.  Token bucket and
- * gcra only (config.c): their debt says exactly when the next check fits.
+ * gcra only (policy.c): their debt says exactly when the next check fits.
  */
 #define RL_CHECK_DELAY 0x80u
 #define RL_CHECK_LEASE 0x20u

@@ -480,7 +480,7 @@ op_release_lease(struct mem_store *s, struct mem_op *op, const struct rl_check_r
     size_t i;
     bool held;
 
-    if (!config_lease_limit(pol, &i) || op_find(s, op, i, now) == NULL)
+    if (!policy_lease_limit(pol, &i) || op_find(s, op, i, now) == NULL)
         return false;
     held = algo_def(pol->limits[i].algo)
                ->release(&pol->limits[i], &op->e[i]->st, now, &req->lease);

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "caller_limits.h"
-#include "config.h"
+#include "policy.h"
 #include "util.h"
 
 /* Plans are few; a bounded table, replaced slot by slot. */
@@ -79,7 +79,7 @@ caller_limits_read(struct rl_caller_limits *m, const char *text, size_t len, str
     struct memo_entry *e;
     uint64_t h;
 
-    if (config_parse_limits(v, out, n, cause) != RL_OK)
+    if (policy_parse_limits(v, out, n, cause) != RL_OK)
         return RL_ERR;
     if (m == NULL || text == NULL || len > MEMO_TEXT_MAX)
         return RL_OK;

@@ -6,7 +6,7 @@
  * the same algorithm and window would have, so a plan that changes keeps its
  * counts.
  *
- * Read by the configuration's own rules (config_parse_limits: one set of
+ * Read by the configuration's own rules (policy_parse_limits: one set of
  * checks, one set of messages), then capped by the policy's
  * request_limits_max.  A tenant sends the same bytes with every check, so a
  * worker keeps what it read by the bytes: the common check reads no JSON

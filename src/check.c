@@ -139,7 +139,7 @@ check_fields(const struct rl_body_fields *f, char **cause)
     /* A key may hold any byte, NUL included (its length travels with it);
      * a method may not: "GET\u0000x" must not read as GET. */
     if (f->method != NULL &&
-        (strlen(f->method) != f->method_len || config_method_bit(f->method) == 0)) {
+        (strlen(f->method) != f->method_len || policy_method_bit(f->method) == 0)) {
         *cause = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
@@ -177,7 +177,7 @@ lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, s
     const char *base = op->key;
 
     if (!(op->req.flags & RL_CHECK_LEASE) || res->status != RL_BACKEND_OK || !res->allowed ||
-        !config_lease_limit(op->policy, &i))
+        !policy_lease_limit(op->policy, &i))
         return NULL;
     if (op->lk != NULL && op->lk->key[i] != NULL) {
         base = op->lk->key[i];
@@ -368,7 +368,7 @@ check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const
     if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids, key,
                      size, klen) != RL_OK)
         return NULL;
-    return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
+    return policy->noverrides > 0 ? policy_for(policy, id, idlen) : policy;
 }
 
 /* The body as jansson reads it into *root (the caller frees), or the 400. */
@@ -469,10 +469,11 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
         return RL_ERR;
     if (method == NULL) {
         method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
-        if (method == NULL || config_method_bit(method) == 0)
+        if (method == NULL || policy_method_bit(method) == 0)
             method = in->method != NULL ? in->method : "GET";
     }
-    *policy = policy_match(cfg, *norm, plen, config_method_bit(method));
+    *policy = policy_match(cfg->policies, cfg->npolicies, cfg->path_fold, *norm, plen,
+                           policy_method_bit(method));
     return RL_OK;
 }
 
@@ -630,7 +631,7 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         size_t li;
 
         /* an allowed check takes a slot under a lease of its own */
-        if (cost > 0 && !charge && config_lease_limit(policy, &li)) {
+        if (cost > 0 && !charge && policy_lease_limit(policy, &li)) {
             op->req.flags |= RL_CHECK_LEASE;
             lease_draw(&op->req.lease);
         }
@@ -784,7 +785,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     }
 
     if (policy->noverrides > 0)
-        policy = config_policy_for(policy, id, idlen);
+        policy = policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
     rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge, 0,
                       nown > 0 ? own : NULL, nown, done, arg, cause);
@@ -847,7 +848,7 @@ lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t 
         for (size_t k = 0; k <= p->noverrides; k++) {
             const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
 
-            if (config_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
+            if (policy_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
                 return q;
         }
         return NULL;

@@ -49,7 +49,7 @@
 #include <openssl/ssl.h>
 
 #include "bufpool.h"
-#include "config.h"
+#include "transport_conf.h"
 #include "grpc.h"
 #include "grpc_tls.h"
 #include "listener.h"

@@ -19,12 +19,15 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <arpa/inet.h>
+#include <stdio.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "http.h"
 #include "bufpool.h"
-#include "config.h"
+#include "transport_conf.h"
 #include "listener.h"
 #include "log.h"
 #include "util.h"
@@ -509,6 +512,24 @@ http_respond(struct http_req *r, const struct http_response *resp)
         conn_settle(c);
 }
 
+void
+http_respond_error(struct http_req *r, int status, const char *extra, const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    struct http_response resp = {.status = status};
+
+    if (status == 503 && extra == NULL)
+        extra = "Retry-After: 1\r\n";
+    resp.headers = extra;
+    resp.headers_len = extra ? strlen(extra) : 0;
+    resp.body = s != NULL ? s : "{\"error\":\"internal error\"}";
+    resp.body_len = strlen(resp.body);
+    http_respond(r, &resp);
+    free(s);
+    json_decref(o);
+}
+
 /* A JSON error for a request we refuse ourselves.  The connection closes
  * after it (what follows on the stream cannot be trusted) unless `keep`. */
 static void
@@ -632,14 +653,109 @@ start_body(struct http_conn *c, size_t head_len)
     return true;
 }
 
+/* What a step of process() leaves: wait for more bytes (or the close), go
+ * on with the next request, or read the body of the head just read. */
+enum step { STEP_WAIT, STEP_NEXT, STEP_BODY };
+
+/* The body of a refused request, dropped as it arrives. */
+static enum step
+read_discard(struct http_conn *c)
+{
+    size_t drop = c->rlen - c->rpos;
+
+    if ((int64_t)drop > c->need)
+        drop = (size_t)c->need;
+    c->rpos += drop;
+    c->need -= (int64_t)drop;
+    if (c->rpos == c->rlen)
+        c->rpos = c->rlen = 0;
+    if (c->need > 0)
+        return STEP_WAIT;
+    c->state = C_HEAD;
+    c->scan = 0;
+    return STEP_NEXT;
+}
+
+static enum step
+read_head(struct http_conn *c)
+{
+    const struct rl_http_conf *lim = c->srv->limits;
+    size_t avail = c->rlen - c->rpos;
+    struct http_refusal no;
+    enum rl_parse rc;
+
+    if (avail == 0)
+        return STEP_WAIT;
+    rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes, &c->scan,
+                         &c->head, &no);
+    if (rc == RL_PARSE_ERR) {
+        refuse(c, no.status, no.why);
+        return STEP_WAIT;
+    }
+    if (rc == RL_PARSE_MORE) {
+        if (make_room(c, avail + 1, 0) != RL_OK)
+            refuse_busy(c);
+        return STEP_WAIT;
+    }
+    /* refused: closing, or discarding its body */
+    return start_body(c, c->head.len) ? STEP_BODY : STEP_NEXT;
+}
+
+/* A body of Content-Length bytes, handed over whole. */
+static enum step
+read_body(struct http_conn *c)
+{
+    size_t total = c->head_len + (size_t)c->need;
+    size_t have = c->rlen - c->rpos;
+
+    if (have < total) {
+        if (make_room(c, have + 1, total) != RL_OK)
+            refuse_busy(c);
+        return STEP_WAIT;
+    }
+    dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need,
+             c->rpos + total < c->rlen || (c->srv->draining && unread(c)));
+    c->rpos += total;
+    return STEP_NEXT;
+}
+
+/* A chunked body, decoded in place, handed over once its last chunk came. */
+static enum step
+read_chunked(struct http_conn *c)
+{
+    size_t body_at = c->rpos + c->head_len;
+    struct http_refusal no;
+    enum rl_parse rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
+
+    if (rc == RL_PARSE_ERR) {
+        refuse(c, no.status, no.why);
+        return STEP_WAIT;
+    }
+    if (rc == RL_PARSE_MORE) {
+        /* decoded bytes stay; the raw tail moves down onto the framing
+         * already read */
+        if (c->ch.in > c->ch.out) {
+            memmove(c->rbuf + c->ch.out, c->rbuf + c->ch.in, c->rlen - c->ch.in);
+            c->rlen -= c->ch.in - c->ch.out;
+            c->ch.in = c->ch.out;
+        }
+        if (make_room(c, c->rlen - c->rpos + 1, 0) != RL_OK)
+            refuse_busy(c);
+        return STEP_WAIT;
+    }
+    dispatch(c, c->rbuf + body_at, c->ch.out - body_at,
+             c->ch.in < c->rlen || (c->srv->draining && unread(c)));
+    c->rpos = c->ch.in;
+    return STEP_NEXT;
+}
+
 /* Read every complete request that is buffered, as far as back-pressure
  * allows. */
 static void
 process(struct http_conn *c)
 {
     const struct rl_http_conf *lim = c->srv->limits;
-    struct http_refusal no;
-    enum rl_parse rc;
+    enum step step;
 
     while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
@@ -648,71 +764,17 @@ process(struct http_conn *c)
             return;
         }
         if (c->state == C_DISCARD) {
-            size_t drop = c->rlen - c->rpos;
-            if ((int64_t)drop > c->need)
-                drop = (size_t)c->need;
-            c->rpos += drop;
-            c->need -= (int64_t)drop;
-            if (c->rpos == c->rlen)
-                c->rpos = c->rlen = 0;
-            if (c->need > 0)
+            if (read_discard(c) == STEP_WAIT)
                 break;
-            c->state = C_HEAD;
-            c->scan = 0;
             continue;
         }
-        if (c->state == C_HEAD) {
-            size_t avail = c->rlen - c->rpos;
-            if (avail == 0)
+        if (c->state == C_HEAD && (step = read_head(c)) != STEP_BODY) {
+            if (step == STEP_WAIT)
                 break;
-            rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
-                                 &c->scan, &c->head, &no);
-            if (rc == RL_PARSE_ERR) {
-                refuse(c, no.status, no.why);
-                break;
-            }
-            if (rc == RL_PARSE_MORE) {
-                if (make_room(c, avail + 1, 0) != RL_OK)
-                    refuse_busy(c);
-                break;
-            }
-            if (!start_body(c, c->head.len))
-                continue; /* refused: closing, or discarding its body */
+            continue;
         }
-        if (c->state == C_BODY) {
-            size_t total = c->head_len + (size_t)c->need;
-            size_t have = c->rlen - c->rpos;
-            if (have < total) {
-                if (make_room(c, have + 1, total) != RL_OK)
-                    refuse_busy(c);
-                break;
-            }
-            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need,
-                     c->rpos + total < c->rlen || (c->srv->draining && unread(c)));
-            c->rpos += total;
-        } else {
-            size_t body_at = c->rpos + c->head_len;
-            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
-            if (rc == RL_PARSE_ERR) {
-                refuse(c, no.status, no.why);
-                break;
-            }
-            if (rc == RL_PARSE_MORE) {
-                /* decoded bytes stay; the raw tail moves down onto the
-                 * framing already read */
-                if (c->ch.in > c->ch.out) {
-                    memmove(c->rbuf + c->ch.out, c->rbuf + c->ch.in, c->rlen - c->ch.in);
-                    c->rlen -= c->ch.in - c->ch.out;
-                    c->ch.in = c->ch.out;
-                }
-                if (make_room(c, c->rlen - c->rpos + 1, 0) != RL_OK)
-                    refuse_busy(c);
-                break;
-            }
-            dispatch(c, c->rbuf + body_at, c->ch.out - body_at,
-                     c->ch.in < c->rlen || (c->srv->draining && unread(c)));
-            c->rpos = c->ch.in;
-        }
+        if ((c->state == C_BODY ? read_body(c) : read_chunked(c)) == STEP_WAIT)
+            break;
         if (c->state != C_CLOSING)
             c->state = C_HEAD;
         c->scan = 0;
@@ -1110,4 +1172,20 @@ const struct sockaddr_storage *
 http_req_peer(const struct http_req *r)
 {
     return r->conn != NULL ? &r->conn->peer : NULL;
+}
+
+void
+http_req_peer_text(const struct http_req *r, char *buf, size_t size)
+{
+    const struct sockaddr_storage *ss = http_req_peer(r);
+
+    snprintf(buf, size, "-");
+    if (ss == NULL)
+        return;
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, buf,
+                  (socklen_t)size);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, buf,
+                  (socklen_t)size);
 }

@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "response.h"
-#include "config.h"
+#include "policy.h"
 #include "util.h"
 
 int64_t

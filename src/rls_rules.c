@@ -286,6 +286,26 @@ get_enum(struct yload *y, const struct ynode *n, const char *path, const char *c
     return RL_ERR;
 }
 
+/* A rate algorithm by its name in algo.c's table (a rule's descriptors hold
+ * no leases: not concurrency). */
+static int
+get_algo(struct yload *y, const struct ynode *n, const char *path, int *out)
+{
+    const char *v;
+    enum rl_algo a;
+    char list[256];
+
+    if (get_cstr(y, n, path, &v) != RL_OK)
+        return RL_ERR;
+    if (v != NULL && algo_by_name(v, &a) && a < RL_ALGO_RATES) {
+        *out = (int)a;
+        return RL_OK;
+    }
+    algo_name_list(list, sizeof(list), RL_ALGO_RATES);
+    ybad(y, n, path, "must be one of %s", list);
+    return RL_ERR;
+}
+
 /* A mapping's keys: known ones to fields, the rest problems.  at[i] is the
  * value of names[i] (NULL: absent), *keys[i] the key node. */
 static int
@@ -414,8 +434,6 @@ static int
 limit_scalars(struct yload *y, const struct ynode **at, const struct ynode **keys,
               const char *path, int in_list, struct limit_in *in)
 {
-    static const char *const algo_names[] = {"fixed_window", "sliding_window_log",
-                                             "sliding_window_counter", "token_bucket", "gcra"};
     static const char *const align_names[] = {"first", "epoch"};
     int ok = RL_OK;
     char *fp;
@@ -438,11 +456,7 @@ limit_scalars(struct yload *y, const struct ynode **at, const struct ynode **key
     FIELD(L_WINDOW, yduration(y, at[L_WINDOW], fp, 1, 366 * DAY_MS, &in->window));
     FIELD(L_BURST, yuint(y, at[L_BURST], fp, 1000000000, &in->burst));
     if (at[L_ALGORITHM] != NULL)
-        FIELD(L_ALGORITHM,
-              get_enum(y, at[L_ALGORITHM], fp, algo_names, RL_ARRAY_LEN(algo_names), 0,
-                       "must be one of fixed_window, sliding_window_log, "
-                       "sliding_window_counter, token_bucket, gcra",
-                       &in->algo));
+        FIELD(L_ALGORITHM, get_algo(y, at[L_ALGORITHM], fp, &in->algo));
     if (at[L_ALIGN] != NULL)
         FIELD(L_ALIGN, get_enum(y, at[L_ALIGN], fp, align_names, 2, 0,
                                 "must be first or epoch", &in->align));
@@ -555,12 +569,14 @@ static int
 limit_check(struct yload *y, const struct ynode *m, const struct ynode **at, const char *path,
             struct rl_limit *lim)
 {
+    const char *why, *field;
+
     if (at[L_ALIGN] != NULL && lim->algo != RL_ALGO_FIXED_WINDOW) {
         ybad(y, at[L_ALIGN], path, "align: only fixed_window has windows to align");
         return RL_ERR;
     }
-    if (lim->burst != 0 && !algo_def(lim->algo)->uses_burst) {
-        ybad(y, at[L_BURST], path, "burst: only token_bucket and gcra take a burst");
+    if ((why = algo_limit_problem(lim, &field)) != NULL) {
+        ybad(y, at[L_BURST] ? at[L_BURST] : m, path, "%s: %s", field, why);
         return RL_ERR;
     }
     if (lim->algo != RL_ALGO_FIXED_WINDOW && lim->limit > 1000000000) {
@@ -572,15 +588,6 @@ limit_check(struct yload *y, const struct ynode *m, const struct ynode **at, con
     }
     if (lim->burst == 0)
         lim->burst = lim->limit;
-    /* refilling a whole bucket is bounded as in the JSON config */
-    if (algo_def(lim->algo)->uses_burst && lim->limit > 0 &&
-        (unsigned __int128)lim->burst * (unsigned __int128)lim->window_ms >
-            (unsigned __int128)lim->limit * (unsigned __int128)(366 * DAY_MS)) {
-        ybad(y, at[L_BURST] ? at[L_BURST] : m, path,
-             "burst: the bucket must refill within 366 days (burst / requests_per_unit x "
-             "window)");
-        return RL_ERR;
-    }
     return RL_OK;
 }
 

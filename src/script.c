@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "policy.h"
 #include "lease.h"
 #include "lua_scripts.h"
 #include "redis_conn.h"
