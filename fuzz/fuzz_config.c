@@ -74,7 +74,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_errors(&errs, 0);
     errors_free(&errs);
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        const struct rl_policy *p = policy_match(cfg, paths[i], strlen(paths[i]), RL_M_POST);
+        const struct rl_policy *p = policy_match(cfg->policies, cfg->npolicies, cfg->path_fold,
+                                                 paths[i], strlen(paths[i]), RL_M_POST);
         if (p != NULL && config_policy(cfg, p->name) == NULL)
             abort();
     }

@@ -9,7 +9,6 @@
 #include <jansson.h>
 
 #include "admin.h"
-#include "api.h"
 #include "backend.h"
 #include "check.h"
 #include "config.h"
@@ -51,7 +50,7 @@ admin_peer_text(const struct http_req *r, char *buf, size_t size)
     if (ss != NULL && ss->ss_family == AF_UNIX)
         snprintf(buf, size, "unix");
     else
-        api_peer_text(r, buf, size);
+        http_req_peer_text(r, buf, size);
 }
 
 /* What an operator did and how it ended: one line per request, whatever
@@ -65,7 +64,7 @@ audit(const struct admin_op *op, enum rl_admin_result result, int status)
     char who[32];
     const char *key = op->req.key_len > 0 ? op->key : "-";
 
-    metrics_admin(op->w->metrics, op->action, result);
+    metrics_admin(worker_counters(op->w), op->action, result);
     if (cfg != NULL && cfg->partition_key != NULL && op->req.key_len > 0) {
         snprintf(
             who, sizeof(who), "pk:%016llx",
@@ -89,7 +88,7 @@ admin_op_free(struct admin_op *op)
 static void
 admin_refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 {
-    api_error(op->r, status, extra, msg);
+    http_respond_error(op->r, status, extra, msg);
     audit(op,
           status == 401   ? RL_ADM_UNAUTHORIZED
           : status >= 500 ? RL_ADM_ERROR
@@ -415,15 +414,15 @@ admin_handle(struct http_req *r, void *arg)
     char *cause = NULL;
 
     if (!route(r->head, &action)) {
-        api_error(r, 404, NULL,
-                  "no such path: use POST /admin/inspect, /admin/reset, "
-                  "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
+        http_respond_error(r, 404, NULL,
+                           "no such path: use POST /admin/inspect, /admin/reset, "
+                           "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
         return;
     }
     op = xcalloc(1, sizeof(*op));
     op->r = r;
     op->w = w;
-    op->cfg = config_ref(w->cfg);
+    op->cfg = config_ref(worker_config(w));
     op->action = action;
     op->req.timeout_ms = op->cfg->redis.timeout_ms;
     admin_peer_text(r, op->peer, sizeof(op->peer));
@@ -432,7 +431,7 @@ admin_handle(struct http_req *r, void *arg)
     } else if (!authorized(op->cfg, r->head)) {
         admin_refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
                      "authorization: a valid \"Bearer\" token is required");
-    } else if (w->draining) {
+    } else if (worker_draining(w)) {
         admin_refuse(op, 503, NULL, "shutting down");
     } else if ((int64_t)r->body_len > op->cfg->max_body) {
         admin_refuse(op, 413, NULL, "body: larger than max_body");
@@ -446,7 +445,8 @@ admin_handle(struct http_req *r, void *arg)
         op->req.flags |= RL_CHECK_SETTLE;
         op->sent_us = now_monotonic_us();
         worker_check_begin(w);
-        w->backend->ops->check(w->backend, &op->req, on_answer, op);
+        struct rl_backend *b = worker_backend(w);
+        b->ops->check(b, &op->req, on_answer, op);
         return;
     }
     admin_op_free(op);

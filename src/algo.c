@@ -8,6 +8,8 @@
 #include "algo.h"
 #include "util.h"
 
+#define ALGO_DAY_MS (24LL * 3600 * 1000)
+
 static const struct rl_algo_def *const algos[RL_ALGO_COUNT] = {
     [RL_ALGO_FIXED_WINDOW] = &rl_algo_fixed_window,
     [RL_ALGO_SLIDING_WINDOW_LOG] = &rl_algo_sliding_window_log,
@@ -23,6 +25,46 @@ algo_def(enum rl_algo algo)
     return algos[algo];
 }
 
+bool
+algo_by_name(const char *name, enum rl_algo *out)
+{
+    for (size_t i = 0; i < RL_ALGO_COUNT; i++) {
+        if (strcmp(algos[i]->name, name) == 0) {
+            *out = (enum rl_algo)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+void
+algo_name_list(char *buf, size_t size, size_t n)
+{
+    struct strbuf sb;
+
+    sb_init(&sb, buf, size);
+    for (size_t i = 0; i < n && i < RL_ALGO_COUNT; i++) {
+        sb_str(&sb, i ? ", " : "");
+        sb_str(&sb, algos[i]->name);
+    }
+}
+
+const char *
+algo_limit_problem(const struct rl_limit *l, const char **field)
+{
+    const struct rl_algo_def *d = algos[l->algo];
+    int64_t burst = l->burst != 0 ? l->burst : l->limit;
+
+    *field = "burst";
+    if (l->burst != 0 && !d->uses_burst)
+        return "only token_bucket and gcra take a burst";
+    if (d->uses_burst && l->limit > 0 && l->window_ms > 0 &&
+        (unsigned __int128)burst * (unsigned __int128)l->window_ms >
+            (unsigned __int128)l->limit * (unsigned __int128)(366 * ALGO_DAY_MS))
+        return "the bucket must refill within 366 days (burst / limit x window)";
+    return NULL;
+}
+
 const char *
 algo_script_tag(const struct rl_limit *l)
 {
@@ -36,7 +78,7 @@ algo_script_tag(const struct rl_limit *l)
 void
 algo_key_suffix(const struct rl_limit *l, struct strbuf *sb)
 {
-    sb_str(sb, ":");
+    sb_str(sb, l->cap ? ":cap-" : ":");
     sb_str(sb, algos[l->algo]->tag);
     sb_str(sb, ":");
     if (!algo_has_period(l)) {
@@ -55,7 +97,7 @@ algo_key_suffix(const struct rl_limit *l, struct strbuf *sb)
 bool
 algo_same_key(const struct rl_limit *a, const struct rl_limit *b)
 {
-    if (a->algo != b->algo || algo_has_period(a) != algo_has_period(b))
+    if (a->algo != b->algo || a->cap != b->cap || algo_has_period(a) != algo_has_period(b))
         return false;
     if (!algo_has_period(a))
         return a->window_ms == b->window_ms;
@@ -77,8 +119,8 @@ algo_limits_hash(const struct rl_limit *l, size_t n)
                         (uint64_t)l[i].limit,
                         (uint64_t)l[i].window_ms,
                         (uint64_t)l[i].burst,
-                        (uint64_t)l[i].align << 32 | (uint64_t)l[i].period.kind << 8 |
-                            (uint64_t)l[i].period.week_start,
+                        (uint64_t)l[i].cap << 48 | (uint64_t)l[i].align << 32 |
+                            (uint64_t)l[i].period.kind << 8 | (uint64_t)l[i].period.week_start,
                         (uint64_t)(uintptr_t)l[i].period.tz};
         for (size_t k = 0; k < RL_ARRAY_LEN(v); k++)
             h = (h ^ v[k]) * 0x100000001b3ULL;

@@ -72,6 +72,9 @@ struct rl_limit {
     /* concurrency: the longest a slot is held, as configured (0: absent);
      * window_ms is set to it (the key's name, the state's TTL) */
     int64_t lease_ms;
+    /* a policy's request_limits_cap: counted in a key of its own
+     * (":cap-<tag>:..."), never one a limit of the same shape has */
+    int cap;
 };
 
 /* What one limit says about one check. Times are milliseconds, rounded up. */
@@ -80,6 +83,7 @@ struct rl_limit_result {
     int64_t remaining;      /* >= 0 */
     int64_t reset_ms;       /* until this limit is fully available again */
     int64_t retry_after_ms; /* 0 when allowed; -1 when cost can never fit */
+    int64_t overdraft;      /* units past the limit (a charge's, a penalty's), >= 0 */
 };
 
 /*
@@ -198,10 +202,36 @@ struct rl_algo_def {
      */
     void (*reserve)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
                     int64_t cost, struct rl_limit_result *res);
+    /*
+     * A charge (RL_CHECK_CHARGE; NULL for concurrency, which holds no slot
+     * for one): commit() past the limit with nothing of the charge lost,
+     * up to ALGO_UNITS_MAX units (token_bucket and gcra: algo_owed_max).
+     * The log keeps every unit: a charge into a log at or over its limit
+     * joins its newest entry (algo_sliding_window_log.c).  *res as commit's.
+     */
+    void (*charge)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,
+                   int64_t cost, struct rl_limit_result *res);
 };
 
 const struct rl_algo_def *algo_def(enum rl_algo algo);
 void algo_state_release(struct rl_algo_state *st);
+
+/* The algorithm named `name` in the table (algo_def's name, as written):
+ * found or not. */
+bool algo_by_name(const char *name, enum rl_algo *out);
+/* The names of the first n algorithms of the table, "fixed_window, ...",
+ * for a message that lists them (truncated to size). */
+void algo_name_list(char *buf, size_t size, size_t n);
+
+/*
+ * The one limit validator of what the algorithm decides, for every reader
+ * of limits (the JSON config's policies and a check's own, through
+ * policy.c; rls.config's rules): what is wrong with l, as static text, NULL
+ * when nothing; *field names the field at fault.  A burst where the
+ * algorithm takes none; a bucket that takes more than 366 days to refill
+ * (burst / limit x window), which bounds the algorithms' integer arithmetic.
+ */
+const char *algo_limit_problem(const struct rl_limit *l, const char **field);
 
 /* The module the check script runs for limit l ("fw", "fwa", "fwp", ...). */
 const char *algo_script_tag(const struct rl_limit *l);
@@ -216,7 +246,7 @@ algo_has_period(const struct rl_limit *l)
  * The part of a limit's key after the check's hash tag: ":<tag>:<window_ms>",
  * or ":<tag>:<period>@<zone>" (a week "week-<start day>@<zone>") for a
  * period, into sb.  Two limits of one check with the same suffix would share
- * a counter (config.c refuses them).
+ * a counter (policy.c refuses them).
  */
 void algo_key_suffix(const struct rl_limit *l, struct strbuf *sb);
 /* Both limits count in the key of the same suffix. */
@@ -280,6 +310,29 @@ algo_most_owed(const struct rl_limit *lim)
     return 2 * lim->burst;
 }
 
+/*
+ * The most units a count or a debt may hold, 2^51: every count, sum and
+ * product of the algorithms then stays exact in the script's doubles
+ * (intmath.lua takes divisors up to it), and it is 2.25 x the largest limit
+ * or cost (1e15).  A charge past it is held at it.
+ */
+#define ALGO_UNITS_MAX ((int64_t)1 << 51)
+
+/*
+ * The most a token_bucket or gcra key may owe after a charge: ALGO_UNITS_MAX
+ * units, and no more than refill pays back in 2^51 us (71 years), so that
+ * the time of any debt stays exact (owed_max in scripts/lua/prelude.lua).
+ */
+static inline int64_t
+algo_owed_max(const struct rl_limit *lim)
+{
+    int64_t W = lim->window_ms * 1000;
+
+    if (lim->limit >= W)
+        return ALGO_UNITS_MAX;
+    return (int64_t)((unsigned __int128)lim->limit * (uint64_t)ALGO_UNITS_MAX / (uint64_t)W);
+}
+
 /* Rounding helpers shared by every algorithm: microseconds to milliseconds. */
 static inline int64_t
 algo_us_to_ms_ceil(int64_t us)
@@ -288,11 +341,13 @@ algo_us_to_ms_ceil(int64_t us)
 }
 
 /* The numbers a limit reports: `room` units left (none when it is owed
- * more), and the time until it is whole again, in ms rounded up. */
+ * more: then -room is its overdraft), and the time until it is whole
+ * again, in ms rounded up. */
 static inline void
 algo_set_numbers(struct rl_limit_result *res, int64_t room, int64_t reset_us)
 {
     res->remaining = room > 0 ? room : 0;
+    res->overdraft = room < 0 ? -room : 0;
     res->reset_ms = algo_us_to_ms_ceil(reset_us);
 }
 

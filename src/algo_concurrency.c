@@ -188,7 +188,7 @@ const struct rl_algo_def rl_algo_concurrency = {
     .commit = cc_commit,
     .give = cc_give,
     .ttl_us = cc_ttl,
-    /* never used: a hybrid policy cannot hold leases (config.c) */
+    /* never used: a hybrid policy cannot hold leases (policy.c) */
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,
     .hold = cc_hold,

@@ -76,7 +76,7 @@ fw_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int
     struct fw_view v;
 
     fw_view(lim, st, now, &v);
-    st->fw.count = v.count + cost;
+    st->fw.count = v.count + cost < ALGO_UNITS_MAX ? v.count + cost : ALGO_UNITS_MAX;
     st->fw.start_us = v.start;
     if (!algo_has_period(lim))
         v.end = st->fw.start_us + lim->window_ms * 1000;
@@ -124,4 +124,5 @@ const struct rl_algo_def rl_algo_fixed_window = {
     .ttl_us = fw_ttl,
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,
+    .charge = fw_commit, /* a window's count ends with it, whatever it holds */
 };

@@ -159,6 +159,22 @@ gcra_reserve(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, 
     gcra_take(lim, st, now, cost, true, res);
 }
 
+/* TAT moved by the whole charge, up to algo_owed_max units ahead. */
+static void
+gcra_charge(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+            struct rl_limit_result *res)
+{
+    int64_t most = algo_owed_max(lim);
+    struct gcra_t n = gcra_next(lim, gcra_ahead(lim, st, now), cost < most ? cost : most);
+    struct gcra_t cap = gcra_units(lim, most);
+
+    if (gcra_later(n, cap))
+        n = cap;
+    st->gcra.tat_us = now + n.i;
+    st->gcra.tat_frac = n.f;
+    algo_set_numbers(res, gcra_room(lim, n), gcra_ceil(n));
+}
+
 static void
 gcra_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
@@ -193,4 +209,5 @@ const struct rl_algo_def rl_algo_gcra = {
     .estimate = algo_estimate_refill,
     .estimate_take = algo_estimate_take_refill,
     .reserve = gcra_reserve,
+    .charge = gcra_charge,
 };

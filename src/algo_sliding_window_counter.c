@@ -130,9 +130,9 @@ swc_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
 
     swc_view(lim, st, now, &v);
     st->swc.window = v.id;
-    st->swc.count = v.curr + cost;
+    st->swc.count = v.curr + cost < ALGO_UNITS_MAX ? v.curr + cost : ALGO_UNITS_MAX;
     st->swc.prev_count = v.prev;
-    algo_set_numbers(res, v.room - cost, v.e2 - now);
+    algo_set_numbers(res, v.room - (st->swc.count - v.curr), v.e2 - now);
 }
 
 /* From the current window's count first, then from the previous one's. */
@@ -174,4 +174,5 @@ const struct rl_algo_def rl_algo_sliding_window_counter = {
     .ttl_us = swc_ttl,
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,
+    .charge = swc_commit, /* the previous window weighs a charge as any count */
 };

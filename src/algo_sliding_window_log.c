@@ -132,30 +132,75 @@ swl_reserve(const struct rl_limit *lim, struct rl_algo_state *st)
     st->ring_head = 0;
 }
 
+/* Log an entry of `cost` at ts, the newest; its units count. */
 static void
-swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
-           struct rl_limit_result *res)
+swl_append(const struct rl_limit *lim, struct rl_algo_state *st, int64_t ts, int64_t cost)
 {
-    int64_t W = lim->window_ms * 1000;
-    int64_t ts;
-    struct swl_view v;
     uint32_t slot;
 
-    swl_view(lim, st, now, &v);
-    swl_drop(st, v.first < SWL_DROP_MAX ? v.first : SWL_DROP_MAX);
-    ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
-    /* only a forced commit finds `limit` entries here (an allowed one adds
-     * to at most limit - cost units): keep the newest limit - 1, then this */
-    if (v.first <= SWL_DROP_MAX && st->ring_len >= lim->limit)
-        swl_drop(st, st->ring_len - (uint32_t)lim->limit + 1);
     swl_reserve(lim, st);
     slot = (st->ring_head + st->ring_len) % st->ring_cap;
     st->ring[2 * (size_t)slot] = ts;
     st->ring[2 * (size_t)slot + 1] = cost;
     st->ring_len++;
     st->swl.units += cost;
+}
 
-    /* the units still inside the window: not those left behind */
+static void
+swl_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+           struct rl_limit_result *res)
+{
+    int64_t W = lim->window_ms * 1000;
+    int64_t ts, n0, room;
+    struct swl_view v;
+
+    swl_view(lim, st, now, &v);
+    n0 = v.n;
+    swl_drop(st, v.first < SWL_DROP_MAX ? v.first : SWL_DROP_MAX);
+    ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
+    /* only a forced commit finds `limit` entries here (an allowed one adds
+     * to at most limit - cost units): keep the newest limit - 1, then this */
+    if (v.first <= SWL_DROP_MAX && st->ring_len >= lim->limit)
+        swl_drop(st, st->ring_len - (uint32_t)lim->limit + 1);
+    swl_append(lim, st, ts, cost);
+
+    /* the units still inside the window: not those left behind; a forced
+     * commit into a log at its limit may have forgotten some, so its
+     * overdraft is not known and none is said (as the script) */
+    swl_view(lim, st, now, &v);
+    room = lim->limit - v.n;
+    if (room < 0 && n0 >= lim->limit)
+        room = 0;
+    algo_set_numbers(res, room, ts + W - now);
+}
+
+/*
+ * A charge: one entry of its weight, nothing forgotten.  Into a log at or
+ * over its limit (no check can add an entry until it is under again) it
+ * joins the newest entry, moved to the charge's time, so the ring keeps at
+ * most `limit` live entries (sliding_window_log.lua).
+ */
+static void
+swl_charge(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+           struct rl_limit_result *res)
+{
+    int64_t W = lim->window_ms * 1000, ts;
+    struct swl_view v;
+    uint32_t slot;
+
+    swl_view(lim, st, now, &v);
+    swl_drop(st, v.first < SWL_DROP_MAX ? v.first : SWL_DROP_MAX);
+    ts = st->ring_len > 0 && v.newest > now ? v.newest : now;
+    if (v.n + cost > ALGO_UNITS_MAX)
+        cost = ALGO_UNITS_MAX - v.n;
+    if (v.n >= lim->limit) {
+        slot = (st->ring_head + st->ring_len - 1) % st->ring_cap;
+        st->ring[2 * (size_t)slot] = ts;
+        st->ring[2 * (size_t)slot + 1] += cost;
+        st->swl.units += cost;
+    } else {
+        swl_append(lim, st, ts, cost);
+    }
     swl_view(lim, st, now, &v);
     algo_set_numbers(res, lim->limit - v.n, ts + W - now);
 }
@@ -190,4 +235,5 @@ const struct rl_algo_def rl_algo_sliding_window_log = {
     .ttl_us = swl_ttl,
     .estimate = algo_estimate_window,
     .estimate_take = algo_estimate_take_window,
+    .charge = swl_charge,
 };

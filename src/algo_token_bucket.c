@@ -12,7 +12,9 @@
  *
  * A forced commit may take more than the bucket holds: D > burst is a debt
  * that refill pays back before any token is free again, up to
- * algo_most_owed() (D <= 2 x burst).  D itself never goes below 0, so every
+ * algo_most_owed() (D <= 2 x burst); a charge's debt is carried whole, up to
+ * algo_owed_max(): D - burst tokens of overdraft, paid back at limit per
+ * window, exactly.  D itself never goes below 0, so every
  * product stays of non-negative numbers, as intmath.lua needs.
  */
 #include <stdbool.h>
@@ -89,20 +91,27 @@ tb_peek(const struct rl_limit *lim, const struct rl_algo_state *st, int64_t now,
     }
 }
 
-/* Take cost; the debt bounded by algo_most_owed unless `reserving`. */
+/* How far a take may leave the bucket owing. */
+enum tb_bound {
+    TB_MOST_OWED, /* a forced commit: algo_most_owed */
+    TB_RESERVE,   /* a reservation: bounded by its wait */
+    TB_CHARGE,    /* a charge: all of it, up to algo_owed_max */
+};
+
+/* Take cost, the debt bounded as `bound` says. */
 static void
 tb_take(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
-        bool reserving, struct rl_limit_result *res)
+        enum tb_bound bound, struct rl_limit_result *res)
 {
     struct tb_view v;
-    int64_t room;
+    int64_t room, most = bound == TB_CHARGE ? algo_owed_max(lim) : algo_most_owed(lim);
 
     tb_view(lim, st, now, &v);
     st->tb.owed = v.d + cost;
     st->tb.owed_frac = v.f;
     st->tb.at_us = v.at;
-    if (!reserving && st->tb.owed >= algo_most_owed(lim)) {
-        st->tb.owed = algo_most_owed(lim);
+    if (bound != TB_RESERVE && st->tb.owed >= most) {
+        st->tb.owed = most;
         st->tb.owed_frac = 0;
     }
     room = lim->burst - st->tb.owed - (st->tb.owed_frac > 0);
@@ -115,14 +124,21 @@ static void
 tb_commit(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
           struct rl_limit_result *res)
 {
-    tb_take(lim, st, now, cost, false, res);
+    tb_take(lim, st, now, cost, TB_MOST_OWED, res);
 }
 
 static void
 tb_reserve(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
            struct rl_limit_result *res)
 {
-    tb_take(lim, st, now, cost, true, res);
+    tb_take(lim, st, now, cost, TB_RESERVE, res);
+}
+
+static void
+tb_charge(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t cost,
+          struct rl_limit_result *res)
+{
+    tb_take(lim, st, now, cost, TB_CHARGE, res);
 }
 
 static void
@@ -161,4 +177,5 @@ const struct rl_algo_def rl_algo_token_bucket = {
     .estimate = algo_estimate_refill,
     .estimate_take = algo_estimate_take_refill,
     .reserve = tb_reserve,
+    .charge = tb_charge,
 };

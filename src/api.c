@@ -3,7 +3,6 @@
 #include <string.h>
 #include <strings.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -42,54 +41,11 @@ respond(struct http_req *r, int status, const char *headers, size_t hlen, const 
                                                   .body_len = blen});
 }
 
-/* {"error": msg} with msg escaped: it may quote what the caller sent.  Every
- * 503 says when to try again (gateways pass it on as it is). */
-static void
-respond_error(struct http_req *r, int status, const char *extra, const char *msg)
-{
-    json_t *o = json_pack("{s:s}", "error", msg);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    size_t elen;
-
-    if (status == 503 && extra == NULL)
-        extra = RETRY_AFTER_503;
-    elen = extra ? strlen(extra) : 0;
-
-    if (s != NULL)
-        respond(r, status, extra, elen, s, strlen(s));
-    else
-        respond(r, status, extra, elen, "{\"error\":\"internal error\"}", 27);
-    free(s);
-    json_decref(o);
-}
-
-void
-api_error(struct http_req *r, int status, const char *extra, const char *msg)
-{
-    respond_error(r, status, extra, msg);
-}
-
 static void
 respond_405(struct http_req *r, struct rl_worker *w, const char *allow)
 {
-    metrics_reject(w->metrics, RL_REJ_METHOD);
-    respond_error(r, 405, allow, "method not allowed");
-}
-
-void
-api_peer_text(const struct http_req *r, char *buf, size_t size)
-{
-    const struct sockaddr_storage *ss = http_req_peer(r);
-
-    snprintf(buf, size, "-");
-    if (ss == NULL)
-        return;
-    if (ss->ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, buf,
-                  (socklen_t)size);
-    else if (ss->ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, buf,
-                  (socklen_t)size);
+    metrics_reject(worker_counters(w), RL_REJ_METHOD);
+    http_respond_error(r, 405, allow, "method not allowed");
 }
 
 /* One line per sampled check: what was decided, never who by key (a key
@@ -99,8 +55,8 @@ access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_
 {
     char peer[INET6_ADDRSTRLEN];
 
-    api_peer_text(r, peer, sizeof(peer));
-    log_info(LOG_MSG("check"), LOG_I("worker", w->id), LOG_I("status", d->status),
+    http_req_peer_text(r, peer, sizeof(peer));
+    log_info(LOG_MSG("check"), LOG_I("worker", worker_id(w)), LOG_I("status", d->status),
              LOG_S("policy", d->policy ? d->policy->name : "-"), LOG_I("allowed", d->allowed),
              LOG_I("remaining", d->remaining), LOG_I("retry_after_ms", d->retry_after_ms),
              LOG_I("degraded", d->degraded), LOG_I("shadow", d->shadow), LOG_S("peer", peer),
@@ -129,7 +85,7 @@ on_check_done(const struct rl_decision *d, void *arg)
 
     if (r->start_us != 0)
         access_log(r, w, d);
-    metrics_check_duration(w->metrics, now_monotonic_us() - r->first_us);
+    metrics_check_duration(worker_counters(w), now_monotonic_us() - r->first_us);
     sb_init(&sb, headers, sizeof(headers));
     response_headers(d, add_header, &sb);
     /* nginx and Caddy keep an auth subrequest's connection only when
@@ -227,17 +183,13 @@ admit(struct http_req *r, struct rl_worker *w)
     /* Draining: a check already sent (in the kernel's buffer, maybe) is
      * decided like any other, the backend is still there; its answer says
      * close (http.c), so the client takes its next one elsewhere. */
-    if ((int64_t)r->body_len > w->cfg->max_body) { /* chunked bodies end here */
-        metrics_reject(w->metrics, RL_REJ_TOO_LARGE);
-        respond_error(r, 413, NULL, "body: larger than max_body");
+    if ((int64_t)r->body_len > worker_config(w)->max_body) { /* chunked bodies end here */
+        metrics_reject(worker_counters(w), RL_REJ_TOO_LARGE);
+        http_respond_error(r, 413, NULL, "body: larger than max_body");
         return 0;
     }
-    /* A backend that slows down must not grow a queue without bound: past
-     * the cap, answer at once and let the caller decide. */
-    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
-        w->cfg->max_inflight) {
-        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
-        respond_error(r, 503, NULL, "overloaded: too many checks in flight");
+    if (!worker_admit(w)) {
+        http_respond_error(r, 503, NULL, "overloaded: too many checks in flight");
         return 0;
     }
     return 1;
@@ -247,12 +199,13 @@ admit(struct http_req *r, struct rl_worker *w)
  * POST /check with a JSON body is the API.  With forward_auth on, a gateway's
  * own request is a check too (Traefik ForwardAuth, Envoy ext_authz): any
  * method, no body, the original request in its headers, or in the path after
- * /check/ and the method itself.
+ * /check/ and the method itself.  POST /charge (charge) takes the same body
+ * and counts its cost, never denied (check.h).
  */
 static void
-handle_check(struct http_req *r, struct rl_worker *w, int forward)
+handle_check(struct http_req *r, struct rl_worker *w, int forward, bool charge)
 {
-    struct rl_config *cfg = w->cfg;
+    struct rl_config *cfg = worker_config(w);
     const struct http_head *h = r->head;
     struct rl_check_input ci;
     char *cause = NULL;
@@ -263,6 +216,7 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     memset(&ci, 0, sizeof(ci));
     ci.body = r->body_len ? r->body : NULL;
     ci.body_len = r->body_len;
+    ci.charge = charge;
     if (query_has(h, "body=none"))
         r->flags |= API_NO_BODY;
     if (forward) {
@@ -280,13 +234,11 @@ handle_check(struct http_req *r, struct rl_worker *w, int forward)
     ci.ident.hctx = (void *)(uintptr_t)h;
     peer_of(r, &ci.ident);
 
-    r->start_us = cfg->access_log > 0 && ++w->access_seq % (uint64_t)cfg->access_log == 0
-                      ? now_monotonic_us()
-                      : 0;
+    r->start_us = worker_access_sampled(w) ? now_monotonic_us() : 0;
     worker_check_begin(w);
-    if (check_start(&w->env, cfg, &ci, on_check_done, r, &status, &cause) != RL_OK) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, status, NULL, cause);
+    if (check_start(worker_env(w), cfg, &ci, on_check_done, r, &status, &cause) != RL_OK) {
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
+        http_respond_error(r, status, NULL, cause);
         free(cause);
         worker_check_done(w);
     }
@@ -315,7 +267,7 @@ on_release_done(int status, bool released, void *arg)
     struct rl_worker *w = http_req_arg(r);
 
     if (status != 200)
-        respond_error(r, 503, NULL, "backend unavailable");
+        http_respond_error(r, 503, NULL, "backend unavailable");
     else if (released)
         respond(r, 200, NULL, 0, "{\"released\":true}", 17);
     else
@@ -332,10 +284,10 @@ handle_release(struct http_req *r, struct rl_worker *w)
     if (!admit(r, w))
         return;
     worker_check_begin(w);
-    if (check_release(&w->env, w->cfg, r->body_len ? r->body : NULL, r->body_len,
-                      on_release_done, r, &error) != RL_OK) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, 400, NULL, error);
+    if (check_release(worker_env(w), worker_config(w), r->body_len ? r->body : NULL,
+                      r->body_len, on_release_done, r, &error) != RL_OK) {
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
+        http_respond_error(r, 400, NULL, error);
         free(error);
         worker_check_done(w);
     }
@@ -350,7 +302,7 @@ on_json_done(const struct rls_response *resp, void *arg)
     char *body;
 
     if (resp->grpc_status != 0) {
-        respond_error(r, 503, NULL, "backend unavailable");
+        http_respond_error(r, 503, NULL, "backend unavailable");
     } else {
         body = rls_json_encode(resp, &n);
         respond(r, resp->overall_code == RLS_CODE_OVER_LIMIT ? 429 : 200, NULL, 0, body, n);
@@ -367,23 +319,23 @@ on_json_done(const struct rls_response *resp, void *arg)
 static void
 handle_json(struct http_req *r, struct rl_worker *w)
 {
-    struct rl_config *cfg = w->cfg;
+    struct rl_config *cfg = worker_config(w);
     struct rls_json_request jr;
     char *error = NULL;
 
     if (!admit(r, w))
         return;
     if (rls_json_decode(r->body, r->body_len, &jr, &error) != RL_OK) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, 400, NULL, error);
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
+        http_respond_error(r, 400, NULL, error);
         free(error);
         rls_json_request_free(&jr);
         return;
     }
     worker_check_begin(w);
-    if (rls_start(&w->env, cfg, jr.req, on_json_done, r, &error) != RL_OK) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
-        respond_error(r, 400, NULL, error);
+    if (rls_start(worker_env(w), cfg, jr.req, on_json_done, r, &error) != RL_OK) {
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
+        http_respond_error(r, 400, NULL, error);
         free(error);
         worker_check_done(w);
     }
@@ -422,8 +374,8 @@ handle_serving(struct http_req *r, struct rl_worker *w)
         respond_status(r, 200,
                        json_pack("{s:s,s:b,s:s,s:s,s:i}", "status", "serving", "degraded", 1,
                                  "failure_mode",
-                                 config_failure_mode_name(w->cfg->failure_mode), "reason",
-                                 reason, "worker", which),
+                                 config_failure_mode_name(worker_config(w)->failure_mode),
+                                 "reason", reason, "worker", which),
                        "{\"status\":\"serving\",\"degraded\":true}");
     } else {
         respond(r, 200, NULL, 0, "{\"status\":\"serving\"}", 20);
@@ -482,11 +434,16 @@ api_handle(struct http_req *r, void *arg)
                      (h->path_len == 6 || h->path[6] == '/');
 
     if (path_is(h, "/check", 6) && h->method == HTTP_M_POST) {
-        handle_check(r, w, 0);
-    } else if (check_tree && w->cfg->forward_auth) {
-        handle_check(r, w, 1);
+        handle_check(r, w, 0, false);
+    } else if (check_tree && worker_config(w)->forward_auth) {
+        handle_check(r, w, 1, false);
     } else if (path_is(h, "/check", 6)) {
         respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/charge", 7)) {
+        if (h->method == HTTP_M_POST)
+            handle_check(r, w, 0, true);
+        else
+            respond_405(r, w, "Allow: POST\r\n");
     } else if (path_is(h, "/release", 8)) {
         if (h->method == HTTP_M_POST)
             handle_release(r, w);
@@ -523,10 +480,10 @@ api_handle(struct http_req *r, void *arg)
         else
             respond_405(r, w, "Allow: GET, HEAD\r\n");
     } else {
-        metrics_reject(w->metrics, RL_REJ_NOT_FOUND);
-        respond_error(
+        metrics_reject(worker_counters(w), RL_REJ_NOT_FOUND);
+        http_respond_error(
             r, 404, NULL,
-            "no such path: use POST /check, POST /release, POST /json, "
+            "no such path: use POST /check, POST /charge, POST /release, POST /json, "
             "GET /healthz, GET /readyz, GET /serving, GET /healthcheck or GET /metrics");
     }
 }

@@ -13,11 +13,4 @@ struct http_req;
 /* An http_handler; arg is the struct rl_worker that serves the listener. */
 void api_handle(struct http_req *r, void *arg);
 
-/* {"error": msg} with status and extra header lines (or NULL); the admin
- * API's errors look like the check API's. */
-void api_error(struct http_req *r, int status, const char *extra, const char *msg);
-
-/* The address of r's peer as text, "-" when it has none (a unix socket). */
-void api_peer_text(const struct http_req *r, char *buf, size_t size);
-
 #endif

@@ -102,7 +102,7 @@ struct rl_check_req {
 /*
  * Leases (algo_concurrency.c).  RL_CHECK_LEASE: when the check is allowed
  * (and cost > 0) the policy's concurrency limit holds its slot under `lease`
- * (only the first concurrency limit of a policy holds leases; config.c
+ * (only the first concurrency limit of a policy holds leases; policy.c
  * allows one).  RL_CHECK_RELEASE: give lease `lease` back, an admin
  * operation of its own (cost 0, no other flag), answered like a check of
  * cost 0 after it, with `released` saying whether the lease was held.
@@ -113,11 +113,22 @@ struct rl_check_req {
  * reserved: consumed now, as a forced check is (a bucket into debt, GCRA's
  * TAT further out), and answered allowed with delay_ms, the longest of its
  * limits' waits; the caller answers it after that wait.  Token bucket and
- * gcra only (config.c): their debt says exactly when the next check fits.
+ * gcra only (policy.c): their debt says exactly when the next check fits.
  */
 #define RL_CHECK_DELAY 0x80u
 #define RL_CHECK_LEASE 0x20u
 #define RL_CHECK_RELEASE 0x40u
+/*
+ * A charge (POST /charge): `cost` (>= 0) counted now in every limit, past
+ * the limit, during a block too, never denied and nothing of it lost: a
+ * bucket's debt and GCRA's TAT carry it whole (up to algo_owed_max, not
+ * algo_most_owed), the sliding log forgets no unit; a concurrency limit is
+ * not charged.  Answered as a check of cost 0 made right after it: allowed
+ * says whether such a check passes, each limit's overdraft what is past it.
+ * May come with RL_CHECK_ONCE (a hybrid sync of charged units), with no
+ * other flag.
+ */
+#define RL_CHECK_CHARGE 0x100u
 #define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK | RL_CHECK_RELEASE)
 
 struct rl_check_res {

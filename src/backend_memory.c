@@ -480,7 +480,7 @@ op_release_lease(struct mem_store *s, struct mem_op *op, const struct rl_check_r
     size_t i;
     bool held;
 
-    if (!config_lease_limit(pol, &i) || op_find(s, op, i, now) == NULL)
+    if (!policy_lease_limit(pol, &i) || op_find(s, op, i, now) == NULL)
         return false;
     held = algo_def(pol->limits[i].algo)
                ->release(&pol->limits[i], &op->e[i]->st, now, &req->lease);
@@ -522,6 +522,34 @@ op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
     }
 }
 
+/* A charge (RL_CHECK_CHARGE): every limit but concurrency takes the cost,
+ * then the answer is a check of cost 0's (check.lua's charge). */
+static void
+op_charge(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now,
+          int64_t blocked, struct rl_check_res *res)
+{
+    static const struct rl_algo_state fresh;
+    const struct rl_policy *pol = req->policy;
+
+    res->allowed = 1;
+    for (size_t i = 0; i < op->n; i++) {
+        const struct rl_limit *lim = &pol->limits[i];
+        const struct rl_algo_def *d = algo_def(lim->algo);
+
+        if (req->cost > 0 && d->charge != NULL) {
+            d->charge(lim, &op_get(s, op, i, now)->st, now, req->cost, &res->limits[i]);
+            op_expire(s, op, i, lim, now);
+        }
+        op_find(s, op, i, now);
+        d->peek(lim, op->e[i] ? &op->e[i]->st : &fresh, now, 0, &res->limits[i]);
+        if (!res->limits[i].allowed)
+            res->allowed = 0;
+    }
+    res->nlimits = op->n;
+    if (blocked > 0)
+        backend_apply_block(res, blocked);
+}
+
 /* Decide (peek every limit, then commit all or none) and answer into res. */
 static void
 op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now,
@@ -533,6 +561,10 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
 
     if (op_find(s, op, op->n, now) != NULL)
         blocked = algo_us_to_ms_ceil(op->e[op->n]->expires - now);
+    if (req->flags & RL_CHECK_CHARGE) {
+        op_charge(s, op, req, now, blocked, res);
+        return;
+    }
     res->allowed = 1;
     for (size_t i = 0; i < op->n; i++) {
         const struct rl_limit *lim = &pol->limits[i];

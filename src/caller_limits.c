@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "caller_limits.h"
-#include "config.h"
+#include "policy.h"
 #include "util.h"
 
 /* Plans are few; a bounded table, replaced slot by slot. */
@@ -79,7 +79,7 @@ caller_limits_read(struct rl_caller_limits *m, const char *text, size_t len, str
     struct memo_entry *e;
     uint64_t h;
 
-    if (config_parse_limits(v, out, n, cause) != RL_OK)
+    if (policy_parse_limits(v, out, n, cause) != RL_OK)
         return RL_ERR;
     if (m == NULL || text == NULL || len > MEMO_TEXT_MAX)
         return RL_OK;
@@ -101,6 +101,13 @@ int
 caller_limits_allowed(const struct rl_policy *p, const struct rl_limit *l, size_t n,
                       char **cause)
 {
+    /* the policy's caps are counted with them, in one script call */
+    if (n + p->ncaps > RL_LIMITS_MAX) {
+        *cause = xasprintf("limits: must be a list of 1..%zu limits under policy \"%s\" (its "
+                           "request_limits_cap takes %zu of %d)",
+                           RL_LIMITS_MAX - p->ncaps, p->name, p->ncaps, RL_LIMITS_MAX);
+        return RL_ERR;
+    }
     if (p->request_limits_max == 0)
         return RL_OK;
     for (size_t i = 0; i < n; i++) {

@@ -6,7 +6,7 @@
  * the same algorithm and window would have, so a plan that changes keeps its
  * counts.
  *
- * Read by the configuration's own rules (config_parse_limits: one set of
+ * Read by the configuration's own rules (policy_parse_limits: one set of
  * checks, one set of messages), then capped by the policy's
  * request_limits_max.  A tenant sends the same bytes with every check, so a
  * worker keeps what it read by the bytes: the common check reads no JSON
@@ -47,7 +47,8 @@ int caller_limits_read(struct rl_caller_limits *m, const char *text, size_t len,
                        struct json_t *v, struct rl_limit *out, size_t *n, char **cause) RL_WUR;
 
 /* The policy's cap on limits[0..n): RL_ERR and *cause when a limit or a
- * burst is above request_limits_max (caller frees). */
+ * burst is above request_limits_max, or when they and the policy's
+ * request_limits_cap are more than one script call decides (caller frees). */
 int caller_limits_allowed(const struct rl_policy *p, const struct rl_limit *l, size_t n,
                           char **cause) RL_WUR;
 

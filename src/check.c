@@ -48,14 +48,32 @@ struct check_op {
     int hybrid;            /* a hybrid policy's key unknown locally */
     int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
+    int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
+    size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
     /* a check's own limits: its policy, a copy of the one it falls under
      * with these in place of that one's (written only then) */
     struct rl_policy own;
     struct rl_limit own_limits[RL_LIMITS_MAX];
 };
+
+/* A caller's own limits allowed the check and a cap denied it. */
+static bool
+capped(const struct check_op *op, const struct rl_decision *d)
+{
+    bool cap_denied = false;
+
+    if (op->ncaller == 0 || d->status != 429 || d->allowed || d->nlimits <= op->ncaller)
+        return false;
+    for (size_t i = 0; i < d->nlimits; i++) {
+        if (i < op->ncaller && !d->limits[i].allowed)
+            return false;
+        cap_denied |= i >= op->ncaller && !d->limits[i].allowed;
+    }
+    return cap_denied;
+}
 
 /* What names op's decision in the deny cache. */
 static const char *
@@ -121,12 +139,12 @@ check_fields(const struct rl_body_fields *f, char **cause)
     /* A key may hold any byte, NUL included (its length travels with it);
      * a method may not: "GET\u0000x" must not read as GET. */
     if (f->method != NULL &&
-        (strlen(f->method) != f->method_len || config_method_bit(f->method) == 0)) {
+        (strlen(f->method) != f->method_len || policy_method_bit(f->method) == 0)) {
         *cause = xstrdup("method: must be an HTTP method like \"GET\" or \"POST\"");
         return RL_ERR;
     }
     if (f->cost < 0 || f->cost > RL_COST_MAX) {
-        *cause = xasprintf("cost: must be an integer 0..%d", RL_COST_MAX);
+        *cause = xasprintf("cost: must be an integer 0..%lld", RL_COST_MAX);
         return RL_ERR;
     }
     return RL_OK;
@@ -159,7 +177,7 @@ lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, s
     const char *base = op->key;
 
     if (!(op->req.flags & RL_CHECK_LEASE) || res->status != RL_BACKEND_OK || !res->allowed ||
-        !config_lease_limit(op->policy, &i))
+        !policy_lease_limit(op->policy, &i))
         return NULL;
     if (op->lk != NULL && op->lk->key[i] != NULL) {
         base = op->lk->key[i];
@@ -185,6 +203,20 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.lease = lease_of(op, res, lease, sizeof(lease));
         if (res->allowed && res->delay_ms > 0 && op->delay)
             d.delayed_ms = res->delay_ms;
+        if (op->charge) {
+            /* counted, whatever the limits say: the state after it */
+            d.charge = 1;
+            d.charged = op->req.cost;
+            d.status = 200;
+            metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
+        }
+    } else if (op->charge) {
+        /* nothing counted: no failure_mode answers as if it had been */
+        memset(&d, 0, sizeof(d));
+        d.status = 503;
+        d.policy = op->policy;
+        d.degraded = 1;
+        d.charge = 1;
     } else {
         /* The caller's own deadline passed, not Redis's: no failure_mode's
          * answer (it would race the transport's DEADLINE_EXCEEDED), the
@@ -219,12 +251,15 @@ finish(struct check_op *op, const struct rl_check_res *res)
         d.has_pk = 1;
         d.pk = siphash24(cfg->pk_k0, cfg->pk_k1, op->key, op->req.key_len);
     }
-    metrics_check(op->env->metrics, op->policy->metrics_id,
-                  d.status == 503            ? RL_OUT_ERROR
-                  : d.degraded               ? RL_OUT_DEGRADED
-                  : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
-                  : d.allowed                ? RL_OUT_ALLOWED
-                                             : RL_OUT_DENIED);
+    if (!op->charge)
+        metrics_check(op->env->metrics, op->policy->metrics_id,
+                      d.status == 503            ? RL_OUT_ERROR
+                      : d.degraded               ? RL_OUT_DEGRADED
+                      : d.shadow && d.would_deny ? RL_OUT_SHADOW_DENIED
+                      : d.allowed                ? RL_OUT_ALLOWED
+                                                 : RL_OUT_DENIED);
+    if (capped(op, &d))
+        __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
     /* no wait: the place it held is free now (a held one's, when answered) */
     if (op->delay && d.delayed_ms == 0)
         check_delay_done(op->env);
@@ -255,7 +290,8 @@ on_backend(const struct rl_check_res *res, void *arg)
     /* a slot may be released any moment: a denial for want of one is not
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache && !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
+        op->cfg->deny_cache &&
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -332,7 +368,7 @@ check_key_for(const struct rl_config *cfg, const struct rl_policy *policy, const
     if (identity_key(cfg->redis.key_prefix, policy->name, id, idlen, policy->limit_ids, key,
                      size, klen) != RL_OK)
         return NULL;
-    return policy->noverrides > 0 ? config_policy_for(policy, id, idlen) : policy;
+    return policy->noverrides > 0 ? policy_for(policy, id, idlen) : policy;
 }
 
 /* The body as jansson reads it into *root (the caller frees), or the 400. */
@@ -433,10 +469,11 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
         return RL_ERR;
     if (method == NULL) {
         method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
-        if (method == NULL || config_method_bit(method) == 0)
+        if (method == NULL || policy_method_bit(method) == 0)
             method = in->method != NULL ? in->method : "GET";
     }
-    *policy = policy_match(cfg, *norm, plen, config_method_bit(method));
+    *policy = policy_match(cfg->policies, cfg->npolicies, cfg->path_fold, *norm, plen,
+                           policy_method_bit(method));
     return RL_OK;
 }
 
@@ -496,7 +533,8 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
 
 static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
-                     int64_t timeout_ms, bool may_hold, rl_check_done done, void *arg);
+                     int64_t timeout_ms, bool may_hold, bool charge, rl_check_done done,
+                     void *arg);
 
 /*
  * Decide a check of `cost` for (policy, identity): locally when the hybrid
@@ -509,7 +547,7 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
-             const struct rl_ident_input *ident, int64_t cost, int64_t timeout_ms,
+             const struct rl_ident_input *ident, int64_t cost, bool charge, int64_t timeout_ms,
              const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
              char **cause)
 {
@@ -527,10 +565,16 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     if (limits != NULL) {
         op->own = *policy;
         memcpy(op->own_limits, limits, nlimits * sizeof(*limits));
+        /* the policy's caps, counted with them whatever they are
+         * (caller_limits_allowed checked that they fit) */
+        if (policy->ncaps > 0)
+            memcpy(op->own_limits + nlimits, policy->caps, policy->ncaps * sizeof(*limits));
+        op->ncaller = nlimits;
+        nlimits += policy->ncaps;
         op->own.limits = op->own_limits;
         op->own.nlimits = nlimits;
         op->own.uid = 1ULL << 62 | ((policy->uid * 0x9e3779b97f4a7c15ULL) ^
-                                    algo_limits_hash(limits, nlimits)) >>
+                                    algo_limits_hash(op->own_limits, nlimits)) >>
                                        2;
         policy = &op->own;
     }
@@ -553,16 +597,18 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->req.key_len = klen;
     /* only a request's check (not gRPC's, not the admin's) is held */
-    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, charge, done, arg);
     return RL_OK;
 }
 
 /* The check op holds its key(s): decide it as every check is decided;
- * may_hold: a check that may wait for the policy's max_delay. */
+ * may_hold: a check that may wait for the policy's max_delay; charge: a
+ * charge (RL_CHECK_CHARGE), which takes no lease, is never held and never
+ * answered from the deny cache. */
 static void
 start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *cfg,
          const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, bool may_hold,
-         rl_check_done done, void *arg)
+         bool charge, rl_check_done done, void *arg)
 {
     op->cfg = config_ref(cfg);
     op->policy = policy;
@@ -576,11 +622,16 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->req.limit_key_len = op->lk->len;
     }
     op->req.cost = cost;
+    if (charge) {
+        op->charge = 1;
+        op->req.flags |= RL_CHECK_CHARGE;
+        may_hold = false;
+    }
     {
         size_t li;
 
         /* an allowed check takes a slot under a lease of its own */
-        if (cost > 0 && config_lease_limit(policy, &li)) {
+        if (cost > 0 && !charge && policy_lease_limit(policy, &li)) {
             op->req.flags |= RL_CHECK_LEASE;
             lease_draw(&op->req.lease);
         }
@@ -602,15 +653,15 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
         struct rl_check_res local;
-        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, &local,
-                          &op->stale)) {
+        if (hybrid_decide(env->hybrid, cfg, policy, op->key, op->req.key_len, cost, charge,
+                          &local, &op->stale)) {
             finish(op, &local);
             return;
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
     if (env->deny != NULL && cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY))) {
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
@@ -658,7 +709,7 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->lk->all = op->lk->buf;
     op->lk->all_len = o;
-    start_op(op, env, cfg, policy, cost, timeout_ms, false, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, false, false, done, arg);
     return RL_OK;
 }
 
@@ -668,8 +719,8 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                    void *arg, char **cause)
 {
-    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, timeout_ms, NULL, 0,
-                        done, arg, cause);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, false, timeout_ms,
+                        NULL, 0, done, arg, cause);
 }
 
 int
@@ -705,7 +756,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy == NULL) {
         struct rl_decision d;
         response_no_policy(&d);
-        metrics_check(env->metrics, RL_METRICS_NO_POLICY, RL_OUT_ALLOWED);
+        d.charge = in->charge; /* counted nowhere: "charged": 0 */
+        if (!in->charge)
+            metrics_check(env->metrics, RL_METRICS_NO_POLICY, RL_OUT_ALLOWED);
         done(&d, arg);
         rc = RL_OK;
         goto out;
@@ -732,9 +785,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     }
 
     if (policy->noverrides > 0)
-        policy = config_policy_for(policy, id, idlen);
+        policy = policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, 0,
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge, 0,
                       nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);
@@ -795,7 +848,7 @@ lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t 
         for (size_t k = 0; k <= p->noverrides; k++) {
             const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
 
-            if (config_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
+            if (policy_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
                 return q;
         }
         return NULL;

@@ -50,6 +50,9 @@ struct rl_check_input {
     size_t path_len;
     const char *method;
     struct rl_ident_input ident; /* body_key is filled by check_start */
+    /* POST /charge: count the cost now, past the limit too, never denied;
+     * answered 200 as a check of cost 0 after it, with "charged" */
+    bool charge;
 };
 
 /*

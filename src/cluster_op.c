@@ -9,7 +9,7 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster_op.h"
-#include "config.h"
+#include "policy.h"
 #include "log.h"
 #include "util.h"
 

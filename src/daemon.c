@@ -19,6 +19,8 @@
 #include <event2/thread.h>
 
 #include "ac_config.h"
+#include "admin.h"
+#include "api.h"
 #include "config.h"
 #include "daemon.h"
 #include "grpc_tls.h"
@@ -28,6 +30,7 @@
 #include "notify.h"
 #include "redis_tls.h"
 #include "redis_tls_reload.h"
+#include "rls_grpc.h"
 #include "watch.h"
 #include "rls_rules.h"
 #include "util.h"
@@ -39,7 +42,7 @@
  * worker holds its own reference (worker_set_config), so no lock. */
 static struct rl_config *current;
 
-static struct rl_worker *workers;
+static struct rl_worker **workers;
 static size_t nworkers;
 
 static void
@@ -49,7 +52,7 @@ set_config(struct rl_config *cfg)
 
     current = cfg;
     for (size_t i = 0; cfg != NULL && i < nworkers; i++)
-        worker_set_config(&workers[i], cfg);
+        worker_set_config(workers[i], cfg);
     /* In-flight checks hold their own reference: they finish on the old one. */
     config_unref(old);
 }
@@ -58,7 +61,7 @@ int
 daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl_errors *errs)
 {
     struct rl_config *cfg;
-    size_t before = errs->n;
+    size_t before = errs->total;
 
     if (o->config_file != NULL) {
         if (config_load_file(o->config_file, &cfg, errs) != RL_OK)
@@ -74,7 +77,7 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl
         if (config_set_option_deferred(cfg, o->ov[i].name, o->ov[i].text, o->ov[i].origin,
                                        errs) != RL_OK)
             continue;
-    for (size_t i = 0; i < o->nov && errs->n == before; i++) {
+    for (size_t i = 0; i < o->nov && errs->total == before; i++) {
         const char *dot = strrchr(o->ov[i].name, '.');
         size_t plen = dot != NULL ? (size_t)(dot - o->ov[i].name) : 0;
         bool later = false;
@@ -85,7 +88,7 @@ daemon_load_config(const struct rl_options *o, struct rl_config **out, struct rl
         if (!later && config_check_option(cfg, o->ov[i].name, o->ov[i].origin, errs) != RL_OK)
             continue;
     }
-    if (config_validate(cfg, errs) != RL_OK || errs->n != before) {
+    if (config_validate(cfg, errs) != RL_OK || errs->total != before) {
         config_unref(cfg);
         *out = NULL;
         return RL_ERR;
@@ -350,7 +353,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
     log_info(LOG_MSG("stopping: draining in-flight checks"),
              LOG_I("grace_ms", current->shutdown_grace_ms));
     for (size_t i = 0; i < nworkers; i++)
-        worker_drain(&workers[i], current->shutdown_grace_ms);
+        worker_drain(workers[i], current->shutdown_grace_ms);
     /* The workers end on their own; on_worker_exit ends this loop. */
     (void)what;
 }
@@ -364,7 +367,7 @@ init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
     char *cause = NULL;
 
     for (size_t i = 0; i < nworkers; i++) {
-        if (worker_init(&workers[i], (int)i, fds[i], cfg, &cause) != RL_OK) {
+        if (worker_init(&workers[i], (int)i, fds[i], cfg, api_handle, &cause) != RL_OK) {
             log_error(LOG_MSG("cannot start worker"), LOG_U("worker", i),
                       LOG_Q("error", cause));
             free(cause);
@@ -373,9 +376,8 @@ init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
             nworkers = i + 1;
             return RL_ERR;
         }
-        workers[i].exited_ev = event_new(rs->base, -1, 0, on_worker_exit, rs);
-        workers[i].peers = workers;
-        workers[i].npeers = nworkers;
+        worker_on_exit(workers[i], event_new(rs->base, -1, 0, on_worker_exit, rs));
+        worker_set_peers(workers[i], workers, nworkers);
     }
     return RL_OK;
 }
@@ -397,7 +399,7 @@ serve_admin(struct run_state *rs, const struct rl_config *cfg)
     if (listen_addr_parse(cfg->admin_listen, &rs->admin, &cause) == RL_OK) {
         rc = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &fd, &cause)
                                          : open_tcp(&rs->admin, 0, &fd, &cause);
-        if (rc == RL_OK && worker_serve_admin(&workers[0], fd, &cause) == RL_OK) {
+        if (rc == RL_OK && worker_serve_admin(workers[0], fd, admin_handle, &cause) == RL_OK) {
             log_info(LOG_MSG("admin API listening"), LOG_S("admin_listen", cfg->admin_listen),
                      LOG_S("token", cfg->admin_token != NULL ? "required" : "none"));
             return RL_OK;
@@ -435,7 +437,8 @@ serve_rls(struct run_state *rs, const struct rl_config *cfg)
         return RL_ERR;
     }
     for (; i < nworkers; i++) {
-        if (worker_serve_rls(&workers[i], rs->rls_fds[i], &cause) != RL_OK) {
+        if (worker_serve_rls(workers[i], rs->rls_fds[i], rls_grpc_handle,
+                             rls_grpc_new(workers[i]), rls_grpc_free, &cause) != RL_OK) {
             log_error(LOG_MSG("cannot serve rls.listen"), LOG_U("worker", i),
                       LOG_Q("error", cause));
             free(cause);
@@ -473,7 +476,7 @@ on_ready_poll(evutil_socket_t fd, short what, void *arg)
     if (rs->stopping)
         return; /* STOPPING=1 said already */
     for (size_t i = 0; i < nworkers && reason == NULL; i++)
-        reason = __atomic_load_n(&workers[i].ready_reason, __ATOMIC_ACQUIRE);
+        reason = worker_published_readiness(workers[i]);
     if (reason != NULL && now_monotonic_us() < rs->ready_by_us) {
         evtimer_add(rs->ready_ev, &tv);
         return;
@@ -518,11 +521,11 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
         sigaddset(&block, signums[i]);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     for (; *started < nworkers; (*started)++) {
-        if (worker_start(&workers[*started]) != RL_OK) {
+        if (worker_start(workers[*started]) != RL_OK) {
             log_error(LOG_MSG("cannot start worker thread"), LOG_U("worker", *started));
             pthread_sigmask(SIG_SETMASK, &old, NULL);
             for (size_t i = 0; i < *started; i++)
-                worker_drain(&workers[i], 0);
+                worker_drain(workers[i], 0);
             return RL_ERR;
         }
     }
@@ -560,12 +563,9 @@ static void
 stop_workers(size_t started)
 {
     for (size_t i = 0; i < started; i++)
-        worker_join(&workers[i]);
-    for (size_t i = 0; i < nworkers; i++) {
-        if (workers[i].exited_ev != NULL)
-            event_free(workers[i].exited_ev);
-        worker_free(&workers[i]);
-    }
+        worker_join(workers[i]);
+    for (size_t i = 0; i < nworkers; i++)
+        worker_free(workers[i]);
     free(workers);
     workers = NULL;
     nworkers = 0;

@@ -742,7 +742,7 @@ envoy_env_read(struct envoy_env *ee, char *const *envp, envoy_env_set_fn setfn, 
                struct rl_errors *notes, struct rl_errors *errs)
 {
     struct ev_ctx c = {ee, envp, setfn, arg, notes, errs};
-    size_t before = errs->n;
+    size_t before = errs->total;
 
     /* its metric names beside ours: its dashboards and queries read them;
      * it watches its rule files (RUNTIME_WATCH_ROOT only says which
@@ -774,7 +774,7 @@ envoy_env_read(struct envoy_env *ee, char *const *envp, envoy_env_set_fn setfn, 
             }
         }
     }
-    return errs->n == before ? RL_OK : RL_ERR;
+    return errs->total == before ? RL_OK : RL_ERR;
 }
 
 void

@@ -17,6 +17,16 @@
  * daemon queue answers, PING or SETTINGS acknowledgements without bound
  * (nghttp2 ends a session holding more than MAX_OUTBOUND_ACK of them).
  *
+ * Request bytes: a message's buffer grows as its bytes arrive, never to
+ * the length its prefix only declares, and past INLINE_IN it comes from
+ * the daemon-wide pool of http.max_buffered (bufpool.h), shared with the
+ * HTTP/1.1 listener; a message the pool cannot take is refused with
+ * RESOURCE_EXHAUSTED.  The windows are no such bound and do not try to be:
+ * a stream's is one message (max_message + 5), the connection's nghttp2's
+ * 64 KiB, returned as bytes are read.  A window that held back what the
+ * pool cannot take would let concurrent large messages stall each other
+ * for good; the refusal frees the stream's bytes at once instead.
+ *
  * A call outlives its stream when the handler still owes its answer: the
  * stream's close detaches it (conn = NULL) and grpc_respond() frees it.
  * Nothing is freed inside nghttp2's callbacks but calls that nobody owes;
@@ -38,7 +48,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "config.h"
+#include "bufpool.h"
+#include "transport_conf.h"
 #include "grpc.h"
 #include "grpc_tls.h"
 #include "listener.h"
@@ -89,7 +100,8 @@ struct grpc_call {
     int64_t deadline_us; /* 0: none */
     char path[PATH_MAX_LEN];
     size_t path_len; /* > PATH_MAX_LEN: too long to be one of ours */
-    /* the request: [prefix][message], in_inline or malloc'd */
+    /* the request: [prefix][message], in_inline or malloc'd (then
+     * in_cap - INLINE_IN of it taken from the pool) */
     uint8_t *in;
     size_t in_len, in_cap;
     /* the answer, framed: out_inline or malloc'd */
@@ -131,6 +143,7 @@ struct grpc_server {
     struct listener ls; /* ls.open: connections open */
     struct event *sweep_ev;
     const struct rl_rls_conf *limits;
+    const int64_t *max_buffered; /* http.max_buffered: the pool's bound */
     grpc_handler handler;
     void *arg;
     struct grpc_counters *counters;
@@ -181,7 +194,7 @@ const char *
 grpc_refusal_name(enum grpc_refusal r)
 {
     static const char *const names[GRPC_REF_COUNT] = {
-        "preface", "protocol", "tls", "method", "content_type", "header_list"};
+        "preface", "protocol", "tls", "method", "content_type", "header_list", "buffered"};
     return (unsigned)r < GRPC_REF_COUNT ? names[r] : "other";
 }
 
@@ -214,6 +227,18 @@ call_get(struct grpc_server *srv)
     return call;
 }
 
+/* A message's buffer back to the pool (its bytes are not needed any more). */
+static void
+call_drop_input(struct grpc_call *call)
+{
+    if (call->in == call->in_inline)
+        return;
+    free(call->in);
+    bufpool_give((int64_t)(call->in_cap - INLINE_IN));
+    call->in = call->in_inline;
+    call->in_cap = INLINE_IN;
+}
+
 /* Most calls have no deadline: no event_del (a lock and a search) for them. */
 static void
 call_timer_stop(struct grpc_call *call)
@@ -230,8 +255,7 @@ call_put(struct grpc_call *call)
     struct grpc_server *srv = call->srv;
 
     call_timer_stop(call);
-    if (call->in != call->in_inline)
-        free(call->in);
+    call_drop_input(call);
     if (call->out != call->out_inline)
         free(call->out);
     if (srv->nfree >= CALL_FREE_MAX) {
@@ -408,6 +432,7 @@ call_refuse(struct grpc_call *call, int http_status, enum grpc_status status, co
         return;
     call->refusal = status;
     call->why = why;
+    call_drop_input(call); /* what follows is dropped too (take_data) */
     submit(call, http_status, status, why);
 }
 
@@ -573,6 +598,29 @@ msg_len(const uint8_t *p)
     return (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
 }
 
+/*
+ * Room for `need` bytes of a message of `most` in all (prefix included):
+ * the buffer grows as they arrive, doubling up to `most`, and what it takes
+ * past INLINE_IN comes from the pool.  RL_ERR (nothing changed) when the
+ * pool is full.
+ */
+static int
+grow_input(struct grpc_call *call, size_t need, size_t most)
+{
+    size_t cap = bufpool_next_cap(call->in_cap, need, most);
+
+    if (bufpool_take((int64_t)(cap - call->in_cap), *call->srv->max_buffered) != RL_OK)
+        return RL_ERR;
+    if (call->in == call->in_inline) {
+        call->in = xmalloc(cap);
+        memcpy(call->in, call->in_inline, call->in_len);
+    } else {
+        call->in = xrealloc(call->in, cap);
+    }
+    call->in_cap = cap;
+    return RL_OK;
+}
+
 /* Request bytes: at most one message of at most max_message. */
 static void
 take_data(struct grpc_call *call, const uint8_t *data, size_t len)
@@ -605,17 +653,19 @@ take_data(struct grpc_call *call, const uint8_t *data, size_t len)
             call->stop = 1;
             return;
         }
-        want = PREFIX_LEN + msg_len(call->in);
-        if (want > call->in_cap) {
-            uint8_t *p = xmalloc(want);
-            memcpy(p, call->in, call->in_len);
-            call->in = p;
-            call->in_cap = want;
-        }
     }
     want = PREFIX_LEN + msg_len(call->in);
     if (len > want - call->in_len) {
         call_refuse(call, 200, GRPC_INTERNAL, "a unary call takes one message");
+        return;
+    }
+    if (call->in_len + len > call->in_cap &&
+        grow_input(call, call->in_len + len, want) != RL_OK) {
+        COUNT(call->srv, refused[GRPC_REF_BUFFERED]);
+        bufpool_refused("rls", *call->srv->max_buffered);
+        call_refuse(call, 200, GRPC_RESOURCE_EXHAUSTED,
+                    "busy: the daemon buffers http.max_buffered request bytes already");
+        call->stop = 1; /* as for a message too large: stop sending */
         return;
     }
     memcpy(call->in + call->in_len, data, len);
@@ -630,6 +680,7 @@ request_done(struct grpc_call *call)
     struct grpc_conn *c = call->conn;
     struct grpc_request rq;
     uint8_t *heap;
+    size_t heap_cap;
 
     if (call->replied)
         return;
@@ -657,13 +708,17 @@ request_done(struct grpc_call *call)
     }
     /* a large request's buffer goes when the handler is done with it */
     heap = call->in != call->in_inline ? call->in : NULL;
+    heap_cap = call->in_cap;
     call->in = call->in_inline;
     call->in_cap = INLINE_IN;
     call->owed = 1;
     c->nowed++;
     c->active_ms = now_coarse_ms();
     srv->handler(call, &rq, srv->arg);
-    free(heap);
+    if (heap != NULL) {
+        free(heap);
+        bufpool_give((int64_t)(heap_cap - INLINE_IN));
+    }
 }
 
 /* ---- nghttp2's callbacks ------------------------------------------------------------ */
@@ -1014,6 +1069,8 @@ gconn_free(struct grpc_conn *c)
         c->next->prev = c->prev;
     listener_closed(&srv->ls);
     __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
+    /* its session's memory goes too: once the pool is empty, a trim */
+    bufpool_freed((int64_t)sizeof(*c));
     free(c);
     if (srv->draining && srv->ls.open == 0 && srv->empty != NULL)
         srv->empty(srv->empty_arg);
@@ -1273,6 +1330,7 @@ on_grpc_sweep(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_coarse_ms(), idle = srv->limits->idle_timeout_ms;
     struct grpc_conn *c, *next;
 
+    bufpool_trim(now);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (c->wstall_ms != 0 && now - c->wstall_ms > idle) {
@@ -1303,14 +1361,15 @@ on_grpc_sweep(evutil_socket_t fd, short what, void *arg)
 
 int
 grpc_server_new(struct grpc_server **out, struct event_base *base, int fd,
-                const struct rl_rls_conf *limits, grpc_handler handler, void *arg,
-                struct grpc_counters *counters, char **cause)
+                const struct rl_rls_conf *limits, const int64_t *max_buffered,
+                grpc_handler handler, void *arg, struct grpc_counters *counters, char **cause)
 {
     struct grpc_server *srv = xcalloc(1, sizeof(*srv));
     struct timeval tv = {0, SWEEP_MS * 1000};
 
     srv->base = base;
     srv->limits = limits;
+    srv->max_buffered = max_buffered;
     srv->handler = handler;
     srv->arg = arg;
     srv->counters = counters;
@@ -1345,9 +1404,11 @@ grpc_server_set_conn_cap(struct grpc_server *srv, size_t cap)
 }
 
 void
-grpc_server_set_limits(struct grpc_server *srv, const struct rl_rls_conf *limits)
+grpc_server_set_limits(struct grpc_server *srv, const struct rl_rls_conf *limits,
+                       const int64_t *max_buffered)
 {
     srv->limits = limits;
+    srv->max_buffered = max_buffered;
 }
 
 void

@@ -54,6 +54,7 @@ enum grpc_refusal {
     GRPC_REF_METHOD,       /* not POST: 405 */
     GRPC_REF_CONTENT_TYPE, /* not application/grpc: 415 */
     GRPC_REF_HEADERS,      /* a header list over rls.max_header_list */
+    GRPC_REF_BUFFERED,     /* a message the pool of http.max_buffered could not take */
     GRPC_REF_COUNT
 };
 
@@ -83,20 +84,24 @@ struct grpc_request {
 typedef void (*grpc_handler)(struct grpc_call *c, const struct grpc_request *rq, void *arg);
 
 /*
- * Serve on listening socket `fd` (taken) under `limits`, read at every use
- * (the caller may repoint them only on the server's thread).  Accepts up to
- * limits->max_connections until grpc_server_set_conn_cap() says otherwise.
+ * Serve on listening socket `fd` (taken) under `limits`, and with messages
+ * buffered from the daemon-wide pool (bufpool.h) up to `max_buffered`
+ * (http.max_buffered), both read at every use (the caller may repoint them
+ * only on the server's thread).  Accepts up to limits->max_connections
+ * until grpc_server_set_conn_cap() says otherwise.
  */
 int grpc_server_new(struct grpc_server **out, struct event_base *base, int fd,
-                    const struct rl_rls_conf *limits, grpc_handler handler, void *arg,
-                    struct grpc_counters *counters, char **cause) RL_WUR;
+                    const struct rl_rls_conf *limits, const int64_t *max_buffered,
+                    grpc_handler handler, void *arg, struct grpc_counters *counters,
+                    char **cause) RL_WUR;
 void grpc_server_free(struct grpc_server *srv);
 
 /* This server's share of rls.max_connections (also after a reload). */
 void grpc_server_set_conn_cap(struct grpc_server *srv, size_t cap);
 /* New bounds after a reload; SETTINGS (streams, header list) apply to
  * connections opened after it. */
-void grpc_server_set_limits(struct grpc_server *srv, const struct rl_rls_conf *limits);
+void grpc_server_set_limits(struct grpc_server *srv, const struct rl_rls_conf *limits,
+                            const int64_t *max_buffered);
 
 /*
  * Drain: stop accepting, send every connection GOAWAY naming the last

@@ -5,7 +5,7 @@
 
 #include <openssl/err.h>
 
-#include "config.h"
+#include "transport_conf.h"
 #include "grpc_tls.h"
 #include "log.h"
 #include "tls.h"

@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +19,15 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <arpa/inet.h>
+#include <stdio.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "http.h"
-#include "config.h"
+#include "bufpool.h"
+#include "transport_conf.h"
 #include "listener.h"
 #include "log.h"
 #include "util.h"
@@ -41,19 +44,6 @@
  * the connection lives on; a longer one is refused with a close. */
 #define DISCARD_MIN (1024 * 1024)
 #define DISCARD_FACTOR 4
-/* Bytes freed from request buffers after which their memory is handed back
- * to the system (malloc_trim), at most once a TRIM_EVERY_MS. */
-#define TRIM_FREED_MIN (4 * 1024 * 1024)
-#define TRIM_EVERY_MS 1000
-
-/*
- * Request bytes buffered past each connection's first RBUF_INIT, the whole
- * process (every worker's servers): bounded by http.max_buffered, so that
- * slow bodies cannot hold memory without bound.  Relaxed atomics.
- */
-static int64_t buffered_total;
-static int64_t freed_since_trim;
-static int64_t last_trim_ms;
 
 enum conn_state {
     C_HEAD,    /* reading a request head */
@@ -91,7 +81,7 @@ struct http_conn {
     int64_t drain_until_ms; /* draining: the grace for a next request ends */
     /* input: unconsumed bytes are rbuf[rpos, rlen) */
     char *rbuf;
-    size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it counted in buffered_total */
+    size_t rcap, rlen, rpos; /* rcap - RBUF_INIT of it taken from bufpool.h's pool */
     size_t scan;             /* head bytes already searched for its end */
     int64_t first_us;        /* when the read that began this request came */
     size_t head_len;
@@ -337,17 +327,17 @@ head_load(struct http_head *h, const char *base, const ptrdiff_t *off)
             *head_string(h, i) = base + off[i];
 }
 
-/* rbuf to `cap` bytes (never below RBUF_INIT), the process's count too. */
+/* rbuf to `cap` bytes (never below RBUF_INIT); what it grows by was taken
+ * from the pool already, what it shrinks by goes back. */
 static void
 resize_rbuf(struct http_conn *c, size_t cap)
 {
-    int64_t was = (int64_t)c->rcap - RBUF_INIT, now = (int64_t)cap - RBUF_INIT;
+    size_t was = c->rcap;
 
     c->rbuf = xrealloc(c->rbuf, cap);
     c->rcap = cap;
-    __atomic_add_fetch(&buffered_total, now - was, __ATOMIC_RELAXED);
-    if (now < was)
-        __atomic_add_fetch(&freed_since_trim, was - now, __ATOMIC_RELAXED);
+    if (cap < was)
+        bufpool_give((int64_t)(was - cap));
 }
 
 /*
@@ -368,14 +358,9 @@ make_room(struct http_conn *c, size_t want, size_t most)
     if (c->rcap - c->rpos >= want && c->rlen < c->rcap)
         return RL_OK;
     if (c->rcap < want || (c->rpos == 0 && c->rlen == c->rcap)) {
-        cap = c->rcap * 2;
-        if (most > 0 && cap > most)
-            cap = most;
-        if (cap < want)
-            cap = want;
+        cap = bufpool_next_cap(c->rcap, want, most);
         if (cap > c->rcap &&
-            __atomic_load_n(&buffered_total, __ATOMIC_RELAXED) + (int64_t)(cap - c->rcap) >
-                c->srv->limits->max_buffered)
+            bufpool_take((int64_t)(cap - c->rcap), c->srv->limits->max_buffered) != RL_OK)
             return RL_ERR;
     }
     if (rebase)
@@ -527,6 +512,24 @@ http_respond(struct http_req *r, const struct http_response *resp)
         conn_settle(c);
 }
 
+void
+http_respond_error(struct http_req *r, int status, const char *extra, const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    struct http_response resp = {.status = status};
+
+    if (status == 503 && extra == NULL)
+        extra = "Retry-After: 1\r\n";
+    resp.headers = extra;
+    resp.headers_len = extra ? strlen(extra) : 0;
+    resp.body = s != NULL ? s : "{\"error\":\"internal error\"}";
+    resp.body_len = strlen(resp.body);
+    http_respond(r, &resp);
+    free(s);
+    json_decref(o);
+}
+
 /* A JSON error for a request we refuse ourselves.  The connection closes
  * after it (what follows on the stream cannot be trusted) unless `keep`. */
 static void
@@ -578,6 +581,7 @@ static void
 refuse_busy(struct http_conn *c)
 {
     COUNT(c->srv, overloaded);
+    bufpool_refused("http", c->srv->limits->max_buffered);
     refuse(c, 503, "busy: the daemon buffers http.max_buffered request bytes already");
 }
 
@@ -649,14 +653,109 @@ start_body(struct http_conn *c, size_t head_len)
     return true;
 }
 
+/* What a step of process() leaves: wait for more bytes (or the close), go
+ * on with the next request, or read the body of the head just read. */
+enum step { STEP_WAIT, STEP_NEXT, STEP_BODY };
+
+/* The body of a refused request, dropped as it arrives. */
+static enum step
+read_discard(struct http_conn *c)
+{
+    size_t drop = c->rlen - c->rpos;
+
+    if ((int64_t)drop > c->need)
+        drop = (size_t)c->need;
+    c->rpos += drop;
+    c->need -= (int64_t)drop;
+    if (c->rpos == c->rlen)
+        c->rpos = c->rlen = 0;
+    if (c->need > 0)
+        return STEP_WAIT;
+    c->state = C_HEAD;
+    c->scan = 0;
+    return STEP_NEXT;
+}
+
+static enum step
+read_head(struct http_conn *c)
+{
+    const struct rl_http_conf *lim = c->srv->limits;
+    size_t avail = c->rlen - c->rpos;
+    struct http_refusal no;
+    enum rl_parse rc;
+
+    if (avail == 0)
+        return STEP_WAIT;
+    rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes, &c->scan,
+                         &c->head, &no);
+    if (rc == RL_PARSE_ERR) {
+        refuse(c, no.status, no.why);
+        return STEP_WAIT;
+    }
+    if (rc == RL_PARSE_MORE) {
+        if (make_room(c, avail + 1, 0) != RL_OK)
+            refuse_busy(c);
+        return STEP_WAIT;
+    }
+    /* refused: closing, or discarding its body */
+    return start_body(c, c->head.len) ? STEP_BODY : STEP_NEXT;
+}
+
+/* A body of Content-Length bytes, handed over whole. */
+static enum step
+read_body(struct http_conn *c)
+{
+    size_t total = c->head_len + (size_t)c->need;
+    size_t have = c->rlen - c->rpos;
+
+    if (have < total) {
+        if (make_room(c, have + 1, total) != RL_OK)
+            refuse_busy(c);
+        return STEP_WAIT;
+    }
+    dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need,
+             c->rpos + total < c->rlen || (c->srv->draining && unread(c)));
+    c->rpos += total;
+    return STEP_NEXT;
+}
+
+/* A chunked body, decoded in place, handed over once its last chunk came. */
+static enum step
+read_chunked(struct http_conn *c)
+{
+    size_t body_at = c->rpos + c->head_len;
+    struct http_refusal no;
+    enum rl_parse rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
+
+    if (rc == RL_PARSE_ERR) {
+        refuse(c, no.status, no.why);
+        return STEP_WAIT;
+    }
+    if (rc == RL_PARSE_MORE) {
+        /* decoded bytes stay; the raw tail moves down onto the framing
+         * already read */
+        if (c->ch.in > c->ch.out) {
+            memmove(c->rbuf + c->ch.out, c->rbuf + c->ch.in, c->rlen - c->ch.in);
+            c->rlen -= c->ch.in - c->ch.out;
+            c->ch.in = c->ch.out;
+        }
+        if (make_room(c, c->rlen - c->rpos + 1, 0) != RL_OK)
+            refuse_busy(c);
+        return STEP_WAIT;
+    }
+    dispatch(c, c->rbuf + body_at, c->ch.out - body_at,
+             c->ch.in < c->rlen || (c->srv->draining && unread(c)));
+    c->rpos = c->ch.in;
+    return STEP_NEXT;
+}
+
 /* Read every complete request that is buffered, as far as back-pressure
  * allows. */
 static void
 process(struct http_conn *c)
 {
     const struct rl_http_conf *lim = c->srv->limits;
-    struct http_refusal no;
-    enum rl_parse rc;
+    enum step step;
 
     while (!c->dead && c->state <= C_DISCARD) {
         if (c->nq >= (size_t)lim->max_pipelined || c->wlen - c->woff > WBUF_HIGH) {
@@ -665,71 +764,17 @@ process(struct http_conn *c)
             return;
         }
         if (c->state == C_DISCARD) {
-            size_t drop = c->rlen - c->rpos;
-            if ((int64_t)drop > c->need)
-                drop = (size_t)c->need;
-            c->rpos += drop;
-            c->need -= (int64_t)drop;
-            if (c->rpos == c->rlen)
-                c->rpos = c->rlen = 0;
-            if (c->need > 0)
+            if (read_discard(c) == STEP_WAIT)
                 break;
-            c->state = C_HEAD;
-            c->scan = 0;
             continue;
         }
-        if (c->state == C_HEAD) {
-            size_t avail = c->rlen - c->rpos;
-            if (avail == 0)
+        if (c->state == C_HEAD && (step = read_head(c)) != STEP_BODY) {
+            if (step == STEP_WAIT)
                 break;
-            rc = http_parse_head(c->rbuf + c->rpos, avail, (size_t)lim->max_header_bytes,
-                                 &c->scan, &c->head, &no);
-            if (rc == RL_PARSE_ERR) {
-                refuse(c, no.status, no.why);
-                break;
-            }
-            if (rc == RL_PARSE_MORE) {
-                if (make_room(c, avail + 1, 0) != RL_OK)
-                    refuse_busy(c);
-                break;
-            }
-            if (!start_body(c, c->head.len))
-                continue; /* refused: closing, or discarding its body */
+            continue;
         }
-        if (c->state == C_BODY) {
-            size_t total = c->head_len + (size_t)c->need;
-            size_t have = c->rlen - c->rpos;
-            if (have < total) {
-                if (make_room(c, have + 1, total) != RL_OK)
-                    refuse_busy(c);
-                break;
-            }
-            dispatch(c, c->rbuf + c->rpos + c->head_len, (size_t)c->need,
-                     c->rpos + total < c->rlen || (c->srv->draining && unread(c)));
-            c->rpos += total;
-        } else {
-            size_t body_at = c->rpos + c->head_len;
-            rc = http_chunked_decode(&c->ch, c->rbuf, c->rlen, *c->srv->max_body, &no);
-            if (rc == RL_PARSE_ERR) {
-                refuse(c, no.status, no.why);
-                break;
-            }
-            if (rc == RL_PARSE_MORE) {
-                /* decoded bytes stay; the raw tail moves down onto the
-                 * framing already read */
-                if (c->ch.in > c->ch.out) {
-                    memmove(c->rbuf + c->ch.out, c->rbuf + c->ch.in, c->rlen - c->ch.in);
-                    c->rlen -= c->ch.in - c->ch.out;
-                    c->ch.in = c->ch.out;
-                }
-                if (make_room(c, c->rlen - c->rpos + 1, 0) != RL_OK)
-                    refuse_busy(c);
-                break;
-            }
-            dispatch(c, c->rbuf + body_at, c->ch.out - body_at,
-                     c->ch.in < c->rlen || (c->srv->draining && unread(c)));
-            c->rpos = c->ch.in;
-        }
+        if ((c->state == C_BODY ? read_body(c) : read_chunked(c)) == STEP_WAIT)
+            break;
         if (c->state != C_CLOSING)
             c->state = C_HEAD;
         c->scan = 0;
@@ -768,10 +813,9 @@ conn_free(struct http_conn *c)
     listener_closed(&srv->ls);
     __atomic_sub_fetch(&srv->counters->open, 1, __ATOMIC_RELAXED);
     if (c->rcap > RBUF_INIT)
-        __atomic_sub_fetch(&buffered_total, (int64_t)(c->rcap - RBUF_INIT), __ATOMIC_RELAXED);
+        bufpool_give((int64_t)(c->rcap - RBUF_INIT));
     /* a flood of connections is a flood of buffers too */
-    __atomic_add_fetch(&freed_since_trim, (int64_t)(c->rcap + c->wcap + sizeof(*c)),
-                       __ATOMIC_RELAXED);
+    bufpool_freed((int64_t)(RBUF_INIT + c->wcap + sizeof(*c)));
     free(c->rbuf);
     free(c->wbuf);
     free(c);
@@ -970,37 +1014,6 @@ on_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
     set_deadline(c, D_HEADER, srv->limits->header_timeout_ms);
 }
 
-/*
- * After a flood of large requests or of connections, what their buffers
- * took goes back to the system: glibc keeps freed memory in its arenas
- * (one per worker thread), where RSS grew round after round (146 -> 255 MB
- * over ten floods of 2,000 slow bodies).  At most once a TRIM_EVERY_MS,
- * after TRIM_FREED_MIN freed, or once the flood is over (nothing buffered
- * any more) whatever was freed since the last trim: keep-alive checks of a
- * few hundred bytes never trim.
- */
-static void
-trim_after_floods(int64_t now)
-{
-    int64_t last = __atomic_load_n(&last_trim_ms, __ATOMIC_RELAXED);
-    int64_t freed = __atomic_load_n(&freed_since_trim, __ATOMIC_RELAXED);
-
-    if (freed == 0 ||
-        (freed < TRIM_FREED_MIN && __atomic_load_n(&buffered_total, __ATOMIC_RELAXED) > 0) ||
-        now - last < TRIM_EVERY_MS ||
-        !__atomic_compare_exchange_n(&last_trim_ms, &last, now, 0, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
-        return; /* not worth it yet, or another worker does it */
-    __atomic_store_n(&freed_since_trim, 0, __ATOMIC_RELAXED);
-    malloc_trim(0);
-}
-
-int64_t
-http_buffered_bytes(void)
-{
-    return __atomic_load_n(&buffered_total, __ATOMIC_RELAXED);
-}
-
 static void
 on_sweep(evutil_socket_t fd, short what, void *arg)
 {
@@ -1008,7 +1021,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_coarse_ms();
     struct http_conn *c, *next;
 
-    trim_after_floods(now);
+    bufpool_trim(now);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
         if (c->dkind == D_NONE || now < c->deadline_ms)
@@ -1159,4 +1172,20 @@ const struct sockaddr_storage *
 http_req_peer(const struct http_req *r)
 {
     return r->conn != NULL ? &r->conn->peer : NULL;
+}
+
+void
+http_req_peer_text(const struct http_req *r, char *buf, size_t size)
+{
+    const struct sockaddr_storage *ss = http_req_peer(r);
+
+    snprintf(buf, size, "-");
+    if (ss == NULL)
+        return;
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, buf,
+                  (socklen_t)size);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, buf,
+                  (socklen_t)size);
 }

@@ -104,15 +104,22 @@ size_t http_server_connections(const struct http_server *srv);
 /* Answer r (exactly once per request). */
 void http_respond(struct http_req *r, const struct http_response *resp);
 
-/* Request bytes the whole process buffers past each connection's first
- * 4 KiB (bounded by http.max_buffered), for /metrics. */
-int64_t http_buffered_bytes(void);
+/*
+ * Answer r with {"error": msg} (msg escaped: it may quote what the caller
+ * sent), status and extra header lines (or NULL).  Every 503 says when to
+ * try again, "Retry-After: 1" unless extra says otherwise (gateways pass it
+ * on as it is).  Every listener's errors look alike.
+ */
+void http_respond_error(struct http_req *r, int status, const char *extra, const char *msg);
 
 /* The handler's arg of the server that read r. */
 void *http_req_arg(const struct http_req *r);
 
 /* The peer of r's connection (NULL once the connection is gone). */
 const struct sockaddr_storage *http_req_peer(const struct http_req *r);
+/* The address of r's peer as text, "-" when it has none (a unix socket, or
+ * gone). */
+void http_req_peer_text(const struct http_req *r, char *buf, size_t size);
 
 /* "GET" etc. for the methods we know, NULL otherwise. */
 const char *http_method_name(enum http_method m);

@@ -47,6 +47,9 @@ struct hentry {
     uint64_t writer, seq;      /* RL_CHECK_ONCE: inflight's */
     int dirty;                 /* on the dirty list */
     int failed;                /* the last sync failed */
+    /* pending holds charged units; inflight does (RL_CHECK_CHARGE): such
+     * a sync is a charge, so that Redis keeps every unit of it */
+    int charged, inflight_charged;
     size_t klen;
     char *key; /* after snap[], same allocation */
     struct snap snap[];
@@ -189,7 +192,9 @@ static void
 take_snapshot(struct hentry *e, const struct rl_check_res *res, int64_t sent_us, int64_t now)
 {
     for (size_t i = 0; i < e->policy->nlimits; i++) {
-        e->snap[i].remaining = res->limits[i].remaining;
+        /* an overdraft as a remaining below 0: the view denies until it
+         * is paid back, as Redis does */
+        e->snap[i].remaining = res->limits[i].remaining - res->limits[i].overdraft;
         e->snap[i].reset_ms = res->limits[i].reset_ms;
     }
     /* the answer's times run from when it arrived: never earlier than in
@@ -226,6 +231,7 @@ on_sync(const struct rl_check_res *res, void *arg)
         /* the answer counts what was in flight */
         h->units -= e->inflight;
         e->inflight = 0;
+        e->inflight_charged = 0;
         e->failed = 0;
         if (op->sent_us >= e->snap_sent_us)
             take_snapshot(e, res, op->sent_us, h->now());
@@ -281,11 +287,14 @@ sync_entry(struct rl_hybrid *h, struct hentry *e, int64_t now)
     op->req.key_len = e->klen;
     if (e->inflight == 0 && e->pending > 0) {
         e->inflight = e->pending;
+        e->inflight_charged = e->charged;
         e->pending = 0;
+        e->charged = 0;
         e->seq = ++h->seq; /* only grows: a new entry for a key too */
     }
     op->req.cost = e->inflight;
-    op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE | (e->inflight > 0 ? RL_CHECK_ONCE : 0);
+    op->req.flags = RL_CHECK_FORCE | RL_CHECK_SETTLE | (e->inflight > 0 ? RL_CHECK_ONCE : 0) |
+                    (e->inflight > 0 && e->inflight_charged ? RL_CHECK_CHARGE : 0);
     op->req.writer = e->writer;
     op->req.seq = e->seq;
     op->req.timeout_ms = e->cfg->redis.timeout_ms;
@@ -436,6 +445,7 @@ estimate(const struct hentry *e, int64_t now, int64_t cost, struct rl_check_res 
 
         if (res->allowed && cost > 0)
             algo_def(policy->limits[i].algo)->estimate_take(&policy->limits[i], cost, r);
+        r->overdraft = r->remaining < 0 ? -r->remaining : 0;
         if (r->remaining < 0)
             r->remaining = 0;
     }
@@ -443,8 +453,8 @@ estimate(const struct hentry *e, int64_t now, int64_t cost, struct rl_check_res 
 
 bool
 hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
-              const char *key, size_t klen, int64_t cost, struct rl_check_res *res,
-              int *degraded)
+              const char *key, size_t klen, int64_t cost, bool charge,
+              struct rl_check_res *res, int *degraded)
 {
     struct hentry *e;
     int64_t now;
@@ -454,8 +464,20 @@ hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy
     if (e == NULL)
         return false;
     now = h->now();
-    estimate(e, now, cost, res);
-    if (res->allowed && cost > 0) {
+    if (charge) {
+        /* counted whatever the view says, then the view of a check of
+         * cost 0 after it */
+        if (cost > 0) {
+            e->pending += cost;
+            e->charged = 1;
+            h->units += cost;
+            SET(&h->m->hybrid_pending, (uint64_t)h->units);
+        }
+        estimate(e, now, 0, res);
+    } else {
+        estimate(e, now, cost, res);
+    }
+    if (!charge && res->allowed && cost > 0) {
         e->pending += cost;
         h->units += cost;
         SET(&h->m->hybrid_pending, (uint64_t)h->units);

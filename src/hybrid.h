@@ -78,11 +78,14 @@ void hybrid_set_clock(struct rl_hybrid *h, int64_t (*now_us)(void));
  * Decide a check of `cost` for (policy, key) under cfg from the local view:
  * true and *res filled (*degraded set when the key's last sync failed or
  * is overdue: the view may be stale), or false when the key is unknown (ask
- * the backend, then hybrid_seed with its answer).
+ * the backend, then hybrid_seed with its answer).  charge: a charge
+ * (RL_CHECK_CHARGE): cost joins what is pending whatever the view says, *res
+ * is the view of a check of cost 0 after it, and the sync that carries it
+ * is a charge too (Redis keeps every unit).
  */
 bool hybrid_decide(struct rl_hybrid *h, struct rl_config *cfg, const struct rl_policy *policy,
-                   const char *key, size_t klen, int64_t cost, struct rl_check_res *res,
-                   int *degraded) RL_WUR;
+                   const char *key, size_t klen, int64_t cost, bool charge,
+                   struct rl_check_res *res, int *degraded) RL_WUR;
 
 /* The backend's answer to an exact check sent at sent_us (the table's clock)
  * for a hybrid policy: the key's snapshot from now on. */

@@ -6,7 +6,7 @@
 #include <sys/socket.h>
 
 #include "identity.h"
-#include "config.h"
+#include "policy.h"
 #include "netaddr.h"
 #include "util.h"
 

@@ -72,13 +72,17 @@ read_envoy_env(struct rl_options *opts, struct envoy_env *ee, struct rl_errors *
     for (size_t i = 0; i < errs.n; i++)
         fprintf(stderr, "%s\n", errs.msg[i]);
     fprintf(stderr, "ratelimitd: %zu problem%s in envoyproxy/ratelimit's environment\n",
-            errs.n, errs.n == 1 ? "" : "s");
+            errs.total, errs.total == 1 ? "" : "s");
     errors_free(&errs);
     return RL_ERR;
 }
 
-int
-main(int argc, char **argv)
+/* The environment's settings (envoyproxy/ratelimit's first, in its mode:
+ * the lowest source), then the command line's over them: the exit code when
+ * the command line says to stop now (-V, -h, a bad argument), -1 to go on. */
+static int
+read_options(int argc, char **argv, struct rl_options *opts, int *test, struct envoy_env *ee,
+             struct rl_errors *notes)
 {
     static const struct option longopts[] = {
         {"envoy-env", no_argument, NULL, 'E'},
@@ -91,39 +95,29 @@ main(int argc, char **argv)
         {"RATELIMITD_BACKEND", "backend"},       {"RATELIMITD_LOG_LEVEL", "log_level"},
         {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
-    struct rl_options opts = {0};
-    struct rl_errors errs = {0}, warns = {0}, notes = {0};
-    /* static: its texts are read again at every reload, until exit */
-    static struct envoy_env ee;
-    int envoy = envoy_env_command(argv[0]);
-    struct rl_config *cfg;
-    char *cause = NULL;
-    int test = 0, c;
+    int envoy = envoy_env_command(argv[0]), c;
 
     for (int i = 1; i < argc; i++) /* before the rest: it is the lowest source */
         envoy |= strcmp(argv[i], "--envoy-env") == 0;
-    if (envoy && read_envoy_env(&opts, &ee, &notes) != RL_OK) {
-        envoy_env_free(&ee);
-        errors_free(&notes);
+    if (envoy && read_envoy_env(opts, ee, notes) != RL_OK)
         return 1;
-    }
-    opts.config_file = getenv("RATELIMITD_CONFIG");
-    if (opts.config_file != NULL && *opts.config_file == '\0')
-        opts.config_file = NULL;
+    opts->config_file = getenv("RATELIMITD_CONFIG");
+    if (opts->config_file != NULL && *opts->config_file == '\0')
+        opts->config_file = NULL;
     for (size_t i = 0; i < RL_ARRAY_LEN(envs); i++) {
         const char *v = getenv(envs[i].env);
         if (v != NULL && *v != '\0')
-            add_override(&opts, envs[i].name, v, envs[i].env);
+            add_override(opts, envs[i].name, v, envs[i].env);
     }
     while ((c = getopt_long(argc, argv, "c:l:r:b:w:L:tVh", longopts, NULL)) != -1) {
         switch (c) {
-        case 'c': opts.config_file = optarg; break;
-        case 'l': add_override(&opts, "listen", optarg, "-l"); break;
-        case 'r': add_override(&opts, "redis.url", optarg, "-r"); break;
-        case 'b': add_override(&opts, "backend", optarg, "-b"); break;
-        case 'w': add_override(&opts, "workers", optarg, "-w"); break;
-        case 'L': add_override(&opts, "log_level", optarg, "-L"); break;
-        case 't': test = 1; break;
+        case 'c': opts->config_file = optarg; break;
+        case 'l': add_override(opts, "listen", optarg, "-l"); break;
+        case 'r': add_override(opts, "redis.url", optarg, "-r"); break;
+        case 'b': add_override(opts, "backend", optarg, "-b"); break;
+        case 'w': add_override(opts, "workers", optarg, "-w"); break;
+        case 'L': add_override(opts, "log_level", optarg, "-L"); break;
+        case 't': *test = 1; break;
         case 'E': break; /* read above */
         case 'V': printf("ratelimitd %s\n", PACKAGE_VERSION); return 0;
         case 'h': usage(stdout); return 0;
@@ -135,24 +129,52 @@ main(int argc, char **argv)
         usage(stderr);
         return 1;
     }
-    if (daemon_load_config(&opts, &cfg, &errs) != RL_OK) {
+    return -1;
+}
+
+/* The configuration, or NULL with every problem printed. */
+static struct rl_config *
+load(const struct rl_options *opts)
+{
+    struct rl_errors errs = {0};
+    struct rl_config *cfg;
+
+    if (daemon_load_config(opts, &cfg, &errs) != RL_OK) {
         for (size_t i = 0; i < errs.n; i++)
             fprintf(stderr, "%s\n", errs.msg[i]);
-        fprintf(stderr, "ratelimitd: %zu problem%s in the configuration\n", errs.n,
-                errs.n == 1 ? "" : "s");
+        fprintf(stderr, "ratelimitd: %zu problem%s in the configuration\n", errs.total,
+                errs.total == 1 ? "" : "s");
         errors_free(&errs);
-        return 1;
+        return NULL;
     }
-    /* what the start would read besides the configuration */
-    if (test &&
-        ((cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) ||
-         grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK)) {
+    return cfg;
+}
+
+/* -t: what the start would read besides the configuration. */
+static int
+test_files(const struct rl_config *cfg)
+{
+    char *cause = NULL;
+
+    if ((cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) ||
+        grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK) {
         fprintf(stderr, "%s\nratelimitd: 1 problem in the configuration\n", cause);
         free(cause);
-        config_unref(cfg);
-        return 1;
+        return RL_ERR;
     }
+    return RL_OK;
+}
+
+/* On stderr with -t, else in the log; notes: envoyproxy/ratelimit's
+ * variables without effect, once, by name, never a value (REDIS_AUTH is one
+ * of them). */
+static void
+report_warnings(const struct rl_config *cfg, int test, struct rl_errors *notes)
+{
+    struct rl_errors warns = {0};
+
     log_set_format(cfg->log_format); /* the lines below already */
+
     config_warnings(cfg, &warns);
     for (size_t i = 0; i < warns.n; i++) {
         if (test)
@@ -161,32 +183,60 @@ main(int argc, char **argv)
             log_warn(LOG_MSG("configuration warning"), LOG_S("warning", warns.msg[i]));
     }
     errors_free(&warns);
-    /* once, by name, never a value (REDIS_AUTH is one of them) */
-    for (size_t i = 0; i < notes.n; i++) {
+    for (size_t i = 0; i < notes->n; i++) {
         if (test)
-            fprintf(stderr, "note: %s\n", notes.msg[i]);
+            fprintf(stderr, "note: %s\n", notes->msg[i]);
         else
             log_warn(LOG_MSG("envoyproxy/ratelimit variable without effect"),
-                     LOG_Q("variable", notes.msg[i]));
+                     LOG_Q("variable", notes->msg[i]));
     }
-    errors_free(&notes);
+    errors_free(notes);
+}
+
+/* The built-in defaults have no policy: every check would be a 200 with
+ * "policy": null, which looks like a working limiter (rules of rls.config
+ * alone are a limiter: Envoy's rate limit service). */
+static void
+warn_unlimited(const struct rl_options *opts, const struct rl_config *cfg)
+{
+    if (cfg->npolicies != 0 || cfg->rls.rules != NULL)
+        return;
+    log_set_level(cfg->log_level);
+    log_warn(
+        LOG_MSG("no policies: every check is allowed, nothing is limited"),
+        LOG_S("config", opts->config_file != NULL ? opts->config_file : "(built-in defaults)"),
+        LOG_Q("hint", "give a file with policies or rls.config: -c FILE or "
+                      "RATELIMITD_CONFIG"));
+}
+
+int
+main(int argc, char **argv)
+{
+    struct rl_options opts = {0};
+    struct rl_errors notes = {0};
+    /* static: its texts are read again at every reload, until exit */
+    static struct envoy_env ee;
+    struct rl_config *cfg = NULL;
+    int test = 0, rc;
+
+    if ((rc = read_options(argc, argv, &opts, &test, &ee, &notes)) >= 0)
+        goto out;
+    rc = 1;
+    if ((cfg = load(&opts)) == NULL || (test && test_files(cfg) != RL_OK))
+        goto out;
+    report_warnings(cfg, test, &notes);
     if (test) {
         printf("configuration OK\n");
+        rc = 0;
+        goto out;
+    }
+    warn_unlimited(&opts, cfg);
+    rc = daemon_run(&opts, cfg); /* it owns cfg */
+    cfg = NULL;
+out:
+    if (cfg != NULL)
         config_unref(cfg);
-        return 0;
-    }
-    if (cfg->npolicies == 0 && cfg->rls.rules == NULL) {
-        /* The built-in defaults have no policy: every check would be a 200
-         * with "policy": null, which looks like a working limiter (rules of
-         * rls.config alone are a limiter: Envoy's rate limit service). */
-        log_set_level(cfg->log_level);
-        log_warn(LOG_MSG("no policies: every check is allowed, nothing is limited"),
-                 LOG_S("config",
-                       opts.config_file != NULL ? opts.config_file : "(built-in defaults)"),
-                 LOG_Q("hint", "give a file with policies or rls.config: -c FILE or "
-                               "RATELIMITD_CONFIG"));
-    }
-    c = daemon_run(&opts, cfg);
+    errors_free(&notes);
     envoy_env_free(&ee);
-    return c;
+    return rc;
 }

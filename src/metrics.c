@@ -6,7 +6,9 @@
 #include <event2/buffer.h>
 
 #include "ac_config.h"
+#include "bufpool.h"
 #include "metrics.h"
+#include "period.h"
 #include "util.h"
 
 #define ADD(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
@@ -112,6 +114,14 @@ metrics_check(struct rl_metrics *m, int id, enum rl_outcome o)
     if (id < 0 || id >= RL_METRICS_POLICIES)
         id = RL_METRICS_POLICIES - 1;
     ADD(&m->checks[id][o]);
+}
+
+void
+metrics_charge(struct rl_metrics *m, int id, int64_t units)
+{
+    if (id < 0 || id >= RL_METRICS_POLICIES)
+        id = RL_METRICS_POLICIES - 1;
+    __atomic_add_fetch(&m->charged[id], (uint64_t)units, __ATOMIC_RELAXED);
 }
 
 void
@@ -245,6 +255,20 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                                 name, outcomes[o], (unsigned long long)v);
         }
     }
+    evbuffer_add_printf(out, "# HELP ratelimitd_charged_units_total Units counted by POST "
+                             "/charge, by policy.\n"
+                             "# TYPE ratelimitd_charged_units_total counter\n");
+    for (int id = 1; id < RL_METRICS_POLICIES; id++) {
+        const char *name = id < names                      ? reg_names[id]
+                           : id == RL_METRICS_POLICIES - 1 ? "(other)"
+                                                           : NULL;
+        uint64_t v = SUM(charged[id]);
+
+        if (name == NULL || (v == 0 && id == RL_METRICS_POLICIES - 1))
+            continue;
+        evbuffer_add_printf(out, "ratelimitd_charged_units_total{policy=\"%s\"} %llu\n", name,
+                            (unsigned long long)v);
+    }
 }
 
 /* Requests refused before a check, and the check listener's connections. */
@@ -276,11 +300,11 @@ format_requests(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_connections_open Connections open on the check listener.\n"
         "# TYPE ratelimitd_connections_open gauge\n"
         "ratelimitd_connections_open %llu\n"
-        "# HELP ratelimitd_http_buffered_bytes Request bytes buffered past each connection's first 4 KiB (http.max_buffered bounds it).\n"
+        "# HELP ratelimitd_http_buffered_bytes Request bytes both listeners buffer past each HTTP/1.1 connection's first 4 KiB and each gRPC message's first 512 bytes (http.max_buffered bounds it).\n"
         "# TYPE ratelimitd_http_buffered_bytes gauge\n"
         "ratelimitd_http_buffered_bytes %lld\n",
         (unsigned long long)SUM(http.timeouts), (unsigned long long)SUM(http.accepted),
-        (unsigned long long)SUM(http.open), (long long)http_buffered_bytes());
+        (unsigned long long)SUM(http.open), (long long)bufpool_bytes());
 }
 
 /* One histogram family, summed over the workers; `off` is its offset in
@@ -438,6 +462,30 @@ format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
     }
 }
 
+/* Bounds on what callers bring: the zones they name, the caps on their
+ * own limits (docs/API.md, "Limits from the caller"). */
+static void
+format_caller_bounds(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
+{
+    struct period_tz_stats tz;
+
+    period_tz_stats(&tz);
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_time_zones_loaded Time zones loaded, named by configurations and only by requests.\n"
+        "# TYPE ratelimitd_time_zones_loaded gauge\n"
+        "ratelimitd_time_zones_loaded{table=\"configured\"} %zu\n"
+        "ratelimitd_time_zones_loaded{table=\"requested\"} %zu\n"
+        "# HELP ratelimitd_time_zones_refused_total Requests' zones refused: the requests' table was full.\n"
+        "# TYPE ratelimitd_time_zones_refused_total counter\n"
+        "ratelimitd_time_zones_refused_total %llu\n"
+        "# HELP ratelimitd_request_limits_capped_total Checks their own limits allowed and a request_limits_cap denied.\n"
+        "# TYPE ratelimitd_request_limits_capped_total counter\n"
+        "ratelimitd_request_limits_capped_total %llu\n",
+        tz.configured, tz.requested, (unsigned long long)tz.refused,
+        (unsigned long long)SUM(request_limits_capped));
+}
+
 void
 metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
@@ -505,6 +553,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         (unsigned long long)SUM(inflight), (unsigned long long)LOAD(&reconnects),
         (unsigned long long)LOAD(&reloads_ok), (unsigned long long)LOAD(&reloads_failed),
         (unsigned long long)LOAD(&config_hash));
+    format_caller_bounds(out, ms, n);
     evbuffer_add_printf(
         out,
         "# HELP ratelimitd_redis_errors_total Checks answered by an error reply from Redis, by kind.\n"

@@ -98,6 +98,7 @@ enum rl_rls_result {
 
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
+    uint64_t charged[RL_METRICS_POLICIES]; /* units counted by POST /charge */
     uint64_t rejected[RL_REJ_COUNT];
     struct rl_histogram backend_latency; /* asking the backend to its answer */
     struct rl_histogram check_duration;  /* a check's first byte read to its answer */
@@ -106,6 +107,7 @@ struct rl_metrics {
     uint64_t delayed_waiting;            /* gauge: held now */
     uint64_t backend_status[4];          /* by enum rl_backend_status */
     uint64_t local_cache_hits;
+    uint64_t request_limits_capped; /* checks a request_limits_cap denied (check.c) */
     uint64_t inflight;
     struct http_counters http; /* the check listener's connections */
     struct grpc_counters grpc; /* the gRPC listener's (rls.listen) */
@@ -125,6 +127,8 @@ struct rl_metrics {
 int metrics_policy_id(const char *name);
 
 void metrics_check(struct rl_metrics *m, int policy_id, enum rl_outcome o);
+/* A charge counted `units` under the policy (POST /charge). */
+void metrics_charge(struct rl_metrics *m, int policy_id, int64_t units);
 
 /* The stable id of an RLS label pair (registering it on first sight). */
 int metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rlen);

@@ -11,9 +11,15 @@
 #define DAY 86400
 /* A zone file is a few KiB; anything much bigger is not one. */
 #define TZ_FILE_MAX (256 * 1024)
-/* Zones loaded in one process at most (the database has ~600 names; a
- * reread of a changed file adds one). */
+/* Zones configurations name, loaded in one process at most (the database has
+ * ~600 names; a reread of a changed file adds one).  Requests never count
+ * here: what a caller names cannot refuse a reload. */
 #define TZ_LOADED_MAX 1024
+/* Zones named only by requests, at most: one per file of the tz database
+ * (each request's name resolved to the file it leads to, so aliases and
+ * "posix/" paths are one zone).  tzdata holds under 1,000 files, so with it
+ * this never bites; it bounds the memory should $TZDIR hold more. */
+#define TZ_REQUESTED_MAX 2048
 /* Offsets beyond a day and two hours are refused, so that the clock of any
  * instant more than TZ_REACH seconds earlier reads an earlier time. */
 #define TZ_OFFSET_MAX (26 * 3600)
@@ -29,14 +35,18 @@ struct rl_tz {
     size_t n;
     int64_t *at;    /* instants at which the offset changes, ascending */
     int32_t *off;   /* the offset from at[i] on */
+    int borrowed;   /* at and off are another zone's of the same rules (tz_share) */
     int superseded; /* atomic: a reread found other rules for this name */
     struct rl_tz *next;
 };
 
 static struct rl_tz tz_utc = {.name = "UTC"};
 static pthread_mutex_t tz_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rl_tz *tz_loaded; /* newest first */
+static struct rl_tz *tz_loaded; /* configured zones, newest first */
 static size_t tz_nloaded;
+static struct rl_tz *tz_requested; /* zones only requests named, by canonical name */
+static size_t tz_nrequested;
+static uint64_t tz_refused; /* atomic: requests refused past TZ_REQUESTED_MAX */
 
 /* ---- civil dates (proleptic Gregorian), days since 1970-01-01 ------------ */
 
@@ -456,6 +466,7 @@ valid_name(const char *name)
                         "0123456789_+-/") == n;
 }
 
+/* The newest zone of that name, configured ones first (tz_lock held). */
 static struct rl_tz *
 tz_find(const char *name)
 {
@@ -465,29 +476,101 @@ tz_find(const char *name)
     return NULL;
 }
 
+static struct rl_tz *
+tz_find_any(const char *name)
+{
+    struct rl_tz *z = tz_find(name);
+
+    if (z != NULL)
+        return z;
+    for (z = tz_requested; z != NULL; z = z->next)
+        if (strcmp(z->name, name) == 0)
+            return z;
+    return NULL;
+}
+
+static const char *
+tz_dir(void)
+{
+    const char *dir = getenv("TZDIR");
+
+    return dir != NULL && dir[0] != '\0' ? dir : "/usr/share/zoneinfo";
+}
+
+static char *
+unknown_zone(const char *name, const char *file)
+{
+    return xasprintf("unknown time zone \"%s\": the tz database has no %s (an IANA "
+                     "name like \"Europe/Berlin\"; is tzdata installed?)",
+                     name, file);
+}
+
 static void
 tz_free(struct rl_tz *z)
 {
-    free(z->at);
-    free(z->off);
+    if (!z->borrowed) {
+        free(z->at);
+        free(z->off);
+    }
     free(z);
+}
+
+static bool
+same_rules(const struct rl_tz *a, const struct rl_tz *b)
+{
+    return a->off0 == b->off0 && a->n == b->n &&
+           (a->n == 0 || (memcmp(a->at, b->at, a->n * sizeof(*a->at)) == 0 &&
+                          memcmp(a->off, b->off, a->n * sizeof(*a->off)) == 0));
+}
+
+/*
+ * z, about to be kept (tz_lock held), takes the offsets of a zone kept
+ * already with the same rules: hard links and copies of one zone ("posix/"
+ * is a tree of hard links in Debian's tzdata) cost a name each, not a
+ * table each.  Zones are never freed, so the one lent outlives the
+ * borrower.
+ */
+static void
+tz_share(struct rl_tz *z)
+{
+    struct rl_tz *lists[] = {tz_loaded, tz_requested};
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(lists); k++)
+        for (const struct rl_tz *o = lists[k]; o != NULL; o = o->next)
+            if (o != z && same_rules(o, z)) {
+                free(z->at);
+                free(z->off);
+                z->at = o->at;
+                z->off = o->off;
+                z->borrowed = 1;
+                return;
+            }
+}
+
+/* z kept at the head of *list (tz_lock held), unless *n is max already. */
+static bool
+tz_keep(struct rl_tz **list, size_t *n, size_t max, struct rl_tz *z)
+{
+    if (*n >= max)
+        return false;
+    tz_share(z);
+    z->next = *list;
+    *list = z;
+    (*n)++;
+    return true;
 }
 
 static struct rl_tz *
 tz_read(const char *name, char **cause)
 {
-    const char *dir = getenv("TZDIR");
     char *file, *text = NULL, *why = NULL;
     struct rl_tz *z;
     struct stat st;
     size_t len;
 
-    file = xasprintf("%s/%s", dir != NULL && dir[0] != '\0' ? dir : "/usr/share/zoneinfo",
-                     name);
+    file = xasprintf("%s/%s", tz_dir(), name);
     if (stat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
-        *cause = xasprintf("unknown time zone \"%s\": the tz database has no %s (an IANA "
-                           "name like \"Europe/Berlin\"; is tzdata installed?)",
-                           name, file);
+        *cause = unknown_zone(name, file);
         free(file);
         return NULL;
     }
@@ -503,8 +586,81 @@ tz_read(const char *name, char **cause)
     return z;
 }
 
+/*
+ * The name of the file `name` leads to in the tz database, into canon
+ * (RL_TZ_NAME_MAX + 1 bytes): "posix/Asia/Tokyo", "posix/posix/Asia/Tokyo"
+ * and "Japan" (links) are "Asia/Tokyo" on Debian's tzdata.  A name leading
+ * out of the database is unknown.
+ */
+static int
+tz_canonical(const char *name, char canon[RL_TZ_NAME_MAX + 1], char **cause)
+{
+    char *file = xasprintf("%s/%s", tz_dir(), name);
+    char *real = realpath(file, NULL), *dir = realpath(tz_dir(), NULL);
+    size_t dl = dir != NULL ? strlen(dir) : 0;
+    int rc = RL_ERR;
+
+    if (real == NULL || dir == NULL)
+        *cause = unknown_zone(name, file);
+    else if (strncmp(real, dir, dl) != 0 || real[dl] != '/' || !valid_name(real + dl + 1))
+        *cause = xasprintf("unknown time zone \"%s\": %s leads out of the tz database (%s)",
+                           name, file, dir);
+    else
+        rc = snprintf(canon, RL_TZ_NAME_MAX + 1, "%s", real + dl + 1) > 0 ? RL_OK : RL_ERR;
+    free(file);
+    free(real);
+    free(dir);
+    return rc;
+}
+
+/*
+ * A zone a request names: a configured one of that name, else the zone
+ * of the file it leads to, loaded once into the requests' own table
+ * (never freed: a check may hold it as long as it likes).
+ */
+static const struct rl_tz *
+tz_request(const char *name, char **cause)
+{
+    char canon[RL_TZ_NAME_MAX + 1];
+    struct rl_tz *z, *had;
+
+    pthread_mutex_lock(&tz_lock);
+    had = tz_find_any(name);
+    pthread_mutex_unlock(&tz_lock);
+    if (had != NULL)
+        return had;
+    if (tz_canonical(name, canon, cause) != RL_OK)
+        return NULL;
+    if (strcmp(canon, name) != 0) {
+        pthread_mutex_lock(&tz_lock);
+        had = tz_find_any(canon);
+        pthread_mutex_unlock(&tz_lock);
+        if (had != NULL)
+            return had;
+    }
+    if ((z = tz_read(canon, cause)) == NULL)
+        return NULL;
+    pthread_mutex_lock(&tz_lock);
+    if ((had = tz_find_any(canon)) != NULL) {
+        pthread_mutex_unlock(&tz_lock);
+        tz_free(z);
+        return had;
+    }
+    if (!tz_keep(&tz_requested, &tz_nrequested, TZ_REQUESTED_MAX, z)) {
+        pthread_mutex_unlock(&tz_lock);
+        tz_free(z);
+        __atomic_add_fetch(&tz_refused, 1, __ATOMIC_RELAXED);
+        *cause = xasprintf("time zone \"%s\": %d zones named by requests are loaded already, "
+                           "more than the tz database has files ($TZDIR: %s)",
+                           name, TZ_REQUESTED_MAX, tz_dir());
+        return NULL;
+    }
+    pthread_mutex_unlock(&tz_lock);
+    return z;
+}
+
 const struct rl_tz *
-period_tz(const char *name, int reread, char **cause)
+period_tz(const char *name, int configured, char **cause)
 {
     struct rl_tz *z, *had;
 
@@ -516,15 +672,10 @@ period_tz(const char *name, int reread, char **cause)
                            RL_TZ_NAME_MAX);
         return NULL;
     }
-    if (!reread) {
-        pthread_mutex_lock(&tz_lock);
-        had = tz_find(name);
-        pthread_mutex_unlock(&tz_lock);
-        if (had != NULL)
-            return had;
-    }
-    /* read outside the lock: a reread file or a new zone is rare, a
-     * lookup of a loaded one is not */
+    if (!configured)
+        return tz_request(name, cause);
+    /* a configuration reads its zones again (a reload sees an upgraded
+     * tzdata); outside the lock: a new or changed zone is rare */
     if ((z = tz_read(name, cause)) == NULL)
         return NULL;
     pthread_mutex_lock(&tz_lock);
@@ -534,7 +685,7 @@ period_tz(const char *name, int reread, char **cause)
         tz_free(z);
         return had;
     }
-    if (tz_nloaded >= TZ_LOADED_MAX) {
+    if (!tz_keep(&tz_loaded, &tz_nloaded, TZ_LOADED_MAX, z)) {
         pthread_mutex_unlock(&tz_lock);
         tz_free(z);
         *cause = xasprintf("time zone \"%s\": %d zones are loaded already, the most one "
@@ -544,11 +695,18 @@ period_tz(const char *name, int reread, char **cause)
     }
     if (had != NULL)
         __atomic_store_n(&had->superseded, 1, __ATOMIC_RELEASE);
-    z->next = tz_loaded;
-    tz_loaded = z;
-    tz_nloaded++;
     pthread_mutex_unlock(&tz_lock);
     return z;
+}
+
+void
+period_tz_stats(struct period_tz_stats *s)
+{
+    pthread_mutex_lock(&tz_lock);
+    s->configured = tz_nloaded;
+    s->requested = tz_nrequested;
+    pthread_mutex_unlock(&tz_lock);
+    s->refused = __atomic_load_n(&tz_refused, __ATOMIC_RELAXED);
 }
 
 bool

@@ -59,13 +59,25 @@ struct rl_period {
 
 /*
  * The zone named `name` (an IANA name like "Europe/Berlin", or "UTC", which
- * is built in), loaded from the tz database the first time; later calls
- * return the zone already loaded, unless `reread`: then the file is read
- * again and a zone whose rules changed (tzdata was upgraded) replaces the
- * old one for later lookups (the old one stays valid for whoever holds it).
- * NULL when it cannot be: *cause says why (caller frees).  Thread-safe.
+ * is built in).  `configured` (a configuration names it): read from the tz
+ * database every time, and a zone whose rules changed (tzdata was upgraded)
+ * replaces the old one for later lookups (the old one stays valid for
+ * whoever holds it); at most TZ_LOADED_MAX such zones.  Else (a request
+ * names it): a configured zone of that name, else the zone of the file the
+ * name leads to (aliases and "posix/" paths are one zone, named by that
+ * file: "posix/Asia/Tokyo" is "Asia/Tokyo"), read once, in a table of its
+ * own, so that no request can fill the configurations' table.  Zones are
+ * never freed.  NULL when it cannot be: *cause says why (caller frees).
+ * Thread-safe.
  */
-const struct rl_tz *period_tz(const char *name, int reread, char **cause);
+const struct rl_tz *period_tz(const char *name, int configured, char **cause);
+
+/* How many zones are loaded (GET /metrics). */
+struct period_tz_stats {
+    size_t configured, requested;
+    uint64_t refused; /* requests refused: the requests' table was full */
+};
+void period_tz_stats(struct period_tz_stats *s);
 
 /* Whether tz is still the zone its name gives (not replaced by a reread of
  * a changed file): whoever keeps zones past a reload asks. */

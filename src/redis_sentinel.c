@@ -6,7 +6,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "config.h"
+#include "transport_conf.h"
 #include "log.h"
 #include "redis_conn.h"
 #include "redis_sentinel.h"

@@ -11,7 +11,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "config.h"
+#include "transport_conf.h"
 #include "log.h"
 #include "redis_tls.h"
 #include "tls.h"

@@ -13,7 +13,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include "config.h"
+#include "transport_conf.h"
 #include "log.h"
 #include "redis_tls.h"
 #include "redis_tls_reload.h"

@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "response.h"
-#include "config.h"
+#include "policy.h"
 #include "util.h"
 
 int64_t
@@ -78,6 +78,7 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
     const struct rl_limit *l = &policy->limits[d->binding];
     d->limit = capacity(l);
     d->remaining = b->remaining > d->limit ? d->limit : b->remaining;
+    d->overdraft = b->overdraft;
     d->reset_ms = b->reset_ms;
     if (res->allowed) {
         d->retry_after_ms = 0;
@@ -186,7 +187,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
 
     sb_init(&sb, buf, size);
     if (d->policy == NULL) {
-        sb_str(&sb, "{\"allowed\":true,\"policy\":null}");
+        sb_str(&sb, d->charge ? "{\"allowed\":true,\"policy\":null,\"charged\":0}"
+                              : "{\"allowed\":true,\"policy\":null}");
         goto out;
     }
     if (d->status == 503) { /* failure_mode closed: an error, and what is known */
@@ -215,6 +217,10 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, "}");
         goto out;
     }
+    if (d->charge)
+        sb_field(&sb, ",\"charged\":", d->charged);
+    if (d->charge || d->overdraft > 0)
+        sb_field(&sb, ",\"overdraft\":", d->overdraft);
     sb_field(&sb, ",\"limit\":", d->limit);
     sb_field(&sb, ",\"remaining\":", d->remaining);
     sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
@@ -241,6 +247,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         if (algo_def(l->algo)->uses_burst)
             sb_field(&sb, ",\"burst\":", l->burst);
         sb_field(&sb, ",\"retry_after_ms\":", r->retry_after_ms);
+        if (d->charge || r->overdraft > 0)
+            sb_field(&sb, ",\"overdraft\":", r->overdraft);
         sb_str(&sb, "}");
     }
     sb_str(&sb, "]}");

@@ -33,6 +33,11 @@ struct rl_decision {
     /* a reservation (max_delay): answered 200 after this many ms; 0: now */
     int64_t delayed_ms;
     size_t binding; /* index of the binding limit */
+    /* POST /charge: the answer says "charged" (the units counted) and
+     * "overdraft" always; a check's says "overdraft" when it is > 0 */
+    int charge;
+    int64_t charged;
+    int64_t overdraft; /* the binding limit's: units past it */
     /* Of the binding limit.  limit is what a caller can spend at once (the
      * burst of token_bucket and gcra), so remaining never exceeds it;
      * retry_after_ms is > 0 on every denial. */

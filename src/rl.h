@@ -30,17 +30,19 @@
  * the lines below; a .c file not named is in its header's layer.
  *
  *   layer 0: rl.h
- *   layer 1: watch.h arena.h slab.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h lua_scripts.c redis_reply.h
+ *   layer 1: watch.h arena.h ytree.h slab.h bufpool.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h lua_scripts.c redis_reply.h
  *   layer 2: schema.h algo.h lease.h
- *   layer 3: config.h rls_rules.h envoy_env.h
- *   layer 4: identity.h policy.h caller_limits.h http.h grpc.h grpc_tls.h rls_grpc.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h api.h
- *   layer 5: backend.h cluster_slots.h
- *   layer 6: script.h deny_cache.h response.h metrics.h cluster_nodes.h
- *   layer 7: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
- *   layer 8: check.h rls.h
- *   layer 9: worker.h admin.h rls_codec.h rls_json.h
- *   layer 10: daemon.h api.c rls_grpc.c
- *   layer 11: main.c
+ *   layer 3: policy.h transport_conf.h
+ *   layer 4: config.h rls_rules.h envoy_env.h
+ *   layer 5: identity.h caller_limits.h http.h grpc.h grpc_tls.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h
+ *   layer 6: backend.h cluster_slots.h
+ *   layer 7: script.h deny_cache.h response.h metrics.h cluster_nodes.h
+ *   layer 8: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
+ *   layer 9: check.h rls.h
+ *   layer 10: worker.h rls_codec.h rls_json.h
+ *   layer 11: api.h admin.h rls_grpc.h
+ *   layer 12: daemon.h
+ *   layer 13: main.c
  */
 #ifndef RL_H
 #define RL_H
@@ -63,10 +65,12 @@ enum rl_parse { RL_PARSE_MORE = 0, RL_PARSE_DONE, RL_PARSE_ERR };
 #define RL_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* Limits of the public API (docs/API.md). */
-#define RL_KEY_MAX 512      /* bytes of a caller identity */
-#define RL_COST_MAX 1000000 /* largest cost a check may ask for */
-#define RL_LIMITS_MAX 8     /* limits per policy, decided in one script call */
-#define RL_NAME_MAX 64      /* policy names become part of Redis keys */
+#define RL_KEY_MAX 512  /* bytes of a caller identity */
+#define RL_LIMITS_MAX 8 /* limits per policy, decided in one script call */
+#define RL_NAME_MAX 64  /* policy names become part of Redis keys */
+/* The largest cost a check or a charge may ask for: budgets of tokens or
+ * micro-dollars; every count stays below 2^51 (algo.h, ALGO_UNITS_MAX). */
+#define RL_COST_MAX 1000000000000000LL
 /* A typed identity ("k:" + key; a compound's two such parts) and its
  * escaped form inside a hash tag. */
 #define RL_IDENTITY_MAX (2 * (8 + RL_KEY_MAX))

@@ -761,32 +761,33 @@ own_limits_allowed(const struct rl_config *cfg, const struct rls_request *req, c
     return RL_OK;
 }
 
-int
-rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rls_request *req,
-          rls_done done, void *arg, char **cause)
+/* A call's state, from the worker's slab: with a hundred calls in flight,
+ * malloc's per-thread cache (7 blocks a size) misses, and calloc never uses
+ * it. */
+static struct rls_op *
+op_new(const struct rl_check_env *env, struct rl_config *cfg, const struct rls_request *req,
+       rls_done done, void *arg)
 {
-    const struct rls_domain *dom;
-    const struct rls_str *shared[RLS_ENTRIES_MAX];
-    struct rls_op *op;
-    char id[RL_IDENTITY_MAX];
-    size_t size, sharing = SIZE_MAX; /* the descriptor whose patterns shared holds */
-    int64_t group_cost = 0;
+    size_t size = sizeof(struct rls_op) + req->ndescriptors * sizeof(struct rls_slot);
+    struct rls_op *op = memset(env->slab != NULL ? slab_alloc(env->slab, size) : xmalloc(size),
+                               0, size);
 
-    if (check_request(req, cause) != RL_OK || own_limits_allowed(cfg, req, cause) != RL_OK) {
-        __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
-        return RL_ERR;
-    }
-    /* from the worker's slab: with a hundred calls in flight, malloc's
-     * per-thread cache (7 blocks a size) misses, and calloc never uses it */
-    size = sizeof(*op) + req->ndescriptors * sizeof(op->slots[0]);
-    op = memset(env->slab != NULL ? slab_alloc(env->slab, size) : xmalloc(size), 0, size);
     op->cfg = config_ref(cfg);
     op->env = env;
     op->done = done;
     op->arg = arg;
     op->n = req->ndescriptors;
-    dom = rls_rules_domain(cfg->rls.rules, req->domain.p, req->domain.len);
-    /* what applies to each descriptor */
+    return op;
+}
+
+/* What applies to each descriptor of req in domain dom (NULL: none).
+ * Returns the descriptor whose patterns `shared` holds (SIZE_MAX: none). */
+static size_t
+match_slots(struct rls_op *op, const struct rls_request *req, const struct rls_domain *dom,
+            const struct rls_str **shared)
+{
+    size_t sharing = SIZE_MAX;
+
     for (size_t i = 0; i < op->n; i++) {
         const struct rls_descriptor *d = &req->descriptors[i];
         struct rls_slot *s = &op->slots[i];
@@ -795,7 +796,7 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
         s->hits = d->has_hits_addend ? d->hits_addend
                                      : (req->hits_addend > 0 ? req->hits_addend : 1);
         if (dom == NULL) {
-            __atomic_add_fetch(&env->metrics->rls_domain_not_found, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&op->env->metrics->rls_domain_not_found, 1, __ATOMIC_RELAXED);
             continue;
         }
         if (d->has_limit) {
@@ -822,15 +823,17 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
     for (size_t i = 0; i < op->n; i++)
         if (op->slots[i].kind == SLOT_CHECK)
             op->pending++;
-    /* a group is one check, answered once */
-    if ((op->group = group_of(op, cfg, req, dom, &group_cost)) != NULL) {
-        size_t members = 0;
-        for (size_t i = 0; i < op->n; i++)
-            members += op->slots[i].grouped;
-        op->pending -= members - 1;
-    }
-    /* the checks; one may answer before check_start_policy returns */
-    op->starting = 1;
+    return sharing;
+}
+
+/* Each slot's check but the group's; one may answer before
+ * check_start_policy returns. */
+static void
+start_slots(struct rls_op *op, struct rl_config *cfg, const struct rls_request *req,
+            const struct rls_domain *dom, const struct rls_str **shared, size_t sharing)
+{
+    char id[RL_IDENTITY_MAX];
+
     for (size_t i = 0; i < op->n; i++) {
         const struct rls_descriptor *d = &req->descriptors[i];
         struct rls_slot *s = &op->slots[i];
@@ -846,11 +849,11 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
             sharing = i;
         }
         s->stat_id = stat_id(s, &dom->name, d, s->rule != NULL ? shared : NULL);
-        metrics_rls(env->metrics, s->stat_id, RL_RLS_HITS, s->hits);
+        metrics_rls(op->env->metrics, s->stat_id, RL_RLS_HITS, s->hits);
         if (s->kind == SLOT_ZERO || s->grouped)
             continue;
         idlen = make_id(id, sizeof(id), &req->domain, d, s->rule != NULL ? shared : NULL);
-        if (check_start_policy(env, cfg, s->policy, KEYNAME, id, idlen,
+        if (check_start_policy(op->env, cfg, s->policy, KEYNAME, id, idlen,
                                s->hits > (uint64_t)RLS_COST_MAX ? RLS_COST_MAX
                                                                 : (int64_t)s->hits,
                                req->timeout_ms, on_check, s, &error) != RL_OK) {
@@ -861,20 +864,55 @@ rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rl
             op->pending--;
         }
     }
-    if (op->group != NULL) {
-        char *error = NULL;
+}
 
-        op->group->asked = group_cost == 0;
-        if (check_start_keys(env, cfg, &op->group->policy, op->group->keyp, op->group->klen,
-                             group_cost, req->timeout_ms, on_group, op, &error) != RL_OK) {
-            /* cannot happen: the keys were made to fit */
-            struct rl_decision open;
-            log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
-            free(error);
-            response_degraded_open(&open, &op->group->policy);
-            on_group(&open, op); /* the group's one pending answer */
-        }
+/* The group's one check, of cost. */
+static void
+start_group(struct rls_op *op, struct rl_config *cfg, const struct rls_request *req,
+            int64_t cost)
+{
+    char *error = NULL;
+
+    op->group->asked = cost == 0;
+    if (check_start_keys(op->env, cfg, &op->group->policy, op->group->keyp, op->group->klen,
+                         cost, req->timeout_ms, on_group, op, &error) != RL_OK) {
+        /* cannot happen: the keys were made to fit */
+        struct rl_decision open;
+        log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
+        free(error);
+        response_degraded_open(&open, &op->group->policy);
+        on_group(&open, op); /* the group's one pending answer */
     }
+}
+
+int
+rls_start(const struct rl_check_env *env, struct rl_config *cfg, const struct rls_request *req,
+          rls_done done, void *arg, char **cause)
+{
+    const struct rls_domain *dom;
+    const struct rls_str *shared[RLS_ENTRIES_MAX];
+    struct rls_op *op;
+    size_t sharing; /* the descriptor whose patterns shared holds */
+    int64_t group_cost = 0;
+
+    if (check_request(req, cause) != RL_OK || own_limits_allowed(cfg, req, cause) != RL_OK) {
+        __atomic_add_fetch(&env->metrics->rls_requests[RL_RLS_INVALID], 1, __ATOMIC_RELAXED);
+        return RL_ERR;
+    }
+    op = op_new(env, cfg, req, done, arg);
+    dom = rls_rules_domain(cfg->rls.rules, req->domain.p, req->domain.len);
+    sharing = match_slots(op, req, dom, shared);
+    /* a group is one check, answered once */
+    if ((op->group = group_of(op, cfg, req, dom, &group_cost)) != NULL) {
+        size_t members = 0;
+        for (size_t i = 0; i < op->n; i++)
+            members += op->slots[i].grouped;
+        op->pending -= members - 1;
+    }
+    op->starting = 1;
+    start_slots(op, cfg, req, dom, shared, sharing);
+    if (op->group != NULL)
+        start_group(op, cfg, req, group_cost);
     op->starting = 0;
     if (op->pending == 0)
         rls_finish(op);

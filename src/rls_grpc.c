@@ -24,6 +24,35 @@
  * wire and some 100 in memory), plus a floor. */
 #define ARENA_FACTOR 32
 #define ARENA_FLOOR (1024 * 1024)
+/* The arena's first block: it holds a usual request and its answer. */
+#define ARENA_FIRST (16 * 1024)
+
+/* The door on one worker: the messages of its calls live in its arena. */
+struct rls_grpc {
+    struct rl_worker *w;
+    struct arena arena;
+};
+
+struct rls_grpc *
+rls_grpc_new(struct rl_worker *w)
+{
+    struct rls_grpc *d = xcalloc(1, sizeof(*d));
+
+    d->w = w;
+    arena_init(&d->arena, ARENA_FIRST, 0);
+    return d;
+}
+
+void
+rls_grpc_free(void *door)
+{
+    struct rls_grpc *d = door;
+
+    if (d == NULL)
+        return;
+    arena_free(&d->arena);
+    free(d);
+}
 
 static bool
 grpc_path_is(const struct grpc_request *rq, const char *p)
@@ -38,58 +67,57 @@ static void
 on_decided(const struct rls_response *resp, void *arg)
 {
     struct grpc_call *c = arg;
-    struct rl_worker *w = grpc_call_arg(c);
-    struct arena_mark m = arena_mark(&w->rls_arena);
+    struct rls_grpc *d = grpc_call_arg(c);
+    struct arena_mark m = arena_mark(&d->arena);
     const uint8_t *bytes;
     uint8_t *buf;
     size_t n = 0;
 
     if (resp->grpc_status != 0) {
         grpc_respond(c, (enum grpc_status)resp->grpc_status, resp->message);
-    } else if ((bytes = rls_codec_encode_response(&w->rls_arena, resp, &n)) == NULL ||
+    } else if ((bytes = rls_codec_encode_response(&d->arena, resp, &n)) == NULL ||
                (buf = grpc_reply_buf(c, n)) == NULL) {
         grpc_respond(c, GRPC_RESOURCE_EXHAUSTED, "the answer is larger than rls.max_message");
     } else {
         memcpy(buf, bytes, n);
         grpc_respond(c, GRPC_OK, NULL);
     }
-    arena_release(&w->rls_arena, m);
-    worker_check_done(w);
+    arena_release(&d->arena, m);
+    worker_check_done(d->w);
 }
 
 static void
-should_rate_limit(struct rl_worker *w, struct grpc_call *c, const struct grpc_request *rq)
+should_rate_limit(struct rls_grpc *d, struct grpc_call *c, const struct grpc_request *rq)
 {
-    struct rl_config *cfg = w->cfg;
-    struct arena_mark m = arena_mark(&w->rls_arena);
+    struct rl_worker *w = d->w;
+    struct rl_config *cfg = worker_config(w);
+    struct arena_mark m = arena_mark(&d->arena);
     struct rls_request req;
     const char *why = NULL;
     char *cause = NULL;
 
     /* as POST /check: a backend that slows down must not grow a queue */
-    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
-        cfg->max_inflight) {
-        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
+    if (!worker_admit(w)) {
         grpc_respond(c, GRPC_UNAVAILABLE, "overloaded: too many checks in flight");
         return;
     }
-    arena_set_cap(&w->rls_arena, (size_t)cfg->rls.max_message * ARENA_FACTOR + ARENA_FLOOR);
-    if ((why = rls_codec_decode_request(&w->rls_arena, rq->msg, rq->msg_len, &req)) != NULL) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+    arena_set_cap(&d->arena, (size_t)cfg->rls.max_message * ARENA_FACTOR + ARENA_FLOOR);
+    if ((why = rls_codec_decode_request(&d->arena, rq->msg, rq->msg_len, &req)) != NULL) {
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
         grpc_respond(c, why == rls_codec_too_complex ? GRPC_RESOURCE_EXHAUSTED : GRPC_INTERNAL,
                      why);
-        arena_release(&w->rls_arena, m);
+        arena_release(&d->arena, m);
         return;
     }
     req.timeout_ms = rq->timeout_ms;
     worker_check_begin(w);
-    if (rls_start(&w->env, cfg, &req, on_decided, c, &cause) != RL_OK) {
-        metrics_reject(w->metrics, RL_REJ_BAD_REQUEST);
+    if (rls_start(worker_env(w), cfg, &req, on_decided, c, &cause) != RL_OK) {
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
         grpc_respond(c, GRPC_INVALID_ARGUMENT, cause);
         free(cause);
         worker_check_done(w);
     }
-    arena_release(&w->rls_arena, m);
+    arena_release(&d->arena, m);
 }
 
 /* SERVING exactly when GET /serving says 200: worker_serving() is the one
@@ -103,38 +131,38 @@ serving(struct rl_worker *w)
 }
 
 static void
-health_check(struct rl_worker *w, struct grpc_call *c, const struct grpc_request *rq)
+health_check(struct rls_grpc *d, struct grpc_call *c, const struct grpc_request *rq)
 {
-    struct arena_mark m = arena_mark(&w->rls_arena);
+    struct arena_mark m = arena_mark(&d->arena);
     uint8_t msg[RLS_HEALTH_MAX], *buf;
     struct rls_str svc;
     const char *why = NULL;
     size_t n;
 
-    if ((why = rls_codec_decode_health(&w->rls_arena, rq->msg, rq->msg_len, &svc)) != NULL) {
+    if ((why = rls_codec_decode_health(&d->arena, rq->msg, rq->msg_len, &svc)) != NULL) {
         grpc_respond(c, GRPC_INTERNAL, why);
     } else if (svc.len != 0 && !(svc.len == strlen(HEALTH_SERVICE) &&
                                  memcmp(svc.p, HEALTH_SERVICE, svc.len) == 0)) {
         grpc_respond(c, GRPC_NOT_FOUND, "unknown service: ask for \"\" or \"ratelimit\"");
     } else {
         /* a few bytes: rls.max_message is at least 256 */
-        n = rls_codec_encode_health(serving(w), msg);
+        n = rls_codec_encode_health(serving(d->w), msg);
         buf = grpc_reply_buf(c, n);
         memcpy(buf, msg, n);
         grpc_respond(c, GRPC_OK, NULL);
     }
-    arena_release(&w->rls_arena, m);
+    arena_release(&d->arena, m);
 }
 
 void
 rls_grpc_handle(struct grpc_call *c, const struct grpc_request *rq, void *arg)
 {
-    struct rl_worker *w = arg;
+    struct rls_grpc *d = arg;
 
     if (grpc_path_is(rq, SHOULD_RATE_LIMIT))
-        should_rate_limit(w, c, rq);
+        should_rate_limit(d, c, rq);
     else if (grpc_path_is(rq, HEALTH_CHECK))
-        health_check(w, c, rq);
+        health_check(d, c, rq);
     else
         grpc_respond(c, GRPC_UNIMPLEMENTED,
                      "unknown method: this server has " SHOULD_RATE_LIMIT

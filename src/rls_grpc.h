@@ -11,13 +11,16 @@
 
 struct grpc_call;
 struct grpc_request;
+struct rl_worker;
+/* The door on one worker, with the arena its messages live in. */
+struct rls_grpc;
 
-/* The first block of the worker's arena for the messages (w->rls_arena):
- * it holds a usual request and its answer. */
-#define RLS_GRPC_ARENA_FIRST (16 * 1024)
+struct rls_grpc *rls_grpc_new(struct rl_worker *w);
+/* A struct rls_grpc, or NULL (worker_serve_rls's arg_free). */
+void rls_grpc_free(void *door);
 
-/* A grpc_handler; arg is the struct rl_worker serving the listener, whose
- * rls_arena holds the messages. */
+/* A grpc_handler; arg is the struct rls_grpc of the worker serving the
+ * listener. */
 void rls_grpc_handle(struct grpc_call *c, const struct grpc_request *rq, void *arg);
 
 #endif

@@ -6,6 +6,12 @@
  * with the rest of the configuration, its problems collected with the
  * others' (file, YAML path, line), immutable, freed with the config.
  *
+ * A file is read by ytree.c from libyaml's events, its bounds applied as
+ * they arrive; the rules are validated from that tree, which knows nothing
+ * of YAML: another source (xDS's RateLimitConfig) can build the same tree
+ * and go through the same validation.  Everything a rule set keeps lives in
+ * one arena, freed at once.
+ *
  * The matcher finds a request descriptor's rule as envoyproxy/ratelimit
  * does: at each entry an exact key and value first, then a value with '*'
  * (a glob: each '*' any run of bytes), in file order, then the key alone; a
@@ -25,6 +31,7 @@
 #include <stdint.h>
 
 #include "algo.h"
+#include "arena.h"
 #include "rl.h"
 #include "schema.h"
 
@@ -87,10 +94,12 @@ struct rls_rule {
     struct rls_str value;  /* p NULL: the key alone (counts per value) */
     struct rls_str *parts; /* a value with '*': the literal runs around them */
     size_t nparts;
-    int share_threshold; /* a wildcard's values share one count */
-    int value_to_metric, detailed_metric, shadow_mode, quota_mode;
-    int has_limit; /* rate_limit or rate_limits: the rule answers here */
-    int unlimited;
+    /* flags, bytes: a rule set holds up to RLS_RULES_MAX rules */
+    uint8_t share_threshold; /* a wildcard's values share one count */
+    uint8_t value_to_metric, detailed_metric, shadow_mode, quota_mode;
+    uint8_t has_limit; /* rate_limit or rate_limits: the rule answers here */
+    uint8_t unlimited;
+    uint8_t dynamic_label;         /* see label */
     struct rls_rule_limit *limits; /* as many as policy's */
     size_t nlimits;
     size_t zero;  /* 1 + the index of a limit of 0 (always over); 0: none */
@@ -105,11 +114,10 @@ struct rls_rule {
      * ("key1_value1.subkey1", "wild_foo*"); dynamic: detailed_metric or
      * value_to_metric on its path, the request's values go in instead. */
     char *label;
-    int dynamic_label;
     int stat_id; /* metrics id of label, found on first use (atomic); -1 */
     const struct rls_domain *domain;
     struct rls_rule *parent;
-    struct rls_node node;
+    struct rls_node *node; /* its descriptors; NULL: none */
     size_t line;
 };
 
@@ -124,7 +132,8 @@ struct rls_rules {
     size_t ndomains;
     size_t nrules;
     size_t nfiles;
-    uint64_t hash; /* FNV-1a of every file's name and bytes */
+    uint64_t hash;    /* FNV-1a of every file's name and bytes */
+    struct arena mem; /* the rules, their strings, limits and policies */
 };
 
 /* Bounds of a rule set: more is a load error naming the bound. */
@@ -132,6 +141,11 @@ struct rls_rules {
 #define RLS_DEPTH_MAX 32     /* nested descriptors */
 #define RLS_FILES_MAX 10000  /* files of a directory */
 #define RLS_FILE_MAX (16 * 1024 * 1024)
+/* A file's YAML, bounded as it is read: nesting of lists and mappings
+ * (metadata's too), and nodes with every alias counted as the nodes it
+ * names (a file without aliases stays well under it). */
+#define RLS_YAML_DEPTH_MAX 100
+#define RLS_YAML_NODES_MAX 8000000
 
 /*
  * Load the rules of `where` (a file or a directory).  RL_ERR with every

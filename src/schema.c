@@ -29,10 +29,24 @@ void
 errors_add(struct rl_errors *e, const char *fmt, ...)
 {
     va_list ap;
-    va_start(ap, fmt);
-    e->msg = xrealloc(e->msg, (e->n + 1) * sizeof(*e->msg));
-    e->msg[e->n++] = xvasprintf(fmt, ap);
-    va_end(ap);
+
+    e->total++;
+    if (e->n < RL_ERRORS_MAX) {
+        va_start(ap, fmt);
+        e->msg = xrealloc(e->msg, (e->n + 1) * sizeof(*e->msg));
+        e->msg[e->n++] = xvasprintf(fmt, ap);
+        va_end(ap);
+        return;
+    }
+    /* past the bound (a broken file can have a problem per line): one last
+     * line counts the rest */
+    if (e->n == RL_ERRORS_MAX) {
+        e->msg = xrealloc(e->msg, (e->n + 1) * sizeof(*e->msg));
+        e->n++;
+    } else {
+        free(e->msg[RL_ERRORS_MAX]);
+    }
+    e->msg[RL_ERRORS_MAX] = xasprintf("... and %zu more problems", e->total - RL_ERRORS_MAX);
 }
 
 static void
@@ -49,6 +63,7 @@ void
 errors_free(struct rl_errors *e)
 {
     free_strings(&e->msg, &e->n);
+    e->total = 0;
 }
 
 int
@@ -507,7 +522,7 @@ set_field(const struct schema *top, void *obj, const char *name, const char *tex
     const struct schema *s = top;
     void *root = obj;
     const struct schema_field *f = find_dotted(&s, &obj, name);
-    size_t before = ctx->errs->n;
+    size_t before = ctx->errs->total;
     json_t *v;
 
     if (f == NULL || f->type == SCHEMA_OBJECT || f->type == SCHEMA_ARRAY) {
@@ -517,9 +532,9 @@ set_field(const struct schema *top, void *obj, const char *name, const char *tex
     v = text_value(f, text);
     parse_field(f, obj, v, name, ctx);
     json_decref(v);
-    if (!defer && ctx->errs->n == before)
+    if (!defer && ctx->errs->total == before)
         return schema_check_parent(top, root, name, ctx);
-    return ctx->errs->n == before ? RL_OK : RL_ERR;
+    return ctx->errs->total == before ? RL_OK : RL_ERR;
 }
 
 int
@@ -542,7 +557,7 @@ schema_check_parent(const struct schema *top, void *obj, const char *name,
 {
     const struct schema *s = top;
     const struct schema_field *f = find_dotted(&s, &obj, name);
-    size_t before = ctx->errs->n;
+    size_t before = ctx->errs->total;
 
     /* sub-objects re-check here, at their own path ("redis" for
      * "redis.url"); the top level waits for every source */
@@ -552,7 +567,7 @@ schema_check_parent(const struct schema *top, void *obj, const char *name,
         s->check(obj, parent, ctx);
         free(parent);
     }
-    return ctx->errs->n == before ? RL_OK : RL_ERR;
+    return ctx->errs->total == before ? RL_OK : RL_ERR;
 }
 
 /* ---- restart-only fields ----------------------------------------------------- */

@@ -67,11 +67,15 @@ struct schema_field {
     bool (*required_if)(const void *obj);
 };
 
-/* Problems found while loading, each "ORIGIN: path: what is wrong". */
+/* Problems found while loading, each "ORIGIN: path: what is wrong": the
+ * first RL_ERRORS_MAX of them, then one line "... and K more problems". */
 struct rl_errors {
     char **msg;
-    size_t n;
+    size_t n;     /* lines in msg: at most RL_ERRORS_MAX + 1 */
+    size_t total; /* problems added: compare it to see whether one was */
 };
+
+#define RL_ERRORS_MAX 100
 
 void errors_add(struct rl_errors *e, const char *fmt, ...) RL_PRINTF(2, 3);
 void errors_free(struct rl_errors *e);

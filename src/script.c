@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "policy.h"
 #include "lease.h"
 #include "lua_scripts.h"
 #include "redis_conn.h"
@@ -254,7 +254,7 @@ static void
 put_cost(struct rl_script_call *c, const struct rl_check_req *req)
 {
     const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN |
-                              RL_CHECK_LEASE | RL_CHECK_DELAY;
+                              RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE;
     char tmp[NUM_MAX + 4];
     struct strbuf sb;
 
@@ -278,6 +278,8 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "x", 1);
     if (req->flags & RL_CHECK_DELAY)
         sb_mem(&sb, "d", 1);
+    if (req->flags & RL_CHECK_CHARGE)
+        sb_mem(&sb, "c", 1);
     put_arg(c, tmp, sb.len);
 }
 
@@ -413,7 +415,11 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
     res.nlimits = w->nlimits;
     for (size_t i = 0; i < w->nlimits; i++) {
         struct rl_limit_result *l = &res.limits[i];
-        l->remaining = r->element[at + 1 + 3 * i]->integer;
+        long long rem = r->element[at + 1 + 3 * i]->integer;
+
+        /* below 0: an overdraft of that many units (check.lua) */
+        l->remaining = rem > 0 ? rem : 0;
+        l->overdraft = rem < 0 ? -rem : 0;
         l->reset_ms = r->element[at + 2 + 3 * i]->integer;
         l->retry_after_ms = r->element[at + 3 + 3 * i]->integer;
         l->allowed = l->retry_after_ms == 0;

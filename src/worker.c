@@ -1,4 +1,5 @@
 /* worker.c — see worker.h. */
+#include <pthread.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -8,10 +9,9 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
-#include "admin.h"
-#include "api.h"
 #include "backend.h"
 #include "caller_limits.h"
+#include "check.h"
 #include "config.h"
 #include "deny_cache.h"
 #include "grpc.h"
@@ -19,7 +19,7 @@
 #include "hybrid.h"
 #include "log.h"
 #include "metrics.h"
-#include "rls_grpc.h"
+#include "slab.h"
 #include "util.h"
 #include "worker.h"
 
@@ -28,6 +28,57 @@
 /* Blocks the worker's slab keeps per size: the calls in flight at once
  * (rls.c's state of a call), past which a burst gives its blocks back. */
 #define WORKER_SLAB_KEEP 256
+
+struct worker_news;
+struct worker_held;
+
+struct rl_worker {
+    int id;
+    pthread_t thread;
+    struct event_base *base;
+    struct http_server *http;  /* the check listener */
+    struct http_server *admin; /* admin_listen, on worker 0 only */
+    struct grpc_server *rls;   /* rls.listen, Envoy's rate limit service */
+    void *rls_door;            /* its handler's state (worker_serve_rls) */
+    void (*rls_door_free)(void *);
+    struct rl_config *cfg;      /* in force on this worker (a reference) */
+    struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
+    struct event *cfg_ev;
+    int listen_fd;
+    struct rl_backend *backend;
+    struct rl_backend *local; /* the memory backend that failure_mode
+                                     * local falls back on: made whenever the
+                                     * backend is Redis, whatever the mode;
+                                     * NULL with the memory backend */
+    struct rl_check_env env;
+    struct slab slab;           /* env.slab */
+    struct event *drain_ev;     /* activated by the main thread */
+    struct event *grace_ev;     /* end of shutdown_grace */
+    struct event *exited_ev;    /* on the main base: this loop ended */
+    struct rl_metrics *metrics; /* this worker's counters */
+    int draining;
+    int64_t grace_ms;
+    uint64_t access_seq; /* checks seen, for access_log sampling */
+    /* Readiness is the daemon's, not one worker's: a probe lands on any
+     * worker, and a check on any other.  Each worker publishes its own. */
+    struct rl_worker **peers; /* every worker, this one included */
+    size_t npeers;
+    struct event *ready_ev;   /* republishes ready_reason */
+    const char *ready_reason; /* NULL: ready; static text (atomic) */
+    /* Answers of admin actions for this worker's local views: pushed by
+     * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
+    struct worker_news *news;
+    struct event *news_ev;
+    /* Checks held for max_delay (env.delayed counts them with those sent
+     * asking for a reservation); each answered by its timer, or with 503
+     * when draining begins. */
+    int64_t delayed;
+    struct worker_held *held;
+    /* Held answers done with, kept for the next (their timer and buffer
+     * reused: no allocation per held check); at most as many as were ever
+     * held at once, which max_delayed bounds. */
+    struct worker_held *held_spare;
+};
 
 /* Draining ends when every connection got its answers and closed, no check
  * waits for the backend, and every count a hybrid policy admitted has
@@ -248,10 +299,10 @@ worker_readiness(struct rl_worker *w, int *which)
     *which = w->id;
     __atomic_store_n(&w->ready_reason, reason, __ATOMIC_RELEASE);
     for (size_t i = 0; reason == NULL && i < w->npeers; i++) {
-        if (&w->peers[i] == w)
+        if (w->peers[i] == w)
             continue;
-        reason = __atomic_load_n(&w->peers[i].ready_reason, __ATOMIC_ACQUIRE);
-        *which = w->peers[i].id;
+        reason = worker_published_readiness(w->peers[i]);
+        *which = w->peers[i]->id;
     }
     return reason;
 }
@@ -288,7 +339,7 @@ on_config(evutil_socket_t fd, short what, void *arg)
     if (w->admin != NULL)
         http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
     if (w->rls != NULL) {
-        grpc_server_set_limits(w->rls, &cfg->rls);
+        grpc_server_set_limits(w->rls, &cfg->rls, &cfg->http.max_buffered);
         grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
     }
     config_unref(old);
@@ -387,23 +438,44 @@ worker_admin_done(struct rl_worker *w, struct rl_config *cfg, const struct rl_ch
 {
     apply_news(w, cfg, req, sent_us, res);
     for (size_t i = 0; i < w->npeers; i++)
-        if (&w->peers[i] != w)
-            push_news(&w->peers[i], cfg, req, sent_us, res);
+        if (w->peers[i] != w)
+            push_news(w->peers[i], cfg, req, sent_us, res);
 }
 
 int
-worker_serve_admin(struct rl_worker *w, int fd, char **cause)
+worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause)
 {
-    return http_server_new(&w->admin, w->base, fd, &w->cfg->http, &w->cfg->max_body,
-                           admin_handle, w, NULL, cause);
+    return http_server_new(&w->admin, w->base, fd, &w->cfg->http, &w->cfg->max_body, handler,
+                           w, NULL, cause);
 }
 
 int
-worker_serve_rls(struct rl_worker *w, int fd, char **cause)
+worker_serve_rls(struct rl_worker *w, int fd, grpc_handler handler, void *arg,
+                 void (*arg_free)(void *), char **cause)
 {
-    arena_init(&w->rls_arena, RLS_GRPC_ARENA_FIRST, 0);
-    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, rls_grpc_handle, w,
-                           &w->metrics->grpc, cause);
+    w->rls_door = arg;
+    w->rls_door_free = arg_free;
+    return grpc_server_new(&w->rls, w->base, fd, &w->cfg->rls, &w->cfg->http.max_buffered,
+                           handler, arg, &w->metrics->grpc, cause);
+}
+
+void
+worker_set_peers(struct rl_worker *w, struct rl_worker **peers, size_t n)
+{
+    w->peers = peers;
+    w->npeers = n;
+}
+
+void
+worker_on_exit(struct rl_worker *w, struct event *ev)
+{
+    w->exited_ev = ev;
+}
+
+const char *
+worker_published_readiness(const struct rl_worker *w)
+{
+    return __atomic_load_n(&w->ready_reason, __ATOMIC_ACQUIRE);
 }
 
 void
@@ -413,7 +485,7 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
     size_t n = w->npeers < RL_ARRAY_LEN(ms) ? w->npeers : RL_ARRAY_LEN(ms);
 
     for (size_t i = 0; i < n; i++)
-        ms[i] = w->peers[i].metrics;
+        ms[i] = w->peers[i]->metrics;
     metrics_format(out, ms, n);
     if (w->cfg->rls.envoy_metrics)
         metrics_format_envoy(out, ms, n);
@@ -421,9 +493,11 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
 }
 
 int
-worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg, char **cause)
+worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg,
+            http_handler checks, char **cause)
 {
-    memset(w, 0, sizeof(*w));
+    struct rl_worker *w = *out = xcalloc(1, sizeof(*w));
+
     w->id = id;
     w->listen_fd = listen_fd;
     w->cfg = config_ref(cfg);
@@ -472,8 +546,8 @@ worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg, c
         struct timeval tv = {0, READY_PUBLISH_MS * 1000};
         event_add(w->ready_ev, &tv);
     }
-    if (http_server_new(&w->http, w->base, listen_fd, &w->cfg->http, &w->cfg->max_body,
-                        api_handle, w, &w->metrics->http, cause) != RL_OK)
+    if (http_server_new(&w->http, w->base, listen_fd, &w->cfg->http, &w->cfg->max_body, checks,
+                        w, &w->metrics->http, cause) != RL_OK)
         return RL_ERR;
     w->listen_fd = -1; /* the server owns it now */
     return RL_OK;
@@ -521,6 +595,8 @@ worker_join(struct rl_worker *w)
 void
 worker_free(struct rl_worker *w)
 {
+    if (w == NULL)
+        return;
     take_news(w, 0); /* what was pushed and never taken */
     /* held answers whose timers never fired (answered when draining
      * began), then the spares */
@@ -549,7 +625,8 @@ worker_free(struct rl_worker *w)
     http_server_free(w->http);
     http_server_free(w->admin);
     grpc_server_free(w->rls); /* calls still owed were answered above */
-    arena_free(&w->rls_arena);
+    if (w->rls_door_free != NULL)
+        w->rls_door_free(w->rls_door);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->drain_ev != NULL)
@@ -570,6 +647,9 @@ worker_free(struct rl_worker *w)
     caller_limits_free(w->env.caller_limits);
     config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
     config_unref(w->cfg);
+    if (w->exited_ev != NULL)
+        event_free(w->exited_ev);
+    free(w);
 }
 
 void
@@ -584,4 +664,57 @@ worker_check_done(struct rl_worker *w)
 {
     if (__atomic_sub_fetch(&w->metrics->inflight, 1, __ATOMIC_RELAXED) == 0)
         stop_if_drained(w);
+}
+
+int
+worker_id(const struct rl_worker *w)
+{
+    return w->id;
+}
+
+struct rl_config *
+worker_config(const struct rl_worker *w)
+{
+    return w->cfg;
+}
+
+struct rl_metrics *
+worker_counters(const struct rl_worker *w)
+{
+    return w->metrics;
+}
+
+struct rl_check_env *
+worker_env(struct rl_worker *w)
+{
+    return &w->env;
+}
+
+struct rl_backend *
+worker_backend(const struct rl_worker *w)
+{
+    return w->backend;
+}
+
+bool
+worker_draining(const struct rl_worker *w)
+{
+    return w->draining != 0;
+}
+
+bool
+worker_admit(struct rl_worker *w)
+{
+    if ((int64_t)__atomic_load_n(&w->metrics->inflight, __ATOMIC_RELAXED) >=
+        w->cfg->max_inflight) {
+        metrics_reject(w->metrics, RL_REJ_OVERLOADED);
+        return false;
+    }
+    return true;
+}
+
+bool
+worker_access_sampled(struct rl_worker *w)
+{
+    return w->cfg->access_log > 0 && ++w->access_seq % (uint64_t)w->cfg->access_log == 0;
 }

@@ -7,79 +7,47 @@
 #ifndef RL_WORKER_H
 #define RL_WORKER_H
 
-#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
-#include "arena.h"
-#include "check.h"
-#include "slab.h"
+#include "grpc.h"
+#include "http.h"
 
-struct event_base;
 struct event;
 struct evbuffer;
-struct grpc_server;
-struct http_server;
+struct rl_backend;
+struct rl_check_env;
 struct rl_check_req;
 struct rl_check_res;
-struct worker_news;
-struct worker_held;
-struct http_req;
+struct rl_config;
+struct rl_metrics;
+/* Private to worker.c: the doors (api.c, admin.c, rls_grpc.c) reach a
+ * worker through the functions below, and the worker knows them only as
+ * the handlers daemon.c passes in. */
+struct rl_worker;
 
-struct rl_worker {
-    int id;
-    pthread_t thread;
-    struct event_base *base;
-    struct http_server *http;   /* the check listener */
-    struct http_server *admin;  /* admin_listen, on worker 0 only */
-    struct grpc_server *rls;    /* rls.listen, Envoy's rate limit service */
-    struct arena rls_arena;     /* its services' messages (rls_grpc.c) */
-    struct rl_config *cfg;      /* in force on this worker (a reference) */
-    struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
-    struct event *cfg_ev;
-    int listen_fd;
-    struct rl_backend *backend;
-    struct rl_backend *local; /* the memory backend that failure_mode
-                                     * local falls back on: made whenever the
-                                     * backend is Redis, whatever the mode;
-                                     * NULL with the memory backend */
-    struct rl_check_env env;
-    struct slab slab;           /* env.slab */
-    struct event *drain_ev;     /* activated by the main thread */
-    struct event *grace_ev;     /* end of shutdown_grace */
-    struct event *exited_ev;    /* on the main base: this loop ended */
-    struct rl_metrics *metrics; /* this worker's counters */
-    int draining;
-    int64_t grace_ms;
-    uint64_t access_seq; /* checks seen, for access_log sampling */
-    /* Readiness is the daemon's, not one worker's: a probe lands on any
-     * worker, and a check on any other.  Each worker publishes its own. */
-    struct rl_worker *peers; /* every worker, this one included */
-    size_t npeers;
-    struct event *ready_ev;   /* republishes ready_reason */
-    const char *ready_reason; /* NULL: ready; static text (atomic) */
-    /* Answers of admin actions for this worker's local views: pushed by
-     * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
-    struct worker_news *news;
-    struct event *news_ev;
-    /* Checks held for max_delay (env.delayed counts them with those sent
-     * asking for a reservation); each answered by its timer, or with 503
-     * when draining begins. */
-    int64_t delayed;
-    struct worker_held *held;
-    /* Held answers done with, kept for the next (their timer and buffer
-     * reused: no allocation per held check); at most as many as were ever
-     * held at once, which max_delayed bounds. */
-    struct worker_held *held_spare;
-};
-
-/* Set up a worker on an already listening socket (it takes the fd). */
-int worker_init(struct rl_worker *w, int id, int listen_fd, struct rl_config *cfg,
-                char **cause) RL_WUR;
-/* Serve the admin API (admin.h) on listening socket fd (taken) too. */
-int worker_serve_admin(struct rl_worker *w, int fd, char **cause) RL_WUR;
-/* Serve Envoy's rate limit service over gRPC (rls_grpc.h) on listening
- * socket fd (taken) too. */
-int worker_serve_rls(struct rl_worker *w, int fd, char **cause) RL_WUR;
+/*
+ * Set up a worker on an already listening socket (it takes the fd), whose
+ * requests go to `checks` (arg: the worker).  *out is set whatever the
+ * outcome: worker_free it.
+ */
+int worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg,
+                http_handler checks, char **cause) RL_WUR;
+/* Serve the admin API on listening socket fd (taken) too, with handler
+ * (arg: the worker). */
+int worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause) RL_WUR;
+/* Serve Envoy's rate limit service over gRPC on listening socket fd (taken)
+ * too, with handler and its arg, the door's own state for this worker: the
+ * worker keeps it, whatever the outcome, and frees it with arg_free after
+ * its server, in worker_free. */
+int worker_serve_rls(struct rl_worker *w, int fd, grpc_handler handler, void *arg,
+                     void (*arg_free)(void *), char **cause) RL_WUR;
+/* Before worker_start: every worker (peers[i], this one included), whose
+ * readiness and counters this one reads. */
+void worker_set_peers(struct rl_worker *w, struct rl_worker **peers, size_t n);
+/* Before worker_start: ev (on the main thread's base) is activated when
+ * w's loop has ended; worker_free frees it. */
+void worker_on_exit(struct rl_worker *w, struct event *ev);
 /*
  * On w's thread, with the backend's answer res to admin action req (sent at
  * sent_us under cfg): every worker drops its cached denial of the key and
@@ -132,5 +100,32 @@ void worker_hold(struct rl_worker *w, struct http_req *r, int status, const char
 
 /* Prometheus text of every worker's counters, summed (on w's thread). */
 void worker_metrics(struct rl_worker *w, struct evbuffer *out);
+
+/* From any thread: why w's backend is not ready as w last published it
+ * (at most READY_PUBLISH_MS ago), NULL when it is. */
+const char *worker_published_readiness(const struct rl_worker *w);
+
+/* ---- for the doors, on w's thread ---- */
+
+int worker_id(const struct rl_worker *w);
+/* The config in force on w (its reference: take your own to keep it past
+ * this loop pass). */
+struct rl_config *worker_config(const struct rl_worker *w);
+/* w's counters (metrics.h). */
+struct rl_metrics *worker_counters(const struct rl_worker *w);
+/* What w lends each check (check.h). */
+struct rl_check_env *worker_env(struct rl_worker *w);
+struct rl_backend *worker_backend(const struct rl_worker *w);
+bool worker_draining(const struct rl_worker *w);
+/*
+ * Admission under max_inflight, the one for every door: a backend that
+ * slows down must not grow a queue without bound.  False past the cap,
+ * counted as overloaded: the door answers at once (503, UNAVAILABLE) and
+ * lets the caller decide.
+ */
+bool worker_admit(struct rl_worker *w);
+/* Whether this check is one access_log samples (every access_log-th of
+ * w's). */
+bool worker_access_sampled(struct rl_worker *w);
 
 #endif

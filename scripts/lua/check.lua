@@ -26,8 +26,10 @@
 --          lease's id when the check is allowed), 'x', release (give the
 --          lease's slot back: an admin check), 'd', delay (a check that
 --          would fit within max_delay ms is reserved: consumed now, as if
---          forced, and answered 2) ("3", "1f", "2o", "2fo", "0r", "-3",
---          "0rb", "1l", "0x", "1d", "1ld")
+--          forced, and answered 2), 'c', charge (consume the cost past
+--          every limit, the block too, with nothing of it lost: see charge
+--          below; never with 'l', 'x', 'd', 'r', 'b') ("3", "1f", "2o",
+--          "2fo", "0r", "-3", "0rb", "1l", "0x", "1d", "1ld", "900c", "5oc")
 --   block  the check's block key (same hash tag; see below)
 --   lease  only for an 'l' or 'x' check: the lease's id (concurrency.lua)
 --   max_delay  only for a 'd' check: in ms
@@ -54,7 +56,10 @@
 -- the key is blocked: denied; 2 a reservation of a 'd' check: allowed after
 -- the longest retry_after_ms of its limits; for a release, 1 when the lease
 -- was held and had not ended, else 0), then per limit remaining, reset_ms,
--- retry_after_ms (zeros for a release: it reads nothing else).  A check is
+-- retry_after_ms (zeros for a release: it reads nothing else).  remaining
+-- < 0 is an overdraft of -remaining units (the daemon answers remaining 0
+-- and that overdraft): what a charge, a penalty or a sync left past the
+-- limit.  A check is
 -- allowed only when every limit allows it and the key is not blocked; a
 -- denied check consumes nothing from any limit (unless forced).  An admin
 -- check (reset, block, or a negative cost: give back, always applied) does
@@ -137,14 +142,18 @@ local function spec_of(s)
 end
 
 -- A cost string -> { cost, force, once, reset, block, admin, lease,
--- release, delay; err }.
+-- release, delay, charge; err }.
 local function cost_of(s)
-  local cf = { tonumber(s), false, false, false, false, false, false, false, false }
+  local cf = { tonumber(s), false, false, false, false, false, false, false, false, false }
   if cf[1] == nil then
-    local c, f, o, r, b, l, x, d = string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)$')
+    local c, f, o, r, b, l, x, d, ch =
+      string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)(c?)$')
     cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
-    cf[7], cf[8], cf[9] = l == 'l', x == 'x', d == 'd'
+    cf[7], cf[8], cf[9], cf[10] = l == 'l', x == 'x', d == 'd', ch == 'c'
     if c == nil then cf.err = 'bad cost ' .. s end
+    if cf[10] and (cf[1] < 0 or cf[4] or cf[5] or cf[7] or cf[8] or cf[9]) then
+      cf.err = 'bad charge ' .. s
+    end
   end
   cf[6] = cf[1] < 0 or cf[4] or cf[5] or cf[8]
   return cf
@@ -234,12 +243,67 @@ end
 -- set by the driver before each check.
 local delay_max = nil
 
+-- One limit of a charge: its key's value pre (nil: read it), done (nothing
+-- to count) -> ok, remaining, reset_ms, retry_after_ms of a check of cost 0
+-- after it.  Commit's numbers are those when the limit is not overdrawn
+-- (remaining >= 0: a check of cost 0 fits, now); an overdraft peeks again,
+-- from the value commit wrote (no read), or the key (the log, whose peek
+-- reads its own), for when it is paid back.
+local function charge_limit(sp, j, key, now, cost, pre, done, cc)
+  local peek, limit, W, burst = sp[j + 1], sp[j + 3], sp[j + 4], sp[j + 5]
+  local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = peek(key, now, limit, W, burst, 0, pre)
+  if done or cc then
+    if reset == nil then reset, repair = cc_late(key, now) end
+    if repair then repair_ttl(key, repair) end
+    return ok, rem, reset, retry
+  end
+  charging = true
+  local v
+  rem, reset, v = sp[j + 2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+  charging = false
+  if rem >= 0 then return true, rem, reset, 0 end
+  ok, rem, reset, retry = peek(key, now, limit, W, burst, 0, v)
+  return ok, rem, reset, retry
+end
+
+-- A charge ('c'): every limit's cost counted now, past its limit, during a
+-- block too (the block denies checks; a charge records work already done),
+-- with nothing of it lost (charging: token_bucket and gcra carry the whole
+-- debt, the sliding log forgets no unit); a concurrency limit is not
+-- charged (a charge holds no slot).  Answered as a check of cost 0 made
+-- right after it.  Its keys from KEYS[k + 1], its answer into out[o + 1]...
+-- (out nil: returned, for run1's one limit).
+local function charge(sp, cf, k, bkey, once_key, seq, now, out, o)
+  if sp.err or cf.err then error(sp.err or cf.err) end
+  local n, cost = sp.n, cf[1]
+  local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
+  local done = cost <= 0 or (once_key and applied(once_key, seq))
+  local ok, rem, reset, retry = charge_limit(sp, 0, KEYS[k + 1], now, cost, pre, done,
+                                             sp.cc == 1)
+  local allowed = blocked == 0 and ok
+  if out == nil then
+    if not done and once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+    if blocked > 0 then return -blocked, rem, reset, retry end
+    return allowed and 1 or 0, rem, reset, retry
+  end
+  out[o + 2], out[o + 3], out[o + 4] = rem, reset, retry
+  for i = 2, n do
+    ok, out[o + 3 * i - 1], out[o + 3 * i], out[o + 3 * i + 1] =
+      charge_limit(sp, 5 * i - 5, KEYS[k + i], now, cost, nil, done, sp.cc == i)
+    if not ok then allowed = false end
+  end
+  if not done and once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+  if blocked > 0 then out[o + 1] = -blocked elseif allowed then out[o + 1] = 1
+  else out[o + 1] = 0 end
+end
+
 -- One check of one limit (most checks), its keys from KEYS[k + 1], its
 -- admin arguments from ARGV[a]: allowed (1, 0 or -blocked_ms), remaining,
 -- reset_ms, retry_after_ms.
 local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
+  if cf[10] then return charge(sp, cf, k, bkey, once_key, seq, now) end
   -- a release answers only whether the lease was held: nothing else is read
   if cf[8] then return admin(sp, cf, k, bkey, now, a), 0, 0, 0 end
   if cf[6] then
@@ -278,6 +342,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
+  if cf[10] then return charge(sp, cf, k, bkey, once_key, seq, now, out, o) end
   if cf[8] then
     out[o + 1] = admin(sp, cf, k, bkey, now, a)
     for i = o + 2, o + 1 + 3 * n do out[i] = 0 end

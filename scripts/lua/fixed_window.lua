@@ -4,8 +4,9 @@
 -- or whose window is the calendar period that holds now ('fwp': W is then
 -- its boundaries, period_frame in prelude.lua).
 -- Value count, start (in us) as state2 reads them (prelude), written with its
--- TTL in one SET ... PX.  A forced commit counts past the limit; the window
--- still closes on time.  Only opening a window knows the alignment: an open
+-- TTL in one SET ... PX.  A forced commit or a charge counts past the limit
+-- (up to UNITS_MAX): the overdraft, limit - remaining, ends with the window
+-- that holds it, as its count does.  Only opening a window knows the alignment: an open
 -- window reads the same either way.  A period's stored window counts while
 -- its start is the period's or later (a clock that stepped back), and every
 -- write puts the period's start.
@@ -38,8 +39,8 @@ local function fixed_window(with_give, aligned, periodic)
       -- a worthless key found without a TTL must still go (left is 0 then)
       repair = left
     end
+    -- room < 0: an overdraft (the daemon answers remaining 0, overdraft -room)
     local reset, room = ceil_ms(left), limit - count
-    if room < 0 then room = 0 end
     if cost > limit then return false, room, reset, -1, repair, count, start, e end
     if count + cost > limit then return false, room, reset, reset, repair, count, start, e end
     return true, room, reset, 0, repair, count, start, e
@@ -73,13 +74,13 @@ local function fixed_window(with_give, aligned, periodic)
       count, reset, value, ttl = cost, f_reset, f_value, f_ttl
     else
       count, reset = count + cost, ceil_ms((e or start + W) - now)
+      if count > UNITS_MAX then count = UNITS_MAX end
       value, ttl = pack_state('<dd', count, start), format('%d', reset)
     end
     -- value and TTL in one command
     call('SET', key, value, 'PX', ttl)
-    local room = limit - count
-    if room < 0 then room = 0 end
-    return room, reset
+    -- the value written: a charge's answer peeks it (check.lua)
+    return limit - count, reset, value
   end
 
   if not with_give then return peek, commit end

@@ -19,16 +19,15 @@ MODULES['gcra'] = function(with_give)
     return i, f
   end
 
-  -- max(floor(burst - x / T), 0) with x = i + f / limit >= 0: whole units
-  -- free, never below 0 however far a forced commit pushed TAT.
+  -- floor(burst - x / T) with x = i + f / limit >= 0: whole units free;
+  -- below 0, the overdraft a forced commit or a charge left (the daemon
+  -- answers remaining 0).
   local function gcra_room(i, f, limit, W, burst)
     -- ceil(x * limit / W) = ceil((i * limit + f) / W)
     local q, r = muldiv(i, limit, W)
     local q2, r2 = divmod(r + f, W)
     if r2 > 0 then q2 = q2 + 1 end
-    q = burst - q - q2
-    if q < 0 then return 0 end
-    return q
+    return burst - q - q2
   end
 
   -- ceil of i + f / limit, in microseconds
@@ -89,7 +88,25 @@ MODULES['gcra'] = function(with_give)
   -- in a call gets the same (a format costs half a small command)
   local m_at, m_f, m_value, m_left, m_ttl
   local function commit(key, now, limit, W, burst, cost, xi, xf, ni, nf, fits)
-    if ni == nil then
+    if charging then
+      -- TAT moved by the whole charge, up to owed_max units ahead;
+      -- owed_max >= 2 x burst (a bucket refills within 366 days), so it is
+      -- computed only for a charge or a TAT past that
+      local most = nil
+      if cost > 2 * burst then
+        most = owed_max(limit, W, muldiv)
+        if cost > most then cost = most end
+      end
+      ni, nf = gcra_next(xi, xf, cost, W, limit)
+      local ti, tf = tau(W, burst, limit)
+      ti, tf = gcra_norm(2 * ti, 2 * tf, limit)
+      if ni > ti or (ni == ti and nf > tf) then
+        most = most or owed_max(limit, W, muldiv)
+        local mi, mf = muldiv(W, most, limit)
+        if ni > mi or (ni == mi and nf > mf) then ni, nf = mi, mf end
+      end
+      fits = true
+    elseif ni == nil then
       local most = 2 * burst
       if cost > most and not reserving then cost = most end
       ni, nf = gcra_next(xi, xf, cost, W, limit)
@@ -109,7 +126,7 @@ MODULES['gcra'] = function(with_give)
     end
     if left ~= m_left then m_left, m_ttl = left, format('%d', ttl_ms(left)) end
     call('SET', key, m_value, 'PX', m_ttl)
-    return gcra_room(ni, nf, limit, W, burst), ceil_ms(left)
+    return gcra_room(ni, nf, limit, W, burst), ceil_ms(left), m_value
   end
 
   if not with_give then return peek, commit end

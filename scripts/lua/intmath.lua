@@ -37,7 +37,8 @@ local function intmath()
   end
 
   -- floor(a * b / c) and (a * b) mod c, exactly, for integers a, b >= 0 and
-  -- 0 < c <= 2^47, as long as the quotient is below 2^53.
+  -- 0 < c <= 2^51 (UNITS_MAX: a divisor is a window in us, a limit or a
+  -- count), as long as the quotient is below 2^53.
   local function muldiv(a, b, c)
     local p = a * b
     -- a product below 2^53 is exact, and one that is not cannot round below it
@@ -48,14 +49,18 @@ local function intmath()
       return a * bq + q, r
     end
     -- a * br / c, one 5-bit digit of a at a time, most significant first:
-    -- with r < c <= 2^47, r * 32 + digit * br < 63 * 2^47 < 2^53.
+    -- with r < c <= 2^47, r * 32 + digit * br < 63 * 2^47 < 2^53; a larger
+    -- c (a count or a limit past 2^47, only with budgets) one bit at a
+    -- time: r * 2 + bit * br < 3 * 2^51 < 2^53.
+    local base = 32
+    if c > 140737488355328 then base = 2 end
     local m = 1
-    while m * 32 <= a do m = m * 32 end
+    while m * base <= a do m = m * base end
     local q, r = 0, 0
     while m >= 1 do
-      local hq, hr = divmod(r * 32 + (floor(a / m) % 32) * br, c)
-      q, r = q * 32 + hq, hr
-      m = m / 32
+      local hq, hr = divmod(r * base + (floor(a / m) % base) * br, c)
+      q, r = q * base + hq, hr
+      m = m / base
     end
     return a * bq + q, r
   end

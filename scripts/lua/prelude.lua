@@ -54,6 +54,25 @@ local MODULES, ALGOS = {}, {}
 -- within max_delay): token_bucket and gcra then carry the debt it leaves
 -- past their 2 x burst bound (algo.h, reserve)
 local reserving = false
+-- true while the driver commits a charge ('c'): token_bucket and gcra then
+-- carry the whole debt, bounded only by owed_max below, and the sliding log
+-- keeps every unit (check.lua, charge)
+local charging = false
+-- The most units a counter or a debt may hold, 2^51: every count, sum and
+-- product of the algorithms stays exact in a double (intmath.lua's divisors
+-- up to it), and 2.25 x the largest limit or cost (1e15).  A charge past it
+-- is held at it (algo.h, ALGO_UNITS_MAX).
+local UNITS_MAX = 2251799813685248
+-- The most a token_bucket or gcra key may owe after a charge: UNITS_MAX
+-- units, and no more than refill pays back in 2^51 us (71 years), so that
+-- the time of any debt (a product of units and the window) stays exact.
+-- Mirrors algo_owed_max in src/algo.h.
+local function owed_max(limit, W, muldiv)
+  -- 2^51 x limit / W >= 2^51 when limit >= W: UNITS_MAX binds
+  if limit >= W then return UNITS_MAX end
+  local q = muldiv(limit, UNITS_MAX, W)
+  return q
+end
 -- the tags whose peek reads its key itself, not as a string: the driver
 -- then reads only the block key, not that key
 local OWN_READ = {}

@@ -71,8 +71,9 @@ local function sliding_counter(with_give, periodic)
       reset = e - now
     end
     if v then repair = reset end
+    -- room < 0: an overdraft, the previous window's count weighed as any
+    -- (the daemon answers remaining 0)
     local rem = room
-    if rem < 0 then rem = 0 end
     reset = ceil_ms(reset)
     if cost > limit then return false, rem, reset, -1, repair, id, curr, prev, room, e2 end
     if cost > room then
@@ -99,15 +100,14 @@ local function sliding_counter(with_give, periodic)
   local m_id, m_c, m_p, m_value, m_reset, m_ttl
   local function commit(key, now, limit, W, burst, cost, id, curr, prev, room, e2)
     local reset, c = e2 - now, curr + cost
+    if c > UNITS_MAX then c = UNITS_MAX end
     if id ~= m_id or c ~= m_c or prev ~= m_p then
       m_id, m_c, m_p, m_value = id, c, prev, pack_state('<ddd', id, c, prev)
     end
     if reset ~= m_reset then m_reset, m_ttl = reset, format('%d', ttl_ms(reset)) end
     -- value and TTL in one command
     call('SET', key, m_value, 'PX', m_ttl)
-    room = room - cost
-    if room < 0 then room = 0 end
-    return room, ceil_ms(reset)
+    return room - (c - curr), ceil_ms(reset), m_value
   end
 
   if not with_give then return peek, commit end

@@ -18,6 +18,15 @@
 -- that is the price of the bound, paid only when a key is already over its
 -- limit.
 --
+-- A charge ('c', check.lua) is one member of its weight whatever its cost,
+-- and forgets nothing: the window holds every unit charged, so the
+-- overdraft (units past the limit) ends exactly as its members leave.  To
+-- keep the bound of `limit` live members, a charge into a log already at
+-- or over its limit (n >= limit: no check can log a member until it is
+-- under again) joins the newest member, which moves to the charge's time:
+-- exact in units, those newest units held that much longer at most.  Live
+-- units stay below UNITS_MAX (prelude.lua), a charge past it is cut there.
+--
 -- Work per check is bounded too (issue 24): a check drops at most
 -- SWL_DROP_MAX of the members that have left the window, the oldest first;
 -- the rest go with the next checks (each logs one member and drops up to
@@ -114,8 +123,8 @@ MODULES['swl'] = function(with_give)
         n = cum - base
         newest = score
         repair = newest + W - now
+        -- room < 0: an overdraft (the daemon answers remaining 0)
         room = limit - n
-        if room < 0 then room = 0 end
         reset = ceil_ms(repair)
       else
         -- nothing live: cum goes on from the newest (see the top)
@@ -153,20 +162,36 @@ MODULES['swl'] = function(with_give)
     -- a clock that stepped back must not put an entry before older ones
     local ts = now
     if newest > now then ts = newest end
+    if cum + cost > SWL_CUM_MAX then cum = cum - swl_rebase(key) end
+    local weight = cost
+    if charging then
+      if n + cost > UNITS_MAX then cost = UNITS_MAX - n end
+      weight = cost
+      if n >= limit then
+        -- joins the newest member (live: n > 0), moved to now
+        local m = call('ZRANGE', key, '-1', '-1')
+        local _, k0 = swl_parse(m[1])
+        call('ZREMRANGEBYRANK', key, '-1', '-1')
+        weight = cost + k0
+      end
+    end
     cum = cum + cost
-    if cum > SWL_CUM_MAX then cum = cum - swl_rebase(key) end
     strs_now(now, W)
     local at, ttl = s_now, s_ttl
     if ts ~= now then at, ttl = format('%d', ts), format('%d', ttl_ms(ts + W - now)) end
-    call('ZADD', key, at, swl_member(cum, cost))
+    call('ZADD', key, at, swl_member(cum, weight))
     -- n live units hold at most n entries: only n >= limit (a forced
     -- commit) can pass `limit` entries; keep the newest `limit`, once no
     -- expired member is left (they go first, SWL_DROP_MAX a check: the
     -- live members may pass `limit` by one a check meanwhile)
-    if n >= limit and gone == 0 then call('ZREMRANGEBYRANK', key, 0, -limit - 1) end
+    if n >= limit and gone == 0 and not charging then
+      call('ZREMRANGEBYRANK', key, 0, -limit - 1)
+    end
     call('PEXPIRE', key, ttl)
+    -- a forced commit into a log at its limit may have forgotten units:
+    -- its overdraft is not known, so none is said (0)
     local room = limit - n - cost
-    if room < 0 then room = 0 end
+    if room < 0 and n >= limit and not charging then room = 0 end
     return room, ceil_ms(ts + W - now)
   end
 

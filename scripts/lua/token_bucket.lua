@@ -6,7 +6,9 @@
 -- (intmath.lua), so the outcome does not depend on how often anyone asks.
 -- A forced commit may take more than the bucket holds: D > burst is a debt,
 -- which refill pays back before any token is free again, of one bucket at
--- most (D <= 2 x burst, algo_most_owed in src/algo.h); every argument of
+-- most (D <= 2 x burst, algo_most_owed in src/algo.h); a charge's debt is
+-- carried whole, up to owed_max (prelude.lua): D - burst tokens of
+-- overdraft, paid back at limit per window, exactly.  Every argument of
 -- muldiv/divmod stays >= 0 (D itself never goes below 0).
 -- Value d, f, t as state3 reads them (prelude), written with its TTL in one
 -- SET ... PX.
@@ -56,8 +58,8 @@ MODULES['tb'] = function(with_give)
     -- floor(tokens) = burst - ceil(D)
     local room = burst - d
     if f > 0 then room = room - 1 end
+    -- room < 0: an overdraft (the daemon answers remaining 0)
     local rem = room
-    if rem < 0 then rem = 0 end
     local reset_ms = ceil_ms(reset)
     if cost > burst then return false, rem, reset_ms, -1, repair, d, f, at, skew end
     if cost > room then
@@ -72,7 +74,16 @@ MODULES['tb'] = function(with_give)
   local m_d, m_f, m_at, m_value, m_reset, m_ttl
   local function commit(key, now, limit, W, burst, cost, d, f, at, skew)
     d = d + cost
-    if d >= 2 * burst and not reserving then d, f = 2 * burst, 0 end
+    if charging then
+      -- owed_max >= 2 x burst (a bucket refills within 366 days): its
+      -- digit-wise division only for a debt that large
+      if d >= 2 * burst then
+        local most = owed_max(limit, W, muldiv)
+        if d >= most then d, f = most, 0 end
+      end
+    elseif d >= 2 * burst and not reserving then
+      d, f = 2 * burst, 0
+    end
     local reset = tb_wait(d, f, 0, W, limit) + skew
     -- value and TTL in one command
     if d ~= m_d or f ~= m_f or at ~= m_at then
@@ -82,8 +93,7 @@ MODULES['tb'] = function(with_give)
     call('SET', key, m_value, 'PX', m_ttl)
     local room = burst - d
     if f > 0 then room = room - 1 end
-    if room < 0 then room = 0 end
-    return room, ceil_ms(reset)
+    return room, ceil_ms(reset), m_value
   end
 
   if not with_give then return peek, commit end

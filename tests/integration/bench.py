@@ -432,14 +432,16 @@ def nginx_wrapper(tmp, master):
 def drive(port, mode, n, conns, prefix):
     """The deterministic load of --callgrind: `conns` keep-alive connections,
     one request in flight on each, n requests in all; keys PREFIX0..(n-1)
-    (new to Redis in every run) or the hot key.  {status_CODE: count,
+    (new to Redis in every run) or the hot key; mode "charge": the keys'
+    requests as POST /charge.  {status_CODE: count,
     "degraded": count}; BenchError on a dropped connection or after 20
     minutes."""
     def request(i):
         body = (b'{"key":"hot","policy":"hot"}' if mode == "hot"
                 else ('{"key":"%s%d"}' % (prefix, i)).encode())
-        return (b"POST /check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        path = b"/charge" if mode == "charge" else b"/check"
+        return (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (path, len(body), body))
 
     sel = selectors.DefaultSelector()
     sent = done = degraded = 0
@@ -1231,7 +1233,7 @@ class Bench:
         if target.startswith("rl-"):
             srv = self.start_daemon("ratelimitd-cg", self.cg_config, self.redis, wrapper=vg,
                                     start_timeout=120)
-            mode = "keys" if target == "rl-keys" else "hot"
+            mode = {"rl-keys": "keys", "rl-charge": "charge"}.get(target, "hot")
         elif target == "bare":
             srv = start(self.tmp, "bare_http-cg", vg + [self.bare, "-l", "127.0.0.1:@PORT@"], http_ok,
                         wait=120)
@@ -1266,7 +1268,7 @@ class Bench:
         """Instructions per request, independent of load: (I(N) - I(M)) / (N - M)
         leaves startup and exit out."""
         self.cg_ipr = {}
-        targets = ["rl-keys", "rl-hot", "bare"] + (["nginx"] if self.nginx else [])
+        targets = ["rl-keys", "rl-hot", "rl-charge", "bare"] + (["nginx"] if self.nginx else [])
         n, m = (1500, 500) if self.quick else (12000, 4000)
         self.cg_dir = os.path.join(self.tmp, "cg")
         os.makedirs(self.cg_dir, exist_ok=True)
@@ -1282,7 +1284,8 @@ class Bench:
             self.cg_ipr[t] = round((i_n - i_m) / (n - m))
             out("  %-10s %8s instructions per request   (%s in %d requests, %s in %d)"
                 % (t, self.cg_ipr[t], i_n, n, i_m, m))
-        pairs = [("rl-keys", "bare"), ("rl-hot", "bare")] + ([("rl-keys", "nginx")] if self.nginx else [])
+        pairs = [("rl-keys", "bare"), ("rl-hot", "bare"), ("rl-charge", "rl-keys")] + \
+            ([("rl-keys", "nginx")] if self.nginx else [])
         for a, b in pairs:
             out("  %s ÷ %s: instructions per request %.2f" % (a, b, self.cg_ipr[a] / self.cg_ipr[b]))
         if not self.quick and shutil.which("callgrind_annotate"):

@@ -1544,28 +1544,46 @@ def _c_int(expr, consts):
 
 def _config_sources():
     srcs = {}
-    for fn in ("config.c", "log.c"):
+    for fn in ("config.c", "policy.c", "log.c"):
         with open(os.path.join(RL_SRCDIR, "src", fn)) as f:
             srcs[fn] = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
     return srcs
 
 
+def _algo_names():
+    """The algorithms' names in the order of algo.c's table (enum rl_algo), as
+    src/algo_*.c's definitions write them: the limit's "algorithm" row looks
+    them up there."""
+    src = os.path.join(RL_SRCDIR, "src")
+    defs = {}
+    for fn in sorted(os.listdir(src)):
+        if re.fullmatch(r"algo_\w+\.c", fn):
+            with open(os.path.join(src, fn)) as f:
+                defs.update(re.findall(r'const struct rl_algo_def (rl_algo_\w+) = \{.*?\.name\s*=\s*"([^"]+)"',
+                                       f.read(), re.S))
+    with open(os.path.join(src, "algo.c")) as f:
+        order = re.findall(r"\[RL_ALGO_\w+\]\s*=\s*&(rl_algo_\w+)", f.read())
+    check(order and all(d in defs for d in order), "cannot read the algorithm table of src/algo.c")
+    return [defs[d] for d in order]
+
+
 def config_tables():
-    """{table name: [field dict]} from src/config.c's rows (designated initialisers;
-    the names arrays from src/config.c and src/log.c).  A field: name, type
+    """{table name: [field dict]} from the rows of src/config.c and src/policy.c
+    (designated initialisers; the names arrays from src/config.c, src/policy.c
+    and src/log.c, the algorithms' from src/algo_*.c).  A field: name, type
     (SCHEMA_*), default (JSON text or None), min, max, names (enum values or
     None), sub (the table an OBJECT or ARRAY row holds, or None), restart,
     required.  The daemon cannot list its options itself, so its tables are
     read where they are written; test_api_doc.py holds the result against the
     binary (`ratelimitd -t`)."""
     srcs = _config_sources()
-    src = srcs["config.c"]
+    src = srcs["config.c"] + srcs["policy.c"]
     consts = {"DAY_MS": 24 * 3600 * 1000}
     names = {}
     for text in srcs.values():
         for m in re.finditer(r"const char \*const (\w+)\[\] = \{(.*?)\};", text, re.S):
             names[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
-    schemas = dict(re.findall(r"static const struct schema (\w+) = \{\s*SCHEMA_FIELDS\((\w+)\)", src))
+    schemas = dict(re.findall(r"(?:static )?const struct schema (\w+) = \{\s*SCHEMA_FIELDS\((\w+)\)", src))
     tables = {}
     for m in re.finditer(r"static const struct schema_field (\w+)\[\] = \{(.*?)\n\};", src, re.S):
         fields = []
@@ -1580,6 +1598,9 @@ def config_tables():
                 row[k.group(1)] = k.group(2).strip()
             flags = row.get("flags", "")
             sub = row.get("sub", "").lstrip("&") or None
+            if row.get("custom") == "&algorithm_type":  # one of the algorithms' names
+                row["type"], row["names"] = "SCHEMA_ENUM", "algo_names"
+                names["algo_names"] = _algo_names()
             fields.append({
                 "name": ast.literal_eval(row["name"]), "type": row["type"],
                 "default": ast.literal_eval(row["def"]) if "def" in row else None,
@@ -1592,7 +1613,7 @@ def config_tables():
     # every row found: the parse above must not skip one silently
     nrows = len(re.findall(r"\{\s*\.name\s*=", src))
     check(nrows == sum(len(v) for v in tables.values()),
-          "src/config.c has %d rows, %d were read", nrows, sum(len(v) for v in tables.values()))
+          "src/config.c and src/policy.c have %d rows, %d were read", nrows, sum(len(v) for v in tables.values()))
     return tables
 
 

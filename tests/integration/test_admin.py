@@ -302,7 +302,7 @@ def t_bad_input(a, b, r):
         # the upper bounds: a block longer than 366 days, a cost past the check API's
         ("block", {"policy": "fw", "key": "x", "duration": 366 * 86400000 + 1}, "duration"),
         ("block", {"policy": "fw", "key": "x", "duration": "8785h"}, "duration"),
-        ("reward", {"policy": "fw", "key": "x", "cost": 1000001}, "cost"),
+        ("reward", {"policy": "fw", "key": "x", "cost": 10**15 + 1}, "cost"),
         ("reward", {"policy": "fw", "key": "x", "cost": 0}, "cost"),
         ("penalty", {"policy": "fw", "key": "x", "cost": -3}, "cost"),
         ("penalty", {"policy": "fw", "key": "x", "cost": 1.5}, "cost"),

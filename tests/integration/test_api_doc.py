@@ -42,7 +42,9 @@ METRIC_HEADER = ["metric", "type", "labels", "meaning"]
 
 # What config.c's check hooks require next to an option: {option: {other: value}}.
 COMPANIONS = {
-    "policies[].limits[].burst": {"policies[].limits[].algorithm": "token_bucket"},
+    # a burst of 10^15 refills within 366 days only at a limit as large
+    "policies[].limits[].burst": {"policies[].limits[].algorithm": "token_bucket",
+                                  "policies[].limits[].limit": 1000000000000000},
     # a concurrency limit has a lease and no window (required of the others)
     "policies[].limits[].lease": {"policies[].limits[].algorithm": "concurrency",
                                   "policies[].limits[].window": "DROP"},
@@ -57,6 +59,7 @@ COMPANIONS = {
     "policies[].limits[].timezone": {"policies[].limits[].period": None},
     "policies[].limits[].week_start": {"policies[].limits[].period": "week"},
     "policies[].request_limits_max": {"policies[].request_limits": True},
+    "policies[].request_limits_cap": {"policies[].request_limits": True},
     "rls.request_limits_max": {"rls.request_limits": True},
     "rls.header_names.limit": {"rls.header_names.remaining": None, "rls.header_names.reset": None},
     "rls.header_names.remaining": {"rls.header_names.limit": None, "rls.header_names.reset": None},

@@ -409,7 +409,8 @@ def t_script_once(d, r):
         # not forced and over the limit: nothing applied, so the seq is not taken
         eq(call("o", 3, 7)[:2], [0, 1], "seq 7 unforced, 9 + 3 > 10: denied")
         eq((count(), own.cli("GET", once)), (9, "6"), "a denied seq is not recorded")
-        eq(call("fo", 3, 7)[:2], [0, 0], "seq 7 forced: applied past the limit")
+        # remaining below 0: the overdraft, 2 units past the limit (check.lua)
+        eq(call("fo", 3, 7)[:2], [0, -2], "seq 7 forced: applied past the limit")
         eq((count(), own.cli("GET", once)), (12, "7"), "count and last seq after forced seq 7")
 
 

@@ -25,7 +25,7 @@
 static struct rl_limit
 mklimit(enum rl_algo algo, int64_t limit, int64_t window_ms, int64_t burst)
 {
-    struct rl_limit l = { algo, limit, window_ms, burst ? burst : limit, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0};
+    struct rl_limit l = { algo, limit, window_ms, burst ? burst : limit, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0};
     return l;
 }
 

@@ -87,6 +87,7 @@ struct dpolicy {
     long long last;     /* what the previous step answered first */
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
     int64_t skew;       /* the daemon's clock minus the script's (periods) */
+    int how;            /* the step's DP_* */
 };
 
 static void
@@ -179,6 +180,7 @@ get_reply(void)
 #define DP_LEASE 0x10   /* the concurrency limit holds the slot under p->lease */
 #define DP_RELEASE 0x20 /* give lease p->lease back */
 #define DP_DELAY 0x40   /* reserved when it fits within p->max_delay_ms */
+#define DP_CHARGE 0x80  /* a charge: counted past the limit, answered as a cost 0 check */
 
 /* The script call of one step: EVALSHA with explicit time, a batch of one. */
 struct dp_call {
@@ -212,10 +214,10 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
 {
     char flags[12];
 
-    snprintf(flags, sizeof(flags), "%s%s%s%s%s%s", how & DP_FORCE ? "f" : "",
+    snprintf(flags, sizeof(flags), "%s%s%s%s%s%s%s", how & DP_FORCE ? "f" : "",
              how & DP_RESET ? "r" : "", how & DP_BLOCK ? "b" : "",
              how & DP_LEASE ? "l" : "", how & DP_RELEASE ? "x" : "",
-             how & DP_DELAY ? "d" : "");
+             how & DP_DELAY ? "d" : "", how & DP_CHARGE ? "c" : "");
     dc_arg(c, "EVALSHA");
     dc_arg(c, rl_lua_check_sha);
     dc_num(c, (int64_t)p->n, "");
@@ -359,6 +361,21 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
     if (admin)
         cost = 0;
     blocked = p->block_until > now ? ceil_ms(p->block_until - now) : 0;
+    if (how & DP_CHARGE) {
+        /* as backend_memory.c's op_charge: every limit but concurrency
+         * takes it, then a check of cost 0 answers */
+        for (size_t i = 0; i < p->n; i++) {
+            struct dlimit *d = &p->l[i];
+            const struct rl_algo_def *def = algo_def(d->lim.algo);
+
+            if (cost > 0 && def->charge != NULL)
+                def->charge(&d->lim, &d->st, now, cost, &cr[i]);
+            def->peek(&d->lim, &d->st, now, 0, &cr[i]);
+            allowed &= cr[i].allowed;
+        }
+        *committed = cost > 0;
+        return blocked > 0 ? -blocked : allowed;
+    }
     for (size_t i = 0; i < p->n; i++) {
         const struct dlimit *d = &p->l[i];
         algo_def(d->lim.algo)->peek(&d->lim, &d->st, now, cost, &cr[i]);
@@ -394,21 +411,26 @@ dp_compare(struct dpolicy *p, size_t i, const redisReply *r, int64_t now,
 {
     const redisReply *ev = r->element[0];
     struct dlimit *d = &p->l[i];
+    /* below 0: an overdraft (the daemon splits it, script.c) */
     long long lr = ev->element[1 + 3 * i]->integer;
     long long ls = ev->element[2 + 3 * i]->integer;
     long long lt = ev->element[3 + 3 * i]->integer;
+    long long want = (long long)(cr->remaining - cr->overdraft);
     int64_t ttl = algo_def(d->lim.algo)->ttl_us(&d->lim, &d->st, now);
     int64_t E = ttl > 0 ? ceil_ms(ttl) : 1;
     long long pt = r->element[1 + 2 * i]->integer;
 
-    ck_assert_msg(lr == cr->remaining && ls == cr->reset_ms &&
+    ck_assert_msg(lr == want && ls == cr->reset_ms &&
                   lt == cr->retry_after_ms,
                   "%s limit %zu (%s %lld/%lldms burst %lld): "
                   "lua remaining %lld reset_ms %lld retry_after_ms %lld, "
                   "c %lld %lld %lld", where, i, algo_def(d->lim.algo)->name,
                   (long long)d->lim.limit, (long long)d->lim.window_ms,
-                  (long long)d->lim.burst, lr, ls, lt, (long long)cr->remaining,
+                  (long long)d->lim.burst, lr, ls, lt, want,
                   (long long)cr->reset_ms, (long long)cr->retry_after_ms);
+    ck_assert_msg(cr->remaining == 0 || cr->overdraft == 0, "%s limit %zu: remaining %lld "
+                  "with an overdraft of %lld", where, i, (long long)cr->remaining,
+                  (long long)cr->overdraft);
     p->pttl[i] = pt;
     if (pt == -2 && ttl > 0) {
         /*
@@ -425,7 +447,9 @@ dp_compare(struct dpolicy *p, size_t i, const redisReply *r, int64_t now,
     }
     ck_assert_msg(pt != -1, "%s limit %zu (%s): key %s has no TTL",
                   where, i, algo_def(d->lim.algo)->name, d->key);
-    if (committed || (p->persisted && ttl > 0))
+    /* a charge leaves a concurrency limit as a check of cost 0 does */
+    if ((committed && !(p->how & DP_CHARGE && algo_def(d->lim.algo)->charge == NULL)) ||
+        (p->persisted && ttl > 0))
         ck_assert_msg(pt >= E - slack && pt <= E,
                       "%s now %lld limit %zu (%s): PTTL %lld ms, state "
                       "matters for %lld us", where, (long long)now, i,
@@ -449,9 +473,11 @@ dp_step(struct dpolicy *p, int64_t now, int64_t cost, int how,
     long long want = dp_twin(p, now, cost, how, cr, &committed);
     char at[256];
 
-    snprintf(at, sizeof(at), "%s now %lld cost %lld%s%s%s", where, (long long)now,
+    snprintf(at, sizeof(at), "%s now %lld cost %lld%s%s%s%s", where, (long long)now,
              (long long)cost, how & DP_FORCE ? " forced" : "",
-             how & DP_RESET ? " reset" : "", how & DP_BLOCK ? " block" : "");
+             how & DP_RESET ? " reset" : "", how & DP_BLOCK ? " block" : "",
+             how & DP_CHARGE ? " charge" : "");
+    p->how = how;
     ck_assert_msg(r->element[0]->element[0]->integer == want,
                   "%s: allowed lua %lld c %lld", at,
                   r->element[0]->element[0]->integer, want);
@@ -516,6 +542,23 @@ next_cost(uint64_t *s, const struct dpolicy *p)
     }
 }
 
+/* A charge's cost: the limit's capacity over again, a budget's whole
+ * size, or past what may be owed (held at algo_owed_max / ALGO_UNITS_MAX). */
+static int64_t
+next_charge(uint64_t *s, const struct dpolicy *p)
+{
+    const struct rl_limit *l = &p->l[rnd(s) % p->n].lim;
+    int64_t cap = algo_def(l->algo)->uses_burst ? l->burst : l->limit;
+
+    switch (rnd(s) % 10) {
+    case 0: return 0;
+    case 1: return RL_COST_MAX;
+    case 2: case 3: return cap + 1 + rnd_upto(s, (RL_COST_MAX - cap - 1 < 3 * cap ? RL_COST_MAX - cap - 1 : 3 * cap));
+    case 4: return 1 + rnd_upto(s, RL_COST_MAX - 1);
+    default: return 1 + rnd_upto(s, cap);
+    }
+}
+
 /* Now and then an admin operation instead: give back (alone or with a
  * reset), reset one limit or all, block for a while or lift the block. */
 static void
@@ -566,6 +609,11 @@ drive(struct dpolicy *p, uint64_t seed, int steps, const char *what)
         if (rnd(&seed) % 8 == 0)
             how |= DP_FORCE;
         next_admin(&seed, p, &cost, &how);
+        /* a charge, never with an admin operation (the script refuses) */
+        if (rnd(&seed) % 9 == 0 && !(how & (DP_RESET | DP_BLOCK)) && cost >= 0) {
+            how = (how & DP_PERSIST) | DP_CHARGE;
+            cost = next_charge(&seed, p);
+        }
         snprintf(where, sizeof(where), "%s step %d", what, n);
         dp_step(p, now, cost, how, where);
     }
@@ -602,6 +650,10 @@ static const struct {
     {1000000000, 60000, 1000000000}, {999999937, 366 * DAY_MS, 999999937},
     {2147483648LL, 3600000, 1234567891}, {2147483649LL, 7 * DAY_MS, 2147483649LL},
     {123456789, 366 * DAY_MS, 1000000000},
+    /* budgets (issue 29): 10^15 a minute (divisors past 2^47: intmath's
+     * bit-wise path) and 2e9 micro-dollars a month */
+    {1000000000000000LL, 60000, 1000000000000000LL},
+    {2000000000, 31 * DAY_MS, 2000000000}, {1000000000000000LL, 1000, 999999999999999LL},
 };
 
 /* _i: an algorithm, or RL_ALGO_COUNT for fixed_window aligned to the epoch */
@@ -688,6 +740,90 @@ START_TEST(each_algorithm_matches_on_its_boundaries)
         for (int64_t j = 1; j <= 4; j++)
             for (int64_t d = -1; d <= 1; d++)
                 dp_step(&p, t + j * W + d, 1, 0, what);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+/* The twin's answer to a check of cost 0 at now (Lua's is compared by
+ * dp_step: the same). */
+static struct rl_limit_result
+twin_peek(const struct dpolicy *p, size_t i, int64_t now)
+{
+    struct rl_limit_result r;
+
+    algo_def(p->l[i].lim.algo)->peek(&p->l[i].lim, &p->l[i].st, now, 0, &r);
+    return r;
+}
+
+/*
+ * Charges past the limit, every algorithm: the overdraft each keeps and
+ * how it is paid back, number for number in both, then charges past what
+ * may be owed (held at ALGO_UNITS_MAX / algo_owed_max).
+ */
+START_TEST(charges_match_and_pay_back)
+{
+    static const struct {
+        int64_t limit, window_ms, burst;
+    } cs[] = {
+        {5, 1000, 5}, {1000, 60000, 1000}, {1000000000000000LL, 60000, 1000000000000000LL},
+        {2000000000, 31 * DAY_MS, 2000000000}, {1, 366 * DAY_MS, 1}, {3, 1000, 7},
+    };
+    enum rl_align align;
+    enum rl_algo algo = algo_of(_i, &align);
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(cs); k++) {
+        struct dpolicy p = {0};
+        int64_t W = cs[k].window_ms * MS, t = (T0 / W + 1) * W, cap;
+        char id[64], what[96];
+
+        snprintf(id, sizeof(id), "charge:%d:%zu", _i, k);
+        snprintf(what, sizeof(what), "%s charges shape %zu", algo_label(_i), k);
+        dp_add(&p, id, algo, cs[k].limit, cs[k].window_ms, cs[k].burst);
+        if (align == RL_ALIGN_EPOCH)
+            dp_align_last(&p);
+        cap = algo_def(algo)->uses_burst ? p.l[0].lim.burst : p.l[0].lim.limit;
+        int64_t c = cap < RL_COST_MAX / 4 ? 3 * cap + 7 : RL_COST_MAX;
+        dp_step(&p, t, c, DP_CHARGE, what);
+        if (algo != RL_ALGO_CONCURRENCY) {
+            struct rl_limit_result r = twin_peek(&p, 0, t);
+            int64_t over = c - cap;
+
+            /* a bucket is owed c tokens, of which c - burst past empty */
+            ck_assert_msg(r.overdraft == over && r.remaining == 0 && r.allowed == (over == 0),
+                          "%s: overdraft %lld, want %lld", what, (long long)r.overdraft,
+                          (long long)over);
+            if (algo == RL_ALGO_FIXED_WINDOW && over > 0)
+                ck_assert_int_eq(r.retry_after_ms, cs[k].window_ms);
+            if ((algo == RL_ALGO_TOKEN_BUCKET || algo == RL_ALGO_GCRA) && over > 0) {
+                /* D - burst tokens at limit per window, exactly */
+                int64_t rem, q = algo_muldiv(over, W, p.l[0].lim.limit, &rem);
+                ck_assert_int_eq(r.retry_after_ms, ceil_ms(q + (rem > 0)));
+            }
+        }
+        /* the way back: asks and checks over two windows */
+        for (int64_t j = 1; j <= 16; j++) {
+            dp_step(&p, t + j * W / 8 - 1, 0, 0, what);
+            dp_step(&p, t + j * W / 8, 1, 0, what);
+        }
+        /* a charge into a caller already over (the log: joins its newest
+         * entry), then past what may be owed */
+        dp_step(&p, t + 2 * W, c, DP_CHARGE, what);
+        dp_step(&p, t + 2 * W + 1, c, DP_CHARGE, what);
+        for (int j = 0; j < 4; j++)
+            dp_step(&p, t + 2 * W + 2, RL_COST_MAX, DP_CHARGE, what);
+        if (algo != RL_ALGO_CONCURRENCY) {
+            struct rl_limit_result r = twin_peek(&p, 0, t + 2 * W + 2);
+            ck_assert_msg(r.overdraft > 0 && r.overdraft <= ALGO_UNITS_MAX, "%s: %lld", what,
+                          (long long)r.overdraft);
+        }
+        for (int64_t j = 1; j <= 8; j++)
+            dp_step(&p, t + 2 * W + 2 + j * W / 2, 0, 0, what);
+        /* a charge of 0 counts nothing, during a block too */
+        p.block_ms = 5;
+        dp_step(&p, t + 9 * W, 0, DP_BLOCK, what);
+        dp_step(&p, t + 9 * W + 1, c, DP_CHARGE, what);
+        dp_step(&p, t + 9 * W + 2, 0, DP_CHARGE, what);
         dp_free(&p);
     }
 }
@@ -1380,8 +1516,8 @@ END_TEST
 
 START_TEST(daemon_batch_fails_one_check_alone)
 {
-    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
-    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char n1[] = "p1", n2[] = "p2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1444,8 +1580,8 @@ END_TEST
  */
 START_TEST(daemon_admin_ops_answer_like_a_check_after_them)
 {
-    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+                           {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char name[] = "pa";
     struct rl_policy p = {.name = name, .limits = l, .nlimits = 2};
     struct rl_check_req use = {.policy = &p, .key = "{d:a}", .key_len = 5, .cost = 3};
@@ -1511,9 +1647,9 @@ END_TEST
  */
 START_TEST(a_block_denies_a_policy_whose_first_limit_is_a_log)
 {
-    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
-    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    struct rl_limit l1[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
+    struct rl_limit l2[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+                            {RL_ALGO_FIXED_WINDOW, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char n1[] = "pl1", n2[] = "pl2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
@@ -1760,9 +1896,9 @@ START_TEST(daemon_sends_a_periods_boundaries)
 {
     char *cause = NULL;
     struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
-                             {RL_PERIOD_MINUTE, 0, NULL}, NULL, 0}};
+                             {RL_PERIOD_MINUTE, 0, NULL}, NULL, 0, 0}};
     struct rl_limit l2[] = {{RL_ALGO_FIXED_WINDOW, 10, 0, 10, RL_ALIGN_FIRST,
-                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL, 0}};
+                             {RL_PERIOD_DAY, 0, period_tz("Pacific/Kiritimati", 0, &cause)}, NULL, 0, 0}};
     char n1[] = "pm", n2[] = "pd";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 1};
@@ -1825,6 +1961,7 @@ diff_suite(void)
     tcase_add_loop_test(tc, each_algorithm_matches_on_its_boundaries, 0,
                         RL_ALGO_COUNT + 1);
     tcase_add_test(tc, mixed_policies_match_and_stay_atomic);
+    tcase_add_loop_test(tc, charges_match_and_pay_back, 0, RL_ALGO_COUNT + 1);
     tcase_add_test(tc, aligned_window_opens_on_the_epoch_multiple);
     tcase_add_test(tc, log_entries_in_one_microsecond_are_all_kept);
     tcase_add_test(tc, log_forced_keeps_the_newest_limit_members);

@@ -437,7 +437,7 @@ START_TEST(overrides_parsed)
     ck_assert_str_eq(p->overrides[0].identities.v[1], "ip:10.0.0.7");
 
     /* looked up by the typed identity of identity_resolve */
-    o = config_policy_for(p, "k:gold-key", 10);
+    o = policy_for(p, "k:gold-key", 10);
     ck_assert_ptr_ne(o, p);
     ck_assert_str_eq(o->name, "api");                   /* same name, same hash tag */
     ck_assert_str_eq(o->match.path_prefix, "/api");
@@ -445,31 +445,31 @@ START_TEST(overrides_parsed)
     expect_limit(&o->limits[0], RL_ALGO_GCRA, 100, 1000, 100);
     expect_limit(&o->limits[1], RL_ALGO_FIXED_WINDOW, 5000, 3600000, 5000);
     ck_assert_uint_eq(o->noverrides, 0);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:10.0.0.7", 11), o);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:2001:db8:1::5", 16), o);
+    ck_assert_ptr_eq(policy_for(p, "ip:10.0.0.7", 11), o);
+    ck_assert_ptr_eq(policy_for(p, "ip:2001:db8:1::5", 16), o);
 
-    const struct rl_policy *free_tier = config_policy_for(p, "k:free", 6);
+    const struct rl_policy *free_tier = policy_for(p, "k:free", 6);
     ck_assert_ptr_ne(free_tier, p);
     ck_assert_ptr_ne(free_tier, o);
     ck_assert_uint_eq(free_tier->nlimits, 1);
     expect_limit(&free_tier->limits[0], RL_ALGO_TOKEN_BUCKET, 1, 60000, 3);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:10.1.200.3", 13), free_tier);
+    ck_assert_ptr_eq(policy_for(p, "ip:10.1.200.3", 13), free_tier);
 
     /* a key that looks like an address is a key: the address's override is
      * not its to claim (nor the other way round) */
-    ck_assert_ptr_eq(config_policy_for(p, "k:10.0.0.7", 10), free_tier);
-    ck_assert_ptr_eq(config_policy_for(p, "k:ip:10.0.0.7", 13), p);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:10.0.0.8", 11), p);
-    ck_assert_ptr_eq(config_policy_for(p, "k:10.1.2.3", 10), p);
-    ck_assert_ptr_eq(config_policy_for(p, "gold-key", 8), p);
+    ck_assert_ptr_eq(policy_for(p, "k:10.0.0.7", 10), free_tier);
+    ck_assert_ptr_eq(policy_for(p, "k:ip:10.0.0.7", 13), p);
+    ck_assert_ptr_eq(policy_for(p, "ip:10.0.0.8", 11), p);
+    ck_assert_ptr_eq(policy_for(p, "k:10.1.2.3", 10), p);
+    ck_assert_ptr_eq(policy_for(p, "gold-key", 8), p);
 
     /* exact bytes only */
-    ck_assert_ptr_eq(config_policy_for(p, "k:gold-ke", 9), p);
-    ck_assert_ptr_eq(config_policy_for(p, "k:gold-keys", 11), p);
-    ck_assert_ptr_eq(config_policy_for(p, "k:GOLD-KEY", 10), p);
-    ck_assert_ptr_eq(config_policy_for(p, "k:free\0x", 8), p);
-    ck_assert_ptr_eq(config_policy_for(p, "k:", 2), p);
-    ck_assert_ptr_eq(config_policy_for(p, "", 0), p);
+    ck_assert_ptr_eq(policy_for(p, "k:gold-ke", 9), p);
+    ck_assert_ptr_eq(policy_for(p, "k:gold-keys", 11), p);
+    ck_assert_ptr_eq(policy_for(p, "k:GOLD-KEY", 10), p);
+    ck_assert_ptr_eq(policy_for(p, "k:free\0x", 8), p);
+    ck_assert_ptr_eq(policy_for(p, "k:", 2), p);
+    ck_assert_ptr_eq(policy_for(p, "", 0), p);
     /* the parent keeps its own limits */
     ck_assert_uint_eq(p->nlimits, 1);
     expect_limit(&p->limits[0], RL_ALGO_GCRA, 10, 1000, 10);
@@ -528,13 +528,13 @@ START_TEST(networks_and_limit_identities_parsed)
     ck_assert_int_eq(cfg->policies[1].fold6, 56);
     ck_assert_int_eq(cfg->policies[1].limit_ids, 0);
     /* override entries cut like the callers: an address stands for its network */
-    o = config_policy_for(p, "ip:2001:db8::/56", 16);
+    o = policy_for(p, "ip:2001:db8::/56", 16);
     ck_assert_ptr_ne(o, p);
     ck_assert_int_eq(o->limit_ids, 1);
     ck_assert_int_eq(o->fold6, 56);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:203.0.113.0/24", 17), o);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:203.0.114.0/24", 17), p);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:2001:db8:0:100::/56", 22), p);
+    ck_assert_ptr_eq(policy_for(p, "ip:203.0.113.0/24", 17), o);
+    ck_assert_ptr_eq(policy_for(p, "ip:203.0.114.0/24", 17), p);
+    ck_assert_ptr_eq(policy_for(p, "ip:2001:db8:0:100::/56", 22), p);
     config_unref(cfg);
     free(file);
 }
@@ -681,8 +681,8 @@ START_TEST(derived_data_rebuilt)
     ck_assert_int_eq(p->sync_interval_ms, 250);
     ck_assert_int_eq(o->sync_interval_ms, 250);
     ck_assert_int_eq(o->limits[0].burst, 5);
-    ck_assert_ptr_eq(config_policy_for(p, "k:gold", 6), o);
-    ck_assert_ptr_eq(config_policy_for(p, "ip:10.1.2.3", 11), o);
+    ck_assert_ptr_eq(policy_for(p, "k:gold", 6), o);
+    ck_assert_ptr_eq(policy_for(p, "ip:10.1.2.3", 11), o);
     config_set_metrics_ids(cfg, name_length);
     ck_assert_int_eq(p->metrics_id, 3);
     ck_assert_int_eq(o->metrics_id, 3);
@@ -1379,20 +1379,20 @@ END_TEST
 
 START_TEST(method_bits)
 {
-    ck_assert_uint_eq(config_method_bit("GET"), RL_M_GET);
-    ck_assert_uint_eq(config_method_bit("get"), RL_M_GET);
-    ck_assert_uint_eq(config_method_bit("Head"), RL_M_HEAD);
-    ck_assert_uint_eq(config_method_bit("POST"), RL_M_POST);
-    ck_assert_uint_eq(config_method_bit("put"), RL_M_PUT);
-    ck_assert_uint_eq(config_method_bit("DELETE"), RL_M_DELETE);
-    ck_assert_uint_eq(config_method_bit("patch"), RL_M_PATCH);
-    ck_assert_uint_eq(config_method_bit("OPTIONS"), RL_M_OPTIONS);
-    ck_assert_uint_eq(config_method_bit("connect"), RL_M_CONNECT);
-    ck_assert_uint_eq(config_method_bit("TRACE"), RL_M_TRACE);
-    ck_assert_uint_eq(config_method_bit("FETCH"), 0);
-    ck_assert_uint_eq(config_method_bit(""), 0);
-    ck_assert_uint_eq(config_method_bit("GETS"), 0);
-    ck_assert_uint_eq(config_method_bit("GE"), 0);
+    ck_assert_uint_eq(policy_method_bit("GET"), RL_M_GET);
+    ck_assert_uint_eq(policy_method_bit("get"), RL_M_GET);
+    ck_assert_uint_eq(policy_method_bit("Head"), RL_M_HEAD);
+    ck_assert_uint_eq(policy_method_bit("POST"), RL_M_POST);
+    ck_assert_uint_eq(policy_method_bit("put"), RL_M_PUT);
+    ck_assert_uint_eq(policy_method_bit("DELETE"), RL_M_DELETE);
+    ck_assert_uint_eq(policy_method_bit("patch"), RL_M_PATCH);
+    ck_assert_uint_eq(policy_method_bit("OPTIONS"), RL_M_OPTIONS);
+    ck_assert_uint_eq(policy_method_bit("connect"), RL_M_CONNECT);
+    ck_assert_uint_eq(policy_method_bit("TRACE"), RL_M_TRACE);
+    ck_assert_uint_eq(policy_method_bit("FETCH"), 0);
+    ck_assert_uint_eq(policy_method_bit(""), 0);
+    ck_assert_uint_eq(policy_method_bit("GETS"), 0);
+    ck_assert_uint_eq(policy_method_bit("GE"), 0);
 }
 END_TEST
 

@@ -138,7 +138,7 @@ static bool
 decide(struct fx *f, const char *key, int64_t cost, struct rl_check_res *res,
        int *degraded)
 {
-    return hybrid_decide(f->h, f->cfg, f->pol, key, strlen(key), cost, res, degraded);
+    return hybrid_decide(f->h, f->cfg, f->pol, key, strlen(key), cost, false, res, degraded);
 }
 
 /* One pass of the table's timer after `ms` on its clock. */

@@ -902,6 +902,13 @@ END_TEST
 
 /* ---- policy_match ------------------------------------------------------------------------ */
 
+/* policy_match over a config's policies, as check.c asks it */
+static const struct rl_policy *
+match(const struct rl_config *cfg, const char *path, size_t len, unsigned method)
+{
+    return policy_match(cfg->policies, cfg->npolicies, cfg->path_fold, path, len, method);
+}
+
 static char p_login[] = "/login", p_api[] = "/api/", g_css[] = "/static/*.css",
             p_root[] = "/";
 static char n_exact[] = "exact-login", n_api[] = "api", n_css[] = "css",
@@ -952,7 +959,7 @@ START_TEST(match_first_wins)
     memset(&cfg, 0, sizeof(cfg));
     cfg.policies = pols;
     cfg.npolicies = RL_ARRAY_LEN(pols);
-    p = policy_match(&cfg, c->path, c->len ? c->len : strlen(c->path), c->method);
+    p = match(&cfg, c->path, c->len ? c->len : strlen(c->path), c->method);
     ck_assert_msg(p == &pols[c->want], "%s (method bit %u) matched %s, expected %s",
                   c->path, c->method, p ? p->name : "nothing", pols[c->want].name);
 }
@@ -967,16 +974,16 @@ START_TEST(match_trailing_slash_folded)
     memset(&cfg, 0, sizeof(cfg));
     cfg.policies = pols;
     cfg.npolicies = RL_ARRAY_LEN(pols);
-    ck_assert_ptr_eq(policy_match(&cfg, "/login/", 7, RL_M_POST), &pols[4]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/api", 4, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(match(&cfg, "/login/", 7, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(match(&cfg, "/api", 4, RL_M_POST), &pols[4]);
     cfg.path_fold = RL_PATHFOLD_SLASH;
-    ck_assert_ptr_eq(policy_match(&cfg, "/login/", 7, RL_M_POST), &pols[0]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/login", 6, RL_M_POST), &pols[0]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/login//", 8, RL_M_POST), &pols[4]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/logi", 5, RL_M_POST), &pols[4]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/api", 4, RL_M_POST), &pols[1]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/api/x", 6, RL_M_POST), &pols[1]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/apix", 5, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(match(&cfg, "/login/", 7, RL_M_POST), &pols[0]);
+    ck_assert_ptr_eq(match(&cfg, "/login", 6, RL_M_POST), &pols[0]);
+    ck_assert_ptr_eq(match(&cfg, "/login//", 8, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(match(&cfg, "/logi", 5, RL_M_POST), &pols[4]);
+    ck_assert_ptr_eq(match(&cfg, "/api", 4, RL_M_POST), &pols[1]);
+    ck_assert_ptr_eq(match(&cfg, "/api/x", 6, RL_M_POST), &pols[1]);
+    ck_assert_ptr_eq(match(&cfg, "/apix", 5, RL_M_POST), &pols[4]);
 }
 END_TEST
 
@@ -985,12 +992,12 @@ START_TEST(match_none)
     struct rl_config cfg;
 
     memset(&cfg, 0, sizeof(cfg));
-    ck_assert_ptr_null(policy_match(&cfg, "/", 1, RL_M_GET));
+    ck_assert_ptr_null(match(&cfg, "/", 1, RL_M_GET));
     cfg.policies = pols;
     cfg.npolicies = 4;              /* without "default" */
-    ck_assert_ptr_null(policy_match(&cfg, "/other", 6, RL_M_POST));
-    ck_assert_ptr_null(policy_match(&cfg, "/login", 6, RL_M_PUT));
-    ck_assert_ptr_eq(policy_match(&cfg, "/login", 6, RL_M_POST), &pols[0]);
+    ck_assert_ptr_null(match(&cfg, "/other", 6, RL_M_POST));
+    ck_assert_ptr_null(match(&cfg, "/login", 6, RL_M_PUT));
+    ck_assert_ptr_eq(match(&cfg, "/login", 6, RL_M_POST), &pols[0]);
 }
 END_TEST
 
@@ -1006,9 +1013,9 @@ START_TEST(match_file_order)
     cfg.policies = v;
     cfg.npolicies = 2;
     /* the broad rule first takes everything, even the exact path */
-    ck_assert_ptr_eq(policy_match(&cfg, "/login", 6, RL_M_POST), &v[0]);
-    ck_assert_ptr_eq(policy_match(&cfg, "/x", 2, RL_M_GET), &v[0]);
-    ck_assert_ptr_null(policy_match(&cfg, "x", 1, RL_M_GET));
+    ck_assert_ptr_eq(match(&cfg, "/login", 6, RL_M_POST), &v[0]);
+    ck_assert_ptr_eq(match(&cfg, "/x", 2, RL_M_GET), &v[0]);
+    ck_assert_ptr_null(match(&cfg, "x", 1, RL_M_GET));
 }
 END_TEST
 

@@ -549,6 +549,108 @@ START_TEST(names_and_errors)
 }
 END_TEST
 
+/* ---- zones requests name: a table of their own (issue 31) ---------------------- */
+
+/* As period.c bounds it (docs/API.md, "Calendar periods"). */
+#define REQUESTED_MAX 2048
+
+static void
+tzdir_path(char *out, size_t len, const char *name)
+{
+    snprintf(out, len, "%s/%s", tzdir, name);
+}
+
+static void
+tz_link(const char *from, const char *to)
+{
+    char a[128], b[128];
+
+    tzdir_path(a, sizeof(a), from);
+    tzdir_path(b, sizeof(b), to);
+    MUST(link(a, b) == 0, "link %s %s", a, b);
+}
+
+/*
+ * A request's names lead to files: links and "posix/" paths are one zone,
+ * named by its file; hard links are zones of their own that share one
+ * table of offsets; a link out of $TZDIR is unknown; the requests' table
+ * holds REQUESTED_MAX zones and then refuses, while configured zones (a
+ * table of their own) still load, and serve requests by their names.
+ */
+START_TEST(requested_zones_own_table)
+{
+    int64_t at[] = {Y2026 + 100 * DAY};
+    int32_t off[] = {3600};
+    struct period_tz_stats st;
+    char path[128], *cause = NULL;
+    const struct rl_tz *base, *link_z, *conf;
+
+    write_tzif("Base", 0, at, off, 1, "");
+    write_tzif("Conf", 7200, NULL, NULL, 0, "");
+    tzdir_path(path, sizeof(path), "posix");
+    MUST(symlink(".", path) == 0, "symlink %s", path);
+    tzdir_path(path, sizeof(path), "Out");
+    MUST(symlink("/usr/share/zoneinfo/Asia/Tokyo", path) == 0, "symlink %s", path);
+    tz_link("Base", "Link");
+
+    base = zone("posix/posix/Base");
+    ck_assert_str_eq(period_tz_name(base), "Base");
+    ck_assert_ptr_eq(zone("Base"), base);
+    ck_assert_ptr_eq(zone("posix/Base"), base);
+    link_z = zone("Link");
+    ck_assert_ptr_ne(link_z, base);
+    ck_assert_str_eq(period_tz_name(link_z), "Link");
+    for (int64_t t = Y2026 + 99 * DAY; t < Y2026 + 102 * DAY; t += 3600)
+        MUST_EQ(period_tz_offset(link_z, t), period_tz_offset(base, t));
+    MUST_EQ(period_tz_offset(base, Y2026 + 101 * DAY), 3600);
+    ck_assert_ptr_null(period_tz("Out", 0, &cause));
+    ck_assert_ptr_nonnull(strstr(cause, "leads out of the tz database"));
+    free(cause);
+    cause = NULL;
+    period_tz_stats(&st);
+    MUST_EQ(st.requested, 2);
+    MUST_EQ(st.configured, 0);
+
+    /* fill the requests' table with hard links of Base */
+    for (int i = 0; i <= REQUESTED_MAX; i++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "L%04d", i);
+        tz_link("Base", name);
+    }
+    for (int i = 0; i < REQUESTED_MAX - 2; i++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "L%04d", i);
+        MUST(period_tz(name, 0, &cause) != NULL, "%s: %s", name, cause ? cause : "?");
+    }
+    ck_assert_ptr_null(period_tz("L2046", 0, &cause));
+    ck_assert_ptr_nonnull(strstr(cause, "2048 zones named by requests are loaded already"));
+    free(cause);
+    cause = NULL;
+    ck_assert_ptr_eq(zone("L0000"), zone("posix/L0000")); /* loaded ones still answer */
+    /* a configuration loads its zones, and requests get those by name */
+    conf = period_tz("Conf", 1, &cause);
+    ck_assert_ptr_nonnull(conf);
+    ck_assert_ptr_eq(zone("Conf"), conf);
+    MUST_EQ(period_tz_offset(zone("Conf"), Y2026), 7200);
+    period_tz_stats(&st);
+    MUST_EQ(st.requested, REQUESTED_MAX);
+    MUST_EQ(st.configured, 1);
+    MUST_EQ(st.refused, 1);
+
+    for (int i = 0; i <= REQUESTED_MAX; i++) {
+        snprintf(path, sizeof(path), "%s/L%04d", tzdir, i);
+        unlink(path);
+    }
+    static const char *const files[] = {"Base", "Conf", "Link", "posix", "Out"};
+    for (size_t i = 0; i < RL_ARRAY_LEN(files); i++) {
+        tzdir_path(path, sizeof(path), files[i]);
+        unlink(path);
+    }
+}
+END_TEST
+
 /* ---- the table for issue 22's report ------------------------------------------ */
 
 START_TEST(dst_table_2026_2027)
@@ -634,6 +736,7 @@ period_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, own_tzdir, own_tzdir_remove);
     tcase_add_test(tc, own_zones_match_glibc);
+    tcase_add_test(tc, requested_zones_own_table);
     suite_add_tcase(s, tc);
     return s;
 }

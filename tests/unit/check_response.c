@@ -20,8 +20,8 @@
 /* ---- fixtures ------------------------------------------------------------------ */
 
 static struct rl_limit login_limits[] = {
-    {RL_ALGO_TOKEN_BUCKET, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-    {RL_ALGO_FIXED_WINDOW, 100, 3600000, 100, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
+    {RL_ALGO_TOKEN_BUCKET, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+    {RL_ALGO_FIXED_WINDOW, 100, 3600000, 100, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
 };
 static char name_login[] = "login", name_four[] = "four", name_upload[] = "upload";
 
@@ -34,10 +34,10 @@ static struct rl_policy login_shadow = {
 
 /* Four limits whose `limit` says which one was picked. */
 static struct rl_limit four_limits[] = {
-    {RL_ALGO_FIXED_WINDOW, 10, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-    {RL_ALGO_SLIDING_WINDOW_COUNTER, 20, 2000, 20, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-    {RL_ALGO_GCRA, 30, 1500, 45, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-    {RL_ALGO_SLIDING_WINDOW_LOG, 40, 60000, 40, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
+    {RL_ALGO_FIXED_WINDOW, 10, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+    {RL_ALGO_SLIDING_WINDOW_COUNTER, 20, 2000, 20, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+    {RL_ALGO_GCRA, 30, 1500, 45, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+    {RL_ALGO_SLIDING_WINDOW_LOG, 40, 60000, 40, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
 };
 static struct rl_policy four = {
     .name = name_four, .limits = four_limits, .nlimits = 4,
@@ -46,14 +46,14 @@ static struct rl_policy four = {
 static struct rl_limit_result
 ok(int64_t remaining, int64_t reset_ms)
 {
-    struct rl_limit_result r = {1, remaining, reset_ms, 0};
+    struct rl_limit_result r = {1, remaining, reset_ms, 0, 0};
     return r;
 }
 
 static struct rl_limit_result
 no(int64_t remaining, int64_t reset_ms, int64_t retry_after_ms)
 {
-    struct rl_limit_result r = {0, remaining, reset_ms, retry_after_ms};
+    struct rl_limit_result r = {0, remaining, reset_ms, retry_after_ms, 0};
     return r;
 }
 
@@ -337,7 +337,7 @@ END_TEST
 
 START_TEST(body_denied_never_fits)
 {
-    static struct rl_limit l[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 3, 10000, 3, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    static struct rl_limit l[] = {{RL_ALGO_SLIDING_WINDOW_LOG, 3, 10000, 3, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     static struct rl_policy p = {.name = name_upload, .limits = l, .nlimits = 1};
     struct rl_limit_result r[] = {no(1, 4000, -1)};
     struct rl_decision d;
@@ -355,7 +355,7 @@ END_TEST
 
 START_TEST(body_denied_blocked)
 {
-    static struct rl_limit l[] = {{RL_ALGO_FIXED_WINDOW, 3, 10000, 3, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+    static struct rl_limit l[] = {{RL_ALGO_FIXED_WINDOW, 3, 10000, 3, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     static struct rl_policy p = {.name = name_upload, .limits = l, .nlimits = 1};
     struct rl_check_res res = result(0, 1, (struct rl_limit_result[]){no(3, 0, 90000)});
     struct rl_decision d;
@@ -840,7 +840,7 @@ END_TEST
 START_TEST(headers_longest_values_whole)
 {
     static struct rl_limit l[] = {{RL_ALGO_TOKEN_BUCKET, 1000000000,
-                                   366LL * 24 * 3600 * 1000, 1000000000, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}};
+                                   366LL * 24 * 3600 * 1000, 1000000000, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     static char name[RL_NAME_MAX + 1];
     struct rl_policy p;
     struct rl_limit_result r[] = {no(999999999, 31622399999, 31622399001)};
@@ -877,19 +877,19 @@ START_TEST(headers_every_algorithm)
         int64_t remaining;
         const char *limit, *remaining_s, *policy;
     } cases[] = {
-        {{RL_ALGO_FIXED_WINDOW, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 5, "5", "5", "\"p\";q=5;w=1"},
-        {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 2, "5", "2", "\"p\";q=5;w=60"},
-        {{RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 2000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 0, "5", "0", "\"p\";q=5;w=2"},
+        {{RL_ALGO_FIXED_WINDOW, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 5, "5", "5", "\"p\";q=5;w=1"},
+        {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 2, "5", "2", "\"p\";q=5;w=60"},
+        {{RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 2000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 0, "5", "0", "\"p\";q=5;w=2"},
         /* the case: 5 per second, burst 10, 9 left: said as 10 */
-        {{RL_ALGO_TOKEN_BUCKET, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 9, "10", "9", "\"p\";q=10;w=2"},
-        {{RL_ALGO_GCRA, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 10, "10", "10", "\"p\";q=10;w=2"},
+        {{RL_ALGO_TOKEN_BUCKET, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 9, "10", "9", "\"p\";q=10;w=2"},
+        {{RL_ALGO_GCRA, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 10, "10", "10", "\"p\";q=10;w=2"},
         /* sub-second and non-whole windows: no w, rather than a wrong one */
-        {{RL_ALGO_FIXED_WINDOW, 5, 500, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 4, "5", "4", "\"p\";q=5"},
-        {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 1500, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 4, "5", "4", "\"p\";q=5"},
-        {{RL_ALGO_TOKEN_BUCKET, 4, 500, 4, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 4, "4", "4", "\"p\";q=4"},
-        {{RL_ALGO_GCRA, 2, 500, 4, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 3, "4", "3", "\"p\";q=4;w=1"},
+        {{RL_ALGO_FIXED_WINDOW, 5, 500, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 4, "5", "4", "\"p\";q=5"},
+        {{RL_ALGO_SLIDING_WINDOW_LOG, 5, 1500, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 4, "5", "4", "\"p\";q=5"},
+        {{RL_ALGO_TOKEN_BUCKET, 4, 500, 4, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 4, "4", "4", "\"p\";q=4"},
+        {{RL_ALGO_GCRA, 2, 500, 4, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 3, "4", "3", "\"p\";q=4;w=1"},
         /* a backend answer above the quota (never expected) is capped */
-        {{RL_ALGO_TOKEN_BUCKET, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0}, 7, "5", "5", "\"p\";q=5;w=1"},
+        {{RL_ALGO_TOKEN_BUCKET, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, 7, "5", "5", "\"p\";q=5;w=1"},
     };
     static char pname[] = "p";
 
@@ -925,11 +925,11 @@ END_TEST
 START_TEST(denials_never_say_zero)
 {
     static const struct rl_limit ls[] = {
-        {RL_ALGO_FIXED_WINDOW, 5, 500, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-        {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-        {RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-        {RL_ALGO_TOKEN_BUCKET, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
-        {RL_ALGO_GCRA, 5, 200, 1, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0},
+        {RL_ALGO_FIXED_WINDOW, 5, 500, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+        {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+        {RL_ALGO_SLIDING_WINDOW_COUNTER, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+        {RL_ALGO_TOKEN_BUCKET, 5, 1000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+        {RL_ALGO_GCRA, 5, 200, 1, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
     };
     static const int64_t waits[] = {-1, 0, 1};
     static char pname[] = "p";

@@ -854,6 +854,61 @@ START_TEST(config_validate_reads_the_rule_files)
 }
 END_TEST
 
+/* An alias counts as the nodes it names: a list of 2,000 names given as
+ * `replaces` to 5,000 rules is 10,000,000 nodes, refused as it is read
+ * (walked, it would keep 10 million names); metadata is skipped, so an
+ * anchor in it names nothing. */
+START_TEST(aliases_count_what_they_name)
+{
+    size_t cap = 8 << 20;
+    char *y = malloc(cap), *p = y;
+    struct rl_errors errs = {0};
+    char *file;
+    int found = 0;
+
+    p += sprintf(p, "domain: d\nnames: &r [");
+    for (int i = 0; i < 2000; i++)
+        p += sprintf(p, "%s{name: n%d}", i ? ", " : "", i);
+    p += sprintf(p, "]\ndescriptors:\n");
+    for (int i = 0; i < 5000; i++)
+        p += sprintf(p, "  - {key: k%d, rate_limit: {unit: second, replaces: *r}}\n", i);
+    ck_assert_ptr_null(load_text(y, &errs, &file));
+    for (size_t i = 0; i < errs.n; i++)
+        found |= strstr(errs.msg[i], ": the YAML has more than 8000000 nodes (aliases counted") !=
+                 NULL;
+    ck_assert_msg(found, "first: %s", errs.n ? errs.msg[0] : "none");
+    errors_free(&errs);
+    free(file);
+
+    expect_errors("domain: d\ndescriptors:\n  - key: a\n    metadata: &m {x: 1}\n"
+                  "  - key: b\n    rate_limit: *m\n",
+                  (const char *const[]){"6:17: alias *m names no anchor before it"}, 1);
+    free(y);
+}
+END_TEST
+
+/* Nesting is bounded as it is read, metadata's too: a file nested 100,000
+ * deep is refused at the level past the bound, not loaded first. */
+START_TEST(yaml_nesting_is_bounded_as_read)
+{
+    size_t deep = 100000;
+    char *y = malloc(2 * deep + 64), *p = y;
+
+    p += sprintf(p, "domain: d\ndescriptors:\n  - key: k\n    metadata: ");
+    memset(p, '[', deep);
+    memset(p + deep, ']', deep);
+    strcpy(p + 2 * deep, "\n");
+    expect_errors(y, (const char *const[]){"4:112: the YAML is nested deeper than 100 levels"}, 1);
+    /* 100 levels in all are read */
+    p = y + sprintf(y, "domain: d\ndescriptors:\n  - key: k\n    metadata: ");
+    memset(p, '[', 97);
+    memset(p + 97, ']', 97);
+    strcpy(p + 2 * 97, "\n");
+    rls_rules_free(load_ok(y));
+    free(y);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -872,6 +927,8 @@ main(void)
     tcase_add_test(v, its_validation_errors);
     tcase_add_test(v, our_validation_errors);
     tcase_add_test(v, aliases_and_depth_are_bounded);
+    tcase_add_test(v, aliases_count_what_they_name);
+    tcase_add_test(v, yaml_nesting_is_bounded_as_read);
     tcase_add_test(v, scalars_as_yaml_reads_them);
     tcase_add_test(f, a_directory_as_a_configmap_mounts_it);
     tcase_add_test(f, config_validate_reads_the_rule_files);
