@@ -483,7 +483,9 @@ SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", 
             "http_fields": ("THE HTTP OBJECT", "http."),
             # the listener's options, and those deciding the calls
             "rls_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"), "rls."),
-            "rls_tls_fields": ("THE RLS OBJECT", "rls.tls.")}
+            "rls_tls_fields": ("THE RLS OBJECT", "rls.tls."),
+            "header_names_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"),
+                                    "rls.header_names.")}
 
 
 def t_man5_options():
@@ -514,7 +516,7 @@ def t_man5_options():
                 if not ok:
                     problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
             if table in ("top_fields", "redis_fields", "sentinel_fields", "tls_fields",
-                         "http_fields", "rls_fields", "rls_tls_fields"):
+                         "http_fields", "rls_fields", "rls_tls_fields", "header_names_fields"):
                 if f["restart"] != ("restart-only" in text):
                     problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
             if f["required"] and "required" not in text:
