@@ -1,18 +1,10 @@
-/* backend.c — what every backend shares: the table and the key layout. */
+/* backend.c — what every backend shares: the key layout and the marks of an answer. */
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
-#include "config.h"
+#include "policy.h"
 #include "util.h"
-
-const struct rl_backend_ops *
-backend_ops(const struct rl_config *cfg)
-{
-    if (cfg->backend == RL_BACKEND_MEMORY)
-        return &rl_backend_memory_ops;
-    return cfg->redis.cluster.n > 0 ? &rl_backend_cluster_ops : &rl_backend_redis_ops;
-}
 
 /* What sb holds, as the key formatters answer. */
 static int

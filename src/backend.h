@@ -3,7 +3,10 @@
  * backend_redis.c (shared state through a Lua script in one Redis, found
  * directly or through Sentinel), backend_cluster.c (the same over a Redis
  * Cluster, routed by hash slot) and backend_memory.c (in-process, one
- * instance only).  backend.c picks one for a config.
+ * instance only).  The Redis ones, which run the check script over
+ * redis_conn.c's connections, declare themselves in headers of their own
+ * (backend_redis.h, backend_cluster.h), above this one: the daemon picks
+ * one for a config and hands it to each worker, which knows only this.
  *
  * Each worker thread owns one backend instance bound to its event_base.
  */
@@ -173,12 +176,7 @@ struct rl_backend {
     uint64_t epoch;
 };
 
-extern const struct rl_backend_ops rl_backend_redis_ops;
 extern const struct rl_backend_ops rl_backend_memory_ops;
-extern const struct rl_backend_ops rl_backend_cluster_ops;
-
-/* The implementation a config asks for (redis.cluster picks Cluster). */
-const struct rl_backend_ops *backend_ops(const struct rl_config *cfg);
 
 /* The memory backend's key table: its cap (from the next store created on)
  * and how many entries it holds now; for tests and metrics. */

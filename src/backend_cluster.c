@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_cluster.h"
 #include "cluster_nodes.h"
 #include "cluster_op.h"
 #include "cluster_slots.h"

@@ -30,10 +30,10 @@
 #include <hiredis/hiredis.h>
 
 #include "backend.h"
+#include "backend_redis.h"
 #include "config.h"
 #include "log.h"
 #include "script.h"
-#include "metrics.h"
 #include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_url.h"

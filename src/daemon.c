@@ -21,6 +21,9 @@
 #include "ac_config.h"
 #include "admin.h"
 #include "api.h"
+#include "backend.h"
+#include "backend_cluster.h"
+#include "backend_redis.h"
 #include "config.h"
 #include "daemon.h"
 #include "grpc_tls.h"
@@ -360,6 +363,16 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* ---- workers and the admin listener ---------------------------------------- */
 
+/* The backend a config asks for (redis.cluster picks Cluster): the workers
+ * host it without knowing which. */
+static const struct rl_backend_ops *
+backend_for(const struct rl_config *cfg)
+{
+    if (cfg->backend == RL_BACKEND_MEMORY)
+        return &rl_backend_memory_ops;
+    return cfg->redis.cluster.n > 0 ? &rl_backend_cluster_ops : &rl_backend_redis_ops;
+}
+
 /* Each worker takes its listening socket; on failure the rest are closed. */
 static int
 init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
@@ -367,7 +380,8 @@ init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
     char *cause = NULL;
 
     for (size_t i = 0; i < nworkers; i++) {
-        if (worker_init(&workers[i], (int)i, fds[i], cfg, api_handle, &cause) != RL_OK) {
+        if (worker_init(&workers[i], (int)i, fds[i], cfg, backend_for(cfg), api_handle,
+                        &cause) != RL_OK) {
             log_error(LOG_MSG("cannot start worker"), LOG_U("worker", i),
                       LOG_Q("error", cause));
             free(cause);
@@ -543,7 +557,7 @@ serve(struct run_state *rs, const struct rl_config *cfg)
 {
     log_info(LOG_MSG("ratelimitd started"), LOG_S("version", PACKAGE_VERSION),
              LOG_S("listen", cfg->listen), LOG_U("workers", nworkers),
-             LOG_S("backend", backend_ops(cfg)->name));
+             LOG_S("backend", backend_for(cfg)->name));
     /* Ready means listening (the sockets are bound, every worker runs) and
      * the backend connected: see on_ready_poll. */
     rs->ready_ev = evtimer_new(rs->base, on_ready_poll, rs);

@@ -9,6 +9,7 @@
 #include "bufpool.h"
 #include "metrics.h"
 #include "period.h"
+#include "redis_conn.h"
 #include "util.h"
 
 #define ADD(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
@@ -30,8 +31,7 @@ static struct {
 static int rls_slot[RLS_SLOTS]; /* id + 1; 0: free */
 static int rls_n;
 
-static uint64_t reconnects, reloads_ok, reloads_failed, config_hash;
-static uint64_t redis_errors[RL_RERR_COUNT];
+static uint64_t reloads_ok, reloads_failed, config_hash;
 static const char *const redis_error_kinds[RL_RERR_COUNT] = {
     "oom",      "readonly",  "masterdown", "loading",   "busy",
     "noscript", "wrongtype", "cluster",    "bad_reply", "other"};
@@ -163,18 +163,6 @@ metrics_delayed(struct rl_metrics *m, int64_t us)
 {
     ADD(&m->delayed);
     observe(&m->delay, us);
-}
-
-void
-metrics_redis_error(enum rl_redis_error kind, size_t nchecks)
-{
-    __atomic_add_fetch(&redis_errors[kind], (uint64_t)nchecks, __ATOMIC_RELAXED);
-}
-
-void
-metrics_reconnect(void)
-{
-    ADD(&reconnects);
 }
 
 void
@@ -550,7 +538,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         (unsigned long long)SUM(local_cache_hits), (unsigned long long)SUM(hybrid_local),
         (unsigned long long)SUM(hybrid_syncs), (unsigned long long)SUM(hybrid_sync_failures),
         (unsigned long long)SUM(hybrid_pending), (unsigned long long)SUM(hybrid_entries),
-        (unsigned long long)SUM(inflight), (unsigned long long)LOAD(&reconnects),
+        (unsigned long long)SUM(inflight), (unsigned long long)rconn_reconnects_total(),
         (unsigned long long)LOAD(&reloads_ok), (unsigned long long)LOAD(&reloads_failed),
         (unsigned long long)LOAD(&config_hash));
     format_caller_bounds(out, ms, n);
@@ -560,7 +548,8 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# TYPE ratelimitd_redis_errors_total counter\n");
     for (int k = 0; k < RL_RERR_COUNT; k++)
         evbuffer_add_printf(out, "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
-                            redis_error_kinds[k], (unsigned long long)LOAD(&redis_errors[k]));
+                            redis_error_kinds[k],
+                            (unsigned long long)rconn_errors_total((enum rl_redis_error)k));
     format_rls_rules(out, ms, n);
 }
 

@@ -144,25 +144,8 @@ void metrics_admin(struct rl_metrics *m, enum rl_admin_action a, enum rl_admin_r
 const char *metrics_admin_action_name(enum rl_admin_action a);
 const char *metrics_admin_result_name(enum rl_admin_result r);
 
-/* Error replies from Redis to the check script, by kind (redis_conn.c tells
- * them apart), counted per check they answered. */
-enum rl_redis_error {
-    RL_RERR_OOM = 0,
-    RL_RERR_READONLY,
-    RL_RERR_MASTERDOWN,
-    RL_RERR_LOADING,
-    RL_RERR_BUSY,
-    RL_RERR_NOSCRIPT,
-    RL_RERR_WRONGTYPE,
-    RL_RERR_CLUSTER,
-    RL_RERR_BAD_REPLY,
-    RL_RERR_OTHER,
-    RL_RERR_COUNT
-};
-
-/* Process-wide events. */
-void metrics_redis_error(enum rl_redis_error kind, size_t nchecks);
-void metrics_reconnect(void);
+/* Process-wide events (Redis's error replies and reconnections are counted
+ * where they happen, redis_conn.c, and read from there). */
 void metrics_reload(int ok, uint64_t config_hash);
 void metrics_set_config_hash(uint64_t hash);
 

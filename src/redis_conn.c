@@ -13,12 +13,33 @@
 
 #include "log.h"
 #include "lua_scripts.h"
-#include "metrics.h"
 #include "redis_conn.h"
 #include "redis_reply.h"
 #include "redis_tls.h"
 #include "redis_tls_bridge.h"
 #include "util.h"
+
+/* Process-wide, for /metrics: bumped by every worker, relaxed. */
+static uint64_t reconnects;
+static uint64_t redis_errors[RL_RERR_COUNT];
+
+static void
+count_error(enum rl_redis_error kind, size_t nchecks)
+{
+    __atomic_add_fetch(&redis_errors[kind], (uint64_t)nchecks, __ATOMIC_RELAXED);
+}
+
+uint64_t
+rconn_errors_total(enum rl_redis_error kind)
+{
+    return __atomic_load_n(&redis_errors[kind], __ATOMIC_RELAXED);
+}
+
+uint64_t
+rconn_reconnects_total(void)
+{
+    return __atomic_load_n(&reconnects, __ATOMIC_RELAXED);
+}
 
 static const char *const state_names[] = {"down", "connecting", "handshake", "ready"};
 
@@ -35,7 +56,7 @@ rconn_set_state(struct rconn_status *st, enum rconn_state s, const char *reason,
     if (s == RCONN_READY) {
         log_info(LOG_MSGJ(st->what, " ready", NULL), LOG_S(st->field, name));
         if (st->was_ready)
-            metrics_reconnect();
+            __atomic_add_fetch(&reconnects, 1, __ATOMIC_RELAXED);
         st->was_ready = 1;
         st->announced_down = 0;
         became_ready = true;
@@ -324,7 +345,7 @@ rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *
 {
     const struct error_code *e = error_code(msg);
 
-    metrics_redis_error(e != NULL ? e->kind : RL_RERR_OTHER, nchecks);
+    count_error(e != NULL ? e->kind : RL_RERR_OTHER, nchecks);
     /* NOSCRIPT is answered by sending the script (a restart, SCRIPT FLUSH),
      * a redirection by following it: counted, nothing for an operator to do */
     if (e != NULL && (e->kind == RL_RERR_NOSCRIPT || e->kind == RL_RERR_CLUSTER))
@@ -336,7 +357,7 @@ void
 rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
                 const char *why, size_t nchecks)
 {
-    metrics_redis_error(RL_RERR_BAD_REPLY, nchecks);
+    count_error(RL_RERR_BAD_REPLY, nchecks);
     errlog_add(el, st, name, why, nchecks);
 }
 

@@ -289,6 +289,23 @@ const char *rconn_error_text(const char *err);
  * "MOVED"). */
 bool rconn_error_is(const char *err, const char *code);
 
+/* Error replies from Redis to the check script, by kind (rconn_error tells
+ * them apart), counted per check they answered:
+ * ratelimitd_redis_errors_total. */
+enum rl_redis_error {
+    RL_RERR_OOM = 0,
+    RL_RERR_READONLY,
+    RL_RERR_MASTERDOWN,
+    RL_RERR_LOADING,
+    RL_RERR_BUSY,
+    RL_RERR_NOSCRIPT,
+    RL_RERR_WRONGTYPE,
+    RL_RERR_CLUSTER,
+    RL_RERR_BAD_REPLY,
+    RL_RERR_OTHER,
+    RL_RERR_COUNT
+};
+
 /* An error reply `msg` that answered `nchecks` checks of the server `name`
  * (st names it in the log).  Counted in /metrics by kind. */
 void rconn_error(struct rconn_errlog *el, const struct rconn_status *st, const char *name,
@@ -300,5 +317,12 @@ void rconn_bad_reply(struct rconn_errlog *el, const struct rconn_status *st, con
  * the last such call are over, and their totals logged. */
 void rconn_errlog_end(struct rconn_errlog *el, const struct rconn_status *st,
                       const char *name);
+
+/* Process-wide totals for /metrics (metrics.c reads them, from any thread):
+ * the checks answered by an error reply of this kind, and the connections
+ * that became ready again after having been ready
+ * (ratelimitd_backend_reconnects_total). */
+uint64_t rconn_errors_total(enum rl_redis_error kind);
+uint64_t rconn_reconnects_total(void);
 
 #endif

@@ -27,18 +27,22 @@
  * Layers.  A header includes only headers of lower layers, and only what its
  * own declarations need (a forward declaration where a pointer is enough); a
  * .c file includes its layer or lower.  scripts/include-graph --check reads
- * the lines below; a .c file not named is in its header's layer.
+ * the lines below.  A .c file is in its header's layer, the generated
+ * lua_scripts.c too (one without a header of its own, as backend_memory.c,
+ * in that of its name's first word: backend.h).  No .c file is listed but
+ * main.c: not an exception, the program, which nothing includes, so has no
+ * header; it alone is the top.
  *
  *   layer 0: rl.h
- *   layer 1: watch.h arena.h ytree.h slab.h bufpool.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h lua_scripts.c redis_reply.h
+ *   layer 1: watch.h arena.h ytree.h slab.h bufpool.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h redis_reply.h
  *   layer 2: schema.h algo.h lease.h
  *   layer 3: policy.h transport_conf.h
  *   layer 4: config.h rls_rules.h envoy_env.h
  *   layer 5: identity.h caller_limits.h http.h grpc.h grpc_tls.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h
  *   layer 6: backend.h cluster_slots.h
  *   layer 7: script.h deny_cache.h response.h metrics.h cluster_nodes.h
- *   layer 8: hybrid.h cluster_op.h backend_redis.c backend_cluster.c redis_conn.c
- *   layer 9: check.h rls.h
+ *   layer 8: hybrid.h cluster_op.h backend_redis.h
+ *   layer 9: check.h rls.h backend_cluster.h
  *   layer 10: worker.h rls_codec.h rls_json.h
  *   layer 11: api.h admin.h rls_grpc.h
  *   layer 12: daemon.h

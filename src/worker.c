@@ -494,7 +494,7 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
 
 int
 worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg,
-            http_handler checks, char **cause)
+            const struct rl_backend_ops *backend, http_handler checks, char **cause)
 {
     struct rl_worker *w = *out = xcalloc(1, sizeof(*w));
 
@@ -517,7 +517,7 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
         *cause = xstrdup("event_base_new failed");
         return RL_ERR;
     }
-    if (backend_ops(cfg)->create(&w->backend, w->base, cfg, cause) != RL_OK)
+    if (backend->create(&w->backend, w->base, cfg, cause) != RL_OK)
         return RL_ERR;
     if (cfg->backend == RL_BACKEND_REDIS &&
         rl_backend_memory_ops.create(&w->local, w->base, cfg, cause) != RL_OK)

@@ -16,6 +16,7 @@
 struct event;
 struct evbuffer;
 struct rl_backend;
+struct rl_backend_ops;
 struct rl_check_env;
 struct rl_check_req;
 struct rl_check_res;
@@ -28,11 +29,13 @@ struct rl_worker;
 
 /*
  * Set up a worker on an already listening socket (it takes the fd), whose
- * requests go to `checks` (arg: the worker).  *out is set whatever the
- * outcome: worker_free it.
+ * checks go to a `backend` of its own, made on its loop (the one cfg asks
+ * for: daemon.c chooses), and whose requests go to `checks` (arg: the
+ * worker).  *out is set whatever the outcome: worker_free it.
  */
 int worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg,
-                http_handler checks, char **cause) RL_WUR;
+                const struct rl_backend_ops *backend, http_handler checks,
+                char **cause) RL_WUR;
 /* Serve the admin API on listening socket fd (taken) too, with handler
  * (arg: the worker). */
 int worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause) RL_WUR;
