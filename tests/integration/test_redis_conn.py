@@ -346,7 +346,13 @@ def t_url_names_replica(_):
         cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(3),
                "redis": {"url": r.url, "timeout": "2s", "connect_timeout": "1s"}}
         with H.Daemon(cfg, workers=WORKERS, ready=False) as d:
-            wait_for(lambda: "not a master" in d.log(), "the handshake to refuse the replica")
+            # every worker's handshake refused it, and each has published
+            # that reason (readiness is published every 100 ms): only then
+            # must every probe say it
+            wait_for(lambda: d.log().count("is not a master") >= WORKERS,
+                     "every worker's handshake to refuse the replica")
+            wait_for(lambda: all("not a master" in str(readyz(d)) for _ in range(2 * WORKERS)),
+                     "/readyz to give the replica as the reason")
             seen = stays(d, 503, 1.5, "against a replica")
             check(all("not a master" in str(rz) for _, rz in seen), "reasons: %r",
                   sorted({str(rz) for _, rz in seen}))
