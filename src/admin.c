@@ -88,12 +88,14 @@ admin_op_free(struct admin_op *op)
 static void
 admin_refuse(struct admin_op *op, int status, const char *extra, const char *msg)
 {
-    http_respond_error(op->r, status, extra, msg);
+    /* counted before the answer: a client that reads /metrics once it has
+     * its answer sees it (another worker may serve that read) */
     audit(op,
           status == 401   ? RL_ADM_UNAUTHORIZED
           : status >= 500 ? RL_ADM_ERROR
                           : RL_ADM_INVALID,
           status);
+    http_respond_error(op->r, status, extra, msg);
 }
 
 /* Equal in time that depends only on the lengths: how much of the token a
@@ -384,8 +386,8 @@ on_answer(const struct rl_check_res *res, void *arg)
     }
     resp.body = s;
     resp.body_len = strlen(s);
+    audit(op, RL_ADM_OK, 200); /* before the answer, as admin_refuse */
     http_respond(op->r, &resp);
-    audit(op, RL_ADM_OK, 200);
     free(s);
 out:
     admin_op_free(op);
