@@ -73,7 +73,8 @@ walk(const struct rls_domain *d, const struct rls_node *n, struct rls_entry *e, 
             (void)rls_rules_match(d, e, depth + 1, shared);
         }
         e[depth].value = r->value.p != NULL ? r->value : other[1];
-        walk(d, &r->node, e, depth + 1, lit);
+        if (r->node != NULL) /* nested descriptors, if any */
+            walk(d, r->node, e, depth + 1, lit);
     }
 }
 
