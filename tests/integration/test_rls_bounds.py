@@ -19,20 +19,13 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 from harness import check, eq  # noqa: E402
+# a directory of rule files {name: text}, as test_rls_rules writes them
+from test_rls_rules import write_rules as rules_dir  # noqa: E402
 
 DEEP = 200000
 # -t of a hostile file: refused in well under a second (main: minutes);
 # generous for a loaded machine and an ASan build
 QUICK = 10.0
-
-
-def rules_dir(files):
-    d = os.path.join(H.tmpdir(), "rules-%s" % uuid.uuid4().hex[:8])
-    os.makedirs(d)
-    for name, text in files.items():
-        with open(os.path.join(d, name), "w") as f:
-            f.write(text)
-    return d
 
 
 def dash_t(rules, timeout=120):
