@@ -350,19 +350,26 @@ START_TEST(hits_addend)
     ck_assert_uint_eq(a.st[0].limit_remaining, 0);
     ck_assert_uint_eq(a.st[1].limit_remaining, 1);
     ck_assert_int_eq(a.st[1].code, RLS_CODE_OK);
-    /* more than is left: over, and (here) nothing counted */
+    /* more than is left: over, and counted (a unit rule counts every hit,
+     * as envoyproxy/ratelimit's INCRBY): an ask after it is over too */
     s.d[1].hits = 2;
     a = ask(&f, &s);
     ck_assert_int_eq(a.st[0].code, RLS_CODE_OVER_LIMIT);
     ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
-    s.d[1].hits = 1;
-    a = ask(&f, &s);
-    ck_assert_int_eq(a.st[1].code, RLS_CODE_OK);
-    ck_assert_uint_eq(a.st[1].limit_remaining, 0);
-    /* hits beyond any limit: over, never a wrap */
-    s.d[1].hits = UINT64_MAX;
+    s.d[1].hits = 0;
     a = ask(&f, &s);
     ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
+    ck_assert_uint_eq(a.st[1].limit_remaining, 0);
+    /* hits up to 10^15 (budgets), over and never a wrap; past it refused */
+    s.d[1].hits = RL_COST_MAX;
+    a = ask(&f, &s);
+    ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
+    s.d[1].hits = UINT64_MAX;
+    {
+        char *cause = refused(&f, &s);
+        ck_assert_str_eq(cause, "descriptors[1].hits_addend: at most 1000000000000000");
+        free(cause);
+    }
     fx_close(&f);
 }
 END_TEST
