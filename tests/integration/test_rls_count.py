@@ -198,6 +198,7 @@ def fixture():
                 cfg["rls"]["listen"] = "127.0.0.1:%d" % port
                 d = H.Daemon(cfg, redis=r, workers=2)
                 d.rls_port = port
+                d.rules = rules
                 ds.append(d)
             yield ds, r
         finally:
@@ -246,45 +247,63 @@ def t_token_quota_scripts(ds, r):
     1 at stream end on the service that served), against the example file's
     quota_mode rules: the requests those scripts expect to pass pass, and
     the one they expect refused is refused."""
-    away_from_the_minute(r, margin=20)
-    for a in both(ds):
+    rules = ds[0].rules
+
+    @contextlib.contextmanager
+    def fresh(how):
+        # an empty Redis, and a daemon of its own: a deny cache outlives
+        # FLUSHALL
         r.cli("FLUSHALL")
-        model = EnvoyRatelimit()
-        limits = {"service_1": 1, "service_2": 2}
-        # token-quota.sh: /tokenquota asks (service: service_2) with 0 and
-        # adds 1 when the stream is done
-        passed = []
-        for n in range(1, 5):
-            code, sts = a.ask("rl", [([("service", "service_2")], 0)])
-            eq(code_left(sts[0]), model.hit("service_2", 2, 0), "%s token-quota %d ask" % (a.how, n))
-            passed.append(code == "OK")
-            if code == "OK":
-                code, sts = a.ask("rl", [([("service", "service_2")], 1)])
-                eq(code_left(sts[0]), model.hit("service_2", 2, 1),
-                   "%s token-quota %d stream end" % (a.how, n))
-        eq(passed, [True, True, True, False], "%s token-quota.sh: only the 4th refused" % a.how)
+        cfg = rls_conf(rules)
+        port = H.free_port()
+        cfg["rls"]["listen"] = "127.0.0.1:%d" % port
+        with H.Daemon(cfg, redis=r, workers=1) as d:
+            a = Asker(how, d, port)
+            try:
+                yield a
+            finally:
+                a.close()
+
+    away_from_the_minute(r, margin=30)
+    limits = {"service_1": 1, "service_2": 2}
+    for how in ("json", "grpc"):
+        with fresh(how) as a:
+            model = EnvoyRatelimit()
+            # token-quota.sh: /tokenquota asks (service: service_2) with 0 and
+            # adds 1 when the stream is done
+            passed = []
+            for n in range(1, 5):
+                code, sts = a.ask("rl", [([("service", "service_2")], 0)])
+                eq(code_left(sts[0]), model.hit("service_2", 2, 0),
+                   "%s token-quota %d ask" % (a.how, n))
+                passed.append(code == "OK")
+                if code == "OK":
+                    code, sts = a.ask("rl", [([("service", "service_2")], 1)])
+                    eq(code_left(sts[0]), model.hit("service_2", 2, 1),
+                       "%s token-quota %d stream end" % (a.how, n))
+            eq(passed, [True, True, True, False], "%s token-quota.sh: only the 4th refused" % a.how)
         # multiservice-tokenquota.sh: service_1 and service_2 asked with 0;
         # the first that passed serves (its metadata names it) and adds 1
-        r.cli("FLUSHALL")
-        model = EnvoyRatelimit()
-        served = []
-        for n in range(1, 7):
-            code, sts = a.ask("rl", [([("service", "service_1")], 0),
-                                     ([("service", "service_2")], 0)])
-            want = [model.hit(s, limits[s], 0) for s in ("service_1", "service_2")]
-            eq([code_left(s) for s in sts], want, "%s multiservice %d asks" % (a.how, n))
-            eq(code, overall([w[0] for w in want], [True, True]), "overall (quota_mode)")
-            if code != "OK":
-                served.append(None)
-                continue
-            svc = "service_1" if want[0][0] == "OK" else "service_2"
-            served.append(svc)
-            code, sts = a.ask("rl", [([("service", svc)], 1)])
-            eq(code_left(sts[0]), model.hit(svc, limits[svc], 1), "%s multiservice %d end" % (a.how, n))
-        eq(served, ["service_1", "service_1", "service_2", "service_2", "service_2", None],
-           "%s multiservice-tokenquota.sh: 2 from service 1, 3 from service 2, the 6th refused"
-           % a.how)
-        a.close()
+        with fresh(how) as a:
+            model = EnvoyRatelimit()
+            served = []
+            for n in range(1, 7):
+                code, sts = a.ask("rl", [([("service", "service_1")], 0),
+                                         ([("service", "service_2")], 0)])
+                want = [model.hit(s, limits[s], 0) for s in ("service_1", "service_2")]
+                eq([code_left(s) for s in sts], want, "%s multiservice %d asks" % (a.how, n))
+                eq(code, overall([w[0] for w in want], [True, True]), "overall (quota_mode)")
+                if code != "OK":
+                    served.append(None)
+                    continue
+                svc = "service_1" if want[0][0] == "OK" else "service_2"
+                served.append(svc)
+                code, sts = a.ask("rl", [([("service", svc)], 1)])
+                eq(code_left(sts[0]), model.hit(svc, limits[svc], 1),
+                   "%s multiservice %d end" % (a.how, n))
+            eq(served, ["service_1", "service_1", "service_2", "service_2", "service_2", None],
+               "%s multiservice-tokenquota.sh: 2 from service 1, 3 from service 2, the 6th refused"
+               % a.how)
 
 
 def t_fixed_cache_cases(ds, r):
@@ -476,28 +495,20 @@ def t_two_daemons_never_admit_more(ds, r):
     for key, limit in (("hot", 50), ("hot_tb", 10)):
         v = uuid.uuid4().hex[:8]
         results = collections.Counter()
-        errors = []
         lock = threading.Lock()
-        barrier = threading.Barrier(threads)
+        clients = [G.Client(ds[i % 2].rls_port) for i in range(threads)]
 
         def worker(i):
-            try:
-                with G.Client(ds[i % 2].rls_port) as c:
-                    barrier.wait()
-                    for _ in range(each):
-                        ans = c.check("tokens", [[(key, v)]])
-                        with lock:
-                            results[ans.statuses[0].code] += 1
-            except Exception as e:  # noqa: BLE001
+            for _ in range(each):
+                ans = clients[i].check("tokens", [[(key, v)]])
                 with lock:
-                    errors.append("%s: %s" % (type(e).__name__, e))
+                    results[ans.statuses[0].code] += 1
 
-        ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(timeout=120 * H.SLOW)
-        check(not errors, "%d errors, first: %s", len(errors), errors[:1])
+        try:
+            H.together(threads, worker)
+        finally:
+            for c in clients:
+                c.close()
         eq(results[1], limit, "%s: OK answers of a limit of %d (%r)" % (key, limit, dict(results)))
         eq(results[2], threads * each - limit, "%s: OVER_LIMIT answers" % key)
         # every hit counted: the ask after them sees them all
@@ -507,9 +518,13 @@ def t_two_daemons_never_admit_more(ds, r):
         keys = r.cli("KEYS", "*%%1E%s%%1F%s}*" % (key, v)).split()
         eq(len(keys), 1, "one key for %s: %r" % (key, keys))
         if key == "hot":
+            # hits the deny cache answers are not sent (they change no
+            # answer: the window is over until it ends), as envoyproxy/
+            # ratelimit's local cache skips their INCRBY
             raw = r.cli("EVAL", "return tostring(struct.unpack('<dd', redis.call('GET', KEYS[1])))",
                         "1", keys[0])
-            eq(int(float(raw)), threads * each, "the count holds every hit")
+            check(limit < int(float(raw)) <= threads * each, "the count %s: over %d, at most %d",
+                  raw, limit, threads * each)
 
 
 def t_token_budget_recipe(ds, r):
