@@ -511,6 +511,123 @@ def t_listener_rules(_):
         check("metrics_listen=127.0.0.1:%d" % taken in err, "names metrics_listen: %r", err)
 
 
+ENVOY_ENV_C = os.path.join(H.RL_SRCDIR, "src", "envoy_env.c")
+ENVOY_MD = os.path.join(H.RL_SRCDIR, "docs", "envoy.md")
+# A value envoyproxy/ratelimit takes for each variable that sets one of our
+# options (the rows with a converter or read with one): a row added without
+# a value here fails t_migration_table, which must then cover it.
+VALID = {
+    "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "config",
+    "HOST": "127.0.0.1", "PORT": "18080", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "16070",
+    "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "18081", "GRPC_UDS": "/tmp/rl-table.sock",
+    "GRPC_SERVER_USE_TLS": "false", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+    "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt",
+    "LOG_LEVEL": "info", "LOG_FORMAT": "text", "CONFIG_TYPE": "FILE",
+    "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/metrics",
+    "LOCAL_CACHE_SIZE_IN_BYTES": "1024", "NEAR_LIMIT_RATIO": "0.8", "CACHE_KEY_PREFIX": "p:",
+    "BACKEND_TYPE": "redis", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false",
+    "SHADOW_MODE": "false", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+    "LIMIT_LIMIT_HEADER": "X-L", "LIMIT_REMAINING_HEADER": "X-R", "LIMIT_RESET_HEADER": "X-T",
+    "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "single", "REDIS_URL": "127.0.0.1:6379",
+    "REDIS_AUTH": "pw", "REDIS_TLS": "false", "REDIS_TLS_CLIENT_CERT": "/c.pem",
+    "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_CACERT": "/ca.pem",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false", "REDIS_SENTINEL_AUTH": "s",
+    "REDIS_TIMEOUT": "1s",
+}
+
+
+def envoy_env_rows():
+    """src/envoy_env.c's table: {variable: (option or None, kind)}, kind
+    "none" (no effect: told when set), "off_only" (told when true) or "sets"
+    (sets `option`, or is read with a variable that does)."""
+    with open(ENVOY_ENV_C) as f:
+        src = f.read()
+    table = src[src.index("static const struct ev_row rows[] = {"):src.index("/* clang-format on */")]
+    rows = {}
+    for m in re.finditer(r'NONE\("([A-Z0-9_]+)"|PART\("([A-Z0-9_]+)", "([^"]+)"|'
+                         r'\{\.name = "([A-Z0-9_]+)"(.*?)\},\n', table, re.S):
+        if m.group(1):
+            rows[m.group(1)] = (None, "none")
+        elif m.group(2):
+            rows[m.group(2)] = (m.group(3), "sets")
+        else:
+            body = m.group(5)
+            opt = re.search(r'\.option = "([^"]+)"', body)
+            if "cv_off_only" in body:
+                kind = "off_only"
+            elif ".conv =" in body or "read with" in body:
+                kind = "sets"
+            else:
+                kind = "none"
+            rows[m.group(4)] = (opt.group(1) if opt else None, kind)
+    check(len(rows) > 100, "only %d rows read from src/envoy_env.c", len(rows))
+    return rows
+
+
+def migration_table():
+    """docs/envoy.md's table of envoyproxy/ratelimit's variables:
+    {variable: ratelimitd's cell}.  A name written `_SUFFIX` continues the
+    one before it (`CONFIG_GRPC_XDS_NODE_ID`, `_NODE_METADATA`); the
+    parentheses of the first cell hold defaults, not variables."""
+    with open(ENVOY_MD) as f:
+        text = f.read()
+    start = text.index("| envoyproxy/ratelimit (its default) | ratelimitd |")
+    known = envoy_env_rows()
+    out = {}
+    for ln in text[start:].split("\n")[2:]:
+        if not ln.startswith("|"):
+            break
+        first, cell = ln.strip("|").split(" | ", 1)
+        first = re.sub(r"\([^)]*\)", "", first)
+        full = []
+        for name in re.findall(r"`(_?[A-Z][A-Z0-9_]*)`", first):
+            if name.startswith("_"):
+                # the longest head of a name before it that makes a variable
+                # not listed yet
+                cands = [p[:i] + name for p in reversed(full) for i in
+                         sorted((j for j, ch in enumerate(p) if ch == "_"), reverse=True)]
+                name = next((c for c in cands if c in known and c not in out),
+                            cands[0] if cands else name)
+            full.append(name)
+            check(name not in out, "%s: twice in docs/envoy.md's table", name)
+            out[name] = cell
+    return out
+
+
+def t_migration_table(_):
+    rows = envoy_env_rows()
+    table = migration_table()
+    eq(sorted(set(rows) - set(table)), [], "variables of src/envoy_env.c missing in docs/envoy.md's table")
+    eq(sorted(set(table) - set(rows)), [], "variables of docs/envoy.md's table without a row")
+    spans = {v: re.findall(r"`([^`]*)`", cell) for v, cell in table.items()}
+    for var, (option, kind) in sorted(rows.items()):
+        cell = table[var]
+        if kind in ("none", "off_only"):
+            check("logged" in cell, "%s has no effect here: docs/envoy.md must say it is logged: %r",
+                  var, cell)
+        elif option is not None:
+            parts = option.split(".")
+            names = {option, parts[-1]} | {".".join(parts[:i]) for i in range(2, len(parts))}
+            check(any(n in sp for n in names for sp in spans[var]),
+                  "%s sets %s: docs/envoy.md's cell does not name it: %r", var, option, cell)
+    # the daemon tells, at start, exactly the variables the table says it
+    # logs: each once, by name; the others it reads, silently
+    root = runtime_root()
+    env = {"RUNTIME_ROOT": root}
+    for var, (option, kind) in rows.items():
+        if kind in ("none", "off_only"):
+            env[var] = "true"
+        elif var != "RUNTIME_ROOT":
+            check(var in VALID, "%s: no value to start with in VALID", var)
+            env[var] = VALID[var]
+    rc, _, err = H.run_cli(["--envoy-env", "-t"], env=env)
+    eq(rc, 0, "every variable set: -t (%s)" % err)
+    for var, (option, kind) in sorted(rows.items()):
+        n = len(re.findall(r"^note: %s: " % re.escape(var), err, re.M))
+        eq(n, 1 if kind in ("none", "off_only") else 0,
+           "%s (%s) told %d times:\n%s" % (var, kind, n, err))
+
+
 CASES = [
     ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
      "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
@@ -528,6 +645,8 @@ CASES = [
      "stops at 4 MiB and counts the rest", t_own_listeners),
     ("debug_listen loopback unless debug_allow_remote; listeners on distinct addresses; a busy "
      "port exits 2", t_listener_rules),
+    ("docs/envoy.md's table holds every variable of src/envoy_env.c's, naming the option each sets "
+     "or saying it is logged; the daemon tells exactly those", t_migration_table),
 ]
 
 
