@@ -292,6 +292,11 @@ static const struct schema_field rls_fields[] = {
      .def = "10000", .min = 1, .max = 10000000},
     {.name = "idle_timeout", .type = SCHEMA_DURATION, .off = RLS(idle_timeout_ms),
      .def = "\"5m\"", .min = 10, .max = 24 * 3600 * 1000},
+    {.name = "max_connection_age", .type = SCHEMA_DURATION, .off = RLS(max_connection_age_ms),
+     .def = "\"0s\"", .min = 0, .max = 30LL * 24 * 3600 * 1000},
+    {.name = "max_connection_age_grace", .type = SCHEMA_DURATION,
+     .off = RLS(max_connection_age_grace_ms), .def = "\"1h\"", .min = 0,
+     .max = 30LL * 24 * 3600 * 1000},
 };
 static const struct schema rls_schema = {
     SCHEMA_FIELDS(rls_fields), sizeof(struct rl_rls_conf), check_rls, NULL

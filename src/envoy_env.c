@@ -237,6 +237,26 @@ cv_duration(struct ev_ctx *c, const struct ev_row *r, const char *value)
         set(c, r->option, r->name, xasprintf("%lld", (long long)ms));
 }
 
+/* GRPC_MAX_CONNECTION_AGE(_GRACE), as grpc-go's keepalive takes them: 0
+ * is forever (for the age, ours is 0 too; for the grace, our longest),
+ * longer than 30 days is 30 days (a connection is never that old) */
+static void
+cv_age(struct ev_ctx *c, const struct ev_row *r, const char *value)
+{
+    const int64_t month = 30LL * 24 * 3600 * 1000;
+    bool grace = strstr(r->name, "_GRACE") != NULL;
+    int64_t ms;
+
+    if (envoy_env_duration_ms(value, &ms) != RL_OK) {
+        errors_add(c->errs, "%s: not a duration: use a Go duration like \"24h\" or \"30m\"",
+                   r->name);
+        return;
+    }
+    if (ms > month || (ms == 0 && grace))
+        ms = month;
+    set(c, r->option, r->name, xasprintf("%lld", (long long)ms));
+}
+
 /* host and port into "host:port" ("[v6]:port"), as net.Listen takes them */
 static char *
 host_port(struct ev_ctx *c, const char *hvar, const char *pvar)
@@ -618,9 +638,10 @@ static const struct ev_row rows[] = {
     {.name = "GRPC_HOST", .option = "rls.listen", .conv = cv_grpc_listen, .def = "0.0.0.0"},
     {.name = "GRPC_PORT", .option = "rls.listen", .def = "8081", .note = "read with GRPC_HOST"},
     PART("GRPC_UDS", "rls.listen", "GRPC_HOST"),
-    NONE("GRPC_MAX_CONNECTION_AGE", "not built: connections live until the client or "
-         "rls.idle_timeout ends them"),
-    NONE("GRPC_MAX_CONNECTION_AGE_GRACE", "not built: see GRPC_MAX_CONNECTION_AGE"),
+    {.name = "GRPC_MAX_CONNECTION_AGE", .option = "rls.max_connection_age", .conv = cv_age,
+     .def = "24h"},
+    {.name = "GRPC_MAX_CONNECTION_AGE_GRACE", .option = "rls.max_connection_age_grace",
+     .conv = cv_age, .def = "1h"},
     {.name = "GRPC_SERVER_USE_TLS", .option = "rls.tls", .conv = cv_grpc_tls, .def = "false"},
     PART("GRPC_SERVER_TLS_CERT", "rls.tls.cert_file", "GRPC_SERVER_USE_TLS"),
     PART("GRPC_SERVER_TLS_KEY", "rls.tls.key_file", "GRPC_SERVER_USE_TLS"),

@@ -532,7 +532,7 @@ VALID = {
     "REDIS_AUTH": "pw", "REDIS_TLS": "false", "REDIS_TLS_CLIENT_CERT": "/c.pem",
     "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_CACERT": "/ca.pem",
     "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false", "REDIS_SENTINEL_AUTH": "s",
-    "REDIS_TIMEOUT": "1s",
+    "REDIS_TIMEOUT": "1s", "GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h",
 }
 
 
@@ -628,6 +628,42 @@ def t_migration_table(_):
            "%s (%s) told %d times:\n%s" % (var, kind, n, err))
 
 
+def t_connection_age(redis):
+    """rls.max_connection_age (GRPC_MAX_CONNECTION_AGE): GOAWAY to a
+    connection that old, its open stream kept until the grace, then closed;
+    a grpcio client goes on over a new connection."""
+    import time
+    rules = os.path.join(runtime_root(), "ratelimit", "config")
+    grpc_port = H.free_port()
+    cfg = {"redis": {"timeout": SLOW_REDIS},
+           "rls": {"listen": "127.0.0.1:%d" % grpc_port, "config": rules,
+                   "max_connection_age": "1s", "max_connection_age_grace": "1500ms"}}
+    with H.Daemon(cfg, redis=redis) as d:
+        t0 = time.monotonic()
+        with G.Raw(grpc_port) as idle, G.Raw(grpc_port) as busy:
+            # a call whose message never comes: its stream stays open
+            busy.request(G.SHOULD_RATE_LIMIT, body=None, end=False)
+            check(idle.until(lambda r: r.goaway is not None, 30), "no GOAWAY at the age")
+            t_goaway = time.monotonic() - t0
+            eq(idle.goaway.error_code, 0, "the age's GOAWAY: NO_ERROR")
+            check(t_goaway >= 0.9, "GOAWAY after %.2fs: before the age less 10%%", t_goaway)
+            check(idle.until(lambda r: r.closed, 30), "the idle connection not closed after GOAWAY")
+            check(busy.until(lambda r: r.goaway is not None, 30), "no GOAWAY on the busy connection")
+            check(not busy.closed, "the busy connection closed at the GOAWAY")
+            check(busy.until(lambda r: r.closed, 30), "the busy connection not closed after the grace")
+            t_closed = time.monotonic() - t0
+            check(t_closed >= 0.9 + 1.5, "closed after %.2fs: before the age and the grace", t_closed)
+        check(H.metric(d, "ratelimitd_rls_connections_aged_total") >= 2, "aged connections not counted")
+        with G.Client(grpc_port) as c:
+            addr = "10.9.%d.0/24" % (uuid.uuid4().int % 250)
+            eq(c.check(DOMAIN, eg_descriptor(addr)).statuses[0].limit_remaining, 2, "a check")
+            aged = H.metric(d, "ratelimitd_rls_connections_aged_total")
+            H.wait_for(lambda: H.metric(d, "ratelimitd_rls_connections_aged_total") > aged,
+                       "the client's connection to age", timeout=30)
+            eq(c.check(DOMAIN, eg_descriptor(addr)).statuses[0].limit_remaining, 1,
+               "a check after the GOAWAY, on a new connection")
+
+
 CASES = [
     ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
      "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
@@ -645,6 +681,8 @@ CASES = [
      "stops at 4 MiB and counts the rest", t_own_listeners),
     ("debug_listen loopback unless debug_allow_remote; listeners on distinct addresses; a busy "
      "port exits 2", t_listener_rules),
+    ("rls.max_connection_age: GOAWAY at the age, an open stream's connection closed after the "
+     "grace, a client goes on", t_connection_age),
     ("docs/envoy.md's table holds every variable of src/envoy_env.c's, naming the option each sets "
      "or saying it is logged; the daemon tells exactly those", t_migration_table),
 ]

@@ -340,6 +340,9 @@ START_TEST(envoy_gateway)
     ck_assert_ptr_null(got_text(&g, "rls.response_headers"));
     /* USE_PROMETHEUS=true: its own listener at PROMETHEUS_ADDR, every address */
     ck_assert_str_eq(got_text(&g, "metrics_listen"), "0.0.0.0:19001");
+    /* its defaults: GOAWAY at 24 hours, closed an hour later */
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age"), "86400000");
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age_grace"), "3600000");
     /* its debug port, on every address as there */
     ck_assert_str_eq(got_text(&g, "debug_listen"), "0.0.0.0:6070");
     ck_assert_str_eq(got_text(&g, "debug_allow_remote"), "true");
@@ -419,7 +422,7 @@ START_TEST(listeners_headers_and_values)
         "HOST=::1", "PORT=0x1F91", "GRPC_UDS=/run/rl.sock", "LIMIT_RESPONSE_HEADERS_ENABLED=1",
         "LIMIT_RESET_HEADER=X-Reset", "NEAR_LIMIT_RATIO=0.9", "REDIS_TIMEOUT=1m30s",
         "SHADOW_MODE=T", "LOG_LEVEL=Trace", "QUOTA_MODE=false", "MERGE_DOMAIN_CONFIG=true",
-        "LOG_FORMAT=json", NULL};
+        "LOG_FORMAT=json", "GRPC_MAX_CONNECTION_AGE=0", "GRPC_MAX_CONNECTION_AGE_GRACE=0s", NULL};
     struct got g = {0};
     struct rl_errors notes = {0}, errs = {0};
 
@@ -440,6 +443,9 @@ START_TEST(listeners_headers_and_values)
     ck_assert_str_eq(got_text(&g, "rls.shadow_mode"), "true");
     ck_assert_str_eq(got_text(&g, "log_level"), "debug");
     ck_assert_str_eq(got_text(&g, "log_format"), "json");
+    /* 0 is forever in grpc-go: no age, the longest grace */
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age"), "0");
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age_grace"), "2592000000");
     /* QUOTA_MODE=false asks what ratelimitd does; MERGE_DOMAIN_CONFIG=true does not */
     ck_assert(!has_note(&notes, "QUOTA_MODE"));
     ck_assert(has_note(&notes, "MERGE_DOMAIN_CONFIG"));
