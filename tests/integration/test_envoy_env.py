@@ -275,6 +275,19 @@ def t_refused_values(_):
     # without --envoy-env and as ratelimitd, its variables are not read
     rc, _, err = H.run_cli(["-t"], env={"GRPC_SERVER_USE_TLS": "yes"})
     eq(rc, 0, "ratelimitd reads none of them: %r" % (err,))
+    # by its name, an argument it would ignore (Envoy AI Gateway's quota
+    # Deployment passes one) is told by name and ignored; ratelimitd refuses it
+    import subprocess
+    arg = "--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system"
+    r = subprocess.run([command_link(), arg, "-t"], env=H.clean_env(base), capture_output=True,
+                       text=True, timeout=60)
+    eq(r.returncode, 0, "ratelimit %s -t (%s)" % (arg, r.stderr))
+    eq(re.findall(r"^note: --quotaRateLimitServiceAddr: .*$", r.stderr, re.M),
+       ["note: --quotaRateLimitServiceAddr: an argument envoyproxy/ratelimit ignores: ignored"],
+       "the argument told by name")
+    check("envoy-gateway-system" not in r.stderr, "its value in the notes: %r", r.stderr)
+    rc, _, err = H.run_cli(["--envoy-env", arg, "-t"], env=base)
+    eq(rc, 1, "ratelimitd --envoy-env refuses it (%s)" % err)
 
 
 def t_sentinel_url(_):
