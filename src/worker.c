@@ -458,8 +458,10 @@ worker_serve_side(struct rl_worker *w, int fd, http_handler handler, char **caus
         return RL_ERR;
     }
     if (http_server_new(&w->side[w->nside], w->base, fd, &w->cfg->http, &w->cfg->max_body,
-                        handler, w, NULL, cause) != RL_OK)
+                        handler, w, NULL, cause) != RL_OK) {
+        close(fd); /* taken, whatever the outcome */
         return RL_ERR;
+    }
     w->nside++;
     return RL_OK;
 }
