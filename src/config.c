@@ -292,6 +292,11 @@ static const struct schema_field rls_fields[] = {
      .def = "10000", .min = 1, .max = 10000000},
     {.name = "idle_timeout", .type = SCHEMA_DURATION, .off = RLS(idle_timeout_ms),
      .def = "\"5m\"", .min = 10, .max = 24 * 3600 * 1000},
+    {.name = "max_connection_age", .type = SCHEMA_DURATION, .off = RLS(max_connection_age_ms),
+     .def = "\"0s\"", .min = 0, .max = 30LL * 24 * 3600 * 1000},
+    {.name = "max_connection_age_grace", .type = SCHEMA_DURATION,
+     .off = RLS(max_connection_age_grace_ms), .def = "\"1h\"", .min = 0,
+     .max = 30LL * 24 * 3600 * 1000},
 };
 static const struct schema rls_schema = {
     SCHEMA_FIELDS(rls_fields), sizeof(struct rl_rls_conf), check_rls, NULL
@@ -363,6 +368,12 @@ static const struct schema_field top_fields[] = {
     /* read into admin_token by finalize, at every load (SIGHUP rotates it) */
     {.name = "admin_token_file", .type = SCHEMA_STRING, .off = TOP(admin_token_file),
      .flags = SCHEMA_NONEMPTY},
+    {.name = "metrics_listen", .type = SCHEMA_STRING, .off = TOP(metrics_listen),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "debug_listen", .type = SCHEMA_STRING, .off = TOP(debug_listen),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "debug_allow_remote", .type = SCHEMA_BOOL, .off = TOP(debug_allow_remote),
+     .def = "false", .flags = SCHEMA_RESTART},
 };
 static const struct schema top_schema = {
     SCHEMA_FIELDS(top_fields), sizeof(struct rl_config), check_top, NULL
@@ -560,6 +571,46 @@ check_admin(const struct rl_config *cfg, struct schema_ctx *ctx)
     listen_addr_clear(&la);
 }
 
+/*
+ * The read-only listeners (metrics_listen, debug_listen): an address each,
+ * none of them another listener's; the debug port shows the rules (tenant
+ * names, limits), so off loopback only when asked for.
+ */
+static void
+check_side_listeners(const struct rl_config *cfg, struct schema_ctx *ctx)
+{
+    const struct {
+        const char *name, *addr;
+    } all[] = {
+        {"listen", cfg->listen},
+        {"admin_listen", cfg->admin_listen},
+        {"rls.listen", cfg->rls.listen},
+        {"metrics_listen", cfg->metrics_listen},
+        {"debug_listen", cfg->debug_listen},
+    };
+
+    for (size_t i = 3; i < RL_ARRAY_LEN(all); i++) {
+        struct rl_listen_addr la;
+        char *cause = NULL;
+
+        if (all[i].addr == NULL)
+            continue;
+        if (listen_addr_parse(all[i].addr, &la, &cause) != RL_OK) {
+            schema_bad(ctx, all[i].name, "%s", cause);
+            free(cause);
+            continue;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (all[j].addr != NULL && strcmp(all[i].addr, all[j].addr) == 0)
+                schema_bad(ctx, all[i].name, "must differ from %s", all[j].name);
+        if (i == 4 && !is_loopback(&la) && !cfg->debug_allow_remote)
+            schema_bad(ctx, "debug_listen",
+                       "not a loopback address or unix socket: set debug_allow_remote to "
+                       "true to show the rules there");
+        listen_addr_clear(&la);
+    }
+}
+
 /* What involves several top-level options, or an address to parse. */
 static void
 check_top(const void *obj, const char *path, struct schema_ctx *ctx)
@@ -613,6 +664,7 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
     if (cfg->partition_key != NULL && strlen(cfg->partition_key) < 16)
         schema_bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
     check_admin(cfg, ctx);
+    check_side_listeners(cfg, ctx);
     (void)path;
 }
 

@@ -75,7 +75,10 @@ struct rl_config {
     char *admin_listen;     /* NULL: no admin API (admin.h) */
     int admin_allow_remote; /* a non-loopback admin_listen is meant */
     char *admin_token_file;
-    char *admin_token; /* read from it at every load; not a field */
+    char *admin_token;      /* read from it at every load; not a field */
+    char *metrics_listen;   /* NULL: GET /metrics on `listen` only */
+    char *debug_listen;     /* NULL: no debug listener (debug.h) */
+    int debug_allow_remote; /* a non-loopback debug_listen is meant */
 
     uint64_t hash; /* FNV-1a of the file's bytes, 0 for defaults */
     int refs;      /* atomic; see config_ref() */

@@ -334,6 +334,9 @@ format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_rls_idle_closes_total gRPC connections closed after rls.idle_timeout unused (or unread).\n"
         "# TYPE ratelimitd_rls_idle_closes_total counter\n"
         "ratelimitd_rls_idle_closes_total %llu\n"
+        "# HELP ratelimitd_rls_connections_aged_total gRPC connections told GOAWAY at rls.max_connection_age.\n"
+        "# TYPE ratelimitd_rls_connections_aged_total counter\n"
+        "ratelimitd_rls_connections_aged_total %llu\n"
         "# HELP ratelimitd_rls_streams_total gRPC calls (HTTP/2 streams) opened.\n"
         "# TYPE ratelimitd_rls_streams_total counter\n"
         "ratelimitd_rls_streams_total %llu\n"
@@ -343,8 +346,8 @@ format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_rls_responses_total gRPC answers, by grpc-status.\n"
         "# TYPE ratelimitd_rls_responses_total counter\n",
         (unsigned long long)SUM(grpc.accepted), (unsigned long long)SUM(grpc.open),
-        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.calls),
-        (unsigned long long)SUM(grpc.cancelled));
+        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.aged),
+        (unsigned long long)SUM(grpc.calls), (unsigned long long)SUM(grpc.cancelled));
     for (int s = 0; s < GRPC_STATUS_COUNT; s++)
         evbuffer_add_printf(out, "ratelimitd_rls_responses_total{grpc_status=\"%s\"} %llu\n",
                             grpc_status_name((enum grpc_status)s),

@@ -44,7 +44,7 @@
  *   layer 8: hybrid.h cluster_op.h backend_redis.h
  *   layer 9: check.h rls.h backend_cluster.h
  *   layer 10: worker.h rls_codec.h rls_json.h
- *   layer 11: api.h admin.h rls_grpc.h
+ *   layer 11: api.h admin.h debug.h rls_grpc.h
  *   layer 12: daemon.h
  *   layer 13: main.c
  */

@@ -29,6 +29,9 @@
  * (rls.c's state of a call), past which a burst gives its blocks back. */
 #define WORKER_SLAB_KEEP 256
 
+/* The operator's listeners worker 0 serves besides the check listener. */
+#define WORKER_SIDE_MAX 3
+
 struct worker_news;
 struct worker_held;
 
@@ -36,10 +39,12 @@ struct rl_worker {
     int id;
     pthread_t thread;
     struct event_base *base;
-    struct http_server *http;  /* the check listener */
-    struct http_server *admin; /* admin_listen, on worker 0 only */
-    struct grpc_server *rls;   /* rls.listen, Envoy's rate limit service */
-    void *rls_door;            /* its handler's state (worker_serve_rls) */
+    struct http_server *http; /* the check listener */
+    /* worker 0 only: admin_listen, metrics_listen, debug_listen */
+    struct http_server *side[WORKER_SIDE_MAX];
+    size_t nside;
+    struct grpc_server *rls; /* rls.listen, Envoy's rate limit service */
+    void *rls_door;          /* its handler's state (worker_serve_rls) */
     void (*rls_door_free)(void *);
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
@@ -87,8 +92,10 @@ struct rl_worker {
 static bool
 drained(const struct rl_worker *w)
 {
+    for (size_t i = 0; i < w->nside; i++)
+        if (http_server_connections(w->side[i]) != 0)
+            return false;
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
-           (w->admin == NULL || http_server_connections(w->admin) == 0) &&
            (w->rls == NULL || grpc_server_connections(w->rls) == 0) &&
            hybrid_idle(w->env.hybrid);
 }
@@ -255,8 +262,8 @@ on_drain(evutil_socket_t fd, short what, void *arg)
     if (w->env.hybrid != NULL)
         hybrid_drain(w->env.hybrid, stop_if_drained, w);
     http_server_drain(w->http, stop_if_drained, w);
-    if (w->admin != NULL)
-        http_server_drain(w->admin, stop_if_drained, w);
+    for (size_t i = 0; i < w->nside; i++)
+        http_server_drain(w->side[i], stop_if_drained, w);
     if (w->rls != NULL)
         grpc_server_drain(w->rls, stop_if_drained, w);
     if (drained(w)) {
@@ -336,8 +343,8 @@ on_config(evutil_socket_t fd, short what, void *arg)
     w->cfg = cfg;
     http_server_set_limits(w->http, &cfg->http, &cfg->max_body);
     http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
-    if (w->admin != NULL)
-        http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
+    for (size_t i = 0; i < w->nside; i++)
+        http_server_set_limits(w->side[i], &cfg->http, &cfg->max_body);
     if (w->rls != NULL) {
         grpc_server_set_limits(w->rls, &cfg->rls, &cfg->http.max_buffered);
         grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
@@ -443,10 +450,20 @@ worker_admin_done(struct rl_worker *w, struct rl_config *cfg, const struct rl_ch
 }
 
 int
-worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause)
+worker_serve_side(struct rl_worker *w, int fd, http_handler handler, char **cause)
 {
-    return http_server_new(&w->admin, w->base, fd, &w->cfg->http, &w->cfg->max_body, handler,
-                           w, NULL, cause);
+    if (w->nside == WORKER_SIDE_MAX) {
+        close(fd);
+        *cause = xasprintf("at most %d side listeners", WORKER_SIDE_MAX);
+        return RL_ERR;
+    }
+    if (http_server_new(&w->side[w->nside], w->base, fd, &w->cfg->http, &w->cfg->max_body,
+                        handler, w, NULL, cause) != RL_OK) {
+        close(fd); /* taken, whatever the outcome */
+        return RL_ERR;
+    }
+    w->nside++;
+    return RL_OK;
 }
 
 int
@@ -623,7 +640,8 @@ worker_free(struct rl_worker *w)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid); /* its timer lives on the base */
     http_server_free(w->http);
-    http_server_free(w->admin);
+    for (size_t i = 0; i < w->nside; i++)
+        http_server_free(w->side[i]);
     grpc_server_free(w->rls); /* calls still owed were answered above */
     if (w->rls_door_free != NULL)
         w->rls_door_free(w->rls_door);

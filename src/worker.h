@@ -36,9 +36,10 @@ struct rl_worker;
 int worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg,
                 const struct rl_backend_ops *backend, http_handler checks,
                 char **cause) RL_WUR;
-/* Serve the admin API on listening socket fd (taken) too, with handler
- * (arg: the worker). */
-int worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause) RL_WUR;
+/* Serve an operator's listener (the admin API, metrics_listen,
+ * debug_listen: worker 0 alone) on listening socket fd (taken) too, with
+ * handler (arg: the worker). */
+int worker_serve_side(struct rl_worker *w, int fd, http_handler handler, char **cause) RL_WUR;
 /* Serve Envoy's rate limit service over gRPC on listening socket fd (taken)
  * too, with handler and its arg, the door's own state for this worker: the
  * worker keeps it, whatever the outcome, and frees it with arg_free after
