@@ -19,6 +19,7 @@
 #include "pathnorm.h"
 #include "policy.h"
 #include "response.h"
+#include "top.h"
 #include "util.h"
 
 /*
@@ -50,6 +51,9 @@ struct check_op {
     int stale;             /* decided locally after a failed sync */
     int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    /* the escaped identity in key, [id_off, id_end): counted by env->top
+     * (0, 0: a check of keys named elsewhere, rls.c's) */
+    uint16_t id_off, id_end;
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
@@ -260,6 +264,14 @@ finish(struct check_op *op, const struct rl_check_res *res)
                                                  : RL_OUT_DENIED);
     if (capped(op, &d))
         __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
+    /* who is denied, who spends: decided answers only (top.h) */
+    if (op->env->top != NULL && op->id_end > op->id_off && d.status != 503 && !d.degraded) {
+        bool denied = !op->charge && (!d.allowed || d.would_deny);
+
+        top_record(op->env->top, op->policy->metrics_id, op->key + op->id_off,
+                   (size_t)(op->id_end - op->id_off), denied,
+                   denied || !(op->charge || d.allowed) ? 0 : op->req.cost, op->start_us);
+    }
     /* no wait: the place it held is free now (a held one's, when answered) */
     if (op->delay && d.delayed_ms == 0)
         check_delay_done(op->env);
@@ -596,6 +608,10 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         return RL_ERR;
     }
     op->req.key_len = klen;
+    /* "{<prefix><keyname>:<id>}" or "{<prefix><keyname>}:<id>" */
+    op->id_off = (uint16_t)(strlen(cfg->redis.key_prefix) + strlen(keyname) +
+                            (policy->limit_ids ? 3 : 2));
+    op->id_end = (uint16_t)(policy->limit_ids ? klen : klen - 1);
     /* only a request's check (not gRPC's, not the admin's) is held */
     start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, charge, done, arg);
     return RL_OK;

@@ -20,6 +20,7 @@ struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
 struct rl_policy;
+struct rl_top;
 struct slab;
 
 /* What a worker lends each check. */
@@ -31,6 +32,7 @@ struct rl_check_env {
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
     /* checks' own limits read lately (caller_limits.h); NULL: none kept */
     struct rl_caller_limits *caller_limits;
+    struct rl_top *top; /* NULL: heavy callers not counted (top.h) */
     int64_t (*now_us)(void); /* NULL: now_monotonic_us (tests drive it) */
     struct slab *slab;       /* NULL: malloc; the worker's blocks for per-call state */
     /* The worker's checks that may be held for a policy's max_delay: sent
