@@ -85,6 +85,28 @@ index_remove(struct sketch *s, uint64_t h)
     }
 }
 
+/* An entry with the least count (all k in use). */
+static struct sketch_entry *
+least(struct sketch *s)
+{
+    struct sketch_entry *m;
+
+    for (uint32_t t = 0; t < s->k; t++) {
+        struct sketch_entry *e = &s->e[s->cursor];
+
+        s->cursor = s->cursor + 1 == s->k ? 0 : s->cursor + 1;
+        if (e->count <= s->floor)
+            return e;
+    }
+    /* none left at the floor: it rises to the least count */
+    m = &s->e[0];
+    for (uint32_t j = 1; j < s->k; j++)
+        if (s->e[j].count < m->count)
+            m = &s->e[j];
+    s->floor = m->count;
+    return m;
+}
+
 static void
 write_begin(struct sketch_entry *e)
 {
@@ -120,10 +142,7 @@ sketch_add(struct sketch *s, uint64_t h, const char *id, size_t len, uint64_t w)
     } else {
         /* the least counter gives its place: its count is the most the
          * newcomer can have had before */
-        e = &s->e[0];
-        for (uint32_t j = 1; j < s->k; j++)
-            if (s->e[j].count < e->count)
-                e = &s->e[j];
+        e = least(s);
         index_remove(s, e->hash);
         i = slot_of(s, h);
         write_begin(e);
@@ -148,6 +167,8 @@ sketch_clear(struct sketch *s)
         write_end(&s->e[i]);
     }
     s->n = 0;
+    s->floor = 0;
+    s->cursor = 0;
     memset(s->index, 0, (s->mask + 1) * sizeof(*s->index));
     __atomic_store_n(&s->total, 0, __ATOMIC_RELAXED);
 }

@@ -46,6 +46,11 @@ struct sketch {
     uint32_t mask;      /* index slots - 1 */
     uint16_t *index;    /* entry + 1 by hash, 0 empty (linear probing) */
     uint64_t total;     /* the weight of everything added */
+    /* at most the least count (counts only grow): an entry at it is a
+     * least one; looked for from cursor on, round robin, so that a stream
+     * of newcomers finds one in a step or two, not a scan of k */
+    uint64_t floor;
+    uint32_t cursor;
     struct sketch_entry e[];
 };
 
