@@ -111,8 +111,8 @@ secret_equal(const char *got, size_t glen, const char *want, size_t wlen)
     return d == 0;
 }
 
-bool
-admin_authorized(const struct rl_config *cfg, const struct http_head *h)
+static bool
+authorized(const struct rl_config *cfg, const struct http_head *h)
 {
     const struct http_header *a;
 
@@ -416,7 +416,7 @@ admin_handle(struct http_req *r, void *arg)
     struct admin_op *op;
     char *cause = NULL;
 
-    if (admin_view_handle(r, w))
+    if (admin_view_handle(r, w, authorized(worker_config(w), r->head)))
         return;
     if (!route(r->head, &action)) {
         http_respond_error(r, 404, NULL,
@@ -434,7 +434,7 @@ admin_handle(struct http_req *r, void *arg)
     admin_peer_text(r, op->peer, sizeof(op->peer));
     if (r->head->method != HTTP_M_POST) {
         admin_refuse(op, 405, "Allow: POST\r\n", "method not allowed");
-    } else if (!admin_authorized(op->cfg, r->head)) {
+    } else if (!authorized(op->cfg, r->head)) {
         admin_refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
                      "authorization: a valid \"Bearer\" token is required");
     } else if (worker_draining(w)) {

@@ -11,15 +11,9 @@
 #ifndef RL_ADMIN_H
 #define RL_ADMIN_H
 
-#include <stdbool.h>
-
 #include "http.h"
-
-struct rl_config;
 
 /* An http_handler; arg is the struct rl_worker that serves the listener. */
 void admin_handle(struct http_req *r, void *arg);
-/* Whether h carries the admin token (any request when none is set). */
-bool admin_authorized(const struct rl_config *cfg, const struct http_head *h);
 
 #endif

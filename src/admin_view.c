@@ -8,7 +8,6 @@
 #include <openssl/evp.h>
 
 #include "ac_config.h"
-#include "admin.h"
 #include "admin_view.h"
 #include "algo.h"
 #include "backend.h"
@@ -23,7 +22,8 @@
 /* Callers an answer lists unless n= says: the page's table. */
 #define TOP_N_DEFAULT 10
 
-static const char unauthorized_hdr[] = "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n";
+static const char unauthorized_hdr[] =
+    "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n";
 
 /* ---- the page ------------------------------------------------------------ */
 
@@ -164,7 +164,8 @@ serve_top(struct http_req *r, struct rl_worker *w)
     char *cause;
 
     if (cfg->top_k == 0) {
-        http_respond_error(r, 404, NULL, "top_k: 0 in the configuration: no caller is counted");
+        http_respond_error(r, 404, NULL,
+                           "top_k: 0 in the configuration: no caller is counted");
         return;
     }
     if ((cause = top_query_parse(r->head, cfg, &q)) != NULL) {
@@ -177,13 +178,12 @@ serve_top(struct http_req *r, struct rl_worker *w)
     for (size_t i = 0; i < a.n; i++) {
         const struct top_caller *c = &a.callers[i];
         uint64_t fig = c->figure[q.by];
-        json_t *e = json_pack("{s:s%,s:I,s:I,s:f,s:I}", "identity", c->identity,
-                              c->identity_len, "denied", (json_int_t)c->figure[TOP_BY_DENIED],
-                              "units", (json_int_t)c->figure[TOP_BY_UNITS], "share",
-                              a.total > 0 ? (double)(fig < a.total ? fig : a.total) /
-                                                (double)a.total
-                                          : 0.0,
-                              "error_bound", (json_int_t)c->error_bound);
+        json_t *e = json_pack(
+            "{s:s%,s:I,s:I,s:f,s:I}", "identity", c->identity, c->identity_len, "denied",
+            (json_int_t)c->figure[TOP_BY_DENIED], "units", (json_int_t)c->figure[TOP_BY_UNITS],
+            "share",
+            a.total > 0 ? (double)(fig < a.total ? fig : a.total) / (double)a.total : 0.0,
+            "error_bound", (json_int_t)c->error_bound);
 
         if (e == NULL) /* not UTF-8: a key of bytes; shown as its escapes */
             continue;
@@ -230,8 +230,9 @@ policy_json(const struct rl_policy *p, struct rl_metrics *const *ms, size_t n)
     }
     return json_pack("{s:s,s:b,s:s,s:o,s:I,s:I,s:I,s:I,s:I}", "name", p->name, "shadow",
                      p->shadow != 0, "mode", p->mode == RL_MODE_HYBRID ? "hybrid" : "exact",
-                     "limits", limits, "allowed", (json_int_t)counted(ms, n, id, RL_OUT_ALLOWED),
-                     "denied", (json_int_t)counted(ms, n, id, RL_OUT_DENIED), "shadow_denied",
+                     "limits", limits, "allowed",
+                     (json_int_t)counted(ms, n, id, RL_OUT_ALLOWED), "denied",
+                     (json_int_t)counted(ms, n, id, RL_OUT_DENIED), "shadow_denied",
                      (json_int_t)counted(ms, n, id, RL_OUT_SHADOW_DENIED), "degraded",
                      (json_int_t)counted(ms, n, id, RL_OUT_DEGRADED), "error",
                      (json_int_t)counted(ms, n, id, RL_OUT_ERROR));
@@ -255,11 +256,10 @@ serve_status(struct http_req *r, struct rl_worker *w)
         json_array_append_new(policies, policy_json(&cfg->policies[i], ms, n));
         degraded += counted(ms, n, cfg->policies[i].metrics_id, RL_OUT_DEGRADED);
     }
-    backend = json_pack("{s:s,s:b,s:b,s:s?,s:s,s:I}", "kind",
-                        worker_backend(w)->ops->name, "ready", reason == NULL, "serving",
-                        serving, "reason", reason, "failure_mode",
-                        config_failure_mode_name(cfg->failure_mode), "degraded",
-                        (json_int_t)degraded);
+    backend = json_pack("{s:s,s:b,s:b,s:s?,s:s,s:I}", "kind", worker_backend(w)->ops->name,
+                        "ready", reason == NULL, "serving", serving, "reason", reason,
+                        "failure_mode", config_failure_mode_name(cfg->failure_mode),
+                        "degraded", (json_int_t)degraded);
     reloads = json_pack("{s:I,s:I,s:s?}", "ok", (json_int_t)rl.ok, "failed",
                         (json_int_t)rl.failed, "last",
                         rl.last < 0 ? NULL
@@ -268,14 +268,12 @@ serve_status(struct http_req *r, struct rl_worker *w)
     if (rl.last >= 0)
         json_object_set_new(reloads, "last_unix_ms", json_integer(rl.last_unix_us / 1000));
     snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)rl.config_hash);
-    o = json_pack("{s:s,s:I,s:I,s:s?,s:s,s:o,s:o,s:I,s:I,s:o}", "version", PACKAGE_VERSION,
-                  "uptime_s",
-                  (json_int_t)(rl.started_us > 0
-                                   ? (now_monotonic_us() - rl.started_us) / 1000000
-                                   : 0),
-                  "now_ms", (json_int_t)(now_unix_us() / 1000), "config_file", cfg->file,
-                  "config_hash", hash, "backend", backend, "reloads", reloads, "workers",
-                  (json_int_t)n, "top_k", (json_int_t)cfg->top_k, "policies", policies);
+    o = json_pack(
+        "{s:s,s:I,s:I,s:s?,s:s,s:o,s:o,s:I,s:I,s:o}", "version", PACKAGE_VERSION, "uptime_s",
+        (json_int_t)(rl.started_us > 0 ? (now_monotonic_us() - rl.started_us) / 1000000 : 0),
+        "now_ms", (json_int_t)(now_unix_us() / 1000), "config_file", cfg->file, "config_hash",
+        hash, "backend", backend, "reloads", reloads, "workers", (json_int_t)n, "top_k",
+        (json_int_t)cfg->top_k, "policies", policies);
     respond_json(r, o);
 }
 
@@ -288,13 +286,15 @@ is_path(const struct http_head *h, const char *p)
 }
 
 bool
-admin_view_handle(struct http_req *r, struct rl_worker *w)
+admin_view_handle(struct http_req *r, struct rl_worker *w, bool authorized)
 {
     const struct http_head *h = r->head;
     const struct rl_config *cfg = worker_config(w);
-    int route = is_path(h, "/admin/ui") ? 0 : is_path(h, "/admin/top") ? 1
-                                          : is_path(h, "/admin/status") ? 2
-                                                                         : -1;
+    int route = is_path(h, "/admin/ui")       ? 0
+                : is_path(h, "/admin/top")    ? 1
+                : is_path(h, "/admin/status") ? 2
+                : is_path(h, "/admin/auth")   ? 3
+                                              : -1;
 
     if (route < 0)
         return false;
@@ -302,7 +302,10 @@ admin_view_handle(struct http_req *r, struct rl_worker *w)
         http_respond_error(r, 405, "Allow: GET, HEAD\r\n", "method not allowed");
     else if (route == 0)
         serve_page(r);
-    else if (!admin_authorized(cfg, h))
+    else if (route == 3) /* what the page asks first: never a 401 */
+        respond_json(r, json_pack("{s:b,s:b}", "token_required", cfg->admin_token != NULL,
+                                  "authorized", authorized));
+    else if (!authorized)
         http_respond_error(r, 401, unauthorized_hdr,
                            "authorization: a valid \"Bearer\" token is required");
     else if (route == 1)

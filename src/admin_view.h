@@ -15,8 +15,10 @@
 
 struct rl_worker;
 
-/* Whether r's path is one of these routes: then r is answered. */
-bool admin_view_handle(struct http_req *r, struct rl_worker *w);
+/* Whether r's path is one of these routes: then r is answered.
+ * authorized: whether r carries the admin token (admin.c: any request
+ * when none is set). */
+bool admin_view_handle(struct http_req *r, struct rl_worker *w, bool authorized);
 
 /* The bytes of src/admin_ui.html (admin_ui_html.c, generated). */
 extern const char admin_ui_html[];

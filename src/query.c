@@ -79,9 +79,8 @@ query_parse(const char *target, size_t len, struct query_param *params, size_t n
                 return RL_ERR;
             }
             params[p].seen = true;
-            if (eq != NULL &&
-                (*why = decode(eq + 1, (size_t)(amp - eq - 1), params[p].out, params[p].size,
-                               &params[p].len)) != NULL)
+            if (eq != NULL && (*why = decode(eq + 1, (size_t)(amp - eq - 1), params[p].out,
+                                             params[p].size, &params[p].len)) != NULL)
                 return RL_ERR;
         }
         q = amp + 1;

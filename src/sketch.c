@@ -13,7 +13,8 @@ index_slots(uint32_t k)
 {
     uint32_t n = 16;
 
-    while (n < 2 * k)
+    /* a quarter full at most: a newcomer's probe ends in a step or two */
+    while (n < 4 * k)
         n <<= 1;
     return n;
 }
@@ -58,15 +59,13 @@ slot_of(const struct sketch *s, uint64_t h)
     return i;
 }
 
-/* Take hash h out of the index: the entries after it in its run move back
- * (no tombstones, so a lookup stops at the first empty slot). */
+/* Empty index slot i: the entries after it in its run move back (no
+ * tombstones, so a lookup stops at the first empty slot). */
 static void
-index_remove(struct sketch *s, uint64_t h)
+index_remove(struct sketch *s, uint32_t i)
 {
-    uint32_t i = slot_of(s, h), j = i;
+    uint32_t j = i;
 
-    if (s->index[i] == 0)
-        return;
     for (;;) {
         uint32_t home;
 
@@ -81,6 +80,7 @@ index_remove(struct sketch *s, uint64_t h)
                 break;
         }
         s->index[i] = s->index[j];
+        s->e[s->index[i] - 1].slot = i;
         i = j;
     }
 }
@@ -143,17 +143,18 @@ sketch_add(struct sketch *s, uint64_t h, const char *id, size_t len, uint64_t w)
         /* the least counter gives its place: its count is the most the
          * newcomer can have had before */
         e = least(s);
-        index_remove(s, e->hash);
+        index_remove(s, e->slot);
         i = slot_of(s, h);
         write_begin(e);
         e->err = e->count;
         e->count += w;
     }
     e->hash = h;
-    e->fulllen = (uint32_t)len;
-    e->idlen = (uint32_t)(len < SKETCH_ID_MAX ? len : SKETCH_ID_MAX);
+    e->fulllen = (uint16_t)(len < UINT16_MAX ? len : UINT16_MAX);
+    e->idlen = (uint16_t)(len < SKETCH_ID_MAX ? len : SKETCH_ID_MAX);
     memcpy(e->id, id, e->idlen);
     write_end(e);
+    e->slot = i;
     s->index[i] = (uint16_t)(e - s->e + 1);
 }
 
@@ -287,9 +288,18 @@ sketch_merge_entries(struct sketch_merge *m, const struct sketch_entry *e, uint3
     if (n < k)
         least = 0;
     m->floor += least;
+    m->gen++;
     for (uint32_t i = 0; i < n; i++) {
         struct sketch_row *row = merge_row(m, &e[i]);
 
+        if (row->gen == m->gen) {
+            /* a second entry of this sketch for the caller (one re-keyed
+             * by its reader): the floor counts it once already */
+            row->count += e[i].count;
+            row->err += e[i].err;
+            continue;
+        }
+        row->gen = m->gen;
         row->count += e[i].count - least;
         /* err may be below least: modular sums, whole again with the floor */
         row->err += e[i].err - least;

@@ -35,17 +35,18 @@ struct sketch_entry {
     uint64_t hash;
     uint64_t count; /* 0: unused */
     uint64_t err;
-    uint32_t idlen;   /* bytes of id kept */
-    uint32_t fulllen; /* the name's length: over idlen when cut */
+    uint16_t idlen;   /* bytes of id kept */
+    uint16_t fulllen; /* the name's length (at most 65535): over idlen when cut */
+    uint32_t slot;    /* its place in the index (the writer's) */
     char id[SKETCH_ID_MAX];
 };
 
 struct sketch {
-    uint32_t k;         /* counters */
-    uint32_t n;         /* in use */
-    uint32_t mask;      /* index slots - 1 */
-    uint16_t *index;    /* entry + 1 by hash, 0 empty (linear probing) */
-    uint64_t total;     /* the weight of everything added */
+    uint32_t k;      /* counters */
+    uint32_t n;      /* in use */
+    uint32_t mask;   /* index slots - 1 */
+    uint16_t *index; /* entry + 1 by hash, 0 empty (linear probing) */
+    uint64_t total;  /* the weight of everything added */
     /* at most the least count (counts only grow): an entry at it is a
      * least one; looked for from cursor on, round robin, so that a stream
      * of newcomers finds one in a step or two, not a scan of k */
@@ -80,6 +81,7 @@ uint64_t sketch_total(const struct sketch *s);
  */
 struct sketch_row {
     uint64_t hash;
+    uint64_t gen; /* the last sketch added to it (sketch_merge.gen) */
     uint64_t count, err;
     uint32_t idlen, fulllen;
     char id[SKETCH_ID_MAX];
@@ -91,6 +93,7 @@ struct sketch_merge {
     uint32_t *index; /* row + 1 by hash */
     size_t mask;
     uint64_t floor; /* the sum of the full sketches' least counts */
+    uint64_t gen;   /* sketches added */
     uint64_t total;
 };
 

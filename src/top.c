@@ -70,8 +70,8 @@ policy_new(uint32_t k)
 }
 
 void
-top_record(struct rl_top *t, int policy_id, const char *id, size_t len, bool denied,
-           int64_t units, int64_t now_us)
+top_record(struct rl_top *t, int policy_id, const char *id, size_t len, uint64_t hash,
+           bool denied, int64_t units, int64_t now_us)
 {
     struct top_policy *p;
     uint64_t minute = (uint64_t)(now_us / TOP_SLOT_US);
@@ -92,8 +92,9 @@ top_record(struct rl_top *t, int policy_id, const char *id, size_t len, bool den
             sketch_clear(p->s[slot][b]);
         __atomic_store_n(&p->minute[slot], minute, __ATOMIC_RELEASE);
     }
-    sketch_add(p->s[slot][denied ? TOP_BY_DENIED : TOP_BY_UNITS], keytable_hash(id, len), id,
-               len, denied ? 1 : (uint64_t)units);
+    sketch_add(p->s[slot][denied ? TOP_BY_DENIED : TOP_BY_UNITS],
+               hash != 0 ? hash : keytable_hash(id, len), id, len,
+               denied ? 1 : (uint64_t)units);
 }
 
 /* Add the minutes [first, last] of every worker's policy to m. */
@@ -118,6 +119,11 @@ merge_kind(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by, 
             if (a == NO_MINUTE || a < first || a > last)
                 continue;
             got_n = sketch_read(p->s[j][by], got, &total);
+            /* a caller by its name (a whole one): the hash a check gave
+             * it may differ across a reload */
+            for (uint32_t e = 0; e < got_n; e++)
+                if (got[e].idlen == got[e].fulllen)
+                    got[e].hash = keytable_hash(got[e].id, got[e].idlen);
             /* kept only if the slot still held that minute after: one
              * cleared meanwhile is left out (its minute is over) */
             __atomic_thread_fence(__ATOMIC_ACQUIRE);

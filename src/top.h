@@ -45,23 +45,26 @@ size_t top_policy_bytes(uint32_t k);
 /*
  * On t's worker: a check of the policy `policy_id` by the caller whose
  * escaped identity (as its key shows it: identity.h) is id, at now_us
- * (monotonic): denied, or allowed with `units` (0: nothing counted).
+ * (monotonic): denied, or allowed with `units` (0: nothing counted).  hash:
+ * a keyed hash naming that caller the check computed already (the deny
+ * cache's), or 0: the identity's is computed.  A caller named by two hashes
+ * (its policy reloaded) is one caller again when read.
  */
-void top_record(struct rl_top *t, int policy_id, const char *id, size_t len, bool denied,
-                int64_t units, int64_t now_us);
+void top_record(struct rl_top *t, int policy_id, const char *id, size_t len, uint64_t hash,
+                bool denied, int64_t units, int64_t now_us);
 
 /* One caller of a merged answer. */
 struct top_caller {
     char identity[RL_IDENTITY_MAX + 1]; /* typed, unescaped; NUL-terminated */
     size_t identity_len;
-    bool cut;              /* the name was longer than was kept */
+    bool cut;                      /* the name was longer than was kept */
     uint64_t figure[TOP_BY_COUNT]; /* each the most it can be */
-    uint64_t error_bound;  /* of the figure ranked by */
+    uint64_t error_bound;          /* of the figure ranked by */
 };
 
 struct top_answer {
-    uint64_t total;       /* of the figure ranked by, every caller */
-    int64_t interval_us;  /* the time the answer covers */
+    uint64_t total;      /* of the figure ranked by, every caller */
+    int64_t interval_us; /* the time the answer covers */
     size_t n;
     struct top_caller *callers; /* n, heaviest first */
 };
@@ -72,8 +75,8 @@ struct top_answer {
  * merged over the n workers' tables (NULL ones skipped).  top_answer_free
  * it.
  */
-void top_read(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by,
-              int minutes, size_t max, int64_t now_us, struct top_answer *out);
+void top_read(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by, int minutes,
+              size_t max, int64_t now_us, struct top_answer *out);
 void top_answer_free(struct top_answer *a);
 
 /* ratelimitd_top_caller_share: for each policy of cfg, the heaviest

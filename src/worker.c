@@ -374,7 +374,9 @@ apply_news(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req
            int64_t sent_us, const struct rl_check_res *res)
 {
     if (w->env.deny != NULL)
-        deny_cache_forget(w->env.deny, req->policy->uid, req->key, req->key_len);
+        deny_cache_forget_hashed(w->env.deny,
+                                 check_key_hash(req->policy, req->key, req->key_len),
+                                 req->policy->uid, req->key, req->key_len);
     if (w->env.hybrid != NULL && req->policy->mode == RL_MODE_HYBRID)
         hybrid_admin_done(w->env.hybrid, cfg, req->policy, req->key, req->key_len, sent_us,
                           req, res);

@@ -203,10 +203,10 @@ START_TEST(top_minutes_and_workers)
 
     /* minute 100 on both workers; an older minute only on one */
     for (int i = 0; i < 6; i++)
-        top_record(t[i % 2], 3, "k:alice", 7, true, 0, now);
-    top_record(t[0], 3, "k:bob", 5, true, 0, now);
-    top_record(t[1], 3, "k:bob", 5, false, 40, now);
-    top_record(t[0], 3, "k:old", 5, true, 0, now - 5 * MIN_US);
+        top_record(t[i % 2], 3, "k:alice", 7, 0, true, 0, now);
+    top_record(t[0], 3, "k:bob", 5, 0, true, 0, now);
+    top_record(t[1], 3, "k:bob", 5, 0, false, 40, now);
+    top_record(t[0], 3, "k:old", 5, 0, true, 0, now - 5 * MIN_US);
     top_read(t, 2, 3, TOP_BY_DENIED, 1, 10, now, &a);
     ck_assert_uint_eq(a.total, 7);
     ck_assert_uint_eq(a.n, 2);
@@ -223,7 +223,7 @@ START_TEST(top_minutes_and_workers)
     ck_assert_uint_eq(a.n, 3);
     top_answer_free(&a);
     /* its slot reused 16 minutes on: the old minute is out of every interval */
-    top_record(t[0], 3, "k:new", 5, true, 0, now + 11 * MIN_US);
+    top_record(t[0], 3, "k:new", 5, 0, true, 0, now + 11 * MIN_US);
     top_read(t, 2, 3, TOP_BY_DENIED, 15, 10, now + 11 * MIN_US, &a);
     ck_assert_uint_eq(a.total, 8);
     top_answer_free(&a);
@@ -241,6 +241,29 @@ START_TEST(top_minutes_and_workers)
 }
 END_TEST
 
+START_TEST(one_caller_under_two_hashes)
+{
+    struct rl_top *t = top_new(2);
+    struct top_answer a;
+
+    /* a caller under two hashes (a check hashes it with its deny cache's
+     * key; a policy that gives its limits identities of their own on a
+     * reload, by its identity alone): read, one caller, counted whole */
+    for (int i = 0; i < 5; i++)
+        top_record(t, 2, "k:carol", 7, 0x1111, true, 0, MIN_US);
+    for (int i = 0; i < 3; i++)
+        top_record(t, 2, "k:carol", 7, 0x2222, true, 0, MIN_US);
+    top_read(&t, 1, 2, TOP_BY_DENIED, 1, 10, MIN_US, &a);
+    ck_assert_uint_eq(a.n, 1);
+    ck_assert_str_eq(a.callers[0].identity, "k:carol");
+    ck_assert_uint_eq(a.callers[0].figure[TOP_BY_DENIED], 8);
+    ck_assert_uint_eq(a.callers[0].error_bound, 0);
+    ck_assert_uint_eq(a.total, 8);
+    top_answer_free(&a);
+    top_free(t);
+}
+END_TEST
+
 START_TEST(identity_shown_unescaped)
 {
     struct rl_top *t = top_new(4);
@@ -248,7 +271,7 @@ START_TEST(identity_shown_unescaped)
     /* identity_key's escape of "k:<img src=x onerror=alert(1)>" */
     static const char esc[] = "k:%3Cimg%20src=x%20onerror=alert%281%29%3E";
 
-    top_record(t, 1, esc, strlen(esc), true, 0, MIN_US);
+    top_record(t, 1, esc, strlen(esc), 0, true, 0, MIN_US);
     top_read(&t, 1, 1, TOP_BY_DENIED, 1, 10, MIN_US, &a);
     ck_assert_uint_eq(a.n, 1);
     ck_assert_str_eq(a.callers[0].identity, "k:<img src=x onerror=alert(1)>");
@@ -266,7 +289,7 @@ START_TEST(long_identity_cut)
 
     memset(id, 'a', sizeof(id));
     memcpy(id, "k:", 2);
-    top_record(t, 1, id, sizeof(id), true, 0, MIN_US);
+    top_record(t, 1, id, sizeof(id), 0, true, 0, MIN_US);
     top_read(&t, 1, 1, TOP_BY_DENIED, 1, 10, MIN_US, &a);
     ck_assert_uint_eq(a.n, 1);
     ck_assert(a.callers[0].cut);
@@ -288,6 +311,7 @@ main(void)
     tcase_add_test(tc, merge_of_workers_keeps_the_bounds);
     tcase_add_test(tc, caller_only_in_one_worker);
     tcase_add_test(tc, top_minutes_and_workers);
+    tcase_add_test(tc, one_caller_under_two_hashes);
     tcase_add_test(tc, identity_shown_unescaped);
     tcase_add_test(tc, long_identity_cut);
     suite_add_tcase(s, tc);
