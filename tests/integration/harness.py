@@ -1753,6 +1753,41 @@ def script_calls(redis):
     return commandstat_calls(redis, "fcall", "evalsha")
 
 
+class AdminDaemon:
+    """A daemon (of `workers`) with `policies`, identity from the body,
+    admin_listen on a loopback port of its own and, given `token`, an
+    admin_token_file holding it; more options in `config`.  .d the Daemon,
+    .port and .aport its listeners, .r the Redis."""
+
+    def __init__(self, server, policies, token=None, workers=2, **config):
+        self.r = server
+        self.aport = free_port()
+        cfg = {"identity": ["body"], "admin_listen": "127.0.0.1:%d" % self.aport,
+               "policies": policies}
+        if token is not None:
+            tok = os.path.join(tmpdir(), "admin-token-%d" % self.aport)
+            with open(tok, "w") as f:
+                f.write(token + "\n")
+            cfg["admin_token_file"] = tok
+        cfg.update(config)
+        self.d = Daemon(cfg, redis=server, workers=workers)
+        self.port = self.d.port
+
+    def close(self):
+        self.d.kill()
+
+
+@contextlib.contextmanager
+def admin_fixture(policies, token=None, **kw):
+    """A Redis and an AdminDaemon on it, yielded."""
+    with Redis() as r:
+        a = AdminDaemon(r, policies, token, **kw)
+        try:
+            yield a
+        finally:
+            a.close()
+
+
 _node_projects = {}
 _node_lock = threading.Lock()
 

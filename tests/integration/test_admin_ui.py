@@ -14,7 +14,6 @@ Not in VALGRIND_TESTS: the routes the page calls are test_top.py's, which
 runs there; a browser polling a daemon slowed fifty times tells nothing
 more."""
 
-import contextlib
 import json
 import os
 import shutil
@@ -103,9 +102,9 @@ def t_page_in_a_browser(f):
 
 def t_page_without_token(f):
     # no admin_token_file: the page asks for none and shows the data at once
-    aport = H.free_port()
-    cfg = {"identity": ["body"], "admin_listen": "127.0.0.1:%d" % aport, "policies": POLICIES}
-    with H.Daemon(cfg, redis=f.r) as d:
+    a = H.AdminDaemon(f.r, POLICIES, workers=1)
+    d, aport = a.d, a.aport
+    try:
         st = H.pipelined(d.port, [H.http_bytes("POST", "/check", json.dumps(
             {"policy": "api", "key": "k%d" % i}).encode(), {"Content-Type": "application/json"})
             for i in (1, 1, 1, 1, 2, 2, 2, 2, 2, 2)])
@@ -118,6 +117,8 @@ def t_page_without_token(f):
         eq(got["console_errors"] + got["page_errors"], [], "errors")
         eq(got["token_in_session"], None, "no token kept")
         eq(post(d.port, {"policy": "api", "key": "k2"})[2].get("blocked"), True, "k2 blocked")
+    finally:
+        a.close()
 
 
 CASES = [
@@ -127,25 +128,8 @@ CASES = [
 ]
 
 
-class Fixture:
-    def __init__(self, r):
-        self.r = r
-        tok = os.path.join(H.tmpdir(), "admin-token")
-        with open(tok, "w") as fh:
-            fh.write(TOKEN + "\n")
-        self.aport = H.free_port()
-        self.d = H.Daemon({"identity": ["body"], "admin_listen": "127.0.0.1:%d" % self.aport,
-                           "admin_token_file": tok, "policies": POLICIES}, redis=r, workers=2)
-
-
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r:
-        f = Fixture(r)
-        try:
-            yield f
-        finally:
-            f.d.kill()
+    return H.admin_fixture(POLICIES, TOKEN)
 
 
 if __name__ == "__main__":

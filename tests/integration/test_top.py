@@ -6,7 +6,6 @@ sketch's error stated; its query read strictly; the admin token asked as for
 every admin route; the page served without it.  Against the real daemon (two
 workers) and a real Redis."""
 
-import contextlib
 import json
 import os
 import random
@@ -239,27 +238,8 @@ CASES = [
 ]
 
 
-class Fixture:
-    def __init__(self, r):
-        self.r = r
-        tok = os.path.join(H.tmpdir(), "admin-token")
-        with open(tok, "w") as f:
-            f.write(TOKEN + "\n")
-        self.aport = H.free_port()
-        self.d = H.Daemon({"identity": ["body"], "admin_listen": "127.0.0.1:%d" % self.aport,
-                           "admin_token_file": tok, "redis": {"timeout": "2s"},
-                           "policies": POLICIES}, redis=r, workers=2)
-        self.port = self.d.port
-
-
-@contextlib.contextmanager
 def fixture():
-    with H.Redis() as r:
-        f = Fixture(r)
-        try:
-            yield f
-        finally:
-            f.d.kill()
+    return H.admin_fixture(POLICIES, TOKEN, redis={"timeout": "2s"})
 
 
 if __name__ == "__main__":
