@@ -19,6 +19,7 @@
 #include "pathnorm.h"
 #include "policy.h"
 #include "response.h"
+#include "top.h"
 #include "util.h"
 
 /*
@@ -54,13 +55,20 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch;        /* of the backend when the check was sent */
-    int hybrid;            /* a hybrid policy's key unknown locally */
-    int delay;             /* holds a place in env->delayed */
-    int stale;             /* decided locally after a failed sync */
-    int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
-    int hits;              /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
-    int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    uint64_t epoch;      /* of the backend when the check was sent */
+    int hybrid;          /* a hybrid policy's key unknown locally */
+    int delay;           /* holds a place in env->delayed */
+    int stale;           /* decided locally after a failed sync */
+    int charge;          /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int hits;            /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
+    int caller_deadline; /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    /* the escaped identity in key, [id_off, id_end): counted by env->top
+     * (0, 0: a check of keys named elsewhere, rls.c's) */
+    uint16_t id_off, id_end;
+    /* check_key_hash of the key, when hashed: what the deny cache and
+     * env->top file the caller under, computed once */
+    int hashed;
+    uint64_t hash;
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
@@ -200,6 +208,13 @@ lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, s
     return buf;
 }
 
+uint64_t
+check_key_hash(const struct rl_policy *policy, const char *key, size_t len)
+{
+    return deny_cache_hash(0x9e3779b97f4a7c15ULL * (uint64_t)(policy->metrics_id + 1), key,
+                           len);
+}
+
 /* Answer the check from res, then free it: every path ends here once. */
 static void
 finish(struct check_op *op, const struct rl_check_res *res)
@@ -273,6 +288,14 @@ finish(struct check_op *op, const struct rl_check_res *res)
                                                  : RL_OUT_DENIED);
     if (capped(op, &d))
         __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
+    /* who is denied, who spends: decided answers only (top.h) */
+    if (op->env->top != NULL && op->id_end > op->id_off && d.status != 503 && !d.degraded) {
+        bool denied = !op->charge && (!d.allowed || d.would_deny);
+
+        top_record(op->env->top, op->policy->metrics_id, op->key + op->id_off,
+                   (size_t)(op->id_end - op->id_off), op->hashed ? op->hash : 0, denied,
+                   denied || !(op->charge || d.allowed) ? 0 : op->req.cost, op->start_us);
+    }
     /* no wait: the place it held is free now (a held one's, when answered) */
     if (op->delay && d.delayed_ms == 0)
         check_delay_done(op->env);
@@ -330,8 +353,12 @@ on_backend(const struct rl_check_res *res, void *arg)
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
-        deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, dcost, op->epoch,
-                       op->start_us, res);
+        if (op->hashed)
+            deny_cache_put_hashed(op->env->deny, op->hash, op->policy->uid, dkey, dlen, dcost,
+                                  op->epoch, op->start_us, res);
+        else
+            deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, dcost, op->epoch,
+                           op->start_us, res);
     }
     if (res->status == RL_BACKEND_OK && op->hybrid)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
@@ -631,6 +658,10 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         return RL_ERR;
     }
     op->req.key_len = klen;
+    /* "{<prefix><keyname>:<id>}" or "{<prefix><keyname>}:<id>" */
+    op->id_off = (uint16_t)(strlen(cfg->redis.key_prefix) + strlen(keyname) +
+                            (policy->limit_ids ? 3 : 2));
+    op->id_end = (uint16_t)(policy->limit_ids ? klen : klen - 1);
     /* only a request's check (not gRPC's, not the admin's) is held */
     start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, how, done, arg);
     return RL_OK;
@@ -687,6 +718,12 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
     op->req.timeout_ms = op->caller_deadline ? timeout_ms : cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     op->epoch = env->backend->epoch;
+    /* one keyed hash of the key for the deny cache and the heavy callers
+     * (the deny cache's key is the check's unless limits have their own) */
+    if (op->lk == NULL && op->id_end > op->id_off && (env->top != NULL || env->deny != NULL)) {
+        op->hash = check_key_hash(policy, op->key, op->req.key_len);
+        op->hashed = 1;
+    }
     if (env->hybrid != NULL)
         hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
@@ -703,8 +740,11 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
-        if (deny_cache_get(env->deny, policy->uid, dkey, dlen, deny_cost(op),
-                           env->backend->epoch, op->start_us, &cached)) {
+        if (op->hashed ? deny_cache_get_hashed(env->deny, op->hash, policy->uid, dkey, dlen,
+                                               deny_cost(op), env->backend->epoch,
+                                               op->start_us, &cached)
+                       : deny_cache_get(env->deny, policy->uid, dkey, dlen, deny_cost(op),
+                                        env->backend->epoch, op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
             /* hits a denial leaves uncounted are over the limit, all of
              * them: the overdraft they would have made */

@@ -20,6 +20,7 @@ struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
 struct rl_policy;
+struct rl_top;
 struct slab;
 
 /* What a worker lends each check. */
@@ -31,6 +32,7 @@ struct rl_check_env {
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
     /* checks' own limits read lately (caller_limits.h); NULL: none kept */
     struct rl_caller_limits *caller_limits;
+    struct rl_top *top;      /* NULL: heavy callers not counted (top.h) */
     int64_t (*now_us)(void); /* NULL: now_monotonic_us (tests drive it) */
     struct slab *slab;       /* NULL: malloc; the worker's blocks for per-call state */
     /* The worker's checks that may be held for a policy's max_delay: sent
@@ -123,6 +125,13 @@ int check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
                      const struct rl_policy *policy, const char *const *keys,
                      const size_t *lens, int64_t cost, int64_t timeout_ms, rl_check_done done,
                      void *arg, char **cause) RL_WUR;
+
+/*
+ * The keyed hash (keytable.h) a check's key is filed under in the deny
+ * cache, and its caller in top.h's tables: the same across reloads (salted
+ * by the policy's name, not its uid), so that a caller stays one caller.
+ */
+uint64_t check_key_hash(const struct rl_policy *policy, const char *key, size_t len);
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

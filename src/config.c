@@ -348,6 +348,8 @@ static const struct schema_field top_fields[] = {
     {.name = "deny_cache", .type = SCHEMA_BOOL, .off = TOP(deny_cache), .def = "true"},
     {.name = "deny_cache_size", .type = SCHEMA_INT, .off = TOP(deny_cache_size),
      .def = "65536", .min = 16, .max = 16 * 1024 * 1024, .flags = SCHEMA_RESTART},
+    {.name = "top_k", .type = SCHEMA_INT, .off = TOP(top_k), .def = "32", .min = 0, .max = 64,
+     .flags = SCHEMA_RESTART},
     {.name = "hybrid_table_size", .type = SCHEMA_INT, .off = TOP(hybrid_table_size),
      .def = "65536", .min = 16, .max = 16 * 1024 * 1024, .flags = SCHEMA_RESTART},
     {.name = "shutdown_grace", .type = SCHEMA_DURATION, .off = TOP(shutdown_grace_ms),

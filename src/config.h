@@ -63,6 +63,7 @@ struct rl_config {
     int forward_auth;          /* any method on /check and /check/... */
     int64_t access_log;        /* log one check in N; 0: off */
     int64_t deny_cache_size;   /* slots per worker */
+    int64_t top_k;             /* counters of each heavy-hitters sketch (top.h); 0: none */
     int64_t hybrid_table_size; /* hybrid keys known per worker, at most */
     int64_t shutdown_grace_ms;
     struct rl_http_conf http;

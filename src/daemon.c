@@ -575,6 +575,7 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
 static void
 serve(struct run_state *rs, const struct rl_config *cfg)
 {
+    metrics_started();
     log_info(LOG_MSG("ratelimitd started"), LOG_S("version", PACKAGE_VERSION),
              LOG_S("listen", cfg->listen), LOG_U("workers", nworkers),
              LOG_S("backend", backend_for(cfg)->name));

@@ -32,6 +32,8 @@ static int rls_slot[RLS_SLOTS]; /* id + 1; 0: free */
 static int rls_n;
 
 static uint64_t reloads_ok, reloads_failed, config_hash;
+/* the last reload's outcome (1 ok, 0 failed, -1 none yet) and time (Unix us) */
+static int64_t reload_last = -1, reload_last_us, started_us;
 static const char *const redis_error_kinds[RL_RERR_COUNT] = {
     "oom",      "readonly",  "masterdown", "loading",   "busy",
     "noscript", "wrongtype", "cluster",    "bad_reply", "other"};
@@ -190,8 +192,27 @@ metrics_admin_result_name(enum rl_admin_result r)
 }
 
 void
+metrics_started(void)
+{
+    __atomic_store_n(&started_us, now_monotonic_us(), __ATOMIC_RELAXED);
+}
+
+void
+metrics_reloads(struct rl_reload_state *out)
+{
+    out->ok = __atomic_load_n(&reloads_ok, __ATOMIC_RELAXED);
+    out->failed = __atomic_load_n(&reloads_failed, __ATOMIC_RELAXED);
+    out->last = (int)__atomic_load_n(&reload_last, __ATOMIC_RELAXED);
+    out->last_unix_us = __atomic_load_n(&reload_last_us, __ATOMIC_RELAXED);
+    out->config_hash = __atomic_load_n(&config_hash, __ATOMIC_RELAXED);
+    out->started_us = __atomic_load_n(&started_us, __ATOMIC_RELAXED);
+}
+
+void
 metrics_reload(int ok, uint64_t hash)
 {
+    __atomic_store_n(&reload_last, ok ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&reload_last_us, now_unix_us(), __ATOMIC_RELAXED);
     if (ok) {
         ADD(&reloads_ok);
         metrics_set_config_hash(hash);

@@ -152,6 +152,16 @@ const char *metrics_admin_result_name(enum rl_admin_result r);
  * where they happen, redis_conn.c, and read from there). */
 void metrics_reload(int ok, uint64_t config_hash);
 void metrics_set_config_hash(uint64_t hash);
+/* The daemon started (now, for uptime). */
+void metrics_started(void);
+/* Reloads so far, and the last one's outcome (GET /admin/status). */
+struct rl_reload_state {
+    uint64_t ok, failed, config_hash;
+    int last;             /* 1 ok, 0 failed, -1 none yet */
+    int64_t last_unix_us; /* when */
+    int64_t started_us;   /* monotonic: metrics_started */
+};
+void metrics_reloads(struct rl_reload_state *out);
 
 /* Everything, summed over `n` workers' metrics. */
 void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker, size_t n);

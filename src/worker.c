@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "slab.h"
+#include "top.h"
 #include "util.h"
 #include "worker.h"
 
@@ -380,7 +381,9 @@ apply_news(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req
            int64_t sent_us, const struct rl_check_res *res)
 {
     if (w->env.deny != NULL)
-        deny_cache_forget(w->env.deny, req->policy->uid, req->key, req->key_len);
+        deny_cache_forget_hashed(w->env.deny,
+                                 check_key_hash(req->policy, req->key, req->key_len),
+                                 req->policy->uid, req->key, req->key_len);
     if (w->env.hybrid != NULL && req->policy->mode == RL_MODE_HYBRID)
         hybrid_admin_done(w->env.hybrid, cfg, req->policy, req->key, req->key_len, sent_us,
                           req, res);
@@ -507,6 +510,32 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
     if (w->cfg->rls.envoy_metrics)
         metrics_format_envoy(out, ms, n);
     metrics_format_admin(out, ms, n);
+    {
+        struct rl_top *tops[256];
+
+        worker_tops(w, tops, RL_ARRAY_LEN(tops));
+        top_format_metrics(out, tops, n, w->cfg, now_monotonic_us());
+    }
+}
+
+size_t
+worker_all_counters(const struct rl_worker *w, struct rl_metrics **out, size_t max)
+{
+    size_t n = w->npeers < max ? w->npeers : max;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = w->peers[i]->metrics;
+    return n;
+}
+
+size_t
+worker_tops(const struct rl_worker *w, struct rl_top **out, size_t max)
+{
+    size_t n = w->npeers < max ? w->npeers : max;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = w->peers[i]->env.top;
+    return n;
 }
 
 int
@@ -547,6 +576,9 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
     /* a tenant sends the same "limits" with every check: read them once */
     w->env.caller_limits = caller_limits_new();
     w->env.delayed = &w->delayed;
+    /* the heaviest callers of each policy (GET /admin/top) */
+    if (cfg->top_k > 0)
+        w->env.top = top_new((uint32_t)cfg->top_k);
     /* only worth it when the answer costs a round trip */
     if (cfg->backend == RL_BACKEND_REDIS) {
         w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
@@ -663,6 +695,7 @@ worker_free(struct rl_worker *w)
     deny_cache_free(w->env.deny);
     slab_purge(&w->slab); /* after the backends answered every call */
     caller_limits_free(w->env.caller_limits);
+    top_free(w->env.top);
     config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
     config_unref(w->cfg);
     if (w->exited_ev != NULL)

@@ -1753,6 +1753,66 @@ def script_calls(redis):
     return commandstat_calls(redis, "fcall", "evalsha")
 
 
+class AdminDaemon:
+    """A daemon (of `workers`) with `policies`, identity from the body,
+    admin_listen on a loopback port of its own and, given `token`, an
+    admin_token_file holding it; more options in `config`.  .d the Daemon,
+    .port and .aport its listeners, .r the Redis."""
+
+    def __init__(self, server, policies, token=None, workers=2, **config):
+        self.r = server
+        self.aport = free_port()
+        cfg = {"identity": ["body"], "admin_listen": "127.0.0.1:%d" % self.aport,
+               "policies": policies}
+        if token is not None:
+            tok = os.path.join(tmpdir(), "admin-token-%d" % self.aport)
+            with open(tok, "w") as f:
+                f.write(token + "\n")
+            cfg["admin_token_file"] = tok
+        cfg.update(config)
+        self.d = Daemon(cfg, redis=server, workers=workers)
+        self.port = self.d.port
+
+    def close(self):
+        self.d.kill()
+
+
+@contextlib.contextmanager
+def admin_fixture(policies, token=None, **kw):
+    """A Redis and an AdminDaemon on it, yielded."""
+    with Redis() as r:
+        a = AdminDaemon(r, policies, token, **kw)
+        try:
+            yield a
+        finally:
+            a.close()
+
+
+_node_projects = {}
+_node_lock = threading.Lock()
+
+
+def node_project(src, files, timeout=600):
+    """A copy of the npm project in `src` (its `files`, package.json,
+    package-lock.json and .npmrc among them) with its packages installed from
+    the lock (npm ci, no install scripts), once per process: its directory."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise HarnessError("%s not found in PATH (Debian packages nodejs, npm)" % tool)
+    with _node_lock:
+        if src not in _node_projects:
+            d = os.path.join(tmpdir(), os.path.basename(src))
+            os.makedirs(d, exist_ok=True)
+            for f in files:
+                shutil.copy(os.path.join(src, f), d)
+            r = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                               cwd=d, capture_output=True, timeout=timeout)
+            if r.returncode != 0:
+                raise HarnessError("npm ci in %s failed:\n%s" % (d, r.stderr.decode()[-2000:]))
+            _node_projects[src] = d
+        return _node_projects[src]
+
+
 @contextlib.contextmanager
 def redis_and_daemon(config, **daemon_args):
     """The usual fixture: a Redis (of RL_TOPOLOGY) and one Daemon with
