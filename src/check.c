@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "netaddr.h"
 #include "pathnorm.h"
+#include "pending.h"
 #include "policy.h"
 #include "response.h"
 #include "util.h"
@@ -49,6 +50,8 @@ struct check_op {
     int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
     int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int kept;              /* a charge sent through env->pending: it counts the units */
+    int full;              /* not kept: env->pending is full */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
@@ -197,7 +200,16 @@ finish(struct check_op *op, const struct rl_check_res *res)
     struct rl_config *cfg = op->cfg;
     char lease[RL_LEASE_ID_MAX];
 
-    if (res->status == RL_BACKEND_OK) {
+    if (res == NULL) {
+        /* a charge kept for the backend (202), or refused for want of room */
+        memset(&d, 0, sizeof(d));
+        d.status = op->full ? 503 : 202;
+        d.policy = op->policy;
+        d.charge = 1;
+        d.charged = op->req.cost;
+        d.pending = !op->full;
+        d.backlog_full = op->full;
+    } else if (res->status == RL_BACKEND_OK) {
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
         d.lease = lease_of(op, res, lease, sizeof(lease));
@@ -208,7 +220,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
             d.charge = 1;
             d.charged = op->req.cost;
             d.status = 200;
-            metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
+            if (!op->kept) /* else counted as applied, late ones too */
+                metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
         }
     } else if (op->charge) {
         /* nothing counted: no failure_mode answers as if it had been */
@@ -305,6 +318,17 @@ on_backend(const struct rl_check_res *res, void *arg)
         log_debug(LOG_MSG("backend failed"), LOG_S("policy", op->policy->name),
                   LOG_Q("error", res->error ? res->error : ""));
     finish(op, res);
+}
+
+/* A charge's answer from env->pending: the backend's (applied), or NULL:
+ * kept, applied once the backend takes it. */
+static void
+on_kept(const struct rl_check_res *res, void *arg)
+{
+    if (res != NULL)
+        on_backend(res, arg);
+    else
+        finish(arg, NULL);
 }
 
 /*
@@ -659,6 +683,17 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
             return;
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
+    }
+    /* a charge is never dropped while the daemon runs: kept for a backend
+     * that cannot take it now, answered 202 within redis.timeout */
+    if (op->charge && env->pending != NULL) {
+        op->kept = 1;
+        if (pending_submit(env->pending, cfg, &op->req, policy->metrics_id, on_kept, op) !=
+            RL_OK) {
+            op->full = 1;
+            finish(op, NULL);
+        }
+        return;
     }
     if (env->deny != NULL && cfg->deny_cache &&
         !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {

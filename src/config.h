@@ -59,6 +59,7 @@ struct rl_config {
     int64_t max_body;
     int64_t max_inflight;      /* per worker; past it a fast 503 */
     int64_t max_delayed;       /* per worker: checks held for max_delay at once */
+    int64_t max_pending_charges; /* per worker: charges kept for the backend (pending.h) */
     int deny_cache;            /* answer known denials locally */
     int forward_auth;          /* any method on /check and /check/... */
     int64_t access_log;        /* log one check in N; 0: off */
