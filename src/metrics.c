@@ -275,7 +275,8 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_charges_refused_total Charges answered 503: backlog full.\n"
         "# TYPE ratelimitd_charges_refused_total counter\n"
         "ratelimitd_charges_refused_total %llu\n",
-        (unsigned long long)SUM(charges_pending), (unsigned long long)SUM(charges_pending_units),
+        (unsigned long long)SUM(charges_pending),
+        (unsigned long long)SUM(charges_pending_units),
         (unsigned long long)SUM(charges_deferred), (unsigned long long)SUM(charges_lost),
         (unsigned long long)SUM(charges_refused));
 }

@@ -46,8 +46,8 @@ struct rl_pending {
     struct rl_backend *be;
     struct rl_metrics *m;
     struct pentry *head, *tail;
-    size_t count;   /* entries */
-    size_t nsent;   /* entries sent, callback owed */
+    size_t count;    /* entries */
+    size_t nsent;    /* entries sent, callback owed */
     size_t nwaiting; /* entries not sent: sent again in order */
     int64_t units;
     uint64_t writer, seq; /* RL_CHECK_ONCE: this queue's id, the last seq */

@@ -627,7 +627,8 @@ worker_free(struct rl_worker *w)
     if (w->local != NULL)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid); /* its timer lives on the base */
-    pending_free(w->env.pending); /* logs what it could not apply */
+    /* logs what it could not apply */
+    pending_free(w->env.pending);
     http_server_free(w->http);
     http_server_free(w->admin);
     grpc_server_free(w->rls); /* calls still owed were answered above */
