@@ -185,7 +185,13 @@ on_sent(const struct rl_check_res *res, void *arg)
      * reads a resend of one that ran) */
     p->nwaiting++;
     p->stalled = 1;
-    e->errors = res->status == RL_BACKEND_ERROR ? e->errors + 1 : 0;
+    /* only an error that no wait mends counts towards giving up: a Cluster
+     * slot that moves (TRYAGAIN, CLUSTERDOWN), a failover (READONLY), OOM
+     * or LOADING end, and the charge with them */
+    e->errors = res->status == RL_BACKEND_ERROR && res->error != NULL &&
+                        strncmp(res->error, "WRONGTYPE", 9) == 0
+                    ? e->errors + 1
+                    : 0;
     log_debug(LOG_MSG("charge kept"), LOG_S("policy", e->policy.name),
               LOG_I("units", e->req.cost), LOG_Q("error", res->error ? res->error : ""));
     if (e->errors >= PENDING_ERRORS_MAX) {

@@ -38,7 +38,8 @@ struct rl_pending;
 
 /* How often kept operations are offered to a backend that was not ready. */
 #define PENDING_RETRY_MS 100
-/* Error replies in a row after which an operation is given up (lost). */
+/* WRONGTYPE replies in a row (a key of the charge holds another type: no
+ * wait mends it) after which an operation is given up (lost). */
 #define PENDING_ERRORS_MAX 100
 
 /*

@@ -55,7 +55,7 @@ probe_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
 {
     struct probe *p = (struct probe *)be;
     struct rl_check_res down = {.status = RL_BACKEND_DOWN, .error = "probe: down"};
-    struct rl_check_res err = {.status = RL_BACKEND_ERROR, .error = "probe: WRONGTYPE"};
+    struct rl_check_res err = {.status = RL_BACKEND_ERROR, .error = "WRONGTYPE: a key of the check holds a value of the wrong type"};
 
     ck_assert_uint_lt(p->n, RECORDED_MAX);
     p->seen[p->n++] = *req;
