@@ -22,7 +22,6 @@ sleeps: every wait is for a state the daemon or Redis reports.
 import os
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -109,85 +108,30 @@ def fcalls(r):
     return H.commandstat_calls(r, "fcall", "evalsha", "eval")
 
 
-class ReplyEater:
-    """A TCP relay on a free loopback port to a Redis that, while `eat` is
-    set, drops what Redis answers: a command runs, its reply never comes
-    (a reply lost on the way, deterministically)."""
-
-    def __init__(self, upstream):
-        self.upstream = upstream
-        self.eat = threading.Event()
-        self.ls = socket.create_server(("127.0.0.1", 0))
-        self.port = self.ls.getsockname()[1]
-        self.socks = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    url = property(lambda self: "redis://127.0.0.1:%d/0" % self.port)
-
-    def daemon_config(self):
-        return None
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.ls.accept()
-                u = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
-            except OSError:
-                return
-            self.socks += [c, u]
-            threading.Thread(target=self._pump, args=(c, u, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c, True), daemon=True).start()
-
-    def _pump(self, a, b, reply):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                if not (reply and self.eat.is_set()):
-                    b.sendall(data)
-        except OSError:
-            pass
-        for x in (a, b):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.ls.close()
-        for x in self.socks:
-            x.close()
-
-
 def t_reply_lost_once():
     """A charge Redis ran whose reply was lost: answered 202, its connection
     dropped as stalled, sent again on the next: applied once, though Redis
     ran it twice."""
-    with H.Redis(topology="standalone") as r:
-        eater = ReplyEater(r.port)
-        try:
-            with H.Daemon(config(), redis=eater) as d:
-                eq(counted(d, "lr"), 0, "a new key")
-                base = fcalls(r)
-                eater.eat.set()
-                st, _, b, dt = charge(d, "lr", 1234)
-                expect_pending(st, b, dt, 1234, "a charge whose reply is lost")
-                H.wait_for(lambda: fcalls(r) > base, "Redis ran the charge", timeout=5 * H.SLOW)
-                # the daemon drops the stalled connection: the charge fails
-                # there, and the relay lets the next one's replies through
-                H.wait_for(lambda: "dropping the redis connection" in d.log(),
-                           "the stalled connection dropped", timeout=15 * H.SLOW)
-                eater.eat.clear()
-                H.wait_for(lambda: pending(d) == 0, "the kept charge applied", timeout=15 * H.SLOW)
-                ran = fcalls(r) - base
-                check(ran >= 2, "Redis ran %d script calls: the charge was not sent again", ran)
-                eq(counted(d, "lr"), 1234, "the count: the charge once, though sent twice")
-                eq(H.metric(d, "ratelimitd_charged_units_total", {"policy": "tokens"}), 1234,
-                   "ratelimitd_charged_units_total")
-                eq(d.stop(), 0, "exit status")
-        finally:
-            eater.close()
+    with H.Redis(topology="standalone") as r, H.Relay(r.port) as eater, \
+            H.Daemon(config(), redis=eater) as d:
+        eq(counted(d, "lr"), 0, "a new key")
+        base = fcalls(r)
+        eater.eat.set()
+        st, _, b, dt = charge(d, "lr", 1234)
+        expect_pending(st, b, dt, 1234, "a charge whose reply is lost")
+        H.wait_for(lambda: fcalls(r) > base, "Redis ran the charge", timeout=5 * H.SLOW)
+        # the daemon drops the stalled connection: the charge fails
+        # there, and the relay lets the next one's replies through
+        H.wait_for(lambda: "dropping the redis connection" in d.log(),
+                   "the stalled connection dropped", timeout=15 * H.SLOW)
+        eater.eat.clear()
+        H.wait_for(lambda: pending(d) == 0, "the kept charge applied", timeout=15 * H.SLOW)
+        ran = fcalls(r) - base
+        check(ran >= 2, "Redis ran %d script calls: the charge was not sent again", ran)
+        eq(counted(d, "lr"), 1234, "the count: the charge once, though sent twice")
+        eq(H.metric(d, "ratelimitd_charged_units_total", {"policy": "tokens"}), 1234,
+           "ratelimitd_charged_units_total")
+        eq(d.stop(), 0, "exit status")
 
 
 def monitor_costs(r, n, key):
