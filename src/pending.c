@@ -1,5 +1,6 @@
 /* pending.c — see pending.h. */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -17,6 +18,10 @@
 /* Kept operations in flight at once while a queue is sent again: enough to
  * fill a round trip, few enough that a failure sends little twice. */
 #define PENDING_WINDOW 64
+/* Entries done with, kept for the next charge (no malloc per charge): those
+ * whose keys take at most SPARE_KEYS bytes, at most SPARE_MAX of them. */
+#define SPARE_KEYS 256
+#define SPARE_MAX 64
 
 #define ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
 #define SUB(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_RELAXED)
@@ -26,19 +31,21 @@ struct pentry {
     struct pentry *prev, *next; /* in the queue, oldest first */
     struct rl_pending *p;
     struct rl_config *cfg; /* a reference: the policy's strings live in it */
-    struct rl_check_req req;
-    struct rl_policy policy; /* req.policy: a copy, limits below */
-    struct rl_limit limits[RL_LIMITS_MAX];
-    const char *lkey[RL_LIMITS_MAX]; /* req.limit_key, when it has one */
-    size_t lklen[RL_LIMITS_MAX];
-    struct event deadline; /* the caller's answer, while cb is set */
     rl_pending_cb cb;      /* NULL once the caller is answered */
     void *arg;
     int metrics_id;
     int sent;     /* the backend owes its callback */
     int deferred; /* its caller was answered "kept" */
-    int errors;   /* error replies in a row */
-    char buf[];   /* the key, then each limit key */
+    int errors;   /* WRONGTYPE replies in a row */
+    size_t room;  /* bytes of buf */
+    /* from here on written before read: not zeroed */
+    struct event deadline; /* the caller's answer, while cb is set */
+    struct rl_check_req req;
+    struct rl_policy policy; /* req.policy: a copy, limits below */
+    struct rl_limit limits[RL_LIMITS_MAX];
+    const char *lkey[RL_LIMITS_MAX]; /* req.limit_key, when it has one */
+    size_t lklen[RL_LIMITS_MAX];
+    char buf[]; /* the key, then each limit key */
 };
 
 struct rl_pending {
@@ -52,6 +59,8 @@ struct rl_pending {
     int64_t units;
     uint64_t writer, seq; /* RL_CHECK_ONCE: this queue's id, the last seq */
     struct event *retry;
+    struct pentry *spare; /* SPARE_KEYS of room each, by next */
+    size_t nspare;
     int flushing; /* in flush(): a failure stops it */
     int stalled;
     int closing, draining;
@@ -144,7 +153,13 @@ entry_free(struct pentry *e)
     if (e->cb != NULL)
         evtimer_del(&e->deadline);
     config_unref(e->cfg);
-    free(e);
+    if (e->room == SPARE_KEYS && p->nspare < SPARE_MAX) {
+        e->next = p->spare;
+        p->spare = e;
+        p->nspare++;
+    } else {
+        free(e);
+    }
 }
 
 static void flush(struct rl_pending *p);
@@ -273,13 +288,23 @@ static struct pentry *
 entry_new(struct rl_pending *p, struct rl_config *cfg, const struct rl_check_req *req)
 {
     const struct rl_policy *pol = req->policy;
-    size_t n = pol->nlimits, total = req->key_len + 1, o;
+    size_t n = pol->nlimits, total = req->key_len + 1, room, o;
     struct pentry *e;
 
     if (req->limit_key != NULL)
         for (size_t i = 0; i < n; i++)
             total += req->limit_key[i] != NULL ? req->limit_key_len[i] + 1 : 0;
-    e = xcalloc(1, sizeof(*e) + total);
+    room = total < SPARE_KEYS ? SPARE_KEYS : total;
+    if (room == SPARE_KEYS && p->spare != NULL) {
+        e = p->spare;
+        p->spare = e->next;
+        p->nspare--;
+    } else {
+        /* not calloc: most of it is the limits' room, written as far as used */
+        e = xmalloc(sizeof(*e) + room);
+    }
+    memset(e, 0, offsetof(struct pentry, deadline));
+    e->room = room;
     e->p = p;
     e->cfg = config_ref(cfg);
     e->policy = *pol;
@@ -288,13 +313,17 @@ entry_new(struct rl_pending *p, struct rl_config *cfg, const struct rl_check_req
     e->req = *req;
     e->req.policy = &e->policy;
     memcpy(e->buf, req->key, req->key_len);
+    e->buf[req->key_len] = '\0';
     e->req.key = e->buf;
     o = req->key_len + 1;
     if (req->limit_key != NULL) {
         for (size_t i = 0; i < n; i++) {
+            e->lkey[i] = NULL;
+            e->lklen[i] = 0;
             if (req->limit_key[i] == NULL)
                 continue;
             memcpy(e->buf + o, req->limit_key[i], req->limit_key_len[i]);
+            e->buf[o + req->limit_key_len[i]] = '\0';
             e->lkey[i] = e->buf + o;
             e->lklen[i] = req->limit_key_len[i];
             o += req->limit_key_len[i] + 1;
@@ -387,6 +416,12 @@ pending_free(struct rl_pending *p)
     if (n > 0)
         log_warn(LOG_MSG("charges not applied before exit"), LOG_U("charges", n),
                  LOG_I("units", units));
+    while (p->spare != NULL) {
+        struct pentry *e = p->spare;
+
+        p->spare = e->next;
+        free(e);
+    }
     event_free(p->retry);
     free(p);
 }
