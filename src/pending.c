@@ -61,8 +61,7 @@ struct rl_pending {
     struct event *retry;
     struct pentry *spare; /* SPARE_KEYS of room each, by next */
     size_t nspare;
-    int flushing; /* in flush(): a failure stops it */
-    int stalled;
+    int flushing; /* in flush() */
     int closing, draining;
     void (*idle_cb)(void *arg);
     void *idle_arg;
@@ -199,7 +198,6 @@ on_sent(const struct rl_check_res *res, void *arg)
     /* not known to have run: kept, sent again in its place (the once key
      * reads a resend of one that ran) */
     p->nwaiting++;
-    p->stalled = 1;
     /* only an error that no wait mends counts towards giving up: a Cluster
      * slot that moves (TRYAGAIN, CLUSTERDOWN), a failover (READONLY), OOM
      * or LOADING end, and the charge with them */
@@ -237,8 +235,10 @@ send_entry(struct pentry *e)
     p->be->ops->check(p->be, &e->req, on_sent, e);
 }
 
-/* Send waiting entries in order, at most PENDING_WINDOW in flight, while
- * the backend takes them. */
+/* Send waiting entries in order, at most PENDING_WINDOW in flight.  Not
+ * gated on not_ready: a backend answers what it cannot take at once (a
+ * Cluster master down: its keys' only, the others' are applied), and one
+ * key's entries fail or pass together (one connection, in order). */
 static void
 flush(struct rl_pending *p)
 {
@@ -246,13 +246,8 @@ flush(struct rl_pending *p)
 
     if (p->closing || p->flushing || p->nwaiting == 0)
         return;
-    if (p->be->ops->not_ready(p->be) != NULL) {
-        arm_retry(p);
-        return;
-    }
     p->flushing = 1;
-    p->stalled = 0;
-    for (e = p->head; e != NULL && p->nwaiting > 0 && !p->stalled; e = next) {
+    for (e = p->head; e != NULL && p->nwaiting > 0; e = next) {
         next = e->next; /* a callback frees only its own entry */
         if (e->sent)
             continue;
@@ -364,8 +359,9 @@ pending_submit(struct rl_pending *p, struct rl_config *cfg, const struct rl_chec
     p->count++;
     p->units += req->cost;
     p->nwaiting++;
-    /* behind older ones kept, or for a backend not ready: kept now */
-    if (p->nwaiting > 1 || p->closing || p->be->ops->not_ready(p->be) != NULL) {
+    /* behind older ones kept: kept now (a backend that cannot take it
+     * answers at once: a Cluster master down fails its own keys only) */
+    if (p->nwaiting > 1 || p->closing) {
         defer(e);
         arm_retry(p);
         return RL_OK;

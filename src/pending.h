@@ -9,10 +9,10 @@
  * however late).  Its caller hears within redis.timeout: the backend's
  * answer when it came by then, or "kept" (NULL), and the operation stays
  * here until the backend has answered it OK.  One that failed, or that was
- * never sent (the backend not ready, or older ones kept), is sent again in
- * the order operations came, every PENDING_RETRY_MS while the backend is not
- * ready, at once when it is; the script's once key makes a resend of one
- * that ran (its reply lost with its connection) only read.  A writer's seqs
+ * never sent (older ones kept), is sent again in the order operations came,
+ * every PENDING_RETRY_MS, and at once after one is applied; the script's once
+ * key makes a resend of one that ran (its reply lost with its connection)
+ * only read.  A writer's seqs
  * for one key only grow in the order they are applied because nothing
  * newer is sent while an older one waits to be sent again.
  *
@@ -36,7 +36,7 @@ struct rl_config;
 struct rl_metrics;
 struct rl_pending;
 
-/* How often kept operations are offered to a backend that was not ready. */
+/* How often kept operations are sent again while some fail. */
 #define PENDING_RETRY_MS 100
 /* WRONGTYPE replies in a row (a key of the charge holds another type: no
  * wait mends it) after which an operation is given up (lost). */

@@ -59,7 +59,7 @@ probe_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
 
     ck_assert_uint_lt(p->n, RECORDED_MAX);
     p->seen[p->n++] = *req;
-    if (p->fail) {
+    if (p->fail || p->not_ready) {
         cb(&down, arg);
     } else if (p->error) {
         cb(&err, arg);
@@ -261,13 +261,14 @@ START_TEST(a_backend_not_ready_keeps_charges_until_it_is)
     f.probe.not_ready = 1;
     ck_assert_int_eq(submit(&f, KEY, 9, &c), RL_OK);
     ck_assert(c.kept);
-    ck_assert_uint_eq(f.probe.n, 0); /* never offered to a backend not ready */
+    ck_assert_uint_eq(f.probe.n, 1); /* answered DOWN at once */
     /* a retry tick finds it still not ready */
     ck_assert_int_eq(event_base_loop(f.base, EVLOOP_ONCE), 0);
-    ck_assert_uint_eq(f.probe.n, 0);
+    ck_assert_uint_eq(f.probe.n, 2);
+    ck_assert_uint_eq(pending_count(f.q), 1);
     f.probe.not_ready = 0;
     RUN_UNTIL(&f, pending_idle(f.q));
-    ck_assert_uint_eq(f.probe.n, 1);
+    ck_assert_uint_eq(f.probe.n, 3);
     ck_assert_int_eq(counted(&f, KEY), 9);
     fx_close(&f);
 }
