@@ -32,12 +32,15 @@ from harness import check, eq, note  # noqa: E402
 
 LIMIT = 10 ** 12
 TIMEOUT_MS = 250
-# what the daemon may take past redis.timeout on a loaded box (test_faults)
+# what the daemon may take past redis.timeout on a loaded box (test_faults);
+# the answer is timed by the daemon itself (its access log's us=): a Python
+# caller on a loaded 2-core box adds its own delays, bounded by CALLER_WORST
 MARGIN = 0.7 * H.SLOW
+CALLER_WORST = 3.0 * H.SLOW
 
 
 def config(**kw):
-    c = {"identity": ["body"], "failure_mode": "closed", "workers": 1,
+    c = {"identity": ["body"], "failure_mode": "closed", "workers": 1, "access_log": 1,
          "redis": {"timeout": "%dms" % TIMEOUT_MS, "connect_timeout": "250ms"},
          "policies": [{"name": "tokens", "limits": [{"algorithm": "fixed_window", "limit": LIMIT,
                                                      "window": "1h"}]},
@@ -66,11 +69,17 @@ def pending(d):
     return H.metric(d, "ratelimitd_charges_pending")
 
 
-def expect_pending(st, b, dt, cost, what):
+def expect_pending(d, st, b, dt, cost, what):
+    """A 202 for a kept charge of `cost`, decided by the daemon within
+    redis.timeout (the last 202 of its access log: charges go one by one)."""
     eq(st, 202, what + ": status (body %r)" % (b,))
     eq(b, {"pending": True, "policy": "tokens", "charged": cost}, what + ": body")
-    check(dt < TIMEOUT_MS / 1000 + MARGIN, "%s: answered in %.3f s, past redis.timeout %d ms",
-          what, dt, TIMEOUT_MS)
+    check(dt < CALLER_WORST, "%s: the caller waited %.3f s", what, dt)
+    taken = re.findall(r"msg=check .*status=202 .* us=(\d+)$", d.log(), re.M)
+    check(taken, "%s: no 202 in the access log:\n%s", what, d.log())
+    check(int(taken[-1]) / 1e6 <= TIMEOUT_MS / 1000 + MARGIN,
+          "%s: the daemon took %s us, past redis.timeout %d ms", what, taken[-1], TIMEOUT_MS)
+    return int(taken[-1]) / 1e6
 
 
 def t_down_then_back():
@@ -81,8 +90,7 @@ def t_down_then_back():
         worst = 0.0
         for i, c in enumerate(costs):
             st, _, b, dt = charge(d, "down", c)
-            expect_pending(st, b, dt, c, "charge %d with Redis stopped" % i)
-            worst = max(worst, dt)
+            worst = max(worst, expect_pending(d, st, b, dt, c, "charge %d with Redis stopped" % i))
         eq(pending(d), len(costs), "ratelimitd_charges_pending")
         eq(H.metric(d, "ratelimitd_charges_pending_units"), sum(costs),
            "ratelimitd_charges_pending_units")
@@ -118,7 +126,7 @@ def t_reply_lost_once():
         base = fcalls(r)
         eater.eat.set()
         st, _, b, dt = charge(d, "lr", 1234)
-        expect_pending(st, b, dt, 1234, "a charge whose reply is lost")
+        expect_pending(d, st, b, dt, 1234, "a charge whose reply is lost")
         H.wait_for(lambda: fcalls(r) > base, "Redis ran the charge", timeout=5 * H.SLOW)
         # the daemon drops the stalled connection: the charge fails
         # there, and the relay lets the next one's replies through
@@ -163,7 +171,7 @@ def t_order_preserved():
         costs = list(range(1, 41))
         for c in costs:
             st, _, b, dt = charge(d, "order", c)
-            expect_pending(st, b, dt, c, "charge of %d" % c)
+            expect_pending(d, st, b, dt, c, "charge of %d" % c)
         r.restart()
         # Redis answers PING before the daemon reconnects (its backoff)
         seen, t = monitor_costs(r, len(costs), "order")
@@ -181,7 +189,7 @@ def t_backlog_full():
         r.stop()
         for c in (1, 2, 4):
             st, _, b, dt = charge(d, "full", c)
-            expect_pending(st, b, dt, c, "charge of %d" % c)
+            expect_pending(d, st, b, dt, c, "charge of %d" % c)
         st, h, b, _ = charge(d, "full", 100)
         H.expect_error(st, h, b, 503, None, "past max_pending_charges")
         eq(b, {"error": "charges: backlog full"}, "the 503's body")
@@ -204,13 +212,17 @@ def t_sigterm_flushes():
             H.Daemon(config(shutdown_grace="60s"), redis=r) as d:
         r.pause()
         costs = [11, 22, 33]
-        for c in costs:
-            st, _, b, dt = charge(d, "flush", c)
-            expect_pending(st, b, dt, c, "charge of %d with Redis paused" % c)
-        d.send_signal(signal.SIGTERM)
-        # still running while the charges are kept
-        H.wait_for(lambda: "stopping" in d.log(), "the drain began", timeout=5 * H.SLOW)
-        check(d.alive(), "the daemon exited with charges kept and shutdown_grace left")
+        try:
+            for c in costs:
+                st, _, b, dt = charge(d, "flush", c)
+                expect_pending(d, st, b, dt, c, "charge of %d with Redis paused" % c)
+            d.send_signal(signal.SIGTERM)
+            # still running while the charges are kept
+            H.wait_for(lambda: "stopping" in d.log(), "the drain began", timeout=5 * H.SLOW)
+            check(d.alive(), "the daemon exited with charges kept and shutdown_grace left")
+        except BaseException:
+            d.kill()  # it would wait its 60 s of grace for a Redis that is gone
+            raise
         r.resume()
         eq(d.proc.wait(timeout=30 * H.SLOW), 0, "exit status after the flush")
         d.stop()
@@ -230,7 +242,7 @@ def t_sigterm_logs_what_it_could_not():
         costs = [5, 6, 10 ** 9]
         for c in costs:
             st, _, b, dt = charge(d, "exit", c)
-            expect_pending(st, b, dt, c, "charge of %d" % c)
+            expect_pending(d, st, b, dt, c, "charge of %d" % c)
         eq(d.stop(timeout=30 * H.SLOW), 0, "exit status")
         log = d.log()
         m = re.search(r'msg="charges not applied before exit" charges=(\d+) units=(\d+)', log)
