@@ -459,6 +459,27 @@ def case_script_flush(fx):
     check(cmdstat_calls(target.port, "fcall") >= fcalls + 11, "checks after the reload not FCALLs")
 
 
+def migrate_keys(src, dst, slot):
+    """MIGRATE slot's keys from src to dst one at a time (as redis-cli
+    does), a moment apart, so a check's keys spend a while on different
+    nodes; then every node names dst the slot's owner.  The keys moved."""
+    moved = 0
+    while True:
+        keys = rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
+        if not keys:
+            break
+        eq(rcmd(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys),
+           "OK", "MIGRATE %r" % keys)
+        moved += len(keys)
+        time.sleep(0.15)
+    return moved
+
+
+def slot_owner_everywhere(nodes, slot, src, dst):
+    for n in (dst, src) + tuple(x for x in nodes if x not in (src, dst)):
+        rcmd(n.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+
+
 def case_migrate_ask(fx):
     """One slot moved by hand (as redis-cli does it) while checks flow: new keys
     go by ASK to the importing node, a check whose two keys are split between
@@ -492,18 +513,9 @@ def case_migrate_ask(fx):
                       for k in rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 100)),
               "a key first checked while its slot migrates was created on the source")
         # one key at a time, so mig2's two keys spend a while on different nodes
-        moved_keys = 0
-        while True:
-            keys = rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
-            if not keys:
-                break
-            eq(rcmd(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys),
-               "OK", "MIGRATE %r" % keys)
-            moved_keys += len(keys)
-            time.sleep(0.15)
+        moved_keys = migrate_keys(src, dst, slot)
         time.sleep(0.3)
-        for n in (dst, src) + tuple(x for x in fx.nodes if x not in (src, dst)):
-            rcmd(n.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+        slot_owner_everywhere(fx.nodes, slot, src, dst)
         time.sleep(0.5)
         during = flow.count()
     finally:
@@ -559,15 +571,8 @@ def case_charges_migrate(fx):
         time.sleep(0.3)
         rcmd(dst.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.id)
         rcmd(src.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id)
-        while True:
-            keys = rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
-            if not keys:
-                break
-            eq(rcmd(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys),
-               "OK", "MIGRATE %r" % keys)
-            time.sleep(0.15)
-        for n in (dst, src) + tuple(x for x in fx.nodes if x not in (src, dst)):
-            rcmd(n.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+        check(migrate_keys(src, dst, slot) > 0, "no key of the charge migrated")
+        slot_owner_everywhere(fx.nodes, slot, src, dst)
         time.sleep(0.5)
     finally:
         stop.set()
