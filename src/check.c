@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "netaddr.h"
 #include "pathnorm.h"
+#include "pending.h"
 #include "policy.h"
 #include "response.h"
 #include "top.h"
@@ -55,13 +56,15 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch;      /* of the backend when the check was sent */
-    int hybrid;          /* a hybrid policy's key unknown locally */
-    int delay;           /* holds a place in env->delayed */
-    int stale;           /* decided locally after a failed sync */
-    int charge;          /* POST /charge: req.flags has RL_CHECK_CHARGE */
-    int hits;            /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
-    int caller_deadline; /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    uint64_t epoch;        /* of the backend when the check was sent */
+    int hybrid;            /* a hybrid policy's key unknown locally */
+    int delay;             /* holds a place in env->delayed */
+    int stale;             /* decided locally after a failed sync */
+    int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int hits;              /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
+    int kept;              /* a charge sent through env->pending: it counts the units */
+    int full;              /* not kept: env->pending is full */
+    int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     /* the escaped identity in key, [id_off, id_end): counted by env->top
      * (0, 0: a check of keys named elsewhere, rls.c's) */
     uint16_t id_off, id_end;
@@ -223,7 +226,16 @@ finish(struct check_op *op, const struct rl_check_res *res)
     struct rl_config *cfg = op->cfg;
     char lease[RL_LEASE_ID_MAX];
 
-    if (res->status == RL_BACKEND_OK) {
+    if (res == NULL) {
+        /* a charge kept for the backend (202), or refused for want of room */
+        memset(&d, 0, sizeof(d));
+        d.status = op->full ? 503 : 202;
+        d.policy = op->policy;
+        d.charge = 1;
+        d.charged = op->req.cost;
+        d.pending = !op->full;
+        d.backlog_full = op->full;
+    } else if (res->status == RL_BACKEND_OK) {
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
         d.lease = lease_of(op, res, lease, sizeof(lease));
@@ -234,7 +246,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
             d.charge = 1;
             d.charged = op->req.cost;
             d.status = 200;
-            metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
+            if (!op->kept) /* else counted as applied, late ones too */
+                metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
         } else if (op->hits) {
             metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
         }
@@ -367,6 +380,17 @@ on_backend(const struct rl_check_res *res, void *arg)
         log_debug(LOG_MSG("backend failed"), LOG_S("policy", op->policy->name),
                   LOG_Q("error", res->error ? res->error : ""));
     finish(op, res);
+}
+
+/* A charge's answer from env->pending: the backend's (applied), or NULL:
+ * kept, applied once the backend takes it. */
+static void
+on_kept(const struct rl_check_res *res, void *arg)
+{
+    if (res != NULL)
+        on_backend(res, arg);
+    else
+        finish(arg, NULL);
 }
 
 /*
@@ -734,6 +758,17 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
             return;
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
+    }
+    /* a charge is never dropped while the daemon runs: kept for a backend
+     * that cannot take it now, answered 202 within redis.timeout */
+    if (op->charge && env->pending != NULL) {
+        op->kept = 1;
+        if (pending_submit(env->pending, cfg, &op->req, policy->metrics_id, on_kept, op) !=
+            RL_OK) {
+            op->full = 1;
+            finish(op, NULL);
+        }
+        return;
     }
     if (env->deny != NULL && cfg->deny_cache && deny_cost(op) >= 0) {
         struct rl_check_res cached;

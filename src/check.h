@@ -19,6 +19,7 @@ struct rl_decision;
 struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
+struct rl_pending;
 struct rl_policy;
 struct rl_top;
 struct slab;
@@ -40,6 +41,9 @@ struct rl_check_env {
      * the config's max_delayed (past it a check is decided as without
      * max_delay).  NULL: no check is ever held (gRPC, admin). */
     int64_t *delayed;
+    /* Charges the backend cannot take now, kept and applied once later
+     * (pending.h); NULL: sent to the backend as checks are (memory). */
+    struct rl_pending *pending;
 };
 
 struct rl_check_input {

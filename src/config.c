@@ -342,6 +342,8 @@ static const struct schema_field top_fields[] = {
      .min = 1, .max = 1000000},
     {.name = "max_inflight", .type = SCHEMA_INT, .off = TOP(max_inflight), .def = "10000",
      .min = 1, .max = 10000000},
+    {.name = "max_pending_charges", .type = SCHEMA_INT, .off = TOP(max_pending_charges),
+     .def = "10000", .min = 1, .max = 1000000},
     {.name = "access_log", .type = SCHEMA_INT, .off = TOP(access_log), .def = "0", .min = 0,
      .max = 1000000},
     {.name = "forward_auth", .type = SCHEMA_BOOL, .off = TOP(forward_auth), .def = "false"},

@@ -57,8 +57,10 @@ struct rl_config {
     char *partition_key;                     /* the secret of the pk parameter; NULL: no pk */
     uint64_t pk_k0, pk_k1;                   /* the SipHash key made from it; not a field */
     int64_t max_body;
-    int64_t max_inflight;      /* per worker; past it a fast 503 */
-    int64_t max_delayed;       /* per worker: checks held for max_delay at once */
+    int64_t max_inflight; /* per worker; past it a fast 503 */
+    int64_t max_delayed;  /* per worker: checks held for max_delay at once */
+    /* per worker: charges kept for the backend (pending.h) */
+    int64_t max_pending_charges;
     int deny_cache;            /* answer known denials locally */
     int forward_auth;          /* any method on /check and /check/... */
     int64_t access_log;        /* log one check in N; 0: off */

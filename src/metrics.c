@@ -278,6 +278,28 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         evbuffer_add_printf(out, "ratelimitd_charged_units_total{policy=\"%s\"} %llu\n", name,
                             (unsigned long long)v);
     }
+    /* charges kept for the backend (pending.h) */
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_charges_pending Charges answered 202 and not applied yet.\n"
+        "# TYPE ratelimitd_charges_pending gauge\n"
+        "ratelimitd_charges_pending %llu\n"
+        "# HELP ratelimitd_charges_pending_units Units of the charges answered 202 and not applied yet.\n"
+        "# TYPE ratelimitd_charges_pending_units gauge\n"
+        "ratelimitd_charges_pending_units %llu\n"
+        "# HELP ratelimitd_charges_deferred_total Charges answered 202, kept for the backend.\n"
+        "# TYPE ratelimitd_charges_deferred_total counter\n"
+        "ratelimitd_charges_deferred_total %llu\n"
+        "# HELP ratelimitd_charges_lost_total Kept charges given up (at exit, or refused by Redis).\n"
+        "# TYPE ratelimitd_charges_lost_total counter\n"
+        "ratelimitd_charges_lost_total %llu\n"
+        "# HELP ratelimitd_charges_refused_total Charges answered 503: backlog full.\n"
+        "# TYPE ratelimitd_charges_refused_total counter\n"
+        "ratelimitd_charges_refused_total %llu\n",
+        (unsigned long long)SUM(charges_pending),
+        (unsigned long long)SUM(charges_pending_units),
+        (unsigned long long)SUM(charges_deferred), (unsigned long long)SUM(charges_lost),
+        (unsigned long long)SUM(charges_refused));
 }
 
 /* Requests refused before a check, and the check listener's connections. */

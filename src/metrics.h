@@ -120,6 +120,9 @@ struct rl_metrics {
     uint64_t hybrid_syncs, hybrid_sync_failures;
     uint64_t hybrid_pending; /* gauge: units not acknowledged yet */
     uint64_t hybrid_entries; /* gauge: keys in the table */
+    /* charges kept for the backend (pending.h) */
+    uint64_t charges_pending, charges_pending_units; /* gauges: answered 202, not applied */
+    uint64_t charges_deferred, charges_lost, charges_refused;
     uint64_t admin[RL_ADM_ACTION_COUNT][RL_ADM_RESULT_COUNT];
     uint64_t rls_rules[RL_METRICS_RLS_RULES][RL_RLS_STAT_COUNT];
     uint64_t rls_requests[RL_RLS_RESULT_COUNT];

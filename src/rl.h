@@ -41,7 +41,7 @@
  *   layer 5: identity.h caller_limits.h http.h grpc.h grpc_tls.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h
  *   layer 6: backend.h cluster_slots.h
  *   layer 7: script.h deny_cache.h response.h metrics.h cluster_nodes.h
- *   layer 8: top.h hybrid.h cluster_op.h backend_redis.h
+ *   layer 8: top.h hybrid.h pending.h cluster_op.h backend_redis.h
  *   layer 9: check.h rls.h backend_cluster.h
  *   layer 10: worker.h rls_codec.h rls_json.h
  *   layer 11: api.h admin.h admin_view.h debug.h rls_grpc.h

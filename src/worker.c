@@ -17,6 +17,7 @@
 #include "grpc.h"
 #include "http.h"
 #include "hybrid.h"
+#include "pending.h"
 #include "log.h"
 #include "metrics.h"
 #include "slab.h"
@@ -98,7 +99,7 @@ drained(const struct rl_worker *w)
             return false;
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
            (w->rls == NULL || grpc_server_connections(w->rls) == 0) &&
-           hybrid_idle(w->env.hybrid);
+           hybrid_idle(w->env.hybrid) && pending_idle(w->env.pending);
 }
 
 static void
@@ -262,6 +263,8 @@ on_drain(evutil_socket_t fd, short what, void *arg)
             held_answer(h, true);
     if (w->env.hybrid != NULL)
         hybrid_drain(w->env.hybrid, stop_if_drained, w);
+    /* kept charges go now; what the grace cannot send is logged at exit */
+    pending_drain(w->env.pending, stop_if_drained, w);
     http_server_drain(w->http, stop_if_drained, w);
     for (size_t i = 0; i < w->nside; i++)
         http_server_drain(w->side[i], stop_if_drained, w);
@@ -585,6 +588,7 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
         /* the memory backend is in-process already: nothing to sync */
         w->env.hybrid = hybrid_new(w->base, w->backend, w->metrics,
                                    (size_t)cfg->hybrid_table_size);
+        w->env.pending = pending_new(w->base, w->backend, w->metrics);
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
@@ -666,11 +670,14 @@ worker_free(struct rl_worker *w)
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);
+    pending_close(w->env.pending);
     if (w->backend != NULL)
         w->backend->ops->destroy(w->backend);
     if (w->local != NULL)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid); /* its timer lives on the base */
+    /* logs what it could not apply */
+    pending_free(w->env.pending);
     http_server_free(w->http);
     for (size_t i = 0; i < w->nside; i++)
         http_server_free(w->side[i]);

@@ -595,6 +595,93 @@ class Redis:
         return False
 
 
+class Relay:
+    """A TCP relay on a free loopback port to a Redis on `upstream`:
+
+        delay   each connection is held that many seconds before its upstream
+                connection is made, so every connection to Redis through it
+                takes that long to become usable (a distant or busy server,
+                deterministically);
+        eat     an Event: while it is set, what Redis answers is dropped (a
+                command runs, its reply never comes: a reply lost on the way).
+
+    `url` is what a daemon is given (-r, or redis.url); as a Daemon's
+    `redis`, it is that URL."""
+
+    def __init__(self, upstream, delay=0.0):
+        self.upstream, self.delay = upstream, delay
+        self.eat = threading.Event()
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.socks = []
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port
+
+    def daemon_config(self):
+        return None
+
+    def _accept(self):
+        while not self.closed.is_set():
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            self.socks.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        if self.closed.wait(self.delay):
+            return
+        try:
+            u = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+        except OSError:
+            c.close()
+            return
+        u.settimeout(None)
+        self.socks.append(u)
+        threading.Thread(target=self._pump, args=(u, c, True), daemon=True).start()
+        self._pump(c, u, False)
+
+    def _pump(self, a, b, replies):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                if not (replies and self.eat.is_set()):
+                    b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed.set()
+        self.ls.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
 def lua_check_source():
 
     """The check script as the daemon embeds it (bytes): Makefile.am's
