@@ -148,6 +148,11 @@ const char *metrics_admin_result_name(enum rl_admin_result r);
  * where they happen, redis_conn.c, and read from there). */
 void metrics_reload(int ok, uint64_t config_hash);
 void metrics_set_config_hash(uint64_t hash);
+/* Rules over xDS (xds.c), always served (0 without rls.xds).  connected:
+ * the stream is open; an update accepted (its version) or rejected; loaded:
+ * the rules in force came from the server (false until the first). */
+void metrics_xds_connected(int up);
+void metrics_xds_update(int accepted, const char *version);
 
 /* Everything, summed over `n` workers' metrics. */
 void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker, size_t n);
