@@ -1498,7 +1498,8 @@ loading_end(struct loading *l, size_t before, struct rls_rules **out)
         rls_rules_free(l->r);
         return RL_ERR;
     }
-    qsort(l->r->domains, l->r->ndomains, sizeof(*l->r->domains), cmp_domain);
+    if (l->r->ndomains > 0) /* none: domains is NULL, which qsort may not be given */
+        qsort(l->r->domains, l->r->ndomains, sizeof(*l->r->domains), cmp_domain);
     *out = l->r;
     return RL_OK;
 }

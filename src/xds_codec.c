@@ -216,7 +216,9 @@ read_resource(const ProtobufCBinaryData *b, size_t i, struct ytree *tree, char *
 {
     Ratelimit__Config__Ratelimit__V3__RateLimitConfig *c;
 
-    if (nesting(b->data, b->data + b->len, 3, 0, RLS_DEPTH_MAX + 1) > RLS_DEPTH_MAX) {
+    /* an empty value has no data pointer: nothing nested */
+    if (b->len > 0 &&
+        nesting(b->data, b->data + b->len, 3, 0, RLS_DEPTH_MAX + 1) > RLS_DEPTH_MAX) {
         errors_add(errs, "resources[%zu]: descriptors: nested deeper than %d levels", i,
                    RLS_DEPTH_MAX);
         return RL_ERR;
