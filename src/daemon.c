@@ -291,7 +291,9 @@ reload(struct run_state *rs)
              LOG_S("file", rs->opts->config_file ? rs->opts->config_file : "(built-in)"));
     /* rls.start_without_rules serves a start without rules; a reload with
      * files that do not load keeps the running ones, as ever */
-    if (daemon_load_config(rs->opts, &cfg, &errs) == RL_OK && cfg->rls.rules_missing) {
+    if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
+        cfg = NULL;
+    } else if (cfg->rls.rules_missing) {
         for (size_t i = 0; i < cfg->rls.rules_problems.n; i++)
             errors_add(&errs, "%s", cfg->rls.rules_problems.msg[i]);
         config_unref(cfg);
