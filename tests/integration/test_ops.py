@@ -485,7 +485,10 @@ SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", 
             "rls_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"), "rls."),
             "rls_tls_fields": ("THE RLS OBJECT", "rls.tls."),
             "header_names_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"),
-                                    "rls.header_names.")}
+                                    "rls.header_names."),
+            # rules over xDS: where the rules come from, beside rls.config
+            "xds_fields": ("ENVOY'S RATE LIMIT SERVICE", "rls.xds."),
+            "xds_tls_fields": ("ENVOY'S RATE LIMIT SERVICE", "rls.xds.tls.")}
 
 
 def t_man5_options():
@@ -516,7 +519,8 @@ def t_man5_options():
                 if not ok:
                     problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
             if table in ("top_fields", "redis_fields", "sentinel_fields", "tls_fields",
-                         "http_fields", "rls_fields", "rls_tls_fields", "header_names_fields"):
+                         "http_fields", "rls_fields", "rls_tls_fields", "header_names_fields",
+                         "xds_fields", "xds_tls_fields"):
                 if f["restart"] != ("restart-only" in text):
                     problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
             if f["required"] and "required" not in text:
