@@ -296,7 +296,31 @@ def t_ten_thousand(x):
         H.note("%d checks across 4 versions of 10,000 descriptors", len(seen))
 
 
+def t_config_errors(x):
+    rules = os.path.join(H.tmpdir(), "xds-rules.yaml")
+    with open(rules, "w") as f:
+        f.write("domain: d\n")
+    for rls, want in (
+            ({"config": rules, "xds": {"server": "127.0.0.1:1", "node_id": NODE}},
+             "rls.xds: give rls.config or rls.xds, not both"),
+            ({"xds": {"server": "127.0.0.1:1"}}, "rls.xds.node_id: required"),
+            ({"xds": {"server": "nohostport", "node_id": NODE}}, "rls.xds.server: must be HOST:PORT"),
+            ({"xds": {"node_id": NODE}}, "rls.xds.server: required"),
+            ({"xds": {"server": "h:1", "node_id": NODE, "tls": {"cert_file": rules}}},
+             "rls.xds.tls: give cert_file and key_file together")):
+        rls["listen"] = "127.0.0.1:%d" % H.free_port()
+        rc, _, err = H.run_cli(["-t", "-c", H.write_config({"rls": rls})])
+        eq(rc, 1, "-t with %r" % (rls,))
+        check(want in err, "the problem %r in: %r", want, err)
+    rc, out, err = H.run_cli(["-t", "-c", H.write_config(
+        {"rls": {"listen": "127.0.0.1:%d" % H.free_port(),
+                 "xds": {"server": "[::1]:18001", "node_id": NODE}}})])
+    eq(rc, 0, "rls.listen with rls.xds alone (%s)" % err)
+
+
 CASES = [
+    ("configuration: rls.config and rls.xds exclusive, node_id required, HOST:PORT, TLS pairs",
+     t_config_errors),
     ("before any rules: serving, every domain unknown (OK), the first request names the node",
      t_before_rules),
     ("the first rules (Envoy Gateway's shape): ACKed with version and nonce, decided", t_initial),
