@@ -186,10 +186,11 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_t *data, si
     (void)flags;
     if (sid != c->sid)
         return 0;
+    (void)h2;
+    /* nghttp2 returns the window as the bytes are received: a message is
+     * bounded when its prefix is read (take_messages), the stream ended
+     * past rls.xds.max_message */
     evbuffer_add(c->in, data, len);
-    /* the window returns as bytes are taken; a message is bounded when its
-     * prefix is read (take_messages) */
-    (void)nghttp2_session_consume(h2, sid, len);
     return 0;
 }
 
