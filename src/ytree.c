@@ -448,7 +448,8 @@ ytree_add_scalar(struct ytree *t, const char *s, size_t len, bool plain)
     GROW(t->nodes, t->nnodes, t->capnodes);
     n = (uint32_t)t->nnodes++;
     t->nodes[n] = (struct ynode){.kind = YT_SCALAR, .plain = plain, .n = (uint32_t)len};
-    t->nodes[n].at = add_text(t, s, len, false);
+    /* plain ones are mapping keys, units, numbers: kept once each */
+    t->nodes[n].at = add_text(t, s, len, plain);
     t->expanded++;
     return n;
 }
