@@ -85,8 +85,9 @@ void ytree_free(struct ytree *t);
  * set's xDS resource): ytree_clear, then nodes children first; their line
  * is 0 (no file has them).  A scalar's bytes are copied (a short plain one
  * once for the tree); plain says whether it reads as YAML's plain scalars
- * do (a key, a number, a boolean) or as a string written quoted.  A container takes its n children (a mapping: key, value,
- * ...) from kids; ytree_set_root names the document.
+ * do (a key, a number, a boolean) or as a string written quoted.  A
+ * container takes its n children (a mapping: key, value, ...) from kids;
+ * ytree_set_root names the document.
  */
 void ytree_clear(struct ytree *t);
 uint32_t ytree_add_scalar(struct ytree *t, const char *s, size_t len, bool plain);
