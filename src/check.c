@@ -35,6 +35,16 @@ struct limit_keys {
     char buf[];
 };
 
+/* How a check's cost counts. */
+enum count_as {
+    COUNT_CHECK,  /* a denied check counts nothing */
+    COUNT_CHARGE, /* POST /charge: past the limit too, answered 200 with "charged" */
+    /* past the limit too, answered as a check of cost 0 after it (allowed
+     * or not, failure_mode when the backend fails): envoyproxy/ratelimit's
+     * hits, INCRBY (check_start_policy's count_over) */
+    COUNT_HITS
+};
+
 /* A check waiting for its backend; freed in the backend's callback. */
 struct check_op {
     struct rl_config *cfg;
@@ -49,6 +59,7 @@ struct check_op {
     int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
     int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int hits;              /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
@@ -209,6 +220,8 @@ finish(struct check_op *op, const struct rl_check_res *res)
             d.charged = op->req.cost;
             d.status = 200;
             metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
+        } else if (op->hits) {
+            metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
         }
     } else if (op->charge) {
         /* nothing counted: no failure_mode answers as if it had been */
@@ -281,21 +294,43 @@ now_us(const struct rl_check_env *env)
     return env->now_us != NULL ? env->now_us() : now_monotonic_us();
 }
 
+/*
+ * The cost the deny cache knows op's check by, or -1 when it must not
+ * answer it: a slot may be released any moment (a lease, a wait), and a
+ * charge must reach the count.  But hits (COUNT_HITS) into fixed windows
+ * only: a window over its limit stays over until it ends whatever is added
+ * to it, so the hits a denial leaves uncounted change no answer (as
+ * envoyproxy/ratelimit's local cache of over-limit keys skips their
+ * INCRBY); they are known as a check of cost 0, the state they answer.
+ */
+static int64_t
+deny_cost(const struct check_op *op)
+{
+    if (!(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE)))
+        return op->req.cost;
+    if (!op->hits)
+        return -1;
+    for (size_t i = 0; i < op->policy->nlimits; i++)
+        if (op->policy->limits[i].algo != RL_ALGO_FIXED_WINDOW)
+            return -1;
+    return 0;
+}
+
 static void
 on_backend(const struct rl_check_res *res, void *arg)
 {
     struct check_op *op = arg;
+    int64_t dcost;
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     /* a slot may be released any moment: a denial for want of one is not
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
+        op->cfg->deny_cache && (dcost = deny_cost(op)) >= 0) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
-        deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, op->req.cost, op->epoch,
+        deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, dcost, op->epoch,
                        op->start_us, res);
     }
     if (res->status == RL_BACKEND_OK && op->hybrid)
@@ -533,7 +568,7 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
 
 static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
-                     int64_t timeout_ms, bool may_hold, bool charge, rl_check_done done,
+                     int64_t timeout_ms, bool may_hold, enum count_as how, rl_check_done done,
                      void *arg);
 
 /*
@@ -547,9 +582,9 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
-             const struct rl_ident_input *ident, int64_t cost, bool charge, int64_t timeout_ms,
-             const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
-             char **cause)
+             const struct rl_ident_input *ident, int64_t cost, enum count_as how,
+             int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits,
+             rl_check_done done, void *arg, char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
@@ -597,19 +632,21 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->req.key_len = klen;
     /* only a request's check (not gRPC's, not the admin's) is held */
-    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, charge, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, how, done, arg);
     return RL_OK;
 }
 
 /* The check op holds its key(s): decide it as every check is decided;
- * may_hold: a check that may wait for the policy's max_delay; charge: a
- * charge (RL_CHECK_CHARGE), which takes no lease, is never held and never
- * answered from the deny cache. */
+ * may_hold: a check that may wait for the policy's max_delay; how: a charge
+ * (RL_CHECK_CHARGE: COUNT_CHARGE, COUNT_HITS) takes no lease, is never held
+ * and never answered from the deny cache. */
 static void
 start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *cfg,
          const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, bool may_hold,
-         bool charge, rl_check_done done, void *arg)
+         enum count_as how, rl_check_done done, void *arg)
 {
+    bool charge = how != COUNT_CHECK;
+
     op->cfg = config_ref(cfg);
     op->policy = policy;
     op->env = env;
@@ -623,7 +660,8 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
     }
     op->req.cost = cost;
     if (charge) {
-        op->charge = 1;
+        op->charge = how == COUNT_CHARGE;
+        op->hits = how == COUNT_HITS;
         op->req.flags |= RL_CHECK_CHARGE;
         may_hold = false;
     }
@@ -660,15 +698,20 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
-    if (env->deny != NULL && cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
+    if (env->deny != NULL && cfg->deny_cache && deny_cost(op) >= 0) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
-        if (deny_cache_get(env->deny, policy->uid, dkey, dlen, cost, env->backend->epoch,
-                           op->start_us, &cached)) {
+        if (deny_cache_get(env->deny, policy->uid, dkey, dlen, deny_cost(op),
+                           env->backend->epoch, op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
+            /* hits a denial leaves uncounted are over the limit, all of
+             * them: the overdraft they would have made */
+            if (op->hits)
+                for (size_t i = 0; i < cached.nlimits; i++)
+                    if (!cached.limits[i].allowed)
+                        cached.limits[i].overdraft += cost;
             finish(op, &cached);
             return;
         }
@@ -709,18 +752,19 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->lk->all = op->lk->buf;
     op->lk->all_len = o;
-    start_op(op, env, cfg, policy, cost, timeout_ms, false, false, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, false, COUNT_CHECK, done, arg);
     return RL_OK;
 }
 
 int
 check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    const struct rl_policy *policy, const char *keyname, const char *id,
-                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                   void *arg, char **cause)
+                   size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms,
+                   rl_check_done done, void *arg, char **cause)
 {
-    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, false, timeout_ms,
-                        NULL, 0, done, arg, cause);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost,
+                        count_over ? COUNT_HITS : COUNT_CHECK, timeout_ms, NULL, 0, done, arg,
+                        cause);
 }
 
 int
@@ -787,8 +831,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy->noverrides > 0)
         policy = policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge, 0,
-                      nown > 0 ? own : NULL, nown, done, arg, cause);
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost,
+                      in->charge ? COUNT_CHARGE : COUNT_CHECK, 0, nown > 0 ? own : NULL, nown,
+                      done, arg, cause);
 out:
     free(norm);
     json_decref(root);

@@ -80,7 +80,11 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
  * The part of check_start after the request is read: decide a check of
  * `cost` for caller `id` under `policy` (a policy of cfg, or one that lives
  * until done is called) the way every check is decided: the hybrid table,
- * the deny cache, the backend, failure_mode and shadow.  The keys are
+ * the deny cache, the backend, failure_mode and shadow.  count_over: the
+ * cost counts past the limit too, as a charge (RL_CHECK_CHARGE: never from
+ * the deny cache, counted in ratelimitd_charged_units_total), and the
+ * decision is a check of cost 0's right after it, allowed or not:
+ * envoyproxy/ratelimit's hits (INCRBY), for rls.c's count_over_limit.  The keys are
  * "{<key_prefix><keyname>:<escaped id>}..." (keyname NULL: the policy's
  * name; id typed, as identity_resolve gives it: "k:alice", "ip:10.0.0.7").
  * The backend answers within timeout_ms when it is below redis.timeout (0:
@@ -89,8 +93,8 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
  */
 int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
-                       size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                       void *arg, char **cause) RL_WUR;
+                       size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms,
+                       rl_check_done done, void *arg, char **cause) RL_WUR;
 
 /* Called exactly once with a release's answer: status 200 (released: the
  * lease was held and had not ended) or 503 (the backend failed). */

@@ -319,7 +319,7 @@ static const struct schema_field rls_fields[] = {
      .def = "true"},
     /* 0 (absent): no cap */
     {.name = "request_limits_max", .type = SCHEMA_INT, .off = RLS(request_limits_max),
-     .min = 1, .max = 4294967295LL},
+     .min = 1, .max = 1000000000000000LL}, /* RL_COST_MAX, written out for docs/API.md's test */
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
      .min = 256, .max = 4 * 1024 * 1024},
     {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),

@@ -472,6 +472,8 @@ format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         {"ratelimitd_rls_over_limit_total", "Hits over the rule's limit."},
         {"ratelimitd_rls_shadow_mode_total",
          "Hits over the limit of a shadow_mode rule (answered OK)."},
+        {"ratelimitd_rls_charged_units_total",
+         "Hits counted as charges, over the limit too (count_over_limit)."},
     };
     int names;
 
@@ -674,7 +676,7 @@ envoy_qsort_cmp(const void *a, const void *b)
 void
 metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
-    static const char *const names[RL_RLS_STAT_COUNT][2] = {
+    static const char *const names[RL_RLS_ENVOY_STATS][2] = {
         {"ratelimit_service_rate_limit_total_hits", "ratelimitd_rls_hits_total"},
         {"ratelimit_service_rate_limit_within_limit", "ratelimitd_rls_within_limit_total"},
         {"ratelimit_service_rate_limit_near_limit", "ratelimitd_rls_near_limit_total"},
@@ -693,7 +695,7 @@ metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *ms, size_t 
     for (int i = 0; i < count; i++)
         order[i] = i;
     qsort(order, (size_t)count, sizeof(order[0]), envoy_qsort_cmp);
-    for (int s = 0; s < RL_RLS_STAT_COUNT; s++) {
+    for (int s = 0; s < RL_RLS_ENVOY_STATS; s++) {
         evbuffer_add_printf(out,
                             "# HELP %s %s under envoyproxy/ratelimit's name and labels.\n"
                             "# TYPE %s counter\n",

@@ -83,8 +83,12 @@ enum rl_rls_stat {
     RL_RLS_NEAR_LIMIT,
     RL_RLS_OVER_LIMIT,
     RL_RLS_SHADOW_MODE,
+    /* hits of a rule that counts over its limit (count_over_limit): charged */
+    RL_RLS_CHARGED,
     RL_RLS_STAT_COUNT
 };
+/* envoyproxy/ratelimit's stats: the ones before RL_RLS_CHARGED */
+#define RL_RLS_ENVOY_STATS RL_RLS_CHARGED
 #define RL_METRICS_RLS_RULES 1024
 
 /* How a ShouldRateLimit request ended. */

@@ -1803,6 +1803,30 @@ def blast(ports, bodies, threads):
     return results
 
 
+def together(threads, fn, timeout=120):
+    """fn(i) in `threads` threads started together (a barrier); raises with
+    the first error any of them met."""
+    errors = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(threads, timeout=HTTP_TIMEOUT)
+
+    def worker(i):
+        try:
+            barrier.wait()
+            fn(i)
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append("thread %d: %s: %s" % (i, type(e).__name__, e))
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=timeout * SLOW)
+    check(not any(t.is_alive() for t in ts), "threads still running after %ss", timeout)
+    check(not errors, "%d errors, first: %s", len(errors), errors[0] if errors else "")
+
+
 def pipelined(port, reqs, depth=32, timeout=HTTP_TIMEOUT):
     """Send raw requests (bytes each) on one keep-alive connection, `depth`
     ahead of their answers (the daemon's http.max_pipelined is 32 by
