@@ -325,6 +325,10 @@ handle_json(struct http_req *r, struct rl_worker *w)
 
     if (!admit(r, w))
         return;
+    if (cfg->rls.rules_missing) { /* rls.start_without_rules: as envoyproxy/ratelimit */
+        http_respond_error(r, 500, NULL, RL_RLS_NO_RULES);
+        return;
+    }
     if (rls_json_decode(r->body, r->body_len, &jr, &error) != RL_OK) {
         metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
         http_respond_error(r, 400, NULL, error);

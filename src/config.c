@@ -144,6 +144,8 @@ static void check_redis(const void *obj, const char *path, struct schema_ctx *ct
 static void check_rls_tls(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_header_names(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_rls(const void *obj, const char *path, struct schema_ctx *ctx);
+static void check_xds_tls(const void *obj, const char *path, struct schema_ctx *ctx);
+static void check_xds(const void *obj, const char *path, struct schema_ctx *ctx);
 static void check_top(const void *obj, const char *path, struct schema_ctx *ctx);
 
 /* offsetof in the struct a table describes */
@@ -154,6 +156,8 @@ static void check_top(const void *obj, const char *path, struct schema_ctx *ctx)
 #define RLS_TLS(m) offsetof(struct rl_rls_tls_conf, m)
 #define RLS(m) offsetof(struct rl_rls_conf, m)
 #define HNAMES(m) offsetof(struct rl_rls_header_names, m)
+#define XDS(m) offsetof(struct rl_rls_xds_conf, m)
+#define XDS_TLS(m) offsetof(struct rl_rls_xds_tls_conf, m)
 #define TOP(m) offsetof(struct rl_config, m)
 
 static const struct schema_field sentinel_fields[] = {
@@ -260,11 +264,45 @@ static const struct schema header_names_schema = {
     NULL
 };
 
+/* Restart options: the stream is opened once (its files are read again
+ * at every reconnection). */
+static const struct schema_field xds_tls_fields[] = {
+    {.name = "ca_file", .type = SCHEMA_STRING, .off = XDS_TLS(ca_file),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "cert_file", .type = SCHEMA_STRING, .off = XDS_TLS(cert_file),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "key_file", .type = SCHEMA_STRING, .off = XDS_TLS(key_file),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "server_name", .type = SCHEMA_STRING, .off = XDS_TLS(server_name),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+};
+static const struct schema xds_tls_schema = {
+    SCHEMA_FIELDS(xds_tls_fields), sizeof(struct rl_rls_xds_tls_conf), check_xds_tls, NULL
+};
+
+static const struct schema_field xds_fields[] = {
+    {.name = "server", .type = SCHEMA_STRING, .off = XDS(server),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "node_id", .type = SCHEMA_STRING, .off = XDS(node_id),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "tls", .type = SCHEMA_OBJECT, .off = XDS(tls), .sub = &xds_tls_schema},
+    {.name = "max_message", .type = SCHEMA_SIZE, .off = XDS(max_message), .def = "\"4m\"",
+     .min = 1024, .max = 64 * 1024 * 1024, .flags = SCHEMA_RESTART},
+    {.name = "wait_for_rules", .type = SCHEMA_BOOL, .off = XDS(wait_for_rules),
+     .def = "false", .flags = SCHEMA_RESTART},
+};
+static const struct schema xds_schema = {
+    SCHEMA_FIELDS(xds_fields), sizeof(struct rl_rls_xds_conf), check_xds, NULL
+};
+
 static const struct schema_field rls_fields[] = {
     {.name = "listen", .type = SCHEMA_STRING, .off = RLS(listen),
      .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
     {.name = "tls", .type = SCHEMA_OBJECT, .off = RLS(tls), .sub = &rls_tls_schema},
     {.name = "config", .type = SCHEMA_STRING, .off = RLS(config), .flags = SCHEMA_NONEMPTY},
+    {.name = "xds", .type = SCHEMA_OBJECT, .off = RLS(xds), .sub = &xds_schema},
+    {.name = "start_without_rules", .type = SCHEMA_BOOL, .off = RLS(start_without_rules),
+     .def = "false", .flags = SCHEMA_RESTART},
     {.name = "response_headers", .type = SCHEMA_BOOL, .off = RLS(response_headers),
      .def = "false"},
     {.name = "header_names", .type = SCHEMA_OBJECT, .off = RLS(header_names),
@@ -446,6 +484,41 @@ check_rls_tls(const void *obj, const char *path, struct schema_ctx *ctx)
                          "verifying clients needs TLS: give cert_file and key_file");
 }
 
+static void
+check_xds_tls(const void *obj, const char *path, struct schema_ctx *ctx)
+{
+    const struct rl_rls_xds_tls_conf *t = obj;
+
+    if ((t->cert_file == NULL) != (t->key_file == NULL))
+        schema_bad(ctx, path, "give cert_file and key_file together");
+}
+
+/* "host:port", and who we are. */
+static void
+check_xds(const void *obj, const char *path, struct schema_ctx *ctx)
+{
+    const struct rl_rls_xds_conf *x = obj;
+    const char *colon;
+    char *end;
+    long port;
+
+    if (x->server == NULL) {
+        if (x->node_id != NULL || x->wait_for_rules)
+            schema_bad_field(ctx, path, "server", "required with the other rls.xds options");
+        return;
+    }
+    colon = strrchr(x->server, ':');
+    port = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+    if (colon == NULL || colon == x->server || colon[1] == '\0' || *end != '\0' || port < 1 ||
+        port > 65535)
+        schema_bad_field(ctx, path, "server",
+                         "must be HOST:PORT (a name, an IPv4 address or "
+                         "[IPv6]), port 1..65535");
+    if (x->node_id == NULL)
+        schema_bad_field(ctx, path, "node_id",
+                         "required: the management server picks the resources by it");
+}
+
 /* A listener needs rules to serve, and an address that parses. */
 /* Header field names (RFC 9110 tokens); all three or none: check_rls. */
 static void
@@ -480,6 +553,10 @@ check_rls(const void *obj, const char *path, struct schema_ctx *ctx)
     if (names != 0 && names != 3)
         schema_bad_field(ctx, path, "header_names",
                          "give limit, remaining and reset, or none of them");
+    if (r->config != NULL && r->xds.server != NULL)
+        schema_bad_field(ctx, path, "xds",
+                         "give rls.config or rls.xds, not both (envoyproxy/ratelimit's "
+                         "CONFIG_TYPE picks one source of rules too)");
     if (r->listen == NULL)
         return;
     if (listen_addr_parse(r->listen, &la, &cause) != RL_OK) {
@@ -488,10 +565,10 @@ check_rls(const void *obj, const char *path, struct schema_ctx *ctx)
         return;
     }
     listen_addr_clear(&la);
-    if (r->config == NULL)
+    if (r->config == NULL && r->xds.server == NULL)
         schema_bad_field(ctx, path, "config",
-                         "rls.listen serves the rules of rls.config: give a YAML file or a "
-                         "directory of them");
+                         "rls.listen serves the rules of rls.config or rls.xds: give a YAML "
+                         "file or a directory of them, or an xDS server");
 }
 
 /* The URL parses, and names database 0 when it seeds a Cluster. */
@@ -767,6 +844,11 @@ config_warnings(const struct rl_config *cfg, struct rl_errors *warns)
         policy_warnings(p, path, file, warns);
         free(path);
     }
+    for (size_t i = 0; cfg->rls.rules_missing && i < cfg->rls.rules_problems.n; i++)
+        errors_add(warns,
+                   "rls.config does not load, serving without rules "
+                   "(rls.start_without_rules): %s",
+                   cfg->rls.rules_problems.msg[i]);
 }
 
 /* ---- public API ------------------------------------------------------------ */
@@ -794,12 +876,32 @@ static void
 config_free(struct rl_config *cfg)
 {
     rls_rules_free(cfg->rls.rules);
+    if (cfg->base == NULL)
+        errors_free(&cfg->rls.rules_problems);
+    if (cfg->base != NULL) { /* a copy: the rest is its base's */
+        config_unref(cfg->base);
+        free(cfg);
+        return;
+    }
     schema_free(&top_schema, cfg);
     if (cfg->admin_token != NULL)
         explicit_bzero(cfg->admin_token, strlen(cfg->admin_token));
     free(cfg->admin_token);
     free(cfg->file);
     free(cfg);
+}
+
+struct rl_config *
+config_with_rules(struct rl_config *cfg, struct rls_rules *rules)
+{
+    struct rl_config *base = cfg->base != NULL ? cfg->base : cfg;
+    struct rl_config *copy = xmalloc(sizeof(*copy));
+
+    *copy = *base;
+    copy->base = config_ref(base);
+    copy->refs = 1;
+    copy->rls.rules = rules != NULL ? rls_rules_ref(rules) : NULL;
+    return copy;
 }
 
 struct rl_config *
@@ -853,10 +955,18 @@ load_rules(struct rl_config *cfg, struct rl_errors *errs)
         cfg->hash ^= cfg->rls.rules->hash;
     rls_rules_free(cfg->rls.rules);
     cfg->rls.rules = NULL;
+    errors_free(&cfg->rls.rules_problems);
+    cfg->rls.rules_missing = 0;
     if (cfg->rls.config == NULL)
         return;
-    if (rls_rules_load(cfg->rls.config, policy_new_uid, &cfg->rls.rules, errs) == RL_OK)
+    /* rls.start_without_rules: the files' problems are kept for the daemon
+     * to tell (a start serves without rules; a reload is refused) */
+    if (rls_rules_load(cfg->rls.config, policy_new_uid, &cfg->rls.rules,
+                       cfg->rls.start_without_rules ? &cfg->rls.rules_problems : errs) ==
+        RL_OK)
         cfg->hash ^= cfg->rls.rules->hash;
+    else if (cfg->rls.start_without_rules)
+        cfg->rls.rules_missing = 1;
 }
 
 int

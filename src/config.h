@@ -85,6 +85,9 @@ struct rl_config {
 
     uint64_t hash; /* FNV-1a of the file's bytes, 0 for defaults */
     int refs;      /* atomic; see config_ref() */
+    /* config_with_rules: the config this is a copy of (a reference held),
+     * whose fields it shares; NULL: its own. */
+    struct rl_config *base;
 };
 
 /* A config with every built-in default. */
@@ -134,6 +137,15 @@ void config_keep_restart_options(struct rl_config *next, const struct rl_config 
  * id_of("rls").
  */
 void config_set_metrics_ids(struct rl_config *cfg, int (*id_of)(const char *name));
+
+/*
+ * A config answering from `rules` (rules over xDS; a reference is taken,
+ * NULL: none yet): a copy of cfg sharing every other field with it (cfg,
+ * or what cfg is a copy of, is held), so a new rule set is one pointer
+ * swapped into every worker (worker_set_config) the way a reload swaps a
+ * config, checks in flight finishing on the one they started with.
+ */
+struct rl_config *config_with_rules(struct rl_config *cfg, struct rls_rules *rules);
 
 struct rl_config *config_ref(struct rl_config *cfg);
 void config_unref(struct rl_config *cfg);

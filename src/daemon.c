@@ -39,6 +39,7 @@
 #include "rls_rules.h"
 #include "util.h"
 #include "worker.h"
+#include "xds.h"
 
 #define LISTEN_BACKLOG 1024
 
@@ -48,6 +49,11 @@ static struct rl_config *current;
 
 static struct rl_worker **workers;
 static size_t nworkers;
+
+/* rls.xds: the client, and the last rule set it accepted (a reference;
+ * NULL until the first): every config swapped in carries it. */
+static struct xds_client *xds;
+static struct rls_rules *xds_rules;
 
 static void
 set_config(struct rl_config *cfg)
@@ -285,7 +291,17 @@ reload(struct run_state *rs)
     notify_systemd("RELOADING=1");
     log_info(LOG_MSG("reloading configuration"),
              LOG_S("file", rs->opts->config_file ? rs->opts->config_file : "(built-in)"));
+    /* rls.start_without_rules serves a start without rules; a reload with
+     * files that do not load keeps the running ones, as ever */
     if (daemon_load_config(rs->opts, &cfg, &errs) != RL_OK) {
+        cfg = NULL;
+    } else if (cfg->rls.rules_missing) {
+        for (size_t i = 0; i < cfg->rls.rules_problems.n; i++)
+            errors_add(&errs, "%s", cfg->rls.rules_problems.msg[i]);
+        config_unref(cfg);
+        cfg = NULL;
+    }
+    if (cfg == NULL) {
         for (size_t i = 0; i < errs.n; i++)
             log_error(LOG_MSG("reload rejected, keeping the running configuration"),
                       LOG_Q("problem", errs.msg[i]));
@@ -321,6 +337,11 @@ reload(struct run_state *rs)
         log_warn(LOG_MSG("configuration warning"), LOG_S("warning", errs.msg[i]));
     errors_free(&errs);
     metrics_reload(1, cfg->hash);
+    if (cfg->rls.xds.server != NULL && xds_rules != NULL) {
+        struct rl_config *with = config_with_rules(cfg, xds_rules);
+        config_unref(cfg);
+        cfg = with;
+    }
     set_config(cfg);
     watch_config(rs, cfg);
     log_info(LOG_MSG("configuration reloaded"), LOG_U("policies", cfg->npolicies),
@@ -571,10 +592,25 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
     return RL_OK;
 }
 
+/* Rules accepted over xDS: swapped into every worker as a reload swaps a
+ * config (a copy of the running one carrying them). */
+static void
+on_xds_rules(struct rls_rules *rules, const char *version, void *arg)
+{
+    rls_rules_set_metrics_id(rules, metrics_policy_id("rls"));
+    rls_rules_free(xds_rules);
+    xds_rules = rules;
+    set_config(config_with_rules(current, rules));
+    (void)version;
+    (void)arg;
+}
+
 /* Until the last worker's loop has ended. */
 static void
 serve(struct run_state *rs, const struct rl_config *cfg)
 {
+    char *cause = NULL;
+
     metrics_started();
     log_info(LOG_MSG("ratelimitd started"), LOG_S("version", PACKAGE_VERSION),
              LOG_S("listen", cfg->listen), LOG_U("workers", nworkers),
@@ -586,7 +622,16 @@ serve(struct run_state *rs, const struct rl_config *cfg)
     on_ready_poll(-1, 0, rs);
 
     watch_config(rs, cfg);
+    if (cfg->rls.xds.server != NULL &&
+        xds_start(&xds, rs->base, &cfg->rls.xds, on_xds_rules, rs, &cause) != RL_OK) {
+        log_error(LOG_MSG("cannot start the xDS client"), LOG_Q("error", cause));
+        free(cause);
+    }
     event_base_dispatch(rs->base);
+    xds_stop(xds);
+    xds = NULL;
+    rls_rules_free(xds_rules);
+    xds_rules = NULL;
     watch_free(rs->watch);
     rs->watch = NULL;
     for (size_t i = 0; i < RL_ARRAY_LEN(rs->sigs); i++)

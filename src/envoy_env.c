@@ -414,15 +414,76 @@ cv_ratio(struct ev_ctx *c, const struct ev_row *r, const char *value)
         set(c, r->option, r->name, xasprintf("%.9g", d));
 }
 
+/* CONFIG_GRPC_XDS_SERVER_USE_TLS: its three files and the name verified
+ * (none given: TLS still, to the system's CAs, the URL's host verified) */
+static void
+xds_tls(struct ev_ctx *c)
+{
+    static const struct {
+        const char *var, *option;
+    } files[] = {
+        {"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "rls.xds.tls.ca_file"},
+        {"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "rls.xds.tls.cert_file"},
+        {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "rls.xds.tls.key_file"},
+        {"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "rls.xds.tls.server_name"},
+    };
+    const char *url = value_of(c, "CONFIG_GRPC_XDS_SERVER_URL");
+    const char *colon = strrchr(url, ':');
+    bool any = false;
+
+    for (size_t i = 0; i < RL_ARRAY_LEN(files); i++) {
+        const char *v = env_get(c->envp, files[i].var);
+        if (v != NULL) {
+            set(c, files[i].option, files[i].var, xstrdup(v));
+            any = true;
+        }
+    }
+    if (!any)
+        set(c, "rls.xds.tls.server_name", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+            colon != NULL ? xstrndup(url, (size_t)(colon - url)) : xstrdup(url));
+}
+
+/*
+ * FILE: the rule files under RUNTIME_ROOT (cv_runtime), and a bad one at
+ * start is served as envoyproxy/ratelimit serves it (rls.start_without_rules).
+ * GRPC_XDS_SOTW: rls.xds from CONFIG_GRPC_XDS_*; without
+ * FORCE_START_WITHOUT_INITIAL_CONFIG it waits for the first rules, as
+ * envoyproxy/ratelimit does (not serving until then).
+ */
 static void
 cv_config_type(struct ev_ctx *c, const struct ev_row *r, const char *value)
 {
-    if (strcmp(value, "GRPC_XDS_SOTW") == 0)
-        note(c, r->name,
-             "GRPC_XDS_SOTW: rules over xDS are not built yet (CONFIG_GRPC_XDS_* are "
-             "not read): the rules are read from the files under RUNTIME_ROOT instead");
-    else if (strcmp(value, "FILE") != 0)
+    const char *force = value_of(c, "FORCE_START_WITHOUT_INITIAL_CONFIG");
+    const char *tls = value_of(c, "CONFIG_GRPC_XDS_SERVER_USE_TLS");
+
+    if (strcmp(value, "FILE") == 0) {
+        set(c, "rls.start_without_rules", r->name, xstrdup("true"));
+        return;
+    }
+    if (strcmp(value, "GRPC_XDS_SOTW") != 0) {
         errors_add(c->errs, "%s: use FILE or GRPC_XDS_SOTW", r->name);
+        return;
+    }
+    set(c, "rls.xds.server", "CONFIG_GRPC_XDS_SERVER_URL",
+        xstrdup(value_of(c, "CONFIG_GRPC_XDS_SERVER_URL")));
+    set(c, "rls.xds.node_id", "CONFIG_GRPC_XDS_NODE_ID",
+        xstrdup(value_of(c, "CONFIG_GRPC_XDS_NODE_ID")));
+    set(c, "rls.xds.wait_for_rules", "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        xstrdup(bool_of(c, "FORCE_START_WITHOUT_INITIAL_CONFIG", force) ? "false" : "true"));
+    if (bool_of(c, "CONFIG_GRPC_XDS_SERVER_USE_TLS", tls))
+        xds_tls(c);
+}
+
+/* XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: an int of bytes */
+static void
+cv_bytes(struct ev_ctx *c, const struct ev_row *r, const char *value)
+{
+    int64_t n;
+
+    if (go_int(value, &n) != RL_OK || n <= 0)
+        errors_add(c->errs, "%s: not a size in bytes", r->name);
+    else
+        set(c, r->option, r->name, xasprintf("%lld", (long long)n));
 }
 
 /* RUNTIME_ROOT / RUNTIME_SUBDIRECTORY / RUNTIME_APPDIRECTORY: the
@@ -436,6 +497,10 @@ cv_runtime(struct ev_ctx *c, const struct ev_row *r, const char *value)
                           app != NULL ? app : "config");
     struct stat st;
 
+    if (strcmp(value_of(c, "CONFIG_TYPE"), "GRPC_XDS_SOTW") == 0) {
+        free(dir); /* the rules come over xDS, as there */
+        return;
+    }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         /* rls.listen serves the rules of rls.config: without them, nothing
          * to serve (rules over xDS, which would come later, are not built) */
@@ -610,7 +675,8 @@ cv_headers(struct ev_ctx *c, const struct ev_row *r, const char *value)
         .name = var, .option = opt, .note = "read with " by \
     }
 
-#define XDS_LATER "rules over xDS are not built yet"
+#define XDS_BACKOFF \
+    "not built: a lost xDS stream is retried after 100 ms doubling to 30 s, jittered"
 #define STATS_PROM \
     "metrics are Prometheus only: GET /metrics on HOST:PORT, and on PROMETHEUS_ADDR with " \
     "USE_PROMETHEUS=true"
@@ -654,23 +720,33 @@ static const struct ev_row rows[] = {
     {.name = "LOG_LEVEL", .option = "log_level", .conv = cv_log_level, .def = "WARN"},
     {.name = "LOG_FORMAT", .option = "log_format", .conv = cv_log_format},
     /* rules */
-    {.name = "CONFIG_TYPE", .conv = cv_config_type},
-    NONE("FORCE_START_WITHOUT_INITIAL_CONFIG", "the daemon starts at once anyway"),
-    NONE("CONFIG_GRPC_XDS_NODE_ID", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_NODE_METADATA", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_SERVER_URL", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_SERVER_USE_TLS", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", XDS_LATER),
-    NONE("CONFIG_GRPC_XDS_SERVER_TLS_SAN", XDS_LATER),
-    NONE("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", XDS_LATER),
-    NONE("XDS_CLIENT_BACKOFF_MAX_INTERVAL", XDS_LATER),
-    NONE("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", XDS_LATER),
-    NONE("XDS_CLIENT_BACKOFF_JITTER", XDS_LATER),
-    NONE("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", XDS_LATER),
+    {.name = "CONFIG_TYPE", .option = "rls.xds", .conv = cv_config_type, .def = "FILE"},
+    {.name = "FORCE_START_WITHOUT_INITIAL_CONFIG", .option = "rls.xds.wait_for_rules",
+     .def = "false", .note = "read with CONFIG_TYPE"},
+    {.name = "CONFIG_GRPC_XDS_NODE_ID", .option = "rls.xds.node_id", .def = "default",
+     .note = "read with CONFIG_TYPE"},
+    NONE("CONFIG_GRPC_XDS_NODE_METADATA", "not built: the Node sent carries its id alone"),
+    {.name = "CONFIG_GRPC_XDS_SERVER_URL", .option = "rls.xds.server", .def = "localhost:18000",
+     .note = "read with CONFIG_TYPE"},
+    NONE("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", XDS_BACKOFF),
+    NONE("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "not built: the stream carries no "
+         "headers of its own"),
+    {.name = "CONFIG_GRPC_XDS_SERVER_USE_TLS", .option = "rls.xds.tls", .def = "false",
+     .note = "read with CONFIG_TYPE"},
+    PART("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "rls.xds.tls.cert_file",
+         "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+    PART("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "rls.xds.tls.key_file",
+         "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+    PART("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "rls.xds.tls.ca_file",
+         "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+    PART("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "rls.xds.tls.server_name",
+         "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+    NONE("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", XDS_BACKOFF),
+    NONE("XDS_CLIENT_BACKOFF_MAX_INTERVAL", XDS_BACKOFF),
+    NONE("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", XDS_BACKOFF),
+    NONE("XDS_CLIENT_BACKOFF_JITTER", XDS_BACKOFF),
+    {.name = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", .option = "rls.xds.max_message",
+     .conv = cv_bytes},
     NONE("RUNTIME_IGNOREDOTFILES", "names starting with '.' are always skipped"),
     NONE("RUNTIME_WATCH_ROOT", "the files are watched either way (watch_files): their "
          "directories, a ConfigMap's ..data swap included"),

@@ -176,6 +176,14 @@ test_files(const struct rl_config *cfg)
 {
     char *cause = NULL;
 
+    /* rls.start_without_rules would serve without them: -t still says no */
+    if (cfg->rls.rules_missing) {
+        for (size_t i = 0; i < cfg->rls.rules_problems.n; i++)
+            fprintf(stderr, "%s\n", cfg->rls.rules_problems.msg[i]);
+        fprintf(stderr, "ratelimitd: %zu problem%s in the rule files\n",
+                cfg->rls.rules_problems.total, cfg->rls.rules_problems.total == 1 ? "" : "s");
+        return RL_ERR;
+    }
     if ((cfg->backend == RL_BACKEND_REDIS && rtls_check(&cfg->redis, &cause) != RL_OK) ||
         grpc_tls_check(&cfg->rls.tls, &cause) != RL_OK) {
         fprintf(stderr, "%s\nratelimitd: 1 problem in the configuration\n", cause);
@@ -219,7 +227,8 @@ report_warnings(const struct rl_config *cfg, int test, struct rl_errors *notes)
 static void
 warn_unlimited(const struct rl_options *opts, const struct rl_config *cfg)
 {
-    if (cfg->npolicies != 0 || cfg->rls.rules != NULL)
+    if (cfg->npolicies != 0 || cfg->rls.rules != NULL || cfg->rls.rules_missing ||
+        cfg->rls.xds.server != NULL)
         return;
     log_set_level(cfg->log_level);
     log_warn(

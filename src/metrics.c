@@ -191,6 +191,72 @@ metrics_admin_result_name(enum rl_admin_result r)
     return admin_results[r];
 }
 
+/* rls.xds: written by the main thread, read by /metrics on the workers */
+static int xds_up, xds_loaded;
+static uint64_t xds_accepted, xds_rejected;
+static char xds_version[256];
+static pthread_mutex_t xds_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void
+metrics_xds_connected(int up)
+{
+    __atomic_store_n(&xds_up, up, __ATOMIC_RELAXED);
+}
+
+void
+metrics_xds_update(int accepted, const char *version)
+{
+    if (!accepted) {
+        ADD(&xds_rejected);
+        return;
+    }
+    ADD(&xds_accepted);
+    pthread_mutex_lock(&xds_lock);
+    snprintf(xds_version, sizeof(xds_version), "%s", version);
+    xds_loaded = 1;
+    pthread_mutex_unlock(&xds_lock);
+}
+
+/* The version as a label value: '"', '\\' and newlines escaped. */
+static void
+format_xds(struct evbuffer *out)
+{
+    char v[sizeof(xds_version) * 2];
+    size_t j = 0;
+    int loaded;
+
+    pthread_mutex_lock(&xds_lock);
+    for (size_t i = 0; xds_version[i] != '\0'; i++) {
+        char c = xds_version[i];
+        if (c == '"' || c == '\\' || c == '\n') {
+            v[j++] = '\\';
+            c = c == '\n' ? 'n' : c;
+        }
+        v[j++] = c;
+    }
+    v[j] = '\0';
+    loaded = xds_loaded;
+    pthread_mutex_unlock(&xds_lock);
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_rls_xds_connected The stream to the xDS server (rls.xds) is open.\n"
+        "# TYPE ratelimitd_rls_xds_connected gauge\n"
+        "ratelimitd_rls_xds_connected %d\n"
+        "# HELP ratelimitd_rls_xds_updates_total Rule updates from the xDS server, by result.\n"
+        "# TYPE ratelimitd_rls_xds_updates_total counter\n"
+        "ratelimitd_rls_xds_updates_total{result=\"accepted\"} %llu\n"
+        "ratelimitd_rls_xds_updates_total{result=\"rejected\"} %llu\n"
+        "# HELP ratelimitd_rls_xds_rules_loaded Rules from the xDS server are in force.\n"
+        "# TYPE ratelimitd_rls_xds_rules_loaded gauge\n"
+        "ratelimitd_rls_xds_rules_loaded %d\n"
+        "# HELP ratelimitd_rls_xds_version_info The version of the rules in force "
+        "(version_info; empty: none).\n"
+        "# TYPE ratelimitd_rls_xds_version_info gauge\n"
+        "ratelimitd_rls_xds_version_info{version=\"%s\"} 1\n",
+        __atomic_load_n(&xds_up, __ATOMIC_RELAXED), (unsigned long long)LOAD(&xds_accepted),
+        (unsigned long long)LOAD(&xds_rejected), loaded, v);
+}
+
 void
 metrics_started(void)
 {
@@ -599,6 +665,7 @@ metrics_format(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
                             redis_error_kinds[k],
                             (unsigned long long)rconn_errors_total((enum rl_redis_error)k));
     format_rls_rules(out, ms, n);
+    format_xds(out);
 }
 
 /* A rule's label split as envoyproxy/ratelimit's stat name is: the first

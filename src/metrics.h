@@ -165,6 +165,11 @@ struct rl_reload_state {
     int64_t started_us;   /* monotonic: metrics_started */
 };
 void metrics_reloads(struct rl_reload_state *out);
+/* Rules over xDS (xds.c), always served (0 without rls.xds).  connected:
+ * the stream is open; an update accepted (its version) or rejected; loaded:
+ * the rules in force came from the server (false until the first). */
+void metrics_xds_connected(int up);
+void metrics_xds_update(int accepted, const char *version);
 
 /* Everything, summed over `n` workers' metrics. */
 void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker, size_t n);

@@ -101,6 +101,10 @@ should_rate_limit(struct rls_grpc *d, struct grpc_call *c, const struct grpc_req
         grpc_respond(c, GRPC_UNAVAILABLE, "overloaded: too many checks in flight");
         return;
     }
+    if (cfg->rls.rules_missing) { /* as envoyproxy/ratelimit answers then */
+        grpc_respond(c, GRPC_UNKNOWN, RL_RLS_NO_RULES);
+        return;
+    }
     arena_set_cap(&d->arena, (size_t)cfg->rls.max_message * ARENA_FACTOR + ARENA_FLOOR);
     if ((why = rls_codec_decode_request(&d->arena, rq->msg, rq->msg_len, &req)) != NULL) {
         metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);

@@ -69,7 +69,9 @@ static void RL_PRINTF(4, 5)
     va_start(ap, fmt);
     what = xvasprintf(fmt, ap);
     va_end(ap);
-    if (*path)
+    if (at != NULL && at->line == 0) /* a tree that is no file's: no lines */
+        errors_add(y->errs, "%s: %s%s%s", y->file, path, *path ? ": " : "", what);
+    else if (*path)
         errors_add(y->errs, "%s:%zu: %s: %s", y->file, at ? (size_t)at->line : 1, path, what);
     else
         errors_add(y->errs, "%s:%zu: %s", y->file, at ? (size_t)at->line : 1, what);
@@ -1317,6 +1319,20 @@ domain_unique(struct loading *l, const char *file, const struct rls_domain *d)
     return ok;
 }
 
+/* A domain loaded: one of the set, unless another has its name. */
+static int
+add_domain(struct loading *l, const char *file, const struct rls_domain *d)
+{
+    if (domain_unique(l, file, d) != RL_OK)
+        return RL_ERR;
+    if (l->r->ndomains == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 4;
+        l->r->domains = xrealloc(l->r->domains, l->cap * sizeof(*l->r->domains));
+    }
+    l->r->domains[l->r->ndomains++] = *d;
+    return RL_OK;
+}
+
 /* A file of the set: its first document is its domain; further documents
  * must be empty.  What a file that fails kept stays in the set's memory
  * until the load ends (failed). */
@@ -1339,14 +1355,9 @@ load_file(struct loading *l, const char *file)
     ok = parse_file(l, file, &in, &d);
     fclose(in.f);
     l->r->hash = in.hash;
-    if (ok != RL_OK || domain_unique(l, file, &d) != RL_OK)
+    if (ok != RL_OK)
         return RL_ERR;
-    if (l->r->ndomains == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 4;
-        l->r->domains = xrealloc(l->r->domains, l->cap * sizeof(*l->r->domains));
-    }
-    l->r->domains[l->r->ndomains++] = d;
-    return RL_OK;
+    return add_domain(l, file, &d);
 }
 
 static bool
@@ -1477,6 +1488,35 @@ cmp_domain(const void *a, const void *b)
     return cmp_str(((const struct rls_domain *)a)->name, ((const struct rls_domain *)b)->name);
 }
 
+/* A rule set being loaded: its memory, and the policy name of rules. */
+static void
+loading_start(struct loading *l)
+{
+    l->r = xcalloc(1, sizeof(*l->r));
+    l->r->hash = FNV1A_INIT;
+    l->r->refs = 1;
+    /* strings, rules, limits and policies of the whole set, freed at once */
+    arena_init(&l->r->mem, 64 * 1024, 0);
+    l->rls_name = arena_alloc(&l->r->mem, 4);
+    memcpy(l->rls_name, "rls", 4);
+}
+
+/* The set loaded: *out, or NULL and freed when a problem was added. */
+static int
+loading_end(struct loading *l, size_t before, struct rls_rules **out)
+{
+    ytree_free(&l->tree);
+    free(l->dirs);
+    if (l->errs->total != before) {
+        rls_rules_free(l->r);
+        return RL_ERR;
+    }
+    if (l->r->ndomains > 0) /* none: domains is NULL, which qsort may not be given */
+        qsort(l->r->domains, l->r->ndomains, sizeof(*l->r->domains), cmp_domain);
+    *out = l->r;
+    return RL_OK;
+}
+
 int
 rls_rules_load(const char *where, uint64_t (*new_uid)(void), struct rls_rules **out,
                struct rl_errors *errs)
@@ -1486,33 +1526,57 @@ rls_rules_load(const char *where, uint64_t (*new_uid)(void), struct rls_rules **
     struct stat st;
 
     *out = NULL;
-    l.r = xcalloc(1, sizeof(*l.r));
-    l.r->hash = FNV1A_INIT;
-    /* strings, rules, limits and policies of the whole set, freed at once */
-    arena_init(&l.r->mem, 64 * 1024, 0);
-    l.rls_name = arena_alloc(&l.r->mem, 4);
-    memcpy(l.rls_name, "rls", 4);
+    loading_start(&l);
     if (stat(where, &st) != 0)
         errors_add(errs, "%s: %s", where, strerror(errno));
     else if (S_ISDIR(st.st_mode))
         (void)load_dir(&l, where, &st, 0);
     else
         (void)load_file(&l, where);
-    ytree_free(&l.tree);
-    free(l.dirs);
-    if (errs->total != before) {
-        rls_rules_free(l.r);
-        return RL_ERR;
+    return loading_end(&l, before, out);
+}
+
+int
+rls_rules_from_docs(const struct rls_doc *docs, size_t n, uint64_t (*new_uid)(void),
+                    struct rls_rules **out, struct rl_errors *errs)
+{
+    struct loading l = {.new_uid = new_uid, .errs = errs};
+    size_t before = errs->total;
+
+    *out = NULL;
+    loading_start(&l);
+    for (size_t i = 0; i < n; i++) {
+        struct yload y = {.file = docs[i].name,
+                          .tree = docs[i].tree,
+                          .errs = errs,
+                          .mem = &l.r->mem,
+                          .rls_name = l.rls_name,
+                          .nrules = &l.r->nrules,
+                          .new_uid = new_uid};
+        struct rls_domain d;
+
+        memset(&d, 0, sizeof(d));
+        l.r->hash = fnv1a(l.r->hash, docs[i].name, strlen(docs[i].name) + 1);
+        if (docs[i].src != NULL)
+            l.r->hash = fnv1a(l.r->hash, docs[i].src, docs[i].src_len);
+        if (load_doc(&y, &d) == RL_OK)
+            (void)add_domain(&l, docs[i].name, &d);
     }
-    qsort(l.r->domains, l.r->ndomains, sizeof(*l.r->domains), cmp_domain);
-    *out = l.r;
-    return RL_OK;
+    l.r->nfiles = n;
+    return loading_end(&l, before, out);
+}
+
+struct rls_rules *
+rls_rules_ref(struct rls_rules *r)
+{
+    __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+    return r;
 }
 
 void
 rls_rules_free(struct rls_rules *r)
 {
-    if (r == NULL)
+    if (r == NULL || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     free(r->domains);
     arena_free(&r->mem);

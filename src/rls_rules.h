@@ -36,6 +36,7 @@
 #include "schema.h"
 
 struct rl_policy;
+struct ytree;
 
 /* RateLimitResponse.RateLimit.Unit, envoy.type.v3.RateLimitUnit: the wire
  * values of both. */
@@ -138,6 +139,7 @@ struct rls_rules {
     size_t nfiles;
     uint64_t hash;    /* FNV-1a of every file's name and bytes */
     struct arena mem; /* the rules, their strings, limits and policies */
+    int refs;         /* atomic: the configs holding it (rules over xDS) */
 };
 
 /* Bounds of a rule set: more is a load error naming the bound. */
@@ -158,6 +160,25 @@ struct rls_rules {
  */
 int rls_rules_load(const char *where, uint64_t (*new_uid)(void), struct rls_rules **out,
                    struct rl_errors *errs) RL_WUR;
+/*
+ * The same from documents already read into trees, as the YAML files'
+ * would be (rules over xDS: each RateLimitConfig resource's): docs[i]'s
+ * problems are told as "NAME: path: what", NAME its resource's name.
+ */
+struct rls_doc {
+    const char *name;
+    const struct ytree *tree;
+    /* the bytes it was read from, hashed with its name into the set's
+     * hash (what knows a rule set: /rlconfig's text is kept by it) */
+    const void *src;
+    size_t src_len;
+};
+int rls_rules_from_docs(const struct rls_doc *docs, size_t n, uint64_t (*new_uid)(void),
+                        struct rls_rules **out, struct rl_errors *errs) RL_WUR;
+
+/* Another holder of r (a config built over it); rls_rules_free drops one
+ * and frees with the last. */
+struct rls_rules *rls_rules_ref(struct rls_rules *r);
 void rls_rules_free(struct rls_rules *r);
 
 /* Every rule policy's metrics_id (they count under one name, see rls.c). */

@@ -13,6 +13,10 @@
 
 struct rls_rules;
 
+/* What a request is answered while rls.start_without_rules serves without
+ * rules: envoyproxy/ratelimit's words in that state. */
+#define RL_RLS_NO_RULES "no rate limit configuration loaded"
+
 struct rl_sentinel_conf {
     char *master;            /* the monitored master's name */
     struct rl_strlist nodes; /* "host:port" of the sentinels */
@@ -72,6 +76,24 @@ struct rl_rls_header_names {
     char *reset;     /* seconds until its window ends */
 };
 
+/* rls.xds.tls: the xDS stream over TLS, ALPN "h2" (any field given: on). */
+struct rl_rls_xds_tls_conf {
+    char *ca_file;   /* the server's CA; NULL: the system's store */
+    char *cert_file; /* our certificate (mTLS), with key_file */
+    char *key_file;
+    char *server_name; /* SNI and the name verified; NULL: the server's host */
+};
+
+/* rls.xds: the rules from an aggregated discovery server (xds.c), instead
+ * of rls.config's files. */
+struct rl_rls_xds_conf {
+    char *server;  /* "host:port"; NULL: no xDS */
+    char *node_id; /* our Node.id: the server picks the resources by it */
+    struct rl_rls_xds_tls_conf tls;
+    int64_t max_message; /* bytes of one DiscoveryResponse */
+    int wait_for_rules;  /* not serving until the first rules arrive */
+};
+
 /*
  * rls: Envoy's rate limit service (envoy.service.ratelimit.v3) over gRPC on
  * a listener of its own, with envoyproxy/ratelimit's YAML rule files
@@ -80,7 +102,11 @@ struct rl_rls_header_names {
 struct rl_rls_conf {
     char *listen; /* "host:port" or "unix:PATH"; NULL: no gRPC listener */
     struct rl_rls_tls_conf tls;
-    char *config;         /* one YAML file, or a directory of *.yaml / *.yml */
+    char *config; /* one YAML file, or a directory of *.yaml / *.yml */
+    struct rl_rls_xds_conf xds;
+    /* a rule file that does not load at start: serve without rules,
+     * answering as envoyproxy/ratelimit does (else exit 1) */
+    int start_without_rules;
     int response_headers; /* the RateLimit fields in response_headers_to_add */
     /* limit != NULL: envoyproxy/ratelimit's three headers instead */
     struct rl_rls_header_names header_names;
@@ -98,8 +124,15 @@ struct rl_rls_conf {
     int64_t max_connection_age_ms;       /* then GOAWAY (+/- 10% each); 0: never */
     int64_t max_connection_age_grace_ms; /* after that GOAWAY, then closed */
     /* The rules of `config`, read by config_validate at every load (a
-     * reload reads them again); NULL without config.  Not a field. */
+     * reload reads them again); NULL without config, or before xDS sent
+     * any (daemon.c puts xDS's rules in a copy: config_with_rules).  Not a
+     * field. */
     struct rls_rules *rules;
+    /* start_without_rules took effect: the files did not load, every
+     * request is answered "no rate limit configuration loaded".  Not a
+     * field. */
+    int rules_missing;
+    struct rl_errors rules_problems; /* why, each "FILE:LINE: path: what" */
 };
 
 #endif

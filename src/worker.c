@@ -283,12 +283,16 @@ on_drain(evutil_socket_t fd, short what, void *arg)
 /* The reason a draining worker gives; told apart from the backend's by
  * address (worker_serving). */
 static const char shutting_down[] = "shutting down";
+/* rls.xds.wait_for_rules and none yet: not serving, whatever failure_mode */
+static const char no_rules[] = "waiting for the first rules over xDS (rls.xds.wait_for_rules)";
 
 static const char *
 own_readiness(struct rl_worker *w)
 {
     if (w->draining)
         return shutting_down;
+    if (w->cfg->rls.xds.wait_for_rules && w->cfg->rls.rules == NULL)
+        return no_rules;
     return w->backend->ops->not_ready(w->backend);
 }
 
@@ -326,7 +330,7 @@ worker_serving(struct rl_worker *w, const char **reason, int *which)
     *reason = worker_readiness(w, which != NULL ? which : &who);
     if (*reason == NULL)
         return true;
-    if (*reason == shutting_down)
+    if (*reason == shutting_down || *reason == no_rules)
         return false;
     /* open and local answer every check without the backend; closed would
      * answer each with a 503 */
@@ -354,6 +358,8 @@ on_config(evutil_socket_t fd, short what, void *arg)
         grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
     }
     config_unref(old);
+    /* rules over xDS arriving change it (rls.xds.wait_for_rules) */
+    __atomic_store_n(&w->ready_reason, own_readiness(w), __ATOMIC_RELEASE);
     (void)fd;
     (void)what;
 }

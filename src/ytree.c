@@ -379,8 +379,8 @@ event(struct reader *r, yaml_event_t *e, bool *done)
     }
 }
 
-static void
-clear(struct ytree *t)
+void
+ytree_clear(struct ytree *t)
 {
     t->nnodes = t->nkids = t->ntext = t->expanded = t->nkeys = 0;
     t->has_root = false;
@@ -397,7 +397,7 @@ ytree_read(struct yaml_parser_s *p, const struct ytree_bounds *b, struct ytree *
     bool done = false;
     int ok = RL_OK;
 
-    clear(t);
+    ytree_clear(t);
     *cause = NULL;
     while (ok == RL_OK && !done) {
         yaml_event_t e;
@@ -436,4 +436,48 @@ ytree_free(struct ytree *t)
     free(t->kids);
     free(t->text);
     memset(t, 0, sizeof(*t));
+}
+
+/* ---- built by hand ---------------------------------------------------------- */
+
+uint32_t
+ytree_add_scalar(struct ytree *t, const char *s, size_t len, bool plain)
+{
+    uint32_t n;
+
+    GROW(t->nodes, t->nnodes, t->capnodes);
+    n = (uint32_t)t->nnodes++;
+    t->nodes[n] = (struct ynode){.kind = YT_SCALAR, .plain = plain, .n = (uint32_t)len};
+    /* plain ones are mapping keys, units, numbers: kept once each */
+    t->nodes[n].at = add_text(t, s, len, plain);
+    t->expanded++;
+    return n;
+}
+
+uint32_t
+ytree_add_container(struct ytree *t, enum ytree_kind kind, const uint32_t *kids, size_t n)
+{
+    uint32_t node;
+
+    while (t->nkids + n > t->capkids) {
+        t->capkids = t->capkids ? 2 * t->capkids : 256;
+        t->kids = xrealloc(t->kids, t->capkids * sizeof(*t->kids));
+    }
+    if (n > 0)
+        memcpy(t->kids + t->nkids, kids, n * sizeof(*kids));
+    GROW(t->nodes, t->nnodes, t->capnodes);
+    node = (uint32_t)t->nnodes++;
+    t->nodes[node] = (struct ynode){.kind = (uint8_t)kind,
+                                    .at = (uint32_t)t->nkids,
+                                    .n = (uint32_t)(kind == YT_MAP ? n / 2 : n)};
+    t->nkids += n;
+    t->expanded++;
+    return node;
+}
+
+void
+ytree_set_root(struct ytree *t, uint32_t node)
+{
+    t->root = node;
+    t->has_root = true;
 }

@@ -80,6 +80,21 @@ int ytree_read(struct yaml_parser_s *p, const struct ytree_bounds *b, struct ytr
                char **cause, size_t *line, size_t *column) RL_WUR;
 void ytree_free(struct ytree *t);
 
+/*
+ * A tree built by hand, as another source of the same document (a rule
+ * set's xDS resource): ytree_clear, then nodes children first; their line
+ * is 0 (no file has them).  A scalar's bytes are copied (a short plain one
+ * once for the tree); plain says whether it reads as YAML's plain scalars
+ * do (a key, a number, a boolean) or as a string written quoted.  A
+ * container takes its n children (a mapping: key, value, ...) from kids;
+ * ytree_set_root names the document.
+ */
+void ytree_clear(struct ytree *t);
+uint32_t ytree_add_scalar(struct ytree *t, const char *s, size_t len, bool plain);
+uint32_t ytree_add_container(struct ytree *t, enum ytree_kind kind, const uint32_t *kids,
+                             size_t n);
+void ytree_set_root(struct ytree *t, uint32_t node);
+
 static inline const struct ynode *
 ytree_node(const struct ytree *t, uint32_t i)
 {

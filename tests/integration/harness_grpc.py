@@ -82,7 +82,11 @@ def protos():
         files = ["envoy/service/ratelimit/v3/rls.proto",
                  "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
                  "envoy/type/v3/ratelimit_unit.proto", "envoy/config/core/v3/base.proto",
-                 "grpc/health/v1/health.proto"]
+                 "grpc/health/v1/health.proto",
+                 # rules over xDS (harness_xds.py): google/rpc is not in
+                 # python3-protobuf, so ours joins the google namespace here
+                 "envoy/service/discovery/v3/discovery.proto",
+                 "ratelimit/config/ratelimit/v3/rls_conf.proto", "google/rpc/status.proto"]
         # google/protobuf/* are not generated: python3-protobuf has the real
         # Duration and UInt64Value, which ours must match on the wire
         r = subprocess.run(["protoc", "-I", PROTO_DIR, "--python_out", out] + files,
@@ -94,6 +98,9 @@ def protos():
         pb = Protos()
         from envoy.service.ratelimit.v3 import rls_pb2
         pb.rls = rls_pb2
+        from envoy.service.discovery.v3 import discovery_pb2
+        from ratelimit.config.ratelimit.v3 import rls_conf_pb2
+        pb.discovery, pb.rls_conf = discovery_pb2, rls_conf_pb2
         # "grpc" is grpcio's package name too: health's module by its path
         spec = importlib.util.spec_from_file_location(
             "rl_health_pb2", os.path.join(out, "grpc", "health", "v1", "health_pb2.py"))

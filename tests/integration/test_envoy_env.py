@@ -3,12 +3,15 @@
 envoyproxy/ratelimit"): the daemon started as `ratelimit`, with exactly the
 environment Envoy Gateway gives its rate limit Deployment
 (envoy_gateway.env), serves ShouldRateLimit over TLS on GRPC_PORT from the
-rule files under RUNTIME_ROOT, GET /healthcheck and POST /json on PORT, and
+rules its xDS server sends over mTLS (CONFIG_TYPE=GRPC_XDS_SOTW; a real ADS
+server, harness_xds.py), GET /healthcheck and POST /json on PORT, and
 names once, at start, every variable it reads without effect (never a
 value); --envoy-env does the same for `ratelimitd`.  LIMIT_RESPONSE_HEADERS_ENABLED
 puts envoyproxy/ratelimit's three headers (names from LIMIT_*_HEADER) on the
 answer; a value envoyproxy/ratelimit would refuse stops the start, naming
-the variable.  Redis Sentinel and Cluster come in its REDIS_URL forms."""
+the variable; a bad rule file at start is served as envoyproxy/ratelimit
+serves it (rls.start_without_rules).  Redis Sentinel and Cluster come in its
+REDIS_URL forms."""
 
 import contextlib
 import json
@@ -21,6 +24,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 import harness_grpc as G  # noqa: E402
+import harness_xds as X  # noqa: E402
 from harness import check, eq  # noqa: E402
 
 FIXTURE = os.path.join(H.HERE, "envoy_gateway.env")
@@ -122,12 +126,19 @@ def t_envoy_gateway(redis):
     pki = H.Pki()
     ca = pki.ca("eg-ca")
     crt, key = pki.leaf("eg-ratelimit", ca)
+    xds_crt, xds_key = pki.leaf("envoy-gateway", ca)
     certs = os.path.join(H.tmpdir(), "certs-%s" % uuid.uuid4().hex[:8])
     os.makedirs(certs)
     for src, name in ((crt, "tls.crt"), (key, "tls.key"), (ca[0], "ca.crt")):
         os.symlink(src, os.path.join(certs, name))
     root = runtime_root()
+    os.remove(os.path.join(root, "ratelimit", "config", "eg.yaml"))  # the rules come over xDS
     port, grpc_port, prom_port, debug_port = (H.free_port() for _ in range(4))
+    # Envoy Gateway's control plane: mTLS, its CA, the rules of RULES
+    ads = X.AdsServer(tls=(xds_crt, xds_key, ca[0]))
+    ads.publish([X.config(DOMAIN, DOMAIN, [
+        {"key": "rule-0-match-0", "value": "rule-0-match-0", "descriptors": [
+            {"key": "masked_remote_address", "limit": (3, "HOUR")}]}])], "eg-1")
     env = {}
     for k, v in gateway_env():
         v = v.replace("/certs/", certs + "/")
@@ -138,12 +149,19 @@ def t_envoy_gateway(redis):
         if k == "PROMETHEUS_ADDR":  # its form, ":19001", another port
             eq(v, ":19001", "the fixture's PROMETHEUS_ADDR")
             v = ":%d" % prom_port
+        if k == "CONFIG_GRPC_XDS_SERVER_URL":
+            v = "127.0.0.1:%d" % ads.port
         env[k] = v
     # DEBUG_PORT: envoyproxy/ratelimit's default 6070 elsewhere
     env.update(PORT=str(port), GRPC_PORT=str(grpc_port), REDIS_TIMEOUT=SLOW_REDIS,
                DEBUG_PORT=str(debug_port))
-    with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False, port=port,
-                  ready=True) as d:
+    with ads, H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False,
+                       port=port, ready=True) as d:
+        H.wait_for(lambda: H.metric(port, "ratelimitd_rls_xds_version_info",
+                                    {"version": "eg-1"}, default=0) == 1,
+                   "the rules over xDS (mTLS)")
+        ack = ads.wait_request(lambda r: r.version_info == "eg-1", "ACKing eg-1")
+        eq(ack.node.id, "envoy-ratelimit", "CONFIG_GRPC_XDS_NODE_ID")
         st, h, b = H.request(port, "GET", "/healthcheck")
         eq((st, b), (200, "OK"), "GET /healthcheck")
         # TLS with the server's files; GRPC_SERVER_TLS_CA_CERT is not
@@ -191,14 +209,13 @@ def t_envoy_gateway(redis):
            "GET /rlconfig on DEBUG_PORT")
         check(port_listening_everywhere(debug_port), "DEBUG_HOST's default is not 0.0.0.0")
         log = d.log()
-        for var in ("GRPC_SERVER_TLS_CA_CERT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
-                    "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-                    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG",
-                    "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"):
+        for var in ("GRPC_SERVER_TLS_CA_CERT", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"):
             eq(len(told(log, var)), 1, "%s told once at start (log:\n%s)" % (var, log))
         for var in ("USE_STATSD", "REDIS_URL", "GRPC_SERVER_TLS_CERT", "LOG_LEVEL", "USE_PROMETHEUS",
-                    "PROMETHEUS_ADDR", "DEBUG_PORT"):
+                    "PROMETHEUS_ADDR", "DEBUG_PORT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
+                    "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+                    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG"):
             eq(told(log, var), [], "%s, read, not told" % var)
         check("envoy-gateway:18001" not in log and certs not in log,
               "a variable's value in the log:\n%s", log)
@@ -255,6 +272,60 @@ def t_flag_and_headers(redis):
             except ValueError:
                 raise H.Fail("LOG_FORMAT=json: not a JSON line: %r" % ln)
             check(isinstance(o, dict) and {"ts", "level", "msg"} <= set(o), "fields of %r", ln)
+
+
+BAD_RULES = """\
+domain: default/eg/http
+descriptors:
+  - key: rule-0-match-0
+    rate_limit: {unit: fortnight, requests_per_unit: 3}
+"""
+
+
+def t_bad_rules_at_start(redis):
+    """envoyproxy/ratelimit keeps running on a bad rule file and answers
+    every call with an error; so does rls.start_without_rules (on in its
+    environment), until a good file is picked up.  Our own mode exits 1."""
+    root = runtime_root()
+    eg = os.path.join(root, "ratelimit", "config", "eg.yaml")
+    with open(eg, "w") as f:
+        f.write(BAD_RULES)
+    port, grpc_port = H.free_port(), H.free_port()
+    env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
+           "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
+           "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
+           "REDIS_TIMEOUT": SLOW_REDIS}
+    rc, _, err = H.run_cli(["--envoy-env", "-t"], env=env)
+    eq(rc, 1, "-t on a bad rule file, in its environment too")
+    check("descriptors[0].rate_limit.unit: invalid rate limit unit" in err,
+          "-t names the problem: %r", err)
+    with H.Daemon(None, env=env, exact_env=True, args=["--envoy-env"], listen=False, port=port,
+                  ready=True) as d:
+        check("serving without rules" in d.log() and "invalid rate limit unit" in d.log(),
+              "the problem logged at start:\n%s", d.log())
+        eq(H.request(port, "GET", "/healthcheck")[:3:2], (200, "OK"), "GET /healthcheck")
+        with G.Client(grpc_port) as c:
+            eq(c.health(""), "SERVING", "gRPC health")
+            code, details = G.status_of(c.check, DOMAIN, eg_descriptor("10.9.0.0/24"))
+            eq((code, details), ("UNKNOWN", "no rate limit configuration loaded"),
+               "ShouldRateLimit without rules")
+            st, _, b = H.request(port, "POST", "/json", {"domain": DOMAIN, "descriptors": [
+                {"entries": [{"key": "k", "value": "v"}]}]})
+            eq(st, 500, "POST /json without rules (%r)" % (b,))
+            with open(eg + ".new", "w") as f:
+                f.write(RULES)
+            os.rename(eg + ".new", eg)
+            H.wait_for(lambda: G.status_of(c.check, DOMAIN, eg_descriptor("10.9.0.0/24"))[0] ==
+                       "OK", "the fixed file picked up")
+            r = c.check(DOMAIN, eg_descriptor("10.9.1.0/24"))
+            eq(r.statuses[0].current_limit.requests_per_unit, 3, "the fixed file's rule")
+    # our own mode: exit 1, the problem printed
+    with open(eg, "w") as f:
+        f.write(BAD_RULES)
+    d = H.Daemon({"rls": {"listen": "127.0.0.1:%d" % H.free_port(), "config": eg}},
+                 redis=redis, wait=False)
+    eq(d.wait(60), 1, "our default: a bad rule file stops the start")
+    check("invalid rate limit unit" in d.log(), "the problem printed: %s", d.log())
 
 
 def t_refused_values(_):
@@ -546,6 +617,11 @@ VALID = {
     "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_CACERT": "/ca.pem",
     "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false", "REDIS_SENTINEL_AUTH": "s",
     "REDIS_TIMEOUT": "1s", "GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h",
+    "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "CONFIG_GRPC_XDS_SERVER_URL": "127.0.0.1:18000",
+    "CONFIG_GRPC_XDS_NODE_ID": "n", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "false",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "x",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "4194304",
 }
 
 
@@ -678,13 +754,17 @@ def t_connection_age(redis):
 
 
 CASES = [
-    ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
-     "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
+    ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from rules "
+     "over xDS (mTLS), /healthcheck, /json, its metric names; each variable without effect told "
+     "once", 
      t_envoy_gateway),
     ("--envoy-env: LIMIT_RESPONSE_HEADERS_ENABLED's three headers with LIMIT_*_HEADER names; "
      "an unknown REDIS_ variable told; LOG_FORMAT=json lines; value_to_metric's empty value",
      t_flag_and_headers),
     ("values envoyproxy/ratelimit refuses stop the start, naming the variable", t_refused_values),
+    ("a bad rule file at start, in its environment: served as it serves it (UNKNOWN \"no rate "
+     "limit configuration loaded\", /json 500, healthy), the fixed file picked up; -t and our "
+     "own mode: exit 1", t_bad_rules_at_start),
     ("rule files changed on disk (a ConfigMap's ..data swap, a file written in place) reload them; "
      "a bad one keeps the running rules", t_files_watched),
     ("watch_files in our own mode: rls.tls's files renamed over are served", t_tls_files_watched),

@@ -509,7 +509,10 @@ SECTIONS = {"top_fields": ("OPTIONS", ""), "redis_fields": ("THE REDIS OBJECT", 
             "rls_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"), "rls."),
             "rls_tls_fields": ("THE RLS OBJECT", "rls.tls."),
             "header_names_fields": (("THE RLS OBJECT", "ENVOY'S RATE LIMIT SERVICE"),
-                                    "rls.header_names.")}
+                                    "rls.header_names."),
+            # rules over xDS: where the rules come from, beside rls.config
+            "xds_fields": ("ENVOY'S RATE LIMIT SERVICE", "rls.xds."),
+            "xds_tls_fields": ("ENVOY'S RATE LIMIT SERVICE", "rls.xds.tls.")}
 
 
 def t_man5_options():
@@ -540,7 +543,8 @@ def t_man5_options():
                 if not ok:
                     problems.append("%s: the bounds %d..%d are not given" % (name, f["min"], f["max"]))
             if table in ("top_fields", "redis_fields", "sentinel_fields", "tls_fields",
-                         "http_fields", "rls_fields", "rls_tls_fields", "header_names_fields"):
+                         "http_fields", "rls_fields", "rls_tls_fields", "header_names_fields",
+                         "xds_fields", "xds_tls_fields"):
                 if f["restart"] != ("restart-only" in text):
                     problems.append("%s: restart-only is %s in the table" % (name, f["restart"]))
             if f["required"] and "required" not in text:
@@ -719,9 +723,9 @@ def rules_pass(files, what):
 
 def t_envoy_gateway_recipes():
     """deploy/envoy-gateway/: the fields the recipes rely on."""
-    # the EnvoyGateway configuration: the image swapped, the rules mounted
-    # where RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config is in Envoy Gateway's
-    # environment (tests/integration/envoy_gateway.env)
+    # the EnvoyGateway configuration: the image swapped, no rule files
+    # mounted: Envoy Gateway's environment (tests/integration/envoy_gateway.env)
+    # takes the rules over xDS
     cm = by_kind(yaml_load_all(os.path.join(EG, "envoy-gateway-config.yaml")), "ConfigMap")
     inner = os.path.join(scratch("eg-config-"), "envoy-gateway.yaml")
     with open(inner, "w") as f:
@@ -733,15 +737,12 @@ def t_envoy_gateway_recipes():
     check("ratelimitd" in image and "envoyproxy/ratelimit" not in image, "the image: %r", image)
     with open(os.path.join(SRC, "tests", "integration", "envoy_gateway.env")) as f:
         eg_env = dict(ln.strip().split("=", 1) for ln in f if "=" in ln and not ln.startswith("#"))
-    rules_dir = "%s/%s/config" % (eg_env["RUNTIME_ROOT"], eg_env["RUNTIME_SUBDIRECTORY"])
-    mounts = {m["name"]: m["mountPath"] for m in rld["container"]["volumeMounts"]}
-    eq(list(mounts.values()), [rules_dir], "the rule files' mount")
-    vols = {v["name"]: v for v in rld["pod"]["volumes"]}
-    cm_name = vols[list(mounts)[0]]["configMap"]["name"]
+    eq(eg_env["CONFIG_TYPE"], "GRPC_XDS_SOTW", "Envoy Gateway's rules over xDS")
+    check("volumeMounts" not in rld.get("container", {}) and "volumes" not in rld.get("pod", {}),
+          "rule files mounted: the rules come over xDS")
     check(re.fullmatch(r"[\w.-]+:\d+", import_yaml["rateLimit"]["backend"]["redis"]["url"]),
           "redis url not host:port (REDIS_TYPE single)")
     rules = by_kind(yaml_load_all(os.path.join(EG, "ratelimit-rules.yaml")), "ConfigMap")
-    eq(rules["metadata"]["name"], cm_name, "the mounted ConfigMap")
     eq(rules["metadata"]["namespace"], "envoy-gateway-system", "its namespace")
     rules_pass(rules["data"], "ratelimit-rules.yaml")
     # the policies
@@ -775,20 +776,13 @@ def t_envoy_gateway_recipes():
     eq(int(env["GRPC_PORT"]), 8081, "GRPC_PORT")
     eq([p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc"], [8081], "the Service's gRPC port")
     eq(c["readinessProbe"]["httpGet"], {"path": "/healthcheck", "port": 8080}, "the probe")
-    eq([m["mountPath"] for m in c["volumeMounts"]],
-       ["%s/%s/config" % (env["RUNTIME_ROOT"], env["RUNTIME_SUBDIRECTORY"])], "the quota rules' mount")
-    qcm = by_kind(docs, "ConfigMap")
-    eq(qcm["metadata"]["name"], spec["volumes"][0]["configMap"]["name"], "the mounted ConfigMap")
-    rules_pass(qcm["data"], "ai-gateway-quota-ratelimit.yaml")
-    # started as that container starts (its command by name, its environment
-    # with the rules where they are mounted, the image's own variables):
-    # the configuration is good
+    check("volumeMounts" not in c and "volumes" not in spec and
+          not [d for d in docs if d.get("kind") == "ConfigMap"],
+          "rule files mounted: the quotas come over xDS")
+    eq(env["CONFIG_TYPE"], "GRPC_XDS_SOTW", "AI Gateway's quotas over xDS")
+    # started as that container starts (its command by name, its environment,
+    # the image's own variables): the configuration is good
     root = scratch("eg-root-")
-    cfgdir = os.path.join(root, env["RUNTIME_SUBDIRECTORY"], "config")
-    os.makedirs(cfgdir)
-    for name, text in qcm["data"].items():
-        with open(os.path.join(cfgdir, name), "w") as f:
-            f.write(text)
     image_env = dict(kv.split("=", 1) for e in instr(dockerfile_stages()[-1], "ENV")
                      for kv in shlex.split(e))
     run_env = dict(image_env, **env)
@@ -797,7 +791,8 @@ def t_envoy_gateway_recipes():
     os.symlink(os.path.abspath(H.RATELIMITD), link)
     rc, out, err = run([link] + c.get("args", []) + ["-t"], env=run_env)
     eq(rc, 0, "the quota Deployment's container, -t (%s)" % err.strip())
-    check("note: CONFIG_GRPC_XDS_SERVER_URL:" in err, "the xDS variables not told: %r", err)
+    check("note: CONFIG_GRPC_XDS_SERVER_URL:" not in err and "CONFIG_TYPE" not in err,
+          "the xDS variables read, not told: %r", err)
 
 
 K8S_KINDS = {("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"), ("v1", "Secret"),
@@ -1546,8 +1541,8 @@ CASES = [
     ("Dockerfile runs scripts/test in the build stage", t_docker_tests),
     ("Dockerfile's final stage runs as a non-root USER", t_docker_user),
     ("Dockerfile's final stage has a HEALTHCHECK", t_docker_healthcheck),
-    ("deploy/envoy-gateway/: the image swapped, rules mounted where Envoy Gateway's environment reads "
-     "them, the policies' limits and costs, AI Gateway's quota Deployment started by its command",
+    ("deploy/envoy-gateway/: the image swapped, the rules over xDS (no rule files mounted), the "
+     "policies' limits and costs, AI Gateway's quota Deployment started by its command",
      t_envoy_gateway_recipes),
     ("Dockerfile: /bin/ratelimit links the daemon; no RATELIMITD_CONFIG to win over envoyproxy/"
      "ratelimit's environment; the sample configuration as CMD", t_docker_envoy_command),

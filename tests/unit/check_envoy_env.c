@@ -335,8 +335,19 @@ START_TEST(envoy_gateway)
     ck_assert_ptr_null(got_text(&g, "rls.tls.client_ca_file"));
     ck_assert_str_eq(got_text(&g, "log_level"), "info");
     ck_assert_str_eq(got_text(&g, "redis.url"), "redis://redis.redis-system.svc.cluster.local:6379");
-    snprintf(dir, sizeof(dir), "%s/ratelimit/config", root);
-    ck_assert_str_eq(got_text(&g, "rls.config"), dir);
+    /* CONFIG_TYPE=GRPC_XDS_SOTW: rules over xDS, mTLS with the three files,
+     * serving at once (FORCE_START_WITHOUT_INITIAL_CONFIG=true); RUNTIME_ROOT
+     * not read */
+    (void)dir;
+    ck_assert_ptr_null(got_text(&g, "rls.config"));
+    ck_assert_str_eq(got_text(&g, "rls.xds.server"), "envoy-gateway:18001");
+    ck_assert_str_eq(got_text(&g, "rls.xds.node_id"), "envoy-ratelimit");
+    ck_assert_str_eq(got_text(&g, "rls.xds.wait_for_rules"), "false");
+    ck_assert_str_eq(got_text(&g, "rls.xds.tls.ca_file"), "/certs/ca.crt");
+    ck_assert_str_eq(got_text(&g, "rls.xds.tls.cert_file"), "/certs/tls.crt");
+    ck_assert_str_eq(got_text(&g, "rls.xds.tls.key_file"), "/certs/tls.key");
+    ck_assert_ptr_null(got_text(&g, "rls.xds.tls.server_name"));
+    ck_assert_ptr_null(got_text(&g, "rls.start_without_rules"));
     ck_assert_ptr_null(got_text(&g, "rls.response_headers"));
     /* USE_PROMETHEUS=true: its own listener at PROMETHEUS_ADDR, every address */
     ck_assert_str_eq(got_text(&g, "metrics_listen"), "0.0.0.0:19001");
@@ -348,11 +359,7 @@ START_TEST(envoy_gateway)
     ck_assert_str_eq(got_text(&g, "debug_allow_remote"), "true");
     /* without effect, each told by name once; USE_STATSD=false asks nothing */
     static const char *const told[] = {
-        "GRPC_SERVER_TLS_CA_CERT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
-        "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES",
+        "GRPC_SERVER_TLS_CA_CERT", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES",
     };
     for (size_t i = 0; i < RL_ARRAY_LEN(told); i++)
         ck_assert_msg(has_note(&notes, told[i]), "%s not told", told[i]);
@@ -360,6 +367,38 @@ START_TEST(envoy_gateway)
     for (size_t i = 0; i < notes.n; i++)
         ck_assert_msg(strstr(notes.msg[i], "/certs") == NULL && strstr(notes.msg[i], "18001") == NULL,
                       "a value in a note: %s", notes.msg[i]);
+    errors_free(&notes);
+    errors_free(&errs);
+    drop_root();
+}
+END_TEST
+
+/* CONFIG_TYPE's two sources: FILE serves a bad rule file as envoyproxy/ratelimit
+ * does; GRPC_XDS_SOTW with its defaults waits for the first rules, and TLS
+ * without files verifies the URL's host against the system's CAs. */
+START_TEST(config_type_sources)
+{
+    static const char *const file[] = {"RUNTIME_SUBDIRECTORY=ratelimit", NULL};
+    static const char *const xds[] = {"CONFIG_TYPE=GRPC_XDS_SOTW",
+                                      "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+                                      "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=0x100000", NULL};
+    struct got g = {0};
+    struct rl_errors notes = {0}, errs = {0};
+
+    make_root();
+    ck_assert_int_eq(read_env(file, &g, &notes, &errs), RL_OK);
+    ck_assert_str_eq(got_text(&g, "rls.start_without_rules"), "true");
+    ck_assert_ptr_null(got_text(&g, "rls.xds.server"));
+    g.n = 0;
+    errors_free(&notes);
+    ck_assert_int_eq(read_env(xds, &g, &notes, &errs), RL_OK);
+    ck_assert_str_eq(got_text(&g, "rls.xds.server"), "localhost:18000");
+    ck_assert_str_eq(got_text(&g, "rls.xds.node_id"), "default");
+    ck_assert_str_eq(got_text(&g, "rls.xds.wait_for_rules"), "true");
+    ck_assert_str_eq(got_text(&g, "rls.xds.tls.server_name"), "localhost");
+    ck_assert_str_eq(got_text(&g, "rls.xds.max_message"), "1048576");
+    ck_assert_ptr_null(got_text(&g, "rls.config"));
+    ck_assert_ptr_null(got_text(&g, "rls.start_without_rules"));
     errors_free(&notes);
     errors_free(&errs);
     drop_root();
@@ -521,6 +560,7 @@ envoy_env_suite(void)
     tcase_add_test(tc, go_durations);
     tcase_add_test(tc, table_holds_settings_go);
     tcase_add_test(tc, envoy_gateway);
+    tcase_add_test(tc, config_type_sources);
     tcase_add_test(tc, redis_forms);
     tcase_add_test(tc, listeners_headers_and_values);
     tcase_add_test(tc, refused_and_unknown);

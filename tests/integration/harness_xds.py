@@ -1,0 +1,190 @@
+"""An aggregated discovery server (ADS, state of the world) for rules over
+xDS (rls.xds), on Debian's python3-grpcio with the classes harness_grpc
+generates from src/proto: what Envoy Gateway's control plane serves to its
+rate limit Deployment, one RateLimitConfig resource per domain.
+
+  s = AdsServer(tls=None)       listening on 127.0.0.1:s.port; tls: (cert,
+                                key, client_ca) for mTLS
+  s.publish(configs, version)   every stream gets a DiscoveryResponse of them
+                                (configs: RateLimitConfig messages, or dicts
+                                made by config())
+  s.requests                    every DiscoveryRequest read, in order
+  s.wait_request(pred)          the first (after `since`) pred accepts
+  s.stop(); s.start()           the server going away and back, same port
+  config(name, domain, descs)   a RateLimitConfig from dicts
+  gateway_config(listener, n)   Envoy Gateway's shape: the domain is the
+                                listener, each rule a route descriptor with
+                                rule-I-match-0 and masked_remote_address
+"""
+
+import threading
+import time
+from concurrent import futures
+
+import harness as H
+import harness_grpc as G
+
+TYPE_URL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+
+
+def descriptor(pb, d):
+    """A RateLimitDescriptor from {"key", "value", "limit": (n, "MINUTE"),
+    "descriptors": [...], "shadow_mode", ...}."""
+    m = pb.rls_conf.RateLimitDescriptor(key=d["key"], value=d.get("value", ""))
+    if "limit" in d:
+        n, unit = d["limit"]
+        m.rate_limit.requests_per_unit = n
+        m.rate_limit.unit = pb.rls_conf.RateLimitUnit.Value(unit) if isinstance(unit, str) \
+            else unit
+    if d.get("unlimited"):
+        m.rate_limit.unlimited = True
+    for f in ("shadow_mode", "detailed_metric", "quota_mode"):
+        if d.get(f):
+            setattr(m, f, True)
+    for sub in d.get("descriptors", ()):
+        m.descriptors.append(descriptor(pb, sub))
+    return m
+
+
+def config(name, domain, descs):
+    pb = G.protos()
+    c = pb.rls_conf.RateLimitConfig(name=name, domain=domain)
+    for d in descs:
+        c.descriptors.append(descriptor(pb, d))
+    return c
+
+
+def gateway_config(listener, limits):
+    """Envoy Gateway's resource for one listener: rule i limited to
+    limits[i] requests per hour for each client address (a sourceCIDR
+    selector of type Distinct: masked_remote_address without a value),
+    under its route."""
+    descs = []
+    for i, n in enumerate(limits):
+        route = "httproute/default/backend/rule/%d/match/0/*" % i
+        descs.append({"key": route, "value": route, "descriptors": [
+            {"key": "rule-%d-match-0" % i, "value": "rule-%d-match-0" % i, "descriptors": [
+                {"key": "masked_remote_address", "limit": (n, "HOUR")}]}]})
+    return config(listener, listener, descs)
+
+
+def gateway_request(i, client):
+    """The descriptor Envoy sends for rule i of gateway_config."""
+    route = "httproute/default/backend/rule/%d/match/0/*" % i
+    return [[(route, route), ("rule-%d-match-0" % i, "rule-%d-match-0" % i),
+             ("masked_remote_address", client)]]
+
+
+class AdsServer:
+    def __init__(self, tls=None, port=None):
+        self.pb = G.protos()
+        self.tls = tls
+        self.port = port or H.free_port()
+        self.cond = threading.Condition()
+        self.configs, self.version, self.gen = [], None, 0
+        self.requests = []
+        self.responses = []  # (nonce, version) sent
+        self.streams = 0
+        self.nonce = 0
+        self.server = None
+        self.start()
+
+    # ---- the service
+    def _reader(self, it):
+        try:
+            for req in it:
+                with self.cond:
+                    self.requests.append(req)
+                    self.cond.notify_all()
+        except Exception:
+            pass
+
+    def _stream(self, it, ctx):
+        with self.cond:
+            self.streams += 1
+        threading.Thread(target=self._reader, args=(it,), daemon=True).start()
+        sent = 0
+        while ctx.is_active():
+            with self.cond:
+                self.cond.wait_for(lambda: self.gen != sent or not ctx.is_active(), timeout=0.2)
+                if self.gen == sent or self.version is None:
+                    sent = self.gen
+                    continue
+                sent = self.gen
+                self.nonce += 1
+                resp = self.pb.discovery.DiscoveryResponse(
+                    version_info=self.version, type_url=TYPE_URL, nonce=str(self.nonce))
+                for c in self.configs:
+                    a = resp.resources.add()
+                    a.type_url = TYPE_URL
+                    a.value = c.SerializeToString() if not isinstance(c, bytes) else c
+                self.responses.append((str(self.nonce), self.version))
+            yield resp
+
+    def start(self):
+        G._need_grpc()
+        grpc = G.grpc
+        handler = grpc.method_handlers_generic_handler(
+            "envoy.service.discovery.v3.AggregatedDiscoveryService",
+            {"StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(
+                self._stream, request_deserializer=self.pb.discovery.DiscoveryRequest.FromString,
+                response_serializer=lambda m: m.SerializeToString())})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                                  options=[("grpc.max_receive_message_length", 64 << 20),
+                                           ("grpc.so_reuseport", 0)])
+        self.server.add_generic_rpc_handlers((handler,))
+        addr = "127.0.0.1:%d" % self.port
+        if self.tls:
+            cert, key, ca = self.tls
+            creds = grpc.ssl_server_credentials([(open(key, "rb").read(),
+                                                  open(cert, "rb").read())],
+                                                root_certificates=open(ca, "rb").read(),
+                                                require_client_auth=True)
+            bound = self.server.add_secure_port(addr, creds)
+        else:
+            bound = self.server.add_insecure_port(addr)
+        if bound != self.port:
+            raise H.HarnessError("the ADS server cannot bind %s" % addr)
+        self.server.start()
+        with self.cond:
+            self.gen += 1  # a new stream gets what is published
+
+    def stop(self):
+        self.server.stop(grace=0).wait(10)
+        with self.cond:
+            self.cond.notify_all()
+
+    # ---- what the tests drive
+    def publish(self, configs, version):
+        with self.cond:
+            self.configs, self.version = list(configs), version
+            self.gen += 1
+            self.cond.notify_all()
+
+    def last_nonce(self, version):
+        with self.cond:
+            for nonce, v in reversed(self.responses):
+                if v == version:
+                    return nonce
+        return None
+
+    def wait_request(self, pred, what, since=0, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for r in self.requests[since:]:
+                    if pred(r):
+                        return r
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise H.Fail("no DiscoveryRequest %s in %.0fs; got %r" % (
+                        what, timeout, [(r.version_info, r.response_nonce,
+                                         r.error_detail.message[:200]) for r in self.requests]))
+                self.cond.wait(min(left, 0.5))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
