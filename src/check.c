@@ -56,15 +56,15 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch;        /* of the backend when the check was sent */
-    int hybrid;            /* a hybrid policy's key unknown locally */
-    int delay;             /* holds a place in env->delayed */
-    int stale;             /* decided locally after a failed sync */
-    int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
-    int hits;              /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
-    int kept;              /* a charge sent through env->pending: it counts the units */
-    int full;              /* not kept: env->pending is full */
-    int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    uint64_t epoch;      /* of the backend when the check was sent */
+    int hybrid;          /* a hybrid policy's key unknown locally */
+    int delay;           /* holds a place in env->delayed */
+    int stale;           /* decided locally after a failed sync */
+    int charge;          /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int hits;            /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
+    int kept;            /* a charge sent through env->pending: it counts the units */
+    int full;            /* not kept: env->pending is full */
+    int caller_deadline; /* req.timeout_ms is the caller's deadline, not redis.timeout */
     /* the escaped identity in key, [id_off, id_end): counted by env->top
      * (0, 0: a check of keys named elsewhere, rls.c's) */
     uint16_t id_off, id_end;
