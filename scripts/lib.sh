@@ -24,7 +24,7 @@ RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
 # python3-h2 (HTTP/2 frames by hand: what no gRPC client sends); npm (with
 # nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test);
 # universal-ctags (scripts/call-graph reads the functions of src/ with it);
-# node-express (examples/node/express.js: the middleware mounted on a prefix);
+# node-express (examples/node/express.mjs: the middleware mounted on a prefix);
 # python3-flask, python3-django, python3-starlette, python3-httpx (the Python
 # client's WSGI and ASGI middleware, tested in their frameworks; httpx is
 # Starlette's test client).
