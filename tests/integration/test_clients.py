@@ -118,7 +118,9 @@ def run_node(t):
                    RL_CONFORMANCE=os.path.join(CLIENTS, "conformance.json"), RL_SLOW=str(H.SLOW))
         files = sorted(glob.glob(os.path.join(d, "test", "*.test.js")))
         # one file at a time: the transport cases count the daemon's connections
-        p = subprocess.run(["node", "--test", "--test-concurrency=1", "--test-reporter=junit",
+        # a case that hangs fails alone (--test-timeout), not the whole file
+        p = subprocess.run(["node", "--test", "--test-concurrency=1", "--test-timeout=%d" % (60000 * H.SLOW),
+                            "--test-reporter=junit",
                             "--test-reporter-destination=" + xml] + files,
                            cwd=d, env=env, capture_output=True, text=True, timeout=600 * H.SLOW)
     if not os.path.exists(xml):
