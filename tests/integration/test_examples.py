@@ -161,29 +161,7 @@ class Relay:
         self.drop_all()
 
 
-class Blackhole:
-    """Accepts connections and never answers: a hung daemon."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(c)
-
-    def close(self):
-        self.sock.close()
-        for c in self.held:
-            c.close()
+Blackhole = H.Blackhole
 
 
 def dead_port():

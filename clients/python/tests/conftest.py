@@ -8,9 +8,7 @@ it, else the build under build/ is taken).
 
 import json
 import os
-import socket
 import sys
-import threading
 import uuid
 
 import pytest
@@ -40,31 +38,6 @@ def url(port):
     return "http://127.0.0.1:%d" % port
 
 
-class Blackhole:
-    """Accepts connections and never answers: a stopped or overloaded daemon."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(c)
-
-    def close(self):
-        self.sock.close()
-        for c in self.held:
-            c.close()
-
-
 @pytest.fixture(scope="session")
 def redis():
     with H.Redis(topology="standalone") as r:
@@ -90,7 +63,7 @@ def unavailable():
 
 @pytest.fixture
 def blackhole():
-    b = Blackhole()
+    b = H.Blackhole()
     yield b
     b.close()
 
