@@ -24,18 +24,20 @@ RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
 # python3-h2 (HTTP/2 frames by hand: what no gRPC client sends); npm (with
 # nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test);
 # universal-ctags (scripts/call-graph reads the functions of src/ with it);
-# node-express (examples/node/express.mjs: the middleware mounted on a prefix);
-# python3-flask, python3-django, python3-starlette, python3-httpx (the Python
-# client's WSGI and ASGI middleware, tested in their frameworks; httpx is
-# Starlette's test client).
+# node-express (examples/node/express.js: the middleware mounted on a prefix).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
                   haproxy prometheus gnuplot-nox nodejs node-express python3-h11 clang-format
                   python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
-                  python3-pytest autoconf-archive python3-h2 universal-ctags
-                  python3-flask python3-django python3-starlette python3-httpx)
+                  python3-pytest autoconf-archive python3-h2 universal-ctags)
 
 say() { printf '==> %s\n' "$*" >&2; }
+
+# The Python client's WSGI and ASGI middleware in their frameworks
+# (clients/python/tests, examples/python): python3-flask, python3-django,
+# python3-starlette, python3-httpx (Starlette's test client).  node-express
+# above runs examples/node/express.mjs.
+RL_TEST_PACKAGES+=(python3-flask python3-django python3-starlette python3-httpx)
 
 # Install whatever is missing of RL_PACKAGES and of the packages named as
 # arguments (apt-get; needs root or sudo).
