@@ -54,6 +54,8 @@ export interface Decision {
   charged: number | null;
   overdraft: number | null;
   released: boolean | null;
+  /** A charge the daemon kept to apply when its backend answers again (202). */
+  pending: boolean;
 }
 
 export interface ClientOptions {

@@ -47,7 +47,7 @@ function withBody(d) {
   return Object.assign(d, {
     policy: b.policy ?? null, limit: b.limit ?? null, remaining: b.remaining ?? null,
     lease: b.lease ?? null, charged: b.charged ?? null, overdraft: b.overdraft ?? null,
-    released: b.released ?? null,
+    released: b.released ?? null, pending: Boolean(b.pending),
   });
 }
 
@@ -119,6 +119,11 @@ export class Client {
     } catch { /* not JSON: the status decides */ }
     const quota = {};
     for (const h of QUOTA_HEADERS) if (res.headers[h] !== undefined) quota[h] = res.headers[h];
+    if (res.status === 202) {
+      // kept by the daemon, applied once its backend answers again
+      // (docs/API.md, "Charges the backend cannot take now"): not a failure
+      return withBody(decision({ allowed: true, status: 202, headers: quota, body: answer, elapsedMs }));
+    }
     if (res.status === 200 || res.status === 429) {
       let retryAfter = null;
       if (res.status === 429) {

@@ -3,6 +3,7 @@
 // time (--test-concurrency=1): the daemon's connections are counted.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { Client } from '../index.js';
 import { DAEMON, OK_TIMEOUT, SLOW, blackhole, fresh, metric, quiet } from './helpers.js';
 
@@ -61,4 +62,23 @@ test('client: defaults: 200 ms, fail open, 127.0.0.1:8080; only http URLs', () =
   assert.deepEqual([c.timeout, c.failOpen, c.host, c.port], [200, true, '127.0.0.1', 8080]);
   c.close();
   assert.throws(() => new Client({ url: 'https://example.com' }), TypeError);
+});
+
+test('client: a charge the daemon kept (202 pending) is not a failure', async () => {
+  // docs/API.md, "Charges the backend cannot take now": no daemon of this
+  // tree answers it yet, so a listener answers as the contract says
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const body = '{"pending":true,"policy":"tokens","charged":1870}';
+      res.writeHead(202, { 'content-type': 'application/json', 'content-length': body.length });
+      res.end(body);
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const client = new Client({ url: `http://127.0.0.1:${server.address().port}`, timeout: OK_TIMEOUT, failOpen: false, logger: quiet });
+  const d = await client.charge({ key: 'k', policy: 'tokens', cost: 1870 });
+  assert.deepEqual([d.allowed, d.status, d.degraded, d.pending, d.charged, d.reason], [true, 202, false, true, 1870, null]);
+  client.close();
+  server.close();
 });

@@ -96,6 +96,11 @@ class Decision:
         return self.body.get("overdraft")
 
     @property
+    def pending(self) -> bool:
+        """A charge the daemon kept to apply when its backend answers again (202)."""
+        return bool(self.body.get("pending"))
+
+    @property
     def released(self) -> Optional[bool]:
         """A release: whether the lease held its slot; None when the daemon did not answer it."""
         return self.body.get("released")
@@ -162,6 +167,10 @@ def decide(route: str, status: int, headers: Sequence[Tuple[str, str]], data: by
     """The daemon's answer to `route` as a Decision."""
     quota = [(k, v) for k, v in headers if k.lower() in QUOTA_HEADERS]
     body = _json(data)
+    if status == 202:
+        # kept by the daemon, applied once its backend answers again
+        # (docs/API.md, "Charges the backend cannot take now"): not a failure
+        return Decision(True, 202, headers=quota, body=body, elapsed_ms=ms)
     if status in (200, 429):
         ra = None
         if status == 429:
