@@ -39,6 +39,12 @@ RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
 
 say() { printf '==> %s\n' "$*" >&2; }
 
+# The Python client's WSGI and ASGI middleware in their frameworks
+# (clients/python/tests, examples/python): python3-flask, python3-django,
+# python3-starlette, python3-httpx (Starlette's test client).  node-express
+# above runs examples/node/express.mjs.
+RL_TEST_PACKAGES+=(python3-flask python3-django python3-starlette python3-httpx)
+
 # Install whatever is missing of RL_PACKAGES and of the packages named as
 # arguments (apt-get; needs root or sudo).
 rl_install_deps() {

@@ -162,6 +162,32 @@ def free_port():
     raise HarnessError("no free loopback port at or below 55535 in 100 tries")
 
 
+class Blackhole:
+    """A loopback listener that accepts connections and never answers: a
+    stopped or overloaded daemon, for clients' timeouts."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
 def stop_process(proc, timeout=None):
     """SIGTERM a child and wait for it; SIGKILL when it outlasts timeout."""
     if proc is None or proc.poll() is not None:

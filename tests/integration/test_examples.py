@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""examples/: the client snippets, run against the real daemon and a real Redis.
+"""examples/: the client libraries' uses, run against the real daemon and a real Redis.
 
-Each example — the Python WSGI and ASGI middleware (examples/python), the Node
-middleware (examples/node, run by node with examples/node/server.js) and the
-shell helper (examples/shell/ratelimit.sh, run by /bin/sh) — must:
+Each example — the Python WSGI and ASGI middleware of clients/python (the
+package ratelimitd, which examples/python's Flask and Starlette apps use),
+the Node middleware of clients/node (examples/node/server.mjs and
+express.mjs run by node) and the shell helper (examples/shell/ratelimit.sh,
+run by /bin/sh) — must:
 
   - let `limit` requests through, then answer 429 with the daemon's
     Retry-After and quota headers;
@@ -21,11 +23,14 @@ shell helper (examples/shell/ratelimit.sh, run by /bin/sh) — must:
     as the client itself reports it (the Python Decision's elapsed_ms, the
     Node and shell warnings' "after N ms", curl's time_total);
   - check the request's whole path when mounted on a prefix: Express's
-    app.use('/api', ...) (examples/node/express.js, Debian's node-express)
+    app.use('/api', ...) (examples/node/express.mjs, Debian's node-express)
     and WSGI's SCRIPT_NAME, ASGI's root_path.
 
-A missing node or Express is a failure, never a skip (Debian packages nodejs,
-node-express).
+examples/python/flask_app.py and starlette_app.py run in their frameworks
+(Debian's python3-flask, python3-starlette).  The clients' own suites are
+tests/integration/test_clients.py's.  A missing node, Express, Flask or
+Starlette is a failure, never a skip (Debian packages nodejs, node-express,
+python3-flask, python3-starlette).
 """
 
 import asyncio
@@ -60,15 +65,25 @@ OK_TIMEOUT = 2.0 * H.SLOW  # towards a working one: a loaded host must not make 
 SLOW = H.SLOW
 
 
-def load_client():
-    spec = importlib.util.spec_from_file_location(
-        "ratelimit_client", os.path.join(EX, "python", "ratelimit_client.py"))
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(EX, "python", name + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-RL = load_client()
+sys.path.insert(0, os.path.join(H.RL_SRCDIR, "clients", "python"))
+import ratelimitd  # noqa: E402
+from ratelimitd.asgi import RateLimitMiddleware as RateLimitASGI  # noqa: E402
+from ratelimitd.wsgi import RateLimitMiddleware as RateLimitWSGI  # noqa: E402
+
+
+class RL:
+    """The names the Python cases use."""
+    RateLimitClient = ratelimitd.Client
+    AsyncClient = ratelimitd.AsyncClient
+    RateLimitWSGI = RateLimitWSGI
+    RateLimitASGI = RateLimitASGI
 
 
 def fresh(prefix="k"):
@@ -146,29 +161,7 @@ class Relay:
         self.drop_all()
 
 
-class Blackhole:
-    """Accepts connections and never answers: a hung daemon."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(c)
-
-    def close(self):
-        self.sock.close()
-        for c in self.held:
-            c.close()
+Blackhole = H.Blackhole
 
 
 def dead_port():
@@ -265,8 +258,8 @@ async def asgi_call(app, scope):
 def t_py_asgi(fx):
     relay = Relay(fx.daemon.port)
     try:
-        client = RL.RateLimitClient("http://127.0.0.1:%d" % relay.port, timeout=OK_TIMEOUT)
-        app = RL.RateLimitASGI(hello_asgi, client, threads=2)
+        client = RL.AsyncClient("http://127.0.0.1:%d" % relay.port, timeout=OK_TIMEOUT, max_connections=2)
+        app = RL.RateLimitASGI(hello_asgi, client)
         ip = fresh_ip()
 
         async def one(client_ip):
@@ -283,7 +276,7 @@ def t_py_asgi(fx):
         eq(res[0][2], b"hello from the app\n", "the app's body")
         expect_denied(*res[-1], what="the ASGI 429")
         eq([r[0] for r in res2], [200] * 6, "six concurrent clients")
-        check(relay.accepted <= 2, "%d connections for %d checks from a pool of 2 threads",
+        check(relay.accepted <= 2, "%d connections for %d checks from a pool of 2 connections",
               relay.accepted, LIMIT + 7)
     finally:
         relay.close()
@@ -347,7 +340,7 @@ NODE_PATH = "/usr/share/nodejs"
 
 
 class NodeApp:
-    def __init__(self, daemon_port, script="server.js", **env):
+    def __init__(self, daemon_port, script="server.mjs", **env):
         node = shutil.which("node") or shutil.which("nodejs")
         if node is None:
             raise H.Fail("node not found: it is required (Debian package nodejs)")
@@ -367,7 +360,7 @@ class NodeApp:
         m = re.match(r"listening (\d+)", line)
         if not m:
             self.close()
-            raise H.Fail("node server.js did not start (%r): %s" % (line, open(self.logpath).read()))
+            raise H.Fail("node %s did not start (%r): %s" % (script, line, open(self.logpath).read()))
         self.port = int(m.group(1))
 
     def get(self, headers=None, conn=None, path="/orders?x=1"):
@@ -550,7 +543,7 @@ def t_py_faults(fx):
 def t_node_faults(fx):
     for kind in FAULTS:
         with FaultyDaemon(CONFIG) as fd:
-            # server.js's default timeout (200 ms) once the warm-up is done
+            # server.mjs's default timeout (200 ms) once the warm-up is done
             with NodeApp(fd.port) as app:
                 for i in range(3):
                     eq(app.get({"X-Api-Key": fresh()})[0], 200, "a request before the fault")
@@ -597,7 +590,7 @@ PREFIX_CONFIG = {
 
 def t_node_express_prefix(fx):
     with H.Daemon(PREFIX_CONFIG, redis=fx.redis) as d, \
-            NodeApp(d.port, script="express.js", TIMEOUT_MS=int(OK_TIMEOUT * 1000)) as app:
+            NodeApp(d.port, script="express.mjs", TIMEOUT_MS=int(OK_TIMEOUT * 1000)) as app:
         key = fresh()
         sts = [app.get({"X-Api-Key": key}, path="/api/orders")[0] for _ in range(7)]
         eq(sts, [200] * 5 + [429] * 2, "app.use('/api', rateLimit(...)), limit 5 on /api/")
@@ -621,10 +614,35 @@ def t_py_mount_prefix(fx):
         eq(sts, [200] * 5 + [429] * 2, "WSGI mounted at /api (SCRIPT_NAME), limit 5 on /api/")
 
         key2 = fresh()
-        asgi = RL.RateLimitASGI(hello_asgi, client, key=lambda sc: key2, threads=1)
+        aclient = RL.AsyncClient("http://127.0.0.1:%d" % d.port, timeout=OK_TIMEOUT)
+        asgi = RL.RateLimitASGI(hello_asgi, aclient, key=lambda sc: key2)
         scope = {"root_path": "/api", "path": "/orders", "client": ("203.0.113.8", 1)}
         sts = [asyncio.run(asgi_call(asgi, scope))[0] for _ in range(7)]
         eq(sts, [200] * 5 + [429] * 2, "ASGI mounted at /api (root_path, path without it)")
+
+
+def t_py_framework_examples(fx):
+    # Debian's Flask and Starlette live in the system Python's path, which a
+    # pyenv or venv python3 does not search
+    if "/usr/lib/python3/dist-packages" not in sys.path:
+        sys.path.append("/usr/lib/python3/dist-packages")
+    url = "http://127.0.0.1:%d" % fx.daemon.port
+    app = load_example("flask_app").create_app(url, timeout=OK_TIMEOUT)
+    key = fresh()
+    with app.test_client() as tc:
+        rs = [tc.get("/orders", headers={"X-Api-Key": key}) for _ in range(LIMIT + 1)]
+    eq([r.status_code for r in rs], [200] * LIMIT + [429], "statuses through examples/python/flask_app.py")
+    eq(rs[0].data, b"hello from the app\n", "the Flask app's body")
+    expect_denied(rs[-1].status_code, H.Headers(list(rs[-1].headers.items())), rs[-1].data,
+                  "the Flask example's 429")
+    from starlette.testclient import TestClient
+    app = load_example("starlette_app").create_app(url, timeout=OK_TIMEOUT)
+    key = fresh()
+    with TestClient(app) as tc:
+        rs = [tc.get("/orders", headers={"X-Api-Key": key}) for _ in range(LIMIT + 1)]
+    eq([r.status_code for r in rs], [200] * LIMIT + [429], "statuses through examples/python/starlette_app.py")
+    expect_denied(rs[-1].status_code, H.Headers(list(rs[-1].headers.items())), rs[-1].content,
+                  "the Starlette example's 429")
 
 
 class Fx:
@@ -660,6 +678,8 @@ CASES = [
     ("node: Express app.use('/api', rateLimit(...)) checks the whole path: 5 of 7 for a limit of 5",
      t_node_express_prefix),
     ("python: WSGI under SCRIPT_NAME and ASGI under root_path check the whole path", t_py_mount_prefix),
+    ("python: examples/python's Flask and Starlette apps: limit then 429 with the daemon's headers",
+     t_py_framework_examples),
 ]
 
 

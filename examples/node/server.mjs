@@ -1,15 +1,17 @@
-'use strict';
-// A tiny app behind the middleware, the way tests/integration/test_examples.py
-// runs it:  RATELIMITD_URL=http://127.0.0.1:8080 PORT=3000 node server.js
+// A node:http app behind ratelimitd, with the ratelimitd package (clients/node),
+// the way tests/integration/test_examples.py runs it:
+//   RATELIMITD_URL=http://127.0.0.1:8080 PORT=3000 node examples/node/server.mjs
 // Env: FAIL_OPEN=0 fails closed; TIMEOUT_MS; CLIENT_HEADER names a request
 // header that carries the client's address (a trusted proxy's, in this demo).
-const http = require('node:http');
-const { rateLimit } = require('./ratelimit');
+// In a project: npm install ./clients/node, then import from 'ratelimitd'.
+import http from 'node:http';
+import { pathToFileURL } from 'node:url';
+import { expressMiddleware } from '../../clients/node/index.js';
 
-// The demos' middleware, from the environment (express.js uses it too).
-function limiterFromEnv() {
+// The demos' middleware, from the environment (express.mjs uses it too).
+export function limiterFromEnv() {
   const clientHeader = (process.env.CLIENT_HEADER || '').toLowerCase();
-  return rateLimit({
+  return expressMiddleware({
     url: process.env.RATELIMITD_URL || 'http://127.0.0.1:8080',
     timeout: Number(process.env.TIMEOUT_MS || 200),
     failOpen: process.env.FAIL_OPEN !== '0',
@@ -19,16 +21,14 @@ function limiterFromEnv() {
 }
 
 // Listen on PORT (0: any), say where, stop on SIGTERM.
-function serve(server, limiter) {
+export function serve(server, limiter) {
   server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
     console.log(`listening ${server.address().port}`);
   });
   process.on('SIGTERM', () => { limiter.client.close(); server.close(() => process.exit(0)); });
 }
 
-module.exports = { limiterFromEnv, serve };
-
-if (require.main === module) {
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
   const limiter = limiterFromEnv();
   serve(http.createServer((req, res) => {
     limiter(req, res, () => {
