@@ -18,6 +18,7 @@
 #include "netaddr.h"
 #include "pathnorm.h"
 #include "policy.h"
+#include "reservation.h"
 #include "response.h"
 #include "util.h"
 
@@ -49,6 +50,10 @@ struct check_op {
     int delay;             /* holds a place in env->delayed */
     int stale;             /* decided locally after a failed sync */
     int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int reserve;           /* "reserve": an allowed check takes a reservation */
+    int settle;            /* POST /settle: req.flags has RL_CHECK_RSV_SETTLE */
+    int64_t estimate;      /* settle: what the reservation took */
+    char claim[RL_RSV_CLAIM_MAX]; /* req.rsv_claim's bytes */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
@@ -105,7 +110,7 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
 static int
 fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
 {
-    json_t *cost;
+    json_t *cost, *reserve;
 
     if (!json_is_object(root)) {
         *cause = xstrdup("body: must be a JSON object");
@@ -116,6 +121,14 @@ fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
         get_string(root, "path", &f->path, &f->path_len, cause) != RL_OK ||
         get_string(root, "method", &f->method, &f->method_len, cause) != RL_OK)
         return RL_ERR;
+    reserve = json_object_get(root, "reserve");
+    if (reserve != NULL && !json_is_null(reserve)) {
+        if (!json_is_boolean(reserve)) {
+            *cause = xstrdup("reserve: must be true or false");
+            return RL_ERR;
+        }
+        f->reserve = json_is_true(reserve);
+    }
     cost = json_object_get(root, "cost");
     if (cost != NULL && !json_is_null(cost)) {
         /* not an integer: said by check_fields, after the other fields */
@@ -189,18 +202,62 @@ lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, s
     return buf;
 }
 
+/* The end of a settle (check_settle): as a charge's answer, with
+ * "settled"; nothing but {"settled":false} when it settled nothing. */
+static void
+finish_settle(struct check_op *op, const struct rl_check_res *res)
+{
+    struct rl_decision d;
+
+    memset(&d, 0, sizeof(d));
+    if (res->status != RL_BACKEND_OK) {
+        /* nothing known of it: no failure_mode answers a settle */
+        d.status = 503;
+        d.policy = op->policy;
+        d.degraded = 1;
+    } else if (res->rsv != RL_RSV_SETTLED) {
+        d.status = 200;
+        d.policy = op->policy;
+        d.settle = 1;
+        metrics_reservation(op->env->metrics,
+                            res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED : RL_RSV_M_UNKNOWN);
+    } else {
+        response_from_result(&d, op->policy, res);
+        d.status = 200;
+        d.settle = d.settled = d.charge = 1;
+        d.charged = op->req.cost - op->estimate;
+        metrics_reservation(op->env->metrics, RL_RSV_M_SETTLED);
+        if (d.charged > 0)
+            metrics_charge(op->env->metrics, op->policy->metrics_id, d.charged);
+    }
+    d.reset_epoch = op->cfg->reset_format == RL_RESET_EPOCH;
+    op->done(&d, op->arg);
+    config_unref(op->cfg);
+    free(op);
+}
+
 /* Answer the check from res, then free it: every path ends here once. */
 static void
 finish(struct check_op *op, const struct rl_check_res *res)
 {
     struct rl_decision d;
     struct rl_config *cfg = op->cfg;
-    char lease[RL_LEASE_ID_MAX];
+    char lease[RL_LEASE_ID_MAX], rsv[RL_RSV_ID_MAX];
 
+    if (op->settle) {
+        finish_settle(op, res);
+        return;
+    }
     if (res->status == RL_BACKEND_OK) {
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
         d.lease = lease_of(op, res, lease, sizeof(lease));
+        if ((op->req.flags & RL_CHECK_RESERVE) && res->allowed &&
+            reservation_id_format(&op->req.rsv, op->claim, op->req.rsv_claim_len, op->key,
+                                  op->req.key_len, rsv, sizeof(rsv)) == RL_OK) {
+            d.reservation = rsv;
+            metrics_reservation(op->env->metrics, RL_RSV_M_TAKEN);
+        }
         if (res->allowed && res->delay_ms > 0 && op->delay)
             d.delayed_ms = res->delay_ms;
         if (op->charge) {
@@ -236,7 +293,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
                 /* The memory backend answers before check() returns. */
                 struct local_answer la = {&d, op->policy, 0};
                 /* the worker's own decision is answered now: no wait */
-                op->req.flags &= ~RL_CHECK_DELAY;
+                op->req.flags &= ~(RL_CHECK_DELAY | RL_CHECK_RESERVE);
                 op->env->local->ops->check(op->env->local, &op->req, on_local, &la);
                 if (la.answered)
                     break;
@@ -291,7 +348,8 @@ on_backend(const struct rl_check_res *res, void *arg)
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
         op->cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE |
+                           RL_CHECK_RSV_SETTLE))) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -547,15 +605,17 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
-             const struct rl_ident_input *ident, int64_t cost, bool charge, int64_t timeout_ms,
-             const struct rl_limit *limits, size_t nlimits, rl_check_done done, void *arg,
-             char **cause)
+             const struct rl_ident_input *ident, int64_t cost, bool charge, bool reserve,
+             int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits,
+             rl_check_done done, void *arg, char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
      * it is read */
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
     size_t klen;
+
+    op->reserve = reserve;
 
     if (keyname == NULL)
         keyname = policy->name;
@@ -627,7 +687,23 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->req.flags |= RL_CHECK_CHARGE;
         may_hold = false;
     }
-    {
+    /* a reservation's estimate (cost 0 takes none); a settle's claim was
+     * read from its id (check_settle): neither takes a lease or waits */
+    if (op->reserve && cost > 0) {
+        op->req.flags |= RL_CHECK_RESERVE;
+        lease_draw(&op->req.rsv);
+        op->req.rsv_claim_len = reservation_claim(
+            cost, reservation_limits_hash(policy->limits, policy->nlimits), op->claim);
+        op->req.rsv_claim = op->claim;
+        op->req.rsv_ttl_ms = policy->reservation_ttl_ms;
+        may_hold = false;
+    }
+    if (op->settle) {
+        op->req.flags |= RL_CHECK_RSV_SETTLE;
+        op->req.rsv_claim = op->claim;
+        may_hold = false;
+    }
+    if (!op->settle) {
         size_t li;
 
         /* an allowed check takes a slot under a lease of its own */
@@ -661,7 +737,8 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
     if (env->deny != NULL && cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE))) {
+        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE |
+                           RL_CHECK_RSV_SETTLE))) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
@@ -719,8 +796,38 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
                    void *arg, char **cause)
 {
-    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, false, timeout_ms,
-                        NULL, 0, done, arg, cause);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, false, false,
+                        timeout_ms, NULL, 0, done, arg, cause);
+}
+
+/*
+ * Why a check cannot take a reservation ("reserve": true), naming the field
+ * (a 400, nothing counted): a settle finds the reservation's limits again
+ * from its id alone, the key base and the policy's (or override's) limits,
+ * which a check's own limits and limits of identities of their own are
+ * not; a hybrid policy decides locally, where no reservation can be held.
+ */
+static int
+reserve_problem(const struct rl_check_input *in, const struct rl_policy *policy, size_t nown,
+                char **cause)
+{
+    if (in->charge)
+        *cause = xstrdup("reserve: a charge takes no reservation (it counts its cost as it "
+                         "is)");
+    else if (policy->mode == RL_MODE_HYBRID)
+        *cause = xasprintf("reserve: policy \"%s\" is hybrid: its local decisions cannot "
+                           "hold a reservation",
+                           policy->name);
+    else if (nown > 0)
+        *cause = xstrdup("reserve: not with the check's own \"limits\": a settle finds a "
+                         "reservation's limits in the configuration");
+    else if (policy->limit_ids)
+        *cause = xasprintf("reserve: policy \"%s\" has limits with identities of their "
+                           "own, which a settle cannot resolve",
+                           policy->name);
+    else
+        return RL_OK;
+    return RL_ERR;
 }
 
 int
@@ -787,8 +894,10 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy->noverrides > 0)
         policy = policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge, 0,
-                      nown > 0 ? own : NULL, nown, done, arg, cause);
+    if (f.reserve && reserve_problem(in, policy, nown, cause) != RL_OK)
+        goto out;
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge,
+                      f.reserve != 0, 0, nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);
     json_decref(root);
@@ -919,5 +1028,125 @@ check_release(const struct rl_check_env *env, struct rl_config *cfg, const char 
     op->req.timeout_ms = cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     env->backend->ops->check(env->backend, &op->req, on_release, op);
+    return RL_OK;
+}
+
+/* ---- POST /settle ------------------------------------------------------- */
+
+/* The policy (or override) a reservation of key base `key` was taken under:
+ * the one whose limits hash to h (reservation.h).  NULL: none (a reload
+ * changed its limits, or the id is made up). */
+static const struct rl_policy *
+rsv_policy(const struct rl_config *cfg, const char *key, size_t klen, uint64_t h)
+{
+    size_t plen = strlen(cfg->redis.key_prefix);
+
+    if (klen < 1 + plen || key[0] != '{' || memcmp(key + 1, cfg->redis.key_prefix, plen) != 0)
+        return NULL;
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        const struct rl_policy *p = &cfg->policies[i];
+        size_t n = strlen(p->name), at = 1 + plen + n;
+
+        /* a name holds neither ':' nor '}': what follows it ends it */
+        if (klen <= at || memcmp(key + 1 + plen, p->name, n) != 0 || key[at] != ':')
+            continue;
+        for (size_t k = 0; k <= p->noverrides; k++) {
+            const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+
+            if (q->mode != RL_MODE_HYBRID && !q->limit_ids &&
+                (reservation_limits_hash(q->limits, q->nlimits) & 0xffffffffffffULL) == h)
+                return q;
+        }
+        return NULL;
+    }
+    return NULL;
+}
+
+/* The body of a settle, {"reservation": "<id>", "cost": N}: RL_ERR and
+ * *error naming the field when it is not that. */
+static int
+settle_body(const char *body, size_t body_len, struct check_op *op, char *key, size_t *klen,
+            uint64_t *h, char **error)
+{
+    json_error_t jerr;
+    json_t *root, *v, *c;
+    const char *name;
+
+    root = json_loadb(body != NULL ? body : "", body_len,
+                      JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        *error = body_len == 0 ? xstrdup("body: required: {\"reservation\": \"<a check's "
+                                         "reservation>\", \"cost\": <the real cost>}")
+                               : xasprintf("body: malformed JSON at line %d column %d: %s",
+                                           jerr.line, jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    if (!json_is_object(root)) {
+        *error = xstrdup("body: must be a JSON object");
+        goto out;
+    }
+    json_object_foreach(root, name, v) {
+        if (strcmp(name, "reservation") != 0 && strcmp(name, "cost") != 0) {
+            /* the error's writer escapes it; cut short */
+            *error = xasprintf("%.64s: unknown field (a settle takes \"reservation\" and "
+                               "\"cost\")",
+                               name);
+            goto out;
+        }
+    }
+    v = json_object_get(root, "reservation");
+    c = json_object_get(root, "cost");
+    if (v == NULL || json_is_null(v))
+        *error = xstrdup("reservation: required: the \"reservation\" of an allowed check");
+    else if (!json_is_string(v))
+        *error = xstrdup("reservation: must be a string");
+    else if (json_string_length(v) >= RL_RSV_ID_MAX ||
+             !reservation_id_parse(json_string_value(v), json_string_length(v), &op->req.rsv,
+                                   op->claim, &op->req.rsv_claim_len, &op->estimate, h, key,
+                                   RL_REDIS_KEY_MAX, klen))
+        *error = xstrdup("reservation: not a reservation this daemon gives: \"<32 hex "
+                         "digits>.<estimate>.<12 hex digits>.<key in base64url>\"");
+    else if (c == NULL || json_is_null(c))
+        *error = xstrdup("cost: required: the real cost, 0 gives the whole estimate back");
+    else if (!json_is_integer(c) || json_integer_value(c) < 0 ||
+             json_integer_value(c) > RL_COST_MAX)
+        *error = xasprintf("cost: must be an integer 0..%lld", RL_COST_MAX);
+    else
+        op->req.cost = json_integer_value(c);
+out:
+    json_decref(root);
+    return *error != NULL ? RL_ERR : RL_OK;
+}
+
+int
+check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+             size_t body_len, rl_check_done done, void *arg, char **error)
+{
+    struct check_op *op = xmalloc(sizeof(*op));
+    const struct rl_policy *p;
+    size_t klen;
+    uint64_t h;
+
+    memset(op, 0, offsetof(struct check_op, key));
+    if (settle_body(body, body_len, op, op->key, &klen, &h, error) != RL_OK) {
+        free(op);
+        return RL_ERR;
+    }
+    /* a well-formed id of no limits of ours holds nothing: not settled */
+    p = rsv_policy(cfg, op->key, klen, h);
+    if (p == NULL) {
+        struct rl_decision d;
+
+        memset(&d, 0, sizeof(d));
+        d.status = 200;
+        d.settle = 1;
+        metrics_reservation(env->metrics, RL_RSV_M_UNKNOWN);
+        free(op);
+        done(&d, arg);
+        return RL_OK;
+    }
+    op->req.key_len = klen;
+    op->settle = 1;
+    start_op(op, env, cfg, p, op->req.cost, 0, false, false, done, arg);
     return RL_OK;
 }
