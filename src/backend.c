@@ -60,6 +60,8 @@ backend_rsv_key(const struct rl_check_req *req, char *buf, size_t size, size_t *
     sb_mem(&sb, req->key, req->key_len);
     sb_str(&sb, ":rsv:");
     sb_mem(&sb, hex, sizeof(hex));
+    sb_mem(&sb, ".", 1);
+    sb_mem(&sb, req->rsv_claim, req->rsv_claim_len);
     return key_done(&sb, len);
 }
 

@@ -343,13 +343,14 @@ fail(struct rl_check_res *res, const char *why, rl_check_cb cb, void *arg)
 
 /*
  * One check's keys in the table: its limits' keys, then its block key
- * (index n), then a reservation's record (index n + 1, when `rsv`), their
- * hashes and shards, the shards it holds locked, and the entries found.
+ * (index n), then a reservation's record (index n + 1, RL_CHECK_RESERVE and
+ * RL_CHECK_RSV_SETTLE), their hashes and shards, the shards it holds
+ * locked, and the entries found.
  *
- * A record is the entry of key "<key>:rsv:<32 hex digits>\n<claim>": found
- * only with the claim it was taken with, as the script's record, which
- * holds the claim, is only settled by it.  Its state's fw.start_us is its
- * deadline; it expires (is forgotten) twice its ttl after it was taken.
+ * A record is the entry of backend_rsv_key, whose name holds the claim, as
+ * the script's: found only with the claim it was taken with.  Its state's
+ * fw.start_us is its deadline; it expires (is forgotten) twice its ttl
+ * after it was taken.
  */
 struct mem_op {
     size_t n, per, last; /* last: the index of the last key (n or n + 1) */
@@ -384,7 +385,7 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
         if (req->limit_key[i] != NULL && req->limit_key_len[i] > longest)
             longest = req->limit_key_len[i];
     op->last = n + ((req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE)) != 0);
-    op->per = longest + MEM_KEY_EXTRA + (op->last > n ? req->rsv_claim_len + 1 : 0);
+    op->per = longest + MEM_KEY_EXTRA + (op->last > n ? req->rsv_claim_len : 0);
     op->kbuf = op->stackbuf;
     if ((op->last + 1) * op->per > sizeof(op->stackbuf))
         op->kbuf = xmalloc((op->last + 1) * op->per);
@@ -397,14 +398,9 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
         return RL_ERR;
     op_key(s, op, n, len);
     if (op->last > n) {
-        char *at = op->kbuf + (n + 1) * op->per;
-
-        if (backend_rsv_key(req, at, op->per, &len) != RL_OK ||
-            len + 1 + req->rsv_claim_len >= op->per)
+        if (backend_rsv_key(req, op->kbuf + (n + 1) * op->per, op->per, &len) != RL_OK)
             return RL_ERR;
-        at[len] = '\n';
-        memcpy(at + len + 1, req->rsv_claim, req->rsv_claim_len);
-        op_key(s, op, n + 1, len + 1 + req->rsv_claim_len);
+        op_key(s, op, n + 1, len);
     }
     return RL_OK;
 }
@@ -591,8 +587,7 @@ op_settle(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         res->rsv = RL_RSV_EXPIRED;
         return;
     }
-    /* the claim starts with the estimate, "<estimate>.<hash>" */
-    d = req->cost - strtoll(req->rsv_claim, NULL, 10);
+    d = req->cost - req->rsv_estimate;
     for (size_t i = 0; d < 0 && i < op->n; i++) {
         const struct rl_limit *lim = &pol->limits[i];
 

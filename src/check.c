@@ -1146,6 +1146,7 @@ check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *
         return RL_OK;
     }
     op->req.key_len = klen;
+    op->req.rsv_estimate = op->estimate;
     op->settle = 1;
     start_op(op, env, cfg, p, op->req.cost, 0, false, false, done, arg);
     return RL_OK;

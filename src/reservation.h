@@ -8,11 +8,11 @@
  * or the override, as any daemon of the same configuration computes it),
  * and the key base in base64url without padding, as a lease id writes it
  * (lease.h).  "<estimate>.<limits>" is its claim: the backend's record of
- * the reservation, "<key>:rsv:<nonce>", holds it, and a settle is applied
- * only when the record holds the claim the id brings.  So an id pointed at
- * another caller's key, a guessed nonce, or a larger estimate finds nothing
- * (2^-128 a guess); whoever holds the id may settle it, once: a bearer
- * token, as a lease is.
+ * the reservation is named by the key, the nonce and the claim
+ * (backend_rsv_key), and a settle is applied only when the record the id
+ * names is there.  So an id pointed at another caller's key, a guessed
+ * nonce, or a larger estimate finds nothing (2^-128 a guess); whoever holds
+ * the id may settle it, once: a bearer token, as a lease is.
  */
 #ifndef RL_RESERVATION_H
 #define RL_RESERVATION_H

@@ -316,10 +316,11 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
     }
     if (req->flags & RL_CHECK_DELAY)
         put_num(c, (long long)req->max_delay_ms);
-    if (req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE))
-        put_arg(c, req->rsv_claim, req->rsv_claim_len);
+    /* a reservation's record kept twice its ttl; a settle's estimate */
     if (req->flags & RL_CHECK_RESERVE)
-        put_num(c, (long long)req->rsv_ttl_ms);
+        put_num(c, (long long)(2 * req->rsv_ttl_ms));
+    if (req->flags & RL_CHECK_RSV_SETTLE)
+        put_num(c, (long long)req->rsv_estimate);
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
     if (req->flags & RL_CHECK_RESET)
@@ -342,9 +343,9 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
 
         /* the limits' keys, the once key or the reservation's */
         nkeys += reqs[j]->policy->nlimits + once + rsv;
-        /* spec, cost, block key, lease, delay, claim, ttl, seq, limit
+        /* spec, cost, block key, lease, delay, px or estimate, seq, limit
          * index, block ms */
-        nargs += 3 + once + rsv + ((f & RL_CHECK_RESERVE) != 0) +
+        nargs += 3 + once + rsv +
                  ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
                  ((f & RL_CHECK_DELAY) != 0) + ((f & RL_CHECK_RESET) != 0) +
                  ((f & RL_CHECK_BLOCK) != 0);

@@ -37,16 +37,17 @@
 --   block  the check's block key (same hash tag; see below)
 --   lease  only for an 'l' or 'x' check: the lease's id (concurrency.lua)
 --   max_delay  only for a 'd' check: in ms
---   claim  only for a 'v' or 's' check: "<estimate>.<limits hash>", what
---          the reservation's id says of it (src/reservation.h); a 'v'
---          check's record holds it, a settle must bring it back verbatim
---   ttl    only for a 'v' check: the policy's reservation_ttl, in ms
+--   px     only for a 'v' check: twice the policy's reservation_ttl, in ms
+--          (how long its record is kept)
+--   est    only for an 's' check: the estimate its reservation took
 --   seq    only for a 'once' check: its writer's seq.  Such a check has one
 --          more key after its limits' keys, the writer's last applied seq;
 --          a seq not above it was applied already (a hybrid sync sent again
 --          after its connection was lost): the check then only peeks.
 --          A 'v' or 's' check has one more key after its limits' keys
---          instead, its reservation's record "<key>:rsv:<32 hex digits>".
+--          instead, its reservation's record "<key>:rsv:<32 hex
+--          digits>.<estimate>.<limits hash>" (src/reservation.h): a settle
+--          of another estimate, limits or nonce names another key.
 --   index  only for a 'reset': the limit to reset (0 is the first), or -1
 --          for every limit and the block
 --   ms     only for a 'block': block for this long; 0 lifts the block
@@ -264,16 +265,15 @@ end
 -- The max_delay (ms) of the check being run, nil when it is not a 'd' one:
 -- set by the driver before each check.
 local delay_max = nil
--- A 'v' or 's' check's record key, claim and (a 'v' one's) ttl in ms: set
--- by the driver before each check (nil: not one).
-local rsv_key, rsv_claim, rsv_ttl = nil, nil, nil
+-- A 'v' or 's' check's record key and its argument (a 'v' one's px, an 's'
+-- one's estimate): set by the driver before each check (nil: not one).
+local rsv_key, rsv_arg = nil, nil
 
--- A reservation ('v') taken: its record, "<deadline us> <claim>", kept
--- twice its ttl so that a settle past the deadline is told apart from one
--- of an id never given (a settle then finds it expired, see settle).
+-- A reservation ('v') taken: its record holds its deadline (us), half of
+-- the time it is kept, so that a settle past the deadline is told apart
+-- from one of an id never given (a settle then finds it expired).
 local function rsv_record(now)
-  redis.call('SET', rsv_key, string.format('%d', now + rsv_ttl * 1000) .. ' ' .. rsv_claim,
-             'PX', string.format('%d', 2 * rsv_ttl))
+  redis.call('SET', rsv_key, string.format('%d', now + rsv_arg * 500), 'PX', rsv_arg)
 end
 
 -- One limit of a charge: its key's value pre (nil: read it), done (nothing
@@ -331,41 +331,46 @@ end
 
 -- Give `units` back to every limit but a concurrency one (a settle's
 -- estimate was never a slot), as an admin's give back does.
+-- The give of each module, by its peek: built once per library (FCALL).
+local GIVES = {}
 local function give_back(sp, k, now, units)
   for i = 1, sp.n do
     local j = 5 * i - 5
     if sp.cc ~= i then
-      local key, limit, W, burst = KEYS[k + i], sp[j + 3], sp[j + 4], sp[j + 5]
-      local p = { sp[j + 1](key, now, limit, W, burst, 0) }
-      local give
-      for tag, m in pairs(ALGOS) do
-        if m[1] == sp[j + 1] then
-          local _, _, g = MODULES[tag](true)
-          give = g
+      local key, limit, W, burst, peek = KEYS[k + i], sp[j + 3], sp[j + 4], sp[j + 5], sp[j + 1]
+      local give = GIVES[peek]
+      if give == nil then
+        for tag, m in pairs(ALGOS) do
+          if m[1] == peek then
+            local _, _, g = MODULES[tag](true)
+            give = g
+          end
         end
+        GIVES[peek] = give
       end
-      give(key, now, limit, W, burst, units, p[6], p[7], p[8], p[9], p[10])
+      local _, _, _, _, _, a1, a2, a3, a4, a5 = peek(key, now, limit, W, burst, 0)
+      give(key, now, limit, W, burst, units, a1, a2, a3, a4, a5)
     end
   end
 end
 
--- A settle ('s') of the reservation whose record is rsv_key, at the real
--- cost: when the record holds rsv_claim and its deadline has not passed,
--- the record goes and the difference from the estimate is applied, more
--- charged past the limit (as a charge), less given back (as a give back);
--- answered as a charge is.  Else nothing changes and the answer is 3 (no
--- such reservation) or 4 (its ttl passed: it stays charged at its estimate,
--- and its record goes), then zeros.  Answers as charge does (out nil:
--- returned, for run1).
+-- A settle ('s') of the reservation whose record is rsv_key (its name
+-- holds the estimate and limits the id claims), at the real cost: when the
+-- record is there and its deadline has not passed, it goes and the
+-- difference from the estimate (rsv_arg) is applied, more charged past the
+-- limit (as a charge), less given back (as a give back); answered as a
+-- charge is.  Else nothing changes and the answer is 3 (no such
+-- reservation) or 4 (its ttl passed: it stays charged at its estimate, and
+-- its record goes), then zeros.  Answers as charge does (out nil: returned,
+-- for run1).
 local function settle(sp, cost, k, bkey, now, out, o)
   local v = redis.call('GET', rsv_key)
-  local sep = v and string.find(v, ' ', 1, true)
   local code = nil
-  if not sep or string.sub(v, sep + 1) ~= rsv_claim then
+  if not v then
     code = 3
   else
     redis.call('DEL', rsv_key)
-    if tonumber(string.sub(v, 1, sep - 1)) <= now then code = 4 end
+    if tonumber(v) <= now then code = 4 end
   end
   if code then
     if out == nil then return code, 0, 0, 0 end
@@ -373,7 +378,7 @@ local function settle(sp, cost, k, bkey, now, out, o)
     for i = o + 2, o + 1 + 3 * sp.n do out[i] = 0 end
     return
   end
-  local d = cost - tonumber(string.match(rsv_claim, '^%d+'))
+  local d = cost - tonumber(rsv_arg)
   if d < 0 then
     give_back(sp, k, now, -d)
     d = 0
@@ -408,7 +413,7 @@ local function run1(sp, cf, k, bkey, once_key, seq, now, a)
     reserving = false
     -- kept as long as the counts it guards; the seq as the daemon wrote it
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
-    if rsv_ttl and ok and blocked == 0 then rsv_record(now) end
+    if rsv_key and ok and blocked == 0 then rsv_record(now) end
   else
     -- a peek that left them to be read when no slot is taken (concurrency)
     if reset == nil then reset, repair = cc_late(key, now) end
@@ -469,7 +474,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
     end
     reserving = false
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
-    if rsv_ttl and allowed then rsv_record(now) end
+    if rsv_key and allowed then rsv_record(now) end
   else
     for i = 1, n do
       -- a peek that left them to be read when no slot is taken (concurrency)
@@ -518,11 +523,10 @@ if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
-    cc_lease, delay_max, rsv_key, rsv_claim, rsv_ttl = nil, nil, nil, nil, nil
+    cc_lease, delay_max, rsv_key = nil, nil, nil
     if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
     if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
-    if cf[11] or cf[12] then rsv_key, rsv_claim, ab = KEYS[2], ARGV[ab], ab + 1 end
-    if cf[11] then rsv_ttl, ab = tonumber(ARGV[ab]), ab + 1 end
+    if cf[11] or cf[12] then rsv_key, rsv_arg, ab = KEYS[2], ARGV[ab], ab + 1 end
     if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
     local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
@@ -539,7 +543,7 @@ for _ = 1, tonumber(ARGV[2]) do
   if sp == nil or cf == nil then sp, cf = cached(s, c) end
   local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
   b = b + 3
-  cc_lease, delay_max, rsv_key, rsv_claim, rsv_ttl = nil, nil, nil, nil, nil
+  cc_lease, delay_max, rsv_key = nil, nil, nil
   if cf[7] or cf[8] then
     cc_lease = ARGV[b]
     b = b + 1
@@ -549,11 +553,7 @@ for _ = 1, tonumber(ARGV[2]) do
     b = b + 1
   end
   if cf[11] or cf[12] then
-    rsv_key, rsv_claim = KEYS[k + n + 1], ARGV[b]
-    b = b + 1
-  end
-  if cf[11] then
-    rsv_ttl = tonumber(ARGV[b])
+    rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
     b = b + 1
   end
   if cf[3] then

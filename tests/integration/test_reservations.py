@@ -239,7 +239,8 @@ def t_expired_stays_charged(nodes, redis):
             # the daemon's clock: its deadline is 1 s after it answered
             H.wait_for(lambda: time.time() > t0 + 1.2, "the reservation's ttl to pass", 10)
         else:
-            rkey = "%s:rsv:%s" % (key_of(rid), rid.split(".")[0])
+            # the record: "<key>:rsv:<nonce>.<estimate>.<limits hash>"
+            rkey = "%s:rsv:%s" % (key_of(rid), ".".join(rid.split(".")[:3]))
             deadline = int(redis.cli("GET", rkey).split()[0])
 
             def past():

@@ -88,11 +88,12 @@ struct dpolicy {
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
     int64_t skew;       /* the daemon's clock minus the script's (periods) */
     int how;            /* the step's DP_* */
-    /* reservations (DP_RESERVE, DP_SETTLE): the record's key, the claim
-     * the next step brings (a DP_RESERVE writes it), the ttl; the twin's
-     * record: whether it is held, its claim and its deadline (the script's
-     * clock; the test keeps Redis from forgetting it, as it does blocks) */
-    char rsv_key[128], claim[64], rsv_claim[64];
+    /* reservations (DP_RESERVE, DP_SETTLE): the claim the next step brings
+     * (a DP_RESERVE takes it) and the record's key it names, the ttl; the
+     * twin's record: whether it is held, its claim and its deadline (the
+     * script's clock; the test keeps Redis from forgetting it, as it does
+     * blocks) */
+    char rsv_base[160], rsv_key[256], claim[64], rsv_claim[64];
     int64_t rsv_ttl_ms, rsv_deadline;
     int rsv_live;
 };
@@ -270,10 +271,10 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
     }
     if (how & DP_DELAY)
         dc_num(c, p->max_delay_ms, "");
-    if (rsv)
-        dc_arg(c, p->claim);
     if (how & DP_RESERVE)
-        dc_num(c, p->rsv_ttl_ms, "");
+        dc_num(c, 2 * p->rsv_ttl_ms, "");
+    if (how & DP_SETTLE)
+        dc_num(c, strtoll(p->claim, NULL, 10), "");
     if (how & DP_RESET)
         dc_num(c, p->reset_index, "");
     if (how & DP_BLOCK)
@@ -881,6 +882,7 @@ static void
 dp_claim(struct dpolicy *p, int64_t estimate, unsigned h)
 {
     snprintf(p->claim, sizeof(p->claim), "%lld.0000%08x", (long long)estimate, h);
+    snprintf(p->rsv_key, sizeof(p->rsv_key), "%s.%s", p->rsv_base, p->claim);
 }
 
 /*
@@ -914,7 +916,7 @@ START_TEST(reserve_and_settle_match)
         /* next to a concurrency limit: it holds the slot, settles pass it */
         if (k >= RL_ARRAY_LEN(cs) && algo != RL_ALGO_CONCURRENCY)
             dp_add(&p, id, RL_ALGO_CONCURRENCY, 3, 5000, 0);
-        snprintf(p.rsv_key, sizeof(p.rsv_key), "{diff:%s}:rsv:0123456789abcdef0123456789abcdef",
+        snprintf(p.rsv_base, sizeof(p.rsv_base), "{diff:%s}:rsv:0123456789abcdef0123456789abcdef",
                  id);
         p.rsv_ttl_ms = 2000;
         cap = algo_def(algo)->uses_burst ? p.l[0].lim.burst : p.l[0].lim.limit;
@@ -977,7 +979,8 @@ START_TEST(reserve_and_settle_match)
                 dp_claim(&p, strtoll(keep, NULL, 10) + 1, (unsigned)n);
                 dp_step(&p, now, 0, DP_SETTLE, where);
                 ck_assert_int_eq(p.last, 3);
-                memcpy(p.claim, keep, sizeof(keep));
+                dp_claim(&p, strtoll(keep, NULL, 10), (unsigned)strtoul(strchr(keep, '.') + 1,
+                                                                        NULL, 16));
                 break;
             }
             default:
