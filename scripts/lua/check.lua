@@ -156,10 +156,12 @@ local function spec_of(s)
 end
 
 -- A cost string -> { cost, force, once, reset, block, admin, lease,
--- release, delay, charge, reserve, settle; err }.
+-- release, delay, charge (or settle), reserve, settle, args; err }: args,
+-- the check has arguments after its block key (a plain check's driver
+-- then tests one flag, not five).
 local function cost_of(s)
   local cf = { tonumber(s), false, false, false, false, false, false, false, false, false,
-               false, false }
+               false, false, false }
   if cf[1] == nil then
     local c, f, o, r, b, l, x, d, ch, v, st =
       string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)(c?)(v?)(s?)$')
@@ -177,6 +179,9 @@ local function cost_of(s)
                    cf[10] or cf[11]) then
       cf.err = 'bad settle ' .. s
     end
+    cf[13] = cf[3] or cf[7] or cf[8] or cf[9] or cf[11] or cf[12]
+    -- a settle goes the way of a charge (see run1)
+    if cf[12] then cf[10] = true end
   end
   cf[6] = cf[1] < 0 or cf[4] or cf[5] or cf[8]
   return cf
@@ -392,8 +397,10 @@ end
 local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
-  if cf[10] then return charge(sp, cost, k, bkey, once_key, seq, now) end
-  if cf[12] then return settle(sp, cost, k, bkey, now) end
+  if cf[10] then
+    if cf[12] then return settle(sp, cost, k, bkey, now) end
+    return charge(sp, cost, k, bkey, once_key, seq, now)
+  end
   -- a release answers only whether the lease was held: nothing else is read
   if cf[8] then return admin(sp, cf, k, bkey, now, a), 0, 0, 0 end
   if cf[6] then
@@ -433,8 +440,10 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
-  if cf[10] then return charge(sp, cost, k, bkey, once_key, seq, now, out, o) end
-  if cf[12] then return settle(sp, cost, k, bkey, now, out, o) end
+  if cf[10] then
+    if cf[12] then return settle(sp, cost, k, bkey, now, out, o) end
+    return charge(sp, cost, k, bkey, once_key, seq, now, out, o)
+  end
   if cf[8] then
     out[o + 1] = admin(sp, cf, k, bkey, now, a)
     for i = o + 2, o + 1 + 3 * n do out[i] = 0 end
@@ -524,10 +533,12 @@ if ARGV[2] == '1' then
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
     cc_lease, delay_max, rsv_key = nil, nil, nil
-    if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
-    if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
-    if cf[11] or cf[12] then rsv_key, rsv_arg, ab = KEYS[2], ARGV[ab], ab + 1 end
-    if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
+    if cf[13] then
+      if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
+      if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
+      if cf[11] or cf[12] then rsv_key, rsv_arg, ab = KEYS[2], ARGV[ab], ab + 1 end
+      if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
+    end
     local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
     if type(a) == 'table' then a = a.err end
