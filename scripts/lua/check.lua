@@ -179,7 +179,7 @@ local function cost_of(s)
                    cf[10] or cf[11]) then
       cf.err = 'bad settle ' .. s
     end
-    cf[13] = cf[3] or cf[7] or cf[8] or cf[9] or cf[11] or cf[12]
+    cf[13] = cf[3] or cf[4] or cf[5] or cf[7] or cf[8] or cf[9] or cf[11] or cf[12]
     -- a settle goes the way of a charge (see run1)
     if cf[12] then cf[10] = true end
   end
@@ -555,25 +555,29 @@ for _ = 1, tonumber(ARGV[2]) do
   local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
   b = b + 3
   cc_lease, delay_max, rsv_key = nil, nil, nil
-  if cf[7] or cf[8] then
-    cc_lease = ARGV[b]
-    b = b + 1
-  end
-  if cf[9] then
-    delay_max = tonumber(ARGV[b])
-    b = b + 1
-  end
-  if cf[11] or cf[12] then
-    rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
-    b = b + 1
-  end
-  if cf[3] then
-    once_key, seq = KEYS[k + n + 1], ARGV[b]
-    b = b + 1
+  if cf[13] then
+    if cf[7] or cf[8] then
+      cc_lease = ARGV[b]
+      b = b + 1
+    end
+    if cf[9] then
+      delay_max = tonumber(ARGV[b])
+      b = b + 1
+    end
+    if cf[11] or cf[12] then
+      rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
+      b = b + 1
+    end
+    if cf[3] then
+      once_key, seq = KEYS[k + n + 1], ARGV[b]
+      b = b + 1
+    end
   end
   local a = b
-  if cf[4] then b = b + 1 end
-  if cf[5] then b = b + 1 end
+  if cf[13] then
+    if cf[4] then b = b + 1 end
+    if cf[5] then b = b + 1 end
+  end
   local ok, err, x2, x3, x4
   if n == 1 then
     ok, err, x2, x3, x4 = pcall(run1, sp, cf, k, bkey, once_key, seq, now, a)
