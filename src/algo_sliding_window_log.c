@@ -211,7 +211,8 @@ swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int6
 {
     /* the newest entries whole, then part of the next (the script's give) */
     while (units > 0 && st->ring_len > 0) {
-        int64_t *c = &st->ring[2 * (size_t)((st->ring_head + st->ring_len - 1) % st->ring_cap) + 1];
+        int64_t *c =
+            &st->ring[2 * (size_t)((st->ring_head + st->ring_len - 1) % st->ring_cap) + 1];
 
         if (*c > units) {
             *c -= units;

@@ -45,14 +45,14 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch;        /* of the backend when the check was sent */
-    int hybrid;            /* a hybrid policy's key unknown locally */
-    int delay;             /* holds a place in env->delayed */
-    int stale;             /* decided locally after a failed sync */
-    int charge;            /* POST /charge: req.flags has RL_CHECK_CHARGE */
-    int reserve;           /* "reserve": an allowed check takes a reservation */
-    int settle;            /* POST /settle: req.flags has RL_CHECK_RSV_SETTLE */
-    int64_t estimate;      /* settle: what the reservation took */
+    uint64_t epoch;               /* of the backend when the check was sent */
+    int hybrid;                   /* a hybrid policy's key unknown locally */
+    int delay;                    /* holds a place in env->delayed */
+    int stale;                    /* decided locally after a failed sync */
+    int charge;                   /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int reserve;                  /* "reserve": an allowed check takes a reservation */
+    int settle;                   /* POST /settle: req.flags has RL_CHECK_RSV_SETTLE */
+    int64_t estimate;             /* settle: what the reservation took */
     char claim[RL_RSV_CLAIM_MAX]; /* req.rsv_claim's bytes */
     int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
     struct limit_keys *lk; /* NULL: every limit under key */
@@ -348,8 +348,8 @@ on_backend(const struct rl_check_res *res, void *arg)
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
         op->cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE |
-                           RL_CHECK_RSV_SETTLE))) {
+        !(op->req.flags &
+          (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE | RL_CHECK_RSV_SETTLE))) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
@@ -737,8 +737,8 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
     if (env->deny != NULL && cfg->deny_cache &&
-        !(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE |
-                           RL_CHECK_RSV_SETTLE))) {
+        !(op->req.flags &
+          (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE | RL_CHECK_RSV_SETTLE))) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);

@@ -143,5 +143,6 @@ lease_id_parse(const char *s, size_t len, struct rl_lease *id, int64_t *lease_ms
     }
     *lease_ms = ms;
     len -= (size_t)(dot + 1 - s);
-    return len > 0 && lease_key_decode(dot + 1, len, key, size, klen) && (id->hi | id->lo) != 0;
+    return len > 0 && lease_key_decode(dot + 1, len, key, size, klen) &&
+           (id->hi | id->lo) != 0;
 }

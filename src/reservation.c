@@ -78,8 +78,8 @@ hex_read(const char *s, size_t n, uint64_t *v)
 
 bool
 reservation_id_parse(const char *s, size_t len, struct rl_lease *nonce,
-                     char claim[RL_RSV_CLAIM_MAX], size_t *clen, int64_t *estimate, uint64_t *h,
-                     char *key, size_t size, size_t *klen)
+                     char claim[RL_RSV_CLAIM_MAX], size_t *clen, int64_t *estimate,
+                     uint64_t *h, char *key, size_t size, size_t *klen)
 {
     const char *e, *dot;
     int64_t est = 0;

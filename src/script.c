@@ -345,8 +345,7 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
         nkeys += reqs[j]->policy->nlimits + once + rsv;
         /* spec, cost, block key, lease, delay, px or estimate, seq, limit
          * index, block ms */
-        nargs += 3 + once + rsv +
-                 ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
+        nargs += 3 + once + rsv + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
                  ((f & RL_CHECK_DELAY) != 0) + ((f & RL_CHECK_RESET) != 0) +
                  ((f & RL_CHECK_BLOCK) != 0);
     }
