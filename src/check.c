@@ -935,12 +935,10 @@ on_release(const struct rl_check_res *res, void *arg)
     free(op);
 }
 
-/* The concurrency limit a lease of key base `key` and lease_ms names: of
- * the policy whose hash tag the key starts with, or of one of its
- * overrides.  NULL: none (a reload removed it, or the lease is made up). */
+/* The policy whose hash tag the key base `key` starts with (the one a
+ * lease or a reservation id names); NULL: none. */
 static const struct rl_policy *
-lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t lease_ms,
-             size_t *index)
+key_policy(const struct rl_config *cfg, const char *key, size_t klen)
 {
     size_t plen = strlen(cfg->redis.key_prefix);
 
@@ -951,16 +949,27 @@ lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t 
         size_t n = strlen(p->name), at = 1 + plen + n;
 
         /* a name holds neither ':' nor '}': what follows it ends it */
-        if (klen <= at || memcmp(key + 1 + plen, p->name, n) != 0 ||
-            (key[at] != ':' && key[at] != '}'))
-            continue;
-        for (size_t k = 0; k <= p->noverrides; k++) {
-            const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+        if (klen > at && memcmp(key + 1 + plen, p->name, n) == 0 &&
+            (key[at] == ':' || key[at] == '}'))
+            return p;
+    }
+    return NULL;
+}
 
-            if (policy_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
-                return q;
-        }
-        return NULL;
+/* The concurrency limit a lease of key base `key` and lease_ms names: of
+ * the policy whose hash tag the key starts with, or of one of its
+ * overrides.  NULL: none (a reload removed it, or the lease is made up). */
+static const struct rl_policy *
+lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t lease_ms,
+             size_t *index)
+{
+    const struct rl_policy *p = key_policy(cfg, key, klen);
+
+    for (size_t k = 0; p != NULL && k <= p->noverrides; k++) {
+        const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+
+        if (policy_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
+            return q;
     }
     return NULL;
 }
@@ -1039,25 +1048,14 @@ check_release(const struct rl_check_env *env, struct rl_config *cfg, const char 
 static const struct rl_policy *
 rsv_policy(const struct rl_config *cfg, const char *key, size_t klen, uint64_t h)
 {
-    size_t plen = strlen(cfg->redis.key_prefix);
+    const struct rl_policy *p = key_policy(cfg, key, klen);
 
-    if (klen < 1 + plen || key[0] != '{' || memcmp(key + 1, cfg->redis.key_prefix, plen) != 0)
-        return NULL;
-    for (size_t i = 0; i < cfg->npolicies; i++) {
-        const struct rl_policy *p = &cfg->policies[i];
-        size_t n = strlen(p->name), at = 1 + plen + n;
+    for (size_t k = 0; p != NULL && k <= p->noverrides; k++) {
+        const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
 
-        /* a name holds neither ':' nor '}': what follows it ends it */
-        if (klen <= at || memcmp(key + 1 + plen, p->name, n) != 0 || key[at] != ':')
-            continue;
-        for (size_t k = 0; k <= p->noverrides; k++) {
-            const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
-
-            if (q->mode != RL_MODE_HYBRID && !q->limit_ids &&
-                (reservation_limits_hash(q->limits, q->nlimits) & 0xffffffffffffULL) == h)
-                return q;
-        }
-        return NULL;
+        if (q->mode != RL_MODE_HYBRID && !q->limit_ids &&
+            (reservation_limits_hash(q->limits, q->nlimits) & 0xffffffffffffULL) == h)
+            return q;
     }
     return NULL;
 }
