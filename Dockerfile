@@ -24,10 +24,15 @@ COPY conf/ratelimitd.json /etc/ratelimitd/ratelimitd.json
 USER 10001:10001
 # Every option can also come from the environment (RATELIMITD_REDIS_URL, ...)
 # or a config mounted over /etc/ratelimitd/ratelimitd.json.
-ENV RATELIMITD_CONFIG=/etc/ratelimitd/ratelimitd.json \
-    RATELIMITD_LISTEN=0.0.0.0:8080
+ENV RATELIMITD_LISTEN=0.0.0.0:8080
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=2s --retries=3 \
     CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/ratelimitd"]
+# The sample configuration as an argument, not as RATELIMITD_CONFIG: a
+# command of its own replaces it.  Envoy Gateway runs /bin/ratelimit with
+# envoyproxy/ratelimit's environment and no arguments, and a file would win
+# over that environment (its redis.url over REDIS_URL, its key_prefix over
+# CACHE_KEY_PREFIX, its log_level over LOG_LEVEL).
+CMD ["-c", "/etc/ratelimitd/ratelimitd.json"]

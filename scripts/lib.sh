@@ -24,12 +24,18 @@ RL_PACKAGES=(build-essential autoconf automake autoconf-archive pkg-config
 # python3-h2 (HTTP/2 frames by hand: what no gRPC client sends); npm (with
 # nodejs: the second gRPC client, @grpc/grpc-js, installed by npm ci in the test);
 # universal-ctags (scripts/call-graph reads the functions of src/ with it);
-# node-express (examples/node/express.js: the middleware mounted on a prefix).
+# node-express (examples/node/express.js: the middleware mounted on a prefix);
+# debhelper (with dpkg-dev: dpkg-buildpackage), lintian and git (the Debian
+# package of debian/, built from a copy of the tree, checked, installed and
+# purged: tests/package/test_deb.py); chromium (test_admin_ui: the status page
+# in a real browser, headless, driven by playwright-core, installed by npm ci
+# in the test).
 RL_TEST_PACKAGES=(nginx caddy systemd man-db groff-base python3-yaml
                   valgrind clang libclang-rt-14-dev wrk
                   haproxy prometheus gnuplot-nox nodejs node-express python3-h11 clang-format
                   python3-grpcio python3-protobuf protobuf-compiler nghttp2-client
-                  python3-pytest autoconf-archive python3-h2 universal-ctags)
+                  python3-pytest autoconf-archive python3-h2 universal-ctags
+                  debhelper dpkg-dev lintian git chromium)
 
 say() { printf '==> %s\n' "$*" >&2; }
 

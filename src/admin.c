@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "admin.h"
+#include "admin_view.h"
 #include "backend.h"
 #include "check.h"
 #include "config.h"
@@ -418,10 +419,13 @@ admin_handle(struct http_req *r, void *arg)
     struct admin_op *op;
     char *cause = NULL;
 
+    if (admin_view_handle(r, w, authorized(worker_config(w), r->head)))
+        return;
     if (!route(r->head, &action)) {
         http_respond_error(r, 404, NULL,
                            "no such path: use POST /admin/inspect, /admin/reset, "
-                           "/admin/block, /admin/unblock, /admin/reward or /admin/penalty");
+                           "/admin/block, /admin/unblock, /admin/reward or /admin/penalty; "
+                           "GET /admin/top, /admin/status or /admin/ui");
         return;
     }
     op = xcalloc(1, sizeof(*op));

@@ -512,3 +512,17 @@ api_handle(struct http_req *r, void *arg)
             "GET /healthz, GET /readyz, GET /serving, GET /healthcheck or GET /metrics");
     }
 }
+
+void
+api_metrics_handle(struct http_req *r, void *arg)
+{
+    struct rl_worker *w = arg;
+    const struct http_head *h = r->head;
+
+    if (!path_is(h, "/metrics", 8))
+        http_respond_error(r, 404, NULL, "no such path: use GET /metrics");
+    else if (h->method == HTTP_M_GET || h->method == HTTP_M_HEAD)
+        handle_metrics(r, w);
+    else
+        http_respond_error(r, 405, "Allow: GET, HEAD\r\n", "use GET /metrics");
+}

@@ -12,5 +12,8 @@ struct http_req;
 
 /* An http_handler; arg is the struct rl_worker that serves the listener. */
 void api_handle(struct http_req *r, void *arg);
+/* metrics_listen's: GET|HEAD /metrics alone, the same text as the check
+ * listener's (envoyproxy/ratelimit's PROMETHEUS_ADDR). */
+void api_metrics_handle(struct http_req *r, void *arg);
 
 #endif

@@ -17,9 +17,11 @@
 #include "metrics.h"
 #include "netaddr.h"
 #include "pathnorm.h"
+#include "pending.h"
 #include "policy.h"
 #include "reservation.h"
 #include "response.h"
+#include "top.h"
 #include "util.h"
 
 /*
@@ -36,6 +38,16 @@ struct limit_keys {
     char buf[];
 };
 
+/* How a check's cost counts. */
+enum count_as {
+    COUNT_CHECK,  /* a denied check counts nothing */
+    COUNT_CHARGE, /* POST /charge: past the limit too, answered 200 with "charged" */
+    /* past the limit too, answered as a check of cost 0 after it (allowed
+     * or not, failure_mode when the backend fails): envoyproxy/ratelimit's
+     * hits, INCRBY (check_start_policy's count_over) */
+    COUNT_HITS
+};
+
 /* A check waiting for its backend; freed in the backend's callback. */
 struct check_op {
     struct rl_config *cfg;
@@ -50,11 +62,21 @@ struct check_op {
     int delay;                    /* holds a place in env->delayed */
     int stale;                    /* decided locally after a failed sync */
     int charge;                   /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int hits;                     /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
+    int kept;                     /* a charge sent through env->pending: it counts the units */
+    int full;                     /* not kept: env->pending is full */
     int reserve;                  /* "reserve": an allowed check takes a reservation */
     int settle;                   /* POST /settle: req.flags has RL_CHECK_RSV_SETTLE */
     int64_t estimate;             /* settle: what the reservation took */
     char claim[RL_RSV_CLAIM_MAX]; /* req.rsv_claim's bytes */
-    int caller_deadline;   /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    int caller_deadline; /* req.timeout_ms is the caller's deadline, not redis.timeout */
+    /* the escaped identity in key, [id_off, id_end): counted by env->top
+     * (0, 0: a check of keys named elsewhere, rls.c's) */
+    uint16_t id_off, id_end;
+    /* check_key_hash of the key, when hashed: what the deny cache and
+     * env->top file the caller under, computed once */
+    int hashed;
+    uint64_t hash;
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
@@ -236,6 +258,13 @@ finish_settle(struct check_op *op, const struct rl_check_res *res)
     free(op);
 }
 
+uint64_t
+check_key_hash(const struct rl_policy *policy, const char *key, size_t len)
+{
+    return deny_cache_hash(0x9e3779b97f4a7c15ULL * (uint64_t)(policy->metrics_id + 1), key,
+                           len);
+}
+
 /* Answer the check from res, then free it: every path ends here once. */
 static void
 finish(struct check_op *op, const struct rl_check_res *res)
@@ -248,7 +277,16 @@ finish(struct check_op *op, const struct rl_check_res *res)
         finish_settle(op, res);
         return;
     }
-    if (res->status == RL_BACKEND_OK) {
+    if (res == NULL) {
+        /* a charge kept for the backend (202), or refused for want of room */
+        memset(&d, 0, sizeof(d));
+        d.status = op->full ? 503 : 202;
+        d.policy = op->policy;
+        d.charge = 1;
+        d.charged = op->req.cost;
+        d.pending = !op->full;
+        d.backlog_full = op->full;
+    } else if (res->status == RL_BACKEND_OK) {
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
         d.lease = lease_of(op, res, lease, sizeof(lease));
@@ -265,6 +303,9 @@ finish(struct check_op *op, const struct rl_check_res *res)
             d.charge = 1;
             d.charged = op->req.cost;
             d.status = 200;
+            if (!op->kept) /* else counted as applied, late ones too */
+                metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
+        } else if (op->hits) {
             metrics_charge(op->env->metrics, op->policy->metrics_id, op->req.cost);
         }
     } else if (op->charge) {
@@ -317,6 +358,14 @@ finish(struct check_op *op, const struct rl_check_res *res)
                                                  : RL_OUT_DENIED);
     if (capped(op, &d))
         __atomic_add_fetch(&op->env->metrics->request_limits_capped, 1, __ATOMIC_RELAXED);
+    /* who is denied, who spends: decided answers only (top.h) */
+    if (op->env->top != NULL && op->id_end > op->id_off && d.status != 503 && !d.degraded) {
+        bool denied = !op->charge && (!d.allowed || d.would_deny);
+
+        top_record(op->env->top, op->policy->metrics_id, op->key + op->id_off,
+                   (size_t)(op->id_end - op->id_off), op->hashed ? op->hash : 0, denied,
+                   denied || !(op->charge || d.allowed) ? 0 : op->req.cost, op->start_us);
+    }
     /* no wait: the place it held is free now (a held one's, when answered) */
     if (op->delay && d.delayed_ms == 0)
         check_delay_done(op->env);
@@ -338,23 +387,50 @@ now_us(const struct rl_check_env *env)
     return env->now_us != NULL ? env->now_us() : now_monotonic_us();
 }
 
+/*
+ * The cost the deny cache knows op's check by, or -1 when it must not
+ * answer it: a slot may be released any moment (a lease, a wait), and a
+ * charge must reach the count.  But hits (COUNT_HITS) into fixed windows
+ * only: a window over its limit stays over until it ends whatever is added
+ * to it, so the hits a denial leaves uncounted change no answer (as
+ * envoyproxy/ratelimit's local cache of over-limit keys skips their
+ * INCRBY); they are known as a check of cost 0, the state they answer.
+ */
+static int64_t
+deny_cost(const struct check_op *op)
+{
+    if (op->req.flags & RL_CHECK_RSV_SETTLE)
+        return -1;
+    if (!(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE)))
+        return op->req.cost;
+    if (!op->hits)
+        return -1;
+    for (size_t i = 0; i < op->policy->nlimits; i++)
+        if (op->policy->limits[i].algo != RL_ALGO_FIXED_WINDOW)
+            return -1;
+    return 0;
+}
+
 static void
 on_backend(const struct rl_check_res *res, void *arg)
 {
     struct check_op *op = arg;
+    int64_t dcost;
 
     metrics_backend(op->env->metrics, res->status, now_us(op->env) - op->start_us);
     /* a slot may be released any moment: a denial for want of one is not
      * known to last (start_policy never asks the cache for such a policy) */
     if (res->status == RL_BACKEND_OK && !res->allowed && op->env->deny != NULL &&
-        op->cfg->deny_cache &&
-        !(op->req.flags &
-          (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE | RL_CHECK_RSV_SETTLE))) {
+        op->cfg->deny_cache && (dcost = deny_cost(op)) >= 0) {
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
-        deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, op->req.cost, op->epoch,
-                       op->start_us, res);
+        if (op->hashed)
+            deny_cache_put_hashed(op->env->deny, op->hash, op->policy->uid, dkey, dlen, dcost,
+                                  op->epoch, op->start_us, res);
+        else
+            deny_cache_put(op->env->deny, op->policy->uid, dkey, dlen, dcost, op->epoch,
+                           op->start_us, res);
     }
     if (res->status == RL_BACKEND_OK && op->hybrid)
         hybrid_seed(op->env->hybrid, op->cfg, op->policy, op->key, op->req.key_len,
@@ -363,6 +439,17 @@ on_backend(const struct rl_check_res *res, void *arg)
         log_debug(LOG_MSG("backend failed"), LOG_S("policy", op->policy->name),
                   LOG_Q("error", res->error ? res->error : ""));
     finish(op, res);
+}
+
+/* A charge's answer from env->pending: the backend's (applied), or NULL:
+ * kept, applied once the backend takes it. */
+static void
+on_kept(const struct rl_check_res *res, void *arg)
+{
+    if (res != NULL)
+        on_backend(res, arg);
+    else
+        finish(arg, NULL);
 }
 
 /*
@@ -591,7 +678,7 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
 
 static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
-                     int64_t timeout_ms, bool may_hold, bool charge, rl_check_done done,
+                     int64_t timeout_ms, bool may_hold, enum count_as how, rl_check_done done,
                      void *arg);
 
 /*
@@ -605,7 +692,7 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
-             const struct rl_ident_input *ident, int64_t cost, bool charge, bool reserve,
+             const struct rl_ident_input *ident, int64_t cost, enum count_as how, bool reserve,
              int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits,
              rl_check_done done, void *arg, char **cause)
 {
@@ -656,20 +743,26 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         return RL_ERR;
     }
     op->req.key_len = klen;
+    /* "{<prefix><keyname>:<id>}" or "{<prefix><keyname>}:<id>" */
+    op->id_off = (uint16_t)(strlen(cfg->redis.key_prefix) + strlen(keyname) +
+                            (policy->limit_ids ? 3 : 2));
+    op->id_end = (uint16_t)(policy->limit_ids ? klen : klen - 1);
     /* only a request's check (not gRPC's, not the admin's) is held */
-    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, charge, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, how, done, arg);
     return RL_OK;
 }
 
 /* The check op holds its key(s): decide it as every check is decided;
- * may_hold: a check that may wait for the policy's max_delay; charge: a
- * charge (RL_CHECK_CHARGE), which takes no lease, is never held and never
- * answered from the deny cache. */
+ * may_hold: a check that may wait for the policy's max_delay; how: a charge
+ * (RL_CHECK_CHARGE: COUNT_CHARGE, COUNT_HITS) takes no lease, is never held
+ * and never answered from the deny cache. */
 static void
 start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *cfg,
          const struct rl_policy *policy, int64_t cost, int64_t timeout_ms, bool may_hold,
-         bool charge, rl_check_done done, void *arg)
+         enum count_as how, rl_check_done done, void *arg)
 {
+    bool charge = how != COUNT_CHECK;
+
     op->cfg = config_ref(cfg);
     op->policy = policy;
     op->env = env;
@@ -683,7 +776,8 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
     }
     op->req.cost = cost;
     if (charge) {
-        op->charge = 1;
+        op->charge = how == COUNT_CHARGE;
+        op->hits = how == COUNT_HITS;
         op->req.flags |= RL_CHECK_CHARGE;
         may_hold = false;
     }
@@ -725,6 +819,12 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
     op->req.timeout_ms = op->caller_deadline ? timeout_ms : cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     op->epoch = env->backend->epoch;
+    /* one keyed hash of the key for the deny cache and the heavy callers
+     * (the deny cache's key is the check's unless limits have their own) */
+    if (op->lk == NULL && op->id_end > op->id_off && (env->top != NULL || env->deny != NULL)) {
+        op->hash = check_key_hash(policy, op->key, op->req.key_len);
+        op->hashed = 1;
+    }
     if (env->hybrid != NULL)
         hybrid_use_config(env->hybrid, cfg);
     if (env->hybrid != NULL && policy->mode == RL_MODE_HYBRID) {
@@ -736,16 +836,34 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
-    if (env->deny != NULL && cfg->deny_cache &&
-        !(op->req.flags &
-          (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE | RL_CHECK_RSV_SETTLE))) {
+    /* a charge is never dropped while the daemon runs: kept for a backend
+     * that cannot take it now, answered 202 within redis.timeout */
+    if (op->charge && env->pending != NULL) {
+        op->kept = 1;
+        if (pending_submit(env->pending, cfg, &op->req, policy->metrics_id, on_kept, op) !=
+            RL_OK) {
+            op->full = 1;
+            finish(op, NULL);
+        }
+        return;
+    }
+    if (env->deny != NULL && cfg->deny_cache && deny_cost(op) >= 0) {
         struct rl_check_res cached;
         size_t dlen;
         const char *dkey = deny_key(op, &dlen);
 
-        if (deny_cache_get(env->deny, policy->uid, dkey, dlen, cost, env->backend->epoch,
-                           op->start_us, &cached)) {
+        if (op->hashed ? deny_cache_get_hashed(env->deny, op->hash, policy->uid, dkey, dlen,
+                                               deny_cost(op), env->backend->epoch,
+                                               op->start_us, &cached)
+                       : deny_cache_get(env->deny, policy->uid, dkey, dlen, deny_cost(op),
+                                        env->backend->epoch, op->start_us, &cached)) {
             __atomic_add_fetch(&env->metrics->local_cache_hits, 1, __ATOMIC_RELAXED);
+            /* hits a denial leaves uncounted are over the limit, all of
+             * them: the overdraft they would have made */
+            if (op->hits)
+                for (size_t i = 0; i < cached.nlimits; i++)
+                    if (!cached.limits[i].allowed)
+                        cached.limits[i].overdraft += cost;
             finish(op, &cached);
             return;
         }
@@ -786,18 +904,19 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
     }
     op->lk->all = op->lk->buf;
     op->lk->all_len = o;
-    start_op(op, env, cfg, policy, cost, timeout_ms, false, false, done, arg);
+    start_op(op, env, cfg, policy, cost, timeout_ms, false, COUNT_CHECK, done, arg);
     return RL_OK;
 }
 
 int
 check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    const struct rl_policy *policy, const char *keyname, const char *id,
-                   size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                   void *arg, char **cause)
+                   size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms,
+                   rl_check_done done, void *arg, char **cause)
 {
-    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost, false, false,
-                        timeout_ms, NULL, 0, done, arg, cause);
+    return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost,
+                        count_over ? COUNT_HITS : COUNT_CHECK, false, timeout_ms, NULL, 0,
+                        done, arg, cause);
 }
 
 /*
@@ -896,8 +1015,9 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     /* a check's own limits replace the policy's, an override's too */
     if (f.reserve && reserve_problem(in, policy, nown, cause) != RL_OK)
         goto out;
-    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost, in->charge,
-                      f.reserve != 0, 0, nown > 0 ? own : NULL, nown, done, arg, cause);
+    rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost,
+                      in->charge ? COUNT_CHARGE : COUNT_CHECK, f.reserve != 0, 0,
+                      nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);
     json_decref(root);
@@ -1146,6 +1266,6 @@ check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *
     op->req.key_len = klen;
     op->req.rsv_estimate = op->estimate;
     op->settle = 1;
-    start_op(op, env, cfg, p, op->req.cost, 0, false, false, done, arg);
+    start_op(op, env, cfg, p, op->req.cost, 0, false, COUNT_CHECK, done, arg);
     return RL_OK;
 }

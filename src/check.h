@@ -19,7 +19,9 @@ struct rl_decision;
 struct rl_deny_cache;
 struct rl_hybrid;
 struct rl_metrics;
+struct rl_pending;
 struct rl_policy;
+struct rl_top;
 struct slab;
 
 /* What a worker lends each check. */
@@ -31,6 +33,7 @@ struct rl_check_env {
     struct rl_hybrid *hybrid;   /* NULL: hybrid policies act as exact */
     /* checks' own limits read lately (caller_limits.h); NULL: none kept */
     struct rl_caller_limits *caller_limits;
+    struct rl_top *top;      /* NULL: heavy callers not counted (top.h) */
     int64_t (*now_us)(void); /* NULL: now_monotonic_us (tests drive it) */
     struct slab *slab;       /* NULL: malloc; the worker's blocks for per-call state */
     /* The worker's checks that may be held for a policy's max_delay: sent
@@ -38,6 +41,9 @@ struct rl_check_env {
      * the config's max_delayed (past it a check is decided as without
      * max_delay).  NULL: no check is ever held (gRPC, admin). */
     int64_t *delayed;
+    /* Charges the backend cannot take now, kept and applied once later
+     * (pending.h); NULL: sent to the backend as checks are (memory). */
+    struct rl_pending *pending;
 };
 
 struct rl_check_input {
@@ -80,7 +86,11 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
  * The part of check_start after the request is read: decide a check of
  * `cost` for caller `id` under `policy` (a policy of cfg, or one that lives
  * until done is called) the way every check is decided: the hybrid table,
- * the deny cache, the backend, failure_mode and shadow.  The keys are
+ * the deny cache, the backend, failure_mode and shadow.  count_over: the
+ * cost counts past the limit too, as a charge (RL_CHECK_CHARGE: never from
+ * the deny cache, counted in ratelimitd_charged_units_total), and the
+ * decision is a check of cost 0's right after it, allowed or not:
+ * envoyproxy/ratelimit's hits (INCRBY), for rls.c's count_over_limit.  The keys are
  * "{<key_prefix><keyname>:<escaped id>}..." (keyname NULL: the policy's
  * name; id typed, as identity_resolve gives it: "k:alice", "ip:10.0.0.7").
  * The backend answers within timeout_ms when it is below redis.timeout (0:
@@ -89,8 +99,8 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
  */
 int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
-                       size_t idlen, int64_t cost, int64_t timeout_ms, rl_check_done done,
-                       void *arg, char **cause) RL_WUR;
+                       size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms,
+                       rl_check_done done, void *arg, char **cause) RL_WUR;
 
 /* Called exactly once with a release's answer: status 200 (released: the
  * lease was held and had not ended) or 503 (the backend failed). */
@@ -131,6 +141,13 @@ int check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
                      const struct rl_policy *policy, const char *const *keys,
                      const size_t *lens, int64_t cost, int64_t timeout_ms, rl_check_done done,
                      void *arg, char **cause) RL_WUR;
+
+/*
+ * The keyed hash (keytable.h) a check's key is filed under in the deny
+ * cache, and its caller in top.h's tables: the same across reloads (salted
+ * by the policy's name, not its uid), so that a caller stays one caller.
+ */
+uint64_t check_key_hash(const struct rl_policy *policy, const char *key, size_t len);
 
 /*
  * The key a check of caller `id` (typed as identity_resolve gives it:

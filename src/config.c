@@ -281,7 +281,7 @@ static const struct schema_field rls_fields[] = {
      .def = "true"},
     /* 0 (absent): no cap */
     {.name = "request_limits_max", .type = SCHEMA_INT, .off = RLS(request_limits_max),
-     .min = 1, .max = 4294967295LL},
+     .min = 1, .max = 1000000000000000LL}, /* RL_COST_MAX, written out for docs/API.md's test */
     {.name = "max_message", .type = SCHEMA_SIZE, .off = RLS(max_message), .def = "\"64k\"",
      .min = 256, .max = 4 * 1024 * 1024},
     {.name = "max_concurrent_streams", .type = SCHEMA_INT, .off = RLS(max_concurrent_streams),
@@ -292,6 +292,11 @@ static const struct schema_field rls_fields[] = {
      .def = "10000", .min = 1, .max = 10000000},
     {.name = "idle_timeout", .type = SCHEMA_DURATION, .off = RLS(idle_timeout_ms),
      .def = "\"5m\"", .min = 10, .max = 24 * 3600 * 1000},
+    {.name = "max_connection_age", .type = SCHEMA_DURATION, .off = RLS(max_connection_age_ms),
+     .def = "\"0s\"", .min = 0, .max = 30LL * 24 * 3600 * 1000},
+    {.name = "max_connection_age_grace", .type = SCHEMA_DURATION,
+     .off = RLS(max_connection_age_grace_ms), .def = "\"1h\"", .min = 0,
+     .max = 30LL * 24 * 3600 * 1000},
 };
 static const struct schema rls_schema = {
     SCHEMA_FIELDS(rls_fields), sizeof(struct rl_rls_conf), check_rls, NULL
@@ -337,12 +342,16 @@ static const struct schema_field top_fields[] = {
      .min = 1, .max = 1000000},
     {.name = "max_inflight", .type = SCHEMA_INT, .off = TOP(max_inflight), .def = "10000",
      .min = 1, .max = 10000000},
+    {.name = "max_pending_charges", .type = SCHEMA_INT, .off = TOP(max_pending_charges),
+     .def = "10000", .min = 1, .max = 1000000},
     {.name = "access_log", .type = SCHEMA_INT, .off = TOP(access_log), .def = "0", .min = 0,
      .max = 1000000},
     {.name = "forward_auth", .type = SCHEMA_BOOL, .off = TOP(forward_auth), .def = "false"},
     {.name = "deny_cache", .type = SCHEMA_BOOL, .off = TOP(deny_cache), .def = "true"},
     {.name = "deny_cache_size", .type = SCHEMA_INT, .off = TOP(deny_cache_size),
      .def = "65536", .min = 16, .max = 16 * 1024 * 1024, .flags = SCHEMA_RESTART},
+    {.name = "top_k", .type = SCHEMA_INT, .off = TOP(top_k), .def = "32", .min = 0, .max = 64,
+     .flags = SCHEMA_RESTART},
     {.name = "hybrid_table_size", .type = SCHEMA_INT, .off = TOP(hybrid_table_size),
      .def = "65536", .min = 16, .max = 16 * 1024 * 1024, .flags = SCHEMA_RESTART},
     {.name = "shutdown_grace", .type = SCHEMA_DURATION, .off = TOP(shutdown_grace_ms),
@@ -363,6 +372,12 @@ static const struct schema_field top_fields[] = {
     /* read into admin_token by finalize, at every load (SIGHUP rotates it) */
     {.name = "admin_token_file", .type = SCHEMA_STRING, .off = TOP(admin_token_file),
      .flags = SCHEMA_NONEMPTY},
+    {.name = "metrics_listen", .type = SCHEMA_STRING, .off = TOP(metrics_listen),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "debug_listen", .type = SCHEMA_STRING, .off = TOP(debug_listen),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_RESTART},
+    {.name = "debug_allow_remote", .type = SCHEMA_BOOL, .off = TOP(debug_allow_remote),
+     .def = "false", .flags = SCHEMA_RESTART},
 };
 static const struct schema top_schema = {
     SCHEMA_FIELDS(top_fields), sizeof(struct rl_config), check_top, NULL
@@ -560,6 +575,46 @@ check_admin(const struct rl_config *cfg, struct schema_ctx *ctx)
     listen_addr_clear(&la);
 }
 
+/*
+ * The read-only listeners (metrics_listen, debug_listen): an address each,
+ * none of them another listener's; the debug port shows the rules (tenant
+ * names, limits), so off loopback only when asked for.
+ */
+static void
+check_side_listeners(const struct rl_config *cfg, struct schema_ctx *ctx)
+{
+    const struct {
+        const char *name, *addr;
+    } all[] = {
+        {"listen", cfg->listen},
+        {"admin_listen", cfg->admin_listen},
+        {"rls.listen", cfg->rls.listen},
+        {"metrics_listen", cfg->metrics_listen},
+        {"debug_listen", cfg->debug_listen},
+    };
+
+    for (size_t i = 3; i < RL_ARRAY_LEN(all); i++) {
+        struct rl_listen_addr la;
+        char *cause = NULL;
+
+        if (all[i].addr == NULL)
+            continue;
+        if (listen_addr_parse(all[i].addr, &la, &cause) != RL_OK) {
+            schema_bad(ctx, all[i].name, "%s", cause);
+            free(cause);
+            continue;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (all[j].addr != NULL && strcmp(all[i].addr, all[j].addr) == 0)
+                schema_bad(ctx, all[i].name, "must differ from %s", all[j].name);
+        if (i == 4 && !is_loopback(&la) && !cfg->debug_allow_remote)
+            schema_bad(ctx, "debug_listen",
+                       "not a loopback address or unix socket: set debug_allow_remote to "
+                       "true to show the rules there");
+        listen_addr_clear(&la);
+    }
+}
+
 /* What involves several top-level options, or an address to parse. */
 static void
 check_top(const void *obj, const char *path, struct schema_ctx *ctx)
@@ -613,6 +668,7 @@ check_top(const void *obj, const char *path, struct schema_ctx *ctx)
     if (cfg->partition_key != NULL && strlen(cfg->partition_key) < 16)
         schema_bad(ctx, "partition_key", "must be a secret of at least 16 bytes");
     check_admin(cfg, ctx);
+    check_side_listeners(cfg, ctx);
     (void)path;
 }
 

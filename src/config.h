@@ -57,12 +57,15 @@ struct rl_config {
     char *partition_key;                     /* the secret of the pk parameter; NULL: no pk */
     uint64_t pk_k0, pk_k1;                   /* the SipHash key made from it; not a field */
     int64_t max_body;
-    int64_t max_inflight;      /* per worker; past it a fast 503 */
-    int64_t max_delayed;       /* per worker: checks held for max_delay at once */
+    int64_t max_inflight; /* per worker; past it a fast 503 */
+    int64_t max_delayed;  /* per worker: checks held for max_delay at once */
+    /* per worker: charges kept for the backend (pending.h) */
+    int64_t max_pending_charges;
     int deny_cache;            /* answer known denials locally */
     int forward_auth;          /* any method on /check and /check/... */
     int64_t access_log;        /* log one check in N; 0: off */
     int64_t deny_cache_size;   /* slots per worker */
+    int64_t top_k;             /* counters of each heavy-hitters sketch (top.h); 0: none */
     int64_t hybrid_table_size; /* hybrid keys known per worker, at most */
     int64_t shutdown_grace_ms;
     struct rl_http_conf http;
@@ -75,7 +78,10 @@ struct rl_config {
     char *admin_listen;     /* NULL: no admin API (admin.h) */
     int admin_allow_remote; /* a non-loopback admin_listen is meant */
     char *admin_token_file;
-    char *admin_token; /* read from it at every load; not a field */
+    char *admin_token;      /* read from it at every load; not a field */
+    char *metrics_listen;   /* NULL: GET /metrics on `listen` only */
+    char *debug_listen;     /* NULL: no debug listener (debug.h) */
+    int debug_allow_remote; /* a non-loopback debug_listen is meant */
 
     uint64_t hash; /* FNV-1a of the file's bytes, 0 for defaults */
     int refs;      /* atomic; see config_ref() */

@@ -26,6 +26,7 @@
 #include "backend_redis.h"
 #include "config.h"
 #include "daemon.h"
+#include "debug.h"
 #include "grpc_tls.h"
 #include "log.h"
 #include "metrics.h"
@@ -230,10 +231,11 @@ struct run_state {
     const struct rl_options *opts;
     int stopping;
     size_t exited;
-    struct rl_listen_addr admin; /* admin_listen, once open */
-    struct rl_listen_addr rls;   /* rls.listen, once open */
-    int *rls_fds;                /* one per worker, until each takes its own */
-    struct rl_watch *watch;      /* watch_files: NULL when off */
+    /* admin_listen, metrics_listen, debug_listen, once open */
+    struct rl_listen_addr side[3];
+    struct rl_listen_addr rls; /* rls.listen, once open */
+    int *rls_fds;              /* one per worker, until each takes its own */
+    struct rl_watch *watch;    /* watch_files: NULL when off */
 };
 
 /* watch_files: the files a reload reads, watched (by their directories)
@@ -397,34 +399,52 @@ init_workers(struct run_state *rs, struct rl_config *cfg, int *fds)
 }
 
 /*
- * The admin API is served by worker 0 alone, on its loop: it needs a
- * backend connection and a hybrid table, which live per worker, and its
- * traffic is an operator's, a handful of requests; the other workers hear
- * of its changes through worker_forget_key.
+ * The operator's listeners are served by worker 0 alone, on its loop: the
+ * admin API needs a backend connection and a hybrid table, which live per
+ * worker (the other workers hear of its changes through
+ * worker_forget_key), and their traffic is an operator's or a scraper's, a
+ * handful of requests.  `option` names the address in the log lines.
  */
 static int
-serve_admin(struct run_state *rs, const struct rl_config *cfg)
+serve_side(struct rl_listen_addr *la, const char *option, const char *addr,
+           http_handler handler)
 {
     char *cause = NULL;
     int fd = -1, rc;
 
-    if (cfg->admin_listen == NULL)
+    if (addr == NULL)
         return RL_OK;
-    if (listen_addr_parse(cfg->admin_listen, &rs->admin, &cause) == RL_OK) {
-        rc = rs->admin.family == AF_UNIX ? open_unix(&rs->admin, &fd, &cause)
-                                         : open_tcp(&rs->admin, 0, &fd, &cause);
-        if (rc == RL_OK && worker_serve_admin(workers[0], fd, admin_handle, &cause) == RL_OK) {
-            log_info(LOG_MSG("admin API listening"), LOG_S("admin_listen", cfg->admin_listen),
-                     LOG_S("token", cfg->admin_token != NULL ? "required" : "none"));
+    if (listen_addr_parse(addr, la, &cause) == RL_OK) {
+        rc = la->family == AF_UNIX ? open_unix(la, &fd, &cause) : open_tcp(la, 0, &fd, &cause);
+        /* a socket worker_serve_side refuses is closed: it takes it */
+        if (rc == RL_OK && worker_serve_side(workers[0], fd, handler, &cause) == RL_OK)
             return RL_OK;
-        }
-        if (fd >= 0)
-            close(fd);
     }
-    log_error(LOG_MSG("cannot listen"), LOG_S("admin_listen", cfg->admin_listen),
-              LOG_Q("error", cause));
+    log_error(LOG_MSG("cannot listen"), LOG_S(option, addr), LOG_Q("error", cause));
     free(cause);
+    /* nothing bound: a Unix path is not ours to remove */
+    listen_addr_clear(la);
+    memset(la, 0, sizeof(*la));
     return RL_ERR;
+}
+
+static int
+serve_sides(struct run_state *rs, const struct rl_config *cfg)
+{
+    if (serve_side(&rs->side[0], "admin_listen", cfg->admin_listen, admin_handle) != RL_OK ||
+        serve_side(&rs->side[1], "metrics_listen", cfg->metrics_listen, api_metrics_handle) !=
+            RL_OK ||
+        serve_side(&rs->side[2], "debug_listen", cfg->debug_listen, debug_handle) != RL_OK)
+        return RL_ERR;
+    if (cfg->admin_listen != NULL)
+        log_info(LOG_MSG("admin API listening"), LOG_S("admin_listen", cfg->admin_listen),
+                 LOG_S("token", cfg->admin_token != NULL ? "required" : "none"));
+    if (cfg->metrics_listen != NULL)
+        log_info(LOG_MSG("metrics listening"), LOG_S("metrics_listen", cfg->metrics_listen));
+    if (cfg->debug_listen != NULL)
+        log_info(LOG_MSG("debug listener listening"),
+                 LOG_S("debug_listen", cfg->debug_listen));
+    return RL_OK;
 }
 
 /*
@@ -515,7 +535,7 @@ worker_count(const struct rl_config *cfg)
 }
 
 /* The workers on their sockets (the fds are theirs from here on), their
- * threads running, the admin API on worker 0 when admin_listen is set, and
+ * threads running, the operator's listeners on worker 0 when set, and
  * the signals turned into events on the main loop.
  * *started counts the threads to join, whatever the outcome. */
 static int
@@ -525,7 +545,7 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
     sigset_t block, old;
 
     workers = xcalloc(nworkers, sizeof(*workers));
-    if (init_workers(rs, cfg, fds) != RL_OK || serve_admin(rs, cfg) != RL_OK ||
+    if (init_workers(rs, cfg, fds) != RL_OK || serve_sides(rs, cfg) != RL_OK ||
         serve_rls(rs, cfg) != RL_OK)
         return RL_ERR;
 
@@ -555,6 +575,7 @@ start_workers(struct run_state *rs, struct rl_config *cfg, int *fds, size_t *sta
 static void
 serve(struct run_state *rs, const struct rl_config *cfg)
 {
+    metrics_started();
     log_info(LOG_MSG("ratelimitd started"), LOG_S("version", PACKAGE_VERSION),
              LOG_S("listen", cfg->listen), LOG_U("workers", nworkers),
              LOG_S("backend", backend_for(cfg)->name));
@@ -641,9 +662,11 @@ daemon_run(const struct rl_options *opts, struct rl_config *cfg)
     if (la.family == AF_UNIX && la.path != NULL)
         unlink(la.path);
     listen_addr_clear(&la);
-    if (rs.admin.family == AF_UNIX && rs.admin.path != NULL)
-        unlink(rs.admin.path);
-    listen_addr_clear(&rs.admin);
+    for (size_t i = 0; i < RL_ARRAY_LEN(rs.side); i++) {
+        if (rs.side[i].family == AF_UNIX && rs.side[i].path != NULL)
+            unlink(rs.side[i].path);
+        listen_addr_clear(&rs.side[i]);
+    }
     if (rs.rls.family == AF_UNIX && rs.rls.path != NULL)
         unlink(rs.rls.path);
     listen_addr_clear(&rs.rls);

@@ -34,8 +34,8 @@ struct rl_deny_cache {
 /* Keyed (keytable.h): a caller who could aim at a victim's slot could
  * evict its cached denial at will, and every check of an abusive caller
  * would reach Redis again. */
-static uint64_t
-dc_hash(uint64_t policy, const char *k, size_t n)
+uint64_t
+deny_cache_hash(uint64_t policy, const char *k, size_t n)
 {
     return keytable_hash_salted(policy, k, n);
 }
@@ -75,9 +75,8 @@ less(int64_t ms, int64_t elapsed_ms)
 
 /* The slot that holds (policy, key), NULL when none does. */
 static struct slot *
-dc_find(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
+dc_find(struct rl_deny_cache *c, uint64_t h, uint64_t policy, const char *key, size_t klen)
 {
-    uint64_t h = dc_hash(policy, key, klen);
     struct slot *s = c->slots[h & c->mask];
 
     if (s == NULL || s->key == NULL || s->hash != h || s->policy != policy ||
@@ -90,7 +89,16 @@ bool
 deny_cache_get(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen,
                int64_t cost, uint64_t epoch, int64_t now_us, struct rl_check_res *res)
 {
-    struct slot *s = dc_find(c, policy, key, klen);
+    return deny_cache_get_hashed(c, deny_cache_hash(policy, key, klen), policy, key, klen,
+                                 cost, epoch, now_us, res);
+}
+
+bool
+deny_cache_get_hashed(struct rl_deny_cache *c, uint64_t h, uint64_t policy, const char *key,
+                      size_t klen, int64_t cost, uint64_t epoch, int64_t now_us,
+                      struct rl_check_res *res)
+{
+    struct slot *s = dc_find(c, h, policy, key, klen);
     int64_t elapsed_ms;
 
     if (s == NULL || now_us >= s->until_us || cost != s->cost || epoch != s->epoch)
@@ -109,8 +117,16 @@ void
 deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen,
                int64_t cost, uint64_t epoch, int64_t sent_us, const struct rl_check_res *res)
 {
+    deny_cache_put_hashed(c, deny_cache_hash(policy, key, klen), policy, key, klen, cost,
+                          epoch, sent_us, res);
+}
+
+void
+deny_cache_put_hashed(struct rl_deny_cache *c, uint64_t h, uint64_t policy, const char *key,
+                      size_t klen, int64_t cost, uint64_t epoch, int64_t sent_us,
+                      const struct rl_check_res *res)
+{
     int64_t wait_ms = 0;
-    uint64_t h;
     struct slot *s;
 
     /* The check can pass once every denying limit lets it: the longest wait.
@@ -126,7 +142,6 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
         return;
     if (res->blocked_ms > 0 && wait_ms > DENY_CACHE_BLOCKED_MS)
         wait_ms = DENY_CACHE_BLOCKED_MS;
-    h = dc_hash(policy, key, klen);
     if (c->slots[h & c->mask] == NULL)
         c->slots[h & c->mask] = xcalloc(1, sizeof(struct slot));
     s = c->slots[h & c->mask];
@@ -151,7 +166,14 @@ deny_cache_put(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t
 void
 deny_cache_forget(struct rl_deny_cache *c, uint64_t policy, const char *key, size_t klen)
 {
-    struct slot *s = dc_find(c, policy, key, klen);
+    deny_cache_forget_hashed(c, deny_cache_hash(policy, key, klen), policy, key, klen);
+}
+
+void
+deny_cache_forget_hashed(struct rl_deny_cache *c, uint64_t h, uint64_t policy, const char *key,
+                         size_t klen)
+{
+    struct slot *s = dc_find(c, h, policy, key, klen);
 
     if (s != NULL)
         s->until_us = 0;

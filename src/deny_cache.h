@@ -49,6 +49,21 @@ bool deny_cache_get(struct rl_deny_cache *c, uint64_t policy_uid, const char *ke
                     int64_t cost, uint64_t epoch, int64_t now_us,
                     struct rl_check_res *res) RL_WUR;
 
+/* The keyed hash the cache files (policy_uid, key) under.  A caller that
+ * hashes the key for itself too (check.c, for top.h's tables) computes it
+ * once and passes it to the _hashed forms, which are the functions above
+ * and below with it given. */
+uint64_t deny_cache_hash(uint64_t policy_uid, const char *key, size_t klen);
+bool deny_cache_get_hashed(struct rl_deny_cache *c, uint64_t hash, uint64_t policy_uid,
+                           const char *key, size_t klen, int64_t cost, uint64_t epoch,
+                           int64_t now_us, struct rl_check_res *res) RL_WUR;
+void deny_cache_put_hashed(struct rl_deny_cache *c, uint64_t hash, uint64_t policy_uid,
+                           const char *key, size_t klen, int64_t cost, uint64_t epoch,
+                           int64_t sent_us, const struct rl_check_res *res);
+
+void deny_cache_forget_hashed(struct rl_deny_cache *c, uint64_t hash, uint64_t policy_uid,
+                              const char *key, size_t klen);
+
 /* Remember a denial the backend gave for a check sent at sent_us. */
 void deny_cache_put(struct rl_deny_cache *c, uint64_t policy_uid, const char *key, size_t klen,
                     int64_t cost, uint64_t epoch, int64_t sent_us,

@@ -237,6 +237,26 @@ cv_duration(struct ev_ctx *c, const struct ev_row *r, const char *value)
         set(c, r->option, r->name, xasprintf("%lld", (long long)ms));
 }
 
+/* GRPC_MAX_CONNECTION_AGE(_GRACE), as grpc-go's keepalive takes them: 0
+ * is forever (for the age, ours is 0 too; for the grace, our longest),
+ * longer than 30 days is 30 days (a connection is never that old) */
+static void
+cv_age(struct ev_ctx *c, const struct ev_row *r, const char *value)
+{
+    const int64_t month = 30LL * 24 * 3600 * 1000;
+    bool grace = strstr(r->name, "_GRACE") != NULL;
+    int64_t ms;
+
+    if (envoy_env_duration_ms(value, &ms) != RL_OK) {
+        errors_add(c->errs, "%s: not a duration: use a Go duration like \"24h\" or \"30m\"",
+                   r->name);
+        return;
+    }
+    if (ms > month || (ms == 0 && grace))
+        ms = month;
+    set(c, r->option, r->name, xasprintf("%lld", (long long)ms));
+}
+
 /* host and port into "host:port" ("[v6]:port"), as net.Listen takes them */
 static char *
 host_port(struct ev_ctx *c, const char *hvar, const char *pvar)
@@ -262,6 +282,49 @@ cv_http_listen(struct ev_ctx *c, const struct ev_row *r, const char *value)
     (void)value;
     if (hp != NULL)
         set(c, r->option, r->name, hp);
+}
+
+/* DEBUG_HOST, DEBUG_PORT: the debug listener (/rlconfig), on every address
+ * by default as there (debug_allow_remote) */
+static void
+cv_debug_listen(struct ev_ctx *c, const struct ev_row *r, const char *value)
+{
+    char *hp = host_port(c, "DEBUG_HOST", "DEBUG_PORT");
+
+    (void)value;
+    if (hp == NULL)
+        return;
+    set(c, "debug_allow_remote", r->name, xstrdup("true"));
+    set(c, r->option, r->name, hp);
+}
+
+/*
+ * USE_PROMETHEUS with PROMETHEUS_ADDR (net/http's "host:port", ":9090"
+ * every address): metrics_listen.  Its PROMETHEUS_PATH is taken as
+ * /metrics only: the listener serves that path.
+ */
+static void
+cv_prometheus(struct ev_ctx *c, const struct ev_row *r, const char *value)
+{
+    const char *addr = value_of(c, "PROMETHEUS_ADDR");
+    const char *path = env_get(c->envp, "PROMETHEUS_PATH");
+    const char *colon = strrchr(addr, ':');
+    int64_t port;
+
+    if (!bool_of(c, r->name, value))
+        return;
+    if (colon == NULL || go_int(colon + 1, &port) != RL_OK || port < 1 || port > 65535) {
+        errors_add(c->errs, "PROMETHEUS_ADDR: use host:port or :port, like :9090");
+        return;
+    }
+    if (path != NULL && strcmp(path, "/metrics") != 0)
+        note(c, "PROMETHEUS_PATH", "not built: the metrics are served at /metrics");
+    if (colon == addr)
+        set(c, r->option, "PROMETHEUS_ADDR", xasprintf("0.0.0.0:%lld", (long long)port));
+    else if (strncmp(addr, "localhost:", 10) == 0)
+        set(c, r->option, "PROMETHEUS_ADDR", xasprintf("127.0.0.1:%lld", (long long)port));
+    else
+        set(c, r->option, "PROMETHEUS_ADDR", xstrdup(addr));
 }
 
 /* GRPC_UDS, else GRPC_HOST and GRPC_PORT */
@@ -548,7 +611,9 @@ cv_headers(struct ev_ctx *c, const struct ev_row *r, const char *value)
     }
 
 #define XDS_LATER "rules over xDS are not built yet"
-#define STATS_PROM "metrics are Prometheus only: GET /metrics on HOST:PORT"
+#define STATS_PROM \
+    "metrics are Prometheus only: GET /metrics on HOST:PORT, and on PROMETHEUS_ADDR with " \
+    "USE_PROMETHEUS=true"
 #define PERSECOND "a second Redis for per-second limits is not built: one backend"
 #define MEMCACHE "memcache is not built"
 #define NO_POOL \
@@ -566,14 +631,17 @@ static const struct ev_row rows[] = {
     /* listeners */
     {.name = "HOST", .option = "listen", .conv = cv_http_listen, .def = "0.0.0.0"},
     {.name = "PORT", .option = "listen", .def = "8080", .note = "read with HOST"},
-    NONE("DEBUG_HOST", "the debug listener (/rlconfig, pprof) is not built"),
-    NONE("DEBUG_PORT", "the debug listener (/rlconfig, pprof) is not built"),
+    {.name = "DEBUG_HOST", .option = "debug_listen", .conv = cv_debug_listen,
+     .def = "0.0.0.0"},
+    {.name = "DEBUG_PORT", .option = "debug_listen", .def = "6070",
+     .note = "read with DEBUG_HOST"},
     {.name = "GRPC_HOST", .option = "rls.listen", .conv = cv_grpc_listen, .def = "0.0.0.0"},
     {.name = "GRPC_PORT", .option = "rls.listen", .def = "8081", .note = "read with GRPC_HOST"},
     PART("GRPC_UDS", "rls.listen", "GRPC_HOST"),
-    NONE("GRPC_MAX_CONNECTION_AGE", "not built: connections live until the client or "
-         "rls.idle_timeout ends them"),
-    NONE("GRPC_MAX_CONNECTION_AGE_GRACE", "not built: see GRPC_MAX_CONNECTION_AGE"),
+    {.name = "GRPC_MAX_CONNECTION_AGE", .option = "rls.max_connection_age", .conv = cv_age,
+     .def = "24h"},
+    {.name = "GRPC_MAX_CONNECTION_AGE_GRACE", .option = "rls.max_connection_age_grace",
+     .conv = cv_age, .def = "1h"},
     {.name = "GRPC_SERVER_USE_TLS", .option = "rls.tls", .conv = cv_grpc_tls, .def = "false"},
     PART("GRPC_SERVER_TLS_CERT", "rls.tls.cert_file", "GRPC_SERVER_USE_TLS"),
     PART("GRPC_SERVER_TLS_KEY", "rls.tls.key_file", "GRPC_SERVER_USE_TLS"),
@@ -619,12 +687,15 @@ static const struct ev_row rows[] = {
     NONE("STATS_FLUSH_INTERVAL", "Prometheus reads the counters when it scrapes"),
     {.name = "DISABLE_STATS", .conv = cv_off_only, .note = "not built: metrics are always "
      "kept"},
-    {.name = "USE_PROMETHEUS", .conv = cv_off_only, .note = STATS_PROM " (a listener of "
-     "its own at PROMETHEUS_ADDR is not built)"},
-    NONE("PROMETHEUS_ADDR", STATS_PROM),
-    NONE("PROMETHEUS_PATH", STATS_PROM),
-    NONE("PROMETHEUS_MAPPER_YAML", "not built: " STATS_PROM),
-    NONE("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "not built: " STATS_PROM),
+    {.name = "USE_PROMETHEUS", .option = "metrics_listen", .conv = cv_prometheus,
+     .def = "false"},
+    {.name = "PROMETHEUS_ADDR", .option = "metrics_listen", .def = ":9090",
+     .note = "read with USE_PROMETHEUS"},
+    {.name = "PROMETHEUS_PATH", .option = "metrics_listen", .note = "read with USE_PROMETHEUS"},
+    NONE("PROMETHEUS_MAPPER_YAML", "not built: the metrics are its default mapper's names "
+         "(rls.envoy_metrics) beside ours; rename them in Prometheus (metric_relabel_configs)"),
+    NONE("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "not built: its response time "
+         "histogram has no counterpart (ratelimitd_check_duration_seconds is ours)"),
     /* counting */
     NONE("EXPIRATION_JITTER_MAX_SECONDS", "not built: a key expires at its window's end "
          "(its window is the clock's, and no two rules share one)"),

@@ -62,6 +62,9 @@
 /* Bytes read per readable event (TLS: records decrypted per event). */
 #define READ_MAX (64 * 1024)
 #define SWEEP_MS 100
+/* max_connection_age: from the GOAWAY that names no stream to the one that
+ * does (a round trip, with room) */
+#define AGE_NOTICE_MS 1000
 #define CALL_FREE_MAX 256
 #define INLINE_IN 512
 #define INLINE_OUT 256
@@ -131,6 +134,9 @@ struct grpc_conn {
     size_t nopen;         /* streams open (calls attached) */
     size_t nowed;         /* calls the handler owes on this connection */
     int64_t active_ms;    /* the last sign of use, for idle_timeout */
+    int64_t born_ms;      /* accepted, for max_connection_age */
+    int64_t aged_ms;      /* told GOAWAY for its age (0: not), for the grace */
+    int age_permille;     /* its share of max_connection_age: 900..1100 */
     int64_t wstall_ms;    /* since when unsent bytes wait (0: none) */
     struct evbuffer *out; /* frames not yet taken by the socket */
     struct grpc_call *calls;
@@ -1281,7 +1287,10 @@ on_grpc_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 
     c->srv = srv;
     c->fd = fd;
-    c->active_ms = now_coarse_ms();
+    c->active_ms = c->born_ms = now_coarse_ms();
+    /* grpc-go's +/- 10%: connections accepted together do not all go at
+     * once (random() takes its own lock: any worker may call it) */
+    c->age_permille = 900 + (int)(random() % 201);
     c->ssl = grpc_tls_session(&tls_on);
     c->tls_ok = c->ssl == NULL;
     c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_io, c);
@@ -1323,6 +1332,45 @@ conn_goaway(struct grpc_conn *c)
         c->dead = 1;
 }
 
+/*
+ * rls.max_connection_age (envoyproxy/ratelimit's GRPC_MAX_CONNECTION_AGE,
+ * grpc-go's keepalive.ServerParameters): a connection past its age is told
+ * to end, so that its client opens a new one (to a new replica, after a
+ * scale-up); the streams it has are answered, and past the grace the
+ * connection is closed whatever it still owes.  As grpc-go does, the first
+ * GOAWAY names no last stream (nghttp2's shutdown notice): a call the client
+ * sends before reading it is still served, not refused; the GOAWAY naming
+ * the last stream read follows AGE_NOTICE_MS later.  True when the sweep is
+ * done with c (told now, or freed).
+ */
+static bool
+conn_aged(struct grpc_conn *c, int64_t now)
+{
+    const struct rl_rls_conf *l = c->srv->limits;
+
+    if (l->max_connection_age_ms == 0 || !c->tls_ok || c->raw)
+        return false;
+    if (c->aged_ms != 0) {
+        if (now - c->aged_ms >= l->max_connection_age_grace_ms) {
+            gconn_free(c);
+            return true;
+        }
+        if (c->goaway || now - c->aged_ms < AGE_NOTICE_MS)
+            return false;
+        conn_goaway(c);
+        gconn_settle(c); /* may free c: nothing was left to answer */
+        return true;
+    }
+    if (c->goaway || now - c->born_ms < l->max_connection_age_ms * c->age_permille / 1000)
+        return false;
+    COUNT(c->srv, aged);
+    c->aged_ms = now;
+    if (nghttp2_submit_shutdown_notice(c->h2) != 0)
+        c->dead = 1;
+    gconn_settle(c); /* frees c when dead */
+    return true;
+}
+
 static void
 on_grpc_sweep(evutil_socket_t fd, short what, void *arg)
 {
@@ -1333,6 +1381,8 @@ on_grpc_sweep(evutil_socket_t fd, short what, void *arg)
     bufpool_trim(now);
     for (c = srv->conns; c != NULL; c = next) {
         next = c->next;
+        if (conn_aged(c, now))
+            continue;
         if (c->wstall_ms != 0 && now - c->wstall_ms > idle) {
             /* the client has not read its answers for idle_timeout */
             COUNT(srv, idle);

@@ -66,6 +66,7 @@ struct grpc_counters {
     uint64_t accepted;                  /* connections */
     uint64_t open;                      /* gauge */
     uint64_t idle;                      /* connections closed by rls.idle_timeout */
+    uint64_t aged;                      /* connections told GOAWAY by max_connection_age */
     uint64_t calls;                     /* streams opened */
     uint64_t cancelled;                 /* streams the client reset before their answer */
     uint64_t status[GRPC_STATUS_COUNT]; /* answers, by grpc-status */

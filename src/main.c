@@ -77,6 +77,15 @@ read_envoy_env(struct rl_options *opts, struct envoy_env *ee, struct rl_errors *
     return RL_ERR;
 }
 
+/* An argument envoyproxy/ratelimit would ignore: told by name (what comes
+ * before '=', never a value). */
+static void
+ignored_argument(const char *arg, struct rl_errors *notes)
+{
+    errors_add(notes, "%.*s: an argument envoyproxy/ratelimit ignores: ignored",
+               (int)strcspn(arg, "="), arg);
+}
+
 /* The environment's settings (envoyproxy/ratelimit's first, in its mode:
  * the lowest source), then the command line's over them: the exit code when
  * the command line says to stop now (-V, -h, a bad argument), -1 to go on. */
@@ -96,6 +105,10 @@ read_options(int argc, char **argv, struct rl_options *opts, int *test, struct e
         {"RATELIMITD_RLS_CONFIG", "rls.config"},
     };
     int envoy = envoy_env_command(argv[0]), c;
+    /* by its name, as envoyproxy/ratelimit, which reads no arguments (Envoy
+     * AI Gateway's quota Deployment passes it one): one not ours is told
+     * and ignored, not refused */
+    int lenient = envoy;
 
     for (int i = 1; i < argc; i++) /* before the rest: it is the lowest source */
         envoy |= strcmp(argv[i], "--envoy-env") == 0;
@@ -109,7 +122,12 @@ read_options(int argc, char **argv, struct rl_options *opts, int *test, struct e
         if (v != NULL && *v != '\0')
             add_override(opts, envs[i].name, v, envs[i].env);
     }
+    opterr = !lenient;
     while ((c = getopt_long(argc, argv, "c:l:r:b:w:L:tVh", longopts, NULL)) != -1) {
+        if (c == '?' && lenient) {
+            ignored_argument(argv[optind - 1], notes);
+            continue;
+        }
         switch (c) {
         case 'c': opts->config_file = optarg; break;
         case 'l': add_override(opts, "listen", optarg, "-l"); break;
@@ -124,6 +142,8 @@ read_options(int argc, char **argv, struct rl_options *opts, int *test, struct e
         default: usage(stderr); return 1;
         }
     }
+    for (; lenient && optind < argc; optind++)
+        ignored_argument(argv[optind], notes);
     if (optind != argc) {
         fprintf(stderr, "ratelimitd: unexpected argument: %s\n", argv[optind]);
         usage(stderr);

@@ -32,6 +32,8 @@ static int rls_slot[RLS_SLOTS]; /* id + 1; 0: free */
 static int rls_n;
 
 static uint64_t reloads_ok, reloads_failed, config_hash;
+/* the last reload's outcome (1 ok, 0 failed, -1 none yet) and time (Unix us) */
+static int64_t reload_last = -1, reload_last_us, started_us;
 static const char *const redis_error_kinds[RL_RERR_COUNT] = {
     "oom",      "readonly",  "masterdown", "loading",   "busy",
     "noscript", "wrongtype", "cluster",    "bad_reply", "other"};
@@ -196,8 +198,27 @@ metrics_admin_result_name(enum rl_admin_result r)
 }
 
 void
+metrics_started(void)
+{
+    __atomic_store_n(&started_us, now_monotonic_us(), __ATOMIC_RELAXED);
+}
+
+void
+metrics_reloads(struct rl_reload_state *out)
+{
+    out->ok = __atomic_load_n(&reloads_ok, __ATOMIC_RELAXED);
+    out->failed = __atomic_load_n(&reloads_failed, __ATOMIC_RELAXED);
+    out->last = (int)__atomic_load_n(&reload_last, __ATOMIC_RELAXED);
+    out->last_unix_us = __atomic_load_n(&reload_last_us, __ATOMIC_RELAXED);
+    out->config_hash = __atomic_load_n(&config_hash, __ATOMIC_RELAXED);
+    out->started_us = __atomic_load_n(&started_us, __ATOMIC_RELAXED);
+}
+
+void
 metrics_reload(int ok, uint64_t hash)
 {
+    __atomic_store_n(&reload_last, ok ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&reload_last_us, now_unix_us(), __ATOMIC_RELAXED);
     if (ok) {
         ADD(&reloads_ok);
         metrics_set_config_hash(hash);
@@ -274,6 +295,28 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
             evbuffer_add_printf(out, "ratelimitd_reservations_total{result=\"%s\"} %llu\n",
                                 results[r], (unsigned long long)SUM(reservations[r]));
     }
+    /* charges kept for the backend (pending.h) */
+    evbuffer_add_printf(
+        out,
+        "# HELP ratelimitd_charges_pending Charges answered 202 and not applied yet.\n"
+        "# TYPE ratelimitd_charges_pending gauge\n"
+        "ratelimitd_charges_pending %llu\n"
+        "# HELP ratelimitd_charges_pending_units Units of the charges answered 202 and not applied yet.\n"
+        "# TYPE ratelimitd_charges_pending_units gauge\n"
+        "ratelimitd_charges_pending_units %llu\n"
+        "# HELP ratelimitd_charges_deferred_total Charges answered 202, kept for the backend.\n"
+        "# TYPE ratelimitd_charges_deferred_total counter\n"
+        "ratelimitd_charges_deferred_total %llu\n"
+        "# HELP ratelimitd_charges_lost_total Kept charges given up (at exit, or refused by Redis).\n"
+        "# TYPE ratelimitd_charges_lost_total counter\n"
+        "ratelimitd_charges_lost_total %llu\n"
+        "# HELP ratelimitd_charges_refused_total Charges answered 503: backlog full.\n"
+        "# TYPE ratelimitd_charges_refused_total counter\n"
+        "ratelimitd_charges_refused_total %llu\n",
+        (unsigned long long)SUM(charges_pending),
+        (unsigned long long)SUM(charges_pending_units),
+        (unsigned long long)SUM(charges_deferred), (unsigned long long)SUM(charges_lost),
+        (unsigned long long)SUM(charges_refused));
 }
 
 /* Requests refused before a check, and the check listener's connections. */
@@ -351,6 +394,9 @@ format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_rls_idle_closes_total gRPC connections closed after rls.idle_timeout unused (or unread).\n"
         "# TYPE ratelimitd_rls_idle_closes_total counter\n"
         "ratelimitd_rls_idle_closes_total %llu\n"
+        "# HELP ratelimitd_rls_connections_aged_total gRPC connections told GOAWAY at rls.max_connection_age.\n"
+        "# TYPE ratelimitd_rls_connections_aged_total counter\n"
+        "ratelimitd_rls_connections_aged_total %llu\n"
         "# HELP ratelimitd_rls_streams_total gRPC calls (HTTP/2 streams) opened.\n"
         "# TYPE ratelimitd_rls_streams_total counter\n"
         "ratelimitd_rls_streams_total %llu\n"
@@ -360,8 +406,8 @@ format_grpc(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         "# HELP ratelimitd_rls_responses_total gRPC answers, by grpc-status.\n"
         "# TYPE ratelimitd_rls_responses_total counter\n",
         (unsigned long long)SUM(grpc.accepted), (unsigned long long)SUM(grpc.open),
-        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.calls),
-        (unsigned long long)SUM(grpc.cancelled));
+        (unsigned long long)SUM(grpc.idle), (unsigned long long)SUM(grpc.aged),
+        (unsigned long long)SUM(grpc.calls), (unsigned long long)SUM(grpc.cancelled));
     for (int s = 0; s < GRPC_STATUS_COUNT; s++)
         evbuffer_add_printf(out, "ratelimitd_rls_responses_total{grpc_status=\"%s\"} %llu\n",
                             grpc_status_name((enum grpc_status)s),
@@ -423,6 +469,8 @@ format_rls_rules(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
         {"ratelimitd_rls_over_limit_total", "Hits over the rule's limit."},
         {"ratelimitd_rls_shadow_mode_total",
          "Hits over the limit of a shadow_mode rule (answered OK)."},
+        {"ratelimitd_rls_charged_units_total",
+         "Hits counted as charges, over the limit too (count_over_limit)."},
     };
     int names;
 
@@ -624,7 +672,7 @@ envoy_qsort_cmp(const void *a, const void *b)
 void
 metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
 {
-    static const char *const names[RL_RLS_STAT_COUNT][2] = {
+    static const char *const names[RL_RLS_ENVOY_STATS][2] = {
         {"ratelimit_service_rate_limit_total_hits", "ratelimitd_rls_hits_total"},
         {"ratelimit_service_rate_limit_within_limit", "ratelimitd_rls_within_limit_total"},
         {"ratelimit_service_rate_limit_near_limit", "ratelimitd_rls_near_limit_total"},
@@ -643,7 +691,7 @@ metrics_format_envoy(struct evbuffer *out, struct rl_metrics *const *ms, size_t 
     for (int i = 0; i < count; i++)
         order[i] = i;
     qsort(order, (size_t)count, sizeof(order[0]), envoy_qsort_cmp);
-    for (int s = 0; s < RL_RLS_STAT_COUNT; s++) {
+    for (int s = 0; s < RL_RLS_ENVOY_STATS; s++) {
         evbuffer_add_printf(out,
                             "# HELP %s %s under envoyproxy/ratelimit's name and labels.\n"
                             "# TYPE %s counter\n",

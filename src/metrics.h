@@ -83,8 +83,12 @@ enum rl_rls_stat {
     RL_RLS_NEAR_LIMIT,
     RL_RLS_OVER_LIMIT,
     RL_RLS_SHADOW_MODE,
+    /* hits of a rule that counts over its limit (count_over_limit): charged */
+    RL_RLS_CHARGED,
     RL_RLS_STAT_COUNT
 };
+/* envoyproxy/ratelimit's stats: the ones before RL_RLS_CHARGED */
+#define RL_RLS_ENVOY_STATS RL_RLS_CHARGED
 #define RL_METRICS_RLS_RULES 1024
 
 /* How a ShouldRateLimit request ended. */
@@ -126,6 +130,9 @@ struct rl_metrics {
     uint64_t hybrid_syncs, hybrid_sync_failures;
     uint64_t hybrid_pending; /* gauge: units not acknowledged yet */
     uint64_t hybrid_entries; /* gauge: keys in the table */
+    /* charges kept for the backend (pending.h) */
+    uint64_t charges_pending, charges_pending_units; /* gauges: answered 202, not applied */
+    uint64_t charges_deferred, charges_lost, charges_refused;
     uint64_t admin[RL_ADM_ACTION_COUNT][RL_ADM_RESULT_COUNT];
     uint64_t rls_rules[RL_METRICS_RLS_RULES][RL_RLS_STAT_COUNT];
     uint64_t rls_requests[RL_RLS_RESULT_COUNT];
@@ -159,6 +166,16 @@ const char *metrics_admin_result_name(enum rl_admin_result r);
  * where they happen, redis_conn.c, and read from there). */
 void metrics_reload(int ok, uint64_t config_hash);
 void metrics_set_config_hash(uint64_t hash);
+/* The daemon started (now, for uptime). */
+void metrics_started(void);
+/* Reloads so far, and the last one's outcome (GET /admin/status). */
+struct rl_reload_state {
+    uint64_t ok, failed, config_hash;
+    int last;             /* 1 ok, 0 failed, -1 none yet */
+    int64_t last_unix_us; /* when */
+    int64_t started_us;   /* monotonic: metrics_started */
+};
+void metrics_reloads(struct rl_reload_state *out);
 
 /* Everything, summed over `n` workers' metrics. */
 void metrics_format(struct evbuffer *out, struct rl_metrics *const *per_worker, size_t n);

@@ -195,6 +195,18 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
                               : "{\"allowed\":true,\"policy\":null}");
         goto out;
     }
+    if (d->backlog_full) {
+        sb_str(&sb, "{\"error\":\"charges: backlog full\"}");
+        goto out;
+    }
+    if (d->pending) { /* kept: what it will count, the state unknown */
+        sb_str(&sb, "{\"pending\":true,\"policy\":\"");
+        sb_str(&sb, d->policy->name);
+        sb_str(&sb, "\"");
+        sb_field(&sb, ",\"charged\":", d->charged);
+        sb_str(&sb, "}");
+        goto out;
+    }
     if (d->status == 503) { /* failure_mode closed: an error, and what is known */
         sb_str(&sb, "{\"error\":\"backend unavailable\",\"policy\":\"");
         sb_str(&sb, d->policy->name);

@@ -45,6 +45,9 @@ struct rl_decision {
     int charge;
     int64_t charged;
     int64_t overdraft; /* the binding limit's: units past it */
+    /* POST /charge the backend could not take now (pending.h): 202, kept
+     * ({"pending":true,...}); or 503, not kept (charges: backlog full) */
+    int pending, backlog_full;
     /* Of the binding limit.  limit is what a caller can spend at once (the
      * burst of token_bucket and gcra), so remaining never exceeds it;
      * retry_after_ms is > 0 on every denial. */

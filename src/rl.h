@@ -34,17 +34,17 @@
  * header; it alone is the top.
  *
  *   layer 0: rl.h
- *   layer 1: watch.h arena.h ytree.h slab.h bufpool.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h redis_reply.h
+ *   layer 1: watch.h arena.h ytree.h slab.h bufpool.h tls.h listener.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h redis_reply.h sketch.h query.h
  *   layer 2: schema.h algo.h lease.h reservation.h
  *   layer 3: policy.h transport_conf.h
  *   layer 4: config.h rls_rules.h envoy_env.h
  *   layer 5: identity.h caller_limits.h http.h grpc.h grpc_tls.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h
  *   layer 6: backend.h cluster_slots.h
  *   layer 7: script.h deny_cache.h response.h metrics.h cluster_nodes.h
- *   layer 8: hybrid.h cluster_op.h backend_redis.h
+ *   layer 8: top.h hybrid.h pending.h cluster_op.h backend_redis.h
  *   layer 9: check.h rls.h backend_cluster.h
  *   layer 10: worker.h rls_codec.h rls_json.h
- *   layer 11: api.h admin.h rls_grpc.h
+ *   layer 11: api.h admin.h admin_view.h debug.h rls_grpc.h
  *   layer 12: daemon.h
  *   layer 13: main.c
  */

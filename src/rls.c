@@ -12,6 +12,14 @@
  * daemons, and a rule and an Envoy limit override of one descriptor and
  * unit, count in one key, as envoyproxy/ratelimit's "domain_key_value_..."
  * keys do.  An identity longer than RL_IDENTITY_MAX is its SHA-256.
+ *
+ * Counting: a rule of count_over_limit (rls_rules.h; by default one of
+ * envoyproxy/ratelimit's form, and a descriptor's own limit) counts every
+ * hit, over its limit too, as envoyproxy/ratelimit's INCRBY does: its
+ * check is a charge answered as a check (check_start_policy's count_over),
+ * so Envoy's token pattern (asks of 0, the tokens charged at stream end)
+ * is over once the tokens pass the limit.  Other rules count only what
+ * they allow, as /check does.
  */
 #include <stdbool.h>
 #include <inttypes.h>
@@ -38,8 +46,6 @@
 #define RLS_ENTRIES_MAX 64
 #define RLS_LABEL_MAX 256
 #define KEYNAME "rls"
-/* hits past any limit (at most 2^32 - 1) are one answer: never fits */
-#define RLS_COST_MAX ((int64_t)UINT32_MAX + 1)
 
 enum slot_kind {
     SLOT_NONE = 0,  /* no rule at its depth, an unknown domain, replaced */
@@ -59,7 +65,8 @@ struct rls_slot {
     int shadow, quota;
     int grouped;   /* decided with the others, all or nothing (rls_group) */
     int uncounted; /* its limits allowed, another's did not: nothing counted */
-    uint64_t hits;
+    int charges;   /* every hit counts, over the limit too (count_over_limit) */
+    uint64_t hits; /* at most RL_COST_MAX (check_request) */
     int stat_id;
     struct rl_decision d; /* the check's answer, copied */
     /* the descriptor's own limit (RateLimitOverride) */
@@ -335,8 +342,14 @@ count(const struct rls_slot *s, double ratio, struct rl_metrics *m)
     if (s->kind == SLOT_CHECK && d->nlimits == 0)
         return; /* allowed unasked (failure_mode open): nothing known */
     L = d->limit > 0 ? (uint64_t)d->limit : 0;
+    if (s->kind == SLOT_CHECK && s->charges)
+        metrics_rls(m, s->stat_id, RL_RLS_CHARGED, H);
     if (!d->would_deny) {
         after = L - (uint64_t)(d->remaining < (int64_t)L ? d->remaining : (int64_t)L);
+        before = after >= H ? after - H : 0;
+    } else if (s->kind == SLOT_CHECK && s->charges) {
+        /* counted: the state is after the hits, past the limit */
+        after = L + (uint64_t)(d->overdraft > 0 ? d->overdraft : 0);
         before = after >= H ? after - H : 0;
     } else {
         before = L - (uint64_t)(d->remaining < (int64_t)L ? d->remaining : (int64_t)L);
@@ -383,9 +396,7 @@ status_of(const struct rls_slot *s, struct rls_status *st)
     if (d->nlimits == 0) /* failure_mode open: allowed, nothing known */
         return;
     st->code = d->allowed ? RLS_CODE_OK : RLS_CODE_OVER_LIMIT;
-    st->limit_remaining = d->would_deny               ? 0
-                          : d->remaining > UINT32_MAX ? UINT32_MAX
-                                                      : (uint32_t)d->remaining;
+    st->limit_remaining = d->would_deny || d->remaining < 0 ? 0 : (uint64_t)d->remaining;
     l = &s->policy->limits[d->binding];
     ms = d->reset_ms;
     /* a window with nothing in it is whole: its end is the clock's */
@@ -406,7 +417,7 @@ static const struct rls_slot *
 header_slot(const struct rls_op *op, const struct rls_status *st)
 {
     const struct rls_slot *best = NULL;
-    uint64_t least = (uint64_t)UINT32_MAX + 1;
+    uint64_t least = UINT64_MAX;
 
     for (size_t i = 0; i < op->n; i++) {
         const struct rls_slot *s = &op->slots[i];
@@ -432,9 +443,9 @@ envoy_headers(const struct rl_rls_header_names *names, const struct rls_status *
 {
     char v[24];
 
-    snprintf(v, sizeof(v), "%" PRIu32, st->requests_per_unit);
+    snprintf(v, sizeof(v), "%" PRIu64, st->requests_per_unit);
     rls_add_header(names->limit, v, resp);
-    snprintf(v, sizeof(v), "%" PRIu32, st->limit_remaining);
+    snprintf(v, sizeof(v), "%" PRIu64, st->limit_remaining);
     rls_add_header(names->remaining, v, resp);
     snprintf(v, sizeof(v), "%" PRId64,
              st->until_reset_ms > 0 ? (st->until_reset_ms + 999) / 1000 : 0);
@@ -586,6 +597,17 @@ check_request(const struct rls_request *req, char **cause)
             *cause = xasprintf("descriptors[%zu].entries: at most %d", i, RLS_ENTRIES_MAX);
             return RL_ERR;
         }
+        /* budgets, as a check's cost and limit: exact in the script's
+         * doubles, with room for the counts (algo.h, ALGO_UNITS_MAX) */
+        if (d->has_hits_addend && d->hits_addend > (uint64_t)RL_COST_MAX) {
+            *cause = xasprintf("descriptors[%zu].hits_addend: at most %lld", i, RL_COST_MAX);
+            return RL_ERR;
+        }
+        if (d->has_limit && d->limit_requests_per_unit > (uint64_t)RL_COST_MAX) {
+            *cause = xasprintf("descriptors[%zu].limit.requests_per_unit: at most %lld", i,
+                               RL_COST_MAX);
+            return RL_ERR;
+        }
         if (d->has_limit && rls_unit_ms(d->limit_unit) == 0) {
             *cause = xasprintf("descriptors[%zu].limit.unit: must be SECOND, MINUTE, HOUR, "
                                "DAY, WEEK, MONTH or YEAR",
@@ -617,7 +639,7 @@ static void
 own_limit(struct rls_slot *s, const struct rls_descriptor *d)
 {
     s->own_limit.algo = RL_ALGO_FIXED_WINDOW;
-    s->own_limit.limit = d->limit_requests_per_unit;
+    s->own_limit.limit = (int64_t)d->limit_requests_per_unit;
     s->own_limit.window_ms = rls_unit_ms(d->limit_unit);
     s->own_limit.burst = s->own_limit.limit;
     s->own_limit.align = RL_ALIGN_EPOCH;
@@ -627,11 +649,14 @@ own_limit(struct rls_slot *s, const struct rls_descriptor *d)
     s->own.name = (char *)KEYNAME;
     s->own.limits = &s->own_limit;
     s->own.nlimits = 1;
-    s->own.uid = (1ULL << 63) | ((uint64_t)d->limit_unit << 32) | d->limit_requests_per_unit;
+    /* the limit (< 2^50) and the unit (< 8) side by side */
+    s->own.uid = (1ULL << 63) | d->limit_requests_per_unit << 3 | (uint64_t)d->limit_unit;
     s->own.metrics_id = policy_metrics_id();
     s->policy = &s->own;
     s->info = &s->own_info;
     s->kind = d->limit_requests_per_unit == 0 ? SLOT_ZERO : SLOT_CHECK;
+    /* Envoy's limit, counted as envoyproxy/ratelimit counts it */
+    s->charges = !s->op->cfg->rls.all_or_nothing;
 }
 
 /*
@@ -658,7 +683,7 @@ group_of(struct rls_op *op, const struct rl_config *cfg, const struct rls_reques
     for (size_t i = 0; i < op->n; i++) {
         const struct rls_slot *s = &op->slots[i];
         doomed |= s->kind == SLOT_ZERO && !s->shadow && !s->quota;
-        if (s->kind != SLOT_CHECK || s->shadow || s->quota)
+        if (s->kind != SLOT_CHECK || s->shadow || s->quota || s->charges)
             continue;
         if (members > 0 && s->hits != op->slots[k].hits)
             return NULL;
@@ -668,9 +693,7 @@ group_of(struct rls_op *op, const struct rl_config *cfg, const struct rls_reques
     }
     if (members < (doomed ? 1u : 2u) || n > RL_LIMITS_MAX)
         return NULL;
-    *cost = doomed                                       ? 0
-            : op->slots[k].hits > (uint64_t)RLS_COST_MAX ? RLS_COST_MAX
-                                                         : (int64_t)op->slots[k].hits;
+    *cost = doomed ? 0 : (int64_t)op->slots[k].hits;
     g = xcalloc(1, sizeof(*g));
     members = 0;
     for (size_t i = 0; i < op->n; i++) {
@@ -678,7 +701,7 @@ group_of(struct rls_op *op, const struct rl_config *cfg, const struct rls_reques
         const struct rls_slot *s = &op->slots[i];
         size_t idlen, klen;
 
-        if (s->kind != SLOT_CHECK || s->shadow || s->quota)
+        if (s->kind != SLOT_CHECK || s->shadow || s->quota || s->charges)
             continue;
         if (s->rule != NULL)
             (void)rls_rules_match(dom, d->entries, d->nentries, shared);
@@ -809,6 +832,9 @@ match_slots(struct rls_op *op, const struct rls_request *req, const struct rls_d
             continue;
         s->shadow = s->rule->shadow_mode;
         s->quota = s->rule->quota_mode;
+        /* unsaid, rls.all_or_nothing's promise wins: a denial counts nothing */
+        s->charges = s->rule->count_over &&
+                     (s->rule->count_set || !op->cfg->rls.all_or_nothing);
         s->policy = s->rule->policy;
         s->info = s->rule->limits;
         s->kind = s->rule->unlimited ? SLOT_UNLIMITED : s->rule->zero ? SLOT_ZERO : SLOT_CHECK;
@@ -853,10 +879,8 @@ start_slots(struct rls_op *op, struct rl_config *cfg, const struct rls_request *
         if (s->kind == SLOT_ZERO || s->grouped)
             continue;
         idlen = make_id(id, sizeof(id), &req->domain, d, s->rule != NULL ? shared : NULL);
-        if (check_start_policy(op->env, cfg, s->policy, KEYNAME, id, idlen,
-                               s->hits > (uint64_t)RLS_COST_MAX ? RLS_COST_MAX
-                                                                : (int64_t)s->hits,
-                               req->timeout_ms, on_check, s, &error) != RL_OK) {
+        if (check_start_policy(op->env, cfg, s->policy, KEYNAME, id, idlen, (int64_t)s->hits,
+                               s->charges, req->timeout_ms, on_check, s, &error) != RL_OK) {
             /* cannot happen: identities are bounded by their hash */
             log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
             free(error);

@@ -33,7 +33,7 @@ struct rls_descriptor {
     /* limit: RateLimitOverride, the descriptor's own limit (Envoy sends it
      * from dynamic metadata); it wins over the rule file's */
     int has_limit;
-    uint32_t limit_requests_per_unit;
+    uint64_t limit_requests_per_unit; /* the varint whole: see rls_start's bound */
     enum rls_unit limit_unit;
     /* hits_addend: a UInt64Value that, when present, wins over the
      * request's (present and 0 only asks) */
@@ -57,12 +57,18 @@ struct rls_status {
     enum rls_code code;
     /* current_limit: absent when no rule matched the descriptor */
     int has_limit;
-    uint32_t requests_per_unit;
+    /* exact (up to RL_COST_MAX); a codec writing Envoy's uint32 fields
+     * holds them at UINT32_MAX (RLS_WIRE_MAX) */
+    uint64_t requests_per_unit;
     enum rls_unit unit;
     const char *name; /* the rule's name, NULL when it has none */
-    uint32_t limit_remaining;
+    uint64_t limit_remaining;
     int64_t until_reset_ms; /* duration_until_reset; < 0: absent */
 };
+
+/* The largest requests_per_unit or limit_remaining Envoy's uint32 fields
+ * hold: a larger number is answered as it (the headers carry it exactly). */
+#define RLS_WIRE_MAX UINT32_MAX
 
 /* One response header (response_headers_to_add). */
 struct rls_header {

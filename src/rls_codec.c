@@ -294,7 +294,7 @@ decode_scalars(const uint8_t *p, size_t len, int override, struct rls_descriptor
         if (!override)
             d->hits_addend = f.v;
         else if (f.num == 1)
-            d->limit_requests_per_unit = (uint32_t)f.v;
+            d->limit_requests_per_unit = f.v; /* uint64 here: see rls_start */
         else /* an enum: an int32, any value (rls_start checks it) */
             d->limit_unit = (enum rls_unit)(int32_t)(uint32_t)f.v;
     }
@@ -389,10 +389,13 @@ fill_status(struct status_block *b, const struct rls_status *s)
 {
     envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(&b->st);
     b->st.code = (Envoy__Service__Ratelimit__V3__RateLimitResponse__Code)s->code;
-    b->st.limit_remaining = s->limit_remaining;
+    b->st.limit_remaining = s->limit_remaining > RLS_WIRE_MAX ? RLS_WIRE_MAX
+                                                              : (uint32_t)s->limit_remaining;
     if (s->has_limit) {
         envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(&b->limit);
-        b->limit.requests_per_unit = s->requests_per_unit;
+        b->limit.requests_per_unit = s->requests_per_unit > RLS_WIRE_MAX
+                                         ? RLS_WIRE_MAX
+                                         : (uint32_t)s->requests_per_unit;
         b->limit.unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)
                             s->unit;
         /* protobuf-c's strings are not const; packing only reads them */

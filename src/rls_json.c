@@ -160,13 +160,14 @@ decode_limit(json_t *o, const char *path, struct rls_descriptor *d, char **cause
     if (jfields(o, path, "{\"requestsPerUnit\": N, \"unit\": \"MINUTE\"}", names, alt, 2, at,
                 cause) != RL_OK)
         return RL_ERR;
-    if (at[0] != NULL && juint(at[0], UINT32_MAX, path, "requestsPerUnit", &n, cause) != RL_OK)
+    if (at[0] != NULL &&
+        juint(at[0], RL_COST_MAX, path, "requestsPerUnit", &n, cause) != RL_OK)
         return RL_ERR;
     d->limit_unit = RLS_UNIT_UNKNOWN;
     if (at[1] != NULL && get_unit(at[1], path, &d->limit_unit, cause) != RL_OK)
         return RL_ERR;
     d->has_limit = 1;
-    d->limit_requests_per_unit = (uint32_t)n;
+    d->limit_requests_per_unit = n;
     return RL_OK;
 }
 
@@ -196,7 +197,7 @@ decode_descriptor(json_t *o, const char *path, struct rls_descriptor *d, char **
         return RL_ERR;
     /* google.protobuf.UInt64Value: in JSON, the number itself */
     if (at[2] != NULL) {
-        if (juint(at[2], UINT64_MAX, path, "hitsAddend", &d->hits_addend, cause) != RL_OK)
+        if (juint(at[2], RL_COST_MAX, path, "hitsAddend", &d->hits_addend, cause) != RL_OK)
             return RL_ERR;
         d->has_hits_addend = 1;
     }
@@ -285,8 +286,11 @@ status_json(const struct rls_status *st)
     put(o, "code", json_string(code_names[st->code]));
     if (st->has_limit) {
         json_t *l = json_object();
+        /* Envoy's uint32, as gRPC answers it (RLS_WIRE_MAX) */
         if (st->requests_per_unit > 0)
-            put(l, "requestsPerUnit", json_integer(st->requests_per_unit));
+            put(l, "requestsPerUnit",
+                json_integer(st->requests_per_unit > RLS_WIRE_MAX ? RLS_WIRE_MAX
+                                                                  : st->requests_per_unit));
         if (st->unit != RLS_UNIT_UNKNOWN)
             put(l, "unit", json_string(unit_names[st->unit]));
         if (st->name != NULL && *st->name)
@@ -294,7 +298,9 @@ status_json(const struct rls_status *st)
         put(o, "currentLimit", l);
     }
     if (st->limit_remaining > 0)
-        put(o, "limitRemaining", json_integer(st->limit_remaining));
+        put(o, "limitRemaining",
+            json_integer(st->limit_remaining > RLS_WIRE_MAX ? RLS_WIRE_MAX
+                                                            : st->limit_remaining));
     if (st->until_reset_ms >= 0) {
         rls_json_duration(d, sizeof(d), st->until_reset_ms);
         put(o, "durationUntilReset", json_string(d));

@@ -365,17 +365,18 @@ enum {
     D_METADATA,
     D_MODE,
     D_SYNC_INTERVAL,
+    D_COUNT_OVER_LIMIT,
     D_COUNT
 };
 static const char *const d_names[D_COUNT] = {
-    "key",         "value",      "rate_limit",      "rate_limits",     "descriptors",
-    "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold",
-    "metadata",    "mode",       "sync_interval",
+    "key",         "value",      "rate_limit",      "rate_limits",      "descriptors",
+    "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric",  "share_threshold",
+    "metadata",    "mode",       "sync_interval",   "count_over_limit",
 };
 #define D_HINT \
     "a descriptor has key, value, rate_limit (or rate_limits), descriptors, shadow_mode, " \
     "quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, mode, " \
-    "sync_interval"
+    "sync_interval, count_over_limit"
 
 enum {
     L_UNIT,
@@ -452,7 +453,8 @@ limit_scalars(struct yload *y, const struct ynode **at, const struct ynode **key
         ok = RL_ERR;
     }
     FIELD(L_NAME, get_cstr(y, at[L_NAME], fp, &in->name));
-    FIELD(L_REQUESTS, yuint(y, at[L_REQUESTS], fp, UINT32_MAX, &in->requests));
+    /* budgets of tokens or micro-dollars, as a policy's limit */
+    FIELD(L_REQUESTS, yuint(y, at[L_REQUESTS], fp, RL_COST_MAX, &in->requests));
     FIELD(L_WINDOW, yduration(y, at[L_WINDOW], fp, 1, 366 * DAY_MS, &in->window));
     FIELD(L_BURST, yuint(y, at[L_BURST], fp, 1000000000, &in->burst));
     if (at[L_ALGORITHM] != NULL)
@@ -554,7 +556,7 @@ limit_build(struct yload *y, const struct limit_in *in, struct rl_limit *lim,
     lim->align = lim->algo == RL_ALGO_FIXED_WINDOW ? (enum rl_align)in->align : RL_ALIGN_FIRST;
     lim->burst = (int64_t)in->burst;
     rl->unit = (enum rls_unit)in->unit;
-    rl->requests_per_unit = (uint32_t)in->requests;
+    rl->requests_per_unit = in->requests;
     rl->name = in->name != NULL ? mem_str(y, in->name, strlen(in->name)) : NULL;
     rl->unit_form = in->window == 0 && lim->algo == RL_ALGO_FIXED_WINDOW &&
                     lim->align == RL_ALIGN_EPOCH;
@@ -579,11 +581,12 @@ limit_check(struct yload *y, const struct ynode *m, const struct ynode **at, con
         ybad(y, at[L_BURST] ? at[L_BURST] : m, path, "%s: %s", field, why);
         return RL_ERR;
     }
-    if (lim->algo != RL_ALGO_FIXED_WINDOW && lim->limit > 1000000000) {
-        ybad(y, at[L_REQUESTS], path,
-             "requests_per_unit: at most 1000000000 with %s (up to 4294967295 with "
-             "fixed_window)",
-             algo_def(lim->algo)->name);
+    /* the log holds an entry per allowed hit (policy.c says the same) */
+    if (lim->algo == RL_ALGO_SLIDING_WINDOW_LOG && lim->limit > 1000000000) {
+        ybad(
+            y, at[L_REQUESTS], path,
+            "requests_per_unit: at most 1000000000 with sliding_window_log: it keeps an entry "
+            "per hit (its memory); a larger budget takes sliding_window_counter");
         return RL_ERR;
     }
     if (lim->burst == 0)
@@ -820,6 +823,13 @@ load_rule_limits(struct yload *y, const struct ynode **at, const char *path,
             r->zero = i + 1;
     if (n > 0)
         make_policy(y, r, lims, n, mode, sync_ms);
+    /* unsaid: every hit counts when each limit is one envoyproxy/ratelimit
+     * could write (rls.c decides it with rls.all_or_nothing) */
+    if (!r->count_set) {
+        r->count_over = n > 0;
+        for (size_t i = 0; i < n; i++)
+            r->count_over &= (uint8_t)r->limits[i].unit_form;
+    }
     return RL_OK;
 }
 
@@ -829,7 +839,7 @@ rule_flags(struct yload *y, const struct ynode **at, const char *path, struct rl
            int *mode, int64_t *sync_ms)
 {
     static const char *const mode_names[] = {"exact", "hybrid"};
-    int shadow = 0, quota = 0, detailed = 0, to_metric = 0, share = 0;
+    int shadow = 0, quota = 0, detailed = 0, to_metric = 0, share = 0, over = 0;
     int ok = RL_OK;
     char *fp;
 
@@ -849,7 +859,10 @@ rule_flags(struct yload *y, const struct ynode **at, const char *path, struct rl
         FIELD(D_MODE,
               get_enum(y, at[D_MODE], fp, mode_names, 2, 0, "must be exact or hybrid", mode));
     FIELD(D_SYNC_INTERVAL, yduration(y, at[D_SYNC_INTERVAL], fp, 10, 60000, sync_ms));
+    FIELD(D_COUNT_OVER_LIMIT, get_bool(y, at[D_COUNT_OVER_LIMIT], fp, &over));
 #undef FIELD
+    r->count_set = !is_null(y, at[D_COUNT_OVER_LIMIT]);
+    r->count_over = (uint8_t)over;
     r->shadow_mode = (uint8_t)shadow;
     r->quota_mode = (uint8_t)quota;
     r->detailed_metric = (uint8_t)detailed;

@@ -21,7 +21,7 @@
  * like any policy (rls.c drives that).  Beyond envoyproxy/ratelimit's keys a
  * rule may say `algorithm`, `window`, `burst`, `align` (in `rate_limit`),
  * `rate_limits: [...]` (several limits decided atomically), `mode` and
- * `sync_interval` (hybrid).
+ * `sync_interval` (hybrid), `count_over_limit` (rls.c).
  */
 #ifndef RL_RLS_RULES_H
 #define RL_RLS_RULES_H
@@ -65,7 +65,7 @@ struct rls_entry {
 
 /* What envoyproxy/ratelimit reports of one limit (current_limit). */
 struct rls_rule_limit {
-    uint32_t requests_per_unit; /* 0: every hit is over it */
+    uint64_t requests_per_unit; /* 0: every hit is over it; at most RL_COST_MAX */
     enum rls_unit unit;         /* UNKNOWN: a `window` that is no unit */
     char *name;                 /* NULL: none */
     /* written with `unit`: duration_until_reset in whole seconds, the
@@ -99,7 +99,11 @@ struct rls_rule {
     uint8_t value_to_metric, detailed_metric, shadow_mode, quota_mode;
     uint8_t has_limit; /* rate_limit or rate_limits: the rule answers here */
     uint8_t unlimited;
-    uint8_t dynamic_label;         /* see label */
+    uint8_t dynamic_label; /* see label */
+    /* count_over_limit: every hit counts, over the limit too (a charge, as
+     * envoyproxy/ratelimit's INCRBY); count_set: the file said which (else
+     * count_over is the default of its limits' form) */
+    uint8_t count_over, count_set;
     struct rls_rule_limit *limits; /* as many as policy's */
     size_t nlimits;
     size_t zero;  /* 1 + the index of a limit of 0 (always over); 0: none */

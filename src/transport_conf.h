@@ -84,17 +84,19 @@ struct rl_rls_conf {
     int response_headers; /* the RateLimit fields in response_headers_to_add */
     /* limit != NULL: envoyproxy/ratelimit's three headers instead */
     struct rl_rls_header_names header_names;
-    int shadow_mode;                /* every OVER_LIMIT answered OK (counted) */
-    int envoy_metrics;              /* the rules' counts under its names too */
-    int all_or_nothing;             /* a request's descriptors in one decision */
-    double near_limit_ratio;        /* hits past this share of a limit are "near" */
-    int request_limits;             /* a descriptor's own limit counts (else refused) */
-    int64_t request_limits_max;     /* the largest requests_per_unit it may ask; 0: any */
-    int64_t max_message;            /* bytes of one gRPC message, either way */
-    int64_t max_concurrent_streams; /* per connection (SETTINGS) */
-    int64_t max_header_list;        /* bytes of a stream's header list */
-    int64_t max_connections;        /* open at once, the whole daemon */
-    int64_t idle_timeout_ms;        /* a connection with no stream open */
+    int shadow_mode;                     /* every OVER_LIMIT answered OK (counted) */
+    int envoy_metrics;                   /* the rules' counts under its names too */
+    int all_or_nothing;                  /* a request's descriptors in one decision */
+    double near_limit_ratio;             /* hits past this share of a limit are "near" */
+    int request_limits;                  /* a descriptor's own limit counts (else refused) */
+    int64_t request_limits_max;          /* the largest requests_per_unit it may ask; 0: any */
+    int64_t max_message;                 /* bytes of one gRPC message, either way */
+    int64_t max_concurrent_streams;      /* per connection (SETTINGS) */
+    int64_t max_header_list;             /* bytes of a stream's header list */
+    int64_t max_connections;             /* open at once, the whole daemon */
+    int64_t idle_timeout_ms;             /* a connection with no stream open */
+    int64_t max_connection_age_ms;       /* then GOAWAY (+/- 10% each); 0: never */
+    int64_t max_connection_age_grace_ms; /* after that GOAWAY, then closed */
     /* The rules of `config`, read by config_validate at every load (a
      * reload reads them again); NULL without config.  Not a field. */
     struct rls_rules *rules;

@@ -17,9 +17,11 @@
 #include "grpc.h"
 #include "http.h"
 #include "hybrid.h"
+#include "pending.h"
 #include "log.h"
 #include "metrics.h"
 #include "slab.h"
+#include "top.h"
 #include "util.h"
 #include "worker.h"
 
@@ -29,6 +31,9 @@
  * (rls.c's state of a call), past which a burst gives its blocks back. */
 #define WORKER_SLAB_KEEP 256
 
+/* The operator's listeners worker 0 serves besides the check listener. */
+#define WORKER_SIDE_MAX 3
+
 struct worker_news;
 struct worker_held;
 
@@ -36,10 +41,12 @@ struct rl_worker {
     int id;
     pthread_t thread;
     struct event_base *base;
-    struct http_server *http;  /* the check listener */
-    struct http_server *admin; /* admin_listen, on worker 0 only */
-    struct grpc_server *rls;   /* rls.listen, Envoy's rate limit service */
-    void *rls_door;            /* its handler's state (worker_serve_rls) */
+    struct http_server *http; /* the check listener */
+    /* worker 0 only: admin_listen, metrics_listen, debug_listen */
+    struct http_server *side[WORKER_SIDE_MAX];
+    size_t nside;
+    struct grpc_server *rls; /* rls.listen, Envoy's rate limit service */
+    void *rls_door;          /* its handler's state (worker_serve_rls) */
     void (*rls_door_free)(void *);
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
@@ -87,10 +94,12 @@ struct rl_worker {
 static bool
 drained(const struct rl_worker *w)
 {
+    for (size_t i = 0; i < w->nside; i++)
+        if (http_server_connections(w->side[i]) != 0)
+            return false;
     return http_server_connections(w->http) == 0 && w->metrics->inflight == 0 &&
-           (w->admin == NULL || http_server_connections(w->admin) == 0) &&
            (w->rls == NULL || grpc_server_connections(w->rls) == 0) &&
-           hybrid_idle(w->env.hybrid);
+           hybrid_idle(w->env.hybrid) && pending_idle(w->env.pending);
 }
 
 static void
@@ -254,9 +263,11 @@ on_drain(evutil_socket_t fd, short what, void *arg)
             held_answer(h, true);
     if (w->env.hybrid != NULL)
         hybrid_drain(w->env.hybrid, stop_if_drained, w);
+    /* kept charges go now; what the grace cannot send is logged at exit */
+    pending_drain(w->env.pending, stop_if_drained, w);
     http_server_drain(w->http, stop_if_drained, w);
-    if (w->admin != NULL)
-        http_server_drain(w->admin, stop_if_drained, w);
+    for (size_t i = 0; i < w->nside; i++)
+        http_server_drain(w->side[i], stop_if_drained, w);
     if (w->rls != NULL)
         grpc_server_drain(w->rls, stop_if_drained, w);
     if (drained(w)) {
@@ -336,8 +347,8 @@ on_config(evutil_socket_t fd, short what, void *arg)
     w->cfg = cfg;
     http_server_set_limits(w->http, &cfg->http, &cfg->max_body);
     http_server_set_conn_cap(w->http, ((size_t)cfg->http.max_connections + n - 1) / n);
-    if (w->admin != NULL)
-        http_server_set_limits(w->admin, &cfg->http, &cfg->max_body);
+    for (size_t i = 0; i < w->nside; i++)
+        http_server_set_limits(w->side[i], &cfg->http, &cfg->max_body);
     if (w->rls != NULL) {
         grpc_server_set_limits(w->rls, &cfg->rls, &cfg->http.max_buffered);
         grpc_server_set_conn_cap(w->rls, ((size_t)cfg->rls.max_connections + n - 1) / n);
@@ -373,7 +384,9 @@ apply_news(struct rl_worker *w, struct rl_config *cfg, const struct rl_check_req
            int64_t sent_us, const struct rl_check_res *res)
 {
     if (w->env.deny != NULL)
-        deny_cache_forget(w->env.deny, req->policy->uid, req->key, req->key_len);
+        deny_cache_forget_hashed(w->env.deny,
+                                 check_key_hash(req->policy, req->key, req->key_len),
+                                 req->policy->uid, req->key, req->key_len);
     if (w->env.hybrid != NULL && req->policy->mode == RL_MODE_HYBRID)
         hybrid_admin_done(w->env.hybrid, cfg, req->policy, req->key, req->key_len, sent_us,
                           req, res);
@@ -443,10 +456,20 @@ worker_admin_done(struct rl_worker *w, struct rl_config *cfg, const struct rl_ch
 }
 
 int
-worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause)
+worker_serve_side(struct rl_worker *w, int fd, http_handler handler, char **cause)
 {
-    return http_server_new(&w->admin, w->base, fd, &w->cfg->http, &w->cfg->max_body, handler,
-                           w, NULL, cause);
+    if (w->nside == WORKER_SIDE_MAX) {
+        close(fd);
+        *cause = xasprintf("at most %d side listeners", WORKER_SIDE_MAX);
+        return RL_ERR;
+    }
+    if (http_server_new(&w->side[w->nside], w->base, fd, &w->cfg->http, &w->cfg->max_body,
+                        handler, w, NULL, cause) != RL_OK) {
+        close(fd); /* taken, whatever the outcome */
+        return RL_ERR;
+    }
+    w->nside++;
+    return RL_OK;
 }
 
 int
@@ -490,6 +513,32 @@ worker_metrics(struct rl_worker *w, struct evbuffer *out)
     if (w->cfg->rls.envoy_metrics)
         metrics_format_envoy(out, ms, n);
     metrics_format_admin(out, ms, n);
+    {
+        struct rl_top *tops[256];
+
+        worker_tops(w, tops, RL_ARRAY_LEN(tops));
+        top_format_metrics(out, tops, n, w->cfg, now_monotonic_us());
+    }
+}
+
+size_t
+worker_all_counters(const struct rl_worker *w, struct rl_metrics **out, size_t max)
+{
+    size_t n = w->npeers < max ? w->npeers : max;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = w->peers[i]->metrics;
+    return n;
+}
+
+size_t
+worker_tops(const struct rl_worker *w, struct rl_top **out, size_t max)
+{
+    size_t n = w->npeers < max ? w->npeers : max;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = w->peers[i]->env.top;
+    return n;
 }
 
 int
@@ -530,12 +579,16 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
     /* a tenant sends the same "limits" with every check: read them once */
     w->env.caller_limits = caller_limits_new();
     w->env.delayed = &w->delayed;
+    /* the heaviest callers of each policy (GET /admin/top) */
+    if (cfg->top_k > 0)
+        w->env.top = top_new((uint32_t)cfg->top_k);
     /* only worth it when the answer costs a round trip */
     if (cfg->backend == RL_BACKEND_REDIS) {
         w->env.deny = deny_cache_new((size_t)cfg->deny_cache_size);
         /* the memory backend is in-process already: nothing to sync */
         w->env.hybrid = hybrid_new(w->base, w->backend, w->metrics,
                                    (size_t)cfg->hybrid_table_size);
+        w->env.pending = pending_new(w->base, w->backend, w->metrics);
     }
     w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
     w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
@@ -617,13 +670,17 @@ worker_free(struct rl_worker *w)
     /* Backends first: their pending callbacks may still answer requests
      * (and hand back hybrid syncs, which must not be sent again). */
     hybrid_close(w->env.hybrid);
+    pending_close(w->env.pending);
     if (w->backend != NULL)
         w->backend->ops->destroy(w->backend);
     if (w->local != NULL)
         w->local->ops->destroy(w->local);
     hybrid_free(w->env.hybrid); /* its timer lives on the base */
+    /* logs what it could not apply */
+    pending_free(w->env.pending);
     http_server_free(w->http);
-    http_server_free(w->admin);
+    for (size_t i = 0; i < w->nside; i++)
+        http_server_free(w->side[i]);
     grpc_server_free(w->rls); /* calls still owed were answered above */
     if (w->rls_door_free != NULL)
         w->rls_door_free(w->rls_door);
@@ -645,6 +702,7 @@ worker_free(struct rl_worker *w)
     deny_cache_free(w->env.deny);
     slab_purge(&w->slab); /* after the backends answered every call */
     caller_limits_free(w->env.caller_limits);
+    top_free(w->env.top);
     config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
     config_unref(w->cfg);
     if (w->exited_ev != NULL)

@@ -22,6 +22,7 @@ struct rl_check_req;
 struct rl_check_res;
 struct rl_config;
 struct rl_metrics;
+struct rl_top;
 /* Private to worker.c: the doors (api.c, admin.c, rls_grpc.c) reach a
  * worker through the functions below, and the worker knows them only as
  * the handlers daemon.c passes in. */
@@ -36,9 +37,10 @@ struct rl_worker;
 int worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg,
                 const struct rl_backend_ops *backend, http_handler checks,
                 char **cause) RL_WUR;
-/* Serve the admin API on listening socket fd (taken) too, with handler
- * (arg: the worker). */
-int worker_serve_admin(struct rl_worker *w, int fd, http_handler handler, char **cause) RL_WUR;
+/* Serve an operator's listener (the admin API, metrics_listen,
+ * debug_listen: worker 0 alone) on listening socket fd (taken) too, with
+ * handler (arg: the worker). */
+int worker_serve_side(struct rl_worker *w, int fd, http_handler handler, char **cause) RL_WUR;
 /* Serve Envoy's rate limit service over gRPC on listening socket fd (taken)
  * too, with handler and its arg, the door's own state for this worker: the
  * worker keeps it, whatever the outcome, and frees it with arg_free after
@@ -103,6 +105,13 @@ void worker_hold(struct rl_worker *w, struct http_req *r, int status, const char
 
 /* Prometheus text of every worker's counters, summed (on w's thread). */
 void worker_metrics(struct rl_worker *w, struct evbuffer *out);
+
+/* Every worker's heavy-caller tables (top.h; NULL ones with top_k 0), at
+ * most max: how many.  On w's thread. */
+size_t worker_tops(const struct rl_worker *w, struct rl_top **out, size_t max);
+/* Every worker's counters (read them with relaxed atomics), at most max:
+ * how many.  On w's thread. */
+size_t worker_all_counters(const struct rl_worker *w, struct rl_metrics **out, size_t max);
 
 /* From any thread: why w's backend is not ready as w last published it
  * (at most READY_PUBLISH_MS ago), NULL when it is. */

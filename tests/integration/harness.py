@@ -595,6 +595,93 @@ class Redis:
         return False
 
 
+class Relay:
+    """A TCP relay on a free loopback port to a Redis on `upstream`:
+
+        delay   each connection is held that many seconds before its upstream
+                connection is made, so every connection to Redis through it
+                takes that long to become usable (a distant or busy server,
+                deterministically);
+        eat     an Event: while it is set, what Redis answers is dropped (a
+                command runs, its reply never comes: a reply lost on the way).
+
+    `url` is what a daemon is given (-r, or redis.url); as a Daemon's
+    `redis`, it is that URL."""
+
+    def __init__(self, upstream, delay=0.0):
+        self.upstream, self.delay = upstream, delay
+        self.eat = threading.Event()
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.socks = []
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port
+
+    def daemon_config(self):
+        return None
+
+    def _accept(self):
+        while not self.closed.is_set():
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            self.socks.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        if self.closed.wait(self.delay):
+            return
+        try:
+            u = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+        except OSError:
+            c.close()
+            return
+        u.settimeout(None)
+        self.socks.append(u)
+        threading.Thread(target=self._pump, args=(u, c, True), daemon=True).start()
+        self._pump(c, u, False)
+
+    def _pump(self, a, b, replies):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                if not (replies and self.eat.is_set()):
+                    b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed.set()
+        self.ls.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
 def lua_check_source():
 
     """The check script as the daemon embeds it (bytes): Makefile.am's
@@ -1753,6 +1840,66 @@ def script_calls(redis):
     return commandstat_calls(redis, "fcall", "evalsha")
 
 
+class AdminDaemon:
+    """A daemon (of `workers`) with `policies`, identity from the body,
+    admin_listen on a loopback port of its own and, given `token`, an
+    admin_token_file holding it; more options in `config`.  .d the Daemon,
+    .port and .aport its listeners, .r the Redis."""
+
+    def __init__(self, server, policies, token=None, workers=2, **config):
+        self.r = server
+        self.aport = free_port()
+        cfg = {"identity": ["body"], "admin_listen": "127.0.0.1:%d" % self.aport,
+               "policies": policies}
+        if token is not None:
+            tok = os.path.join(tmpdir(), "admin-token-%d" % self.aport)
+            with open(tok, "w") as f:
+                f.write(token + "\n")
+            cfg["admin_token_file"] = tok
+        cfg.update(config)
+        self.d = Daemon(cfg, redis=server, workers=workers)
+        self.port = self.d.port
+
+    def close(self):
+        self.d.kill()
+
+
+@contextlib.contextmanager
+def admin_fixture(policies, token=None, **kw):
+    """A Redis and an AdminDaemon on it, yielded."""
+    with Redis() as r:
+        a = AdminDaemon(r, policies, token, **kw)
+        try:
+            yield a
+        finally:
+            a.close()
+
+
+_node_projects = {}
+_node_lock = threading.Lock()
+
+
+def node_project(src, files, timeout=600):
+    """A copy of the npm project in `src` (its `files`, package.json,
+    package-lock.json and .npmrc among them) with its packages installed from
+    the lock (npm ci, no install scripts), once per process: its directory."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise HarnessError("%s not found in PATH (Debian packages nodejs, npm)" % tool)
+    with _node_lock:
+        if src not in _node_projects:
+            d = os.path.join(tmpdir(), os.path.basename(src))
+            os.makedirs(d, exist_ok=True)
+            for f in files:
+                shutil.copy(os.path.join(src, f), d)
+            r = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                               cwd=d, capture_output=True, timeout=timeout)
+            if r.returncode != 0:
+                raise HarnessError("npm ci in %s failed:\n%s" % (d, r.stderr.decode()[-2000:]))
+            _node_projects[src] = d
+        return _node_projects[src]
+
+
 @contextlib.contextmanager
 def redis_and_daemon(config, **daemon_args):
     """The usual fixture: a Redis (of RL_TOPOLOGY) and one Daemon with
@@ -1801,6 +1948,30 @@ def blast(ports, bodies, threads):
     check(not errors, "%d client errors, first: %s", len(errors), errors[0] if errors else "")
     eq(len(results), len(bodies), "answers received")
     return results
+
+
+def together(threads, fn, timeout=120):
+    """fn(i) in `threads` threads started together (a barrier); raises with
+    the first error any of them met."""
+    errors = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(threads, timeout=HTTP_TIMEOUT)
+
+    def worker(i):
+        try:
+            barrier.wait()
+            fn(i)
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append("thread %d: %s: %s" % (i, type(e).__name__, e))
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=timeout * SLOW)
+    check(not any(t.is_alive() for t in ts), "threads still running after %ss", timeout)
+    check(not errors, "%d errors, first: %s", len(errors), errors[0] if errors else "")
 
 
 def pipelined(port, reqs, depth=32, timeout=HTTP_TIMEOUT):

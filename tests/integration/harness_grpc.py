@@ -349,28 +349,12 @@ class Raw:
 
 # -------------------------------------------------------------- grpc-js
 
-_node_dir = None
-
-
 def node_client(spec, timeout=120):
     """Run tests/integration/grpc_node/client.js with spec (a dict; "protos"
     added): the list of results it prints.  The packages come from its
     package-lock.json (npm ci), once per process."""
-    global _node_dir
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            raise H.HarnessError("%s not found in PATH (Debian packages nodejs, npm)" % tool)
-    with _lock:
-        if _node_dir is None:
-            d = os.path.join(H.tmpdir(), "grpc_node")
-            os.makedirs(d, exist_ok=True)
-            for f in ("package.json", "package-lock.json", ".npmrc", "client.js"):
-                shutil.copy(os.path.join(NODE_DIR, f), d)
-            r = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-                               cwd=d, capture_output=True, timeout=600)
-            if r.returncode != 0:
-                raise H.HarnessError("npm ci in %s failed:\n%s" % (d, r.stderr.decode()[-2000:]))
-            _node_dir = d
+    _node_dir = H.node_project(NODE_DIR, ("package.json", "package-lock.json", ".npmrc",
+                                          "client.js"))
     spec = dict(spec, protos=PROTO_DIR)
     path = os.path.join(_node_dir, "spec-%d.json" % threading.get_ident())
     with open(path, "w") as f:

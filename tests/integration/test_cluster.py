@@ -459,6 +459,27 @@ def case_script_flush(fx):
     check(cmdstat_calls(target.port, "fcall") >= fcalls + 11, "checks after the reload not FCALLs")
 
 
+def migrate_keys(src, dst, slot):
+    """MIGRATE slot's keys from src to dst one at a time (as redis-cli
+    does), a moment apart, so a check's keys spend a while on different
+    nodes; then every node names dst the slot's owner.  The keys moved."""
+    moved = 0
+    while True:
+        keys = rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
+        if not keys:
+            break
+        eq(rcmd(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys),
+           "OK", "MIGRATE %r" % keys)
+        moved += len(keys)
+        time.sleep(0.15)
+    return moved
+
+
+def slot_owner_everywhere(nodes, slot, src, dst):
+    for n in (dst, src) + tuple(x for x in nodes if x not in (src, dst)):
+        rcmd(n.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+
+
 def case_migrate_ask(fx):
     """One slot moved by hand (as redis-cli does it) while checks flow: new keys
     go by ASK to the importing node, a check whose two keys are split between
@@ -492,18 +513,9 @@ def case_migrate_ask(fx):
                       for k in rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 100)),
               "a key first checked while its slot migrates was created on the source")
         # one key at a time, so mig2's two keys spend a while on different nodes
-        moved_keys = 0
-        while True:
-            keys = rcmd(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
-            if not keys:
-                break
-            eq(rcmd(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys),
-               "OK", "MIGRATE %r" % keys)
-            moved_keys += len(keys)
-            time.sleep(0.15)
+        moved_keys = migrate_keys(src, dst, slot)
         time.sleep(0.3)
-        for n in (dst, src) + tuple(x for x in fx.nodes if x not in (src, dst)):
-            rcmd(n.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+        slot_owner_everywhere(fx.nodes, slot, src, dst)
         time.sleep(0.5)
         during = flow.count()
     finally:
@@ -529,6 +541,55 @@ def case_migrate_ask(fx):
         keys = rcmd(dst.port, "CLUSTER", "GETKEYSINSLOT", slot, 100)
         check(any(k.startswith("{%s}" % tag(pol, ident)) for k in keys),
               "the counter of %s is not on the new owner", ident)
+
+
+def case_charges_migrate(fx):
+    """POST /charge while a slot moves by hand (the charge's key and its once
+    key spend a while on different nodes: TRYAGAIN, then MOVED): every
+    charge answered 200 or 202 (kept, docs/API.md "Charges the backend cannot
+    take now"), and once the kept ones are applied the count is the number
+    answered: none lost, none twice."""
+    owners = fx.owners()
+    src, dst = fx.nodes[0], fx.nodes[1]
+    slot = next(s for s in range(SLOTS) if owners[s] == src.port and s > 200)
+    (ident,) = idents_in_slot("mig1", slot, 1, start=500)
+    body = {"key": ident, "policy": "mig1", "cost": 1}
+    answers, stop = [], threading.Event()
+
+    def charge(port):
+        while not stop.is_set():
+            st, _, ans = H.request(port, "POST", "/charge", body)
+            answers.append((st, ans))
+            time.sleep(0.002)
+
+    # the charge's keys exist on the source before the migration
+    eq(H.request(fx.ports[0], "POST", "/charge", body)[0], 200, "the first charge")
+    threads = [threading.Thread(target=charge, args=(p,), daemon=True) for p in fx.ports]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.3)
+        rcmd(dst.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.id)
+        rcmd(src.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id)
+        check(migrate_keys(src, dst, slot) > 0, "no key of the charge migrated")
+        slot_owner_everywhere(fx.nodes, slot, src, dst)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    statuses = {}
+    for st, _ in answers:
+        statuses[st] = statuses.get(st, 0) + 1
+    print("# charges while slot %d moved: %r" % (slot, statuses))
+    check(set(statuses) <= {200, 202}, "answers other than 200 and 202: %r" % statuses)
+    check(len(answers) > 50, "only %d charges during the migration" % len(answers))
+    wait_cluster_ok(fx.nodes, "after the manual migration")
+    for d in fx.daemons:
+        H.wait_for(lambda: H.metric(d, "ratelimitd_charges_pending") == 0,
+                   "the kept charges applied", timeout=30)
+    eq(remaining(fx.ports[1], "mig1", ident), [100000 - 1 - len(answers)],
+       "the count: every charge answered, once")
 
 
 def case_reshard(fx):
@@ -598,13 +659,30 @@ def case_master_restart(fx):
     # the other masters' keys are served meanwhile
     st, _, ans = post(fx.ports[0], {"key": ours, "policy": "down"})
     eq(clean(st, ans), "allowed", "a check on a live master")
+    # charges of its keys are kept (202), a live master's applied meanwhile
+    for port, cost in zip(fx.ports, (7, 5)):
+        st, _, ans = H.request(port, "POST", "/charge", {"key": theirs, "policy": "down",
+                                                         "cost": cost})
+        eq((st, ans), (202, {"pending": True, "policy": "down", "charged": cost}),
+           "a charge of a dead master's key")
+    st, _, ans = H.request(fx.ports[0], "POST", "/charge", {"key": ours, "policy": "down",
+                                                            "cost": 3})
+    check(st in (200, 202), "a charge of a live master's key: %r %r", st, ans)
+    H.wait_for(lambda: remaining(fx.ports[0], "down", ours) == [1000 - 1 - 3],
+               "the live master's charge applied while the other is down", timeout=10)
     victim.restart()
     wait_cluster_ok(fx.nodes, "after the restart")
     for d in fx.daemons:
         ready_everywhere(d)
     for d in fx.daemons:
+        H.wait_for(lambda: H.metric(d, "ratelimitd_charges_pending") == 0,
+                   "the kept charges applied", timeout=30)
+    # the restart lost the master's data: what it holds now is the kept charges, once
+    eq(remaining(fx.ports[1], "down", theirs), [1000 - 12], "the count after the restart")
+    for d in fx.daemons:
         st, _, ans = post(d.port, {"key": theirs, "policy": "down"})
         eq(clean(st, ans), "allowed", "a check on the restarted master")
+    eq(remaining(fx.ports[0], "down", theirs), [1000 - 12 - 2], "the count after two checks")
     for d in fx.daemons:
         st, _, text = H.request(d.port, "GET", "/metrics")
         m = re.search(r"^ratelimitd_\w*reconnect\w* (\d+)", str(text), re.M)
@@ -1032,6 +1110,8 @@ CASES = [
      case_script_flush),
     ("slot migrated by hand under load (ASK, TRYAGAIN, MOVED): none lost, exact",
      case_migrate_ask),
+    ("POST /charge while a slot moves: 200 or 202, every charge counted once",
+     case_charges_migrate),
     ("redis-cli --cluster reshard under load: none lost, exact", case_reshard),
     ("redis.max_pending per node: a stalled master queues at most that many, the rest fail fast",
      case_max_pending),

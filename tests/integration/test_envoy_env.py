@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import sys
 import uuid
 
@@ -84,6 +85,17 @@ def command_link():
     return link
 
 
+def port_listening_everywhere(port):
+    """Whether the daemon listens on 0.0.0.0:port (an address of this host
+    other than loopback reaches it): /proc/net/tcp's listening sockets."""
+    with open("/proc/net/tcp") as f:
+        for ln in f.readlines()[1:]:
+            local, state = ln.split()[1], ln.split()[3]
+            if state == "0A" and local == "00000000:%04X" % port:
+                return True
+    return False
+
+
 def eg_descriptor(addr):
     return [[("rule-0-match-0", "rule-0-match-0"), ("masked_remote_address", addr)]]
 
@@ -115,7 +127,7 @@ def t_envoy_gateway(redis):
     for src, name in ((crt, "tls.crt"), (key, "tls.key"), (ca[0], "ca.crt")):
         os.symlink(src, os.path.join(certs, name))
     root = runtime_root()
-    port, grpc_port = H.free_port(), H.free_port()
+    port, grpc_port, prom_port, debug_port = (H.free_port() for _ in range(4))
     env = {}
     for k, v in gateway_env():
         v = v.replace("/certs/", certs + "/")
@@ -123,8 +135,13 @@ def t_envoy_gateway(redis):
             v = root
         if k == "REDIS_URL":
             v = "127.0.0.1:%d" % redis.port
+        if k == "PROMETHEUS_ADDR":  # its form, ":19001", another port
+            eq(v, ":19001", "the fixture's PROMETHEUS_ADDR")
+            v = ":%d" % prom_port
         env[k] = v
-    env.update(PORT=str(port), GRPC_PORT=str(grpc_port), REDIS_TIMEOUT=SLOW_REDIS)
+    # DEBUG_PORT: envoyproxy/ratelimit's default 6070 elsewhere
+    env.update(PORT=str(port), GRPC_PORT=str(grpc_port), REDIS_TIMEOUT=SLOW_REDIS,
+               DEBUG_PORT=str(debug_port))
     with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False, port=port,
                   ready=True) as d:
         st, h, b = H.request(port, "GET", "/healthcheck")
@@ -153,20 +170,35 @@ def t_envoy_gateway(redis):
         ours = {"domain": DOMAIN, "rule": "rule-0-match-0_rule-0-match-0.masked_remote_address"}
         theirs = {"domain": DOMAIN, "key1": "rule-0-match-0_rule-0-match-0",
                   "key2": "masked_remote_address"}
-        for stat, mine, want in (("total_hits", "hits_total", 5), ("within_limit", "within_limit_total", 3),
-                                 ("over_limit", "over_limit_total", 2)):
-            eq(H.metric(port, "ratelimitd_rls_" + mine, ours), want, "ratelimitd_rls_" + mine)
-            eq(H.metric(port, "ratelimit_service_rate_limit_" + stat, theirs), want,
-               "ratelimit_service_rate_limit_%s{domain,key1,key2}" % stat)
+        # on PORT and on PROMETHEUS_ADDR (USE_PROMETHEUS=true), where its
+        # ServiceMonitor scrapes
+        for where in (port, prom_port):
+            for stat, mine, want in (("total_hits", "hits_total", 5),
+                                     ("within_limit", "within_limit_total", 3),
+                                     ("over_limit", "over_limit_total", 2)):
+                eq(H.metric(where, "ratelimitd_rls_" + mine, ours), want,
+                   "ratelimitd_rls_%s on port %d" % (mine, where))
+                eq(H.metric(where, "ratelimit_service_rate_limit_" + stat, theirs), want,
+                   "ratelimit_service_rate_limit_%s{domain,key1,key2} on port %d" % (stat, where))
+        # PROMETHEUS_ADDR ":PORT" is every address, as net/http listens
+        check(port_listening_everywhere(prom_port), "PROMETHEUS_ADDR :%d not on 0.0.0.0" % prom_port)
+        eq(H.request(prom_port, "POST", "/json", {"domain": DOMAIN})[0], 404,
+           "PROMETHEUS_ADDR serves /metrics alone")
+        # its debug port: the rules as its /rlconfig prints them
+        st, _, text = H.request(debug_port, "GET", "/rlconfig")
+        eq((st, text), (200, "default/eg/http.rule-0-match-0_rule-0-match-0.masked_remote_address: "
+                             "unit=HOUR requests_per_unit=3, shadow_mode: false, quota_mode: false\n"),
+           "GET /rlconfig on DEBUG_PORT")
+        check(port_listening_everywhere(debug_port), "DEBUG_HOST's default is not 0.0.0.0")
         log = d.log()
         for var in ("GRPC_SERVER_TLS_CA_CERT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
                     "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
                     "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
                     "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG",
-                    "USE_PROMETHEUS", "PROMETHEUS_ADDR", "RUNTIME_WATCH_ROOT",
-                    "RUNTIME_IGNOREDOTFILES"):
+                    "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"):
             eq(len(told(log, var)), 1, "%s told once at start (log:\n%s)" % (var, log))
-        for var in ("USE_STATSD", "REDIS_URL", "GRPC_SERVER_TLS_CERT", "LOG_LEVEL"):
+        for var in ("USE_STATSD", "REDIS_URL", "GRPC_SERVER_TLS_CERT", "LOG_LEVEL", "USE_PROMETHEUS",
+                    "PROMETHEUS_ADDR", "DEBUG_PORT"):
             eq(told(log, var), [], "%s, read, not told" % var)
         check("envoy-gateway:18001" not in log and certs not in log,
               "a variable's value in the log:\n%s", log)
@@ -180,7 +212,8 @@ def t_flag_and_headers(redis):
            "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
            "REDIS_TIMEOUT": SLOW_REDIS,
            "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset-In",
-           "REDIS_POOL_SIZ": "5", "LOG_FORMAT": "json", "LOG_LEVEL": "debug"}
+           "REDIS_POOL_SIZ": "5", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
+           "DEBUG_PORT": H.free_port()}
     with H.Daemon(None, env=env, exact_env=True, args=["--envoy-env"], listen=False, port=port,
                   ready=True) as d:
         addr = "10.2.%d.0/24" % (uuid.uuid4().int % 250)
@@ -242,6 +275,19 @@ def t_refused_values(_):
     # without --envoy-env and as ratelimitd, its variables are not read
     rc, _, err = H.run_cli(["-t"], env={"GRPC_SERVER_USE_TLS": "yes"})
     eq(rc, 0, "ratelimitd reads none of them: %r" % (err,))
+    # by its name, an argument it would ignore (Envoy AI Gateway's quota
+    # Deployment passes one) is told by name and ignored; ratelimitd refuses it
+    import subprocess
+    arg = "--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system"
+    r = subprocess.run([command_link(), arg, "-t"], env=H.clean_env(base), capture_output=True,
+                       text=True, timeout=60)
+    eq(r.returncode, 0, "ratelimit %s -t (%s)" % (arg, r.stderr))
+    eq(re.findall(r"^note: --quotaRateLimitServiceAddr: .*$", r.stderr, re.M),
+       ["note: --quotaRateLimitServiceAddr: an argument envoyproxy/ratelimit ignores: ignored"],
+       "the argument told by name")
+    check("envoy-gateway-system" not in r.stderr, "its value in the notes: %r", r.stderr)
+    rc, _, err = H.run_cli(["--envoy-env", arg, "-t"], env=base)
+    eq(rc, 1, "ratelimitd --envoy-env refuses it (%s)" % err)
 
 
 def t_sentinel_url(_):
@@ -257,7 +303,8 @@ def t_sentinel_url(_):
             env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
                    "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
                    "REDIS_TYPE": "sentinel", "REDIS_URL": "%s,%s" % (s.MASTER, nodes),
-                   "LOG_LEVEL": "debug", "REDIS_TIMEOUT": SLOW_REDIS}
+                   "LOG_LEVEL": "debug", "REDIS_TIMEOUT": SLOW_REDIS,
+                   "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": H.free_port()}
             if auth:
                 env["REDIS_SENTINEL_AUTH"] = auth
             with H.Daemon(None, env=env, exact_env=True, binary=command_link(), listen=False,
@@ -295,11 +342,11 @@ def t_files_watched(redis):
     config_dir = os.path.join(root, "ratelimit", "config")
     os.makedirs(config_dir)
     configmap_rules(config_dir, "2026_01", 3)
-    port, grpc_port = H.free_port(), H.free_port()
+    port, grpc_port, debug_port = H.free_port(), H.free_port(), H.free_port()
     env = {"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "HOST": "127.0.0.1",
            "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpc_port,
            "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis.port,
-           "REDIS_TIMEOUT": SLOW_REDIS}
+           "REDIS_TIMEOUT": SLOW_REDIS, "DEBUG_PORT": debug_port}
 
     def limit():
         st, _, b = H.request(port, "POST", "/json", {"domain": DOMAIN, "descriptors": [
@@ -317,6 +364,9 @@ def t_files_watched(redis):
         # a ConfigMap update: ..data swapped, no SIGHUP
         configmap_rules(config_dir, "2026_02", 7)
         H.wait_for(lambda: limit() == 7, "the swapped ConfigMap's rules")
+        # /rlconfig prints the rules in force
+        check("masked_remote_address: unit=HOUR requests_per_unit=7," in
+              H.request(debug_port, "GET", "/rlconfig")[2], "/rlconfig after the swap")
         # a bad file: refused, the running rules stay
         ok = reloads("ok")
         configmap_rules(config_dir, "2026_03", "seven")
@@ -371,6 +421,262 @@ def t_tls_files_watched(redis):
         check("files changed on disk, reloading" in d.log(), "the reload not logged:\n%s", d.log())
 
 
+RLCONFIG_MAX = 4 * 1024 * 1024
+RLCONFIG_LINE = re.compile(r"^(\S.*): unit=([A-Z]+) requests_per_unit=(\d+), "
+                           r"shadow_mode: (true|false), quota_mode: (true|false)$")
+
+
+def t_own_listeners(redis):
+    """Our own mode: metrics_listen and debug_listen; /rlconfig of a rule
+    set larger than its bound stops at 4 MiB and says how many were left out."""
+    n = 20000
+    value = "v" * 200
+    d = os.path.join(H.tmpdir(), "big-%s" % uuid.uuid4().hex[:8])
+    os.makedirs(d)
+    with open(os.path.join(d, "big.yaml"), "w") as f:
+        f.write("domain: big\ndescriptors:\n")
+        for i in range(n):
+            f.write("  - key: k\n    value: %s%06d\n    shadow_mode: %s\n"
+                    "    rate_limit: {unit: second, requests_per_unit: %d}\n"
+                    % (value, i, "true" if i % 2 else "false", i + 1))
+    with open(os.path.join(d, "small.yaml"), "w") as f:
+        f.write(VALUE_TO_METRIC)
+    grpc_port, mport, dport = H.free_port(), H.free_port(), H.free_port()
+    cfg = {"redis": {"timeout": SLOW_REDIS}, "metrics_listen": "127.0.0.1:%d" % mport,
+           "debug_listen": "127.0.0.1:%d" % dport,
+           "rls": {"listen": "127.0.0.1:%d" % grpc_port, "config": d, "envoy_metrics": True}}
+    with H.Daemon(cfg, redis=redis) as dm:
+        st, hdrs, text = H.request(dport, "GET", "/rlconfig", timeout=60)
+        eq(st, 200, "GET /rlconfig")
+        check(hdrs.get("content-type", "").startswith("text/plain"), "text: %r", hdrs)
+        size = len(text.encode())
+        check(RLCONFIG_MAX <= size <= RLCONFIG_MAX + 1024,
+              "/rlconfig of %d rules: %d bytes, bound %d", n, size, RLCONFIG_MAX)
+        lines = text.rstrip("\n").split("\n")
+        m = re.fullmatch(r"\.\.\. and (\d+) more limits, not shown: /rlconfig stops at %d bytes"
+                         % RLCONFIG_MAX, lines[-1])
+        check(m, "the last line says what was left out: %r", lines[-1][:200])
+        shown = lines[:-1]
+        # every limit shown or counted: big's 20,000 and vtm's one (domains
+        # by name: vtm's comes after big's, past the bound)
+        eq(len(shown) + int(m.group(1)), n + 1, "limits shown and left out")
+        for ln in shown:
+            check(RLCONFIG_LINE.match(ln), "a line of its format: %r", ln[:300])
+        # the rules of a domain in file order
+        eq(shown[0], "big.k_%s000000: unit=SECOND requests_per_unit=1, shadow_mode: false, "
+                     "quota_mode: false" % value, "the first rule")
+        eq(shown[1], "big.k_%s000001: unit=SECOND requests_per_unit=2, shadow_mode: true, "
+                     "quota_mode: false" % value, "the second rule")
+        eq(H.request(dport, "GET", "/")[2],
+           "/rlconfig: print out the currently loaded configuration for debugging\n", "GET /")
+        for path in ("/stats", "/debug/pprof/", "/metrics"):
+            eq(H.request(dport, "GET", path)[0], 404, "GET %s on the debug listener" % path)
+        eq(H.request(dport, "POST", "/rlconfig", "x")[0], 405, "POST on the debug listener")
+        # metrics_listen: /metrics alone, the same counters as listen's
+        st, _, b = H.request(dm.port, "POST", "/json", {"domain": "vtm", "descriptors": [
+            {"entries": [{"key": "route", "value": "r"}, {"key": "path", "value": "/p"}]}]})
+        eq(st, 200, "a check (%r)" % (b,))
+        lbl = {"domain": "vtm", "rule": "route_r.path_/p"}
+        eq(H.metric(mport, "ratelimitd_rls_hits_total", lbl), 1, "metrics_listen: our name")
+        eq(H.metric(mport, "ratelimitd_rls_hits_total", lbl), H.metric(dm.port, "ratelimitd_rls_hits_total", lbl),
+           "the same counter on listen")
+        eq(H.metric(mport, "ratelimit_service_rate_limit_total_hits",
+                    {"domain": "vtm", "key1": "route_r", "key2": "path_/p"}), 1,
+           "metrics_listen: envoyproxy/ratelimit's name with rls.envoy_metrics")
+        for path, method, want in (("/check", "POST", 404), ("/healthz", "GET", 404),
+                                   ("/metrics", "POST", 405)):
+            eq(H.request(mport, method, path, "{}" if method == "POST" else None)[0], want,
+               "%s %s on metrics_listen" % (method, path))
+        log = dm.log()
+        check("debug listener listening" in log and "metrics listening" in log,
+              "the listeners not logged:\n%s", log)
+
+
+def t_listener_rules(_):
+    """The debug listener shows the rules: loopback unless asked; no two
+    listeners on one address."""
+    root = os.path.join(runtime_root(), "ratelimit", "config")
+    base = {"rls": {"listen": "127.0.0.1:%d" % H.free_port(), "config": root}}
+    for extra, want in (({"debug_listen": "0.0.0.0:6070"}, "debug_listen: not a loopback"),
+                        ({"debug_listen": "0.0.0.0:6070", "debug_allow_remote": True}, None),
+                        ({"debug_listen": "unix:/tmp/rl-debug.sock"}, None),
+                        ({"metrics_listen": "0.0.0.0:9090"}, None),
+                        ({"metrics_listen": "127.0.0.1:8080", "listen": "127.0.0.1:8080"},
+                         "metrics_listen: must differ from listen"),
+                        ({"debug_listen": "127.0.0.1:9", "metrics_listen": "127.0.0.1:9"},
+                         "debug_listen: must differ from metrics_listen"),
+                        ({"metrics_listen": "localhost:9090"}, "metrics_listen: ")):
+        rc, _, err = H.run_cli(["-t", "-c", H.write_config(dict(base, **extra))])
+        if want is None:
+            eq(rc, 0, "%r taken (%s)" % (extra, err))
+        else:
+            eq(rc, 1, "%r refused" % (extra,))
+            check(want in err, "%r: %r not in %r", extra, want, err)
+    # a port another process holds: exit 2, naming the option
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        taken = busy.getsockname()[1]
+        cfg = H.write_config(dict(base, backend="memory", listen="127.0.0.1:%d" % H.free_port(),
+                                  metrics_listen="127.0.0.1:%d" % taken))
+        rc, _, err = H.run_cli(["-c", cfg], timeout=60)
+        eq(rc, 2, "metrics_listen on a port in use: exit 2 (%s)" % err)
+        check("metrics_listen=127.0.0.1:%d" % taken in err, "names metrics_listen: %r", err)
+
+
+ENVOY_ENV_C = os.path.join(H.RL_SRCDIR, "src", "envoy_env.c")
+ENVOY_MD = os.path.join(H.RL_SRCDIR, "docs", "envoy.md")
+# A value envoyproxy/ratelimit takes for each variable that sets one of our
+# options (the rows with a converter or read with one): a row added without
+# a value here fails t_migration_table, which must then cover it.
+VALID = {
+    "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "config",
+    "HOST": "127.0.0.1", "PORT": "18080", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "16070",
+    "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "18081", "GRPC_UDS": "/tmp/rl-table.sock",
+    "GRPC_SERVER_USE_TLS": "false", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+    "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt",
+    "LOG_LEVEL": "info", "LOG_FORMAT": "text", "CONFIG_TYPE": "FILE",
+    "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/metrics",
+    "LOCAL_CACHE_SIZE_IN_BYTES": "1024", "NEAR_LIMIT_RATIO": "0.8", "CACHE_KEY_PREFIX": "p:",
+    "BACKEND_TYPE": "redis", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false",
+    "SHADOW_MODE": "false", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+    "LIMIT_LIMIT_HEADER": "X-L", "LIMIT_REMAINING_HEADER": "X-R", "LIMIT_RESET_HEADER": "X-T",
+    "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "single", "REDIS_URL": "127.0.0.1:6379",
+    "REDIS_AUTH": "pw", "REDIS_TLS": "false", "REDIS_TLS_CLIENT_CERT": "/c.pem",
+    "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_CACERT": "/ca.pem",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false", "REDIS_SENTINEL_AUTH": "s",
+    "REDIS_TIMEOUT": "1s", "GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h",
+}
+
+
+def envoy_env_rows():
+    """src/envoy_env.c's table: {variable: (option or None, kind)}, kind
+    "none" (no effect: told when set), "off_only" (told when true) or "sets"
+    (sets `option`, or is read with a variable that does)."""
+    with open(ENVOY_ENV_C) as f:
+        src = f.read()
+    table = src[src.index("static const struct ev_row rows[] = {"):src.index("/* clang-format on */")]
+    rows = {}
+    for m in re.finditer(r'NONE\("([A-Z0-9_]+)"|PART\("([A-Z0-9_]+)", "([^"]+)"|'
+                         r'\{\.name = "([A-Z0-9_]+)"(.*?)\},\n', table, re.S):
+        if m.group(1):
+            rows[m.group(1)] = (None, "none")
+        elif m.group(2):
+            rows[m.group(2)] = (m.group(3), "sets")
+        else:
+            body = m.group(5)
+            opt = re.search(r'\.option = "([^"]+)"', body)
+            if "cv_off_only" in body:
+                kind = "off_only"
+            elif ".conv =" in body or "read with" in body:
+                kind = "sets"
+            else:
+                kind = "none"
+            rows[m.group(4)] = (opt.group(1) if opt else None, kind)
+    check(len(rows) > 100, "only %d rows read from src/envoy_env.c", len(rows))
+    return rows
+
+
+def migration_table():
+    """docs/envoy.md's table of envoyproxy/ratelimit's variables:
+    {variable: ratelimitd's cell}.  A name written `_SUFFIX` continues the
+    one before it (`CONFIG_GRPC_XDS_NODE_ID`, `_NODE_METADATA`); the
+    parentheses of the first cell hold defaults, not variables."""
+    with open(ENVOY_MD) as f:
+        text = f.read()
+    start = text.index("| envoyproxy/ratelimit (its default) | ratelimitd |")
+    known = envoy_env_rows()
+    out = {}
+    for ln in text[start:].split("\n")[2:]:
+        if not ln.startswith("|"):
+            break
+        first, cell = ln.strip("|").split(" | ", 1)
+        first = re.sub(r"\([^)]*\)", "", first)
+        full = []
+        for name in re.findall(r"`(_?[A-Z][A-Z0-9_]*)`", first):
+            if name.startswith("_"):
+                # the longest head of a name before it that makes a variable
+                # not listed yet
+                cands = [p[:i] + name for p in reversed(full) for i in
+                         sorted((j for j, ch in enumerate(p) if ch == "_"), reverse=True)]
+                name = next((c for c in cands if c in known and c not in out),
+                            cands[0] if cands else name)
+            full.append(name)
+            check(name not in out, "%s: twice in docs/envoy.md's table", name)
+            out[name] = cell
+    return out
+
+
+def t_migration_table(_):
+    rows = envoy_env_rows()
+    table = migration_table()
+    eq(sorted(set(rows) - set(table)), [], "variables of src/envoy_env.c missing in docs/envoy.md's table")
+    eq(sorted(set(table) - set(rows)), [], "variables of docs/envoy.md's table without a row")
+    spans = {v: re.findall(r"`([^`]*)`", cell) for v, cell in table.items()}
+    for var, (option, kind) in sorted(rows.items()):
+        cell = table[var]
+        if kind in ("none", "off_only"):
+            check("logged" in cell, "%s has no effect here: docs/envoy.md must say it is logged: %r",
+                  var, cell)
+        elif option is not None:
+            parts = option.split(".")
+            names = {option, parts[-1]} | {".".join(parts[:i]) for i in range(2, len(parts))}
+            check(any(n in sp for n in names for sp in spans[var]),
+                  "%s sets %s: docs/envoy.md's cell does not name it: %r", var, option, cell)
+    # the daemon tells, at start, exactly the variables the table says it
+    # logs: each once, by name; the others it reads, silently
+    root = runtime_root()
+    env = {"RUNTIME_ROOT": root}
+    for var, (option, kind) in rows.items():
+        if kind in ("none", "off_only"):
+            env[var] = "true"
+        elif var != "RUNTIME_ROOT":
+            check(var in VALID, "%s: no value to start with in VALID", var)
+            env[var] = VALID[var]
+    rc, _, err = H.run_cli(["--envoy-env", "-t"], env=env)
+    eq(rc, 0, "every variable set: -t (%s)" % err)
+    for var, (option, kind) in sorted(rows.items()):
+        n = len(re.findall(r"^note: %s: " % re.escape(var), err, re.M))
+        eq(n, 1 if kind in ("none", "off_only") else 0,
+           "%s (%s) told %d times:\n%s" % (var, kind, n, err))
+
+
+def t_connection_age(redis):
+    """rls.max_connection_age (GRPC_MAX_CONNECTION_AGE): GOAWAY to a
+    connection that old, its open stream kept until the grace, then closed;
+    a grpcio client goes on over a new connection."""
+    import time
+    rules = os.path.join(runtime_root(), "ratelimit", "config")
+    grpc_port = H.free_port()
+    cfg = {"redis": {"timeout": SLOW_REDIS},
+           "rls": {"listen": "127.0.0.1:%d" % grpc_port, "config": rules,
+                   "max_connection_age": "1s", "max_connection_age_grace": "1500ms"}}
+    with H.Daemon(cfg, redis=redis) as d:
+        t0 = time.monotonic()
+        with G.Raw(grpc_port) as idle, G.Raw(grpc_port) as busy:
+            # a call whose message never comes: its stream stays open
+            busy.request(G.SHOULD_RATE_LIMIT, body=None, end=False)
+            check(idle.until(lambda r: r.goaway is not None, 30), "no GOAWAY at the age")
+            t_goaway = time.monotonic() - t0
+            eq(idle.goaway.error_code, 0, "the age's GOAWAY: NO_ERROR")
+            check(t_goaway >= 0.9, "GOAWAY after %.2fs: before the age less 10%%", t_goaway)
+            check(idle.until(lambda r: r.closed, 30), "the idle connection not closed after GOAWAY")
+            check(busy.until(lambda r: r.goaway is not None, 30), "no GOAWAY on the busy connection")
+            check(not busy.closed, "the busy connection closed at the GOAWAY")
+            check(busy.until(lambda r: r.closed, 30), "the busy connection not closed after the grace")
+            t_closed = time.monotonic() - t0
+            check(t_closed >= 0.9 + 1.5, "closed after %.2fs: before the age and the grace", t_closed)
+        check(H.metric(d, "ratelimitd_rls_connections_aged_total") >= 2, "aged connections not counted")
+        with G.Client(grpc_port) as c:
+            addr = "10.9.%d.0/24" % (uuid.uuid4().int % 250)
+            eq(c.check(DOMAIN, eg_descriptor(addr)).statuses[0].limit_remaining, 2, "a check")
+            aged = H.metric(d, "ratelimitd_rls_connections_aged_total")
+            H.wait_for(lambda: H.metric(d, "ratelimitd_rls_connections_aged_total") > aged,
+                       "the client's connection to age", timeout=30)
+            eq(c.check(DOMAIN, eg_descriptor(addr)).statuses[0].limit_remaining, 1,
+               "a check after the GOAWAY, on a new connection")
+
+
 CASES = [
     ("Envoy Gateway's environment, started as ratelimit: ShouldRateLimit over TLS from "
      "RUNTIME_ROOT's files, /healthcheck, /json, its metric names; each variable without effect told once",
@@ -384,6 +690,14 @@ CASES = [
     ("watch_files in our own mode: rls.tls's files renamed over are served", t_tls_files_watched),
     ("REDIS_TYPE=sentinel with REDIS_URL master,sentinel,..., REDIS_SENTINEL_AUTH to sentinels "
      "with a password (none: refused)", t_sentinel_url),
+    ("our own mode: metrics_listen serves /metrics alone; debug_listen's /rlconfig of 20,000 rules "
+     "stops at 4 MiB and counts the rest", t_own_listeners),
+    ("debug_listen loopback unless debug_allow_remote; listeners on distinct addresses; a busy "
+     "port exits 2", t_listener_rules),
+    ("rls.max_connection_age: GOAWAY at the age, an open stream's connection closed after the "
+     "grace, a client goes on", t_connection_age),
+    ("docs/envoy.md's table holds every variable of src/envoy_env.c's, naming the option each sets "
+     "or saying it is logged; the daemon tells exactly those", t_migration_table),
 ]
 
 

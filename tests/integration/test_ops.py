@@ -292,6 +292,30 @@ def t_docker_user():
     check(user not in ("root", "0", ""), "the final stage's USER is %r", user)
 
 
+def t_docker_envoy_command():
+    """Envoy Gateway runs the image as /bin/ratelimit with envoyproxy/ratelimit's
+    environment and no arguments (docs/envoy.md): the final stage links
+    /bin/ratelimit to the daemon it copies, and sets no RATELIMITD_CONFIG (a
+    file would win over that environment: its redis.url over REDIS_URL);
+    the sample configuration comes as the default arguments."""
+    st = dockerfile_stages()[-1]
+    copied = [c.split()[-1] for c in instr(st, "COPY") if c.split()[-1].endswith("/ratelimitd")]
+    check(copied, "the final stage copies no ratelimitd")
+    links = [r for r in instr(st, "RUN")
+             if re.search(r"ln -s %s /bin/ratelimit(\s|$)" % re.escape(copied[0]), r)]
+    check(links, "no /bin/ratelimit linked to %s: %r", copied[0], instr(st, "RUN"))
+    env = " ".join(instr(st, "ENV"))
+    check("RATELIMITD_CONFIG" not in env, "the image sets RATELIMITD_CONFIG: %r", env)
+    eq([json.loads(e) for e in instr(st, "ENTRYPOINT")][-1], [copied[0]], "ENTRYPOINT")
+    cmd = json.loads(instr(st, "CMD")[-1])
+    eq(cmd[0], "-c", "the sample configuration as CMD's argument")
+    src = [c.split()[0] for c in instr(st, "COPY") if c.split()[-1] == cmd[1]]
+    check(src, "CMD's %s is not copied into the image", cmd[1])
+    # the sample the image starts with is a valid configuration
+    rc, _, err = H.run_cli(["-t", "-c", os.path.join(SRC, src[0])])
+    eq(rc, 0, "ratelimitd -t -c %s (%s)" % (src[0], err))
+
+
 def t_docker_healthcheck():
     st = dockerfile_stages()
     hc = instr(st[-1], "HEALTHCHECK")
@@ -666,6 +690,114 @@ def t_k8s_configmap():
     rc, out, err = H.run_cli(["-t", "-c", path], env={"RATELIMITD_REDIS_URL": "redis://redis:6379/0",
                                                       "RATELIMITD_LISTEN": "0.0.0.0:8080"})
     check(rc == 0, "-t exit %d:\n%s", rc, err.strip())
+
+
+# ---------------------------------------------------------------- Envoy Gateway
+
+EG = os.path.join(SRC, "deploy", "envoy-gateway")
+UNITS = {"Second", "Minute", "Hour", "Day", "Month", "Year"}
+
+
+def envoy_env_variables():
+    """The variables src/envoy_env.c's table knows."""
+    with open(os.path.join(SRC, "src", "envoy_env.c")) as f:
+        src = f.read()
+    table = src[src.index("static const struct ev_row rows[] = {"):src.index("/* clang-format on */")]
+    return {a or b for a, b in re.findall(r'(?:NONE|PART)\("([A-Z0-9_]+)"|\.name = "([A-Z0-9_]+)"',
+                                          table)}
+
+
+def rules_pass(files, what):
+    """Rule files ({name: text}) as rls.config: ratelimitd -t takes them."""
+    d = scratch("eg-rules-")
+    for name, text in files.items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    rc, _, err = H.run_cli(["-t", "-c", H.write_config({"rls": {"config": d}})])
+    eq(rc, 0, "%s: rls.config -t (%s)" % (what, err.strip()))
+
+
+def t_envoy_gateway_recipes():
+    """deploy/envoy-gateway/: the fields the recipes rely on."""
+    # the EnvoyGateway configuration: the image swapped, the rules mounted
+    # where RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config is in Envoy Gateway's
+    # environment (tests/integration/envoy_gateway.env)
+    cm = by_kind(yaml_load_all(os.path.join(EG, "envoy-gateway-config.yaml")), "ConfigMap")
+    inner = os.path.join(scratch("eg-config-"), "envoy-gateway.yaml")
+    with open(inner, "w") as f:
+        f.write(cm["data"]["envoy-gateway.yaml"])
+    import_yaml = yaml_load_all(inner)[0]
+    eq(import_yaml["kind"], "EnvoyGateway", "envoy-gateway.yaml's kind")
+    rld = import_yaml["provider"]["kubernetes"]["rateLimitDeployment"]
+    image = rld["container"]["image"]
+    check("ratelimitd" in image and "envoyproxy/ratelimit" not in image, "the image: %r", image)
+    with open(os.path.join(SRC, "tests", "integration", "envoy_gateway.env")) as f:
+        eg_env = dict(ln.strip().split("=", 1) for ln in f if "=" in ln and not ln.startswith("#"))
+    rules_dir = "%s/%s/config" % (eg_env["RUNTIME_ROOT"], eg_env["RUNTIME_SUBDIRECTORY"])
+    mounts = {m["name"]: m["mountPath"] for m in rld["container"]["volumeMounts"]}
+    eq(list(mounts.values()), [rules_dir], "the rule files' mount")
+    vols = {v["name"]: v for v in rld["pod"]["volumes"]}
+    cm_name = vols[list(mounts)[0]]["configMap"]["name"]
+    check(re.fullmatch(r"[\w.-]+:\d+", import_yaml["rateLimit"]["backend"]["redis"]["url"]),
+          "redis url not host:port (REDIS_TYPE single)")
+    rules = by_kind(yaml_load_all(os.path.join(EG, "ratelimit-rules.yaml")), "ConfigMap")
+    eq(rules["metadata"]["name"], cm_name, "the mounted ConfigMap")
+    eq(rules["metadata"]["namespace"], "envoy-gateway-system", "its namespace")
+    rules_pass(rules["data"], "ratelimit-rules.yaml")
+    # the policies
+    for name in ("backend-traffic-policy.yaml", "backend-traffic-policy-cost.yaml"):
+        p = by_kind(yaml_load_all(os.path.join(EG, name)), "BackendTrafficPolicy")
+        eq(p["apiVersion"], "gateway.envoyproxy.io/v1alpha1", "%s apiVersion" % name)
+        eq(p["spec"]["rateLimit"]["type"], "Global", "%s: a global limit" % name)
+        for r in p["spec"]["rateLimit"]["global"]["rules"]:
+            check(isinstance(r["limit"]["requests"], int) and r["limit"]["unit"] in UNITS,
+                  "%s: limit %r", name, r["limit"])
+    cost = by_kind(yaml_load_all(os.path.join(EG, "backend-traffic-policy-cost.yaml")),
+                   "BackendTrafficPolicy")["spec"]["rateLimit"]["global"]["rules"][0]["cost"]
+    eq(cost["request"], {"from": "Number", "number": 0}, "cost.request: asks only")
+    eq((cost["response"]["from"], cost["response"]["metadata"]["namespace"]),
+       ("Metadata", "io.envoy.ai_gateway"), "cost.response from AI Gateway's metadata")
+    # Envoy AI Gateway's quota service: its name, port and command, the image
+    # swapped, every variable one envoyproxy/ratelimit has
+    docs = yaml_load_all(os.path.join(EG, "ai-gateway-quota-ratelimit.yaml"))
+    dep, svc = by_kind(docs, "Deployment"), by_kind(docs, "Service")
+    eq((dep["metadata"]["name"], dep["metadata"]["namespace"]),
+       ("envoy-ai-gateway-ratelimit", "envoy-gateway-system"), "AI Gateway's quotaRateLimitServiceAddr")
+    spec = dep["spec"]["template"]["spec"]
+    eq(spec["securityContext"]["runAsNonRoot"], True, "runAsNonRoot")
+    c = spec["containers"][0]
+    eq(c["command"], ["/bin/ratelimit"], "its command")
+    check("ratelimitd" in c["image"], "the image: %r", c["image"])
+    env = {e["name"]: e["value"] for e in c["env"]}
+    known = envoy_env_variables()
+    eq(sorted(set(env) - known), [], "variables envoyproxy/ratelimit does not have")
+    check(env["CONFIG_GRPC_XDS_SERVER_URL"].endswith(":18002"), "AI Gateway's xDS port")
+    eq(int(env["GRPC_PORT"]), 8081, "GRPC_PORT")
+    eq([p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc"], [8081], "the Service's gRPC port")
+    eq(c["readinessProbe"]["httpGet"], {"path": "/healthcheck", "port": 8080}, "the probe")
+    eq([m["mountPath"] for m in c["volumeMounts"]],
+       ["%s/%s/config" % (env["RUNTIME_ROOT"], env["RUNTIME_SUBDIRECTORY"])], "the quota rules' mount")
+    qcm = by_kind(docs, "ConfigMap")
+    eq(qcm["metadata"]["name"], spec["volumes"][0]["configMap"]["name"], "the mounted ConfigMap")
+    rules_pass(qcm["data"], "ai-gateway-quota-ratelimit.yaml")
+    # started as that container starts (its command by name, its environment
+    # with the rules where they are mounted, the image's own variables):
+    # the configuration is good
+    root = scratch("eg-root-")
+    cfgdir = os.path.join(root, env["RUNTIME_SUBDIRECTORY"], "config")
+    os.makedirs(cfgdir)
+    for name, text in qcm["data"].items():
+        with open(os.path.join(cfgdir, name), "w") as f:
+            f.write(text)
+    image_env = dict(kv.split("=", 1) for e in instr(dockerfile_stages()[-1], "ENV")
+                     for kv in shlex.split(e))
+    run_env = dict(image_env, **env)
+    run_env.update(RUNTIME_ROOT=root, PATH=os.environ.get("PATH", ""))
+    link = os.path.join(scratch("eg-bin-"), "ratelimit")
+    os.symlink(os.path.abspath(H.RATELIMITD), link)
+    rc, out, err = run([link] + c.get("args", []) + ["-t"], env=run_env)
+    eq(rc, 0, "the quota Deployment's container, -t (%s)" % err.strip())
+    check("note: CONFIG_GRPC_XDS_SERVER_URL:" in err, "the xDS variables not told: %r", err)
 
 
 K8S_KINDS = {("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap"), ("v1", "Secret"),
@@ -1414,6 +1546,11 @@ CASES = [
     ("Dockerfile runs scripts/test in the build stage", t_docker_tests),
     ("Dockerfile's final stage runs as a non-root USER", t_docker_user),
     ("Dockerfile's final stage has a HEALTHCHECK", t_docker_healthcheck),
+    ("deploy/envoy-gateway/: the image swapped, rules mounted where Envoy Gateway's environment reads "
+     "them, the policies' limits and costs, AI Gateway's quota Deployment started by its command",
+     t_envoy_gateway_recipes),
+    ("Dockerfile: /bin/ratelimit links the daemon; no RATELIMITD_CONFIG to win over envoyproxy/"
+     "ratelimit's environment; the sample configuration as CMD", t_docker_envoy_command),
     ("man/ratelimitd.8 renders without a warning (groff -ww, man -l)", lambda: t_render(MAN8)),
     ("man/ratelimitd.json.5 renders without a warning (groff -ww, man -l)", lambda: t_render(MAN5)),
     ("ratelimitd(8) has its sections and SEE ALSO ratelimitd.json(5)", t_man8_sections),

@@ -92,80 +92,6 @@ class Load:
         return list(self.answers)
 
 
-class DelayProxy:
-    """A TCP relay on a free loopback port to a Redis: each connection is
-    held `delay` s before its upstream connection is made, so every
-    connection to Redis through it takes that long to become usable (a
-    distant or busy server, deterministically)."""
-
-    def __init__(self, upstream_port, delay):
-        self.upstream, self.delay = upstream_port, delay
-        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        self.socks = []
-        self.closed = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self):
-        return "redis://127.0.0.1:%d/0" % self.port
-
-    def _accept(self):
-        while not self.closed.is_set():
-            try:
-                c, _ = self.ls.accept()
-            except OSError:
-                return
-            self.socks.append(c)
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c):
-        if self.closed.wait(self.delay):
-            return
-        try:
-            u = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
-        except OSError:
-            c.close()
-            return
-        self.socks.append(u)
-        threading.Thread(target=self._pump, args=(u, c), daemon=True).start()
-        self._pump(c, u)
-
-    def _pump(self, a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.closed.set()
-        self.ls.close()
-        for s in self.socks:
-            try:
-                s.close()
-            except OSError:
-                pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-
 def first_checks(port, threads=4, seconds=0.5):
     """POST /check from `threads` threads from the moment the daemon's port
     accepts, for `seconds` after that: [(status, degraded, seconds taken)]."""
@@ -368,7 +294,7 @@ def t_connecting_waits(_):
     come meanwhile wait for it and are decided, in closed mode too; /readyz
     says 503 until then.  Before: 503 at once, until the handshake."""
     delay = 0.4
-    with H.Redis(topology="standalone") as r, DelayProxy(r.port, delay) as px:
+    with H.Redis(topology="standalone") as r, H.Relay(r.port, delay) as px:
         cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),
                "redis": {"url": px.url, "timeout": "3s", "connect_timeout": "2s"}}
         d = H.Daemon(cfg, workers=WORKERS, wait=False)
@@ -438,7 +364,7 @@ def t_ready_after_handshake(_):
     READY=1 as soon as the sockets were bound.  With no Redis at all it still
     comes, after connect_timeout."""
     delay = 0.4
-    with H.Redis(topology="standalone") as r, DelayProxy(r.port, delay) as px:
+    with H.Redis(topology="standalone") as r, H.Relay(r.port, delay) as px:
         ns = NotifySocket()
         try:
             cfg = {"identity": ["body"], "failure_mode": "closed", "policies": policy(),

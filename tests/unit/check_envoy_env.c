@@ -338,13 +338,21 @@ START_TEST(envoy_gateway)
     snprintf(dir, sizeof(dir), "%s/ratelimit/config", root);
     ck_assert_str_eq(got_text(&g, "rls.config"), dir);
     ck_assert_ptr_null(got_text(&g, "rls.response_headers"));
+    /* USE_PROMETHEUS=true: its own listener at PROMETHEUS_ADDR, every address */
+    ck_assert_str_eq(got_text(&g, "metrics_listen"), "0.0.0.0:19001");
+    /* its defaults: GOAWAY at 24 hours, closed an hour later */
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age"), "86400000");
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age_grace"), "3600000");
+    /* its debug port, on every address as there */
+    ck_assert_str_eq(got_text(&g, "debug_listen"), "0.0.0.0:6070");
+    ck_assert_str_eq(got_text(&g, "debug_allow_remote"), "true");
     /* without effect, each told by name once; USE_STATSD=false asks nothing */
     static const char *const told[] = {
         "GRPC_SERVER_TLS_CA_CERT", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL",
         "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
         "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
         "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "USE_PROMETHEUS", "PROMETHEUS_ADDR", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES",
+        "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES",
     };
     for (size_t i = 0; i < RL_ARRAY_LEN(told); i++)
         ck_assert_msg(has_note(&notes, told[i]), "%s not told", told[i]);
@@ -414,7 +422,7 @@ START_TEST(listeners_headers_and_values)
         "HOST=::1", "PORT=0x1F91", "GRPC_UDS=/run/rl.sock", "LIMIT_RESPONSE_HEADERS_ENABLED=1",
         "LIMIT_RESET_HEADER=X-Reset", "NEAR_LIMIT_RATIO=0.9", "REDIS_TIMEOUT=1m30s",
         "SHADOW_MODE=T", "LOG_LEVEL=Trace", "QUOTA_MODE=false", "MERGE_DOMAIN_CONFIG=true",
-        "LOG_FORMAT=json", NULL};
+        "LOG_FORMAT=json", "GRPC_MAX_CONNECTION_AGE=0", "GRPC_MAX_CONNECTION_AGE_GRACE=0s", NULL};
     struct got g = {0};
     struct rl_errors notes = {0}, errs = {0};
 
@@ -435,10 +443,27 @@ START_TEST(listeners_headers_and_values)
     ck_assert_str_eq(got_text(&g, "rls.shadow_mode"), "true");
     ck_assert_str_eq(got_text(&g, "log_level"), "debug");
     ck_assert_str_eq(got_text(&g, "log_format"), "json");
+    /* 0 is forever in grpc-go: no age, the longest grace */
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age"), "0");
+    ck_assert_str_eq(got_text(&g, "rls.max_connection_age_grace"), "2592000000");
     /* QUOTA_MODE=false asks what ratelimitd does; MERGE_DOMAIN_CONFIG=true does not */
     ck_assert(!has_note(&notes, "QUOTA_MODE"));
     ck_assert(has_note(&notes, "MERGE_DOMAIN_CONFIG"));
+    /* no USE_PROMETHEUS: no listener of its own, as there */
+    ck_assert_ptr_null(got_text(&g, "metrics_listen"));
     errors_free(&notes);
+    memset(&g, 0, sizeof(g));
+    {
+        static const char *const prom[] = {"USE_PROMETHEUS=1", "PROMETHEUS_ADDR=localhost:9102",
+                                           "PROMETHEUS_PATH=/stats/prometheus",
+                                           "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=16070", NULL};
+        ck_assert_int_eq(read_env(prom, &g, &notes, &errs), RL_OK);
+        ck_assert_str_eq(got_text(&g, "metrics_listen"), "127.0.0.1:9102");
+        ck_assert_str_eq(got_text(&g, "debug_listen"), "127.0.0.1:16070");
+        /* another path is told: /metrics it stays */
+        ck_assert(has_note(&notes, "PROMETHEUS_PATH"));
+        errors_free(&notes);
+    }
     errors_free(&errs);
     drop_root();
 }
@@ -449,11 +474,12 @@ START_TEST(refused_and_unknown)
     static const char *const env[] = {
         "GRPC_SERVER_USE_TLS=yes", "PORT=80800", "REDIS_TIMEOUT=10", "LOG_LEVEL=loud",
         "CONFIG_TYPE=XDS", "BACKEND_TYPE=memcache", "REDIS_POOL_SIZ=5", "LIMIT_FOO=1",
-        "HOSTNAME=x", NULL};
+        "HOSTNAME=x", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=9090", "DEBUG_PORT=0", NULL};
     struct got g = {0};
     struct rl_errors notes = {0}, errs = {0};
     static const char *const wrong[] = {"GRPC_SERVER_USE_TLS", "PORT", "REDIS_TIMEOUT",
-                                        "LOG_LEVEL", "CONFIG_TYPE", "BACKEND_TYPE"};
+                                        "LOG_LEVEL", "CONFIG_TYPE", "BACKEND_TYPE",
+                                        "PROMETHEUS_ADDR", "DEBUG_PORT"};
 
     make_root();
     ck_assert_int_eq(read_env(env, &g, &notes, &errs), RL_ERR);

@@ -52,7 +52,10 @@ static const char rules_yaml[] =
     "                              {algorithm: sliding_window_log, unit: hour,\n"
     "                               requests_per_unit: 2, name: hourly}]}\n"
     "  - {key: minute, rate_limit: {unit: minute, requests_per_unit: 100}}\n"
-    "  - {key: user, detailed_metric: true, rate_limit: {unit: day, requests_per_unit: 5}}\n";
+    "  - {key: user, detailed_metric: true, rate_limit: {unit: day, requests_per_unit: 5}}\n"
+    "  - {key: charged, count_over_limit: true,\n"
+    "     rate_limit: {algorithm: token_bucket, window: 1d, requests_per_unit: 2}}\n"
+    "  - {key: spared, count_over_limit: false, rate_limit: {unit: day, requests_per_unit: 2}}\n";
 
 struct fx {
     struct rl_backend *mem;
@@ -350,19 +353,26 @@ START_TEST(hits_addend)
     ck_assert_uint_eq(a.st[0].limit_remaining, 0);
     ck_assert_uint_eq(a.st[1].limit_remaining, 1);
     ck_assert_int_eq(a.st[1].code, RLS_CODE_OK);
-    /* more than is left: over, and (here) nothing counted */
+    /* more than is left: over, and counted (a unit rule counts every hit,
+     * as envoyproxy/ratelimit's INCRBY): an ask after it is over too */
     s.d[1].hits = 2;
     a = ask(&f, &s);
     ck_assert_int_eq(a.st[0].code, RLS_CODE_OVER_LIMIT);
     ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
-    s.d[1].hits = 1;
-    a = ask(&f, &s);
-    ck_assert_int_eq(a.st[1].code, RLS_CODE_OK);
-    ck_assert_uint_eq(a.st[1].limit_remaining, 0);
-    /* hits beyond any limit: over, never a wrap */
-    s.d[1].hits = UINT64_MAX;
+    s.d[1].hits = 0;
     a = ask(&f, &s);
     ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
+    ck_assert_uint_eq(a.st[1].limit_remaining, 0);
+    /* hits up to 10^15 (budgets), over and never a wrap; past it refused */
+    s.d[1].hits = RL_COST_MAX;
+    a = ask(&f, &s);
+    ck_assert_int_eq(a.st[1].code, RLS_CODE_OVER_LIMIT);
+    s.d[1].hits = UINT64_MAX;
+    {
+        char *cause = refused(&f, &s);
+        ck_assert_str_eq(cause, "descriptors[1].hits_addend: at most 1000000000000000");
+        free(cause);
+    }
     fx_close(&f);
 }
 END_TEST
@@ -544,6 +554,56 @@ START_TEST(all_or_nothing)
         ck_assert_uint_eq(ask1(&f, "key2", "d").st[0].limit_remaining, 17);
         /* the over-limit counts: only what was counted */
         ck_assert_uint_eq(stat(&f, "key2", RL_RLS_WITHIN_LIMIT), (on ? 6 : 8));
+        fx_close(&f);
+    }
+}
+END_TEST
+
+/* count_over_limit: a unit rule counts every hit (an ask after an
+ * overrun is over), an algorithm's only with the option, a unit rule with
+ * it false keeps ratelimitd's counting; under rls.all_or_nothing a unit
+ * rule counts nothing of a denied request, and a rule that says true is
+ * decided alone, charged. */
+START_TEST(count_over_limit)
+{
+    struct reqspec three = {
+        .domain = "test-domain",
+        .n = 3,
+        .d = {{.kv = {{"key2", "g"}}}, {.kv = {{"ten", "g"}}}, {.kv = {{"charged", "g"}}}}};
+    struct reqspec one = {.domain = "test-domain", .n = 1};
+    struct answer a;
+    struct fx f;
+
+    for (int on = 0; on <= 1; on++) {
+        fx_open(&f, on ? "\"all_or_nothing\": true" : NULL);
+        /* one descriptor: 11 of 10, then an ask */
+        one.d[0] = (struct desc){.kv = {{"ten", "o"}}, .has_hits = 1, .hits = 11};
+        ck_assert_int_eq(ask(&f, &one).st[0].code, RLS_CODE_OVER_LIMIT);
+        one.d[0].hits = 0;
+        a = ask(&f, &one);
+        ck_assert_int_eq(a.st[0].code, on ? RLS_CODE_OK : RLS_CODE_OVER_LIMIT);
+        ck_assert_uint_eq(a.st[0].limit_remaining, on ? 10 : 0);
+        ck_assert_uint_eq(stat(&f, "ten", RL_RLS_CHARGED), on ? 0 : 11);
+        /* count_over_limit: false on a unit rule: 3 of 2 counts nothing */
+        one.d[0] = (struct desc){.kv = {{"spared", "o"}}, .has_hits = 1, .hits = 3};
+        ck_assert_int_eq(ask(&f, &one).st[0].code, RLS_CODE_OVER_LIMIT);
+        one.d[0].hits = 0;
+        ck_assert_uint_eq(ask(&f, &one).st[0].limit_remaining, 2);
+        /* ten=g full; the request of three is over: key2 counts without
+         * the option only, charged (alone) in both */
+        one.d[0] = (struct desc){.kv = {{"ten", "g"}}, .has_hits = 1, .hits = 10};
+        ck_assert_int_eq(ask(&f, &one).st[0].code, RLS_CODE_OK);
+        a = ask(&f, &three);
+        ck_assert_int_eq(a.overall, RLS_CODE_OVER_LIMIT);
+        ck_assert_int_eq(a.st[2].code, RLS_CODE_OK);
+        ck_assert_uint_eq(a.st[2].limit_remaining, 1);
+        ck_assert_uint_eq(ask1(&f, "key2", "g").st[0].limit_remaining, on ? 19 : 18);
+        /* a token bucket charged past empty: over, the ask after it too */
+        one.d[0] = (struct desc){.kv = {{"charged", "g"}}, .has_hits = 1, .hits = 3};
+        ck_assert_int_eq(ask(&f, &one).st[0].code, RLS_CODE_OVER_LIMIT);
+        one.d[0].hits = 0;
+        ck_assert_int_eq(ask(&f, &one).st[0].code, RLS_CODE_OVER_LIMIT);
+        ck_assert_uint_eq(stat(&f, "charged", RL_RLS_CHARGED), 4);
         fx_close(&f);
     }
 }
@@ -820,6 +880,7 @@ main(void)
     tcase_add_test(tc, unknown_domain_and_bad_requests);
     tcase_add_test(tc, hits_addend);
     tcase_add_test(tc, all_or_nothing);
+    tcase_add_test(tc, count_over_limit);
     tcase_add_test(tc, separators_in_a_value_count_apart);
     tcase_add_test(tc, per_value_and_shared_counts);
     tcase_add_test(tc, a_descriptors_own_limit_wins);

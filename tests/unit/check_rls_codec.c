@@ -481,6 +481,46 @@ START_TEST(response_round_trip)
 }
 END_TEST
 
+/* Budgets: a descriptor's limit and hits_addend of 10^15 are read whole
+ * (the limit's uint32 field extended to the uint64 of the same varint);
+ * Envoy's uint32 answer fields hold a larger number at UINT32_MAX. */
+START_TEST(budgets_on_the_wire)
+{
+    static const uint8_t wire[] = {
+        0x0a, 0x01, 'd',                   /* RateLimitRequest.domain = 1 */
+        0x12, 0x18,                        /* .descriptors = 2 */
+        0x12, 0x09, 0x08,                  /*   .limit = 2 { requests_per_unit = 1: */
+        0x80, 0x80, 0x9a, 0xa6, 0xea, 0xaf, 0xe3, 0x01, /* 10^15 */
+        0x1a, 0x09, 0x08,                  /*   .hits_addend = 3 { value = 1: */
+        0xff, 0xff, 0x99, 0xa6, 0xea, 0xaf, 0xe3, 0x01, /* 10^15 - 1 */
+        0x0a, 0x00                         /*   an empty entry */
+    };
+    struct rls_status st = {.code = RLS_CODE_OK, .has_limit = 1,
+                            .requests_per_unit = 1000000000000000ULL,
+                            .unit = RLS_UNIT_YEAR, .limit_remaining = 5000000000ULL,
+                            .until_reset_ms = -1};
+    struct rls_response r = {.overall_code = RLS_CODE_OK, .statuses = &st, .nstatuses = 1};
+    struct arena a;
+    struct rls_request req;
+    const uint8_t *out;
+    size_t n = 0;
+    PbResponse *m;
+
+    arena_init(&a, 0, 0);
+    ck_assert_ptr_null(rls_codec_decode_request(&a, wire, sizeof(wire), &req));
+    ck_assert_uint_eq(req.descriptors[0].limit_requests_per_unit, 1000000000000000ULL);
+    ck_assert_uint_eq(req.descriptors[0].hits_addend, 999999999999999ULL);
+    out = rls_codec_encode_response(&a, &r, &n);
+    ck_assert_ptr_nonnull(out);
+    m = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, n, out);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_uint_eq(m->statuses[0]->current_limit->requests_per_unit, UINT32_MAX);
+    ck_assert_uint_eq(m->statuses[0]->limit_remaining, UINT32_MAX);
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(m, NULL);
+    arena_free(&a);
+}
+END_TEST
+
 START_TEST(response_to_the_wire)
 {
     static const uint8_t want[] = {
@@ -692,6 +732,7 @@ main(void)
     tcase_add_test(tc, the_arena_cap_bounds_decoding);
     tcase_add_test(tc, decoder_agrees_with_protobuf_c);
     tcase_add_test(tc, response_round_trip);
+    tcase_add_test(tc, budgets_on_the_wire);
     tcase_add_test(tc, response_to_the_wire);
     tcase_add_test(tc, response_bound_holds_the_widest_fields);
     tcase_add_test(tc, encoding_past_the_cap_fails);

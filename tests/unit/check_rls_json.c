@@ -53,7 +53,7 @@ START_TEST(requests_as_protojson_reads_them)
         " {\"entries\": [{\"key\": \"a\", \"value\": \"b\"}],"
         "  \"limit\": {\"requestsPerUnit\": 42, \"unit\": \"HOUR\"}, \"hitsAddend\": \"0\"},"
         " {\"entries\": [], \"limit\": {\"requests_per_unit\": \"7\", \"unit\": 7},"
-        "  \"hits_addend\": \"18446744073709551615\"},"
+        "  \"hits_addend\": \"1000000000000000\"},"
         " {\"entries\": null, \"limit\": null, \"hitsAddend\": null}]}");
     const struct rls_request *q = r.req;
 
@@ -72,7 +72,7 @@ START_TEST(requests_as_protojson_reads_them)
     ck_assert_uint_eq(q->descriptors[1].hits_addend, 0);
     ck_assert_uint_eq(q->descriptors[2].limit_requests_per_unit, 7);
     ck_assert_int_eq(q->descriptors[2].limit_unit, RLS_UNIT_WEEK);
-    ck_assert_uint_eq(q->descriptors[2].hits_addend, UINT64_MAX);
+    ck_assert_uint_eq(q->descriptors[2].hits_addend, 1000000000000000ULL);
     ck_assert_uint_eq(q->descriptors[3].nentries, 0);
     ck_assert(!q->descriptors[3].has_limit && !q->descriptors[3].has_hits_addend);
     rls_json_request_free(&r);
@@ -113,9 +113,14 @@ START_TEST(bad_requests_named)
     decode_bad("{\"descriptors\": [{\"limit\": {\"unit\": \"FORTNIGHT\"}}]}",
                "descriptors[0].limit.unit: must be one of SECOND");
     decode_bad("{\"descriptors\": [{\"limit\": {\"requestsPerUnit\": \"x\"}}]}",
-               "descriptors[0].limit.requestsPerUnit: must be an integer 0..4294967295");
+               "descriptors[0].limit.requestsPerUnit: must be an integer 0..1000000000000000");
+    /* budgets: up to 10^15, as a string or a number */
+    decode_bad("{\"descriptors\": [{\"limit\": {\"requestsPerUnit\": 1000000000000001}}]}",
+               "descriptors[0].limit.requestsPerUnit: must be an integer 0..1000000000000000");
+    decode_bad("{\"descriptors\": [{\"hitsAddend\": \"1000000000000001\"}]}",
+               "descriptors[0].hitsAddend: must be an integer 0..1000000000000000");
     decode_bad("{\"descriptors\": [{\"hitsAddend\": \"18446744073709551616\"}]}",
-               "descriptors[0].hitsAddend: must be an integer 0..18446744073709551615");
+               "descriptors[0].hitsAddend: must be an integer 0..1000000000000000");
 }
 END_TEST
 

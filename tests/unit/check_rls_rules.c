@@ -462,7 +462,13 @@ START_TEST(algorithm_window_burst_and_several_limits)
         "  - key: c\n"
         "    rate_limit: {window: 60000, requests_per_unit: 5}\n"
         "  - key: z\n"
-        "    rate_limit: {unit: WEEK}\n";
+        "    rate_limit: {unit: WEEK}\n"
+        "  - key: u\n"
+        "    count_over_limit: false\n"
+        "    rate_limit: {unit: hour, requests_per_unit: 1000000000000000}\n"
+        "  - key: t\n"
+        "    count_over_limit: true\n"
+        "    rate_limit: {algorithm: token_bucket, window: 1h, requests_per_unit: 10}\n";
     struct rls_rules *r = load_ok(y);
     const struct rls_rule *m;
 
@@ -491,6 +497,17 @@ START_TEST(algorithm_window_burst_and_several_limits)
     ck_assert_uint_eq(m->zero, 1);
     ck_assert_int_eq(m->limits[0].unit, RLS_UNIT_WEEK);
     ck_assert_int_eq(m->policy->limits[0].window_ms, 7 * 86400000LL);
+    /* count_over_limit: by default, only where every limit is a unit's */
+    ck_assert(m->count_over && !m->count_set);
+    ck_assert(!match(r, "d", (struct kv[]){{"a", "x"}}, 1, NULL)->count_over);
+    ck_assert(!match(r, "d", (struct kv[]){{"b", "x"}}, 1, NULL)->count_over);
+    ck_assert(!match(r, "d", (struct kv[]){{"c", "x"}}, 1, NULL)->count_over);
+    m = match(r, "d", (struct kv[]){{"u", "x"}}, 1, NULL);
+    ck_assert(!m->count_over && m->count_set);
+    ck_assert_uint_eq(m->limits[0].requests_per_unit, 1000000000000000ULL);
+    ck_assert_int_eq(m->policy->limits[0].limit, 1000000000000000LL);
+    m = match(r, "d", (struct kv[]){{"t", "x"}}, 1, NULL);
+    ck_assert(m->count_over && m->count_set);
     rls_rules_free(r);
 }
 END_TEST
@@ -622,24 +639,28 @@ START_TEST(our_validation_errors)
         "align: epoch}\n"
         "  - key: c\n    rate_limit: {algorithm: leaky, unit: minute}\n"
         "  - key: d\n    rate_limit: {unit: minute, requests_per_unit: -1}\n"
-        "  - key: e\n    rate_limit: {unit: minute, requests_per_unit: 4294967296}\n"
+        "  - key: e\n    rate_limit: {unit: minute, requests_per_unit: 1000000000000001}\n"
         "  - key: f\n    rate_limit: {unit: minute, requests_per_unit: '5'}\n"
         "  - key: g\n    rate_limit: {window: 5x, requests_per_unit: 5}\n"
         "  - key: h\n    shadow_mode: maybe\n"
-        "  - key: i\n    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: "
-        "2000000000}\n",
+        "  - key: i\n    rate_limit: {algorithm: sliding_window_log, unit: minute, "
+        "requests_per_unit: 2000000000}\n"
+        "  - key: j\n    count_over_limit: maybe\n",
         (const char *const[]){
             "4: descriptors[0].rate_limit: burst: only token_bucket and gcra",
             "6: descriptors[1].rate_limit: align: only fixed_window",
             "8: descriptors[2].rate_limit.algorithm: must be one of fixed_window",
-            "10: descriptors[3].rate_limit.requests_per_unit: must be an integer 0..4294967295",
-            "12: descriptors[4].rate_limit.requests_per_unit: must be at most 4294967295",
+            "10: descriptors[3].rate_limit.requests_per_unit: must be an integer "
+            "0..1000000000000000",
+            "12: descriptors[4].rate_limit.requests_per_unit: must be at most 1000000000000000",
             "14: descriptors[5].rate_limit.requests_per_unit: must be an integer",
             "16: descriptors[6].rate_limit.window: must be a duration",
             "18: descriptors[7].shadow_mode: must be true or false",
-            "20: descriptors[8].rate_limit: requests_per_unit: at most 1000000000 with gcra",
+            "20: descriptors[8].rate_limit: requests_per_unit: at most 1000000000 with "
+            "sliding_window_log",
+            "22: descriptors[9].count_over_limit: must be true or false",
         },
-        9);
+        10);
     expect_errors("domain: d\ndescriptors:\n  - key: a\n    mode: hybrid\n"
                   "  - key: b\n    sync_interval: 1s\n"
                   "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
