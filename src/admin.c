@@ -344,6 +344,9 @@ answer_json(const struct admin_op *op, const struct rl_check_res *res)
         json_object_set_new(e, "reset_ms", json_integer(res->limits[i].reset_ms));
         if (algo_def(l->algo)->uses_burst)
             json_object_set_new(e, "burst", json_integer(l->burst));
+        /* units past the limit (a charge's, a settle's, a penalty's) */
+        if (res->limits[i].overdraft > 0)
+            json_object_set_new(e, "overdraft", json_integer(res->limits[i].overdraft));
         /* the slots held now: by leases not released and not ended */
         if (cc)
             json_object_set_new(e, "held", json_integer(l->limit - res->limits[i].remaining));

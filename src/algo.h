@@ -165,7 +165,8 @@ struct rl_algo_def {
      * Give `units` (> 0) back at now_us (a reward), whatever the state: a
      * counter goes down (never below 0), a bucket fills (never past
      * burst), GCRA's TAT moves back (never before now), the log forgets
-     * its newest `units` entries.  A state left worth nothing is all zero,
+     * its newest `units` units (an entry of more, in part).  A state left
+     * worth nothing is all zero,
      * like a missing Redis key (the script deletes the key then).
      */
     void (*give)(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now_us,

@@ -209,11 +209,20 @@ swl_charge(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, in
 static void
 swl_give(const struct rl_limit *lim, struct rl_algo_state *st, int64_t now, int64_t units)
 {
-    uint32_t k = units < (int64_t)st->ring_len ? (uint32_t)units : st->ring_len;
+    /* the newest entries whole, then part of the next (the script's give) */
+    while (units > 0 && st->ring_len > 0) {
+        int64_t *c =
+            &st->ring[2 * (size_t)((st->ring_head + st->ring_len - 1) % st->ring_cap) + 1];
 
-    for (uint32_t i = st->ring_len - k; i < st->ring_len; i++)
-        st->swl.units -= swl_cost(st, i);
-    st->ring_len -= k;
+        if (*c > units) {
+            *c -= units;
+            st->swl.units -= units;
+            break;
+        }
+        units -= *c;
+        st->swl.units -= *c;
+        st->ring_len--;
+    }
 }
 
 static int64_t

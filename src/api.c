@@ -21,7 +21,7 @@
 #include "worker.h"
 
 /* 8 limits of a period in a zone of 64 bytes: ~2.7 KiB; and a lease */
-#define BODY_MAX (4096 + RL_LEASE_ID_MAX)
+#define BODY_MAX (4096 + RL_LEASE_ID_MAX + RL_RSV_ID_MAX)
 
 /* On every 503 of ours: the backend reconnects within a second or so, a
  * drain sends the caller elsewhere. */
@@ -275,6 +275,26 @@ on_release_done(int status, bool released, void *arg)
     worker_check_done(w);
 }
 
+/* POST /settle: a reservation settled at its real cost (check.h), answered
+ * as a check is. */
+static void
+handle_settle(struct http_req *r, struct rl_worker *w)
+{
+    char *error = NULL;
+
+    if (!admit(r, w))
+        return;
+    r->start_us = 0;
+    worker_check_begin(w);
+    if (check_settle(worker_env(w), worker_config(w), r->body_len ? r->body : NULL,
+                     r->body_len, on_check_done, r, &error) != RL_OK) {
+        metrics_reject(worker_counters(w), RL_REJ_BAD_REQUEST);
+        http_respond_error(r, 400, NULL, error);
+        free(error);
+        worker_check_done(w);
+    }
+}
+
 /* POST /release: a lease's slot back (check.h). */
 static void
 handle_release(struct http_req *r, struct rl_worker *w)
@@ -448,6 +468,11 @@ api_handle(struct http_req *r, void *arg)
             handle_check(r, w, 0, true);
         else
             respond_405(r, w, "Allow: POST\r\n");
+    } else if (path_is(h, "/settle", 7)) {
+        if (h->method == HTTP_M_POST)
+            handle_settle(r, w);
+        else
+            respond_405(r, w, "Allow: POST\r\n");
     } else if (path_is(h, "/release", 8)) {
         if (h->method == HTTP_M_POST)
             handle_release(r, w);
@@ -487,7 +512,7 @@ api_handle(struct http_req *r, void *arg)
         metrics_reject(worker_counters(w), RL_REJ_NOT_FOUND);
         http_respond_error(
             r, 404, NULL,
-            "no such path: use POST /check, POST /charge, POST /release, POST /json, "
+            "no such path: use POST /check, POST /charge, POST /settle, POST /release, POST /json, "
             "GET /healthz, GET /readyz, GET /serving, GET /healthcheck or GET /metrics");
     }
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "lease.h"
 #include "policy.h"
 #include "util.h"
 
@@ -45,6 +46,22 @@ backend_once_key(const struct rl_check_req *req, char *buf, size_t size, size_t 
     sb_mem(&sb, req->key, req->key_len);
     sb_str(&sb, ":once:");
     sb_mem(&sb, w, sizeof(w));
+    return key_done(&sb, len);
+}
+
+int
+backend_rsv_key(const struct rl_check_req *req, char *buf, size_t size, size_t *len)
+{
+    char hex[RL_LEASE_HEX];
+    struct strbuf sb;
+
+    lease_hex(&req->rsv, hex);
+    sb_init(&sb, buf, size);
+    sb_mem(&sb, req->key, req->key_len);
+    sb_str(&sb, ":rsv:");
+    sb_mem(&sb, hex, sizeof(hex));
+    sb_mem(&sb, ".", 1);
+    sb_mem(&sb, req->rsv_claim, req->rsv_claim_len);
     return key_done(&sb, len);
 }
 

@@ -65,6 +65,15 @@ struct rl_check_req {
     int64_t block_ms;      /* RL_CHECK_BLOCK: for this long; 0 lifts it */
     struct rl_lease lease; /* RL_CHECK_LEASE, RL_CHECK_RELEASE */
     int64_t max_delay_ms;  /* RL_CHECK_DELAY: > 0 */
+    /* RL_CHECK_RESERVE, RL_CHECK_RSV_SETTLE: the reservation's nonce and
+     * its claim, what its id says of it ("<estimate>.<limits hash>",
+     * reservation.h), which name its record together; RESERVE: the
+     * policy's reservation_ttl; SETTLE: the estimate the claim says */
+    struct rl_lease rsv;
+    const char *rsv_claim;
+    size_t rsv_claim_len;
+    int64_t rsv_ttl_ms;
+    int64_t rsv_estimate;
 };
 
 /* Consume `cost` even when it does not fit (the answer still says whether it
@@ -132,7 +141,25 @@ struct rl_check_req {
  * other flag.
  */
 #define RL_CHECK_CHARGE 0x100u
+/*
+ * Reservations (POST /check with "reserve", POST /settle; reservation.h).
+ * RL_CHECK_RESERVE: a check (cost > 0, with no flag but RL_CHECK_LEASE)
+ * that, when allowed, also writes its reservation's record,
+ * backend_rsv_key (the same hash tag, the claim in its name): its
+ * deadline, rsv_ttl_ms from now, kept for twice that.  RL_CHECK_RSV_SETTLE:
+ * settle that reservation at the real `cost` (>= 0, no other flag): when
+ * its record is there and its deadline has not passed, the record goes and
+ * cost - rsv_estimate is applied to every limit but a concurrency one,
+ * more as a charge (RL_CHECK_CHARGE) is, less as a give back is; answered
+ * as a charge is (rsv RL_RSV_SETTLED).  Else nothing changes and rsv says
+ * why (RL_RSV_UNKNOWN, RL_RSV_EXPIRED: the record of an expired one goes).
+ */
+#define RL_CHECK_RESERVE 0x200u
+#define RL_CHECK_RSV_SETTLE 0x400u
 #define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK | RL_CHECK_RELEASE)
+
+/* What a settle found (RL_CHECK_RSV_SETTLE). */
+enum rl_rsv_result { RL_RSV_SETTLED = 0, RL_RSV_UNKNOWN, RL_RSV_EXPIRED };
 
 struct rl_check_res {
     enum rl_backend_status status;
@@ -144,6 +171,7 @@ struct rl_check_res {
     int64_t blocked_ms;
     int released;     /* RL_CHECK_RELEASE: the lease was held and had not ended */
     int64_t delay_ms; /* RL_CHECK_DELAY: allowed after this wait (0: now) */
+    int rsv;          /* RL_CHECK_RSV_SETTLE: enum rl_rsv_result */
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };
@@ -196,6 +224,12 @@ int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_
  * above. */
 int backend_block_key(const struct rl_check_req *req, char *buf, size_t size,
                       size_t *len) RL_WUR;
+/* The record of a reservation (RL_CHECK_RESERVE, RL_CHECK_RSV_SETTLE):
+ * "<req->key>:rsv:<32 hex digits of req->rsv>.<req->rsv_claim>" (the same
+ * hash tag): a settle of another nonce, estimate or limits names another
+ * key.  As above. */
+int backend_rsv_key(const struct rl_check_req *req, char *buf, size_t size,
+                    size_t *len) RL_WUR;
 /* Mark res as the answer for a key blocked for blocked_ms (> 0) more ms:
  * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
 void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);

@@ -343,16 +343,22 @@ fail(struct rl_check_res *res, const char *why, rl_check_cb cb, void *arg)
 
 /*
  * One check's keys in the table: its limits' keys, then its block key
- * (index n), their hashes and shards, the shards it holds locked, and the
- * entries found.
+ * (index n), then a reservation's record (index n + 1, RL_CHECK_RESERVE and
+ * RL_CHECK_RSV_SETTLE), their hashes and shards, the shards it holds
+ * locked, and the entries found.
+ *
+ * A record is the entry of backend_rsv_key, whose name holds the claim, as
+ * the script's: found only with the claim it was taken with.  Its state's
+ * fw.start_us is its deadline; it expires (is forgotten) twice its ttl
+ * after it was taken.
  */
 struct mem_op {
-    size_t n, per;
+    size_t n, per, last; /* last: the index of the last key (n or n + 1) */
     char stackbuf[MEM_KEYBUF], *kbuf;
-    size_t klen[RL_LIMITS_MAX + 1];
-    uint64_t hash[RL_LIMITS_MAX + 1];
-    unsigned shard[RL_LIMITS_MAX + 1], order[RL_LIMITS_MAX + 1], nlocked;
-    struct mem_entry *e[RL_LIMITS_MAX + 1];
+    size_t klen[RL_LIMITS_MAX + 2];
+    uint64_t hash[RL_LIMITS_MAX + 2];
+    unsigned shard[RL_LIMITS_MAX + 2], order[RL_LIMITS_MAX + 2], nlocked;
+    struct mem_entry *e[RL_LIMITS_MAX + 2];
 };
 
 static void
@@ -378,10 +384,11 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
     for (size_t i = 0; req->limit_key != NULL && i < n; i++)
         if (req->limit_key[i] != NULL && req->limit_key_len[i] > longest)
             longest = req->limit_key_len[i];
-    op->per = longest + MEM_KEY_EXTRA;
+    op->last = n + ((req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE)) != 0);
+    op->per = longest + MEM_KEY_EXTRA + (op->last > n ? req->rsv_claim_len : 0);
     op->kbuf = op->stackbuf;
-    if ((n + 1) * op->per > sizeof(op->stackbuf))
-        op->kbuf = xmalloc((n + 1) * op->per);
+    if ((op->last + 1) * op->per > sizeof(op->stackbuf))
+        op->kbuf = xmalloc((op->last + 1) * op->per);
     for (size_t i = 0; i < n; i++) {
         if (backend_limit_key(req, i, op->kbuf + i * op->per, op->per, &len) != RL_OK)
             return RL_ERR;
@@ -390,6 +397,11 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
     if (backend_block_key(req, op->kbuf + n * op->per, op->per, &len) != RL_OK)
         return RL_ERR;
     op_key(s, op, n, len);
+    if (op->last > n) {
+        if (backend_rsv_key(req, op->kbuf + (n + 1) * op->per, op->per, &len) != RL_OK)
+            return RL_ERR;
+        op_key(s, op, n + 1, len);
+    }
     return RL_OK;
 }
 
@@ -398,7 +410,7 @@ static void
 op_lock(struct mem_store *s, struct mem_op *op)
 {
     op->nlocked = 0;
-    for (size_t i = 0; i <= op->n; i++) {
+    for (size_t i = 0; i <= op->last; i++) {
         unsigned j = op->nlocked;
         int dup = 0;
 
@@ -448,7 +460,7 @@ op_get(struct mem_store *s, struct mem_op *op, size_t i, int64_t now)
         op->e[i] = shard_find(sh, op->hash[i], op->kbuf + i * op->per, op->klen[i]);
     if (op->e[i] == NULL)
         op->e[i] = shard_insert(sh, op->hash[i], op->kbuf + i * op->per, op->klen[i], now,
-                                op->e, op->n + 1);
+                                op->e, op->last + 1);
     return op->e[i];
 }
 
@@ -525,8 +537,8 @@ op_admin(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req,
 /* A charge (RL_CHECK_CHARGE): every limit but concurrency takes the cost,
  * then the answer is a check of cost 0's (check.lua's charge). */
 static void
-op_charge(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now,
-          int64_t blocked, struct rl_check_res *res)
+op_charge(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t cost,
+          int64_t now, int64_t blocked, struct rl_check_res *res)
 {
     static const struct rl_algo_state fresh;
     const struct rl_policy *pol = req->policy;
@@ -536,8 +548,8 @@ op_charge(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         const struct rl_limit *lim = &pol->limits[i];
         const struct rl_algo_def *d = algo_def(lim->algo);
 
-        if (req->cost > 0 && d->charge != NULL) {
-            d->charge(lim, &op_get(s, op, i, now)->st, now, req->cost, &res->limits[i]);
+        if (cost > 0 && d->charge != NULL) {
+            d->charge(lim, &op_get(s, op, i, now)->st, now, cost, &res->limits[i]);
             op_expire(s, op, i, lim, now);
         }
         op_find(s, op, i, now);
@@ -548,6 +560,56 @@ op_charge(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
     res->nlimits = op->n;
     if (blocked > 0)
         backend_apply_block(res, blocked);
+}
+
+/*
+ * A settle (RL_CHECK_RSV_SETTLE), as check.lua's settle: the record found
+ * with its claim and within its deadline goes, and the difference from the
+ * estimate is charged (more) or given back (less) to every limit but a
+ * concurrency one; answered as a charge.  Else nothing changes.
+ */
+static void
+op_settle(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now,
+          int64_t blocked, struct rl_check_res *res)
+{
+    const struct rl_policy *pol = req->policy;
+    struct mem_entry *r = op_find(s, op, op->n + 1, now);
+    int64_t d;
+
+    res->nlimits = op->n;
+    if (r == NULL) {
+        res->rsv = RL_RSV_UNKNOWN;
+        return;
+    }
+    d = r->st.fw.start_us;
+    op_drop(s, op, op->n + 1, now);
+    if (d <= now) {
+        res->rsv = RL_RSV_EXPIRED;
+        return;
+    }
+    d = req->cost - req->rsv_estimate;
+    for (size_t i = 0; d < 0 && i < op->n; i++) {
+        const struct rl_limit *lim = &pol->limits[i];
+
+        /* a fresh state has nothing to give back; a slot is no estimate */
+        if (lim->algo == RL_ALGO_CONCURRENCY || op_find(s, op, i, now) == NULL)
+            continue;
+        algo_def(lim->algo)->give(lim, &op->e[i]->st, now, -d);
+        op_expire(s, op, i, lim, now);
+    }
+    op_charge(s, op, req, d > 0 ? d : 0, now, blocked, res);
+    res->rsv = RL_RSV_SETTLED;
+}
+
+/* A reservation taken: its record, forgotten twice its ttl from now. */
+static void
+op_record(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now)
+{
+    struct mem_entry *r = op_get(s, op, op->n + 1, now);
+
+    r->st.fw.start_us = now + req->rsv_ttl_ms * 1000;
+    r->expires = now + 2 * req->rsv_ttl_ms * 1000;
+    heap_fix(&s->shards[op->shard[op->n + 1]], r->heap);
 }
 
 /* Decide (peek every limit, then commit all or none) and answer into res. */
@@ -562,7 +624,11 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
     if (op_find(s, op, op->n, now) != NULL)
         blocked = algo_us_to_ms_ceil(op->e[op->n]->expires - now);
     if (req->flags & RL_CHECK_CHARGE) {
-        op_charge(s, op, req, now, blocked, res);
+        op_charge(s, op, req, req->cost, now, blocked, res);
+        return;
+    }
+    if (req->flags & RL_CHECK_RSV_SETTLE) {
+        op_settle(s, op, req, now, blocked, res);
         return;
     }
     res->allowed = 1;
@@ -599,6 +665,8 @@ op_decide(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
                 d->commit(lim, &op_get(s, op, i, now)->st, now, cost, &res->limits[i]);
             op_expire(s, op, i, lim, now);
         }
+        if (cost > 0 && res->allowed && blocked == 0 && (req->flags & RL_CHECK_RESERVE))
+            op_record(s, op, req, now);
     }
     res->nlimits = op->n;
     if (blocked > 0)

@@ -79,7 +79,7 @@ scan_int(struct cursor *c, int64_t *v)
     return RL_OK;
 }
 
-enum kind { V_STRING, V_INT, V_NULL, V_LIST, V_OTHER };
+enum kind { V_STRING, V_INT, V_NULL, V_LIST, V_TRUE, V_FALSE };
 
 /*
  * A list, skipped: brackets and braces pair up and strings (plain ASCII, no
@@ -137,8 +137,8 @@ scan_value(struct cursor *c, enum kind *k, const char **s, size_t *n, int64_t *v
     case '"': *k = V_STRING; return scan_string(c, s, n);
     case '[': *k = V_LIST; return skip_list(c, s, n);
     case 'n': *k = V_NULL; return literal(c, "null", 4);
-    case 't': *k = V_OTHER; return literal(c, "true", 4);
-    case 'f': *k = V_OTHER; return literal(c, "false", 5);
+    case 't': *k = V_TRUE; return literal(c, "true", 4);
+    case 'f': *k = V_FALSE; return literal(c, "false", 5);
     default: *k = V_INT; return scan_int(c, v);
     }
 }
@@ -179,8 +179,14 @@ take(struct rl_body_fields *f, const char *name, size_t nlen, enum kind k, const
         f->cost = v;
         return RL_OK;
     }
-    if (!IS("key") && !IS("policy") && !IS("path") && !IS("method"))
-        return RL_OK; /* unknown fields are ignored */
+    if (!IS("key") && !IS("policy") && !IS("path") && !IS("method")) {
+        if (!IS("reserve"))
+            return RL_OK; /* unknown fields are ignored */
+        if (k != V_NULL && k != V_TRUE && k != V_FALSE)
+            return RL_ERR;
+        f->reserve = k == V_TRUE;
+        return RL_OK;
+    }
     if (k == V_NULL)
         return RL_OK;
     if (k != V_STRING)
@@ -216,6 +222,7 @@ body_scan(const char *buf, size_t len, struct rl_body_fields *f)
     f->key = f->policy = f->path = f->method = f->limits = NULL;
     f->key_len = f->policy_len = f->path_len = f->method_len = f->limits_len = 0;
     f->cost = 1;
+    f->reserve = 0;
     skip_ws(&c);
     if (c.p >= c.end || *c.p++ != '{')
         return RL_ERR;

@@ -35,6 +35,7 @@ struct rl_body_fields {
     const char *method; /* NUL-terminated */
     size_t method_len;
     int64_t cost; /* 1 when absent */
+    int reserve;  /* "reserve": true (a reservation: check.h); 0 when absent */
     /* "limits": the list's bytes as the body has them, from '[' to ']' (the
      * scanner checks only that brackets and strings pair up: whoever reads
      * them reads them as JSON); NULL when absent or null */

@@ -19,6 +19,7 @@
 #include "pathnorm.h"
 #include "pending.h"
 #include "policy.h"
+#include "reservation.h"
 #include "response.h"
 #include "top.h"
 #include "util.h"
@@ -56,14 +57,18 @@ struct check_op {
     rl_check_done done;
     void *arg;
     int64_t start_us;
-    uint64_t epoch;      /* of the backend when the check was sent */
-    int hybrid;          /* a hybrid policy's key unknown locally */
-    int delay;           /* holds a place in env->delayed */
-    int stale;           /* decided locally after a failed sync */
-    int charge;          /* POST /charge: req.flags has RL_CHECK_CHARGE */
-    int hits;            /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
-    int kept;            /* a charge sent through env->pending: it counts the units */
-    int full;            /* not kept: env->pending is full */
+    uint64_t epoch;               /* of the backend when the check was sent */
+    int hybrid;                   /* a hybrid policy's key unknown locally */
+    int delay;                    /* holds a place in env->delayed */
+    int stale;                    /* decided locally after a failed sync */
+    int charge;                   /* POST /charge: req.flags has RL_CHECK_CHARGE */
+    int hits;                     /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
+    int kept;                     /* a charge sent through env->pending: it counts the units */
+    int full;                     /* not kept: env->pending is full */
+    int reserve;                  /* "reserve": an allowed check takes a reservation */
+    int settle;                   /* POST /settle: req.flags has RL_CHECK_RSV_SETTLE */
+    int64_t estimate;             /* settle: what the reservation took */
+    char claim[RL_RSV_CLAIM_MAX]; /* req.rsv_claim's bytes */
     int caller_deadline; /* req.timeout_ms is the caller's deadline, not redis.timeout */
     /* the escaped identity in key, [id_off, id_end): counted by env->top
      * (0, 0: a check of keys named elsewhere, rls.c's) */
@@ -127,7 +132,7 @@ get_string(json_t *root, const char *name, const char **out, size_t *len, char *
 static int
 fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
 {
-    json_t *cost;
+    json_t *cost, *reserve;
 
     if (!json_is_object(root)) {
         *cause = xstrdup("body: must be a JSON object");
@@ -138,6 +143,14 @@ fields_from_json(json_t *root, struct rl_body_fields *f, char **cause)
         get_string(root, "path", &f->path, &f->path_len, cause) != RL_OK ||
         get_string(root, "method", &f->method, &f->method_len, cause) != RL_OK)
         return RL_ERR;
+    reserve = json_object_get(root, "reserve");
+    if (reserve != NULL && !json_is_null(reserve)) {
+        if (!json_is_boolean(reserve)) {
+            *cause = xstrdup("reserve: must be true or false");
+            return RL_ERR;
+        }
+        f->reserve = json_is_true(reserve);
+    }
     cost = json_object_get(root, "cost");
     if (cost != NULL && !json_is_null(cost)) {
         /* not an integer: said by check_fields, after the other fields */
@@ -211,6 +224,40 @@ lease_of(const struct check_op *op, const struct rl_check_res *res, char *buf, s
     return buf;
 }
 
+/* The end of a settle (check_settle): as a charge's answer, with
+ * "settled"; nothing but {"settled":false} when it settled nothing. */
+static void
+finish_settle(struct check_op *op, const struct rl_check_res *res)
+{
+    struct rl_decision d;
+
+    memset(&d, 0, sizeof(d));
+    if (res->status != RL_BACKEND_OK) {
+        /* nothing known of it: no failure_mode answers a settle */
+        d.status = 503;
+        d.policy = op->policy;
+        d.degraded = 1;
+    } else if (res->rsv != RL_RSV_SETTLED) {
+        d.status = 200;
+        d.policy = op->policy;
+        d.settle = 1;
+        metrics_reservation(op->env->metrics,
+                            res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED : RL_RSV_M_UNKNOWN);
+    } else {
+        response_from_result(&d, op->policy, res);
+        d.status = 200;
+        d.settle = d.settled = d.charge = 1;
+        d.charged = op->req.cost - op->estimate;
+        metrics_reservation(op->env->metrics, RL_RSV_M_SETTLED);
+        if (d.charged > 0)
+            metrics_charge(op->env->metrics, op->policy->metrics_id, d.charged);
+    }
+    d.reset_epoch = op->cfg->reset_format == RL_RESET_EPOCH;
+    op->done(&d, op->arg);
+    config_unref(op->cfg);
+    free(op);
+}
+
 uint64_t
 check_key_hash(const struct rl_policy *policy, const char *key, size_t len)
 {
@@ -224,8 +271,12 @@ finish(struct check_op *op, const struct rl_check_res *res)
 {
     struct rl_decision d;
     struct rl_config *cfg = op->cfg;
-    char lease[RL_LEASE_ID_MAX];
+    char lease[RL_LEASE_ID_MAX], rsv[RL_RSV_ID_MAX];
 
+    if (op->settle) {
+        finish_settle(op, res);
+        return;
+    }
     if (res == NULL) {
         /* a charge kept for the backend (202), or refused for want of room */
         memset(&d, 0, sizeof(d));
@@ -239,6 +290,12 @@ finish(struct check_op *op, const struct rl_check_res *res)
         response_from_result(&d, op->policy, res);
         d.degraded = op->stale;
         d.lease = lease_of(op, res, lease, sizeof(lease));
+        if ((op->req.flags & RL_CHECK_RESERVE) && res->allowed &&
+            reservation_id_format(&op->req.rsv, op->claim, op->req.rsv_claim_len, op->key,
+                                  op->req.key_len, rsv, sizeof(rsv)) == RL_OK) {
+            d.reservation = rsv;
+            metrics_reservation(op->env->metrics, RL_RSV_M_TAKEN);
+        }
         if (res->allowed && res->delay_ms > 0 && op->delay)
             d.delayed_ms = res->delay_ms;
         if (op->charge) {
@@ -277,7 +334,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
                 /* The memory backend answers before check() returns. */
                 struct local_answer la = {&d, op->policy, 0};
                 /* the worker's own decision is answered now: no wait */
-                op->req.flags &= ~RL_CHECK_DELAY;
+                op->req.flags &= ~(RL_CHECK_DELAY | RL_CHECK_RESERVE);
                 op->env->local->ops->check(op->env->local, &op->req, on_local, &la);
                 if (la.answered)
                     break;
@@ -342,6 +399,8 @@ now_us(const struct rl_check_env *env)
 static int64_t
 deny_cost(const struct check_op *op)
 {
+    if (op->req.flags & RL_CHECK_RSV_SETTLE)
+        return -1;
     if (!(op->req.flags & (RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE)))
         return op->req.cost;
     if (!op->hits)
@@ -633,7 +692,7 @@ static void start_op(struct check_op *op, const struct rl_check_env *env,
 static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
-             const struct rl_ident_input *ident, int64_t cost, enum count_as how,
+             const struct rl_ident_input *ident, int64_t cost, enum count_as how, bool reserve,
              int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits,
              rl_check_done done, void *arg, char **cause)
 {
@@ -642,6 +701,8 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     struct check_op *op = xmalloc(sizeof(*op));
     memset(op, 0, offsetof(struct check_op, key));
     size_t klen;
+
+    op->reserve = reserve;
 
     if (keyname == NULL)
         keyname = policy->name;
@@ -720,7 +781,23 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         op->req.flags |= RL_CHECK_CHARGE;
         may_hold = false;
     }
-    {
+    /* a reservation's estimate (cost 0 takes none); a settle's claim was
+     * read from its id (check_settle): neither takes a lease or waits */
+    if (op->reserve && cost > 0) {
+        op->req.flags |= RL_CHECK_RESERVE;
+        lease_draw(&op->req.rsv);
+        op->req.rsv_claim_len = reservation_claim(
+            cost, reservation_limits_hash(policy->limits, policy->nlimits), op->claim);
+        op->req.rsv_claim = op->claim;
+        op->req.rsv_ttl_ms = policy->reservation_ttl_ms;
+        may_hold = false;
+    }
+    if (op->settle) {
+        op->req.flags |= RL_CHECK_RSV_SETTLE;
+        op->req.rsv_claim = op->claim;
+        may_hold = false;
+    }
+    if (!op->settle) {
         size_t li;
 
         /* an allowed check takes a slot under a lease of its own */
@@ -838,8 +915,38 @@ check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    rl_check_done done, void *arg, char **cause)
 {
     return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost,
-                        count_over ? COUNT_HITS : COUNT_CHECK, timeout_ms, NULL, 0, done, arg,
-                        cause);
+                        count_over ? COUNT_HITS : COUNT_CHECK, false, timeout_ms, NULL, 0,
+                        done, arg, cause);
+}
+
+/*
+ * Why a check cannot take a reservation ("reserve": true), naming the field
+ * (a 400, nothing counted): a settle finds the reservation's limits again
+ * from its id alone, the key base and the policy's (or override's) limits,
+ * which a check's own limits and limits of identities of their own are
+ * not; a hybrid policy decides locally, where no reservation can be held.
+ */
+static int
+reserve_problem(const struct rl_check_input *in, const struct rl_policy *policy, size_t nown,
+                char **cause)
+{
+    if (in->charge)
+        *cause = xstrdup("reserve: a charge takes no reservation (it counts its cost as it "
+                         "is)");
+    else if (policy->mode == RL_MODE_HYBRID)
+        *cause = xasprintf("reserve: policy \"%s\" is hybrid: its local decisions cannot "
+                           "hold a reservation",
+                           policy->name);
+    else if (nown > 0)
+        *cause = xstrdup("reserve: not with the check's own \"limits\": a settle finds a "
+                         "reservation's limits in the configuration");
+    else if (policy->limit_ids)
+        *cause = xasprintf("reserve: policy \"%s\" has limits with identities of their "
+                           "own, which a settle cannot resolve",
+                           policy->name);
+    else
+        return RL_OK;
+    return RL_ERR;
 }
 
 int
@@ -906,9 +1013,11 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     if (policy->noverrides > 0)
         policy = policy_for(policy, id, idlen);
     /* a check's own limits replace the policy's, an override's too */
+    if (f.reserve && reserve_problem(in, policy, nown, cause) != RL_OK)
+        goto out;
     rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost,
-                      in->charge ? COUNT_CHARGE : COUNT_CHECK, 0, nown > 0 ? own : NULL, nown,
-                      done, arg, cause);
+                      in->charge ? COUNT_CHARGE : COUNT_CHECK, f.reserve != 0, 0,
+                      nown > 0 ? own : NULL, nown, done, arg, cause);
 out:
     free(norm);
     json_decref(root);
@@ -946,12 +1055,10 @@ on_release(const struct rl_check_res *res, void *arg)
     free(op);
 }
 
-/* The concurrency limit a lease of key base `key` and lease_ms names: of
- * the policy whose hash tag the key starts with, or of one of its
- * overrides.  NULL: none (a reload removed it, or the lease is made up). */
+/* The policy whose hash tag the key base `key` starts with (the one a
+ * lease or a reservation id names); NULL: none. */
 static const struct rl_policy *
-lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t lease_ms,
-             size_t *index)
+key_policy(const struct rl_config *cfg, const char *key, size_t klen)
 {
     size_t plen = strlen(cfg->redis.key_prefix);
 
@@ -962,16 +1069,27 @@ lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t 
         size_t n = strlen(p->name), at = 1 + plen + n;
 
         /* a name holds neither ':' nor '}': what follows it ends it */
-        if (klen <= at || memcmp(key + 1 + plen, p->name, n) != 0 ||
-            (key[at] != ':' && key[at] != '}'))
-            continue;
-        for (size_t k = 0; k <= p->noverrides; k++) {
-            const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+        if (klen > at && memcmp(key + 1 + plen, p->name, n) == 0 &&
+            (key[at] == ':' || key[at] == '}'))
+            return p;
+    }
+    return NULL;
+}
 
-            if (policy_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
-                return q;
-        }
-        return NULL;
+/* The concurrency limit a lease of key base `key` and lease_ms names: of
+ * the policy whose hash tag the key starts with, or of one of its
+ * overrides.  NULL: none (a reload removed it, or the lease is made up). */
+static const struct rl_policy *
+lease_policy(const struct rl_config *cfg, const char *key, size_t klen, int64_t lease_ms,
+             size_t *index)
+{
+    const struct rl_policy *p = key_policy(cfg, key, klen);
+
+    for (size_t k = 0; p != NULL && k <= p->noverrides; k++) {
+        const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+
+        if (policy_lease_limit(q, index) && q->limits[*index].window_ms == lease_ms)
+            return q;
     }
     return NULL;
 }
@@ -1039,5 +1157,115 @@ check_release(const struct rl_check_env *env, struct rl_config *cfg, const char 
     op->req.timeout_ms = cfg->redis.timeout_ms;
     op->start_us = now_us(env);
     env->backend->ops->check(env->backend, &op->req, on_release, op);
+    return RL_OK;
+}
+
+/* ---- POST /settle ------------------------------------------------------- */
+
+/* The policy (or override) a reservation of key base `key` was taken under:
+ * the one whose limits hash to h (reservation.h).  NULL: none (a reload
+ * changed its limits, or the id is made up). */
+static const struct rl_policy *
+rsv_policy(const struct rl_config *cfg, const char *key, size_t klen, uint64_t h)
+{
+    const struct rl_policy *p = key_policy(cfg, key, klen);
+
+    for (size_t k = 0; p != NULL && k <= p->noverrides; k++) {
+        const struct rl_policy *q = k == 0 ? p : p->overrides[k - 1].as_policy;
+
+        if (q->mode != RL_MODE_HYBRID && !q->limit_ids &&
+            (reservation_limits_hash(q->limits, q->nlimits) & 0xffffffffffffULL) == h)
+            return q;
+    }
+    return NULL;
+}
+
+/* The body of a settle, {"reservation": "<id>", "cost": N}: RL_ERR and
+ * *error naming the field when it is not that. */
+static int
+settle_body(const char *body, size_t body_len, struct check_op *op, char *key, size_t *klen,
+            uint64_t *h, char **error)
+{
+    json_error_t jerr;
+    json_t *root, *v, *c;
+    const char *name;
+
+    root = json_loadb(body != NULL ? body : "", body_len,
+                      JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        *error = body_len == 0 ? xstrdup("body: required: {\"reservation\": \"<a check's "
+                                         "reservation>\", \"cost\": <the real cost>}")
+                               : xasprintf("body: malformed JSON at line %d column %d: %s",
+                                           jerr.line, jerr.column, jerr.text);
+        return RL_ERR;
+    }
+    if (!json_is_object(root)) {
+        *error = xstrdup("body: must be a JSON object");
+        goto out;
+    }
+    json_object_foreach(root, name, v) {
+        if (strcmp(name, "reservation") != 0 && strcmp(name, "cost") != 0) {
+            /* the error's writer escapes it; cut short */
+            *error = xasprintf("%.64s: unknown field (a settle takes \"reservation\" and "
+                               "\"cost\")",
+                               name);
+            goto out;
+        }
+    }
+    v = json_object_get(root, "reservation");
+    c = json_object_get(root, "cost");
+    if (v == NULL || json_is_null(v))
+        *error = xstrdup("reservation: required: the \"reservation\" of an allowed check");
+    else if (!json_is_string(v))
+        *error = xstrdup("reservation: must be a string");
+    else if (json_string_length(v) >= RL_RSV_ID_MAX ||
+             !reservation_id_parse(json_string_value(v), json_string_length(v), &op->req.rsv,
+                                   op->claim, &op->req.rsv_claim_len, &op->estimate, h, key,
+                                   RL_REDIS_KEY_MAX, klen))
+        *error = xstrdup("reservation: not a reservation this daemon gives: \"<32 hex "
+                         "digits>.<estimate>.<12 hex digits>.<key in base64url>\"");
+    else if (c == NULL || json_is_null(c))
+        *error = xstrdup("cost: required: the real cost, 0 gives the whole estimate back");
+    else if (!json_is_integer(c) || json_integer_value(c) < 0 ||
+             json_integer_value(c) > RL_COST_MAX)
+        *error = xasprintf("cost: must be an integer 0..%lld", RL_COST_MAX);
+    else
+        op->req.cost = json_integer_value(c);
+out:
+    json_decref(root);
+    return *error != NULL ? RL_ERR : RL_OK;
+}
+
+int
+check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+             size_t body_len, rl_check_done done, void *arg, char **error)
+{
+    struct check_op *op = xmalloc(sizeof(*op));
+    const struct rl_policy *p;
+    size_t klen;
+    uint64_t h;
+
+    memset(op, 0, offsetof(struct check_op, key));
+    if (settle_body(body, body_len, op, op->key, &klen, &h, error) != RL_OK) {
+        free(op);
+        return RL_ERR;
+    }
+    /* a well-formed id of no limits of ours holds nothing: not settled */
+    p = rsv_policy(cfg, op->key, klen, h);
+    if (p == NULL) {
+        struct rl_decision d;
+
+        memset(&d, 0, sizeof(d));
+        d.status = 200;
+        d.settle = 1;
+        metrics_reservation(env->metrics, RL_RSV_M_UNKNOWN);
+        free(op);
+        done(&d, arg);
+        return RL_OK;
+    }
+    op->req.key_len = klen;
+    op->req.rsv_estimate = op->estimate;
+    op->settle = 1;
+    start_op(op, env, cfg, p, op->req.cost, 0, false, COUNT_CHECK, done, arg);
     return RL_OK;
 }

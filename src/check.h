@@ -116,6 +116,18 @@ int check_release(const struct rl_check_env *env, struct rl_config *cfg, const c
                   size_t body_len, rl_release_done done, void *arg, char **error) RL_WUR;
 
 /*
+ * POST /settle: settle the reservation the body names ({"reservation":
+ * "...", "cost": N}, reservation.h) at the real cost N, through the backend
+ * as a charge goes.  done is called once with the decision: settle set,
+ * settled when it was (then as a charge's answer, charged the difference
+ * from the estimate, < 0 given back), status 503 when the backend failed.
+ * RL_OK: done will be called, maybe before this returns.  RL_ERR: the body
+ * is bad (a 400); *error names the field (caller frees).
+ */
+int check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
+                 size_t body_len, rl_check_done done, void *arg, char **error) RL_WUR;
+
+/*
  * A check of `policy` whose limit i counts under keys[i] (lens[i] bytes,
  * made as check_start_policy makes its keys, with identity_key), decided as
  * check_start_policy decides one: in one backend call, so atomically across

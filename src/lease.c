@@ -32,13 +32,38 @@ lease_hex(const struct rl_lease *id, char hex[32])
     }
 }
 
+void
+lease_key_encode(struct strbuf *sb, const char *key, size_t klen)
+{
+    size_t i;
+
+    for (i = 0; i + 3 <= klen; i += 3) {
+        uint32_t v = (uint32_t)(unsigned char)key[i] << 16 |
+                     (uint32_t)(unsigned char)key[i + 1] << 8 | (unsigned char)key[i + 2];
+        char q[4] = {b64[v >> 18], b64[(v >> 12) & 63], b64[(v >> 6) & 63], b64[v & 63]};
+
+        sb_mem(sb, q, 4);
+    }
+    if (klen - i == 1) {
+        uint32_t v = (uint32_t)(unsigned char)key[i] << 16;
+        char q[2] = {b64[v >> 18], b64[(v >> 12) & 63]};
+
+        sb_mem(sb, q, 2);
+    } else if (klen - i == 2) {
+        uint32_t v = (uint32_t)(unsigned char)key[i] << 16 |
+                     (uint32_t)(unsigned char)key[i + 1] << 8;
+        char q[3] = {b64[v >> 18], b64[(v >> 12) & 63], b64[(v >> 6) & 63]};
+
+        sb_mem(sb, q, 3);
+    }
+}
+
 int
 lease_id_format(const struct rl_lease *id, int64_t lease_ms, const char *key, size_t klen,
                 char *buf, size_t size)
 {
     char hex[RL_LEASE_HEX];
     struct strbuf sb;
-    size_t i;
 
     lease_hex(id, hex);
     sb_init(&sb, buf, size);
@@ -46,25 +71,7 @@ lease_id_format(const struct rl_lease *id, int64_t lease_ms, const char *key, si
     sb_mem(&sb, ".", 1);
     sb_i64(&sb, lease_ms);
     sb_mem(&sb, ".", 1);
-    for (i = 0; i + 3 <= klen; i += 3) {
-        uint32_t v = (uint32_t)(unsigned char)key[i] << 16 |
-                     (uint32_t)(unsigned char)key[i + 1] << 8 | (unsigned char)key[i + 2];
-        char q[4] = {b64[v >> 18], b64[(v >> 12) & 63], b64[(v >> 6) & 63], b64[v & 63]};
-
-        sb_mem(&sb, q, 4);
-    }
-    if (klen - i == 1) {
-        uint32_t v = (uint32_t)(unsigned char)key[i] << 16;
-        char q[2] = {b64[v >> 18], b64[(v >> 12) & 63]};
-
-        sb_mem(&sb, q, 2);
-    } else if (klen - i == 2) {
-        uint32_t v = (uint32_t)(unsigned char)key[i] << 16 |
-                     (uint32_t)(unsigned char)key[i + 1] << 8;
-        char q[3] = {b64[v >> 18], b64[(v >> 12) & 63], b64[(v >> 6) & 63]};
-
-        sb_mem(&sb, q, 3);
-    }
+    lease_key_encode(&sb, key, klen);
     return sb_ok(&sb) ? RL_OK : RL_ERR;
 }
 
@@ -76,9 +83,8 @@ b64_value(unsigned char c)
     return p != NULL ? (int)(p - b64) : -1;
 }
 
-/* base64url without padding, canonical only (unused bits zero). */
-static bool
-b64_decode(const char *s, size_t len, char *out, size_t size, size_t *n)
+bool
+lease_key_decode(const char *s, size_t len, char *out, size_t size, size_t *n)
 {
     uint32_t acc = 0;
     int bits = 0;
@@ -137,5 +143,6 @@ lease_id_parse(const char *s, size_t len, struct rl_lease *id, int64_t *lease_ms
     }
     *lease_ms = ms;
     len -= (size_t)(dot + 1 - s);
-    return len > 0 && b64_decode(dot + 1, len, key, size, klen) && (id->hi | id->lo) != 0;
+    return len > 0 && lease_key_decode(dot + 1, len, key, size, klen) &&
+           (id->hi | id->lo) != 0;
 }

@@ -23,6 +23,7 @@
 #include "rl.h"
 
 struct rl_lease;
+struct strbuf;
 
 /* The longest lease id: id, lease, the key base in base64url, a NUL. */
 #define RL_LEASE_ID_MAX (32 + 1 + 20 + 1 + (RL_REDIS_KEY_MAX * 4 + 2) / 3 + 1)
@@ -46,5 +47,12 @@ int lease_id_format(const struct rl_lease *id, int64_t lease_ms, const char *key
  */
 bool lease_id_parse(const char *s, size_t len, struct rl_lease *id, int64_t *lease_ms,
                     char *key, size_t size, size_t *klen);
+
+/* A key base as a lease id writes it: base64url without padding, into sb.
+ * reservation.c's ids write theirs so too. */
+void lease_key_encode(struct strbuf *sb, const char *key, size_t klen);
+/* Its reverse, canonical only (unused bits zero): false when `s` is not
+ * that, or its bytes do not fit `size`; their length in *n. */
+bool lease_key_decode(const char *s, size_t len, char *out, size_t size, size_t *n);
 
 #endif

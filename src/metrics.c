@@ -127,6 +127,12 @@ metrics_charge(struct rl_metrics *m, int id, int64_t units)
 }
 
 void
+metrics_reservation(struct rl_metrics *m, enum rl_rsv_metric r)
+{
+    ADD(&m->reservations[r]);
+}
+
+void
 metrics_reject(struct rl_metrics *m, enum rl_reject r)
 {
     ADD(&m->rejected[r]);
@@ -343,6 +349,17 @@ format_checks(struct evbuffer *out, struct rl_metrics *const *ms, size_t n)
             continue;
         evbuffer_add_printf(out, "ratelimitd_charged_units_total{policy=\"%s\"} %llu\n", name,
                             (unsigned long long)v);
+    }
+    {
+        static const char *const results[RL_RSV_M_COUNT] = {"taken", "settled", "expired",
+                                                            "unknown"};
+
+        evbuffer_add_printf(out, "# HELP ratelimitd_reservations_total Reservations taken by "
+                                 "checks, and settles by what they found.\n"
+                                 "# TYPE ratelimitd_reservations_total counter\n");
+        for (int r = 0; r < RL_RSV_M_COUNT; r++)
+            evbuffer_add_printf(out, "ratelimitd_reservations_total{result=\"%s\"} %llu\n",
+                                results[r], (unsigned long long)SUM(reservations[r]));
     }
     /* charges kept for the backend (pending.h) */
     evbuffer_add_printf(

@@ -100,9 +100,19 @@ enum rl_rls_result {
     RL_RLS_RESULT_COUNT
 };
 
+/* What became of reservations (POST /check "reserve", POST /settle). */
+enum rl_rsv_metric {
+    RL_RSV_M_TAKEN = 0, /* an allowed check answered one */
+    RL_RSV_M_SETTLED,   /* a settle applied it */
+    RL_RSV_M_EXPIRED,   /* a settle came after its reservation_ttl */
+    RL_RSV_M_UNKNOWN,   /* a settle of none held: twice, never given, forged */
+    RL_RSV_M_COUNT
+};
+
 struct rl_metrics {
     uint64_t checks[RL_METRICS_POLICIES][RL_OUT_COUNT];
     uint64_t charged[RL_METRICS_POLICIES]; /* units counted by POST /charge */
+    uint64_t reservations[RL_RSV_M_COUNT];
     uint64_t rejected[RL_REJ_COUNT];
     struct rl_histogram backend_latency; /* asking the backend to its answer */
     struct rl_histogram check_duration;  /* a check's first byte read to its answer */
@@ -136,6 +146,7 @@ int metrics_policy_id(const char *name);
 void metrics_check(struct rl_metrics *m, int policy_id, enum rl_outcome o);
 /* A charge counted `units` under the policy (POST /charge). */
 void metrics_charge(struct rl_metrics *m, int policy_id, int64_t units);
+void metrics_reservation(struct rl_metrics *m, enum rl_rsv_metric r);
 
 /* The stable id of an RLS label pair (registering it on first sight). */
 int metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rlen);

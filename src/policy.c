@@ -392,6 +392,9 @@ static const struct schema_field policy_fields[] = {
     /* absent (0): a check that does not fit now is denied */
     {.name = "max_delay", .type = SCHEMA_DURATION, .off = POLICY(max_delay_ms), .min = 1,
      .max = 60 * 1000},
+    /* how long a reservation ("reserve") may be settled */
+    {.name = "reservation_ttl", .type = SCHEMA_DURATION, .off = POLICY(reservation_ttl_ms),
+     .def = "\"10m\"", .min = 1000, .max = 24 * 3600 * 1000},
     /* absent (0): the top-level values */
     {.name = "ipv4_prefix", .type = SCHEMA_INT, .off = POLICY(ipv4_prefix), .min = 8,
      .max = 32},

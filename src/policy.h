@@ -100,8 +100,9 @@ struct rl_policy {
     uint64_t uid;   /* never the same for two policies of one
                                  * process, across reloads (an address may be) */
     enum rl_policy_mode mode;
-    int64_t sync_interval_ms; /* hybrid: counts go to Redis this often */
-    int64_t max_delay_ms;     /* a check that fits within this is held, not denied; 0: off */
+    int64_t sync_interval_ms;   /* hybrid: counts go to Redis this often */
+    int64_t max_delay_ms;       /* a check that fits within this is held, not denied; 0: off */
+    int64_t reservation_ttl_ms; /* a reservation may be settled this long */
     int64_t ipv4_prefix, ipv6_prefix; /* 0: the top-level value */
     int request_limits;               /* a check may bring its own limits ("limits") */
     int64_t request_limits_max;       /* the largest limit (or burst) it may ask; 0: any */

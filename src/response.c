@@ -186,6 +186,10 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
+    if (d->settle && !d->settled) {
+        sb_str(&sb, "{\"settled\":false}");
+        goto out;
+    }
     if (d->policy == NULL) {
         sb_str(&sb, d->charge ? "{\"allowed\":true,\"policy\":null,\"charged\":0}"
                               : "{\"allowed\":true,\"policy\":null}");
@@ -211,8 +215,12 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, "}");
         goto out;
     }
-    sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\""
-                           : "{\"allowed\":false,\"policy\":\"");
+    if (d->settle)
+        sb_str(&sb, d->allowed ? "{\"settled\":true,\"allowed\":true,\"policy\":\""
+                               : "{\"settled\":true,\"allowed\":false,\"policy\":\"");
+    else
+        sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\""
+                               : "{\"allowed\":false,\"policy\":\"");
     sb_str(&sb, d->policy->name);
     sb_str(&sb, "\"");
     if (d->shadow)
@@ -243,6 +251,12 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     if (d->lease != NULL) {
         sb_str(&sb, ",\"lease\":\"");
         sb_str(&sb, d->lease);
+        sb_str(&sb, "\"");
+    }
+    /* reservation.h: the same alphabet */
+    if (d->reservation != NULL) {
+        sb_str(&sb, ",\"reservation\":\"");
+        sb_str(&sb, d->reservation);
         sb_str(&sb, "\"");
     }
     sb_str(&sb, ",\"limits\":[");
@@ -366,7 +380,7 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
 {
     char v[RESPONSE_POLICY_MAX];
 
-    if (d->policy == NULL)
+    if (d->policy == NULL || (d->settle && !d->settled))
         return;
     if (d->nlimits == 0) {
         /* nothing was counted (the backend did not answer: failure_mode open,
@@ -396,4 +410,6 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
         add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
     if (d->lease != NULL)
         add("X-RateLimit-Lease", d->lease, arg);
+    if (d->reservation != NULL)
+        add("X-RateLimit-Reservation", d->reservation, arg);
 }

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "lease.h"
+#include "reservation.h"
 
 struct rl_limit;
 struct rl_policy;
@@ -30,6 +31,12 @@ struct rl_decision {
     /* the lease an allowed check took on the policy's concurrency limit
      * (lease.h), NULL: none; lives as long as the decision */
     const char *lease;
+    /* the reservation an allowed check with "reserve" took
+     * (reservation.h), NULL: none; lives as long as the decision */
+    const char *reservation;
+    /* POST /settle: settled says whether it was (then the answer is a
+     * charge's, charged the difference); not settled: {"settled":false} */
+    int settle, settled;
     /* a reservation (max_delay): answered 200 after this many ms; 0: now */
     int64_t delayed_ms;
     size_t binding; /* index of the binding limit */
@@ -58,7 +65,7 @@ struct rl_decision {
 #define RESPONSE_POLICY_MAX 1024
 /* Every quota header line of one decision, "Name: value\r\n" each, and
  * X-RateLimit-Lease's (lease.h). */
-#define RESPONSE_HEADERS_MAX (2048 + 21 + RL_LEASE_ID_MAX)
+#define RESPONSE_HEADERS_MAX (2048 + 21 + RL_LEASE_ID_MAX + 27 + RL_RSV_ID_MAX)
 
 /* Fill d from the backend's answer for `policy` (binding limit, top level). */
 void response_from_result(struct rl_decision *d, const struct rl_policy *policy,

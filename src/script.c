@@ -200,7 +200,7 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
     return s;
 }
 
-enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK };
+enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK, KEY_RSV };
 
 /*
  * One key as an argument, formatted by backend.c straight into the call (no
@@ -220,6 +220,8 @@ put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind 
         rc = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX, &len);
     else if (kind == KEY_ONCE)
         rc = backend_once_key(req, at, RL_LIMIT_KEY_MAX, &len);
+    else if (kind == KEY_RSV)
+        rc = backend_rsv_key(req, at, RL_LIMIT_KEY_MAX, &len);
     else
         rc = backend_block_key(req, at, RL_LIMIT_KEY_MAX, &len);
     if (rc != RL_OK)
@@ -236,7 +238,7 @@ put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind 
     return RL_OK;
 }
 
-/* A check's keys: its limits', its once key's. */
+/* A check's keys: its limits', its once key's or its reservation's. */
 static int
 put_keys(struct rl_script_call *c, const struct rl_check_req *req)
 {
@@ -245,6 +247,8 @@ put_keys(struct rl_script_call *c, const struct rl_check_req *req)
             return RL_ERR;
     if (req->flags & RL_CHECK_ONCE)
         return put_key(c, req, KEY_ONCE, 0);
+    if (req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE))
+        return put_key(c, req, KEY_RSV, 0);
     return RL_OK;
 }
 
@@ -254,7 +258,8 @@ static void
 put_cost(struct rl_script_call *c, const struct rl_check_req *req)
 {
     const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN |
-                              RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE;
+                              RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE |
+                              RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE;
     char tmp[NUM_MAX + 4];
     struct strbuf sb;
 
@@ -280,6 +285,10 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "d", 1);
     if (req->flags & RL_CHECK_CHARGE)
         sb_mem(&sb, "c", 1);
+    if (req->flags & RL_CHECK_RESERVE)
+        sb_mem(&sb, "v", 1);
+    if (req->flags & RL_CHECK_RSV_SETTLE)
+        sb_mem(&sb, "s", 1);
     put_arg(c, tmp, sb.len);
 }
 
@@ -307,6 +316,11 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
     }
     if (req->flags & RL_CHECK_DELAY)
         put_num(c, (long long)req->max_delay_ms);
+    /* a reservation's record kept twice its ttl; a settle's estimate */
+    if (req->flags & RL_CHECK_RESERVE)
+        put_num(c, (long long)(2 * req->rsv_ttl_ms));
+    if (req->flags & RL_CHECK_RSV_SETTLE)
+        put_num(c, (long long)req->rsv_estimate);
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
     if (req->flags & RL_CHECK_RESET)
@@ -325,11 +339,13 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
     for (size_t j = 0; j < n; j++) {
         unsigned f = reqs[j]->flags;
         int once = (f & RL_CHECK_ONCE) != 0;
+        int rsv = (f & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE)) != 0;
 
-        /* the limits' keys, the once key */
-        nkeys += reqs[j]->policy->nlimits + once;
-        /* spec, cost, block key, lease, seq, limit index, block ms */
-        nargs += 3 + once + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
+        /* the limits' keys, the once key or the reservation's */
+        nkeys += reqs[j]->policy->nlimits + once + rsv;
+        /* spec, cost, block key, lease, delay, px or estimate, seq, limit
+         * index, block ms */
+        nargs += 3 + once + rsv + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
                  ((f & RL_CHECK_DELAY) != 0) + ((f & RL_CHECK_RESET) != 0) +
                  ((f & RL_CHECK_BLOCK) != 0);
     }
@@ -407,6 +423,12 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
     memset(&res, 0, sizeof(res));
     res.status = RL_BACKEND_OK;
     res.allowed = r->element[at]->integer == 1;
+    /* a settle: 3 no such reservation, 4 its ttl passed (then zeros) */
+    if (w->req->flags & RL_CHECK_RSV_SETTLE) {
+        long long v = r->element[at]->integer;
+
+        res.rsv = v == 3 ? RL_RSV_UNKNOWN : v == 4 ? RL_RSV_EXPIRED : RL_RSV_SETTLED;
+    }
     /* a release: whether the lease was held in place of allowed */
     if (w->req->flags & RL_CHECK_RELEASE) {
         res.released = res.allowed;

@@ -28,15 +28,26 @@
 --          would fit within max_delay ms is reserved: consumed now, as if
 --          forced, and answered 2), 'c', charge (consume the cost past
 --          every limit, the block too, with nothing of it lost: see charge
---          below; never with 'l', 'x', 'd', 'r', 'b') ("3", "1f", "2o",
---          "2fo", "0r", "-3", "0rb", "1l", "0x", "1d", "1ld", "900c", "5oc")
+--          below; never with 'l', 'x', 'd', 'r', 'b'), 'v', reserve (an
+--          allowed check also writes its reservation's record: see reserve
+--          below; with 'l' only), 's', settle a reservation (the cost is the
+--          real one; alone: see settle below) ("3", "1f", "2o", "2fo", "0r",
+--          "-3", "0rb", "1l", "0x", "1d", "1ld", "900c", "5oc", "500v",
+--          "1lv", "420s")
 --   block  the check's block key (same hash tag; see below)
 --   lease  only for an 'l' or 'x' check: the lease's id (concurrency.lua)
 --   max_delay  only for a 'd' check: in ms
+--   px     only for a 'v' check: twice the policy's reservation_ttl, in ms
+--          (how long its record is kept)
+--   est    only for an 's' check: the estimate its reservation took
 --   seq    only for a 'once' check: its writer's seq.  Such a check has one
 --          more key after its limits' keys, the writer's last applied seq;
 --          a seq not above it was applied already (a hybrid sync sent again
 --          after its connection was lost): the check then only peeks.
+--          A 'v' or 's' check has one more key after its limits' keys
+--          instead, its reservation's record "<key>:rsv:<32 hex
+--          digits>.<estimate>.<limits hash>" (src/reservation.h): a settle
+--          of another estimate, limits or nonce names another key.
 --   index  only for a 'reset': the limit to reset (0 is the first), or -1
 --          for every limit and the block
 --   ms     only for a 'block': block for this long; 0 lifts the block
@@ -59,7 +70,10 @@
 -- retry_after_ms (zeros for a release: it reads nothing else).  remaining
 -- < 0 is an overdraft of -remaining units (the daemon answers remaining 0
 -- and that overdraft): what a charge, a penalty or a sync left past the
--- limit.  A check is
+-- limit.  A settle answers 3 in place of allowed for a reservation it
+-- does not hold (settled, never taken, or not the claim it was taken with),
+-- 4 for one whose reservation_ttl has passed (then zeros); a settled one
+-- answers as a charge does.  A check is
 -- allowed only when every limit allows it and the key is not blocked; a
 -- denied check consumes nothing from any limit (unless forced).  An admin
 -- check (reset, block, or a negative cost: give back, always applied) does
@@ -142,18 +156,32 @@ local function spec_of(s)
 end
 
 -- A cost string -> { cost, force, once, reset, block, admin, lease,
--- release, delay, charge; err }.
+-- release, delay, charge (or settle), reserve, settle, args; err }: args,
+-- the check has arguments after its block key (a plain check's driver
+-- then tests one flag, not five).
 local function cost_of(s)
-  local cf = { tonumber(s), false, false, false, false, false, false, false, false, false }
+  local cf = { tonumber(s), false, false, false, false, false, false, false, false, false,
+               false, false, false }
   if cf[1] == nil then
-    local c, f, o, r, b, l, x, d, ch =
-      string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)(c?)$')
+    local c, f, o, r, b, l, x, d, ch, v, st =
+      string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)(c?)(v?)(s?)$')
     cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
     cf[7], cf[8], cf[9], cf[10] = l == 'l', x == 'x', d == 'd', ch == 'c'
+    cf[11], cf[12] = v == 'v', st == 's'
     if c == nil then cf.err = 'bad cost ' .. s end
     if cf[10] and (cf[1] < 0 or cf[4] or cf[5] or cf[7] or cf[8] or cf[9]) then
       cf.err = 'bad charge ' .. s
     end
+    if cf[11] and (cf[1] < 0 or cf[2] or cf[3] or cf[4] or cf[5] or cf[8] or cf[9] or cf[10]) then
+      cf.err = 'bad reserve ' .. s
+    end
+    if cf[12] and (cf[1] < 0 or cf[2] or cf[3] or cf[4] or cf[5] or cf[7] or cf[8] or cf[9] or
+                   cf[10] or cf[11]) then
+      cf.err = 'bad settle ' .. s
+    end
+    cf[13] = cf[3] or cf[4] or cf[5] or cf[7] or cf[8] or cf[9] or cf[11] or cf[12]
+    -- a settle goes the way of a charge (see run1)
+    if cf[12] then cf[10] = true end
   end
   cf[6] = cf[1] < 0 or cf[4] or cf[5] or cf[8]
   return cf
@@ -242,6 +270,16 @@ end
 -- The max_delay (ms) of the check being run, nil when it is not a 'd' one:
 -- set by the driver before each check.
 local delay_max = nil
+-- A 'v' or 's' check's record key and its argument (a 'v' one's px, an 's'
+-- one's estimate): set by the driver before each check (nil: not one).
+local rsv_key, rsv_arg = nil, nil
+
+-- A reservation ('v') taken: its record holds its deadline (us), half of
+-- the time it is kept, so that a settle past the deadline is told apart
+-- from one of an id never given (a settle then finds it expired).
+local function rsv_record(now)
+  redis.call('SET', rsv_key, string.format('%d', now + rsv_arg * 500), 'PX', rsv_arg)
+end
 
 -- One limit of a charge: its key's value pre (nil: read it), done (nothing
 -- to count) -> ok, remaining, reset_ms, retry_after_ms of a check of cost 0
@@ -273,9 +311,8 @@ end
 -- charged (a charge holds no slot).  Answered as a check of cost 0 made
 -- right after it.  Its keys from KEYS[k + 1], its answer into out[o + 1]...
 -- (out nil: returned, for run1's one limit).
-local function charge(sp, cf, k, bkey, once_key, seq, now, out, o)
-  if sp.err or cf.err then error(sp.err or cf.err) end
-  local n, cost = sp.n, cf[1]
+local function charge(sp, cost, k, bkey, once_key, seq, now, out, o)
+  local n = sp.n
   local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
   local done = cost <= 0 or (once_key and applied(once_key, seq))
   local ok, rem, reset, retry = charge_limit(sp, 0, KEYS[k + 1], now, cost, pre, done,
@@ -297,13 +334,73 @@ local function charge(sp, cf, k, bkey, once_key, seq, now, out, o)
   else out[o + 1] = 0 end
 end
 
+-- Give `units` back to every limit but a concurrency one (a settle's
+-- estimate was never a slot), as an admin's give back does.
+-- The give of each module, by its peek: built once per library (FCALL).
+local GIVES = {}
+local function give_back(sp, k, now, units)
+  for i = 1, sp.n do
+    local j = 5 * i - 5
+    if sp.cc ~= i then
+      local key, limit, W, burst, peek = KEYS[k + i], sp[j + 3], sp[j + 4], sp[j + 5], sp[j + 1]
+      local give = GIVES[peek]
+      if give == nil then
+        for tag, m in pairs(ALGOS) do
+          if m[1] == peek then
+            local _, _, g = MODULES[tag](true)
+            give = g
+          end
+        end
+        GIVES[peek] = give
+      end
+      local _, _, _, _, _, a1, a2, a3, a4, a5 = peek(key, now, limit, W, burst, 0)
+      give(key, now, limit, W, burst, units, a1, a2, a3, a4, a5)
+    end
+  end
+end
+
+-- A settle ('s') of the reservation whose record is rsv_key (its name
+-- holds the estimate and limits the id claims), at the real cost: when the
+-- record is there and its deadline has not passed, it goes and the
+-- difference from the estimate (rsv_arg) is applied, more charged past the
+-- limit (as a charge), less given back (as a give back); answered as a
+-- charge is.  Else nothing changes and the answer is 3 (no such
+-- reservation) or 4 (its ttl passed: it stays charged at its estimate, and
+-- its record goes), then zeros.  Answers as charge does (out nil: returned,
+-- for run1).
+local function settle(sp, cost, k, bkey, now, out, o)
+  local v = redis.call('GET', rsv_key)
+  local code = nil
+  if not v then
+    code = 3
+  else
+    redis.call('DEL', rsv_key)
+    if tonumber(v) <= now then code = 4 end
+  end
+  if code then
+    if out == nil then return code, 0, 0, 0 end
+    out[o + 1] = code
+    for i = o + 2, o + 1 + 3 * sp.n do out[i] = 0 end
+    return
+  end
+  local d = cost - tonumber(rsv_arg)
+  if d < 0 then
+    give_back(sp, k, now, -d)
+    d = 0
+  end
+  return charge(sp, d, k, bkey, nil, nil, now, out, o)
+end
+
 -- One check of one limit (most checks), its keys from KEYS[k + 1], its
 -- admin arguments from ARGV[a]: allowed (1, 0 or -blocked_ms), remaining,
 -- reset_ms, retry_after_ms.
 local function run1(sp, cf, k, bkey, once_key, seq, now, a)
   if sp.err or cf.err then error(sp.err or cf.err) end
   local cost, force, limit, W, burst = cf[1], cf[2], sp[3], sp[4], sp[5]
-  if cf[10] then return charge(sp, cf, k, bkey, once_key, seq, now) end
+  if cf[10] then
+    if cf[12] then return settle(sp, cost, k, bkey, now) end
+    return charge(sp, cost, k, bkey, once_key, seq, now)
+  end
   -- a release answers only whether the lease was held: nothing else is read
   if cf[8] then return admin(sp, cf, k, bkey, now, a), 0, 0, 0 end
   if cf[6] then
@@ -323,6 +420,7 @@ local function run1(sp, cf, k, bkey, once_key, seq, now, a)
     reserving = false
     -- kept as long as the counts it guards; the seq as the daemon wrote it
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+    if rsv_key and ok and blocked == 0 then rsv_record(now) end
   else
     -- a peek that left them to be read when no slot is taken (concurrency)
     if reset == nil then reset, repair = cc_late(key, now) end
@@ -342,7 +440,10 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
   local n, cost, force = sp.n, cf[1], cf[2]
   local rems, resets, retries, repairs = st[1], st[2], st[3], st[4]
   local s1, s2, s3, s4, s5 = st[5], st[6], st[7], st[8], st[9]
-  if cf[10] then return charge(sp, cf, k, bkey, once_key, seq, now, out, o) end
+  if cf[10] then
+    if cf[12] then return settle(sp, cost, k, bkey, now, out, o) end
+    return charge(sp, cost, k, bkey, once_key, seq, now, out, o)
+  end
   if cf[8] then
     out[o + 1] = admin(sp, cf, k, bkey, now, a)
     for i = o + 2, o + 1 + 3 * n do out[i] = 0 end
@@ -382,6 +483,7 @@ local function run(sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
     end
     reserving = false
     if once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+    if rsv_key and allowed then rsv_record(now) end
   else
     for i = 1, n do
       -- a peek that left them to be read when no slot is taken (concurrency)
@@ -430,10 +532,13 @@ if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
-    cc_lease, delay_max = nil, nil
-    if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
-    if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
-    if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
+    cc_lease, delay_max, rsv_key = nil, nil, nil
+    if cf[13] then
+      if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
+      if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
+      if cf[11] or cf[12] then rsv_key, rsv_arg, ab = KEYS[2], ARGV[ab], ab + 1 end
+      if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
+    end
     local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
     if type(a) == 'table' then a = a.err end
@@ -449,22 +554,30 @@ for _ = 1, tonumber(ARGV[2]) do
   if sp == nil or cf == nil then sp, cf = cached(s, c) end
   local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
   b = b + 3
-  cc_lease, delay_max = nil, nil
-  if cf[7] or cf[8] then
-    cc_lease = ARGV[b]
-    b = b + 1
-  end
-  if cf[9] then
-    delay_max = tonumber(ARGV[b])
-    b = b + 1
-  end
-  if cf[3] then
-    once_key, seq = KEYS[k + n + 1], ARGV[b]
-    b = b + 1
+  cc_lease, delay_max, rsv_key = nil, nil, nil
+  if cf[13] then
+    if cf[7] or cf[8] then
+      cc_lease = ARGV[b]
+      b = b + 1
+    end
+    if cf[9] then
+      delay_max = tonumber(ARGV[b])
+      b = b + 1
+    end
+    if cf[11] or cf[12] then
+      rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
+      b = b + 1
+    end
+    if cf[3] then
+      once_key, seq = KEYS[k + n + 1], ARGV[b]
+      b = b + 1
+    end
   end
   local a = b
-  if cf[4] then b = b + 1 end
-  if cf[5] then b = b + 1 end
+  if cf[13] then
+    if cf[4] then b = b + 1 end
+    if cf[5] then b = b + 1 end
+  end
   local ok, err, x2, x3, x4
   if n == 1 then
     ok, err, x2, x3, x4 = pcall(run1, sp, cf, k, bkey, once_key, seq, now, a)
@@ -481,6 +594,6 @@ for _ = 1, tonumber(ARGV[2]) do
   end
   o = o + 1 + 3 * n
   k = k + n
-  if once_key then k = k + 1 end
+  if once_key or rsv_key then k = k + 1 end
 end
 return out

@@ -196,10 +196,29 @@ MODULES['swl'] = function(with_give)
   end
 
   if not with_give then return peek, commit end
-  -- forget the newest `units` members (all there are, at most); the TTL
-  -- follows the newest left (an emptied key is gone by itself)
+  -- forget the newest `units` units (all there are, at most): the newest
+  -- members whole, then part of the next one (its weight and cum less by
+  -- what is left, so the log's running total stays right), read 64 at a
+  -- time from the newest; the TTL follows the newest left (an emptied key
+  -- is gone by itself)
   local function give(key, now, limit, W, burst, units)
-    call('ZREMRANGEBYRANK', key, format('%d', -units), '-1')
+    while units > 0 do
+      local ms = call('ZRANGE', key, '-64', '-1', 'WITHSCORES')
+      if not ms[1] then break end
+      local whole = 0
+      for i = #ms - 1, 1, -2 do
+        local cum, cost = swl_parse(ms[i])
+        if cost > units then
+          call('ZREMRANGEBYRANK', key, format('%d', -whole - 1), '-1')
+          call('ZADD', key, ms[i + 1], swl_member(cum - units, cost - units))
+          whole, units = -1, 0
+          break
+        end
+        units, whole = units - cost, whole + 1
+        if units == 0 then break end
+      end
+      if whole > 0 then call('ZREMRANGEBYRANK', key, format('%d', -whole), '-1') end
+    end
     local last = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     if last[1] then set_ttl(key, tonumber(last[2]) + W - now) end
   end

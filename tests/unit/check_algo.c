@@ -871,7 +871,7 @@ START_TEST(gcra_give_back_moves_tat_back_not_before_now)
 }
 END_TEST
 
-START_TEST(swl_give_back_forgets_the_newest_entries)
+START_TEST(swl_give_back_takes_the_newest_units)
 {
     struct rl_limit l = mklimit(RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 0);
     struct rl_algo_state st = {0};
@@ -882,6 +882,9 @@ START_TEST(swl_give_back_forgets_the_newest_entries)
     give(&l, &st, T0 + 3 * MS, 1);
     /* the newest entry (1 unit) went; the log's reset follows its newest */
     EXPECT(peek(&l, &st, T0 + 3 * MS, 0), 1, 2, 998, 0);
+    /* one unit of the entry of 2: it stays, of 1, the newest */
+    give(&l, &st, T0 + 3 * MS, 1);
+    EXPECT(peek(&l, &st, T0 + 3 * MS, 0), 1, 3, 998, 0);
     give(&l, &st, T0 + 3 * MS, 1);
     EXPECT(peek(&l, &st, T0 + 3 * MS, 0), 1, 4, 997, 0);
     give(&l, &st, T0 + 3 * MS, 5);
@@ -1325,7 +1328,7 @@ algo_suite(void)
     tcase_add_test(tc, swc_give_back_takes_current_then_previous);
     tcase_add_test(tc, tb_give_back_fills_up_to_burst);
     tcase_add_test(tc, gcra_give_back_moves_tat_back_not_before_now);
-    tcase_add_test(tc, swl_give_back_forgets_the_newest_entries);
+    tcase_add_test(tc, swl_give_back_takes_the_newest_units);
     tcase_add_test(tc, give_back_on_nothing_changes_nothing);
     tcase_add_test(tc, cc_slots_leases_and_releases);
     tcase_add_test(tc, cc_penalty_and_reward);

@@ -88,6 +88,14 @@ struct dpolicy {
     long long pttl[RL_LIMITS_MAX];  /* as the probe saw them after a step */
     int64_t skew;       /* the daemon's clock minus the script's (periods) */
     int how;            /* the step's DP_* */
+    /* reservations (DP_RESERVE, DP_SETTLE): the claim the next step brings
+     * (a DP_RESERVE takes it) and the record's key it names, the ttl; the
+     * twin's record: whether it is held, its claim and its deadline (the
+     * script's clock; the test keeps Redis from forgetting it, as it does
+     * blocks) */
+    char rsv_base[160], rsv_key[256], claim[64], rsv_claim[64];
+    int64_t rsv_ttl_ms, rsv_deadline;
+    int rsv_live;
 };
 
 static void
@@ -181,11 +189,13 @@ get_reply(void)
 #define DP_RELEASE 0x20 /* give lease p->lease back */
 #define DP_DELAY 0x40   /* reserved when it fits within p->max_delay_ms */
 #define DP_CHARGE 0x80  /* a charge: counted past the limit, answered as a cost 0 check */
+#define DP_RESERVE 0x100 /* allowed: also writes the reservation's record (p->claim) */
+#define DP_SETTLE 0x200  /* settle the reservation p->claim names at the real cost */
 
 /* The script call of one step: EVALSHA with explicit time, a batch of one. */
 struct dp_call {
-    const char *argv[8 + RL_LIMITS_MAX];
-    size_t lens[8 + RL_LIMITS_MAX];
+    const char *argv[16 + RL_LIMITS_MAX];
+    size_t lens[16 + RL_LIMITS_MAX];
     int argc;
     char nums[8][24];
     int nn;
@@ -212,17 +222,21 @@ static void
 dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
          struct dp_call *c)
 {
-    char flags[12];
+    char flags[16];
+    int rsv = (how & (DP_RESERVE | DP_SETTLE)) != 0;
 
-    snprintf(flags, sizeof(flags), "%s%s%s%s%s%s%s", how & DP_FORCE ? "f" : "",
+    snprintf(flags, sizeof(flags), "%s%s%s%s%s%s%s%s%s", how & DP_FORCE ? "f" : "",
              how & DP_RESET ? "r" : "", how & DP_BLOCK ? "b" : "",
              how & DP_LEASE ? "l" : "", how & DP_RELEASE ? "x" : "",
-             how & DP_DELAY ? "d" : "", how & DP_CHARGE ? "c" : "");
+             how & DP_DELAY ? "d" : "", how & DP_CHARGE ? "c" : "",
+             how & DP_RESERVE ? "v" : "", how & DP_SETTLE ? "s" : "");
     dc_arg(c, "EVALSHA");
     dc_arg(c, rl_lua_check_sha);
-    dc_num(c, (int64_t)p->n, "");
+    dc_num(c, (int64_t)p->n + rsv, "");
     for (size_t i = 0; i < p->n; i++)
         dc_arg(c, p->l[i].key);
+    if (rsv)
+        dc_arg(c, p->rsv_key);
     dc_num(c, now, "");
     dc_num(c, 1, "");    /* checks in this batch */
     /* the policy's spec, "<tag> <limit> <window_ms> <burst>" per limit,
@@ -257,6 +271,10 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
     }
     if (how & DP_DELAY)
         dc_num(c, p->max_delay_ms, "");
+    if (how & DP_RESERVE)
+        dc_num(c, 2 * p->rsv_ttl_ms, "");
+    if (how & DP_SETTLE)
+        dc_num(c, strtoll(p->claim, NULL, 10), "");
     if (how & DP_RESET)
         dc_num(c, p->reset_index, "");
     if (how & DP_BLOCK)
@@ -286,11 +304,15 @@ dp_redis(struct dpolicy *p, int64_t now, int64_t cost, int how,
                                  : redisAppendCommand(rc, "PEXPIRE %s 1000000000",
                                                       p->l[i].key), REDIS_OK);
     }
-    /* the block ends on the script's clock, which these tests drive */
+    /* the block ends on the script's clock, which these tests drive; so does
+     * a reservation's deadline (the twin never forgets a record) */
     ck_assert_int_eq(redisAppendCommand(rc, "PEXPIRE %s 1000000000", p->block_key),
                      REDIS_OK);
+    ck_assert_int_eq(redisAppendCommand(rc, "PEXPIRE %s 1000000000",
+                                        p->rsv_key[0] ? p->rsv_key : "{diff}:none"),
+                     REDIS_OK);
     ck_assert_int_eq(redisAppendCommand(rc, "EXEC"), REDIS_OK);
-    for (size_t k = 0; k < 3 + 2 * p->n; k++) {
+    for (size_t k = 0; k < 4 + 2 * p->n; k++) {
         r = get_reply();
         ck_assert_msg(r->type == REDIS_REPLY_STATUS, "%s: queueing: %s", where,
                       r->type == REDIS_REPLY_ERROR ? r->str : "?");
@@ -303,7 +325,7 @@ dp_redis(struct dpolicy *p, int64_t now, int64_t cost, int how,
      * by up to 1 ms of rounding; never longer.
      */
     *slack = 1 + ceil_ms(mono_us() - sent);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 2 + 2 * p->n,
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 3 + 2 * p->n,
                   "%s: EXEC failed", where);
     ck_assert_msg(r->element[0]->type == REDIS_REPLY_ARRAY, "%s: script: %s", where,
                   r->element[0]->type == REDIS_REPLY_ERROR ? r->element[0]->str
@@ -361,6 +383,27 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
     if (admin)
         cost = 0;
     blocked = p->block_until > now ? ceil_ms(p->block_until - now) : 0;
+    if (how & DP_SETTLE) {
+        /* as backend_memory.c's op_settle: the record held with this claim
+         * and in time goes, the difference is charged or given back */
+        int held = p->rsv_live && strcmp(p->rsv_claim, p->claim) == 0;
+
+        *committed = 0;
+        if (!held || p->rsv_deadline <= now) {
+            if (held)
+                p->rsv_live = 0;
+            memset(cr, 0, p->n * sizeof(*cr));
+            return held ? 4 : 3;
+        }
+        p->rsv_live = 0;
+        cost -= strtoll(p->claim, NULL, 10);
+        for (size_t i = 0; cost < 0 && i < p->n; i++)
+            if (p->l[i].lim.algo != RL_ALGO_CONCURRENCY)
+                algo_def(p->l[i].lim.algo)->give(&p->l[i].lim, &p->l[i].st, now, -cost);
+        if (cost < 0)
+            cost = 0;
+        how |= DP_CHARGE;
+    }
     if (how & DP_CHARGE) {
         /* as backend_memory.c's op_charge: every limit but concurrency
          * takes it, then a check of cost 0 answers */
@@ -400,6 +443,11 @@ dp_twin(struct dpolicy *p, int64_t now, int64_t cost, int how,
     }
     if (reserve)
         return 2;
+    if ((how & DP_RESERVE) && *committed && allowed) {
+        p->rsv_live = 1;
+        p->rsv_deadline = now + p->rsv_ttl_ms * MS;
+        snprintf(p->rsv_claim, sizeof(p->rsv_claim), "%s", p->claim);
+    }
     return blocked > 0 ? -blocked : allowed;
 }
 
@@ -448,7 +496,7 @@ dp_compare(struct dpolicy *p, size_t i, const redisReply *r, int64_t now,
     ck_assert_msg(pt != -1, "%s limit %zu (%s): key %s has no TTL",
                   where, i, algo_def(d->lim.algo)->name, d->key);
     /* a charge leaves a concurrency limit as a check of cost 0 does */
-    if ((committed && !(p->how & DP_CHARGE && algo_def(d->lim.algo)->charge == NULL)) ||
+    if ((committed && !(p->how & (DP_CHARGE | DP_SETTLE) && algo_def(d->lim.algo)->charge == NULL)) ||
         (p->persisted && ttl > 0))
         ck_assert_msg(pt >= E - slack && pt <= E,
                       "%s now %lld limit %zu (%s): PTTL %lld ms, state "
@@ -824,6 +872,122 @@ START_TEST(charges_match_and_pay_back)
         dp_step(&p, t + 9 * W, 0, DP_BLOCK, what);
         dp_step(&p, t + 9 * W + 1, c, DP_CHARGE, what);
         dp_step(&p, t + 9 * W + 2, 0, DP_CHARGE, what);
+        dp_free(&p);
+    }
+}
+END_TEST
+
+/* The claim of an estimate (reservation.h's shape; the hash is the test's). */
+static void
+dp_claim(struct dpolicy *p, int64_t estimate, unsigned h)
+{
+    snprintf(p->claim, sizeof(p->claim), "%lld.0000%08x", (long long)estimate, h);
+    snprintf(p->rsv_key, sizeof(p->rsv_key), "%s.%s", p->rsv_base, p->claim);
+}
+
+/*
+ * Reserve and settle (flags 'v' and 's'; backend_memory.c's op_record and
+ * op_settle): every algorithm, alone and next to a concurrency limit, a
+ * budget of 10^15 too.  A settle for less gives back, for more charges past
+ * the limit, of 0 gives the whole estimate back; a second settle, a forged
+ * claim (another estimate) and one past the deadline settle nothing; then
+ * random reservations, settles and checks, every number compared.
+ */
+START_TEST(reserve_and_settle_match)
+{
+    static const struct {
+        int64_t limit, window_ms, burst;
+    } cs[] = {{10, 1000, 10}, {1000, 60000, 1000}, {RL_COST_MAX, 60000, RL_COST_MAX}};
+    enum rl_align align;
+    enum rl_algo algo = algo_of(_i, &align);
+
+    for (size_t k = 0; k < 2 * RL_ARRAY_LEN(cs); k++) {
+        struct dpolicy p = {0};
+        size_t c = k % RL_ARRAY_LEN(cs);
+        int64_t W = cs[c].window_ms * MS, t = (T0 / W + 1) * W, cap, est, big;
+        uint64_t seed = 0x5e77 + k * 131 + (uint64_t)_i;
+        char id[64], what[96];
+
+        snprintf(id, sizeof(id), "rsv:%d:%zu", _i, k);
+        snprintf(what, sizeof(what), "%s reserve/settle shape %zu", algo_label(_i), k);
+        dp_add(&p, id, algo, cs[c].limit, cs[c].window_ms, cs[c].burst);
+        if (align == RL_ALIGN_EPOCH)
+            dp_align_last(&p);
+        /* next to a concurrency limit: it holds the slot, settles pass it */
+        if (k >= RL_ARRAY_LEN(cs) && algo != RL_ALGO_CONCURRENCY)
+            dp_add(&p, id, RL_ALGO_CONCURRENCY, 3, 5000, 0);
+        snprintf(p.rsv_base, sizeof(p.rsv_base), "{diff:%s}:rsv:0123456789abcdef0123456789abcdef",
+                 id);
+        p.rsv_ttl_ms = 2000;
+        cap = algo_def(algo)->uses_burst ? p.l[0].lim.burst : p.l[0].lim.limit;
+        est = cap / 2 > 0 ? cap / 2 : 1;
+        big = cap < RL_COST_MAX / 4 ? 3 * cap + 7 : RL_COST_MAX;
+
+        /* less: given back; twice: nothing */
+        dp_claim(&p, est, 1);
+        dp_step(&p, t, est, DP_RESERVE, what);
+        ck_assert_int_eq(p.last, 1);
+        dp_step(&p, t + 1, est / 3, DP_SETTLE, what);
+        ck_assert_int_eq(p.last, 1);
+        dp_step(&p, t + 2, est / 3, DP_SETTLE, what);
+        ck_assert_int_eq(p.last, 3);
+        /* a forged claim (a larger estimate) finds nothing, the real one
+         * settles for more: charged past the limit */
+        dp_claim(&p, est, 2);
+        dp_step(&p, t + 3, est, DP_RESERVE, what);
+        dp_claim(&p, est + 1, 2);
+        dp_step(&p, t + 4, 0, DP_SETTLE, what);
+        ck_assert_int_eq(p.last, 3);
+        dp_claim(&p, est, 2);
+        dp_step(&p, t + 5, big, DP_SETTLE, what);
+        ck_assert_int_ne(p.last, 3);
+        /* windows later: settled for 0, the whole estimate back */
+        t += 10 * W;
+        dp_claim(&p, est, 3);
+        dp_step(&p, t, est, DP_RESERVE, what);
+        dp_step(&p, t + 1, 0, DP_SETTLE, what);
+        /* past the deadline: expired (4), then gone (3), its estimate kept */
+        dp_claim(&p, est, 4);
+        dp_step(&p, t + 2, est, DP_RESERVE, what);
+        ck_assert_int_eq(p.last, 1);
+        dp_step(&p, t + 2 + p.rsv_ttl_ms * MS, 0, DP_SETTLE, what);
+        ck_assert_int_eq(p.last, 4);
+        dp_step(&p, t + 3 + p.rsv_ttl_ms * MS, 0, DP_SETTLE, what);
+        ck_assert_int_eq(p.last, 3);
+        /* random reservations, settles, forged settles and checks */
+        for (int n = 0; n < 150; n++) {
+            int64_t now = next_time(&seed, t, &p);
+            char where[160];
+
+            t = now > t ? now : t;
+            snprintf(where, sizeof(where), "%s step %d", what, n);
+            switch (rnd(&seed) % 5) {
+            case 0:
+                dp_claim(&p, next_cost(&seed, &p) + 1, (unsigned)n);
+                dp_step(&p, now, strtoll(p.claim, NULL, 10), DP_RESERVE, where);
+                break;
+            case 1:
+                dp_step(&p, now, next_charge(&seed, &p), DP_SETTLE, where);
+                break;
+            case 2:
+                dp_step(&p, now, rnd_upto(&seed, est), DP_SETTLE, where);
+                break;
+            case 3: {
+                char keep[64];
+
+                memcpy(keep, p.claim, sizeof(keep));
+                dp_claim(&p, strtoll(keep, NULL, 10) + 1, (unsigned)n);
+                dp_step(&p, now, 0, DP_SETTLE, where);
+                ck_assert_int_eq(p.last, 3);
+                dp_claim(&p, strtoll(keep, NULL, 10), (unsigned)strtoul(strchr(keep, '.') + 1,
+                                                                        NULL, 16));
+                break;
+            }
+            default:
+                dp_step(&p, now, next_cost(&seed, &p), 0, where);
+                break;
+            }
+        }
         dp_free(&p);
     }
 }
@@ -1962,6 +2126,7 @@ diff_suite(void)
                         RL_ALGO_COUNT + 1);
     tcase_add_test(tc, mixed_policies_match_and_stay_atomic);
     tcase_add_loop_test(tc, charges_match_and_pay_back, 0, RL_ALGO_COUNT + 1);
+    tcase_add_loop_test(tc, reserve_and_settle_match, 0, RL_ALGO_COUNT + 1);
     tcase_add_test(tc, aligned_window_opens_on_the_epoch_multiple);
     tcase_add_test(tc, log_entries_in_one_microsecond_are_all_kept);
     tcase_add_test(tc, log_forced_keeps_the_newest_limit_members);
