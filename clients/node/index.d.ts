@@ -54,8 +54,35 @@ export interface Decision {
   charged: number | null;
   overdraft: number | null;
   released: boolean | null;
-  /** A charge the daemon kept to apply when its backend answers again (202). */
+  /** A reserving check's reservation, for settle(). */
+  reservation: string | null;
+  /** A settle: true applied, false not held; null unknown. */
+  settled: boolean | null;
+  /** A charge or settle the daemon keeps to apply later (202). */
   pending: boolean;
+}
+
+export interface ReserveArgs extends CheckArgs {
+  /** The estimate, taken now. */
+  cost: number;
+  /** The cost a failed or aborted piece of work settles at when it reported none (default: the estimate). */
+  errorCost?: number;
+}
+
+export declare class Reservation {
+  readonly decision: Decision;
+  readonly estimate: number;
+  errorCost: number | null;
+  /** The real cost, as the work learns it. */
+  cost: number | null;
+  /** The settle's answer, once the daemon gave a definite one. */
+  result: Decision | null;
+  readonly allowed: boolean;
+  readonly id: string | null;
+  add(units: number): void;
+  settle(cost?: number): Promise<Decision | null>;
+  run<T>(fn: (r: Reservation) => Promise<T> | T): Promise<T>;
+  settleOnClose(res: ServerResponse): Promise<Decision | null>;
 }
 
 export interface ClientOptions {
@@ -81,6 +108,8 @@ export declare class Client {
   readonly agent: Agent;
   check(args?: CheckArgs): Promise<Decision>;
   charge(args: ChargeArgs): Promise<Decision>;
+  reserve(args: ReserveArgs): Promise<Reservation>;
+  settle(reservation: string, cost: number): Promise<Decision>;
   release(lease: string): Promise<Decision>;
   close(): void;
 }
@@ -95,6 +124,8 @@ export interface MiddlewareOptions<Req> extends ClientOptions {
   cost?: (req: Req) => number | undefined;
   /** Also pass the quota headers on allowed answers. */
   headers?: boolean;
+  /** Reserve this estimate instead of a check; the Reservation settles when the response closes. */
+  reserve?: (req: Req) => number;
 }
 
 export type ConnectMiddleware = ((req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => Promise<void>) & { client: Client };

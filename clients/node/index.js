@@ -25,7 +25,7 @@ import http from 'node:http';
 export const QUOTA_HEADERS = ['retry-after', 'x-ratelimit-limit', 'x-ratelimit-remaining',
   'x-ratelimit-reset', 'ratelimit-policy', 'ratelimit', 'x-ratelimit-lease'];
 
-const CHECK_FIELDS = ['key', 'policy', 'path', 'method', 'cost', 'limits'];
+const CHECK_FIELDS = ['key', 'policy', 'path', 'method', 'cost', 'limits', 'reserve'];
 
 class TimeoutError extends Error {
   constructor(ms) {
@@ -47,7 +47,8 @@ function withBody(d) {
   return Object.assign(d, {
     policy: b.policy ?? null, limit: b.limit ?? null, remaining: b.remaining ?? null,
     lease: b.lease ?? null, charged: b.charged ?? null, overdraft: b.overdraft ?? null,
-    released: b.released ?? null, pending: Boolean(b.pending),
+    released: b.released ?? null, reservation: b.reservation ?? null, settled: b.settled ?? null,
+    pending: Boolean(b.pending),
   });
 }
 
@@ -163,6 +164,25 @@ export class Client {
     return this.call('/charge', Client.fields(args, this.policy), args.clientIp, args.headers);
   }
 
+  /**
+   * POST /check with "reserve": true, taking args.cost (the estimate) now.
+   * The Reservation says whether the request may go on (allowed) and settles
+   * once: settle(cost), run(fn), or settleOnClose(res) for a streamed answer.
+   */
+  async reserve(args = {}) {
+    const d = await this.call('/check', Client.fields({ ...args, reserve: true }, this.policy), args.clientIp, args.headers);
+    return new Reservation(this, d, args.cost, args.errorCost);
+  }
+
+  /**
+   * POST /settle: a reservation's real cost.  settled true: the difference
+   * applied (charged, negative when given back); false: not held (settled
+   * already, expired, unknown); null: unknown (settling again is safe).
+   */
+  settle(reservation, cost) {
+    return this.call('/settle', { reservation, cost }, undefined, undefined);
+  }
+
   /** POST /release: give back a concurrency slot; `released` says whether it was held. */
   release(lease) {
     return this.call('/release', { lease }, undefined, undefined);
@@ -170,6 +190,76 @@ export class Client {
 
   close() {
     this.agent.destroy();
+  }
+}
+
+/**
+ * A budget taken at its estimate before the work, settled at the real cost
+ * after it, exactly once.  The work reports its cost as it learns it (cost =
+ * n, or add(n) per chunk of a stream); the settle takes that, else the
+ * estimate on success and errorCost (default: the estimate) on failure.
+ */
+export class Reservation {
+  constructor(client, decision, estimate, errorCost) {
+    this.client = client;
+    this.decision = decision;
+    this.estimate = estimate;
+    this.errorCost = errorCost ?? null;
+    this.cost = null;
+    this.result = null;
+    this.inflight = null;
+  }
+
+  get allowed() { return this.decision.allowed; }
+
+  /** The reservation; null when the check took none (denied, failed open, cost 0). */
+  get id() { return this.decision.reservation; }
+
+  add(units) { this.cost = (this.cost ?? 0) + units; }
+
+  finalCost(failed) {
+    if (this.cost !== null) return this.cost;
+    if (failed && this.errorCost !== null) return this.errorCost;
+    return this.estimate;
+  }
+
+  /** POST /settle, once; resolves to null when there is nothing to settle. */
+  settle(cost) {
+    if (!this.id) return Promise.resolve(null);
+    if (this.result) return Promise.resolve(this.result);
+    if (!this.inflight) {
+      this.inflight = this.client.settle(this.id, cost ?? this.finalCost(false)).then((d) => {
+        this.inflight = null;
+        // a definite answer ends it; a failed call may be tried again (the daemon settles once)
+        if (!d.degraded) this.result = d;
+        return d;
+      });
+    }
+    return this.inflight;
+  }
+
+  /** fn(this), then the settle, on success and on failure alike. */
+  async run(fn) {
+    let v;
+    try {
+      v = await fn(this);
+    } catch (err) {
+      await this.settle(this.finalCost(true));
+      throw err;
+    }
+    await this.settle(this.finalCost(false));
+    return v;
+  }
+
+  /**
+   * Settle when the response `res` (a node:http ServerResponse) closes: after
+   * its last byte, or when the client went away mid-stream (then the cost
+   * counted so far, else errorCost).  Resolves to the settle's decision.
+   */
+  settleOnClose(res) {
+    return new Promise((resolve) => {
+      res.once('close', () => resolve(this.settle(this.finalCost(!res.writableFinished))));
+    });
   }
 }
 
@@ -200,6 +290,7 @@ function middlewareOptions(opts) {
     key: opts.key || (() => undefined),
     clientIp: opts.clientIp || ((req) => req.socket?.remoteAddress),
     cost: opts.cost || (() => undefined),
+    reserve: opts.reserve || null,
     policy: opts.policy,
     headers: Boolean(opts.headers),
   };
@@ -211,15 +302,29 @@ function middlewareOptions(opts) {
  * daemon's identity chain; clientIp(req) the client's address.  The check
  * carries req.originalUrl's path: mounted on a prefix (app.use('/api', ...))
  * Express cuts it from req.url, and a policy of /api/... would never match.
+ * reserve(req), given, makes the check a reservation of that estimate:
+ * req.ratelimitd is then the Reservation (the route sets its cost, or add()s
+ * a stream's), settled when the response closes — ended or aborted.
  */
 export function expressMiddleware(opts = {}) {
   const o = middlewareOptions(opts);
   const mw = async function ratelimitd(req, res, next) {
-    const d = await o.client.check({
+    const args = {
       key: o.key(req), path: (req.originalUrl || req.url || '/').split('?')[0], method: req.method,
       clientIp: o.clientIp(req), policy: o.policy, cost: o.cost(req),
-    });
-    req.ratelimitd = d;
+    };
+    let d;
+    if (o.reserve) {
+      const r = await o.client.reserve({ ...args, cost: o.reserve(req) });
+      d = r.decision;
+      // req.ratelimitd: the Reservation, whose cost the route reports; settled
+      // when the response closes, streamed to its end or aborted
+      req.ratelimitd = r;
+      if (r.id) r.settleOnClose(res);
+    } else {
+      d = await o.client.check(args);
+      req.ratelimitd = d;
+    }
     if (d.allowed) {
       if (o.headers) for (const [k, v] of Object.entries(allowedHeaders(d))) res.setHeader(k, v);
       return next();
@@ -241,11 +346,20 @@ export async function fastifyPlugin(fastify, opts = {}) {
   const o = middlewareOptions(opts);
   fastify.decorateRequest('ratelimitd', null);
   fastify.addHook('onRequest', async (request, reply) => {
-    const d = await o.client.check({
+    const args = {
       key: o.key(request), path: request.raw.url.split('?')[0], method: request.method,
       clientIp: opts.clientIp ? o.clientIp(request) : request.ip, policy: o.policy, cost: o.cost(request),
-    });
-    request.ratelimitd = d;
+    };
+    let d;
+    if (o.reserve) {
+      const r = await o.client.reserve({ ...args, cost: o.reserve(request) });
+      d = r.decision;
+      request.ratelimitd = r;
+      if (r.id) r.settleOnClose(reply.raw);
+    } else {
+      d = await o.client.check(args);
+      request.ratelimitd = d;
+    }
     if (d.allowed) {
       if (o.headers) reply.headers(allowedHeaders(d));
       return;

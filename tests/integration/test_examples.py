@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import http.client
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -54,11 +55,14 @@ from daemon_faults import FAULTS, FaultyDaemon, expect_bounded  # noqa: E402
 
 EX = os.path.join(H.RL_SRCDIR, "examples")
 LIMIT = 3
+TOKENS = 1000           # the OpenAI proxies' budget per tenant
 CONFIG = {
     "identity": ["body", "header:X-Api-Key", "forwarded", "peer"],
     "redis": {"timeout": "2s"},
     "policies": [{"name": "ex", "limits": [{"algorithm": "fixed_window", "limit": LIMIT,
-                                            "window": "60s"}]}],
+                                            "window": "60s"}]},
+                 {"name": "tokens", "limits": [{"algorithm": "fixed_window", "limit": TOKENS,
+                                                "window": "60s"}]}],
 }
 TIMEOUT_S = 0.3          # the examples' timeout towards a hung daemon, in the tests
 OK_TIMEOUT = 2.0 * H.SLOW  # towards a working one: a loaded host must not make it fail open
@@ -645,6 +649,186 @@ def t_py_framework_examples(fx):
                   "the Starlette example's 429")
 
 
+# -------------------------------------------------- OpenAI-compatible proxies
+
+class Upstream:
+    """A local OpenAI-compatible upstream: POST /v1/chat/completions answers
+    JSON with `usage`, or (stream: true) SSE chunks, one per word of REPLY,
+    then a last chunk of `usage` (when stream_options.include_usage) and
+    `data: [DONE]`.  `gate`, when set, holds the stream before its last
+    content chunk; `seen` keeps the requests' bodies."""
+
+    REPLY = "budgets are counted after the work is done".split()
+
+    def __init__(self):
+        import http.server
+        up = self
+        self.seen = []
+        self.gate = None
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                up.seen.append(req)
+                prompt = sum(len(m["content"]) for m in req["messages"]) // 4
+                usage = {"prompt_tokens": prompt, "completion_tokens": len(up.REPLY) * 3,
+                         "total_tokens": prompt + len(up.REPLY) * 3}
+                if not req.get("stream"):
+                    data = json.dumps({"object": "chat.completion", "usage": usage, "choices": [
+                        {"message": {"role": "assistant", "content": " ".join(up.REPLY)}}]}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    for i, w in enumerate(up.REPLY):
+                        if i == len(up.REPLY) - 1 and up.gate is not None:
+                            up.gate.wait(30)
+                        chunk = {"object": "chat.completion.chunk", "choices": [{"delta": {"content": w}}]}
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                        self.wfile.flush()
+                    if (req.get("stream_options") or {}).get("include_usage"):
+                        last = {"object": "chat.completion.chunk", "choices": [], "usage": usage}
+                        self.wfile.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except OSError:
+                    pass
+                self.close_connection = True
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ProxyProcess:
+    """examples/python/openai_proxy.py or examples/node/openai_proxy.mjs, run."""
+
+    def __init__(self, argv, daemon_port, upstream_port):
+        env = dict(os.environ, RATELIMITD_URL="http://127.0.0.1:%d" % daemon_port, PORT="0",
+                   UPSTREAM_URL="http://127.0.0.1:%d" % upstream_port, RATELIMIT_POLICY="tokens",
+                   RATELIMIT_TIMEOUT=str(OK_TIMEOUT), TIMEOUT_MS=str(int(OK_TIMEOUT * 1000)))
+        self.logpath = os.path.join(H.tmpdir(), "proxy-%s.log" % uuid.uuid4().hex[:6])
+        self.log = open(self.logpath, "w")
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        m = re.match(r"listening (\d+)", line)
+        if not m:
+            self.close()
+            raise H.Fail("%s did not start (%r): %s" % (argv, line, open(self.logpath).read()))
+        self.port = int(m.group(1))
+
+    def post(self, body, tenant, read=True):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10 * SLOW)
+        c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + tenant})
+        sock = c.sock
+        r = c.getresponse()
+        if not read:
+            return c, r, sock
+        data = r.read()
+        c.close()
+        return r.status, H.Headers(r.getheaders()), data
+
+    def close(self):
+        H.stop_process(self.proc, timeout=10)
+        self.log.close()
+
+
+def tenant_remaining(fx, tenant):
+    import hashlib
+    key = "key-" + hashlib.sha256(tenant.encode()).hexdigest()[:32]
+    st, _, body = H.request(fx.daemon.port, "POST", "/check", {"key": key, "policy": "tokens", "cost": 0})
+    return body.get("remaining")
+
+
+def proxy_cases(fx, argv, what):
+    up = Upstream()
+    proxy = ProxyProcess(argv, fx.daemon.port, up.port)
+    try:
+        prompt = "x" * 400                      # 100 tokens, estimated
+        msg = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 200}
+        real = 100 + len(Upstream.REPLY) * 3     # what the upstream's usage says
+        # a whole answer: settled at its usage.total_tokens
+        t = fresh("tenant")
+        st, _, body = proxy.post(msg, t)
+        eq(st, 200, "%s: a completion" % what)
+        eq(json.loads(body)["usage"]["total_tokens"], real, "%s: the upstream's usage" % what)
+        H.wait_for(lambda: tenant_remaining(fx, t) == TOKENS - real,
+                   "%s: the tenant charged %d (remaining %s)" % (what, real, tenant_remaining(fx, t)))
+        # a stream: relayed chunk by chunk, settled at the last chunk's usage
+        st, hd, body = proxy.post(dict(msg, stream=True), t)
+        eq(st, 200, "%s: a streamed completion" % what)
+        events = [l for l in body.decode().split("\n") if l.startswith("data: ")]
+        eq(len(events), len(Upstream.REPLY) + 2, "%s: the SSE events relayed (%r)" % (what, events))
+        check(up.seen[-1].get("stream_options", {}).get("include_usage") is True,
+              "%s: the proxy did not ask for the usage chunk: %r", what, up.seen[-1])
+        H.wait_for(lambda: tenant_remaining(fx, t) == TOKENS - 2 * real,
+                   "%s: the streamed completion charged (remaining %s)" % (what, tenant_remaining(fx, t)))
+        # past the budget: the estimate (300) does not fit what is left
+        st, hd, body = proxy.post(dict(msg, max_tokens=TOKENS), t)
+        eq(st, 429, "%s: a request past the tenant's budget" % what)
+        ra = hd.get("retry-after", "")
+        check(ra.isdigit() and 1 <= int(ra) <= 60, "%s: Retry-After %r", what, ra)
+        eq(len(up.seen), 2, "%s: upstream calls (the denied one never reached it)" % what)
+        # a client gone mid-stream: settled (never left at the estimate) at
+        # what the proxy knew was generated: the prompt and the chunks relayed
+        # (the Node proxy, which sees the close at once and stops the
+        # upstream), at most the upstream's usage (the sync Python proxy sees
+        # it at its next write, when the upstream has finished)
+        t2 = fresh("tenant")
+        up.gate = threading.Event()
+        c, r, sock = proxy.post(dict(msg, stream=True), t2, read=False)
+        got = b""
+        while got.count(b"data: ") < len(Upstream.REPLY) - 1:
+            got += r.read1(65536)
+        eq(tenant_remaining(fx, t2), TOKENS - 300, "%s: the estimate held while streaming" % what)
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        r.close()
+        c.close()
+        relayed = 100 + len(Upstream.REPLY) - 1
+        if "node" in what:
+            H.wait_for(lambda: tenant_remaining(fx, t2) == TOKENS - relayed,
+                       "%s: the aborted stream settled at prompt + chunks relayed (remaining %s, want %d)"
+                       % (what, tenant_remaining(fx, t2), TOKENS - relayed))
+        up.gate.set()
+        H.wait_for(lambda: TOKENS - real <= tenant_remaining(fx, t2) <= TOKENS - relayed,
+                   "%s: the aborted stream settled between prompt + chunks relayed and the usage "
+                   "(remaining %s, want %d..%d)" % (what, tenant_remaining(fx, t2), TOKENS - real,
+                                                   TOKENS - relayed))
+    finally:
+        if up.gate is not None:
+            up.gate.set()
+        proxy.close()
+        up.close()
+
+
+def t_py_openai_proxy(fx):
+    proxy_cases(fx, [sys.executable, os.path.join(EX, "python", "openai_proxy.py")], "python proxy")
+
+
+def t_node_openai_proxy(fx):
+    node = shutil.which("node")
+    if node is None:
+        raise H.Fail("node not found: it is required (Debian package nodejs)")
+    proxy_cases(fx, [node, os.path.join(EX, "node", "openai_proxy.mjs")], "node proxy")
+
+
 class Fx:
     pass
 
@@ -680,6 +864,10 @@ CASES = [
     ("python: WSGI under SCRIPT_NAME and ASGI under root_path check the whole path", t_py_mount_prefix),
     ("python: examples/python's Flask and Starlette apps: limit then 429 with the daemon's headers",
      t_py_framework_examples),
+    ("python OpenAI proxy: reserves prompt + max_tokens, settles at usage (a stream's last SSE chunk), "
+     "429 past the budget, an aborted stream settles at what was relayed", t_py_openai_proxy),
+    ("node OpenAI proxy: reserves prompt + max_tokens, settles at usage (a stream's last SSE chunk), "
+     "429 past the budget, an aborted stream settles at what was relayed", t_node_openai_proxy),
 ]
 
 

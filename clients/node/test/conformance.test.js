@@ -5,12 +5,15 @@ import assert from 'node:assert/strict';
 import { Client } from '../index.js';
 import { CONFORMANCE, DAEMON, UNAVAILABLE, OK_TIMEOUT, blackhole, downUrl, fresh, quiet } from './helpers.js';
 
-const FIELDS = { allowed: 'allowed', status: 'status', degraded: 'degraded', charged: 'charged', released: 'released' };
+const FIELDS = {
+  allowed: 'allowed', status: 'status', degraded: 'degraded', charged: 'charged', released: 'released', settled: 'settled',
+};
 
 function hold(d, expect, what) {
   for (const [f, prop] of Object.entries(FIELDS)) {
     if (f in expect) assert.equal(d[prop], expect[f], `${what}: ${f} (${JSON.stringify(d)})`);
   }
+  if ('reservation' in expect) assert.equal(Boolean(d.reservation), expect.reservation, `${what}: reservation ${d.reservation}`);
   if ('retry_after' in expect) {
     const want = expect.retry_after;
     if (want === null) assert.equal(d.retryAfter, null, `${what}: retryAfter`);
@@ -29,8 +32,10 @@ function hold(d, expect, what) {
   if ('max_elapsed_ms' in expect) assert.ok(d.elapsedMs < expect.max_elapsed_ms, `${what}: took ${d.elapsedMs} ms`);
 }
 
-function invoke(client, call, args) {
+async function invoke(client, call, args) {
   if (call === 'release') return client.release(args.lease);
+  if (call === 'settle') return client.settle(args.reservation, args.cost);
+  if (call === 'reserve') return (await client.reserve(args)).decision;
   return client[call](args);
 }
 

@@ -12,8 +12,9 @@ FastAPI).  Standard library only.  The contract is docs/API.md of ratelimitd.
 """
 
 from ._core import QUOTA_HEADERS, Decision
+from ._reserve import AsyncReservation, Reservation
 from .aio import AsyncClient
 from .client import Client
 
-__all__ = ["Client", "AsyncClient", "Decision", "QUOTA_HEADERS"]
+__all__ = ["Client", "AsyncClient", "Decision", "Reservation", "AsyncReservation", "QUOTA_HEADERS"]
 __version__ = "0.1.0"

@@ -96,8 +96,20 @@ class Decision:
         return self.body.get("overdraft")
 
     @property
+    def reservation(self) -> Optional[str]:
+        """A reserving check's reservation id, for settle()."""
+        return self.body.get("reservation")
+
+    @property
+    def settled(self) -> Optional[bool]:
+        """A settle: True applied now, False not held (settled already,
+        expired, unknown); None when the outcome is unknown (the daemon did
+        not answer, or took it for later: `pending`)."""
+        return self.body.get("settled")
+
+    @property
     def pending(self) -> bool:
-        """A charge the daemon kept to apply when its backend answers again (202)."""
+        """A charge or settle the daemon kept to apply when its backend answers (202)."""
         return bool(self.body.get("pending"))
 
     @property
@@ -149,6 +161,10 @@ def _json(data: bytes) -> Dict[str, Any]:
     except ValueError:
         return {}
     return v if isinstance(v, dict) else {}
+
+
+def settle_body(reservation: str, cost: int) -> bytes:
+    return json_body({"reservation": reservation, "cost": cost})
 
 
 def failed(route: str, reason: str, ms: float, fail_open: bool,

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import _core
 from ._core import Decision, Endpoint
+from ._reserve import AsyncReservation, Reserving
 
 Conn = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Answer = Tuple[int, List[Tuple[str, str]], bytes]
@@ -175,6 +176,26 @@ class AsyncClient:
         body = _core.check_body(dict(key=key, policy=policy, path=path, method=method, cost=cost,
                                      limits=limits), self.policy)
         return await self._call("/charge", body, _core.request_headers(client_ip, headers))
+
+    def reserve(self, estimate: int, key: Optional[str] = None, path: Optional[str] = None,
+                method: Optional[str] = None, client_ip: Optional[str] = None,
+                policy: Optional[str] = None, error_cost: Optional[int] = None,
+                headers: Optional[Mapping[str, str]] = None) -> Reserving:
+        """As Client.reserve: `r = await client.reserve(...)`, or
+        `async with client.reserve(...) as r:` to settle at the block's end —
+        on success, on an exception and on cancellation alike."""
+        body = _core.check_body(dict(key=key, policy=policy, path=path, method=method, cost=estimate,
+                                     reserve=True), self.policy)
+
+        async def make() -> AsyncReservation:
+            d = await self._call("/check", body, _core.request_headers(client_ip, headers))
+            return AsyncReservation(self, d, estimate, error_cost)
+        return Reserving(make)
+
+    async def settle(self, reservation: str, cost: int) -> Decision:
+        """POST /settle, as Client.settle."""
+        return await self._call("/settle", _core.settle_body(reservation, cost),
+                                _core.request_headers(None, None))
 
     async def release(self, lease: str) -> Decision:
         """POST /release, as Client.release."""

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import _core
 from ._core import Decision, Endpoint
+from ._reserve import Reservation
 
 Answer = Tuple[int, List[Tuple[str, str]], bytes]
 
@@ -121,6 +122,26 @@ class Client:
         body = _core.check_body(dict(key=key, policy=policy, path=path, method=method, cost=cost,
                                      limits=limits), self.policy)
         return self._call("/charge", body, _core.request_headers(client_ip, headers))
+
+    def reserve(self, estimate: int, key: Optional[str] = None, path: Optional[str] = None,
+                method: Optional[str] = None, client_ip: Optional[str] = None,
+                policy: Optional[str] = None, error_cost: Optional[int] = None,
+                headers: Optional[Mapping[str, str]] = None) -> Reservation:
+        """POST /check with "reserve": true, taking `estimate` now.  The
+        Reservation says whether the request may go on (`allowed`) and settles
+        once, at its `with` block's end or by settle(cost).  Denied, or failed
+        open, it holds no reservation and settles nothing."""
+        body = _core.check_body(dict(key=key, policy=policy, path=path, method=method, cost=estimate,
+                                     reserve=True), self.policy)
+        d = self._call("/check", body, _core.request_headers(client_ip, headers))
+        return Reservation(self, d, estimate, error_cost)
+
+    def settle(self, reservation: str, cost: int) -> Decision:
+        """POST /settle: the real cost of a reservation.  `settled` True: the
+        difference applied (`charged`, negative when given back); False: not
+        held (settled already, expired, unknown); None: unknown (the daemon did
+        not answer: settling again is safe, it settles once)."""
+        return self._call("/settle", _core.settle_body(reservation, cost), _core.request_headers(None, None))
 
     def release(self, lease: str) -> Decision:
         """POST /release: give back a concurrency slot (`released` says whether it was held)."""

@@ -9,7 +9,7 @@ from conftest import CONFORMANCE, OK_TIMEOUT, fresh, url
 from ratelimitd import AsyncClient, Client
 
 SCENARIOS = CONFORMANCE["scenarios"]
-DECISION_FIELDS = ("allowed", "status", "degraded", "charged", "released")
+DECISION_FIELDS = ("allowed", "status", "degraded", "charged", "released", "settled")
 
 
 def substitute(v, saved):
@@ -24,6 +24,8 @@ def hold(d, expect, what):
         if f in expect:
             assert getattr(d, f) == expect[f], "%s: %s is %r, want %r (%r)" % (what, f, getattr(d, f),
                                                                              expect[f], d)
+    if "reservation" in expect:
+        assert bool(d.reservation) == expect["reservation"], "%s: reservation %r" % (what, d.reservation)
     if "retry_after" in expect:
         want = expect["retry_after"]
         if want is None:
@@ -67,8 +69,19 @@ def calls(sc):
 
 
 def invoke(client, call, args):
+    """The call's decision (a coroutine's, for the asyncio client)."""
     if call == "release":
         return client.release(args["lease"])
+    if call == "settle":
+        return client.settle(args["reservation"], args["cost"])
+    if call == "reserve":
+        args = dict(args)
+        r = client.reserve(args.pop("cost"), **args)
+        if hasattr(r, "__await__"):
+            async def decision():
+                return (await r).decision
+            return decision()
+        return r.decision
     if call == "charge":
         return client.charge(**args)
     return client.check(**args)
