@@ -107,10 +107,23 @@ def first_checks(port, threads=4, seconds=0.5):
             try:
                 st, _, b = H.request(port, "POST", "/check",
                                      {"key": "first-%d-%d" % (i, n), "policy": "p"})
-            except ConnectionRefusedError:
-                # not listening yet: the first check goes the moment it is
-                check(time.monotonic() < deadline, "the daemon never listened on %d", port)
+            except (ConnectionRefusedError, ConnectionResetError) as e:
+                # not listening yet (a connection the kernel took before the
+                # port was the daemon's may be reset): the first check goes
+                # the moment it listens; after that a reset is a failed check
+                if listening.is_set():
+                    with lock:
+                        out.append((repr(e), False, time.monotonic() - t))
+                    n += 1
+                    continue
+                if time.monotonic() >= deadline:
+                    return
                 time.sleep(0.001)
+                continue
+            except OSError as e:  # a timeout: the check was not answered
+                with lock:
+                    out.append((repr(e), False, time.monotonic() - t))
+                n += 1
                 continue
             if not listening.is_set():
                 end[0] = time.monotonic() + seconds
@@ -124,6 +137,8 @@ def first_checks(port, threads=4, seconds=0.5):
         t.start()
     for t in ts:
         t.join(timeout=30)
+    check(out, "no check answered: the daemon never listened on %d within %.0f s",
+          port, H.START_TIMEOUT)
     return out
 
 
