@@ -131,6 +131,7 @@ http_reason(int status)
     switch (status) {
     case 100: return "Continue";
     case 200: return "OK";
+    case 202: return "Accepted";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
