@@ -1587,6 +1587,6 @@ CASES = [
 
 
 if __name__ == "__main__":
-    t = H.Tests(timeout=180)
+    t = H.Tests(timeout=480)
     t.run_cases(CASES)
     sys.exit(t.finish())
