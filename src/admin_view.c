@@ -107,7 +107,9 @@ respond_json(struct http_req *r, json_t *o)
 
 /* What a /admin/top request asks (query.h), or the 400's message. */
 struct top_query {
-    const struct rl_policy *policy;
+    const struct rl_policy *policy; /* NULL: an RLS rule's */
+    char domain[257], rule[257];    /* the metrics' labels: 256 bytes at most */
+    int id;                         /* top.h's */
     enum top_by by;
     int minutes;
     size_t n;
@@ -120,17 +122,35 @@ top_query_parse(const struct http_head *h, const struct rl_config *cfg, struct t
     struct query_param p[] = {{"policy", policy, sizeof(policy), 0, false},
                               {"by", by, sizeof(by), 0, false},
                               {"n", n, sizeof(n), 0, false},
-                              {"interval", interval, sizeof(interval), 0, false}};
+                              {"interval", interval, sizeof(interval), 0, false},
+                              {"domain", q->domain, sizeof(q->domain), 0, false},
+                              {"rule", q->rule, sizeof(q->rule), 0, false}};
     const char *why;
     int which;
     char *end;
     long v;
 
     if (query_parse(h->target, h->target_len, p, RL_ARRAY_LEN(p), &why, &which) != RL_OK)
-        return which < 0 ? xasprintf("query: %s; use policy, by, n and interval", why)
+        return which < 0 ? xasprintf("query: %s; use policy (or domain and rule), by, n and "
+                                     "interval",
+                                     why)
                          : xasprintf("%s: %s", p[which].name, why);
-    if (!p[0].seen || (q->policy = config_policy(cfg, policy)) == NULL)
+    if (p[0].seen && p[4].seen)
+        return xstrdup("domain: not with policy");
+    if (p[4].seen && !p[5].seen)
+        return xstrdup("rule: required with domain");
+    if (p[5].seen && !p[4].seen)
+        return xstrdup("domain: required with rule");
+    if (p[4].seen) {
+        /* an RLS rule: by the name its metrics have, none registered here
+         * (a rule no check reached has none: -1, no callers) */
+        int id = metrics_rls_find(q->domain, p[4].len, q->rule, p[5].len);
+        q->id = id >= 0 ? TOP_RLS_ID(id) : -1;
+    } else if (!p[0].seen || (q->policy = config_policy(cfg, policy)) == NULL) {
         return xstrdup("policy: must name a policy of the configuration");
+    } else {
+        q->id = q->policy->metrics_id;
+    }
     q->by = TOP_BY_DENIED;
     if (p[1].seen && strcmp(by, "units") == 0)
         q->by = TOP_BY_UNITS;
@@ -173,7 +193,7 @@ serve_top(struct http_req *r, struct rl_worker *w)
         free(cause);
         return;
     }
-    top_read(tops, ntops, q.policy->metrics_id, q.by, q.minutes, q.n, now_monotonic_us(), &a);
+    top_read(tops, ntops, q.id, q.by, q.minutes, q.n, now_monotonic_us(), &a);
     callers = json_array();
     for (size_t i = 0; i < a.n; i++) {
         const struct top_caller *c = &a.callers[i];
@@ -191,10 +211,15 @@ serve_top(struct http_req *r, struct rl_worker *w)
             json_object_set_new(e, "cut", json_true());
         json_array_append_new(callers, e);
     }
-    o = json_pack("{s:s,s:s,s:I,s:I,s:I,s:o}", "policy", q.policy->name, "by",
-                  q.by == TOP_BY_DENIED ? "denied" : "units", "interval_s",
-                  (json_int_t)((a.interval_us + 999999) / 1000000), "total",
+    o = json_pack("{s:s,s:I,s:I,s:I,s:o}", "by", q.by == TOP_BY_DENIED ? "denied" : "units",
+                  "interval_s", (json_int_t)((a.interval_us + 999999) / 1000000), "total",
                   (json_int_t)a.total, "top_k", (json_int_t)cfg->top_k, "callers", callers);
+    if (q.policy != NULL) {
+        json_object_set_new(o, "policy", json_string(q.policy->name));
+    } else {
+        json_object_set_new(o, "domain", json_stringn(q.domain, strlen(q.domain)));
+        json_object_set_new(o, "rule", json_stringn(q.rule, strlen(q.rule)));
+    }
     top_answer_free(&a);
     respond_json(r, o);
 }

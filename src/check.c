@@ -77,6 +77,7 @@ struct check_op {
      * env->top file the caller under, computed once */
     int hashed;
     uint64_t hash;
+    int top_id;            /* what env->top files it under; -1: its policy's metrics id */
     struct limit_keys *lk; /* NULL: every limit under key */
     size_t ncaller;        /* of own_limits, the caller's; the policy's caps follow */
     char key[RL_REDIS_KEY_MAX];
@@ -362,8 +363,9 @@ finish(struct check_op *op, const struct rl_check_res *res)
     if (op->env->top != NULL && op->id_end > op->id_off && d.status != 503 && !d.degraded) {
         bool denied = !op->charge && (!d.allowed || d.would_deny);
 
-        top_record(op->env->top, op->policy->metrics_id, op->key + op->id_off,
-                   (size_t)(op->id_end - op->id_off), op->hashed ? op->hash : 0, denied,
+        top_record(op->env->top, op->top_id >= 0 ? op->top_id : op->policy->metrics_id,
+                   op->key + op->id_off, (size_t)(op->id_end - op->id_off),
+                   op->hashed ? op->hash : 0, denied,
                    denied || !(op->charge || d.allowed) ? 0 : op->req.cost, op->start_us);
     }
     /* no wait: the place it held is free now (a held one's, when answered) */
@@ -693,7 +695,7 @@ static int
 start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              const struct rl_policy *policy, const char *keyname, const char *id, size_t idlen,
              const struct rl_ident_input *ident, int64_t cost, enum count_as how, bool reserve,
-             int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits,
+             int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits, int top_id,
              rl_check_done done, void *arg, char **cause)
 {
     /* not calloc: the key buffer is most of the op and is written before
@@ -703,6 +705,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     size_t klen;
 
     op->reserve = reserve;
+    op->top_id = top_id;
 
     if (keyname == NULL)
         keyname = policy->name;
@@ -911,12 +914,12 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
 int
 check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                    const struct rl_policy *policy, const char *keyname, const char *id,
-                   size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms,
+                   size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms, int top_id,
                    rl_check_done done, void *arg, char **cause)
 {
     return start_policy(env, cfg, policy, keyname, id, idlen, NULL, cost,
                         count_over ? COUNT_HITS : COUNT_CHECK, false, timeout_ms, NULL, 0,
-                        done, arg, cause);
+                        top_id, done, arg, cause);
 }
 
 /*
@@ -1017,7 +1020,7 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
         goto out;
     rc = start_policy(env, cfg, policy, NULL, id, idlen, &ident, f.cost,
                       in->charge ? COUNT_CHARGE : COUNT_CHECK, f.reserve != 0, 0,
-                      nown > 0 ? own : NULL, nown, done, arg, cause);
+                      nown > 0 ? own : NULL, nown, -1, done, arg, cause);
 out:
     free(norm);
     json_decref(root);

@@ -94,13 +94,14 @@ int check_start(const struct rl_check_env *env, struct rl_config *cfg,
  * "{<key_prefix><keyname>:<escaped id>}..." (keyname NULL: the policy's
  * name; id typed, as identity_resolve gives it: "k:alice", "ip:10.0.0.7").
  * The backend answers within timeout_ms when it is below redis.timeout (0:
- * redis.timeout).  RL_OK: done will be called, maybe before this returns;
+ * redis.timeout).  top_id: what GET /admin/top counts its caller under
+ * (top.h; -1: the policy's metrics id).  RL_OK: done will be called, maybe before this returns;
  * RL_ERR: the key does not fit, *cause says so (caller frees).
  */
 int check_start_policy(const struct rl_check_env *env, struct rl_config *cfg,
                        const struct rl_policy *policy, const char *keyname, const char *id,
                        size_t idlen, int64_t cost, bool count_over, int64_t timeout_ms,
-                       rl_check_done done, void *arg, char **cause) RL_WUR;
+                       int top_id, rl_check_done done, void *arg, char **cause) RL_WUR;
 
 /* Called exactly once with a release's answer: status 200 (released: the
  * lease was held and had not ended) or 503 (the backend failed). */

@@ -101,6 +101,29 @@ out:
     return id;
 }
 
+int
+metrics_rls_find(const char *domain, size_t dlen, const char *rule, size_t rlen)
+{
+    uint64_t h;
+    int id = -1;
+
+    if (dlen > RLS_LABEL_MAX || rlen > RLS_LABEL_MAX)
+        return -1;
+    h = fnv1a(fnv1a(FNV1A_INIT, domain, dlen) ^ 0xff, rule, rlen);
+    pthread_mutex_lock(&rls_lock);
+    for (size_t slot = h % RLS_SLOTS; rls_slot[slot] != 0; slot = (slot + 1) % RLS_SLOTS) {
+        int i = rls_slot[slot] - 1;
+        if (rls_names[i].dlen == dlen && rls_names[i].rlen == rlen &&
+            memcmp(rls_names[i].domain, domain, dlen) == 0 &&
+            memcmp(rls_names[i].rule, rule, rlen) == 0) {
+            id = i;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rls_lock);
+    return id;
+}
+
 void
 metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n)
 {

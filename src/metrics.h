@@ -150,6 +150,8 @@ void metrics_reservation(struct rl_metrics *m, enum rl_rsv_metric r);
 
 /* The stable id of an RLS label pair (registering it on first sight). */
 int metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rlen);
+/* The id of that pair, -1 when none was registered (it registers none). */
+int metrics_rls_find(const char *domain, size_t dlen, const char *rule, size_t rlen);
 void metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n);
 void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);

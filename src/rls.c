@@ -38,6 +38,7 @@
 #include "response.h"
 #include "rls.h"
 #include "slab.h"
+#include "top.h"
 #include "util.h"
 
 /* Bounds of a request: Envoy sends a handful of descriptors of a few
@@ -879,8 +880,10 @@ start_slots(struct rls_op *op, struct rl_config *cfg, const struct rls_request *
         if (s->kind == SLOT_ZERO || s->grouped)
             continue;
         idlen = make_id(id, sizeof(id), &req->domain, d, s->rule != NULL ? shared : NULL);
+        /* its callers counted under its rule (GET /admin/top?domain=&rule=) */
         if (check_start_policy(op->env, cfg, s->policy, KEYNAME, id, idlen, (int64_t)s->hits,
-                               s->charges, req->timeout_ms, on_check, s, &error) != RL_OK) {
+                               s->charges, req->timeout_ms, TOP_RLS_ID(s->stat_id), on_check,
+                               s, &error) != RL_OK) {
             /* cannot happen: identities are bounded by their hash */
             log_error(LOG_MSG("rls: check not started"), LOG_Q("error", error));
             free(error);

@@ -1,4 +1,5 @@
 /* top.c — see top.h. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +23,9 @@ struct top_policy {
 struct rl_top {
     uint32_t k;
     /* set once on the worker, read by others: atomic pointers */
-    struct top_policy *p[RL_METRICS_POLICIES];
+    struct top_policy *p[TOP_IDS];
+    uint32_t rls_rules;   /* of p past RL_METRICS_POLICIES taken */
+    uint64_t rls_refused; /* checks of rules past TOP_RLS_RULES_MAX (atomic) */
 };
 
 struct rl_top *
@@ -77,9 +80,17 @@ top_record(struct rl_top *t, int policy_id, const char *id, size_t len, uint64_t
     uint64_t minute = (uint64_t)(now_us / TOP_SLOT_US);
     int slot = (int)(minute % TOP_SLOTS);
 
-    if ((unsigned)policy_id >= RL_METRICS_POLICIES || (!denied && units <= 0) || len == 0)
+    if ((unsigned)policy_id >= TOP_IDS || (!denied && units <= 0) || len == 0)
         return;
     p = t->p[policy_id];
+    if (p == NULL && policy_id >= RL_METRICS_POLICIES) {
+        /* an RLS rule: there may be 100,000; sketches for a few */
+        if (t->rls_rules >= TOP_RLS_RULES_MAX) {
+            __atomic_add_fetch(&t->rls_refused, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        t->rls_rules++;
+    }
     if (p == NULL) {
         p = policy_new(t->k);
         __atomic_store_n(&t->p[policy_id], p, __ATOMIC_RELEASE);
@@ -174,7 +185,7 @@ top_read(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by, in
         minutes = TOP_SLOTS - 1;
     first = last >= (uint64_t)minutes ? last - (uint64_t)minutes : 0;
     out->interval_us = (int64_t)minutes * TOP_SLOT_US + now_us % TOP_SLOT_US;
-    if ((unsigned)policy_id >= RL_METRICS_POLICIES)
+    if ((unsigned)policy_id >= TOP_IDS)
         return;
     for (int b = 0; b < TOP_BY_COUNT; b++) {
         sketch_merge_init(&m[b]);
@@ -187,7 +198,14 @@ top_read(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by, in
         const struct sketch_row *row = &m[by].rows[i];
         struct top_caller *c = &out->callers[i];
 
-        c->identity_len = unescape(row->id, row->idlen, c->identity);
+        /* an RLS caller as its key shows it, escaped (its separators) */
+        if (policy_id >= RL_METRICS_POLICIES) {
+            memcpy(c->identity, row->id, row->idlen);
+            c->identity[row->idlen] = '\0';
+            c->identity_len = row->idlen;
+        } else {
+            c->identity_len = unescape(row->id, row->idlen, c->identity);
+        }
         c->cut = row->fulllen > row->idlen;
         c->figure[by] = row->count;
         c->error_bound = row->err;
@@ -230,4 +248,14 @@ top_format_metrics(struct evbuffer *out, struct rl_top *const *tops, size_t n,
                             share);
         top_answer_free(&a);
     }
+    uint64_t refused = 0;
+    for (size_t w = 0; w < n; w++)
+        if (tops[w] != NULL)
+            refused += __atomic_load_n(&tops[w]->rls_refused, __ATOMIC_RELAXED);
+    evbuffer_add_printf(out,
+                        "# HELP ratelimitd_top_rls_refused_total RLS checks not counted by "
+                        "GET /admin/top: their worker keeps sketches for %d rules already.\n"
+                        "# TYPE ratelimitd_top_rls_refused_total counter\n"
+                        "ratelimitd_top_rls_refused_total %" PRIu64 "\n",
+                        TOP_RLS_RULES_MAX, refused);
 }

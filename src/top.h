@@ -31,6 +31,13 @@ struct rl_config;
 #define TOP_K_DEFAULT 32
 #define TOP_K_MAX 64
 
+/* Ids past the policies' (RL_METRICS_POLICIES): an RLS rule's, by its
+ * metrics id (metrics_rls_id); at most TOP_RLS_RULES_MAX of them take
+ * sketches on a worker, the others' checks counted as refused. */
+#define TOP_RLS_RULES_MAX 32
+#define TOP_IDS (RL_METRICS_POLICIES + RL_METRICS_RLS_RULES)
+#define TOP_RLS_ID(stat_id) (RL_METRICS_POLICIES + (stat_id))
+
 enum top_by { TOP_BY_DENIED = 0, TOP_BY_UNITS, TOP_BY_COUNT };
 
 /* One worker's: private to top.c. */
@@ -81,6 +88,7 @@ void top_answer_free(struct top_answer *a);
 
 /* ratelimitd_top_caller_share: for each policy of cfg, the heaviest
  * caller's share of its denials over the last minute. */
+/* ratelimitd_top_rls_refused_total too. */
 void top_format_metrics(struct evbuffer *out, struct rl_top *const *tops, size_t n,
                         const struct rl_config *cfg, int64_t now_us);
 

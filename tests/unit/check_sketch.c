@@ -307,6 +307,35 @@ START_TEST(long_identity_cut)
 }
 END_TEST
 
+START_TEST(rls_rules_bounded_and_shown_escaped)
+{
+    struct rl_top *t = top_new(4);
+    struct top_answer a;
+    static const char id[] = "d:api%1Eremote_address%1F10.0.0.7";
+
+    /* past the policies' ids: TOP_RLS_RULES_MAX rules take sketches, then
+     * a new rule's checks are refused; a rule that has them goes on */
+    for (int r = 0; r < TOP_RLS_RULES_MAX + 5; r++)
+        top_record(t, TOP_RLS_ID(r), id, strlen(id), 0, true, 0, MIN_US);
+    top_record(t, TOP_RLS_ID(0), id, strlen(id), 0, true, 0, MIN_US);
+    top_read(&t, 1, TOP_RLS_ID(0), TOP_BY_DENIED, 1, 10, MIN_US, &a);
+    ck_assert_uint_eq(a.total, 2);
+    ck_assert_uint_eq(a.n, 1);
+    /* as the RLS key shows it: escaped */
+    ck_assert_str_eq(a.callers[0].identity, id);
+    top_answer_free(&a);
+    top_read(&t, 1, TOP_RLS_ID(TOP_RLS_RULES_MAX), TOP_BY_DENIED, 1, 10, MIN_US, &a);
+    ck_assert_uint_eq(a.total, 0);
+    ck_assert_uint_eq(a.n, 0);
+    top_answer_free(&a);
+    /* the last id: in range */
+    top_read(&t, 1, TOP_IDS - 1, TOP_BY_DENIED, 1, 10, MIN_US, &a);
+    ck_assert_uint_eq(a.n, 0);
+    top_answer_free(&a);
+    top_free(t);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -322,6 +351,7 @@ main(void)
     tcase_add_test(tc, one_caller_under_two_hashes);
     tcase_add_test(tc, identity_shown_unescaped);
     tcase_add_test(tc, long_identity_cut);
+    tcase_add_test(tc, rls_rules_bounded_and_shown_escaped);
     suite_add_tcase(s, tc);
     return rl_unit_run(s, CK_FORK_GETENV);
 }
