@@ -250,8 +250,9 @@ finish_settle(struct check_op *op, const struct rl_check_res *res)
         d.policy = op->policy;
         d.settle = 1;
         if (!op->kept) /* else counted by env->pending */
-            metrics_reservation(op->env->metrics, res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED
-                                                                             : RL_RSV_M_UNKNOWN);
+            metrics_reservation(op->env->metrics, res->rsv == RL_RSV_EXPIRED
+                                                      ? RL_RSV_M_EXPIRED
+                                                      : RL_RSV_M_UNKNOWN);
     } else {
         response_from_result(&d, op->policy, res);
         d.status = 200;

@@ -178,8 +178,8 @@ settle_metrics(const struct pentry *e, const struct rl_check_res *res)
     int64_t diff = e->req.cost - e->req.rsv_estimate;
 
     if (res->rsv != RL_RSV_SETTLED) {
-        metrics_reservation(e->p->m, res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED
-                                                                : RL_RSV_M_UNKNOWN);
+        metrics_reservation(e->p->m,
+                            res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED : RL_RSV_M_UNKNOWN);
         return;
     }
     metrics_reservation(e->p->m, RL_RSV_M_SETTLED);
