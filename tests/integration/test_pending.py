@@ -122,6 +122,24 @@ def fcalls(r):
     return H.commandstat_calls(r, "fcall", "evalsha", "eval")
 
 
+def lose_reply(d, r, eater, send, what):
+    """send() with the relay eating replies: Redis runs it, its reply is
+    lost; the daemon drops the stalled connection and sends it again on the
+    next, whose replies pass: wait until it is applied."""
+    base = fcalls(r)
+    eater.eat.set()
+    send()
+    H.wait_for(lambda: fcalls(r) > base, "Redis ran the " + what, timeout=5 * H.SLOW)
+    # the daemon drops the stalled connection: the operation fails there,
+    # and the relay lets the next one's replies through
+    H.wait_for(lambda: "dropping the redis connection" in d.log(),
+               "the stalled connection dropped", timeout=15 * H.SLOW)
+    eater.eat.clear()
+    H.wait_for(lambda: pending(d) == 0, "the kept %s applied" % what, timeout=15 * H.SLOW)
+    ran = fcalls(r) - base
+    check(ran >= 2, "Redis ran %d script calls: the %s was not sent again", ran, what)
+
+
 def t_reply_lost_once():
     """A charge Redis ran whose reply was lost: answered 202, its connection
     dropped as stalled, sent again on the next: applied once, though Redis
@@ -129,19 +147,11 @@ def t_reply_lost_once():
     with H.Redis(topology="standalone") as r, H.Relay(r.port) as eater, \
             H.Daemon(config(), redis=eater) as d:
         eq(counted(d, "lr"), 0, "a new key")
-        base = fcalls(r)
-        eater.eat.set()
-        st, _, b, dt = charge(d, "lr", 1234)
-        expect_pending(d, st, b, dt, 1234, "a charge whose reply is lost")
-        H.wait_for(lambda: fcalls(r) > base, "Redis ran the charge", timeout=5 * H.SLOW)
-        # the daemon drops the stalled connection: the charge fails
-        # there, and the relay lets the next one's replies through
-        H.wait_for(lambda: "dropping the redis connection" in d.log(),
-                   "the stalled connection dropped", timeout=15 * H.SLOW)
-        eater.eat.clear()
-        H.wait_for(lambda: pending(d) == 0, "the kept charge applied", timeout=15 * H.SLOW)
-        ran = fcalls(r) - base
-        check(ran >= 2, "Redis ran %d script calls: the charge was not sent again", ran)
+        def send():
+            st, _, b, dt = charge(d, "lr", 1234)
+            expect_pending(d, st, b, dt, 1234, "a charge whose reply is lost")
+
+        lose_reply(d, r, eater, send, "charge")
         eq(counted(d, "lr"), 1234, "the count: the charge once, though sent twice")
         eq(H.metric(d, "ratelimitd_charged_units_total", {"policy": "tokens"}), 1234,
            "ratelimitd_charged_units_total")
@@ -348,17 +358,12 @@ def t_settle_reply_lost_once():
     with H.Redis(topology="standalone") as r, H.Relay(r.port) as eater, \
             H.Daemon(config(), redis=eater) as d:
         rid = reserve(d, "sl", 1000)
-        base = fcalls(r)
-        eater.eat.set()
-        st, _, b, dt = settle(d, rid, 300)
-        expect_settle_pending(st, b, dt, -700, "a settle whose reply is lost")
-        H.wait_for(lambda: fcalls(r) > base, "Redis ran the settle", timeout=5 * H.SLOW)
-        H.wait_for(lambda: "dropping the redis connection" in d.log(),
-                   "the stalled connection dropped", timeout=15 * H.SLOW)
-        eater.eat.clear()
-        H.wait_for(lambda: pending(d) == 0, "the kept settle applied", timeout=15 * H.SLOW)
-        ran = fcalls(r) - base
-        check(ran >= 2, "Redis ran %d script calls: the settle was not sent again", ran)
+
+        def send():
+            st, _, b, dt = settle(d, rid, 300)
+            expect_settle_pending(st, b, dt, -700, "a settle whose reply is lost")
+
+        lose_reply(d, r, eater, send, "settle")
         eq(counted(d, "sl"), 300, "the count: the settle once, though sent twice")
         eq(H.metric(d, "ratelimitd_charges_lost_total"), 0, "ratelimitd_charges_lost_total")
         eq(d.stop(), 0, "exit status")
