@@ -266,6 +266,14 @@ def t_sigterm_logs_what_it_could_not():
         eq((int(m.group(1)), int(m.group(2))), (len(costs), sum(costs)), "charges and units logged")
 
 
+# a reserving check with Redis up is decided in time under valgrind too
+SETTLE_TIMEOUT_MS = TIMEOUT_MS * H.SLOW * H.SLOW
+
+
+def settle_config(**kw):
+    return config(redis={"timeout": "%dms" % SETTLE_TIMEOUT_MS, "connect_timeout": "250ms"}, **kw)
+
+
 def reserve(d, key, estimate):
     st, _, b = H.request(d.port, "POST", "/check",
                          {"policy": "tokens", "key": key, "cost": estimate, "reserve": True})
@@ -281,11 +289,12 @@ def settle(d, rid, cost):
 
 
 def expect_settle_pending(st, b, dt, charged, what):
-    """A 202 for a kept settle (settles are not in the access log: timed by
-    the caller, within redis.timeout and what a loaded box adds)."""
+    """A 202 for a kept settle, or a charge of a settle's case (settles are
+    not in the access log: timed by the caller, within the case's
+    redis.timeout and what a loaded box adds)."""
     eq(st, 202, what + ": status (body %r)" % (b,))
     eq(b, {"pending": True, "policy": "tokens", "charged": charged}, what + ": body")
-    check(dt < TIMEOUT_MS / 1000 + CALLER_WORST, "%s: the caller waited %.3f s", what, dt)
+    check(dt < SETTLE_TIMEOUT_MS / 1000 + CALLER_WORST, "%s: the caller waited %.3f s", what, dt)
 
 
 def stop_keeping(r):
@@ -302,17 +311,17 @@ def rsv_metric(d, result):
 def t_settle_down_then_back():
     """A settle with Redis stopped: 202 without "settled" in time, kept in
     order with the caller's charges, applied once when Redis is back."""
-    with H.Redis(topology="standalone") as r, H.Daemon(config(), redis=r) as d:
+    with H.Redis(topology="standalone") as r, H.Daemon(settle_config(), redis=r) as d:
         rid = reserve(d, "sd", 1000)
         eq(counted(d, "sd"), 1000, "the estimate taken")
         stop_keeping(r)
         st, _, b, dt = charge(d, "sd", 7)
-        expect_pending(d, st, b, dt, 7, "a charge before the settle")
+        expect_settle_pending(st, b, dt, 7, "a charge before the settle")
         st, h, b, dt = settle(d, rid, 300)
         expect_settle_pending(st, b, dt, -700, "a settle of 300 with Redis stopped")
         check("settled" not in b, "a kept settle says settled: %r", b)
         st, _, b, dt = charge(d, "sd", 9)
-        expect_pending(d, st, b, dt, 9, "a charge after the settle")
+        expect_settle_pending(st, b, dt, 9, "a charge after the settle")
         eq(pending(d), 3, "ratelimitd_charges_pending: two charges and the settle")
         eq(H.metric(d, "ratelimitd_charges_pending_units"), 7 + 300 + 9,
            "ratelimitd_charges_pending_units (a settle's: its cost)")
@@ -337,7 +346,7 @@ def t_settle_down_then_back():
 def t_settle_over_estimate_kept():
     """A kept settle for more than the estimate charges the difference once,
     counted in ratelimitd_charged_units_total when applied."""
-    with H.Redis(topology="standalone") as r, H.Daemon(config(), redis=r) as d:
+    with H.Redis(topology="standalone") as r, H.Daemon(settle_config(), redis=r) as d:
         rid = reserve(d, "so", 100)
         stop_keeping(r)
         st, _, b, dt = settle(d, rid, 2500)
@@ -356,7 +365,7 @@ def t_settle_reply_lost_once():
     """A settle Redis ran whose reply was lost: answered 202, sent again on
     the next connection, where it finds no record: applied once."""
     with H.Redis(topology="standalone") as r, H.Relay(r.port) as eater, \
-            H.Daemon(config(), redis=eater) as d:
+            H.Daemon(settle_config(), redis=eater) as d:
         rid = reserve(d, "sl", 1000)
 
         def send():
@@ -372,11 +381,11 @@ def t_settle_reply_lost_once():
 def t_settle_backlog_full():
     """max_pending_charges kept: a settle is 503, nothing of it applied."""
     with H.Redis(topology="standalone") as r, \
-            H.Daemon(config(max_pending_charges=1), redis=r) as d:
+            H.Daemon(settle_config(max_pending_charges=1), redis=r) as d:
         rid = reserve(d, "sf", 100)
         stop_keeping(r)
         st, _, b, dt = charge(d, "sf", 1)
-        expect_pending(d, st, b, dt, 1, "a charge filling the backlog")
+        expect_settle_pending(st, b, dt, 1, "a charge filling the backlog")
         st, h, b, _ = settle(d, rid, 0)
         H.expect_error(st, h, b, 503, None, "a settle past max_pending_charges")
         eq(b, {"error": "charges: backlog full"}, "the 503's body")
