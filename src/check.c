@@ -63,7 +63,7 @@ struct check_op {
     int stale;                    /* decided locally after a failed sync */
     int charge;                   /* POST /charge: req.flags has RL_CHECK_CHARGE */
     int hits;                     /* COUNT_HITS: req.flags has RL_CHECK_CHARGE too */
-    int kept;                     /* a charge sent through env->pending: it counts the units */
+    int kept;                     /* a charge or settle sent through env->pending: it counts */
     int full;                     /* not kept: env->pending is full */
     int reserve;                  /* "reserve": an allowed check takes a reservation */
     int settle;                   /* POST /settle: req.flags has RL_CHECK_RSV_SETTLE */
@@ -233,7 +233,15 @@ finish_settle(struct check_op *op, const struct rl_check_res *res)
     struct rl_decision d;
 
     memset(&d, 0, sizeof(d));
-    if (res->status != RL_BACKEND_OK) {
+    if (res == NULL) {
+        /* kept for the backend (202: "settled" unknown), or refused */
+        d.status = op->full ? 503 : 202;
+        d.policy = op->policy;
+        d.charge = 1;
+        d.charged = op->req.cost - op->estimate;
+        d.pending = !op->full;
+        d.backlog_full = op->full;
+    } else if (res->status != RL_BACKEND_OK) {
         /* nothing known of it: no failure_mode answers a settle */
         d.status = 503;
         d.policy = op->policy;
@@ -242,16 +250,20 @@ finish_settle(struct check_op *op, const struct rl_check_res *res)
         d.status = 200;
         d.policy = op->policy;
         d.settle = 1;
-        metrics_reservation(op->env->metrics,
-                            res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED : RL_RSV_M_UNKNOWN);
+        if (!op->kept) /* else counted by env->pending */
+            metrics_reservation(op->env->metrics, res->rsv == RL_RSV_EXPIRED
+                                                      ? RL_RSV_M_EXPIRED
+                                                      : RL_RSV_M_UNKNOWN);
     } else {
         response_from_result(&d, op->policy, res);
         d.status = 200;
         d.settle = d.settled = d.charge = 1;
         d.charged = op->req.cost - op->estimate;
-        metrics_reservation(op->env->metrics, RL_RSV_M_SETTLED);
-        if (d.charged > 0)
-            metrics_charge(op->env->metrics, op->policy->metrics_id, d.charged);
+        if (!op->kept) {
+            metrics_reservation(op->env->metrics, RL_RSV_M_SETTLED);
+            if (d.charged > 0)
+                metrics_charge(op->env->metrics, op->policy->metrics_id, d.charged);
+        }
     }
     d.reset_epoch = op->cfg->reset_format == RL_RESET_EPOCH;
     op->done(&d, op->arg);
@@ -839,9 +851,9 @@ start_op(struct check_op *op, const struct rl_check_env *env, struct rl_config *
         }
         op->hybrid = 1; /* the answer seeds the key's local view */
     }
-    /* a charge is never dropped while the daemon runs: kept for a backend
-     * that cannot take it now, answered 202 within redis.timeout */
-    if (op->charge && env->pending != NULL) {
+    /* a charge or settle is never dropped while the daemon runs: kept for
+     * a backend that cannot take it now, answered 202 within redis.timeout */
+    if ((op->charge || op->settle) && env->pending != NULL) {
         op->kept = 1;
         if (pending_submit(env->pending, cfg, &op->req, policy->metrics_id, on_kept, op) !=
             RL_OK) {

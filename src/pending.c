@@ -45,7 +45,7 @@ struct pentry {
     struct rl_limit limits[RL_LIMITS_MAX];
     const char *lkey[RL_LIMITS_MAX]; /* req.limit_key, when it has one */
     size_t lklen[RL_LIMITS_MAX];
-    char buf[]; /* the key, then each limit key */
+    char buf[]; /* the key, then each limit key, then a settle's claim */
 };
 
 struct rl_pending {
@@ -170,6 +170,23 @@ maybe_idle(struct rl_pending *p)
         p->idle_cb(p->idle_arg);
 }
 
+/* What an applied settle found, counted as a settle answered at once is
+ * (check.c's finish_settle: a kept one's caller counts nothing). */
+static void
+settle_metrics(const struct pentry *e, const struct rl_check_res *res)
+{
+    int64_t diff = e->req.cost - e->req.rsv_estimate;
+
+    if (res->rsv != RL_RSV_SETTLED) {
+        metrics_reservation(e->p->m,
+                            res->rsv == RL_RSV_EXPIRED ? RL_RSV_M_EXPIRED : RL_RSV_M_UNKNOWN);
+        return;
+    }
+    metrics_reservation(e->p->m, RL_RSV_M_SETTLED);
+    if (diff > 0)
+        metrics_charge(e->p->m, e->metrics_id, diff);
+}
+
 /* The backend's answer to a sent entry: applied, or kept to go again. */
 static void
 on_sent(const struct rl_check_res *res, void *arg)
@@ -183,7 +200,10 @@ on_sent(const struct rl_check_res *res, void *arg)
         /* applied (or, sent again after it ran, found applied: once) */
         rl_pending_cb cb = e->cb;
 
-        metrics_charge(p->m, e->metrics_id, e->req.cost);
+        if (e->req.flags & RL_CHECK_RSV_SETTLE)
+            settle_metrics(e, res);
+        else
+            metrics_charge(p->m, e->metrics_id, e->req.cost);
         if (cb != NULL) {
             e->cb = NULL;
             evtimer_del(&e->deadline);
@@ -289,6 +309,8 @@ entry_new(struct rl_pending *p, struct rl_config *cfg, const struct rl_check_req
     if (req->limit_key != NULL)
         for (size_t i = 0; i < n; i++)
             total += req->limit_key[i] != NULL ? req->limit_key_len[i] + 1 : 0;
+    if (req->flags & RL_CHECK_RSV_SETTLE)
+        total += req->rsv_claim_len + 1;
     room = total < SPARE_KEYS ? SPARE_KEYS : total;
     if (room == SPARE_KEYS && p->spare != NULL) {
         e = p->spare;
@@ -326,10 +348,20 @@ entry_new(struct rl_pending *p, struct rl_config *cfg, const struct rl_check_req
         e->req.limit_key = e->lkey;
         e->req.limit_key_len = e->lklen;
     }
-    /* applied once, answered only by its reply or its connection's loss */
-    e->req.flags |= RL_CHECK_ONCE | RL_CHECK_SETTLE;
-    e->req.writer = p->writer;
-    e->req.seq = ++p->seq;
+    if (req->flags & RL_CHECK_RSV_SETTLE) {
+        /* the claim names the record with the nonce (req.rsv, a copy) */
+        memcpy(e->buf + o, req->rsv_claim, req->rsv_claim_len);
+        e->buf[o + req->rsv_claim_len] = '\0';
+        e->req.rsv_claim = e->buf + o;
+        /* applied once by itself: it deletes the record it reads, so a
+         * resend after it ran finds none and changes nothing (no once key) */
+        e->req.flags |= RL_CHECK_SETTLE;
+    } else {
+        /* applied once, answered only by its reply or its connection's loss */
+        e->req.flags |= RL_CHECK_ONCE | RL_CHECK_SETTLE;
+        e->req.writer = p->writer;
+        e->req.seq = ++p->seq;
+    }
     e->req.timeout_ms = cfg->redis.timeout_ms;
     evtimer_assign(&e->deadline, p->base, on_deadline, e);
     return e;

@@ -55,10 +55,12 @@ struct rl_pending *pending_new(struct event_base *base, struct rl_backend *be,
                                struct rl_metrics *m);
 
 /*
- * Submit `req` (a charge: RL_CHECK_CHARGE, no other flag; its policy and
- * keys copied) under cfg (a reference is kept while it is).  Its caller is
+ * Submit `req` (a charge: RL_CHECK_CHARGE, no other flag; or a settle:
+ * RL_CHECK_RSV_SETTLE, no other flag, sent without RL_CHECK_ONCE since it
+ * deletes the record it reads; its policy, keys and claim copied) under cfg (a reference is kept while it is).  Its caller is
  * answered by cb within cfg's redis.timeout.  `units` and `metrics_id` say
- * what ratelimitd_charged_units_total counts when it is applied.  RL_ERR:
+ * what ratelimitd_charged_units_total counts when it is applied (a
+ * settle: its positive difference, and ratelimitd_reservations_total).  RL_ERR:
  * the queue holds max_pending_charges already; nothing kept, cb not called.
  */
 int pending_submit(struct rl_pending *p, struct rl_config *cfg, const struct rl_check_req *req,

@@ -252,6 +252,52 @@ START_TEST(kept_charges_go_again_in_order_under_their_seqs)
 }
 END_TEST
 
+START_TEST(a_kept_settle_is_copied_and_sent_without_a_once_key)
+{
+    struct fx f;
+    struct caller c = {0};
+    char claim[] = "40.0123456789ab";
+    struct rl_check_req req = {.key = KEY,
+                               .key_len = strlen(KEY),
+                               .cost = 25,
+                               .flags = RL_CHECK_RSV_SETTLE,
+                               .timeout_ms = 20,
+                               .rsv = {1, 2},
+                               .rsv_claim = claim,
+                               .rsv_claim_len = strlen(claim),
+                               .rsv_estimate = 40};
+
+    fx_open(&f);
+    req.policy = f.pol;
+    f.probe.fail = 1;
+    ck_assert_int_eq(pending_submit(f.q, f.cfg, &req, f.pol->metrics_id, on_answer, &c), RL_OK);
+    ck_assert(c.kept);
+    /* the caller's claim may go at once: the queue holds its own copy */
+    memset(claim, 'x', strlen(claim));
+    ck_assert_ptr_ne(f.probe.seen[0].rsv_claim, claim);
+    ck_assert_mem_eq(f.probe.seen[0].rsv_claim, "40.0123456789ab", 15);
+    f.probe.fail = 0;
+    RUN_UNTIL(&f, pending_idle(f.q));
+    ck_assert_uint_eq(f.probe.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        /* idempotent by its record: no once key, no seq */
+        ck_assert_uint_eq(f.probe.seen[i].flags, RL_CHECK_RSV_SETTLE | RL_CHECK_SETTLE);
+        ck_assert_uint_eq(f.probe.seen[i].seq, 0);
+        ck_assert_int_eq(f.probe.seen[i].rsv_estimate, 40);
+        ck_assert_uint_eq(f.probe.seen[i].rsv.lo, 2);
+        ck_assert_uint_eq(f.probe.seen[i].rsv_claim_len, 15);
+    }
+    /* no record in the memory backend: applied, found nothing */
+    ck_assert_uint_eq(f.m.reservations[RL_RSV_M_UNKNOWN], 1);
+    ck_assert_uint_eq(f.m.reservations[RL_RSV_M_SETTLED], 0);
+    ck_assert_uint_eq(f.m.charged[f.pol->metrics_id], 0);
+    ck_assert_uint_eq(f.m.charges_deferred, 1);
+    ck_assert_uint_eq(f.m.charges_pending, 0);
+    ck_assert_int_eq(c.calls, 1);
+    fx_close(&f);
+}
+END_TEST
+
 START_TEST(a_backend_not_ready_keeps_charges_until_it_is)
 {
     struct fx f;
@@ -413,6 +459,7 @@ pending_suite(void)
 
     tcase_add_test(tc, a_charge_the_backend_takes_is_answered_by_it);
     tcase_add_test(tc, kept_charges_go_again_in_order_under_their_seqs);
+    tcase_add_test(tc, a_kept_settle_is_copied_and_sent_without_a_once_key);
     tcase_add_test(tc, a_backend_not_ready_keeps_charges_until_it_is);
     tcase_add_test(tc, an_answer_past_the_deadline_is_kept_then_applied_by_its_reply);
     tcase_add_test(tc, past_the_bound_a_charge_is_refused_and_nothing_kept);
