@@ -21,6 +21,7 @@
 #include "policy.h"
 #include "reservation.h"
 #include "response.h"
+#include "slab.h"
 #include "top.h"
 #include "util.h"
 
@@ -50,6 +51,7 @@ enum count_as {
 
 /* A check waiting for its backend; freed in the backend's callback. */
 struct check_op {
+    struct check_op *next_idle; /* in env->ops, while idle */
     struct rl_config *cfg;
     const struct rl_policy *policy;
     const struct rl_check_env *env;
@@ -86,6 +88,71 @@ struct check_op {
     struct rl_policy own;
     struct rl_limit own_limits[RL_LIMITS_MAX];
 };
+
+struct rl_check_ops {
+    struct check_op *head;
+    size_t n, keep;
+};
+
+struct rl_check_ops *
+check_ops_new(size_t keep)
+{
+    struct rl_check_ops *ops = xcalloc(1, sizeof(*ops));
+
+    ops->keep = keep;
+    return ops;
+}
+
+void
+check_ops_free(struct rl_check_ops *ops)
+{
+    if (ops == NULL)
+        return;
+    while (ops->head != NULL) {
+        struct check_op *op = ops->head;
+
+        SLAB_UNPOISON(op, sizeof(*op));
+        ops->head = op->next_idle;
+        free(op);
+    }
+    free(ops);
+}
+
+/* A check op, its fields before key zeroed (not calloc: the key buffer is
+ * most of the op and is written before it is read). */
+static struct check_op *
+op_new(const struct rl_check_env *env)
+{
+    struct rl_check_ops *ops = env->ops;
+    struct check_op *op;
+
+    if (ops != NULL && ops->head != NULL) {
+        op = ops->head;
+        SLAB_UNPOISON(op, sizeof(*op));
+        ops->head = op->next_idle;
+        ops->n--;
+    } else {
+        op = xmalloc(sizeof(*op));
+    }
+    memset(op, 0, offsetof(struct check_op, key));
+    return op;
+}
+
+/* op back to env's list, or to malloc: after its last use. */
+static void
+op_release(const struct rl_check_env *env, struct check_op *op)
+{
+    struct rl_check_ops *ops = env->ops;
+
+    if (ops == NULL || ops->n >= ops->keep) {
+        free(op);
+        return;
+    }
+    op->next_idle = ops->head;
+    ops->head = op;
+    ops->n++;
+    SLAB_POISON(op, sizeof(*op));
+}
 
 /* A caller's own limits allowed the check and a cap denied it. */
 static bool
@@ -268,7 +335,7 @@ finish_settle(struct check_op *op, const struct rl_check_res *res)
     d.reset_epoch = op->cfg->reset_format == RL_RESET_EPOCH;
     op->done(&d, op->arg);
     config_unref(op->cfg);
-    free(op);
+    op_release(op->env, op);
 }
 
 uint64_t
@@ -386,7 +453,7 @@ finish(struct check_op *op, const struct rl_check_res *res)
     op->done(&d, op->arg);
     config_unref(op->cfg);
     free(op->lk);
-    free(op);
+    op_release(op->env, op);
 }
 
 void
@@ -710,10 +777,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
              int64_t timeout_ms, const struct rl_limit *limits, size_t nlimits, int top_id,
              rl_check_done done, void *arg, char **cause)
 {
-    /* not calloc: the key buffer is most of the op and is written before
-     * it is read */
-    struct check_op *op = xmalloc(sizeof(*op));
-    memset(op, 0, offsetof(struct check_op, key));
+    struct check_op *op = op_new(env);
     size_t klen;
 
     op->reserve = reserve;
@@ -742,19 +806,19 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
     }
     if (identity_key(cfg->redis.key_prefix, keyname, id, idlen, policy->limit_ids, op->key,
                      sizeof(op->key), &klen) != RL_OK) {
-        free(op);
+        op_release(env, op);
         *cause = xstrdup("key: too long");
         return RL_ERR;
     }
     if (policy->limit_ids && ident == NULL) {
-        free(op);
+        op_release(env, op);
         *cause = xstrdup("key: the policy's limits have identities of their own, and this "
                          "check has no request to resolve them from");
         return RL_ERR;
     }
     if (policy->limit_ids && limit_keys(cfg, policy, keyname, ident, op->key, (size_t)klen,
                                         &op->lk, cause) != RL_OK) {
-        free(op);
+        op_release(env, op);
         return RL_ERR;
     }
     op->req.key_len = klen;
@@ -899,8 +963,7 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
         *cause = xstrdup("key: too long, or no limit");
         return RL_ERR;
     }
-    op = xmalloc(sizeof(*op));
-    memset(op, 0, offsetof(struct check_op, key));
+    op = op_new(env);
     memcpy(op->key, keys[0], lens[0]);
     op->key[lens[0]] = '\0';
     op->req.key_len = lens[0];
@@ -1255,14 +1318,13 @@ int
 check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *body,
              size_t body_len, rl_check_done done, void *arg, char **error)
 {
-    struct check_op *op = xmalloc(sizeof(*op));
+    struct check_op *op = op_new(env);
     const struct rl_policy *p;
     size_t klen;
     uint64_t h;
 
-    memset(op, 0, offsetof(struct check_op, key));
     if (settle_body(body, body_len, op, op->key, &klen, &h, error) != RL_OK) {
-        free(op);
+        op_release(env, op);
         return RL_ERR;
     }
     /* a well-formed id of no limits of ours holds nothing: not settled */
@@ -1274,7 +1336,7 @@ check_settle(const struct rl_check_env *env, struct rl_config *cfg, const char *
         d.status = 200;
         d.settle = 1;
         metrics_reservation(env->metrics, RL_RSV_M_UNKNOWN);
-        free(op);
+        op_release(env, op);
         done(&d, arg);
         return RL_OK;
     }

@@ -44,7 +44,19 @@ struct rl_check_env {
     /* Charges the backend cannot take now, kept and applied once later
      * (pending.h); NULL: sent to the backend as checks are (memory). */
     struct rl_pending *pending;
+    /* The worker's idle check ops (check_ops_new); NULL: malloc'd each. */
+    struct rl_check_ops *ops;
 };
+
+/*
+ * A free list of a worker's check ops: an op (4 KB, its key buffer most of
+ * it) is past malloc's per-thread cache, and costs more than twice as much
+ * from malloc as from a list.  At most `keep` idle ops are kept; the rest go
+ * back to malloc.  One thread's: nothing here takes a lock.
+ * check_ops_free: every idle op back to malloc (after the last check).
+ */
+struct rl_check_ops *check_ops_new(size_t keep);
+void check_ops_free(struct rl_check_ops *ops);
 
 struct rl_check_input {
     const char *body;

@@ -14,15 +14,6 @@
 #include "slab.h"
 #include "util.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define POISON(p, n) ((void)(p), (void)(n))
-#define UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
 #define HDR alignof(max_align_t)
 #define CLASS_MIN 64
 
@@ -57,7 +48,7 @@ slab_purge(struct slab *s)
         struct slab_list *l = &s->list[k];
         while (l->head != NULL) {
             unsigned char *b = l->head;
-            UNPOISON(b, HDR + ((size_t)CLASS_MIN << k));
+            SLAB_UNPOISON(b, HDR + ((size_t)CLASS_MIN << k));
             l->head = *(void **)(void *)(b + HDR);
             free(b);
         }
@@ -75,7 +66,7 @@ slab_alloc(struct slab *s, size_t n)
     if (k < SLAB_CLASSES && s->list[k].head != NULL) {
         struct slab_list *l = &s->list[k];
         b = l->head;
-        UNPOISON(b, HDR + cap);
+        SLAB_UNPOISON(b, HDR + cap);
         l->head = *(void **)(void *)(b + HDR);
         l->n--;
     } else {
@@ -105,7 +96,7 @@ slab_release(struct slab *s, void *p)
     *(void **)p = s->list[k].head;
     s->list[k].head = b;
     s->list[k].n++;
-    POISON(b, HDR + cap);
+    SLAB_POISON(b, HDR + cap);
 }
 
 void *

@@ -20,6 +20,17 @@
 #define SLAB_CLASSES 5 /* 64, 128, 256, 512, 1024 bytes */
 #define SLAB_MAX 1024
 
+/* Under AddressSanitizer a kept block is poisoned, so that a use after
+ * release is still caught (here for other free lists too). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SLAB_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define SLAB_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define SLAB_POISON(p, n) ((void)(p), (void)(n))
+#define SLAB_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 struct slab {
     struct slab_list {
         void *head; /* a free block: its first bytes point to the next */

@@ -30,6 +30,9 @@
 /* Blocks the worker's slab keeps per size: the calls in flight at once
  * (rls.c's state of a call), past which a burst gives its blocks back. */
 #define WORKER_SLAB_KEEP 256
+/* idle check ops a worker keeps (4 KB each): what a burst took past it is
+ * given back */
+#define WORKER_OPS_KEEP 64
 
 /* The operator's listeners worker 0 serves besides the check listener. */
 #define WORKER_SIDE_MAX 3
@@ -582,6 +585,7 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
     w->env.metrics = w->metrics;
     slab_init(&w->slab, WORKER_SLAB_KEEP);
     w->env.slab = &w->slab;
+    w->env.ops = check_ops_new(WORKER_OPS_KEEP);
     /* a tenant sends the same "limits" with every check: read them once */
     w->env.caller_limits = caller_limits_new();
     w->env.delayed = &w->delayed;
@@ -707,6 +711,7 @@ worker_free(struct rl_worker *w)
     free(w->metrics);
     deny_cache_free(w->env.deny);
     slab_purge(&w->slab); /* after the backends answered every call */
+    check_ops_free(w->env.ops);
     caller_limits_free(w->env.caller_limits);
     top_free(w->env.top);
     config_unref(__atomic_exchange_n(&w->next_cfg, NULL, __ATOMIC_ACQ_REL));
