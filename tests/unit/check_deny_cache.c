@@ -5,6 +5,7 @@
  * policy of a reloaded config never sees an old policy's denial, even at
  * the same address; a cost that can never fit is not cached.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -68,24 +69,45 @@ START_TEST(only_the_same_check)
 }
 END_TEST
 
+/* Two keys whose entries (7, a), (7, b) and (8, a) fall in three slots of
+ * a table of `slots`: the table is direct-mapped under the process's random
+ * hash key, so fixed keys would share a slot in about one run in twenty
+ * (and a put into a shared slot replaces the other entry). */
+static void
+keys_apart(size_t slots, char *a, char *b, size_t size)
+{
+    for (unsigned i = 0;; i++) {
+        snprintf(a, size, "a%u", i);
+        snprintf(b, size, "b%u", i);
+        uint64_t sa = deny_cache_hash(7, a, strlen(a)) & (slots - 1);
+        uint64_t sb = deny_cache_hash(7, b, strlen(b)) & (slots - 1);
+        uint64_t s8 = deny_cache_hash(8, a, strlen(a)) & (slots - 1);
+        if (sa != sb && sa != s8 && sb != s8)
+            return;
+    }
+}
+
 /* An admin action changed the key's state: its denial ends at once, and
  * only its own (another key, the same key under another policy stay). */
 START_TEST(forget_ends_that_denial_only)
 {
     struct rl_deny_cache *c = deny_cache_new(64);
     struct rl_check_res in = denial(60000, 60000), out;
+    char a[16], b[16];
 
-    deny_cache_put(c, 7, "a", 1, 1, 1, 0, &in);
-    deny_cache_put(c, 7, "b", 1, 1, 1, 0, &in);
-    deny_cache_put(c, 8, "a", 1, 1, 1, 0, &in);
-    deny_cache_forget(c, 7, "a", 1);
-    ck_assert(!deny_cache_get(c, 7, "a", 1, 1, 1, SEC, &out));
-    ck_assert(deny_cache_get(c, 7, "b", 1, 1, 1, SEC, &out));
-    ck_assert(deny_cache_get(c, 8, "a", 1, 1, 1, SEC, &out));
+    keys_apart(64, a, b, sizeof(a));
+    size_t al = strlen(a), bl = strlen(b);
+    deny_cache_put(c, 7, a, al, 1, 1, 0, &in);
+    deny_cache_put(c, 7, b, bl, 1, 1, 0, &in);
+    deny_cache_put(c, 8, a, al, 1, 1, 0, &in);
+    deny_cache_forget(c, 7, a, al);
+    ck_assert(!deny_cache_get(c, 7, a, al, 1, 1, SEC, &out));
+    ck_assert(deny_cache_get(c, 7, b, bl, 1, 1, SEC, &out));
+    ck_assert(deny_cache_get(c, 8, a, al, 1, 1, SEC, &out));
     deny_cache_forget(c, 7, "zz", 2);       /* nothing cached: nothing happens */
     /* a later denial of the forgotten key is cached again */
-    deny_cache_put(c, 7, "a", 1, 1, 1, 2 * SEC, &in);
-    ck_assert(deny_cache_get(c, 7, "a", 1, 1, 1, 3 * SEC, &out));
+    deny_cache_put(c, 7, a, al, 1, 1, 2 * SEC, &in);
+    ck_assert(deny_cache_get(c, 7, a, al, 1, 1, 3 * SEC, &out));
     deny_cache_free(c);
 }
 END_TEST
