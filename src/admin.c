@@ -125,6 +125,35 @@ authorized(const struct rl_config *cfg, const struct http_head *h)
                         strlen(cfg->admin_token));
 }
 
+/*
+ * A browser's request made by a page of another origin (a form or fetch
+ * aimed at the admin listener from any site the operator visits): its
+ * Origin names another host than the request's Host, or Sec-Fetch-Site says
+ * so.  Refused before the token is looked at, so that an admin API without
+ * a token (on loopback or a socket) cannot be driven from a web page;
+ * clients that send no Origin (curl, the clients, the status page's own
+ * calls from its origin) are not affected.
+ */
+static bool
+cross_origin(const struct http_head *h)
+{
+    const struct http_header *o = http_head_find(h, "Origin");
+    const struct http_header *site = http_head_find(h, "Sec-Fetch-Site");
+    const struct http_header *host = http_head_find(h, "Host");
+    const char *auth;
+
+    if (site != NULL && (strcasecmp(site->value, "cross-site") == 0 ||
+                         strcasecmp(site->value, "same-site") == 0))
+        return true;
+    if (o == NULL)
+        return false;
+    auth = strstr(o->value, "://");
+    if (auth == NULL || host == NULL)
+        return true; /* "null" (a sandboxed page, a file) or no Host */
+    auth += 3;
+    return strlen(auth) != host->value_len || strncasecmp(auth, host->value, host->value_len) != 0;
+}
+
 /* The caller the body names, typed as identity_resolve types it under
  * policy p (an address is its network at p's prefix lengths), so the key
  * is the one its checks use. */
@@ -437,6 +466,8 @@ admin_handle(struct http_req *r, void *arg)
     admin_peer_text(r, op->peer, sizeof(op->peer));
     if (r->head->method != HTTP_M_POST) {
         admin_refuse(op, 405, "Allow: POST\r\n", "method not allowed");
+    } else if (cross_origin(r->head)) {
+        admin_refuse(op, 403, NULL, "origin: a request from a page of another origin");
     } else if (!authorized(op->cfg, r->head)) {
         admin_refuse(op, 401, "WWW-Authenticate: Bearer realm=\"ratelimitd-admin\"\r\n",
                      "authorization: a valid \"Bearer\" token is required");

@@ -169,6 +169,24 @@ def t_block_everywhere(a, b, r):
     eq(remaining(body), [4, 9], "and it counts")
 
 
+def t_cross_origin(a, b, r):
+    """A page of another origin (a form or fetch from any site the operator
+    visits) cannot drive the admin API, token or not: 403 before anything."""
+    k = {"policy": "fw", "key": "csrf"}
+    host = "127.0.0.1:%d" % a.aport
+    for hdrs, what in (({"Origin": "http://evil.example"}, "Origin of another site"),
+                       ({"Origin": "http://127.0.0.1:1"}, "Origin of another port"),
+                       ({"Origin": "null"}, "Origin null (a sandboxed page)"),
+                       ({"Sec-Fetch-Site": "cross-site"}, "Sec-Fetch-Site: cross-site"),
+                       ({"Origin": "http://" + host, "Sec-Fetch-Site": "same-site"},
+                        "Sec-Fetch-Site: same-site")):
+        st, h, body = a("block", dict(k, duration="30s"), dict(hdrs, **{"Content-Type": "text/plain"}))
+        eq((st, body.get("error")), (403, "origin: a request from a page of another origin"), what)
+    eq(a.ok("inspect", k)["blocked_ms"], 0, "nothing blocked by the refused requests")
+    st, h, body = a("inspect", k, {"Origin": "http://" + host, "Sec-Fetch-Site": "same-origin"})
+    eq(st, 200, "the listener's own origin (the status page's calls)")
+
+
 def t_block_ip_identity(a, b, r):
     a.ok("reset", {"policy": "ipol", "ip": "127.0.0.1"})
     a.ok("block", {"policy": "ipol", "ip": "127.0.0.1", "duration": 20000})
@@ -484,6 +502,7 @@ CASES = [
     ("reset one limit, then all; another daemon sees it", t_reset_one_and_all),
     ("an ip identity is typed as the check types it", t_ip_identity),
     ("block denies on this and another daemon with Retry-After; unblock", t_block_everywhere),
+    ("a request from a page of another origin: 403, nothing done", t_cross_origin),
     ("block of an address; reset of all lifts it", t_block_ip_identity),
     ("limits of their own identity: a block names the policy's caller, \"identity\" reaches a "
      "limit's, an IPv6 ip is its /64", t_limit_identities),
