@@ -151,7 +151,8 @@ cross_origin(const struct http_head *h)
     if (auth == NULL || host == NULL)
         return true; /* "null" (a sandboxed page, a file) or no Host */
     auth += 3;
-    return strlen(auth) != host->value_len || strncasecmp(auth, host->value, host->value_len) != 0;
+    return strlen(auth) != host->value_len ||
+           strncasecmp(auth, host->value, host->value_len) != 0;
 }
 
 /* The caller the body names, typed as identity_resolve types it under
