@@ -1283,10 +1283,14 @@ settle_body(const char *body, size_t body_len, struct check_op *op, char *key, s
     }
     json_object_foreach(root, name, v) {
         if (strcmp(name, "reservation") != 0 && strcmp(name, "cost") != 0) {
-            /* the error's writer escapes it; cut short */
-            *error = xasprintf("%.64s: unknown field (a settle takes \"reservation\" and "
-                               "\"cost\")",
-                               name);
+            /* the error's writer escapes it; cut short.  An empty name
+             * would leave the message naming nothing: the body is named. */
+            *error = name[0] != '\0'
+                         ? xasprintf("%.64s: unknown field (a settle takes \"reservation\" "
+                                     "and \"cost\")",
+                                     name)
+                         : xstrdup("body: a field with an empty name (a settle takes "
+                                   "\"reservation\" and \"cost\")");
             goto out;
         }
     }

@@ -168,23 +168,31 @@ def t_hash_flood(r):
         sts = H.pipelined(d.port, reqs([k for pair in zip(crafted, rnd) for k in pair]))
         check(all(st == 200 for st in sts), "seeding: statuses %s", sorted(set(sts)))
         eq(metrics(d)["hybrid_keys"], 2 * len(crafted), "keys in the hybrid table")
-        cost = {"crafted": 0.0, "random": 0.0}
+        rounds = 5
+        ratios = []
         local0 = metrics(d)["hybrid_local_decisions_total"]
-        for _ in range(3):                 # interleaved: the host's load falls on both
+        for _ in range(rounds):            # interleaved: the host's load falls on both
+            cost = {}
             for name, keys in (("random", rnd), ("crafted", crafted)):
                 batch = reqs(keys) * passes
                 c0 = daemon_cpu(d)
                 sts = H.pipelined(d.port, batch)
-                cost[name] += daemon_cpu(d) - c0
+                cost[name] = daemon_cpu(d) - c0
                 check(all(st == 200 for st in sts), "%s: statuses %s", name, sorted(set(sts)))
-        n = 3 * passes * len(crafted)
+            ratios.append(cost["crafted"] / cost["random"])
+            print("# round %d: daemon CPU per local check: crafted %.1f us, random %.1f us "
+                  "(%d keys each)" % (len(ratios), cost["crafted"] / len(crafted) / passes * 1e6,
+                                      cost["random"] / len(rnd) / passes * 1e6, len(crafted)))
+        n = rounds * passes * len(crafted)
         eq(metrics(d)["hybrid_local_decisions_total"] - local0, 2 * n, "checks decided locally")
-        per = {k: v / n * 1e6 for k, v in cost.items()}
-        print("# daemon CPU per local check: crafted %.1f us, random %.1f us (%d keys each)"
-              % (per["crafted"], per["random"], len(crafted)))
-        check(cost["crafted"] <= 1.5 * cost["random"],
-              "crafted keys cost %.1f us of daemon CPU per check, random ones %.1f us (more than 1.5x)",
-              per["crafted"], per["random"])
+        # The median round: a burst of the host's load (CI runs suites side by
+        # side) lands on one set of one round; on the old unkeyed table every
+        # round was ~100x, each lookup walking a chain of all the keys.
+        ratios.sort()
+        check(ratios[rounds // 2] <= 1.5,
+              "crafted keys cost %.2fx random ones' daemon CPU per check in the median round "
+              "(rounds: %s; more than 1.5x)", ratios[rounds // 2],
+              ", ".join("%.2f" % x for x in ratios))
 
 
 # ------------------------------------------------------------------ cases

@@ -296,6 +296,7 @@ def t_bad_bodies_count_nothing(nodes):
             ("/settle", {"reservation": rid, "cost": BIG + 1}, "cost"),
             ("/settle", {"reservation": rid, "cost": 5, "policy": "budget"}, "policy"),
             ("/settle", {"reservation": rid, "cost": 5, "extra": None}, "extra"),
+            ("/settle", {"reservation": rid, "cost": 5, "": 3}, "body"),   # fuzz_settle's find
             ("/check", {"policy": "budget", "key": key, "cost": -1, "reserve": True}, "cost"),
             ("/check", {"policy": "budget", "key": key, "cost": BIG + 1, "reserve": True}, "cost"),
         ]
