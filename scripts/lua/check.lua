@@ -105,6 +105,30 @@ local function bounds_of(s)
   if n == 6 then return B end
 end
 
+-- A plain check (cf.plain: cost >= 0, no flag) of a spec of one limit
+-- whose module reads its key as read_first does (sp.plain): run1 for it,
+-- without the flags' tests and the calls such a check never needs (most
+-- checks are these: docs/BENCHMARKS.md, "Redis per check").  A module may
+-- give its own, peek and commit in one (fixed_window.lua): the fourth value
+-- of its constructor, algo()'s m[4].
+local function run_plain(sp, key, bkey, now, cost)
+  local v = redis.call('GET', key)
+  local e = redis.pcall('GET', bkey)
+  e = e and tonumber(e)
+  local limit, W, burst = sp[3], sp[4], sp[5]
+  local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = sp[1](key, now, limit, W, burst, cost, v)
+  if e and e > now then
+    if repair then repair_ttl(key, repair) end
+    return -ceil_ms(e - now), rem, reset, retry
+  end
+  if ok and cost > 0 then
+    rem, reset = sp[2](key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+    return 1, rem, reset, retry
+  end
+  if repair then repair_ttl(key, repair) end
+  return ok and 1 or 0, rem, reset, retry
+end
+
 -- A spec string -> { per limit peek, commit, limit, W (us; a period's
 -- boundaries), burst; n, the number of limits; ttl, the longest window
 -- (ms); err, why it cannot run }.
@@ -142,7 +166,8 @@ local function spec_of(s)
       sp.err = 'bad limit in ' .. s
     elseif sp == nil then
       -- the first limit: the table in one allocation, room for n and ttl
-      sp = { m[1], m[2], l, W, b, n = 1, ttl = 1000, own = OWN_READ[m[3]] }
+      sp = { m[1], m[2], l, W, b, n = 1, ttl = 1000, own = OWN_READ[m[3]],
+             plain = not OWN_READ[m[3]] and m[3] ~= 'cc' and (m[4] or run_plain) }
       if w > ttl then ttl = w end
     else
       sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, W, b
@@ -151,7 +176,13 @@ local function spec_of(s)
   end
   sp = sp or { err = 'empty spec' }
   -- cc: the index of the concurrency limit, the one that holds leases
-  sp.n, sp.ttl, sp.cc = n, ttl, cc
+  -- ttl as PX takes it: a number would be printed by Redis with '%.17g'
+  -- on every once check (prelude.lua)
+  sp.n, sp.ttl, sp.cc = n, string.format('%d', ttl), cc
+  -- plain: the function a plain check of this spec takes, run_plain or its
+  -- module's (one limit whose module reads its key as read_first does, no
+  -- lease); false: run1/run
+  if n ~= 1 or sp.err then sp.plain = false end
   return sp
 end
 
@@ -184,6 +215,8 @@ local function cost_of(s)
     if cf[12] then cf[10] = true end
   end
   cf[6] = cf[1] < 0 or cf[4] or cf[5] or cf[8]
+  -- plain: a check and nothing else (cost >= 0, no flag), run_plain's
+  cf.plain = cf[1] >= 0 and not (cf[2] or cf[10] or cf[13] or cf.err)
   return cf
 end
 
@@ -267,6 +300,25 @@ local function applied(once_key, seq)
   return last and tonumber(last) >= tonumber(seq)
 end
 
+-- SET ... GET (Redis 6.2): one call where a read and a write took two.
+-- redis.REDIS_VERSION_NUM exists from 7.0 (a 6.x server, under EVALSHA,
+-- takes the two calls).
+local SET_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x060200
+
+-- 'once' for a charge: whether the writer's seq was applied already, its
+-- seq recorded in the same call when it was not.  A seq found applied (a
+-- resend, rare) puts the newer record back, so that it never goes down.
+-- Called once every read of the charge that can fail has been made but
+-- the first limit's own (see charge).
+local function applied_record(once_key, seq, ttl)
+  local last = redis.call('SET', once_key, seq, 'PX', ttl, 'GET')
+  if last and tonumber(last) >= tonumber(seq) then
+    redis.call('SET', once_key, last, 'PX', ttl)
+    return true
+  end
+  return false
+end
+
 -- The max_delay (ms) of the check being run, nil when it is not a 'd' one:
 -- set by the driver before each check.
 local delay_max = nil
@@ -314,12 +366,20 @@ end
 local function charge(sp, cost, k, bkey, once_key, seq, now, out, o)
   local n = sp.n
   local pre, blocked = read_first(KEYS[k + 1], bkey, now, sp.own)
-  local done = cost <= 0 or (once_key and applied(once_key, seq))
+  -- the seq recorded with its read (SET ... GET) once the first limit's
+  -- key has been read, which is what can fail (WRONGTYPE) for a policy of
+  -- one limit; else (more limits, or a limit whose peek reads its own key)
+  -- after the commits, as a check's
+  local late = once_key and (sp.n > 1 or sp.own or not SET_GET)
+  local done = cost <= 0
+  if not done and once_key then
+    if late then done = applied(once_key, seq) else done = applied_record(once_key, seq, sp.ttl) end
+  end
   local ok, rem, reset, retry = charge_limit(sp, 0, KEYS[k + 1], now, cost, pre, done,
                                              sp.cc == 1)
   local allowed = blocked == 0 and ok
   if out == nil then
-    if not done and once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+    if not done and late then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
     if blocked > 0 then return -blocked, rem, reset, retry end
     return allowed and 1 or 0, rem, reset, retry
   end
@@ -329,7 +389,7 @@ local function charge(sp, cost, k, bkey, once_key, seq, now, out, o)
       charge_limit(sp, 5 * i - 5, KEYS[k + i], now, cost, nil, done, sp.cc == i)
     if not ok then allowed = false end
   end
-  if not done and once_key then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
+  if not done and late then redis.call('SET', once_key, seq, 'PX', sp.ttl) end
   if blocked > 0 then out[o + 1] = -blocked elseif allowed then out[o + 1] = 1
   else out[o + 1] = 0 end
 end
@@ -530,6 +590,12 @@ end
 -- and no tonumber for n (glibc's strtod, even for '1': docs/BENCHMARKS.md)
 if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
+  if sp.plain and cf.plain then
+    local ok, a, r, s, t = pcall(sp.plain, sp, KEYS[1], ARGV[5], now, cf[1])
+    if ok then return { a, r, s, t } end
+    if type(a) == 'table' then a = a.err end
+    return { { err = tostring(a) }, 0, 0, 0 }
+  end
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
     cc_lease, delay_max, rsv_key = nil, nil, nil
@@ -552,48 +618,60 @@ for _ = 1, tonumber(ARGV[2]) do
   local s, c = ARGV[b], ARGV[b + 1]
   local sp, cf = SPECS[s], COSTS[c]
   if sp == nil or cf == nil then sp, cf = cached(s, c) end
-  local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
-  b = b + 3
-  cc_lease, delay_max, rsv_key = nil, nil, nil
-  if cf[13] then
-    if cf[7] or cf[8] then
-      cc_lease = ARGV[b]
-      b = b + 1
+  local plain = cf.plain and sp.plain
+  if plain then
+    local ok, x1, x2, x3, x4 = pcall(plain, sp, KEYS[k + 1], ARGV[b + 2], now, cf[1])
+    if ok then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = x1, x2, x3, x4
+    else
+      if type(x1) == 'table' then x1 = x1.err end
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = { err = tostring(x1) }, 0, 0, 0
     end
-    if cf[9] then
-      delay_max = tonumber(ARGV[b])
-      b = b + 1
-    end
-    if cf[11] or cf[12] then
-      rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
-      b = b + 1
-    end
-    if cf[3] then
-      once_key, seq = KEYS[k + n + 1], ARGV[b]
-      b = b + 1
-    end
-  end
-  local a = b
-  if cf[13] then
-    if cf[4] then b = b + 1 end
-    if cf[5] then b = b + 1 end
-  end
-  local ok, err, x2, x3, x4
-  if n == 1 then
-    ok, err, x2, x3, x4 = pcall(run1, sp, cf, k, bkey, once_key, seq, now, a)
-    if ok then out[o + 1], out[o + 2], out[o + 3], out[o + 4] = err, x2, x3, x4 end
+    o, k, b = o + 4, k + 1, b + 3
   else
-    if st == nil then st = { {}, {}, {}, {}, {}, {}, {}, {}, {} } end
-    ok, err = pcall(run, sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
+    local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
+    b = b + 3
+    cc_lease, delay_max, rsv_key = nil, nil, nil
+    if cf[13] then
+      if cf[7] or cf[8] then
+        cc_lease = ARGV[b]
+        b = b + 1
+      end
+      if cf[9] then
+        delay_max = tonumber(ARGV[b])
+        b = b + 1
+      end
+      if cf[11] or cf[12] then
+        rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
+        b = b + 1
+      end
+      if cf[3] then
+        once_key, seq = KEYS[k + n + 1], ARGV[b]
+        b = b + 1
+      end
+    end
+    local a = b
+    if cf[13] then
+      if cf[4] then b = b + 1 end
+      if cf[5] then b = b + 1 end
+    end
+    local ok, err, x2, x3, x4
+    if n == 1 then
+      ok, err, x2, x3, x4 = pcall(run1, sp, cf, k, bkey, once_key, seq, now, a)
+      if ok then out[o + 1], out[o + 2], out[o + 3], out[o + 4] = err, x2, x3, x4 end
+    else
+      if st == nil then st = { {}, {}, {}, {}, {}, {}, {}, {}, {} } end
+      ok, err = pcall(run, sp, cf, k, bkey, once_key, seq, now, out, o, st, a)
+    end
+    if not ok then
+      -- redis.call raises a table { err = "WRONGTYPE ..." }, Lua a string
+      if type(err) == 'table' then err = err.err end
+      out[o + 1] = { err = tostring(err) }
+      for i = o + 2, o + 1 + 3 * n do out[i] = 0 end
+    end
+    o = o + 1 + 3 * n
+    k = k + n
+    if once_key or rsv_key then k = k + 1 end
   end
-  if not ok then
-    -- redis.call raises a table { err = "WRONGTYPE ..." }, Lua a string
-    if type(err) == 'table' then err = err.err end
-    out[o + 1] = { err = tostring(err) }
-    for i = o + 2, o + 1 + 3 * n do out[i] = 0 end
-  end
-  o = o + 1 + 3 * n
-  k = k + n
-  if once_key or rsv_key then k = k + 1 end
 end
 return out

@@ -83,7 +83,62 @@ local function fixed_window(with_give, aligned, periodic)
     return limit - count, reset, value
   end
 
-  if not with_give then return peek, commit end
+  -- A plain check (check.lua, run_plain: cost >= 0, no flag) of a spec of
+  -- this one limit: run_plain, peek and commit in one function, with
+  -- state2's packed case and commit's open window inline.  The answer is a
+  -- few comparisons; as calls (run_plain -> peek -> state2, commit ->
+  -- ceil_ms) they cost 1.4k instructions of a 40k check (docs/BENCHMARKS.md,
+  -- "Redis per check").  Not for a period (run_plain).
+  local plain = nil
+  if not periodic then
+    local pcall_ = redis.pcall
+    plain = function(sp, key, bkey, now, cost)
+      -- read_first's reads: the block key's errors are no block
+      local v = call('GET', key)
+      local e = pcall_('GET', bkey)
+      e = e and tonumber(e)
+      local limit, W = sp[3], sp[4]
+      local count, start, left = 0, 0, 0
+      if v then
+        local c, s
+        if #v == 16 then
+          c, s = unpack_state('<dd', v)
+          if not (c >= 0 and c < 9007199254740992 and c % 1 == 0 and
+                  s >= 0 and s < 9007199254740992 and s % 1 == 0) then c = nil end
+        end
+        -- the text layout of 0.1, or no state
+        if c == nil then c, s = state2(v) end
+        if c then count, start = c, s end
+        if count > 0 then
+          left = start + W - now
+          if left <= 0 then count, left = 0, 0 end
+        end
+      end
+      local blocked = e and e > now
+      if cost > 0 and cost <= limit and count + cost <= limit and not blocked then
+        if count == 0 then
+          local rem, reset = commit(key, now, limit, W, 0, cost, 0, start)
+          return 1, rem, reset, 0
+        end
+        -- commit's open window: ceil_ms(left) is its reset and TTL
+        count = count + cost
+        if count > UNITS_MAX then count = UNITS_MAX end
+        local reset = (left + 999) / 1000
+        reset = reset - reset % 1
+        call('SET', key, pack_state('<dd', count, start), 'PX', format('%d', reset))
+        return 1, limit - count, reset, 0
+      end
+      -- nothing counted: peek's answer, a key found without a TTL repaired
+      local reset, retry = ceil_ms(left), 0
+      if cost > limit then retry = -1 elseif count + cost > limit then retry = reset end
+      if v then repair_ttl(key, left) end
+      if blocked then return -ceil_ms(e - now), limit - count, reset, retry end
+      if retry ~= 0 then return 0, limit - count, reset, retry end
+      return 1, limit - count, reset, 0
+    end
+  end
+
+  if not with_give then return peek, commit, nil, plain end
   -- the count down by units, floored at 0 (then no key); the window stays
   local function give(key, now, limit, W, burst, units, count, start, e)
     if count == 0 then return end
@@ -96,7 +151,7 @@ local function fixed_window(with_give, aligned, periodic)
          format('%d', ttl_ms((e or start + W) - now)))
   end
 
-  return peek, commit, give
+  return peek, commit, give, plain
 end
 
 MODULES['fw'] = function(with_give) return fixed_window(with_give, false, false) end

@@ -20,6 +20,10 @@
 --     gives `units` (> 0) back (a reward; see README "Giving back"), from
 --     the state a peek of cost 0 read (s1..s5), and sets the TTL; a state
 --     left worth nothing is deleted (no key is the empty state).
+--   plain(sp, key, bkey, now, cost) -> allowed, remaining, reset_ms,
+--     retry_after_ms   (optional: a constructor's fourth value)
+--     a plain check (cost >= 0, no flag) of a spec of this one limit, as
+--     check.lua's run_plain answers it from peek and commit, in one call.
 -- Multiple results rather than a table: a table per limit per check costs
 -- about what a redis.call does (docs/BENCHMARKS.md, "Measurements behind the
 -- code").
@@ -85,8 +89,8 @@ local PERIODIC = {}
 local function algo(tag)
   local m = ALGOS[tag]
   if m == nil and MODULES[tag] then
-    local peek, commit = MODULES[tag]()
-    m = { peek, commit, tag }
+    local peek, commit, _, plain = MODULES[tag]()
+    m = { peek, commit, tag, plain }
     ALGOS[tag] = m
   end
   return m

@@ -1736,6 +1736,69 @@ END_TEST
 
 
 /*
+ * A once charge (POST /charge's call) sent again counts nothing: the same
+ * seq, or an older one after a newer was applied, only reads, and the
+ * writer's record stays at the newest seq, with a TTL; a newer seq counts.
+ * For a limit the script reads first (fw) and one whose peek reads its own
+ * key (swl), alone in its call and in a batch.
+ */
+START_TEST(once_charges_count_once_and_keep_the_newest_seq)
+{
+    static const struct {
+        enum rl_algo algo;
+        const char *key, *value_key, *once_key;
+    } t[] = {
+        {RL_ALGO_FIXED_WINDOW, "{oc:fw}", "{oc:fw}:fw:60000", "{oc:fw}:once:00000000000000cd"},
+        {RL_ALGO_SLIDING_WINDOW_LOG, "{oc:swl}", "{oc:swl}:swl:60000",
+         "{oc:swl}:once:00000000000000cd"},
+    };
+    static const struct {
+        unsigned long long seq;
+        long long remaining; /* after it */
+        const char *record;  /* the writer's record after it */
+    } steps[] = {{5, 7, "5"}, {5, 7, "5"}, {4, 7, "5"}, {6, 4, "6"}, {6, 4, "6"}};
+
+    for (size_t a = 0; a < RL_ARRAY_LEN(t); a++) {
+        for (int batch = 0; batch < 2; batch++) {
+            struct rl_limit l[] = {{t[a].algo, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
+            char name[] = "oc";
+            struct rl_policy p = {.name = name, .limits = l, .nlimits = 1};
+            struct rl_check_req ch = {.policy = &p, .key = t[a].key, .key_len = strlen(t[a].key),
+                                      .cost = 3, .flags = RL_CHECK_CHARGE | RL_CHECK_ONCE,
+                                      .writer = 0xcd};
+            struct rl_check_req other = {.policy = &p, .key = "{oc:other}", .key_len = 10, .cost = 0};
+            const struct rl_check_req *reqs[] = {&ch, &other};
+            struct rl_script_call c = {0};
+            struct answer ans[2];
+            redisReply *r;
+
+            freeReplyObject(redisCommand(rc, "DEL %s %s", t[a].value_key, t[a].once_key));
+            for (size_t i = 0; i < RL_ARRAY_LEN(steps); i++) {
+                ch.seq = steps[i].seq;
+                daemon_call(&c, reqs, batch ? 2 : 1, ans);
+                ck_assert_msg(ans[0].res.status == RL_BACKEND_OK && ans[0].res.nlimits == 1 &&
+                                  ans[0].res.limits[0].remaining == steps[i].remaining,
+                              "%s %s, seq %llu: status %d remaining %lld, want %lld", t[a].key,
+                              batch ? "in a batch" : "alone", steps[i].seq, ans[0].res.status,
+                              (long long)ans[0].res.limits[0].remaining, steps[i].remaining);
+                r = redisCommand(rc, "GET %s", t[a].once_key);
+                ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, steps[i].record) == 0,
+                              "%s seq %llu: record %s, want %s", t[a].key, steps[i].seq,
+                              r->type == REDIS_REPLY_STRING ? r->str : "(none)", steps[i].record);
+                freeReplyObject(r);
+                r = redisCommand(rc, "PTTL %s", t[a].once_key);
+                ck_assert_msg(r->integer > 0, "%s seq %llu: record's TTL %lld", t[a].key,
+                              steps[i].seq, r->integer);
+                freeReplyObject(r);
+            }
+            script_call_free(&c);
+        }
+    }
+}
+END_TEST
+
+
+/*
  * Admin operations as the daemon sends them, in a batch with checks: a
  * block denies the checks after it (consuming nothing) and not another
  * key's; give back with a reset of one limit and the block lifted answers
@@ -2140,6 +2203,7 @@ diff_suite(void)
     tcase_add_test(tc, o1_reads_the_text_layout_and_ignores_garbage);
     tcase_add_test(tc, log_member_of_garbage_fails_its_check);
     tcase_add_test(tc, daemon_batch_fails_one_check_alone);
+    tcase_add_test(tc, once_charges_count_once_and_keep_the_newest_seq);
     tcase_add_test(tc, daemon_admin_ops_answer_like_a_check_after_them);
     tcase_add_test(tc, a_block_denies_a_policy_whose_first_limit_is_a_log);
     tcase_add_loop_test(tc, period_algorithms_match_their_twins, 0, RL_ARRAY_LEN(periods));
