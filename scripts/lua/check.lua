@@ -307,16 +307,17 @@ local SET_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x060200
 
 -- 'once' for a charge: whether the writer's seq was applied already, its
 -- seq recorded in the same call when it was not.  A seq found applied (a
--- resend, rare) puts the newer record back, so that it never goes down.
--- Called once every read of the charge that can fail has been made but
--- the first limit's own (see charge).
+-- resend, rare) puts the newer record back, so that it never goes down; a
+-- record that is no number (written by hand) is put back too, then fails
+-- the check as applied() does.  Called once every read of the charge that
+-- can fail has been made but the first limit's own (see charge).
 local function applied_record(once_key, seq, ttl)
   local last = redis.call('SET', once_key, seq, 'PX', ttl, 'GET')
-  if last and tonumber(last) >= tonumber(seq) then
-    redis.call('SET', once_key, last, 'PX', ttl)
-    return true
-  end
-  return false
+  if not last then return false end
+  local l = tonumber(last)
+  if l and l < tonumber(seq) then return false end
+  redis.call('SET', once_key, last, 'PX', ttl)
+  return l >= tonumber(seq)
 end
 
 -- The max_delay (ms) of the check being run, nil when it is not a 'd' one:

@@ -1739,6 +1739,7 @@ END_TEST
  * A once charge (POST /charge's call) sent again counts nothing: the same
  * seq, or an older one after a newer was applied, only reads, and the
  * writer's record stays at the newest seq, with a TTL; a newer seq counts.
+ * A record that is no number fails the charge and is left as it was.
  * For a limit the script reads first (fw) and one whose peek reads its own
  * key (swl), alone in its call and in a batch.
  */
@@ -1791,6 +1792,25 @@ START_TEST(once_charges_count_once_and_keep_the_newest_seq)
                               steps[i].seq, r->integer);
                 freeReplyObject(r);
             }
+            /* a record that is no number (written by hand) fails the charge
+             * alone and stays as it was; nothing was counted: the record
+             * put back at 6, seq 6 only reads the count the steps left */
+            freeReplyObject(redisCommand(rc, "SET %s abc PX 60000", t[a].once_key));
+            ch.seq = 7;
+            daemon_call(&c, reqs, batch ? 2 : 1, ans);
+            ck_assert_msg(ans[0].res.status == RL_BACKEND_ERROR, "%s %s, a record \"abc\": status %d",
+                          t[a].key, batch ? "in a batch" : "alone", ans[0].res.status);
+            r = redisCommand(rc, "GET %s", t[a].once_key);
+            ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, "abc") == 0,
+                          "%s: record %s, want abc", t[a].key,
+                          r->type == REDIS_REPLY_STRING ? r->str : "(none)");
+            freeReplyObject(r);
+            freeReplyObject(redisCommand(rc, "SET %s 6 PX 60000", t[a].once_key));
+            ch.seq = 6;
+            daemon_call(&c, reqs, batch ? 2 : 1, ans);
+            ck_assert_msg(ans[0].res.status == RL_BACKEND_OK && ans[0].res.limits[0].remaining == 4,
+                          "%s after a record of garbage: status %d remaining %lld, want 4", t[a].key,
+                          ans[0].res.status, (long long)ans[0].res.limits[0].remaining);
             script_call_free(&c);
         }
     }
