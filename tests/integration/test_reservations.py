@@ -455,6 +455,12 @@ def t_inspect_lists_open_reservations(nodes):
         r = inspect(n, "budget", key)
         eq((r.get("reservations_open"), listed(r)), (0, []), n.name + ": none left")
         eq(r["limits"][0]["remaining"], 1000 - 150, n.name + ": only the settled cost counted")
+        # a policy of two limits (the script's path for several)
+        key = fresh("list-cc")
+        reserved(n.reserve("cc", key, 70), n.name + " reserve under two limits")
+        r = inspect(n, "cc", key)
+        eq((r.get("reservations_open"), [e for e, _ in listed(r)]), (1, [70]),
+           n.name + ": listed under two limits")
 
 
 def t_inspect_forgets_expired(nodes):
