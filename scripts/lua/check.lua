@@ -629,6 +629,8 @@ for _ = 1, tonumber(ARGV[2]) do
       rsv_key, rsv_arg, rsv_member = KEYS[k + n + 1], ARGV[b], ARGV[b + 1]
       b = b + 2
     end
+    -- an 'i' check: its list's key (a check of cost 0 writes nothing there)
+    if cf[14] then rsv_key = KEYS[k + n + 1] end
     if cf[3] then
       once_key, seq = KEYS[k + n + 1], ARGV[b]
       b = b + 1
@@ -657,15 +659,15 @@ for _ = 1, tonumber(ARGV[2]) do
   k = k + n
   if once_key or rsv_key then
     k = k + 1
-  elseif cf[14] then
-    -- an 'i' check: its list (see rsv_list)
-    k = k + 1
-    local lok = ok and pcall(rsv_list, KEYS[k], now, out, o)
-    if not lok then
-      if ok then out[o - 3 * n] = { err = 'the reservations could not be read' } end
-      rsv_no_list(out, o)
+    if cf[14] then
+      -- an 'i' check: its list (see rsv_list)
+      local lok = ok and pcall(rsv_list, rsv_key, now, out, o)
+      if not lok then
+        if ok then out[o - 3 * n] = { err = 'the reservations could not be read' } end
+        rsv_no_list(out, o)
+      end
+      o = o + 1 + 2 * RSV_LIST
     end
-    o = o + 1 + 2 * RSV_LIST
   end
 end
 return out
