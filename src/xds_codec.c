@@ -352,8 +352,9 @@ read_resource(const ProtobufCBinaryData *b, size_t i, struct resource *res, char
                    RLS_DEPTH_MAX);
         return RL_ERR;
     }
-    res->p = res->at = b->data;
-    res->end = b->data + b->len;
+    res->p = res->at = res->end = b->data;
+    if (b->len > 0)
+        res->end = b->data + b->len;
     if (b->len > 0 && config_fields(res) != RL_OK) {
         errors_add(errs, "resources[%zu]: not a RateLimitConfig", i);
         return RL_ERR;

@@ -293,6 +293,13 @@ START_TEST(a_resource_is_read_as_protobuf_c_reads_it)
     ck_assert_int_eq(d->node.rules[0].limits[0].unit, RLS_UNIT_SECOND);
     rls_rules_free(rules);
 
+    /* an Any without a value: a resource of no fields, no domain */
+    rules = NULL;
+    cause = decode_raw(NULL, 0, &rules);
+    ck_assert_msg(strstr(cause, "config file cannot have empty domain") != NULL, "%s", cause);
+    ck_assert_ptr_null(rules);
+    free(cause);
+
     struct {
         const uint8_t *v;
         size_t len;
