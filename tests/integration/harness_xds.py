@@ -138,7 +138,8 @@ def swap_figures(d, ads, n=10000, updates=2, timeout=120):
     ads.publish([msgs[0]], "u0")
     H.wait_for(lambda: version_of(d) == "u0", "%d descriptors in force" % n, timeout=timeout)
     steady = status_kb(pid, "VmRSS") - base
-    first = accepted(d, "u0")
+    # the line is logged just after the swap that /metrics shows
+    first = H.wait_for(lambda: accepted(d, "u0"), "the log line of u0")
     f = {"n": n, "base_kb": base, "steady_kb": steady, "peaks_kb": [], "apply_cpu_us": [],
          "apply_us": [], "rules_bytes": int(first.get("rules_bytes", 0)),
          "rls_rules": int(first.get("rls_rules", 0))}
@@ -149,7 +150,7 @@ def swap_figures(d, ads, n=10000, updates=2, timeout=120):
         ads.publish([msgs[i]], v)
         H.wait_for(lambda: version_of(d) == v, "update %s in force" % v, timeout=timeout)
         f["peaks_kb"].append(status_kb(pid, "VmHWM") - base)
-        a = accepted(d, v)
+        a = H.wait_for(lambda: accepted(d, v), "the log line of %s" % v)
         f["apply_cpu_us"].append(int(a.get("apply_cpu_us", -1)))
         f["apply_us"].append(int(a.get("apply_us", -1)))
     f["peak_kb"] = max(f["peaks_kb"])
