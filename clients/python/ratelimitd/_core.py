@@ -132,8 +132,12 @@ class Endpoint:
         self.url = url
 
 
+# one encoder: json.dumps with separators builds one per call
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def json_body(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    return _encode(body).encode()
 
 
 def check_body(fields: Mapping[str, Any], default_policy: Optional[str]) -> bytes:
