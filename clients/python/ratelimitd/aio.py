@@ -261,7 +261,7 @@ class AsyncClient:
             what = "timed out" if isinstance(e, asyncio.TimeoutError) else "%s: %s" % (type(e).__name__, e)
             return _core.failed(route, "%s after %.0f ms" % (what, ms), ms, self.fail_open, self.log)
         return _core.decide(route, status, rh, data, (loop.time() - start) * 1000,
-                            self.fail_open, self.log)
+                            self.fail_open, self.log, quota=rh)
 
     # ---------------------------------------------------------------- calls
 
