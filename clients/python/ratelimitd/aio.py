@@ -131,6 +131,7 @@ class AsyncClient:
         # the one timer that expires them
         self._pending: Dict["asyncio.Future[Any]", float] = {}
         self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = 0.0
         self._host = ("%s:%d" % (self.endpoint.host, self.endpoint.port)).encode()
         # what every request of a route starts with
         self._start = {route: b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n" % (
@@ -157,10 +158,14 @@ class AsyncClient:
 
     def _expire_at(self, loop: asyncio.AbstractEventLoop, fut: "asyncio.Future[Any]", deadline: float) -> None:
         self._pending[fut] = deadline
-        # the timer is at or before every pending deadline (one timeout for
-        # all calls: a later call's deadline is later), so it stays
-        if self._timer is None:
+        # the timer stays at or before every pending deadline: a call's
+        # deadline is later than the calls' before it (unless `timeout` was
+        # made shorter), so it is armed about once a timeout, not once a call
+        if self._timer is None or deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
             self._timer = loop.call_at(deadline, self._sweep)
+            self._timer_at = deadline
 
     def _sweep(self) -> None:
         self._timer = None
@@ -177,6 +182,7 @@ class AsyncClient:
                 nxt = deadline
         if nxt is not None:
             self._timer = loop.call_at(nxt, self._sweep)
+            self._timer_at = nxt
 
     async def _within(self, loop: asyncio.AbstractEventLoop, aw: Any, deadline: float) -> Any:
         """`aw` (connecting, waiting for a connection: not the common path) by `deadline`."""

@@ -167,3 +167,21 @@ def test_an_answer_cut_or_garbled_is_the_failure_policy():
         assert reason in d.reason, d.reason
         # a failure on a new connection is not tried again
         assert len(s.requests) == 1
+
+
+def test_a_shorter_timeout_is_kept_at_once(blackhole):
+    async def run():
+        async with AsyncClient(url(blackhole.port), timeout=30 * H.SLOW, fail_open=False) as c:
+            first = asyncio.ensure_future(c.check(key="k"))
+            # until the first call waits for its answer (its deadline, 30 s on, armed)
+            while not c._pending:
+                await asyncio.sleep(0.01)
+            c.timeout = 0.3
+            t0 = time.monotonic()
+            d = await c.check(key="k")
+            took = time.monotonic() - t0
+            first.cancel()
+            return d, took
+    d, took = asyncio.run(run())
+    assert (d.status, d.degraded) == (503, True) and "timed out" in d.reason, d
+    assert took < 0.3 + 0.5 * H.SLOW, took
