@@ -3,7 +3,6 @@
 import asyncio
 import json
 import socket
-import threading
 import time
 
 import harness as H
@@ -77,7 +76,7 @@ def test_a_new_event_loop_starts_a_new_pool(daemon):
         assert d.allowed and not d.degraded, d
 
 
-class Scripted:
+class Scripted(H.Blackhole):
     """A loopback listener answering each request on one connection with the
     next of `answers` (bytes, sent a byte at a time to split it across
     reads; a None next closes the connection after it), for what the daemon
@@ -85,14 +84,10 @@ class Scripted:
 
     def __init__(self, answers):
         self.answers = list(answers)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
         self.requests = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self):
+    def _accept(self):
         try:
             c, _ = self.sock.accept()
         except OSError:
@@ -119,9 +114,6 @@ class Scripted:
                     c.sendall(answer[i:i + 1])
                 if self.answers and self.answers[0] is None:
                     return      # closed right after this answer
-
-    def close(self):
-        self.sock.close()
 
 
 def answer(status, body, *headers):
