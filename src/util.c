@@ -166,33 +166,69 @@ sb_cut(struct strbuf *sb, const char *s, size_t n)
     sb->len += n;
 }
 
-/* Two digits per division: the hot path formats a dozen numbers a check. */
-void
-sb_i64(struct strbuf *sb, int64_t v)
-{
-    static const char pairs[201] =
-        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-        "8081828384858687888990919293949596979899";
-    char tmp[24], *p = tmp + sizeof(tmp);
-    /* negate as unsigned: INT64_MIN has no positive twin */
-    uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
 
+/* u's digits written backwards, ending before p: two a division, in 32 bits
+ * (a 64-bit division by 100 costs half as much again). */
+static inline char *
+u32_digits(char *p, uint32_t u)
+{
     while (u >= 100) {
-        unsigned d = (unsigned)(u % 100) * 2;
-        u /= 100;
-        *--p = pairs[d + 1];
-        *--p = pairs[d];
+        uint32_t q = u / 100;
+
+        p -= 2;
+        memcpy(p, digit_pairs + (u - q * 100) * 2, 2);
+        u = q;
     }
     if (u >= 10) {
-        *--p = pairs[u * 2 + 1];
-        *--p = pairs[u * 2];
+        p -= 2;
+        memcpy(p, digit_pairs + u * 2, 2);
     } else {
         *--p = (char)('0' + u);
     }
+    return p;
+}
+
+/*
+ * Two digits per division: the hot path formats a couple of dozen numbers a
+ * check.  The digits end at tmp + SB_I64_COPY, and where the buffer has the
+ * room the copy is of SB_I64_COPY bytes whatever their number: a fixed-size
+ * copy the compiler inlines, not a call to memcpy (docs/BENCHMARKS.md,
+ * "Measurements behind the code"); what it writes past the number is
+ * overwritten by the NUL and whatever comes next.
+ */
+#define SB_I64_COPY 24 /* 20 digits and a sign, rounded up */
+
+void
+sb_i64(struct strbuf *sb, int64_t v)
+{
+    char tmp[2 * SB_I64_COPY], *end = tmp + SB_I64_COPY, *p = end;
+    /* negate as unsigned: INT64_MIN has no positive twin */
+    uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+    size_t n;
+
+    while (u > UINT32_MAX) {
+        uint64_t q = u / 100;
+
+        p -= 2;
+        memcpy(p, digit_pairs + (unsigned)(u - q * 100) * 2, 2);
+        u = q;
+    }
+    p = u32_digits(p, (uint32_t)u);
     if (v < 0)
         *--p = '-';
-    sb_mem(sb, p, (size_t)(tmp + sizeof(tmp) - p));
+    n = (size_t)(end - p);
+    if (sb->len + SB_I64_COPY < sb->size) {
+        memset(end, 0, SB_I64_COPY); /* no undefined byte is ever copied */
+        memcpy(sb->buf + sb->len, p, SB_I64_COPY);
+        sb->len += n;
+        sb->buf[sb->len] = '\0';
+    } else {
+        sb_mem(sb, p, n);
+    }
 }
 
 /* SipHash-2-4 (Aumasson and Bernstein), little-endian words. */
