@@ -193,9 +193,15 @@ static void
 redis_flush(void *owner, void *const *items, size_t n)
 {
     struct redis_backend *rb = owner;
-    struct redis_batch *b = xcalloc(1, sizeof(*b) + n * sizeof(b->w[0]));
+    /* malloc, not calloc: glibc's calloc never takes a chunk from the
+     * thread's cache, so each check's op and batch went to the arena and
+     * back (what that cost: docs/BENCHMARKS.md, "Measurements behind the
+     * code"); every field is set here */
+    struct redis_batch *b = xmalloc(sizeof(*b) + n * sizeof(b->w[0]));
 
     b->rb = rb;
+    b->sent_eval = false;
+    b->counted = 0;
     b->n = n;
     for (size_t i = 0; i < n; i++)
         b->w[i] = &((struct redis_op *)items[i])->w;
@@ -302,7 +308,8 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
         cb(&res, arg);
         return;
     }
-    op = xcalloc(1, sizeof(*op));
+    op = xmalloc(sizeof(*op)); /* not calloc: redis_flush says why */
+    memset(op, 0, sizeof(*op));
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
