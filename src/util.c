@@ -172,43 +172,11 @@ static const char digit_pairs[201] =
     "8081828384858687888990919293949596979899";
 
 /* u's digits written backwards, ending before p: two a division, in 32 bits
- * (a 64-bit division by 100 costs half as much again). */
+ * below 2^32 (a 64-bit division by 100 costs half as much again). */
 static inline char *
-u32_digits(char *p, uint32_t u)
+digits_back(char *p, uint64_t u)
 {
-    while (u >= 100) {
-        uint32_t q = u / 100;
-
-        p -= 2;
-        memcpy(p, digit_pairs + (u - q * 100) * 2, 2);
-        u = q;
-    }
-    if (u >= 10) {
-        p -= 2;
-        memcpy(p, digit_pairs + u * 2, 2);
-    } else {
-        *--p = (char)('0' + u);
-    }
-    return p;
-}
-
-/*
- * Two digits per division: the hot path formats a couple of dozen numbers a
- * check.  The digits end at tmp + SB_I64_COPY, and where the buffer has the
- * room the copy is of SB_I64_COPY bytes whatever their number: a fixed-size
- * copy the compiler inlines, not a call to memcpy (docs/BENCHMARKS.md,
- * "Measurements behind the code"); what it writes past the number is
- * overwritten by the NUL and whatever comes next.
- */
-#define SB_I64_COPY 24 /* 20 digits and a sign, rounded up */
-
-void
-sb_i64(struct strbuf *sb, int64_t v)
-{
-    char tmp[2 * SB_I64_COPY], *end = tmp + SB_I64_COPY, *p = end;
-    /* negate as unsigned: INT64_MIN has no positive twin */
-    uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
-    size_t n;
+    uint32_t w;
 
     while (u > UINT32_MAX) {
         uint64_t q = u / 100;
@@ -217,18 +185,89 @@ sb_i64(struct strbuf *sb, int64_t v)
         memcpy(p, digit_pairs + (unsigned)(u - q * 100) * 2, 2);
         u = q;
     }
-    p = u32_digits(p, (uint32_t)u);
-    if (v < 0)
-        *--p = '-';
-    n = (size_t)(end - p);
-    if (sb->len + SB_I64_COPY < sb->size) {
-        memset(end, 0, SB_I64_COPY); /* no undefined byte is ever copied */
-        memcpy(sb->buf + sb->len, p, SB_I64_COPY);
-        sb->len += n;
-        sb->buf[sb->len] = '\0';
-    } else {
-        sb_mem(sb, p, n);
+    for (w = (uint32_t)u; w >= 100;) {
+        uint32_t q = w / 100;
+
+        p -= 2;
+        memcpy(p, digit_pairs + (w - q * 100) * 2, 2);
+        w = q;
     }
+    if (w >= 10) {
+        p -= 2;
+        memcpy(p, digit_pairs + w * 2, 2);
+    } else {
+        *--p = (char)('0' + w);
+    }
+    return p;
+}
+
+/* Decimal digits of u, 1 for 0 (u | 1 has as many): log2 times log10(2)
+ * as 1233/4096, one too many at most, which a power of ten corrects. */
+static inline size_t
+digits10(uint64_t u)
+{
+    static const uint64_t pow10[20] = {
+        1ULL,
+        10ULL,
+        100ULL,
+        1000ULL,
+        10000ULL,
+        100000ULL,
+        1000000ULL,
+        10000000ULL,
+        100000000ULL,
+        1000000000ULL,
+        10000000000ULL,
+        100000000000ULL,
+        1000000000000ULL,
+        10000000000000ULL,
+        100000000000000ULL,
+        1000000000000000ULL,
+        10000000000000000ULL,
+        100000000000000000ULL,
+        1000000000000000000ULL,
+        10000000000000000000ULL,
+    };
+    uint64_t v = u | 1;
+    unsigned t = (unsigned)(64 - __builtin_clzll(v)) * 1233 >> 12;
+
+    return t - (v < pow10[t]) + 1;
+}
+
+/* sb_i64 where the number may not fit: through a buffer, and cut. */
+static void __attribute__((noinline)) sb_i64_cut(struct strbuf *sb, uint64_t u, bool neg)
+{
+    char tmp[24], *end = tmp + sizeof(tmp), *p = digits_back(end, u);
+
+    if (neg)
+        *--p = '-';
+    sb_cut(sb, p, (size_t)(end - p));
+}
+
+/*
+ * Two digits per division: the hot path formats a couple of dozen numbers a
+ * check.  Its digits counted first, a number is written in place, from its
+ * end: no buffer of its own, no copy, no call to memcpy (docs/BENCHMARKS.md,
+ * "Measurements behind the code").
+ */
+void
+sb_i64(struct strbuf *sb, int64_t v)
+{
+    /* negate as unsigned: INT64_MIN has no positive twin */
+    uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+    size_t n = digits10(u) + (v < 0);
+    char *p;
+
+    if (sb->len + n >= sb->size) {
+        sb_i64_cut(sb, u, v < 0);
+        return;
+    }
+    p = sb->buf + sb->len + n;
+    *p = '\0';
+    p = digits_back(p, u);
+    if (v < 0)
+        p[-1] = '-';
+    sb->len += n;
 }
 
 /* SipHash-2-4 (Aumasson and Bernstein), little-endian words. */
