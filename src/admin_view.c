@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "policy.h"
 #include "query.h"
+#include "rls_rules.h"
 #include "top.h"
 #include "util.h"
 #include "worker.h"
@@ -237,12 +238,11 @@ counted(struct rl_metrics *const *ms, size_t n, int id, enum rl_outcome o)
 }
 
 static json_t *
-policy_json(const struct rl_policy *p, struct rl_metrics *const *ms, size_t n)
+limits_json(const struct rl_policy *p)
 {
     json_t *limits = json_array();
-    int id = p->metrics_id;
 
-    for (size_t i = 0; i < p->nlimits; i++) {
+    for (size_t i = 0; p != NULL && i < p->nlimits; i++) {
         const struct rl_limit *l = &p->limits[i];
         json_t *e = json_pack("{s:s,s:I,s:I}", "algorithm", algo_def(l->algo)->name, "limit",
                               (json_int_t)l->limit, "window_ms", (json_int_t)l->window_ms);
@@ -253,14 +253,113 @@ policy_json(const struct rl_policy *p, struct rl_metrics *const *ms, size_t n)
             json_object_set_new(e, "burst", json_integer(l->burst));
         json_array_append_new(limits, e);
     }
+    return limits;
+}
+
+static json_t *
+policy_json(const struct rl_policy *p, struct rl_metrics *const *ms, size_t n)
+{
+    int id = p->metrics_id;
+
     return json_pack("{s:s,s:b,s:s,s:o,s:I,s:I,s:I,s:I,s:I}", "name", p->name, "shadow",
                      p->shadow != 0, "mode", p->mode == RL_MODE_HYBRID ? "hybrid" : "exact",
-                     "limits", limits, "allowed",
+                     "limits", limits_json(p), "allowed",
                      (json_int_t)counted(ms, n, id, RL_OUT_ALLOWED), "denied",
                      (json_int_t)counted(ms, n, id, RL_OUT_DENIED), "shadow_denied",
                      (json_int_t)counted(ms, n, id, RL_OUT_SHADOW_DENIED), "degraded",
                      (json_int_t)counted(ms, n, id, RL_OUT_DEGRADED), "error",
                      (json_int_t)counted(ms, n, id, RL_OUT_ERROR));
+}
+
+/* RLS rules: the label pairs ratelimitd_rls_* count, the most hit first,
+ * at most STATUS_RLS_MAX (a page polls this; 1,024 names may be). */
+#define STATUS_RLS_MAX 32
+
+struct rls_seen {
+    int id;
+    uint64_t hits;
+};
+
+static uint64_t
+rls_counted(struct rl_metrics *const *ms, size_t n, int id, enum rl_rls_stat st)
+{
+    uint64_t s = 0;
+
+    for (size_t i = 0; i < n; i++)
+        s += __atomic_load_n(&ms[i]->rls_rules[id][st], __ATOMIC_RELAXED);
+    return s;
+}
+
+static int
+rls_seen_cmp(const void *a, const void *b)
+{
+    const struct rls_seen *x = a, *y = b;
+
+    if (x->hits != y->hits)
+        return x->hits > y->hits ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* One rule: its names as the metrics have them, its limits from the rules
+ * in force when one rule of them has that label (else null), its counts;
+ * NULL when a name is not UTF-8 (a request's bytes under detailed_metric). */
+static json_t *
+rls_rule_json(int id, const struct rl_config *cfg, struct rl_metrics *const *ms, size_t n,
+              struct rl_top *const *tops, size_t ntops)
+{
+    const char *domain, *label;
+    size_t dlen, llen;
+    const struct rls_rule *rule;
+    json_t *o, *limits = NULL;
+
+    metrics_rls_name(id, &domain, &dlen, &label, &llen);
+    rule = rls_rules_by_label(rls_rules_domain(cfg->rls.rules, domain, dlen), label, llen, id);
+    if (rule != NULL) {
+        limits = limits_json(rule->unlimited ? NULL : rule->policy);
+        for (size_t i = 0; i < json_array_size(limits) && i < rule->nlimits; i++)
+            if (rls_unit_name(rule->limits[i].unit) != NULL)
+                json_object_set_new(json_array_get(limits, i), "unit",
+                                    json_string(rls_unit_name(rule->limits[i].unit)));
+    }
+    o = json_pack("{s:s%,s:s%,s:o?,s:I,s:I,s:I,s:I,s:I,s:b}", "domain", domain, dlen, "rule",
+                  label, llen, "limits", limits, "hits",
+                  (json_int_t)rls_counted(ms, n, id, RL_RLS_HITS), "within_limit",
+                  (json_int_t)rls_counted(ms, n, id, RL_RLS_WITHIN_LIMIT), "near_limit",
+                  (json_int_t)rls_counted(ms, n, id, RL_RLS_NEAR_LIMIT), "over_limit",
+                  (json_int_t)rls_counted(ms, n, id, RL_RLS_OVER_LIMIT), "shadow_mode",
+                  (json_int_t)rls_counted(ms, n, id, RL_RLS_SHADOW_MODE), "callers_counted",
+                  top_counted(tops, ntops, TOP_RLS_ID(id)));
+    if (o == NULL)
+        return NULL;
+    if (rule != NULL) {
+        json_object_set_new(o, "shadow", json_boolean(rule->shadow_mode));
+        if (rule->unlimited)
+            json_object_set_new(o, "unlimited", json_true());
+    }
+    return o;
+}
+
+static json_t *
+rls_rules_json(struct rl_worker *w, const struct rl_config *cfg, struct rl_metrics *const *ms,
+               size_t n, int *total)
+{
+    struct rl_top *tops[256];
+    size_t ntops = worker_tops(w, tops, RL_ARRAY_LEN(tops));
+    int count = metrics_rls_count();
+    struct rls_seen *seen = xmalloc((size_t)(count > 0 ? count : 1) * sizeof(*seen));
+    json_t *a = json_array();
+
+    for (int id = 0; id < count; id++)
+        seen[id] = (struct rls_seen){id, rls_counted(ms, n, id, RL_RLS_HITS)};
+    qsort(seen, (size_t)count, sizeof(*seen), rls_seen_cmp);
+    for (int i = 0; i < count && json_array_size(a) < STATUS_RLS_MAX; i++) {
+        json_t *e = rls_rule_json(seen[i].id, cfg, ms, n, tops, ntops);
+        if (e != NULL)
+            json_array_append_new(a, e);
+    }
+    free(seen);
+    *total = count;
+    return a;
 }
 
 static void
@@ -299,6 +398,11 @@ serve_status(struct http_req *r, struct rl_worker *w)
         "now_ms", (json_int_t)(now_unix_us() / 1000), "config_file", cfg->file, "config_hash",
         hash, "backend", backend, "reloads", reloads, "workers", (json_int_t)n, "top_k",
         (json_int_t)cfg->top_k, "policies", policies);
+    if (o != NULL) {
+        int total = 0;
+        json_object_set_new(o, "rls_rules", rls_rules_json(w, cfg, ms, n, &total));
+        json_object_set_new(o, "rls_rules_total", json_integer(total));
+    }
     respond_json(r, o);
 }
 

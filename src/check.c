@@ -757,6 +757,18 @@ limit_keys(const struct rl_config *cfg, const struct rl_policy *policy, const ch
     return RL_OK;
 }
 
+/* Where the escaped identity lies in a key identity_key made of keyname
+ * and policy, klen bytes: [*off, *end). */
+static void
+key_identity(const struct rl_config *cfg, const struct rl_policy *policy, const char *keyname,
+             size_t klen, uint16_t *off, uint16_t *end)
+{
+    /* "{<prefix><keyname>:<id>}" or "{<prefix><keyname>}:<id>" */
+    *off = (uint16_t)(strlen(cfg->redis.key_prefix) + strlen(keyname) +
+                      (policy->limit_ids ? 3 : 2));
+    *end = (uint16_t)(policy->limit_ids ? klen : klen - 1);
+}
+
 static void start_op(struct check_op *op, const struct rl_check_env *env,
                      struct rl_config *cfg, const struct rl_policy *policy, int64_t cost,
                      int64_t timeout_ms, bool may_hold, enum count_as how, rl_check_done done,
@@ -822,10 +834,7 @@ start_policy(const struct rl_check_env *env, struct rl_config *cfg,
         return RL_ERR;
     }
     op->req.key_len = klen;
-    /* "{<prefix><keyname>:<id>}" or "{<prefix><keyname>}:<id>" */
-    op->id_off = (uint16_t)(strlen(cfg->redis.key_prefix) + strlen(keyname) +
-                            (policy->limit_ids ? 3 : 2));
-    op->id_end = (uint16_t)(policy->limit_ids ? klen : klen - 1);
+    key_identity(cfg, policy, keyname, klen, &op->id_off, &op->id_end);
     /* only a request's check (not gRPC's, not the admin's) is held */
     start_op(op, env, cfg, policy, cost, timeout_ms, ident != NULL, how, done, arg);
     return RL_OK;
@@ -984,6 +993,23 @@ check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
     op->lk->all_len = o;
     start_op(op, env, cfg, policy, cost, timeout_ms, false, COUNT_CHECK, done, arg);
     return RL_OK;
+}
+
+void
+check_count_caller(const struct rl_check_env *env, const struct rl_config *cfg,
+                   const struct rl_policy *policy, const char *keyname, const char *key,
+                   size_t klen, int top_id, bool denied, int64_t units)
+{
+    uint16_t off, end;
+
+    if (env->top == NULL || klen >= RL_REDIS_KEY_MAX)
+        return;
+    key_identity(cfg, policy, keyname, klen, &off, &end);
+    if (end <= off)
+        return;
+    top_record(env->top, top_id, key + off, (size_t)(end - off),
+               policy->limit_ids ? 0 : check_key_hash(policy, key, klen), denied,
+               denied ? 0 : units, now_us(env));
 }
 
 int

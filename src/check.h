@@ -156,6 +156,17 @@ int check_start_keys(const struct rl_check_env *env, struct rl_config *cfg,
                      void *arg, char **cause) RL_WUR;
 
 /*
+ * Count in env->top (top.h, under top_id) the caller of key (klen bytes,
+ * made of keyname and policy by identity_key, as check_start_policy makes
+ * it) as a check of it would be counted: denied, or allowed with `units`.
+ * For a check decided under other keys too (check_start_keys: rls.c's
+ * all_or_nothing group), whose caller is each key's.
+ */
+void check_count_caller(const struct rl_check_env *env, const struct rl_config *cfg,
+                        const struct rl_policy *policy, const char *keyname, const char *key,
+                        size_t klen, int top_id, bool denied, int64_t units);
+
+/*
  * The keyed hash (keytable.h) a check's key is filed under in the deny
  * cache, and its caller in top.h's tables: the same across reloads (salted
  * by the policy's name, not its uid), so that a caller stays one caller.

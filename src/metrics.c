@@ -124,6 +124,27 @@ metrics_rls_find(const char *domain, size_t dlen, const char *rule, size_t rlen)
     return id;
 }
 
+int
+metrics_rls_count(void)
+{
+    int n;
+
+    pthread_mutex_lock(&rls_lock);
+    n = rls_n;
+    pthread_mutex_unlock(&rls_lock);
+    return n;
+}
+
+void
+metrics_rls_name(int id, const char **domain, size_t *dlen, const char **rule, size_t *rlen)
+{
+    /* written before rls_n counted it (under rls_lock), never again */
+    *domain = rls_names[id].domain;
+    *dlen = rls_names[id].dlen;
+    *rule = rls_names[id].rule;
+    *rlen = rls_names[id].rlen;
+}
+
 void
 metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n)
 {

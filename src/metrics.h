@@ -153,6 +153,11 @@ int metrics_rls_id(const char *domain, size_t dlen, const char *rule, size_t rle
 /* The id of that pair, -1 when none was registered (it registers none). */
 int metrics_rls_find(const char *domain, size_t dlen, const char *rule, size_t rlen);
 void metrics_rls(struct rl_metrics *m, int id, enum rl_rls_stat s, uint64_t n);
+/* The label pairs registered so far: ids 0..n-1 (GET /admin/status). */
+int metrics_rls_count(void);
+/* Id's pair (id < metrics_rls_count()): registered once, never freed. */
+void metrics_rls_name(int id, const char **domain, size_t *dlen, const char **rule,
+                      size_t *rlen);
 void metrics_reject(struct rl_metrics *m, enum rl_reject r);
 void metrics_backend(struct rl_metrics *m, enum rl_backend_status st, int64_t us);
 /* A check answered `us` after its request's first byte was read. */

@@ -548,6 +548,7 @@ on_group(const struct rl_decision *d, void *arg)
     for (size_t i = 0; i < op->n; i++) {
         struct rls_slot *s = &op->slots[i];
         struct rl_check_res r = {.status = RL_BACKEND_OK, .allowed = 1};
+        size_t first = 0; /* its first limit: its key */
 
         if (!s->grouped)
             continue;
@@ -559,6 +560,8 @@ on_group(const struct rl_decision *d, void *arg)
         for (size_t j = 0; j < g->policy.nlimits; j++) {
             if (g->slot[j] != i)
                 continue;
+            if (r.nlimits == 0)
+                first = j;
             r.limits[r.nlimits++] = d->limits[j];
             r.allowed &= d->limits[j].allowed;
         }
@@ -570,6 +573,12 @@ on_group(const struct rl_decision *d, void *arg)
         s->d.degraded = d->degraded;
         s->d.reset_epoch = d->reset_epoch;
         s->uncounted = g->asked || (d->would_deny && r.allowed);
+        /* its caller, as if decided alone: denied by its own limits, or
+         * its hits when the group counted them */
+        if (!d->degraded)
+            check_count_caller(op->env, op->cfg, s->policy, KEYNAME, g->keyp[first],
+                               g->klen[first], TOP_RLS_ID(s->stat_id), !r.allowed,
+                               g->asked || d->would_deny ? 0 : (int64_t)s->hits);
     }
     if (--op->pending == 0 && !op->starting)
         rls_finish(op);

@@ -1622,6 +1622,29 @@ rls_rules_domain(const struct rls_rules *r, const char *name, size_t len)
     return NULL;
 }
 
+static const struct rls_rule *
+node_by_label(const struct rls_node *n, const char *label, size_t len, int stat_id)
+{
+    for (size_t i = 0; i < n->nrules; i++) {
+        const struct rls_rule *r = &n->rules[i], *found;
+        int id = __atomic_load_n(&r->stat_id, __ATOMIC_RELAXED);
+
+        if (r->has_limit && !r->dynamic_label && r->label != NULL &&
+            (id >= 0 ? id == stat_id
+                     : strlen(r->label) == len && memcmp(r->label, label, len) == 0))
+            return r;
+        if (r->node != NULL && (found = node_by_label(r->node, label, len, stat_id)) != NULL)
+            return found;
+    }
+    return NULL;
+}
+
+const struct rls_rule *
+rls_rules_by_label(const struct rls_domain *d, const char *label, size_t len, int stat_id)
+{
+    return d != NULL ? node_by_label(&d->node, label, len, stat_id) : NULL;
+}
+
 bool
 rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t len)
 {

@@ -197,6 +197,12 @@ const struct rls_domain *rls_rules_domain(const struct rls_rules *r, const char 
 const struct rls_rule *rls_rules_match(const struct rls_domain *d, const struct rls_entry *e,
                                        size_t n, const struct rls_str **shared);
 
+/* The rule of domain d whose metrics label is `label` (stat_id: the label's
+ * metrics id, or -1): NULL when none is (a label made of a request's
+ * values: detailed_metric, value_to_metric; a descriptor's own limit). */
+const struct rls_rule *rls_rules_by_label(const struct rls_domain *d, const char *label,
+                                          size_t len, int stat_id);
+
 /* Each '*' of pattern any run of bytes (empty too), the rest literally. */
 bool rls_rules_glob(const struct rls_str *parts, size_t nparts, const char *s, size_t len);
 

@@ -108,6 +108,17 @@ top_record(struct rl_top *t, int policy_id, const char *id, size_t len, uint64_t
                denied ? 1 : (uint64_t)units);
 }
 
+bool
+top_counted(struct rl_top *const *tops, size_t n, int id)
+{
+    if ((unsigned)id >= TOP_IDS)
+        return false;
+    for (size_t w = 0; w < n; w++)
+        if (tops[w] != NULL && __atomic_load_n(&tops[w]->p[id], __ATOMIC_ACQUIRE) != NULL)
+            return true;
+    return false;
+}
+
 /* Add the minutes [first, last] of every worker's policy to m. */
 static void
 merge_kind(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by, uint64_t first,

@@ -85,6 +85,9 @@ struct top_answer {
 void top_read(struct rl_top *const *tops, size_t n, int policy_id, enum top_by by, int minutes,
               size_t max, int64_t now_us, struct top_answer *out);
 void top_answer_free(struct top_answer *a);
+/* Whether any of the n workers keeps sketches for id (an RLS rule's may
+ * have none: TOP_RLS_RULES_MAX). */
+bool top_counted(struct rl_top *const *tops, size_t n, int id);
 
 /* ratelimitd_top_caller_share: for each policy of cfg, the heaviest
  * caller's share of its denials over the last minute. */

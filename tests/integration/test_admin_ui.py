@@ -7,7 +7,10 @@ the admin token once and keeps it in the tab's session only, shows every
 policy, its chart and its heavy callers, the heaviest first; a click on
 "block" blocks that caller (its next check is 429, blocked, for the 15
 minutes picked by default); a caller whose key is markup is shown as text
-and no script of it runs.  A screenshot is left in the build directory
+and no script of it runs.  RLS rules (gRPC calls through grpcio) are
+shown with their limits, charts and heavy callers, without actions (the
+page says why); a rule name of markup, and a descriptor value of markup in
+a detailed_metric rule's name, are text.  A screenshot is left in the build directory
 (test_admin_ui.png, and test_admin_ui_no_token.png).
 
 Not in VALGRIND_TESTS: the routes the page calls are test_top.py's, which
@@ -22,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
+import harness_grpc as G  # noqa: E402
 from harness import check, eq, post  # noqa: E402
 
 TOKEN = "ui-secret-0123456789"
@@ -34,6 +38,24 @@ POLICIES = [
                                {"algorithm": "sliding_window_counter", "limit": 100,
                                 "window": "24h"}]},
 ]
+RLS_PORT = H.free_port()
+# a rule name of markup; a descriptor value of markup, in the name of the
+# detailed_metric rule (a caller's identity shows it escaped, %3Cimg...)
+RULE = "<b>who</b>"
+RULES = """\
+domain: shop
+descriptors:
+  - key: "%s"
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+  - key: tag
+    detailed_metric: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000
+""" % RULE
+RLS_XSS = "<img src=x onerror=alert(2)>"
 SCREENSHOT = os.path.join(os.getcwd(), "test_admin_ui.png")
 SCREENSHOT_NO_TOKEN = os.path.join(os.getcwd(), "test_admin_ui_no_token.png")
 
@@ -67,13 +89,28 @@ def t_page_in_a_browser(f):
             {"policy": "api", "key": key}).encode(), {"Content-Type": "application/json"})] * n)
         eq(st.count(429), n - 3, "denials of %r" % key)
     eq(post(d.port, {"policy": "login", "key": "mallory"})[0], 200, "a login check")
+    # the RLS rule: the markup value over its limit 8 times, another once
+    pb = G.protos()
+    with G.Client(RLS_PORT) as c:
+        codes = [pb.rls.RateLimitResponse.Code.Name(c.check("shop", [[(RULE, v)]]).overall_code)
+                 for v in [RLS_XSS] * 10 + ["alice"] * 3]
+        eq(c.check("shop", [[("tag", RLS_XSS)]]).overall_code, 1, "the tag allowed (OK)")
+    eq(codes.count("OVER_LIMIT"), 9, "OVER_LIMIT answers")
+    st, h, top = H.request(f.aport, "GET", "/admin/top?domain=shop&rule=%3Cb%3Ewho%3C%2Fb%3E",
+                           headers={"Authorization": "Bearer " + TOKEN})
+    H.expect_json(st, h, top, 200, "the rule's heavy callers")
+    rls_heavy = top["callers"][0]["identity"]
+    eq(rls_heavy, "d:shop%1E%3Cb%3Ewho%3C/b%3E%1F%3Cimg%20src=x%20onerror=alert%282%29%3E",
+       "the heavy descriptor as its key shows it")
     got = browse({"url": "http://127.0.0.1:%d/admin/ui" % f.aport, "token": TOKEN,
                   "executable": chromium(), "policies": ["login", "api"], "policy": "api",
                   "heavy": "k:heavy", "xss": "k:" + XSS, "screenshot": SCREENSHOT,
+                  "rule": {"domain": "shop", "rule": RULE, "heavy": rls_heavy,
+                           "detailed": "tag_" + RLS_XSS},
                   "timeout_ms": int(60000 * H.SLOW)})
     eq(got["status"], 200, "the page")
     eq(got["steps"], ["asked for the token", "policies shown", "heavy callers shown",
-                      "screenshot", "blocked"], "what the browser did")
+                      "rule shown", "screenshot", "blocked"], "what the browser did")
     eq(got["console_errors"], [], "console errors (a CSP violation is one)")
     eq(got["page_errors"], [], "script errors")
     eq(got["dialogs"], [], "dialogs opened: no script of a caller's key ran")
@@ -82,7 +119,16 @@ def t_page_in_a_browser(f):
           got["identities"])
     eq(got["policies"], ["login", "api"], "every policy, in the file's order")
     eq(got["first_caller"], "k:heavy", "the heaviest caller first")
-    eq(got["charts"], 2, "a chart per policy")
+    eq(got["charts"], 4, "a chart per policy and per RLS rule")
+    eq(got["rules"], [["shop", RULE], ["shop", "tag_" + RLS_XSS]],
+       "the RLS rules, the most hit first, their names as text")
+    eq(got["detailed_limits"], "limits not shown: the name is made of a request's values "
+       "(detailed_metric, value_to_metric), or is a descriptor's own limit",
+       "a detailed_metric rule's name is no one rule's")
+    eq(got["rule_limits"], "2 per hour", "its limit")
+    eq(got["rule_first_caller"], rls_heavy, "its heaviest caller, the markup value as text")
+    eq(got["rule_buttons"], 0, "no action on an RLS caller")
+    check("block it at Envoy" in got["rule_note"], "the page says why: %r", got["rule_note"])
     eq(got["header"]["config"], d.config_path, "the config file shown")
     check(got["header"]["backend"].startswith("redis: connected"), "backend %r",
           got["header"]["backend"])
@@ -129,7 +175,12 @@ CASES = [
 
 
 def fixture():
-    return H.admin_fixture(POLICIES, TOKEN)
+    rules = os.path.join(H.tmpdir(), "admin-ui-rules")
+    os.makedirs(rules, exist_ok=True)
+    with open(os.path.join(rules, "rules.yaml"), "w") as fh:
+        fh.write(RULES)
+    return H.admin_fixture(POLICIES, TOKEN,
+                           rls={"listen": "127.0.0.1:%d" % RLS_PORT, "config": rules})
 
 
 if __name__ == "__main__":

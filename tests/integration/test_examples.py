@@ -553,14 +553,39 @@ def t_node_faults(fx):
                     eq(app.get({"X-Api-Key": fresh()})[0], 200, "a request before the fault")
                 fd.inflict(kind)
 
-                def measure():
+                def one():
                     before = len(AFTER_MS.findall(app.stderr()))
-                    sts = [app.get({"X-Api-Key": fresh()})[0] for _ in range(3)]
-                    eq(sts, [200] * 3, "daemon %s: fail open" % kind)
-                    times = [int(t) for t in AFTER_MS.findall(app.stderr())[before:]]
-                    eq(len(times), 3, "warnings of the failed checks (%s)" % app.stderr()[-500:])
-                    return times
-                expect_bounded("node, daemon %s" % kind, measure)
+                    d0 = degraded_answers(fd, kind)
+                    t0 = time.monotonic()
+                    eq(app.get({"X-Api-Key": fresh()})[0], 200, "daemon %s: fail open" % kind)
+                    wall = (time.monotonic() - t0) * 1000
+                    deadline = time.monotonic() + 10 * SLOW   # the warning's line may lag the answer
+                    while True:
+                        times = [int(t) for t in AFTER_MS.findall(app.stderr())[before:]]
+                        if times:
+                            eq(len(times), 1, "the warning of the failed check (%s)"
+                               % app.stderr()[-500:])
+                            return times[0]
+                        if wall < 150 and d0 is not None and degraded_answers(fd, kind) == d0 + 1:
+                            return wall     # the daemon's own prompt fail-open answer
+                        check(time.monotonic() < deadline, "daemon %s: no warning of the failed "
+                              "check (%s)", kind, app.stderr()[-500:])
+                        time.sleep(0.02)
+                expect_bounded("node, daemon %s" % kind, lambda: [one() for _ in range(3)])
+
+
+def degraded_answers(fd, kind):
+    """Checks the daemon answered by its failure_mode: with Redis paused
+    ("slow") its heartbeat may have marked Redis stalled before a check
+    came, and the daemon's own fail-open 200 then arrives before the
+    recipe's timeout, with no warning to read a time from (the test's
+    clock of that call stands in: sh and curl's start included).  Under
+    the other faults the daemon cannot answer at all: None."""
+    if kind != "slow":
+        return None
+    _, _, text = H.request(fd.port, "GET", "/metrics")
+    return sum(int(v) for v in re.findall(
+        r'^ratelimitd_checks_total\{[^}]*result="degraded"[^}]*\} (\d+)$', str(text), re.M))
 
 
 def t_shell_faults(fx):
@@ -573,10 +598,15 @@ def t_shell_faults(fx):
                 # the script's own default timeout: RATELIMIT_TIMEOUT unset
                 e = dict(os.environ, RATELIMITD_URL="http://127.0.0.1:%d" % fd.port)
                 e.pop("RATELIMIT_TIMEOUT", None)
+                d0 = degraded_answers(fd, kind)
+                t0 = time.monotonic()
                 r = subprocess.run(["sh", os.path.join(EX, "shell", "ratelimit.sh"), fresh()], env=e,
                                    capture_output=True, text=True, timeout=30 * SLOW)
+                wall = (time.monotonic() - t0) * 1000
                 eq(r.returncode, 0, "daemon %s: fail open (%s)" % (kind, r.stderr))
                 m = AFTER_MS.search(r.stderr)
+                if m is None and d0 is not None and degraded_answers(fd, kind) == d0 + 1:
+                    return wall             # the daemon's own prompt fail-open answer
                 check(m, "daemon %s: the warning does not say how long curl took: %r", kind, r.stderr)
                 return int(m.group(1))
             expect_bounded("shell, daemon %s" % kind, lambda: [one() for _ in range(3)])

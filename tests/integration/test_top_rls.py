@@ -2,7 +2,9 @@
 """Heavy callers per RLS domain and rule (docs/API.md, "GET /admin/top":
 ?domain=D&rule=R): a skewed load over gRPC shows the heavy descriptor value
 first with its share within the stated bound; POST /json's checks counted
-by units; the query read strictly (400 naming the parameter); sketches for
+by units; descriptors decided together (rls.all_or_nothing) counted each
+under its rule; the rules in GET /admin/status with their limits and
+counts; the query read strictly (400 naming the parameter); sketches for
 at most 32 rules per worker, the others' checks counted as refused.  Against
 the real daemon and a real Redis, gRPC through grpcio."""
 
@@ -42,10 +44,10 @@ def write_rules(text):
     return d
 
 
-def rls_admin_daemon(redis, rules, workers):
+def rls_admin_daemon(redis, rules, workers, **rls):
     port = H.free_port()
-    a = H.AdminDaemon(redis, [], TOKEN, workers=workers, redis={"timeout": "5s"},
-                      rls={"listen": "127.0.0.1:%d" % port, "config": rules})
+    rls.update({"listen": "127.0.0.1:%d" % port, "config": rules})
+    a = H.AdminDaemon(redis, [], TOKEN, workers=workers, redis={"timeout": "5s"}, rls=rls)
     a.rls_port = port
     check(H.port_open(port), "rls.listen %d not open", port)
     return a
@@ -130,6 +132,97 @@ def t_json_units(x):
     eq(first["denied"], 0, "never denied")
 
 
+def t_status(x):
+    # after t_skewed_grpc and t_json_units: both rules, the most hit first
+    st, h, b = H.request(x.a.aport, "GET", "/admin/status", headers=AUTH)
+    H.expect_json(st, h, b, 200, "GET /admin/status")
+    eq(b["rls_rules_total"], 2, "the rule names counted")
+    eq([(r["domain"], r["rule"]) for r in b["rls_rules"]], [("top", ADDR_RULE), ("top", USER_RULE)],
+       "the rules, the most hit first")
+    addr, user = b["rls_rules"]
+    eq(addr["limits"], [{"algorithm": "fixed_window", "limit": 1, "window_ms": 3600000,
+                         "unit": "hour"}], "the rule file's limit")
+    eq((addr["hits"], addr["within_limit"], addr["over_limit"], addr["shadow_mode"]),
+       (2751, 2001, 750, 0), "its counts, as ratelimitd_rls_* count them")
+    eq(addr["near_limit"], H.metric(x.a.port, "ratelimitd_rls_near_limit_total",
+                                    {"domain": "top", "rule": ADDR_RULE}), "near_limit")
+    eq((addr["shadow"], addr["callers_counted"]), (False, True), "shadow, callers counted")
+    eq((user["hits"], user["within_limit"], user["over_limit"]), (1100, 1100, 0), "the user rule")
+    eq(user["limits"][0]["limit"], 1000000, "its limit")
+    st, h, b = H.request(x.a.aport, "GET", "/admin/status")
+    eq(st, 401, "the admin token asked")
+
+
+AON_RULES = """\
+domain: aon
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000000
+  - key: detail
+    detailed_metric: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000000
+"""
+
+
+def t_all_or_nothing(x):
+    # each request: a tenant and a user decided together.  The heavy
+    # tenant: 3 allowed, then 7 denied by its own limit (its users' limits
+    # allowed those, uncounted: neither denied nor units); two light
+    # tenants allowed once each.
+    a = rls_admin_daemon(x.redis, write_rules(AON_RULES), workers=2, all_or_nothing=True)
+    try:
+        calls = [("heavy", "u%d" % i) for i in range(10)] + [("light1", "v1"), ("light2", "v2")]
+        with G.Client(a.rls_port) as c:
+            got = [x.pb.rls.RateLimitResponse.Code.Name(
+                c.check("aon", [[("tenant", t)], [("user", u)]]).overall_code) for t, u in calls]
+        eq((got.count("OK"), got.count("OVER_LIMIT")), (5, 7), "OK and OVER_LIMIT")
+        eq(got[:3], ["OK"] * 3, "the heavy tenant's first three allowed")
+        # both descriptors went through the group: nothing counted on a denial
+        eq(H.metric(a.port, "ratelimitd_rls_within_limit_total",
+                    {"domain": "aon", "rule": "user"}), 5, "users counted only when allowed")
+        b = top_ok(a, "domain=aon&rule=tenant&by=denied")
+        eq(b["total"], 7, "the tenant rule's denials")
+        eq([(c["identity"], c["denied"], c["error_bound"]) for c in b["callers"]],
+           [("d:aon%1Etenant%1Fheavy", 7, 0)], "the heavy tenant, every denial")
+        b = top_ok(a, "domain=aon&rule=tenant&by=units")
+        eq(b["total"], 5, "the tenant rule's units: the allowed requests' hits")
+        eq(sorted((c["identity"], c["units"]) for c in b["callers"]),
+           [("d:aon%1Etenant%1Fheavy", 3), ("d:aon%1Etenant%1Flight1", 1),
+            ("d:aon%1Etenant%1Flight2", 1)], "each tenant's units")
+        b = top_ok(a, "domain=aon&rule=user&by=denied")
+        eq((b["total"], b["callers"]), (0, []),
+           "a user whose limit allowed a denied request: not denied")
+        b = top_ok(a, "domain=aon&rule=user&by=units")
+        eq(sorted(c["identity"] for c in b["callers"]),
+           ["d:aon%1Euser%1Fu0", "d:aon%1Euser%1Fu1", "d:aon%1Euser%1Fu2", "d:aon%1Euser%1Fv1",
+            "d:aon%1Euser%1Fv2"], "the users of the allowed requests, by units")
+        eq(b["total"], 5, "one hit each")
+        # a detailed_metric rule: the request's values in its name, no one
+        # rule of the file has it (limits null); counted under that name
+        with G.Client(a.rls_port) as c:
+            for i in range(3):
+                c.check("aon", [[("detail", "x")], [("user", "w%d" % i)]])
+        b = top_ok(a, "domain=aon&rule=detail_x&by=units")
+        eq([(c["identity"], c["units"]) for c in b["callers"]], [("d:aon%1Edetail%1Fx", 3)],
+           "a detailed_metric rule's caller")
+        st, h, s = H.request(a.aport, "GET", "/admin/status", headers=AUTH)
+        H.expect_json(st, h, s, 200, "GET /admin/status")
+        rules = {r["rule"]: r for r in s["rls_rules"]}
+        eq(sorted(rules), ["detail_x", "tenant", "user"], "the rules")
+        eq(rules["detail_x"]["limits"], None, "a name no one rule has: limits null")
+        eq(rules["tenant"]["limits"][0]["limit"], 3, "the tenant rule's limit")
+    finally:
+        a.close()
+
+
 def t_bad_queries(x):
     for query, param in (("domain=top", "rule"), ("rule=%s" % ADDR_RULE, "domain"),
                          ("policy=x&domain=top&rule=r", "domain"),
@@ -175,6 +268,9 @@ CASES = [
     ("gRPC: one address 60% of a rule's denials among 2,000: first, its share within the "
      "stated bound; the domain's other rule untouched", t_skewed_grpc),
     ("POST /json: by units, the biggest spender; over 15 minutes", t_json_units),
+    ("GET /admin/status: the rules, the most hit first, their limits and counts", t_status),
+    ("rls.all_or_nothing: each descriptor counted under its rule, denied by its own limit, "
+     "its hits when the request was allowed; a detailed_metric rule's name", t_all_or_nothing),
     ("a bad query: 400 naming the parameter; an unknown rule empty and not registered; "
      "the token asked", t_bad_queries),
     ("sketches for 32 rules per worker, the others' checks counted as refused",

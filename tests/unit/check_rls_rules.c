@@ -443,6 +443,42 @@ START_TEST(nested_rules_only_at_full_depth)
 }
 END_TEST
 
+/* GET /admin/status's limits of a metrics name: the one rule that has it,
+ * by its metrics id once known; none for a name of a request's values. */
+START_TEST(a_rule_found_by_its_metrics_name)
+{
+    static const char y[] =
+        "domain: test-domain\n"
+        "descriptors:\n"
+        "  - key: tenant\n"
+        "    descriptors:\n"
+        "      - key: user\n"
+        "        rate_limit: {unit: minute, requests_per_unit: 10}\n"
+        "  - key: tag\n"
+        "    detailed_metric: true\n"
+        "    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+    struct rls_rules *r = load_ok(y);
+    const struct rls_domain *d = rls_rules_domain(r, "test-domain", 11);
+    struct rls_rule *m = (struct rls_rule *)M2(r, "tenant", "t", "user", "u");
+    const struct rls_rule *tag = M1(r, "tag", "x");
+
+    ck_assert_ptr_nonnull(m);
+    ck_assert_ptr_eq(rls_rules_by_label(d, m->label, strlen(m->label), -1), m);
+    /* its parent counts nothing: no limit, never found */
+    ck_assert_ptr_null(rls_rules_by_label(d, m->parent->label, strlen(m->parent->label), -1));
+    ck_assert_ptr_null(rls_rules_by_label(d, "tenant.nope", 11, -1));
+    ck_assert_ptr_null(rls_rules_by_label(NULL, m->label, strlen(m->label), -1));
+    /* a detailed_metric rule's names are its requests' */
+    ck_assert_ptr_nonnull(tag);
+    ck_assert_ptr_null(rls_rules_by_label(d, tag->label, strlen(tag->label), -1));
+    /* its metrics id known: found by it, whatever the name asked */
+    m->stat_id = 7;
+    ck_assert_ptr_eq(rls_rules_by_label(d, "", 0, 7), m);
+    ck_assert_ptr_null(rls_rules_by_label(d, m->label, strlen(m->label), 8));
+    rls_rules_free(r);
+}
+END_TEST
+
 /* Beyond envoyproxy/ratelimit, in the same files. */
 START_TEST(algorithm_window_burst_and_several_limits)
 {
@@ -945,6 +981,7 @@ main(void)
     tcase_add_test(m, exact_then_wildcards_in_order_then_key);
     tcase_add_test(m, nested_rules_only_at_full_depth);
     tcase_add_test(m, algorithm_window_burst_and_several_limits);
+    tcase_add_test(m, a_rule_found_by_its_metrics_name);
     tcase_add_test(v, its_validation_errors);
     tcase_add_test(v, our_validation_errors);
     tcase_add_test(v, aliases_and_depth_are_bounded);

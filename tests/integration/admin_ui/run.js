@@ -1,7 +1,7 @@
 // run.js SPEC.json — test_admin_ui.py's browser: Debian's chromium, headless,
 // driven by playwright-core, on the daemon's GET /admin/ui.  It does what an
 // operator does (gives the token, waits for the policies and the heavy
-// callers, blocks one) and prints what it saw as one JSON object: the console
+// callers and an RLS rule's, blocks one) and prints what it saw as one JSON object: the console
 // errors, the dialogs any script opened (none may), the <img> elements the
 // page holds (none: a caller's markup is text), the texts of the page.
 // Every step waits for a state of the page, within spec.timeout_ms.
@@ -44,6 +44,27 @@ async function main() {
     await row(spec.heavy).waitFor();
     await row(spec.xss).waitFor();
     out.steps.push('heavy callers shown');
+    if (spec.rule) {
+      const rule = page.locator('section.rule').filter({
+        has: page.locator('h2 span.name').getByText(spec.rule.rule, { exact: true }),
+      });
+      await rule.locator('tr.caller td.identity').getByText(spec.rule.heavy, { exact: true })
+        .waitFor();
+      out.steps.push('rule shown');
+      out.rules = [];
+      for (const h of await page.locator('section.rule h2').all())
+        out.rules.push([await h.locator('span.domain').textContent(),
+                        await h.locator('span.name').textContent()]);
+      out.rule_limits = await rule.locator('div.limits').textContent();
+      out.rule_first_caller = await rule.locator('tr.caller td.identity').first().textContent();
+      out.rule_buttons = await rule.locator('button').count();
+      out.rule_note = await rule.locator('div.no-actions').textContent();
+      const detailed = page.locator('section.rule').filter({
+        has: page.locator('h2 span.name').getByText(spec.rule.detailed, { exact: true }),
+      });
+      await detailed.waitFor();
+      out.detailed_limits = await detailed.locator('div.limits').textContent();
+    }
     out.first_caller = await page.locator('section#policy-' + spec.policy +
                                           ' tr.caller td.identity').first().textContent();
     out.identities = await page.locator('td.identity').allTextContents();
