@@ -525,10 +525,10 @@ START_TEST(strbuf_numbers_and_cuts)
     /* every length, each side of each power of ten, both signs, against
      * printf; appended after text, in a buffer with room for the number
      * and its NUL only (the short copy) and in a large one (the fixed one) */
-    for (int64_t p10 = 1, k = 0; k < 19; k++, p10 *= 10) {
+    for (uint64_t p10 = 1, k = 0; k < 19; k++, p10 *= 10) { /* 10^19 fits */
         for (int64_t d = -1; d <= 1; d++) {
             for (int sign = 1; sign >= -1; sign -= 2) {
-                int64_t v = sign * (p10 + d);
+                int64_t v = sign * ((int64_t)p10 + d);
                 char want[32], big[64];
                 int wn = snprintf(want, sizeof(want), "ab%lld", (long long)v);
 
