@@ -23,7 +23,12 @@ static const unsigned char tchar[256] = {
 static inline bool
 value_byte(unsigned char c)
 {
-    return c == '\t' || (c >= 0x20 && c != 0x7f);
+    /* HTAB, SP, VCHAR, obs-text: a table, as tchar (a check's header
+     * values are some 40 bytes, each tested) */
+    static const unsigned char vbyte[256] = {
+        ['\t'] = 1, [0x20 ... 0x7e] = 1, [0x80 ... 0xff] = 1};
+
+    return vbyte[c];
 }
 
 static inline bool
