@@ -8,12 +8,15 @@
  * response has rules whose every domain is found by its name; a refused one
  * has a cause of at most XDS_DETAIL_MAX bytes, and a version and nonce
  * exactly when protobuf-c's unpack reads the envelope; the NACK written
- * from it unpacks with that nonce and that message.
+ * from it unpacks with that nonce and that message; an accepted one's every
+ * resource unpacks whole with protobuf-c (the decoder reads them off the wire
+ * a descriptor at a time, and must refuse what that unpack refuses).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "envoy/service/discovery/v3/discovery.pb-c.h"
+#include "ratelimit/config/ratelimit/v3/rls_conf.pb-c.h"
 #include "policy.h"
 #include "rls_rules.h"
 #include "util.h"
@@ -54,6 +57,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const struct rls_domain *d = &r.rules->domains[i];
             if (rls_rules_domain(r.rules, d->name.p, d->name.len) != d)
                 abort();
+        }
+        for (size_t i = 0; env != NULL && i < env->n_resources; i++) {
+            const ProtobufCBinaryData *v = &env->resources[i]->value;
+            Ratelimit__Config__Ratelimit__V3__RateLimitConfig *c =
+                ratelimit__config__ratelimit__v3__rate_limit_config__unpack(NULL, v->len, v->data);
+            if (c == NULL)
+                abort();
+            ratelimit__config__ratelimit__v3__rate_limit_config__free_unpacked(c, NULL);
         }
     } else {
         if (r.rules != NULL || cause == NULL || strlen(cause) > XDS_DETAIL_MAX)

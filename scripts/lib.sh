@@ -41,9 +41,10 @@ say() { printf '==> %s\n' "$*" >&2; }
 
 # The Python client's WSGI and ASGI middleware in their frameworks
 # (clients/python/tests, examples/python): python3-flask, python3-django,
-# python3-starlette, python3-httpx (Starlette's test client).  node-express
-# above runs examples/node/express.mjs.
-RL_TEST_PACKAGES+=(python3-flask python3-django python3-starlette python3-httpx)
+# python3-starlette, python3-httpx (Starlette's test client), python3-fastapi
+# and python3-uvicorn (a FastAPI app under a real server that a client
+# leaves mid-stream).  node-express above runs examples/node/express.mjs.
+RL_TEST_PACKAGES+=(python3-flask python3-django python3-starlette python3-httpx python3-fastapi python3-uvicorn)
 
 # Install whatever is missing of RL_PACKAGES and of the packages named as
 # arguments (apt-get; needs root or sudo).

@@ -277,7 +277,11 @@ action_request(json_t *root, struct admin_op *op, char **cause)
 
     q->limit_index = -1;
     switch (op->action) {
-    case RL_ADM_INSPECT: q->cost = 0; return RL_OK;
+    case RL_ADM_INSPECT:
+        /* the caller's open reservations too */
+        q->cost = 0;
+        q->flags = RL_CHECK_RSV_LIST;
+        return RL_OK;
     case RL_ADM_RESET:
         if (get_int(root, "limit", 0, (int64_t)op->policy->nlimits - 1, &limit, cause) !=
             RL_OK)
@@ -345,8 +349,24 @@ parse_body(const char *body, size_t len, struct admin_op *op, char **cause)
     return rc;
 }
 
-/* {"action", "policy", "identity", "key", "blocked_ms", "limits": [...]}:
- * the caller's state after the action. */
+/* An inspect's open reservations: their number, and the estimate and time
+ * left of those listed (never their id: it would settle them). */
+static void
+answer_reservations(json_t *o, const struct rl_check_res *res)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; i < res->rsv_nlisted; i++)
+        json_array_append_new(
+            a, json_pack("{s:I,s:I}", "estimate", (json_int_t)res->rsv_listed[i].estimate,
+                         "expires_in_ms", (json_int_t)res->rsv_listed[i].expires_in_ms));
+    json_object_set_new(o, "reservations_open", json_integer(res->rsv_open));
+    json_object_set_new(o, "reservations", a);
+}
+
+/* {"action", "policy", "identity", "key", "blocked_ms", "limits": [...]}
+ * (an inspect: "reservations_open", "reservations": [...] too): the
+ * caller's state after the action. */
 static char *
 answer_json(const struct admin_op *op, const struct rl_check_res *res)
 {
@@ -386,6 +406,8 @@ answer_json(const struct admin_op *op, const struct rl_check_res *res)
                   metrics_admin_action_name(op->action), "policy", op->policy->name,
                   "identity", op->id, op->idlen, "key", op->key, "blocked_ms",
                   (json_int_t)(res->blocked_ms > 0 ? res->blocked_ms : 0), "limits", limits);
+    if (o != NULL && (op->req.flags & RL_CHECK_RSV_LIST))
+        answer_reservations(o, res);
     s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;

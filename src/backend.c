@@ -52,17 +52,26 @@ backend_once_key(const struct rl_check_req *req, char *buf, size_t size, size_t 
 int
 backend_rsv_key(const struct rl_check_req *req, char *buf, size_t size, size_t *len)
 {
-    char hex[RL_LEASE_HEX];
     struct strbuf sb;
 
-    lease_hex(&req->rsv, hex);
     sb_init(&sb, buf, size);
     sb_mem(&sb, req->key, req->key_len);
-    sb_str(&sb, ":rsv:");
-    sb_mem(&sb, hex, sizeof(hex));
-    sb_mem(&sb, ".", 1);
-    sb_mem(&sb, req->rsv_claim, req->rsv_claim_len);
+    sb_str(&sb, ":rsv");
     return key_done(&sb, len);
+}
+
+size_t
+backend_rsv_member(const struct rl_check_req *req, char buf[RL_RSV_MEMBER_MAX])
+{
+    size_t n = req->rsv_claim_len < RL_RSV_MEMBER_MAX - RL_LEASE_HEX - 2
+                   ? req->rsv_claim_len
+                   : RL_RSV_MEMBER_MAX - RL_LEASE_HEX - 2;
+
+    lease_hex(&req->rsv, buf);
+    buf[RL_LEASE_HEX] = '.';
+    memcpy(buf + RL_LEASE_HEX + 1, req->rsv_claim, n);
+    buf[RL_LEASE_HEX + 1 + n] = '\0';
+    return RL_LEASE_HEX + 1 + n;
 }
 
 int

@@ -145,8 +145,10 @@ struct rl_check_req {
  * Reservations (POST /check with "reserve", POST /settle; reservation.h).
  * RL_CHECK_RESERVE: a check (cost > 0, with no flag but RL_CHECK_LEASE)
  * that, when allowed, also writes its reservation's record,
- * backend_rsv_key (the same hash tag, the claim in its name): its
- * deadline, rsv_ttl_ms from now, kept for twice that.  RL_CHECK_RSV_SETTLE:
+ * backend_rsv_member, into the key's reservations, backend_rsv_key (the
+ * same hash tag): its deadline, rsv_ttl_ms from now, kept for twice that
+ * (the records kept that long go when one is taken, so the key holds no
+ * more than what was taken within twice the ttl).  RL_CHECK_RSV_SETTLE:
  * settle that reservation at the real `cost` (>= 0, no other flag): when
  * its record is there and its deadline has not passed, the record goes and
  * cost - rsv_estimate is applied to every limit but a concurrency one,
@@ -156,7 +158,22 @@ struct rl_check_req {
  */
 #define RL_CHECK_RESERVE 0x200u
 #define RL_CHECK_RSV_SETTLE 0x400u
+/*
+ * A check of cost 0 (an inspect, no other flag) that also reads the key's
+ * open reservations (backend_rsv_key: those whose deadline has not
+ * passed): their number (rsv_open) and, the soonest to end first, the
+ * estimate and the time left of at most RL_RSV_LIST_MAX of them, never
+ * their nonce (which would settle them).
+ */
+#define RL_CHECK_RSV_LIST 0x800u
+#define RL_RSV_LIST_MAX 100
 #define RL_CHECK_ADMIN (RL_CHECK_RESET | RL_CHECK_BLOCK | RL_CHECK_RELEASE)
+
+/* An open reservation as RL_CHECK_RSV_LIST reads it. */
+struct rl_rsv_open {
+    int64_t estimate;
+    int64_t expires_in_ms; /* until its deadline */
+};
 
 /* What a settle found (RL_CHECK_RSV_SETTLE). */
 enum rl_rsv_result { RL_RSV_SETTLED = 0, RL_RSV_UNKNOWN, RL_RSV_EXPIRED };
@@ -172,6 +189,11 @@ struct rl_check_res {
     int released;     /* RL_CHECK_RELEASE: the lease was held and had not ended */
     int64_t delay_ms; /* RL_CHECK_DELAY: allowed after this wait (0: now) */
     int rsv;          /* RL_CHECK_RSV_SETTLE: enum rl_rsv_result */
+    /* RL_CHECK_RSV_LIST: the open reservations, and rsv_nlisted of them in
+     * rsv_listed (living as res does) */
+    int64_t rsv_open;
+    size_t rsv_nlisted;
+    const struct rl_rsv_open *rsv_listed;
     size_t nlimits;
     struct rl_limit_result limits[RL_LIMITS_MAX];
 };
@@ -224,12 +246,18 @@ int backend_limit_key(const struct rl_check_req *req, size_t i, char *buf, size_
  * above. */
 int backend_block_key(const struct rl_check_req *req, char *buf, size_t size,
                       size_t *len) RL_WUR;
-/* The record of a reservation (RL_CHECK_RESERVE, RL_CHECK_RSV_SETTLE):
- * "<req->key>:rsv:<32 hex digits of req->rsv>.<req->rsv_claim>" (the same
- * hash tag): a settle of another nonce, estimate or limits names another
- * key.  As above. */
+/* A key's reservations (RL_CHECK_RESERVE, RL_CHECK_RSV_SETTLE,
+ * RL_CHECK_RSV_LIST): "<req->key>:rsv" (the same hash tag), the records of
+ * those open and of those past their deadline for another ttl.  As
+ * above. */
 int backend_rsv_key(const struct rl_check_req *req, char *buf, size_t size,
                     size_t *len) RL_WUR;
+/* The record of a reservation in its key's reservations: "<32 hex digits
+ * of req->rsv>.<req->rsv_claim>": a settle of another nonce, estimate or
+ * limits names another record.  Into buf (RL_RSV_MEMBER_MAX bytes hold
+ * any), NUL-terminated; its length. */
+#define RL_RSV_MEMBER_MAX (RL_LEASE_HEX + 1 + 64)
+size_t backend_rsv_member(const struct rl_check_req *req, char buf[RL_RSV_MEMBER_MAX]);
 /* Mark res as the answer for a key blocked for blocked_ms (> 0) more ms:
  * denied, every retry_after_ms at least blocked_ms.  Both backends' way. */
 void backend_apply_block(struct rl_check_res *res, int64_t blocked_ms);

@@ -343,15 +343,19 @@ fail(struct rl_check_res *res, const char *why, rl_check_cb cb, void *arg)
 
 /*
  * One check's keys in the table: its limits' keys, then its block key
- * (index n), then a reservation's record (index n + 1, RL_CHECK_RESERVE and
- * RL_CHECK_RSV_SETTLE), their hashes and shards, the shards it holds
- * locked, and the entries found.
+ * (index n), then the key's reservations (index n + 1, RL_CHECK_RESERVE,
+ * RL_CHECK_RSV_SETTLE and RL_CHECK_RSV_LIST), their hashes and shards, the
+ * shards it holds locked, and the entries found.
  *
- * A record is the entry of backend_rsv_key, whose name holds the claim, as
- * the script's: found only with the claim it was taken with.  Its state's
- * fw.start_us is its deadline; it expires (is forgotten) twice its ttl
- * after it was taken.
+ * The reservations are the entry of backend_rsv_key, as the script's
+ * sorted set: its state's ring holds one record per reservation, RSV_WORDS
+ * slots (ring_len and ring_cap count records), in the order taken: its
+ * deadline, its nonce, the estimate and the limits hash its claim says (a
+ * record is found only with the claim it was taken with).  A record goes
+ * when it is settled, or when another is taken twice its ttl after it;
+ * the entry expires twice the ttl after the last was taken.
  */
+#define RSV_WORDS 5
 struct mem_op {
     size_t n, per, last; /* last: the index of the last key (n or n + 1) */
     char stackbuf[MEM_KEYBUF], *kbuf;
@@ -384,8 +388,9 @@ op_keys(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req)
     for (size_t i = 0; req->limit_key != NULL && i < n; i++)
         if (req->limit_key[i] != NULL && req->limit_key_len[i] > longest)
             longest = req->limit_key_len[i];
-    op->last = n + ((req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE)) != 0);
-    op->per = longest + MEM_KEY_EXTRA + (op->last > n ? req->rsv_claim_len : 0);
+    op->last = n + ((req->flags &
+                     (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE | RL_CHECK_RSV_LIST)) != 0);
+    op->per = longest + MEM_KEY_EXTRA;
     op->kbuf = op->stackbuf;
     if ((op->last + 1) * op->per > sizeof(op->stackbuf))
         op->kbuf = xmalloc((op->last + 1) * op->per);
@@ -562,6 +567,27 @@ op_charge(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
         backend_apply_block(res, blocked);
 }
 
+/* The record of req's reservation (its nonce, its claim's estimate and
+ * limits hash) with deadline d into rec (RSV_WORDS slots). */
+static void
+rsv_rec(const struct rl_check_req *req, int64_t d, int64_t rec[RSV_WORDS])
+{
+    const char *c = req->rsv_claim, *end = c + req->rsv_claim_len;
+    int64_t est = 0;
+    uint64_t h = 0;
+
+    /* "<estimate>.<12 hex digits>", as reservation_id_parse read it */
+    for (; c < end && *c >= '0' && *c <= '9'; c++)
+        est = est * 10 + (*c - '0');
+    for (c += c < end; c < end; c++)
+        h = h << 4 | (uint64_t)(*c <= '9' ? *c - '0' : (*c | 0x20) - 'a' + 10);
+    rec[0] = d;
+    rec[1] = (int64_t)req->rsv.hi;
+    rec[2] = (int64_t)req->rsv.lo;
+    rec[3] = est;
+    rec[4] = (int64_t)h;
+}
+
 /*
  * A settle (RL_CHECK_RSV_SETTLE), as check.lua's settle: the record found
  * with its claim and within its deadline goes, and the difference from the
@@ -574,15 +600,24 @@ op_settle(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
 {
     const struct rl_policy *pol = req->policy;
     struct mem_entry *r = op_find(s, op, op->n + 1, now);
-    int64_t d;
+    int64_t rec[RSV_WORDS], d;
+    uint32_t at = 0;
 
     res->nlimits = op->n;
-    if (r == NULL) {
+    rsv_rec(req, 0, rec);
+    while (
+        r != NULL && at < r->st.ring_len &&
+        memcmp(r->st.ring + RSV_WORDS * (size_t)at + 1, rec + 1, sizeof(rec) - sizeof(*rec)))
+        at++;
+    if (r == NULL || at == r->st.ring_len) {
         res->rsv = RL_RSV_UNKNOWN;
         return;
     }
-    d = r->st.fw.start_us;
-    op_drop(s, op, op->n + 1, now);
+    d = r->st.ring[RSV_WORDS * (size_t)at];
+    memmove(r->st.ring + RSV_WORDS * (size_t)at, r->st.ring + RSV_WORDS * ((size_t)at + 1),
+            RSV_WORDS * sizeof(int64_t) * (r->st.ring_len - at - 1));
+    if (--r->st.ring_len == 0)
+        op_drop(s, op, op->n + 1, now);
     if (d <= now) {
         res->rsv = RL_RSV_EXPIRED;
         return;
@@ -601,15 +636,56 @@ op_settle(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req
     res->rsv = RL_RSV_SETTLED;
 }
 
-/* A reservation taken: its record, forgotten twice its ttl from now. */
+/* A reservation taken: its record, as the script's rsv_record: those
+ * whose deadline is a ttl past go first, the entry lives twice its ttl
+ * from now. */
 static void
 op_record(struct mem_store *s, struct mem_op *op, const struct rl_check_req *req, int64_t now)
 {
     struct mem_entry *r = op_get(s, op, op->n + 1, now);
+    int64_t half = req->rsv_ttl_ms * 1000;
+    struct rl_algo_state *st = &r->st;
+    uint32_t kept = 0;
 
-    r->st.fw.start_us = now + req->rsv_ttl_ms * 1000;
-    r->expires = now + 2 * req->rsv_ttl_ms * 1000;
+    for (uint32_t i = 0; i < st->ring_len; i++) {
+        if (st->ring[RSV_WORDS * (size_t)i] <= now - half)
+            continue;
+        if (kept != i)
+            memmove(st->ring + RSV_WORDS * (size_t)kept, st->ring + RSV_WORDS * (size_t)i,
+                    RSV_WORDS * sizeof(int64_t));
+        kept++;
+    }
+    st->ring_len = kept;
+    if (st->ring_len == st->ring_cap) {
+        st->ring_cap = st->ring_cap ? 2 * st->ring_cap : 4;
+        st->ring = xrealloc(st->ring, RSV_WORDS * sizeof(int64_t) * st->ring_cap);
+    }
+    rsv_rec(req, now + half, st->ring + RSV_WORDS * (size_t)st->ring_len++);
+    r->expires = now + 2 * half;
     heap_fix(&s->shards[op->shard[op->n + 1]], r->heap);
+}
+
+/* RL_CHECK_RSV_LIST: the open records of the key's reservations (deadline
+ * after now) into res, the soonest to end first (the order taken), the
+ * first RL_RSV_LIST_MAX into list. */
+static void
+op_list(struct mem_store *s, struct mem_op *op, int64_t now, struct rl_check_res *res,
+        struct rl_rsv_open list[RL_RSV_LIST_MAX])
+{
+    struct mem_entry *r = op_find(s, op, op->n + 1, now);
+
+    res->rsv_listed = list;
+    for (uint32_t i = 0; r != NULL && i < r->st.ring_len; i++) {
+        const int64_t *rec = r->st.ring + RSV_WORDS * (size_t)i;
+
+        if (rec[0] <= now)
+            continue;
+        if (res->rsv_nlisted < RL_RSV_LIST_MAX) {
+            list[res->rsv_nlisted].estimate = rec[3];
+            list[res->rsv_nlisted++].expires_in_ms = algo_us_to_ms_ceil(rec[0] - now);
+        }
+        res->rsv_open++;
+    }
 }
 
 /* Decide (peek every limit, then commit all or none) and answer into res. */
@@ -681,6 +757,7 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
     struct mem_store *s = ((struct mem_backend *)be)->store;
     struct mem_op op;
     struct rl_check_res res;
+    struct rl_rsv_open list[RL_RSV_LIST_MAX];
     int64_t now;
 
     memset(&res, 0, sizeof(res));
@@ -712,6 +789,8 @@ mem_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb cb,
         if (backend_is_admin(req))
             op_admin(s, &op, req, now);
         op_decide(s, &op, req, now, &res);
+        if (req->flags & RL_CHECK_RSV_LIST)
+            op_list(s, &op, now, &res, list);
     }
     op_unlock(s, &op);
     op_release(&op);

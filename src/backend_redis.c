@@ -387,6 +387,7 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
     op->w.cb = cb;
     op->w.arg = arg;
     op->w.nlimits = req->policy->nlimits;
+    op->w.rsv_list = (req->flags & RL_CHECK_RSV_LIST) != 0;
     /* A settling check has no deadline once sent (the heartbeat bounds that
      * wait: it drops a stalled connection), but one while it waits for a
      * connection: a TIMEOUT then says it never reached Redis. */

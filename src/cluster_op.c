@@ -499,6 +499,7 @@ cop_start(struct cops *o, const struct rl_check_req *req, rl_check_cb cb, void *
     op->w.cb = cb;
     op->w.arg = arg;
     op->w.nlimits = req->policy->nlimits;
+    op->w.rsv_list = (req->flags & RL_CHECK_RSV_LIST) != 0;
     op->solo.n = 1;
     op->solo.w = &op->solo.one;
     op->solo.one = &op->w;

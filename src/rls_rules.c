@@ -58,6 +58,9 @@ struct yload {
     size_t *nrules;    /* of the whole set */
     uint64_t (*new_uid)(void);
     struct rls_domain *domain;
+    /* the top-level descriptors one at a time (struct rls_doc) */
+    const struct ytree *(*item)(void *item_arg, size_t i, const char **cause);
+    void *item_arg;
 };
 
 static void RL_PRINTF(4, 5)
@@ -1105,16 +1108,29 @@ load_descriptors(struct yload *y, const struct ynode *seq, const char *path,
     }
     into->rules = mem_zalloc(y, seq->n * sizeof(*into->rules));
     for (size_t i = 0; i < seq->n && *y->nrules <= RLS_RULES_MAX; i++) {
-        const struct ynode *m = ytree_item(y->tree, seq, i);
+        const struct ytree *own = y->tree;
+        const struct ynode *m = NULL;
+        const char *cause = NULL;
         char *ip = xasprintf("%s[%zu]", path, i);
 
-        if (m->kind != YT_MAP) {
+        if (depth == 0 && y->item != NULL) {
+            y->tree = y->item(y->item_arg, i, &cause);
+            if (y->tree != NULL)
+                m = ytree_node(y->tree, y->tree->root);
+        } else {
+            m = ytree_item(y->tree, seq, i);
+        }
+        if (m == NULL) {
+            errors_add(y->errs, "%s: %s: %s", y->file, ip, cause);
+            ok = RL_ERR;
+        } else if (m->kind != YT_MAP) {
             ybad(y, m, ip, "must be a mapping (key, value, rate_limit, ...), not a %s",
                  m->kind == YT_SEQ ? "list" : "scalar");
             ok = RL_ERR;
         } else if (load_rule(y, m, ip, &into->rules[into->nrules++], parent, depth) != RL_OK) {
             ok = RL_ERR;
         }
+        y->tree = own;
         free(ip);
     }
     if (*y->nrules > RLS_RULES_MAX)
@@ -1552,7 +1568,9 @@ rls_rules_from_docs(const struct rls_doc *docs, size_t n, uint64_t (*new_uid)(vo
                           .mem = &l.r->mem,
                           .rls_name = l.rls_name,
                           .nrules = &l.r->nrules,
-                          .new_uid = new_uid};
+                          .new_uid = new_uid,
+                          .item = docs[i].item,
+                          .item_arg = docs[i].item_arg};
         struct rls_domain d;
 
         memset(&d, 0, sizeof(d));

@@ -172,6 +172,14 @@ struct rls_doc {
      * hash (what knows a rule set: /rlconfig's text is kept by it) */
     const void *src;
     size_t src_len;
+    /* NULL: tree holds every descriptor.  Else tree's top `descriptors`
+     * list holds placeholders, and item(item_arg, i, &cause) gives the tree
+     * whose root is descriptor i (valid until its next call; NULL: cause
+     * says why it is none): a decoder converts them one at a time, and an
+     * update never holds all of them beside the rules in force and the
+     * rules it builds */
+    const struct ytree *(*item)(void *item_arg, size_t i, const char **cause);
+    void *item_arg;
 };
 int rls_rules_from_docs(const struct rls_doc *docs, size_t n, uint64_t (*new_uid)(void),
                         struct rls_rules **out, struct rl_errors *errs) RL_WUR;

@@ -247,7 +247,7 @@ put_keys(struct rl_script_call *c, const struct rl_check_req *req)
             return RL_ERR;
     if (req->flags & RL_CHECK_ONCE)
         return put_key(c, req, KEY_ONCE, 0);
-    if (req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE))
+    if (req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE | RL_CHECK_RSV_LIST))
         return put_key(c, req, KEY_RSV, 0);
     return RL_OK;
 }
@@ -259,7 +259,7 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
 {
     const unsigned lettered = RL_CHECK_FORCE | RL_CHECK_ONCE | RL_CHECK_ADMIN |
                               RL_CHECK_LEASE | RL_CHECK_DELAY | RL_CHECK_CHARGE |
-                              RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE;
+                              RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE | RL_CHECK_RSV_LIST;
     char tmp[NUM_MAX + 4];
     struct strbuf sb;
 
@@ -289,6 +289,8 @@ put_cost(struct rl_script_call *c, const struct rl_check_req *req)
         sb_mem(&sb, "v", 1);
     if (req->flags & RL_CHECK_RSV_SETTLE)
         sb_mem(&sb, "s", 1);
+    if (req->flags & RL_CHECK_RSV_LIST)
+        sb_mem(&sb, "i", 1);
     put_arg(c, tmp, sb.len);
 }
 
@@ -316,11 +318,17 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
     }
     if (req->flags & RL_CHECK_DELAY)
         put_num(c, (long long)req->max_delay_ms);
-    /* a reservation's record kept twice its ttl; a settle's estimate */
+    /* a reservation's record kept twice its ttl; a settle's estimate; the
+     * record */
     if (req->flags & RL_CHECK_RESERVE)
         put_num(c, (long long)(2 * req->rsv_ttl_ms));
     if (req->flags & RL_CHECK_RSV_SETTLE)
         put_num(c, (long long)req->rsv_estimate);
+    if (req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE)) {
+        char m[RL_RSV_MEMBER_MAX];
+
+        put_arg(c, m, backend_rsv_member(req, m));
+    }
     if (req->flags & RL_CHECK_ONCE)
         put_num(c, (long long)req->seq);
     if (req->flags & RL_CHECK_RESET)
@@ -340,12 +348,13 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
         unsigned f = reqs[j]->flags;
         int once = (f & RL_CHECK_ONCE) != 0;
         int rsv = (f & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE)) != 0;
+        int list = (f & RL_CHECK_RSV_LIST) != 0;
 
-        /* the limits' keys, the once key or the reservation's */
-        nkeys += reqs[j]->policy->nlimits + once + rsv;
-        /* spec, cost, block key, lease, delay, px or estimate, seq, limit
-         * index, block ms */
-        nargs += 3 + once + rsv + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
+        /* the limits' keys, the once key or the reservations' */
+        nkeys += reqs[j]->policy->nlimits + once + rsv + list;
+        /* spec, cost, block key, lease, delay, px or estimate and the
+         * record, seq, limit index, block ms */
+        nargs += 3 + once + 2 * rsv + ((f & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) != 0) +
                  ((f & RL_CHECK_DELAY) != 0) + ((f & RL_CHECK_RESET) != 0) +
                  ((f & RL_CHECK_BLOCK) != 0);
     }
@@ -402,6 +411,31 @@ script_answer_status(struct rl_script_wait *w, enum rl_backend_status st, const 
     w->cb(&res, w->arg);
 }
 
+/* An RL_CHECK_RSV_LIST check's answer res, its list read from r's
+ * elements from `at` on (script_reply_len). */
+static void
+answer_list(struct rl_script_wait *w, const redisReply *r, size_t at, struct rl_check_res *res)
+{
+    struct rl_rsv_open list[RL_RSV_LIST_MAX];
+
+    for (size_t i = 0; i <= 2 * RL_RSV_LIST_MAX; i++) {
+        if (r->element[at + i]->type != REDIS_REPLY_INTEGER) {
+            script_answer_status(w, RL_BACKEND_ERROR, "error in the check script's reply");
+            return;
+        }
+    }
+    res->rsv_open = r->element[at]->integer;
+    for (size_t i = 0; i < RL_RSV_LIST_MAX && (int64_t)i < res->rsv_open; i++) {
+        list[i].estimate = r->element[at + 1 + 2 * i]->integer;
+        list[i].expires_in_ms = r->element[at + 2 + 2 * i]->integer;
+        res->rsv_nlisted = i + 1;
+    }
+    res->rsv_listed = list;
+    w->answered = 1;
+    w->req = NULL;
+    w->cb(res, w->arg);
+}
+
 void
 script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
 {
@@ -452,6 +486,10 @@ script_answer_reply(struct rl_script_wait *w, const redisReply *r, size_t at)
     /* 2: reserved, allowed after its limits' waits */
     if (r->element[at]->integer == 2 && (w->req->flags & RL_CHECK_DELAY))
         backend_apply_delay(&res);
+    if (w->rsv_list) {
+        answer_list(w, r, at + 1 + 3 * w->nlimits, &res);
+        return;
+    }
     w->answered = 1;
     w->req = NULL;
     w->cb(&res, w->arg);
@@ -519,13 +557,14 @@ script_batch_reply(const struct script_batch *b, const redisReply *r)
     if (r->type == REDIS_REPLY_ERROR)
         return batch_error(b, r->str);
     for (size_t i = 0; i < b->n; i++)
-        len += script_reply_len(b->w[i]->nlimits);
+        len += script_reply_len(b->w[i]->nlimits, b->w[i]->rsv_list);
     if ((why = script_reply_problem(r, len)) != NULL) {
         rconn_bad_reply(&b->c->errs, &b->c->st, name, why, b->n);
         batch_answer(b, RL_BACKEND_ERROR, why);
         return false;
     }
-    for (size_t i = 0; i < b->n; at += script_reply_len(b->w[i]->nlimits), i++) {
+    for (size_t i = 0; i < b->n;
+         at += script_reply_len(b->w[i]->nlimits, b->w[i]->rsv_list), i++) {
         const redisReply *e = r->element[at];
 
         /* a check that failed alone inside the script (pcall) is an error

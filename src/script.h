@@ -78,11 +78,14 @@ int script_call_build(struct rl_script_call *c, const struct rl_check_req *const
  */
 const char *script_reply_problem(const redisReply *r, size_t len);
 
-/* Elements of a batch reply that answer one check of `nlimits` limits. */
+/* Elements of a batch reply that answer one check of `nlimits` limits,
+ * and `list` (RL_CHECK_RSV_LIST) its open reservations: their number, then
+ * (estimate, expires_in_ms) pairs, RL_RSV_LIST_MAX of them, zeros past the
+ * last (check.lua). */
 static inline size_t
-script_reply_len(size_t nlimits)
+script_reply_len(size_t nlimits, int list)
 {
-    return 1 + 3 * nlimits;
+    return 1 + 3 * nlimits + (list ? 1 + 2 * RL_RSV_LIST_MAX : 0);
 }
 
 /*
@@ -96,6 +99,7 @@ struct rl_script_wait {
     rl_check_cb cb;
     void *arg;
     size_t nlimits; /* req's: its part of a reply, known once req is gone */
+    int rsv_list;   /* req's RL_CHECK_RSV_LIST: as nlimits */
     int answered;
 };
 

@@ -175,18 +175,6 @@ descriptors_tree(struct ytree *t, Ratelimit__Config__Ratelimit__V3__RateLimitDes
     return seq;
 }
 
-static void
-config_tree(struct ytree *t, const Ratelimit__Config__Ratelimit__V3__RateLimitConfig *c)
-{
-    struct pairs m = {.n = 0};
-
-    ytree_clear(t);
-    pair(t, &m, "domain", str(t, c->domain != NULL ? c->domain : ""));
-    if (c->n_descriptors > 0)
-        pair(t, &m, "descriptors", descriptors_tree(t, c->descriptors, c->n_descriptors));
-    ytree_set_root(t, ytree_add_container(t, YT_MAP, m.v, m.n));
-}
-
 /* ---- a response ------------------------------------------------------------ */
 
 /* Every problem in one line: what error_detail says. */
@@ -209,13 +197,154 @@ join_problems(const struct rl_errors *errs)
     return out;
 }
 
-/* Resource i read into trees[i] under names[i]; its problem added. */
+/*
+ * A RateLimitConfig read off its wire without unpacking its descriptors:
+ * each is unpacked and made a tree only when the loader comes to it, and
+ * freed before the next (rls_doc's item).  An update then holds one
+ * descriptor's objects beside the rules it builds, never every resource's
+ * (protobuf-c makes an object per field, the tree a node per scalar: about
+ * half a rule set's bytes for 10,000 descriptors).
+ */
+struct resource {
+    char *name, *domain;    /* as protobuf-c's strings: NUL-terminated copies */
+    const uint8_t *p, *end; /* its bytes, well formed (config_fields) */
+    size_t ndesc;           /* top-level descriptors */
+    const uint8_t *at;      /* where descriptor `next` is looked for */
+    size_t next;
+    struct ytree tree; /* domain, and a placeholder per descriptor */
+    struct ytree item; /* the descriptor being loaded */
+};
+
+static void
+set_string(char **s, const uint8_t *p, size_t len)
+{
+    free(*s);
+    *s = xmalloc(len + 1);
+    memcpy(*s, p, len);
+    (*s)[len] = '\0';
+}
+
+/* The field at *p: its number, and for a length-delimited one its bytes;
+ * *p past it.  false where protobuf-c's unpack refuses: truncated or
+ * malformed, field 0, a group, a field from 1 to `bytes_upto` (those of
+ * a RateLimitConfig: strings and messages) of another wire type. */
+static bool
+field_at(const uint8_t **p, const uint8_t *end, uint64_t bytes_upto, uint64_t *field,
+         const uint8_t **val, size_t *vlen)
+{
+    uint64_t tag, len;
+
+    if (!varint(p, end, &tag))
+        return false;
+    *field = tag >> 3;
+    *val = NULL;
+    if (*field == 0 || *field > 0x1fffffff || (*field <= bytes_upto && (tag & 7) != 2))
+        return false;
+    switch (tag & 7) {
+    case 0: return varint(p, end, &len);
+    case 1:
+    case 5:
+        len = (tag & 7) == 1 ? 8 : 4;
+        if ((uint64_t)(end - *p) < len)
+            return false;
+        *p += len;
+        return true;
+    case 2:
+        if (!varint(p, end, &len) || len > (uint64_t)(end - *p))
+            return false;
+        *val = *p;
+        *vlen = (size_t)len;
+        *p += len;
+        return true;
+    default: return false;
+    }
+}
+
+/* Its fields read and its descriptors counted; the last name or domain
+ * wins, as in protobuf-c's unpack. */
 static int
-read_resource(const ProtobufCBinaryData *b, size_t i, struct ytree *tree, char **name,
+config_fields(struct resource *res)
+{
+    const uint8_t *p = res->p, *val;
+    uint64_t field;
+    size_t len;
+
+    while (p < res->end) {
+        if (!field_at(&p, res->end, 3, &field, &val, &len))
+            return RL_ERR;
+        if (field == 1)
+            set_string(&res->name, val, len);
+        else if (field == 2)
+            set_string(&res->domain, val, len);
+        else if (field == 3)
+            res->ndesc++;
+    }
+    return RL_OK;
+}
+
+/* rls_doc's item: descriptor i as its tree.  The loader asks them in
+ * order: each is found from where the last one ended. */
+static const struct ytree *
+item_tree(void *arg, size_t i, const char **cause)
+{
+    struct resource *res = arg;
+    Ratelimit__Config__Ratelimit__V3__RateLimitDescriptor *d = NULL;
+    const uint8_t *val = NULL;
+    uint64_t field = 0;
+    size_t len = 0;
+
+    if (i < res->next) {
+        res->at = res->p;
+        res->next = 0;
+    }
+    while (res->at < res->end && field_at(&res->at, res->end, 3, &field, &val, &len))
+        if (field == 3 && res->next++ == i)
+            break;
+    if (field == 3 && res->next == i + 1)
+        d = ratelimit__config__ratelimit__v3__rate_limit_descriptor__unpack(NULL, len, val);
+    if (d == NULL) {
+        *cause = "not a RateLimitDescriptor";
+        return NULL;
+    }
+    ytree_clear(&res->item);
+    ytree_set_root(&res->item, descriptor_tree(&res->item, d));
+    ratelimit__config__ratelimit__v3__rate_limit_descriptor__free_unpacked(d, NULL);
+    return &res->item;
+}
+
+/* domain, and descriptors as placeholders that item_tree fills. */
+static void
+config_tree(struct resource *res)
+{
+    struct ytree *t = &res->tree;
+    struct pairs m = {.n = 0};
+
+    pair(t, &m, "domain", str(t, res->domain != NULL ? res->domain : ""));
+    if (res->ndesc > 0) {
+        uint32_t *v = xmalloc(res->ndesc * sizeof(*v)), hole = word(t, "~");
+
+        for (size_t i = 0; i < res->ndesc; i++)
+            v[i] = hole;
+        pair(t, &m, "descriptors", ytree_add_container(t, YT_SEQ, v, res->ndesc));
+        free(v);
+    }
+    ytree_set_root(t, ytree_add_container(t, YT_MAP, m.v, m.n));
+}
+
+static void
+resource_free(struct resource *res)
+{
+    free(res->name);
+    free(res->domain);
+    ytree_free(&res->tree);
+    ytree_free(&res->item);
+}
+
+/* Resource i read into res under *name; its problem added. */
+static int
+read_resource(const ProtobufCBinaryData *b, size_t i, struct resource *res, char **name,
               struct rl_errors *errs)
 {
-    Ratelimit__Config__Ratelimit__V3__RateLimitConfig *c;
-
     /* an empty value has no data pointer: nothing nested */
     if (b->len > 0 &&
         nesting(b->data, b->data + b->len, 3, 0, RLS_DEPTH_MAX + 1) > RLS_DEPTH_MAX) {
@@ -223,17 +352,18 @@ read_resource(const ProtobufCBinaryData *b, size_t i, struct ytree *tree, char *
                    RLS_DEPTH_MAX);
         return RL_ERR;
     }
-    c = ratelimit__config__ratelimit__v3__rate_limit_config__unpack(NULL, b->len, b->data);
-    if (c == NULL) {
+    res->p = res->at = res->end = b->data;
+    if (b->len > 0)
+        res->end = b->data + b->len;
+    if (b->len > 0 && config_fields(res) != RL_OK) {
         errors_add(errs, "resources[%zu]: not a RateLimitConfig", i);
         return RL_ERR;
     }
-    if (c->name == NULL || c->name[0] == '\0')
+    if (res->name == NULL || res->name[0] == '\0')
         *name = xasprintf("resources[%zu] (no name)", i);
     else
-        *name = xasprintf("resource '%s'", c->name);
-    config_tree(tree, c);
-    ratelimit__config__ratelimit__v3__rate_limit_config__free_unpacked(c, NULL);
+        *name = xasprintf("resource '%s'", res->name);
+    config_tree(res);
     return RL_OK;
 }
 
@@ -249,35 +379,79 @@ names_unique(char **names, size_t n, struct rl_errors *errs)
             }
 }
 
-static int
-decode_resources(const Envoy__Service__Discovery__V3__DiscoveryResponse *r,
-                 uint64_t (*new_uid)(void), struct xds_response *out, struct rl_errors *errs)
+/* The next Any of a DiscoveryResponse's resources (field 2) at *p, read
+ * off the message protobuf-c has unpacked (so well formed) without its
+ * copy of every resource: *type_url (caller frees) and value, the last
+ * of each winning as there.  false: none left. */
+static bool
+next_any(const uint8_t **p, const uint8_t *end, char **type_url, ProtobufCBinaryData *value)
 {
-    struct ytree *trees = xcalloc(r->n_resources ? r->n_resources : 1, sizeof(*trees));
-    char **names = xcalloc(r->n_resources ? r->n_resources : 1, sizeof(*names));
-    struct rls_doc *docs = xcalloc(r->n_resources ? r->n_resources : 1, sizeof(*docs));
+    const uint8_t *val, *a, *aend;
+    uint64_t field = 0;
+    size_t len = 0;
+
+    while (*p < end && field_at(p, end, 0, &field, &val, &len))
+        if (field == 2 && val != NULL)
+            break;
+    if (field != 2 || val == NULL)
+        return false;
+    *type_url = NULL;
+    value->data = NULL;
+    value->len = 0;
+    for (a = val, aend = val + len; a < aend && field_at(&a, aend, 0, &field, &val, &len);) {
+        if (field == 1 && val != NULL) {
+            set_string(type_url, val, len);
+        } else if (field == 2 && val != NULL) {
+            value->data = (uint8_t *)val;
+            value->len = len;
+        }
+    }
+    return true;
+}
+
+static int
+decode_resources(const uint8_t *msg, size_t len, size_t n, uint64_t (*new_uid)(void),
+                 struct xds_response *out, struct rl_errors *errs)
+{
+    struct resource *res = xcalloc(n ? n : 1, sizeof(*res));
+    char **names = xcalloc(n ? n : 1, sizeof(*names));
+    struct rls_doc *docs = xcalloc(n ? n : 1, sizeof(*docs));
+    const uint8_t *p = msg, *end = msg + len;
     int ok = RL_OK;
 
-    for (size_t i = 0; i < r->n_resources; i++) {
-        const Google__Protobuf__Any *a = r->resources[i];
-        if (a->type_url == NULL || strcmp(a->type_url, XDS_TYPE_URL) != 0) {
-            errors_add(errs, "resources[%zu]: type_url: '%s', not %s", i,
-                       a->type_url != NULL ? a->type_url : "", XDS_TYPE_URL);
+    for (size_t i = 0; i < n; i++) {
+        ProtobufCBinaryData value;
+        char *type_url;
+
+        if (!next_any(&p, end, &type_url, &value)) {
+            errors_add(errs, "resources[%zu]: not found again", i); /* not reached */
             ok = RL_ERR;
-            continue;
+            break;
         }
-        if (read_resource(&a->value, i, &trees[i], &names[i], errs) != RL_OK)
+        if (type_url == NULL || strcmp(type_url, XDS_TYPE_URL) != 0) {
+            errors_add(errs, "resources[%zu]: type_url: '%s', not %s", i,
+                       type_url != NULL ? type_url : "", XDS_TYPE_URL);
             ok = RL_ERR;
-        docs[i] = (struct rls_doc){names[i], &trees[i], a->value.data, a->value.len};
+        } else {
+            if (read_resource(&value, i, &res[i], &names[i], errs) != RL_OK)
+                ok = RL_ERR;
+            docs[i] = (struct rls_doc){.name = names[i],
+                                       .tree = &res[i].tree,
+                                       .src = value.data,
+                                       .src_len = value.len,
+                                       .item = item_tree,
+                                       .item_arg = &res[i]};
+        }
+        free(type_url);
     }
-    names_unique(names, r->n_resources, errs);
+    names_unique(names, n, errs);
     if (ok == RL_OK && errs->total == 0)
-        ok = rls_rules_from_docs(docs, r->n_resources, new_uid, &out->rules, errs);
-    for (size_t i = 0; i < r->n_resources; i++) {
-        ytree_free(&trees[i]);
+        ok = rls_rules_from_docs(docs, n, new_uid, &out->rules, errs);
+    for (size_t i = 0; i < n; i++) {
+        resource_free(&res[i]);
         free(names[i]);
     }
-    free(trees);
+    free(res);
     free(names);
     free(docs);
     return errs->total == 0 ? ok : RL_ERR;
@@ -304,9 +478,11 @@ xds_response_decode(const uint8_t *msg, size_t len, uint64_t (*new_uid)(void),
     if (r->type_url == NULL || strcmp(r->type_url, XDS_TYPE_URL) != 0)
         errors_add(&errs, "type_url: '%s', not %s", r->type_url != NULL ? r->type_url : "",
                    XDS_TYPE_URL);
-    else
-        (void)decode_resources(r, new_uid, out, &errs);
     envoy__service__discovery__v3__discovery_response__free_unpacked(r, NULL);
+    /* the resources are read off msg: the unpacked copy of them is gone
+     * before the rules are built */
+    if (errs.total == 0)
+        (void)decode_resources(msg, len, out->nresources, new_uid, out, &errs);
     ok = errs.total == 0 ? RL_OK : RL_ERR;
     if (ok != RL_OK) {
         rls_rules_free(out->rules);

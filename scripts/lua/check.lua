@@ -31,23 +31,26 @@
 --          below; never with 'l', 'x', 'd', 'r', 'b'), 'v', reserve (an
 --          allowed check also writes its reservation's record: see reserve
 --          below; with 'l' only), 's', settle a reservation (the cost is the
---          real one; alone: see settle below) ("3", "1f", "2o", "2fo", "0r",
---          "-3", "0rb", "1l", "0x", "1d", "1ld", "900c", "5oc", "500v",
---          "1lv", "420s")
+--          real one; alone: see settle below), 'i', list the key's open
+--          reservations (cost 0, alone: see rsv_list below) ("3", "1f",
+--          "2o", "2fo", "0r", "-3", "0rb", "1l", "0x", "1d", "1ld", "900c",
+--          "5oc", "500v", "1lv", "420s", "0i")
 --   block  the check's block key (same hash tag; see below)
 --   lease  only for an 'l' or 'x' check: the lease's id (concurrency.lua)
 --   max_delay  only for a 'd' check: in ms
 --   px     only for a 'v' check: twice the policy's reservation_ttl, in ms
 --          (how long its record is kept)
 --   est    only for an 's' check: the estimate its reservation took
+--   member only for a 'v' or 's' check: its reservation's record, "<32 hex
+--          digits>.<estimate>.<limits hash>" (src/reservation.h): a settle
+--          of another estimate, limits or nonce names another member
 --   seq    only for a 'once' check: its writer's seq.  Such a check has one
 --          more key after its limits' keys, the writer's last applied seq;
 --          a seq not above it was applied already (a hybrid sync sent again
 --          after its connection was lost): the check then only peeks.
---          A 'v' or 's' check has one more key after its limits' keys
---          instead, its reservation's record "<key>:rsv:<32 hex
---          digits>.<estimate>.<limits hash>" (src/reservation.h): a settle
---          of another estimate, limits or nonce names another key.
+--          A 'v', 's' or 'i' check has one more key after its limits' keys
+--          instead, the key's reservations, "<key>:rsv": a sorted set of
+--          the open records (member), each scored with its deadline (us).
 --   index  only for a 'reset': the limit to reset (0 is the first), or -1
 --          for every limit and the block
 --   ms     only for a 'block': block for this long; 0 lifts the block
@@ -73,7 +76,11 @@
 -- limit.  A settle answers 3 in place of allowed for a reservation it
 -- does not hold (settled, never taken, or not the claim it was taken with),
 -- 4 for one whose reservation_ttl has passed (then zeros); a settled one
--- answers as a charge does.  A check is
+-- answers as a charge does.  An 'i' check's answer (a check of cost 0)
+-- is followed by its key's open reservations: their number, then
+-- RSV_LIST (estimate, expires_in_ms) pairs, the soonest to end first,
+-- zeros past the last (the length of every answer is known to the
+-- daemon in advance).  A check is
 -- allowed only when every limit allows it and the key is not blocked; a
 -- denied check consumes nothing from any limit (unless forced).  An admin
 -- check (reset, block, or a negative cost: give back, always applied) does
@@ -156,18 +163,18 @@ local function spec_of(s)
 end
 
 -- A cost string -> { cost, force, once, reset, block, admin, lease,
--- release, delay, charge (or settle), reserve, settle, args; err }: args,
+-- release, delay, charge (or settle), reserve, settle, args, list; err }: args,
 -- the check has arguments after its block key (a plain check's driver
 -- then tests one flag, not five).
 local function cost_of(s)
   local cf = { tonumber(s), false, false, false, false, false, false, false, false, false,
-               false, false, false }
+               false, false, false, false }
   if cf[1] == nil then
-    local c, f, o, r, b, l, x, d, ch, v, st =
-      string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)(c?)(v?)(s?)$')
+    local c, f, o, r, b, l, x, d, ch, v, st, li =
+      string.match(s, '^(-?%d+)(f?)(o?)(r?)(b?)(l?)(x?)(d?)(c?)(v?)(s?)(i?)$')
     cf[1], cf[2], cf[3], cf[4], cf[5] = tonumber(c) or 0, f == 'f', o == 'o', r == 'r', b == 'b'
     cf[7], cf[8], cf[9], cf[10] = l == 'l', x == 'x', d == 'd', ch == 'c'
-    cf[11], cf[12] = v == 'v', st == 's'
+    cf[11], cf[12], cf[14] = v == 'v', st == 's', li == 'i'
     if c == nil then cf.err = 'bad cost ' .. s end
     if cf[10] and (cf[1] < 0 or cf[4] or cf[5] or cf[7] or cf[8] or cf[9]) then
       cf.err = 'bad charge ' .. s
@@ -179,7 +186,8 @@ local function cost_of(s)
                    cf[10] or cf[11]) then
       cf.err = 'bad settle ' .. s
     end
-    cf[13] = cf[3] or cf[4] or cf[5] or cf[7] or cf[8] or cf[9] or cf[11] or cf[12]
+    if cf[14] and (cf[1] ~= 0 or s ~= '0i') then cf.err = 'bad list ' .. s end
+    cf[13] = cf[3] or cf[4] or cf[5] or cf[7] or cf[8] or cf[9] or cf[11] or cf[12] or cf[14]
     -- a settle goes the way of a charge (see run1)
     if cf[12] then cf[10] = true end
   end
@@ -270,15 +278,49 @@ end
 -- The max_delay (ms) of the check being run, nil when it is not a 'd' one:
 -- set by the driver before each check.
 local delay_max = nil
--- A 'v' or 's' check's record key and its argument (a 'v' one's px, an 's'
--- one's estimate): set by the driver before each check (nil: not one).
-local rsv_key, rsv_arg = nil, nil
+-- A 'v' or 's' check's reservations key, its argument (a 'v' one's px, an
+-- 's' one's estimate) and its record (the member): set by the driver
+-- before each check (nil: not one).
+local rsv_key, rsv_arg, rsv_member = nil, nil, nil
 
--- A reservation ('v') taken: its record holds its deadline (us), half of
--- the time it is kept, so that a settle past the deadline is told apart
--- from one of an id never given (a settle then finds it expired).
+-- A reservation ('v') taken: its record, scored with its deadline (us),
+-- half of the time it is kept, so that a settle past the deadline is told
+-- apart from one of an id never given (a settle then finds it expired).
+-- The records kept that long already go first (so the set holds what is
+-- taken within twice the ttl, however long the key lives), and the set
+-- lives as long as its newest record.
 local function rsv_record(now)
-  redis.call('SET', rsv_key, string.format('%d', now + rsv_arg * 500), 'PX', rsv_arg)
+  local call, half = redis.call, rsv_arg * 500
+  call('ZREMRANGEBYSCORE', rsv_key, '-inf', string.format('%d', now - half))
+  call('ZADD', rsv_key, string.format('%d', now + half), rsv_member)
+  call('PEXPIRE', rsv_key, rsv_arg)
+end
+
+-- How many reservations an 'i' check lists (RL_RSV_LIST_MAX, backend.h).
+local RSV_LIST = 100
+
+-- An 'i' check: the open reservations of key (whose deadline is after
+-- now) into out[o + 1]...: their number, then RSV_LIST pairs (estimate,
+-- ms until the deadline), the soonest to end first, zeros past the last.
+-- Only the estimate of a record is shown: its nonce would settle it.
+local function rsv_list(key, now, out, o)
+  local call, after = redis.call, '(' .. string.format('%d', now)
+  local m = call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, RSV_LIST)
+  local n = #m / 2
+  out[o + 1] = n < RSV_LIST and n or call('ZCOUNT', key, after, '+inf')
+  for i = 1, RSV_LIST do
+    local e, t = 0, 0
+    if i <= n then
+      e = tonumber(string.match(m[2 * i - 1], '^%x+%.(%d+)%.')) or 0
+      t = ceil_ms(tonumber(m[2 * i]) - now)
+    end
+    out[o + 2 * i], out[o + 2 * i + 1] = e, t
+  end
+end
+
+-- Zeros in place of a list (a failed 'i' check).
+local function rsv_no_list(out, o)
+  for i = o + 1, o + 1 + 2 * RSV_LIST do out[i] = 0 end
 end
 
 -- One limit of a charge: its key's value pre (nil: read it), done (nothing
@@ -359,9 +401,10 @@ local function give_back(sp, k, now, units)
   end
 end
 
--- A settle ('s') of the reservation whose record is rsv_key (its name
--- holds the estimate and limits the id claims), at the real cost: when the
--- record is there and its deadline has not passed, it goes and the
+-- A settle ('s') of the reservation whose record is rsv_member of rsv_key
+-- (its name holds the estimate and limits the id claims), at the real
+-- cost: when the record is there and its deadline has not passed, it goes
+-- (the ZREM: of two settles, one finds it) and the
 -- difference from the estimate (rsv_arg) is applied, more charged past the
 -- limit (as a charge), less given back (as a give back); answered as a
 -- charge is.  Else nothing changes and the answer is 3 (no such
@@ -369,12 +412,12 @@ end
 -- its record goes), then zeros.  Answers as charge does (out nil: returned,
 -- for run1).
 local function settle(sp, cost, k, bkey, now, out, o)
-  local v = redis.call('GET', rsv_key)
+  local v = redis.call('ZSCORE', rsv_key, rsv_member)
   local code = nil
   if not v then
     code = 3
   else
-    redis.call('DEL', rsv_key)
+    redis.call('ZREM', rsv_key, rsv_member)
     if tonumber(v) <= now then code = 4 end
   end
   if code then
@@ -536,8 +579,26 @@ if ARGV[2] == '1' then
     if cf[13] then
       if cf[7] or cf[8] then cc_lease, ab = ARGV[6], 7 end
       if cf[9] then delay_max, ab = tonumber(ARGV[ab]), ab + 1 end
-      if cf[11] or cf[12] then rsv_key, rsv_arg, ab = KEYS[2], ARGV[ab], ab + 1 end
+      if cf[11] or cf[12] then
+        rsv_key, rsv_arg, rsv_member, ab = KEYS[2], ARGV[ab], ARGV[ab + 1], ab + 2
+      end
       if cf[3] then once_key, seq, ab = KEYS[2], ARGV[ab], ab + 1 end
+      if cf[14] then
+        -- a check of cost 0 then the list (see rsv_list)
+        local out = {}
+        local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], nil, nil, now, ab)
+        local lok, lerr = true, nil
+        if ok then lok, lerr = pcall(rsv_list, KEYS[2], now, out, 4) end
+        if ok and lok then
+          out[1], out[2], out[3], out[4] = a, r, s, t
+        else
+          if ok then a = lerr end
+          if type(a) == 'table' then a = a.err end
+          out[1], out[2], out[3], out[4] = { err = tostring(a) }, 0, 0, 0
+          rsv_no_list(out, 4)
+        end
+        return out
+      end
     end
     local ok, a, r, s, t = pcall(run1, sp, cf, 0, ARGV[5], once_key, seq, now, ab)
     if ok then return { a, r, s, t } end
@@ -565,9 +626,11 @@ for _ = 1, tonumber(ARGV[2]) do
       b = b + 1
     end
     if cf[11] or cf[12] then
-      rsv_key, rsv_arg = KEYS[k + n + 1], ARGV[b]
-      b = b + 1
+      rsv_key, rsv_arg, rsv_member = KEYS[k + n + 1], ARGV[b], ARGV[b + 1]
+      b = b + 2
     end
+    -- an 'i' check: its list's key (a check of cost 0 writes nothing there)
+    if cf[14] then rsv_key = KEYS[k + n + 1] end
     if cf[3] then
       once_key, seq = KEYS[k + n + 1], ARGV[b]
       b = b + 1
@@ -594,6 +657,17 @@ for _ = 1, tonumber(ARGV[2]) do
   end
   o = o + 1 + 3 * n
   k = k + n
-  if once_key or rsv_key then k = k + 1 end
+  if once_key or rsv_key then
+    k = k + 1
+    if cf[14] then
+      -- an 'i' check: its list (see rsv_list)
+      local lok = ok and pcall(rsv_list, rsv_key, now, out, o)
+      if not lok then
+        if ok then out[o - 3 * n] = { err = 'the reservations could not be read' } end
+        rsv_no_list(out, o)
+      end
+      o = o + 1 + 2 * RSV_LIST
+    end
+  end
 end
 return out

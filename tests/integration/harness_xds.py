@@ -15,8 +15,14 @@ rate limit Deployment, one RateLimitConfig resource per domain.
   gateway_config(listener, n)   Envoy Gateway's shape: the domain is the
                                 listener, each rule a route descriptor with
                                 rule-I-match-0 and masked_remote_address
+  many(n, limit)                one resource "big" of n descriptors k=vI
+  version_of(d)                 the version_info in force (daemon d's /metrics)
+  swap_figures(d, ads, n)       what an update of n descriptors costs d:
+                                peak memory of the swap against the rules'
+                                steady size, its CPU (test_rls_xds, scripts/bench)
 """
 
+import re
 import threading
 import time
 from concurrent import futures
@@ -74,6 +80,83 @@ def gateway_request(i, client):
     route = "httproute/default/backend/rule/%d/match/0/*" % i
     return [[(route, route), ("rule-%d-match-0" % i, "rule-%d-match-0" % i),
              ("masked_remote_address", client)]]
+
+
+def many(n, limit, name="big"):
+    """One resource of n descriptors k = v0 ... v<n-1>, each `limit` an hour."""
+    return config(name, name, [{"key": "k", "value": "v%d" % i, "limit": (limit, "HOUR")}
+                               for i in range(n)])
+
+
+def version_of(d):
+    """The version_info in force, as /metrics says it (None: none)."""
+    st, _, text = H.request(d.port, "GET", "/metrics")
+    for line in str(text).splitlines():
+        if line.startswith("ratelimitd_rls_xds_version_info{"):
+            return H._labels(line)["version"] or None
+    return None
+
+
+def status_kb(pid, field):
+    """VmRSS or VmHWM of pid, in kB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise H.HarnessError("no %s in /proc/%d/status" % (field, pid))
+
+
+def accepted(d, version):
+    """The fields of daemon d's log line accepting `version` ({} : none)."""
+    for line in d.log().splitlines():
+        if "rules over xDS accepted" in line and 'version="%s"' % version in line:
+            return {k: v.strip('"') for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', line)}
+    return {}
+
+
+def swap_figures(d, ads, n=10000, updates=2, timeout=120):
+    """What an update of n descriptors costs daemon d, whose rules come from
+    ads (nothing published yet, nothing else asked of d meanwhile): n
+    descriptors published, then `updates` times new limits for all of them.
+
+      steady_kb    VmRSS with the first rules in force, less VmRSS before them
+      peak_kb      the highest VmHWM during an update (reset before each by
+                   writing 5 to /proc/PID/clear_refs), less VmRSS before rules
+      ratio        peak_kb / steady_kb: at its peak a swap holds the rules in
+                   force (checks in flight end under them), the new ones and
+                   what reading them takes
+      rules_bytes  what the set keeps (its log line), and per_rule of it
+      apply_cpu_us, apply_us  each update's, from its log line: CPU of the
+                   thread that applies it (decoded, validated, swapped in), wall
+
+    Bytes, not times: the load of the machine does not move them.  The
+    process's RSS is valgrind's or ASan's under them (H.RSS_MEANINGFUL)."""
+    pid = d.proc.pid
+    H.wait_for(lambda: H.metric(d, "ratelimitd_rls_xds_connected") == 1, "the xDS stream open")
+    msgs = [many(n, 100 * (i + 1)) for i in range(updates + 1)]
+    base = status_kb(pid, "VmRSS")
+    ads.publish([msgs[0]], "u0")
+    H.wait_for(lambda: version_of(d) == "u0", "%d descriptors in force" % n, timeout=timeout)
+    steady = status_kb(pid, "VmRSS") - base
+    # the line is logged just after the swap that /metrics shows
+    first = H.wait_for(lambda: accepted(d, "u0"), "the log line of u0")
+    f = {"n": n, "base_kb": base, "steady_kb": steady, "peaks_kb": [], "apply_cpu_us": [],
+         "apply_us": [], "rules_bytes": int(first.get("rules_bytes", 0)),
+         "rls_rules": int(first.get("rls_rules", 0))}
+    for i in range(1, updates + 1):
+        v = "u%d" % i
+        with open("/proc/%d/clear_refs" % pid, "w") as cr:
+            cr.write("5")
+        ads.publish([msgs[i]], v)
+        H.wait_for(lambda: version_of(d) == v, "update %s in force" % v, timeout=timeout)
+        f["peaks_kb"].append(status_kb(pid, "VmHWM") - base)
+        a = H.wait_for(lambda: accepted(d, v), "the log line of %s" % v)
+        f["apply_cpu_us"].append(int(a.get("apply_cpu_us", -1)))
+        f["apply_us"].append(int(a.get("apply_us", -1)))
+    f["peak_kb"] = max(f["peaks_kb"])
+    f["ratio"] = f["peak_kb"] / float(steady) if steady > 0 else float("inf")
+    f["per_rule"] = f["rules_bytes"] / float(f["rls_rules"]) if f["rls_rules"] else 0.0
+    return f
 
 
 class AdsServer:

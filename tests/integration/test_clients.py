@@ -2,7 +2,8 @@
 """clients/: the Python and the Node client's own suites, reported case by case.
 
   - clients/python/tests, run by pytest (Debian's python3-pytest, with
-    python3-flask, python3-django, python3-starlette and python3-httpx); its
+    python3-flask, python3-django, python3-starlette, python3-httpx,
+    python3-fastapi and python3-uvicorn); its
     conftest starts the daemon and redis-server through this harness;
   - clients/node/test, run by `node --test` in a copy of clients/node whose
     devDependencies (express, fastify) `npm ci` installs from its

@@ -239,9 +239,10 @@ def t_expired_stays_charged(nodes, redis):
             # the daemon's clock: its deadline is 1 s after it answered
             H.wait_for(lambda: time.time() > t0 + 1.2, "the reservation's ttl to pass", 10)
         else:
-            # the record: "<key>:rsv:<nonce>.<estimate>.<limits hash>"
-            rkey = "%s:rsv:%s" % (key_of(rid), ".".join(rid.split(".")[:3]))
-            deadline = int(redis.cli("GET", rkey).split()[0])
+            # the record "<nonce>.<estimate>.<limits hash>" of the key's
+            # reservations "<key>:rsv", scored with its deadline
+            rkey = "%s:rsv" % key_of(rid)
+            deadline = int(redis.cli("ZSCORE", rkey, ".".join(rid.split(".")[:3])).split()[0])
 
             def past():
                 s, us = redis.cli("TIME").split()
@@ -407,6 +408,93 @@ def t_inspect_shows_the_overdraft(nodes):
         eq(r["limits"][0].get("overdraft"), 250, n.name + ": inspect's overdraft")
 
 
+def inspect(n, policy, key):
+    st, h, r = H.request(n.aport, "POST", "/admin/inspect", {"policy": policy, "key": key})
+    H.expect_json(st, h, r, 200, n.name + " inspect")
+    return r
+
+
+def listed(r):
+    """An inspect's reservations, as (estimate, expires_in_ms) pairs."""
+    rs = r.get("reservations")
+    check(isinstance(rs, list), "reservations: %r", r)
+    for e in rs:
+        eq(sorted(e), ["estimate", "expires_in_ms"], "a listed reservation's fields")
+    return [(e["estimate"], e["expires_in_ms"]) for e in rs]
+
+
+def t_inspect_lists_open_reservations(nodes):
+    """A caller's open reservations are listed with their estimates, the
+    soonest to end first, never their ids; a settled one goes; another
+    caller's are not listed."""
+    for n in nodes:
+        key, other = fresh("list"), fresh("list-other")
+        r = inspect(n, "budget", key)
+        eq((r.get("reservations_open"), listed(r)), (0, []), n.name + ": none yet")
+        rids = [reserved(n.reserve("budget", key, c), n.name + " reserve %d" % c)["reservation"]
+                for c in (100, 200, 300)]
+        reserved(n.reserve("budget", other, 50), n.name + " another caller's reserve")
+        r = inspect(n, "budget", key)
+        eq(r.get("reservations_open"), 3, n.name + ": three open")
+        ls = listed(r)
+        eq([e for e, _ in ls], [100, 200, 300], n.name + ": their estimates, in the order taken")
+        for _, t in ls:
+            between(t, 1, HOUR // 6, n.name + ": expires_in_ms within reservation_ttl (10m)")
+        text = H.request(n.aport, "POST", "/admin/inspect", {"policy": "budget", "key": key})[2]
+        for rid in rids:
+            check(rid.split(".")[0] not in repr(text), "%s: inspect shows a nonce: %r", n.name, text)
+        settled(n.settle(rids[1], 150), -50, n.name + " settle the second")
+        r = inspect(n, "budget", key)
+        eq((r.get("reservations_open"), [e for e, _ in listed(r)]), (2, [100, 300]),
+           n.name + ": the settled one is gone")
+        r = inspect(n, "budget", other)
+        eq((r.get("reservations_open"), [e for e, _ in listed(r)]), (1, [50]),
+           n.name + ": the other caller's own only")
+        for rid in (rids[0], rids[2]):
+            settled(n.settle(rid, 0), -int(rid.split(".")[1]), n.name + " settle the rest")
+        r = inspect(n, "budget", key)
+        eq((r.get("reservations_open"), listed(r)), (0, []), n.name + ": none left")
+        eq(r["limits"][0]["remaining"], 1000 - 150, n.name + ": only the settled cost counted")
+        # a policy of two limits (the script's path for several)
+        key = fresh("list-cc")
+        reserved(n.reserve("cc", key, 70), n.name + " reserve under two limits")
+        r = inspect(n, "cc", key)
+        eq((r.get("reservations_open"), [e for e, _ in listed(r)]), (1, [70]),
+           n.name + ": listed under two limits")
+
+
+def t_inspect_forgets_expired(nodes):
+    """reservation_ttl 1s: an open reservation is listed, then, past its
+    deadline, not (waited for on the daemon's answers)."""
+    for n in nodes:
+        key = fresh("list-exp")
+        reserved(n.reserve("short", key, 40), n.name + " reserve")
+        r = inspect(n, "short", key)
+        eq((r.get("reservations_open"), [e for e, _ in listed(r)]), (1, [40]),
+           n.name + ": open at first")
+        between(listed(r)[0][1], 1, 1000, n.name + ": expires_in_ms within 1s")
+        H.wait_for(lambda: inspect(n, "short", key).get("reservations_open") == 0,
+                   n.name + ": the expired reservation to leave inspect's list", 15)
+        r = inspect(n, "short", key)
+        eq(listed(r), [], n.name + ": nothing listed")
+        eq(r["limits"][0]["remaining"], 960, n.name + ": its estimate stays counted")
+
+
+def t_inspect_list_is_bounded(nodes):
+    """1,000 open reservations of one caller: all counted, 100 listed."""
+    for n in nodes:
+        key = fresh("list-many")
+        req = H.http_bytes("POST", "/check",
+                           {"policy": "budget", "key": key, "cost": 1, "reserve": True})
+        sts = H.pipelined(n.port, [req] * 1000)
+        eq(sts, [200] * 1000, n.name + ": 1,000 reservations taken")
+        r = inspect(n, "budget", key)
+        eq(r.get("reservations_open"), 1000, n.name + ": all counted")
+        eq(len(listed(r)), 100, n.name + ": 100 listed")
+        eq(set(e for e, _ in listed(r)), {1}, n.name + ": their estimates")
+        eq(r["limits"][0]["remaining"], 0, n.name + ": the budget taken")
+
+
 CASES = [
     ("every algorithm: settled once, for less and for more", t_every_algorithm_settles_once),
     ("a settle of 0 gives the whole estimate back", t_settle_of_zero_gives_it_all_back),
@@ -416,6 +504,9 @@ CASES = [
     ("bad bodies: 400 naming the field, nothing counted", t_bad_bodies_count_nothing),
     ("ratelimitd_reservations_total by result", t_metric_by_result),
     ("the admin API's inspect shows the overdraft", t_inspect_shows_the_overdraft),
+    ("inspect lists a caller's open reservations", t_inspect_lists_open_reservations),
+    ("inspect forgets an expired reservation", t_inspect_forgets_expired),
+    ("inspect's list is bounded: 1,000 open, 100 listed", t_inspect_list_is_bounded),
 ]
 
 

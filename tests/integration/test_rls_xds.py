@@ -48,13 +48,7 @@ def m(d, name, labels=None, default=None):
     return H.metric(d, name, labels, default)
 
 
-def version_of(d):
-    """The version_info in force, as /metrics says it (None: none)."""
-    st, _, text = H.request(d.port, "GET", "/metrics")
-    for line in str(text).splitlines():
-        if line.startswith("ratelimitd_rls_xds_version_info{"):
-            return H._labels(line)["version"] or None
-    return None
+version_of = X.version_of
 
 
 def rlconfig(d):
@@ -266,9 +260,7 @@ def t_mtls(x):
             eq(version_of(d), None, "no rules without a client certificate")
 
 
-def big_config(n, limit):
-    return X.config("big", "big", [{"key": "k", "value": "v%d" % i, "limit": (limit, "HOUR")}
-                                   for i in range(n)])
+big_config = X.many
 
 
 def t_ten_thousand(x):
@@ -308,6 +300,21 @@ def t_ten_thousand(x):
         eq(bad, [], "an answer from half a config (its two descriptors' limits differ)")
         check(len(pairs) >= 2, "checks answered under several versions: %r", pairs)
         H.note("%d checks across 4 versions of 10,000 descriptors", len(seen))
+
+
+def t_swap_memory(x):
+    with X.AdsServer() as ads, daemon(x.redis, ads, max_message="8m") as d:
+        f = X.swap_figures(d, ads, 10000, updates=2)
+        H.note("10,000 descriptors: %d rules, %d bytes kept (%.0f a rule), steady RSS %d kB, "
+               "update peaks %s kB over the RSS without rules: %.2fx; apply CPU %s us"
+               % (f["rls_rules"], f["rules_bytes"], f["per_rule"], f["steady_kb"],
+                  f["peaks_kb"], f["ratio"], f["apply_cpu_us"]))
+        eq(f["rls_rules"], 10000, "rules in the set")
+        if not H.RSS_MEANINGFUL:
+            H.note("peak RSS not asserted under valgrind or ASan (their memory, not ours)")
+            return
+        check(f["ratio"] <= 2.0, "an update's peak %d kB over 2x the rules' steady %d kB "
+              "(%.2fx)", f["peak_kb"], f["steady_kb"], f["ratio"])
 
 
 def t_config_errors(x):
@@ -352,6 +359,8 @@ CASES = [
      "certificate: refused", t_mtls),
     ("10,000 descriptors pushed 3 times while 4 clients check: none lost, none answered from "
      "half a config", t_ten_thousand),
+    ("an update of 10,000 descriptors: its peak memory at most 2x the rules' steady size "
+     "(the rules in force, the new ones, one descriptor being read)", t_swap_memory),
 ]
 
 

@@ -89,7 +89,8 @@ struct dpolicy {
     int64_t skew;       /* the daemon's clock minus the script's (periods) */
     int how;            /* the step's DP_* */
     /* reservations (DP_RESERVE, DP_SETTLE): the claim the next step brings
-     * (a DP_RESERVE takes it) and the record's key it names, the ttl; the
+     * (a DP_RESERVE takes it) and the record it names in the key's
+     * reservations (rsv_base, a sorted set), the ttl; the
      * twin's record: whether it is held, its claim and its deadline (the
      * script's clock; the test keeps Redis from forgetting it, as it does
      * blocks) */
@@ -236,7 +237,7 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
     for (size_t i = 0; i < p->n; i++)
         dc_arg(c, p->l[i].key);
     if (rsv)
-        dc_arg(c, p->rsv_key);
+        dc_arg(c, p->rsv_base);
     dc_num(c, now, "");
     dc_num(c, 1, "");    /* checks in this batch */
     /* the policy's spec, "<tag> <limit> <window_ms> <burst>" per limit,
@@ -275,6 +276,8 @@ dp_build(const struct dpolicy *p, int64_t now, int64_t cost, int how,
         dc_num(c, 2 * p->rsv_ttl_ms, "");
     if (how & DP_SETTLE)
         dc_num(c, strtoll(p->claim, NULL, 10), "");
+    if (rsv)
+        dc_arg(c, p->rsv_key);
     if (how & DP_RESET)
         dc_num(c, p->reset_index, "");
     if (how & DP_BLOCK)
@@ -309,7 +312,7 @@ dp_redis(struct dpolicy *p, int64_t now, int64_t cost, int how,
     ck_assert_int_eq(redisAppendCommand(rc, "PEXPIRE %s 1000000000", p->block_key),
                      REDIS_OK);
     ck_assert_int_eq(redisAppendCommand(rc, "PEXPIRE %s 1000000000",
-                                        p->rsv_key[0] ? p->rsv_key : "{diff}:none"),
+                                        p->rsv_base[0] ? p->rsv_base : "{diff}:none"),
                      REDIS_OK);
     ck_assert_int_eq(redisAppendCommand(rc, "EXEC"), REDIS_OK);
     for (size_t k = 0; k < 4 + 2 * p->n; k++) {
@@ -882,7 +885,7 @@ static void
 dp_claim(struct dpolicy *p, int64_t estimate, unsigned h)
 {
     snprintf(p->claim, sizeof(p->claim), "%lld.0000%08x", (long long)estimate, h);
-    snprintf(p->rsv_key, sizeof(p->rsv_key), "%s.%s", p->rsv_base, p->claim);
+    snprintf(p->rsv_key, sizeof(p->rsv_key), "0123456789abcdef0123456789abcdef.%s", p->claim);
 }
 
 /*
@@ -916,7 +919,7 @@ START_TEST(reserve_and_settle_match)
         /* next to a concurrency limit: it holds the slot, settles pass it */
         if (k >= RL_ARRAY_LEN(cs) && algo != RL_ALGO_CONCURRENCY)
             dp_add(&p, id, RL_ALGO_CONCURRENCY, 3, 5000, 0);
-        snprintf(p.rsv_base, sizeof(p.rsv_base), "{diff:%s}:rsv:0123456789abcdef0123456789abcdef",
+        snprintf(p.rsv_base, sizeof(p.rsv_base), "{diff:%s}:rsv",
                  id);
         p.rsv_ttl_ms = 2000;
         cap = algo_def(algo)->uses_burst ? p.l[0].lim.burst : p.l[0].lim.limit;
@@ -1571,7 +1574,7 @@ daemon_call(struct rl_script_call *c, const struct rl_check_req *const *reqs, si
     ck_assert_int_eq(redisAppendFormattedCommand(rc, c->buf, c->len), REDIS_OK);
     r = get_reply();
     for (size_t i = 0; i < n; i++)
-        len += script_reply_len(reqs[i]->policy->nlimits);
+        len += script_reply_len(reqs[i]->policy->nlimits, 0);
     ck_assert_msg((why = script_reply_problem(r, len)) == NULL, "%s (%s)", why,
                   r->type == REDIS_REPLY_ERROR ? r->str : "");
     for (size_t i = 0; i < n; i++) {
@@ -1581,7 +1584,7 @@ daemon_call(struct rl_script_call *c, const struct rl_check_req *const *reqs, si
         memset(&ans[i], 0, sizeof(ans[i]));
         script_answer_reply(&w, r, at);
         ck_assert_int_eq(ans[i].calls, 1);
-        at += script_reply_len(reqs[i]->policy->nlimits);
+        at += script_reply_len(reqs[i]->policy->nlimits, 0);
     }
     freeReplyObject(r);
 }

@@ -216,6 +216,111 @@ START_TEST(types_names_and_domains_are_checked)
 }
 END_TEST
 
+/* One resource of raw bytes, as a server could send it. */
+static uint8_t *
+response_raw(const uint8_t *value, size_t vlen, size_t *len)
+{
+    Envoy__Service__Discovery__V3__DiscoveryResponse r =
+        ENVOY__SERVICE__DISCOVERY__V3__DISCOVERY_RESPONSE__INIT;
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT, *pa[] = {&any};
+    uint8_t *out;
+
+    any.type_url = (char *)XDS_TYPE_URL;
+    any.value.data = (uint8_t *)value;
+    any.value.len = vlen;
+    r.type_url = (char *)XDS_TYPE_URL;
+    r.nonce = (char *)"raw";
+    r.n_resources = 1;
+    r.resources = pa;
+    *len = envoy__service__discovery__v3__discovery_response__get_packed_size(&r);
+    out = malloc(*len);
+    envoy__service__discovery__v3__discovery_response__pack(&r, out);
+    return out;
+}
+
+/* The decoded response's problem, or "" when accepted (then rules kept
+ * in *rules, caller frees). */
+static char *
+decode_raw(const uint8_t *value, size_t vlen, struct rls_rules **rules)
+{
+    struct xds_response out;
+    char *cause = NULL;
+    size_t len;
+    uint8_t *msg = response_raw(value, vlen, &len);
+
+    if (xds_response_decode(msg, len, uid, &out, &cause) == RL_OK) {
+        *rules = out.rules;
+        out.rules = NULL;
+        cause = strdup("");
+    }
+    xds_response_clear(&out);
+    free(msg);
+    return cause;
+}
+
+/* A resource is read off its wire, each descriptor unpacked only when the
+ * loader comes to it: what protobuf-c's unpack of the whole resource
+ * refuses is refused, and the rest read as it reads it. */
+START_TEST(a_resource_is_read_as_protobuf_c_reads_it)
+{
+    /* name "n"; domain "x" then "d" (the last wins); an unknown varint
+     * field 9; descriptor {key "k", value "v", rate_limit {SECOND, 5}} */
+    static const uint8_t good[] = {0x0a, 1,   'n', 0x12, 1,   'x', 0x12, 1, 'd', 0x48, 7,
+                                   0x1a, 12,  0x0a, 1,   'k', 0x12, 1,   'v', 0x1a, 4,
+                                   0x08, 1,   0x10, 5};
+    /* descriptors (field 3) as a varint */
+    static const uint8_t as_varint[] = {0x0a, 1, 'n', 0x18, 1};
+    /* a descriptor whose key runs past its bytes */
+    static const uint8_t bad_desc[] = {0x0a, 1, 'n', 0x12, 1, 'd', 0x1a, 2, 0x0a, 5};
+    /* a group (wire type 3), which protobuf-c does not read */
+    static const uint8_t group[] = {0x0a, 1, 'n', 0x4b, 0x4c};
+    struct rls_rules *rules = NULL;
+    const struct rls_domain *d;
+    char *cause;
+
+    Conf *c = ratelimit__config__ratelimit__v3__rate_limit_config__unpack(NULL, sizeof(good), good);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(c->domain, "d");
+    ratelimit__config__ratelimit__v3__rate_limit_config__free_unpacked(c, NULL);
+    cause = decode_raw(good, sizeof(good), &rules);
+    ck_assert_str_eq(cause, "");
+    free(cause);
+    ck_assert_ptr_null(rls_rules_domain(rules, "x", 1));
+    d = rls_rules_domain(rules, "d", 1);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_uint_eq(d->node.nrules, 1);
+    ck_assert_uint_eq(d->node.rules[0].limits[0].requests_per_unit, 5);
+    ck_assert_int_eq(d->node.rules[0].limits[0].unit, RLS_UNIT_SECOND);
+    rls_rules_free(rules);
+
+    /* an Any without a value: a resource of no fields, no domain */
+    rules = NULL;
+    cause = decode_raw(NULL, 0, &rules);
+    ck_assert_msg(strstr(cause, "config file cannot have empty domain") != NULL, "%s", cause);
+    ck_assert_ptr_null(rules);
+    free(cause);
+
+    struct {
+        const uint8_t *v;
+        size_t len;
+        const char *want;
+    } bad[] = {{as_varint, sizeof(as_varint), "resources[0]: not a RateLimitConfig"},
+               {bad_desc, sizeof(bad_desc),
+                "resource 'n': descriptors[0]: not a RateLimitDescriptor"},
+               {group, sizeof(group), "resources[0]: not a RateLimitConfig"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        /* protobuf-c refuses each whole */
+        ck_assert_ptr_null(
+            ratelimit__config__ratelimit__v3__rate_limit_config__unpack(NULL, bad[i].len, bad[i].v));
+        rules = NULL;
+        cause = decode_raw(bad[i].v, bad[i].len, &rules);
+        ck_assert_msg(strcmp(cause, bad[i].want) == 0, "case %zu: %s", i, cause);
+        ck_assert_ptr_null(rules);
+        free(cause);
+    }
+}
+END_TEST
+
 /* Descriptors nested 200,000 deep on the wire (each level: field 4, its
  * length, the next): refused by the walk, never unpacked. */
 START_TEST(nesting_is_bounded_before_unpacking)
@@ -299,6 +404,7 @@ xds_suite(void)
     tcase_add_test(tc, a_gateway_resource_matches_as_its_file_would);
     tcase_add_test(tc, a_bad_resource_refuses_the_whole_response);
     tcase_add_test(tc, types_names_and_domains_are_checked);
+    tcase_add_test(tc, a_resource_is_read_as_protobuf_c_reads_it);
     tcase_add_test(tc, nesting_is_bounded_before_unpacking);
     tcase_add_test(tc, requests_ask_ack_and_nack);
     suite_add_tcase(s, tc);

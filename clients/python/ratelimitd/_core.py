@@ -40,19 +40,22 @@ class Decision:
     elapsed_ms   how long the call took, a retry included
     """
 
-    __slots__ = ("allowed", "status", "degraded", "retry_after", "headers", "body", "reason",
+    __slots__ = ("allowed", "status", "degraded", "retry_after", "headers", "_body", "_raw", "reason",
                  "elapsed_ms")
 
     def __init__(self, allowed: bool, status: int, *, degraded: bool = False,
                  retry_after: Optional[int] = None, headers: Sequence[Tuple[str, str]] = (),
                  body: Optional[Dict[str, Any]] = None, reason: Optional[str] = None,
-                 elapsed_ms: float = 0.0) -> None:
+                 elapsed_ms: float = 0.0, raw: bytes = b"") -> None:
         self.allowed = allowed
         self.status = status
         self.degraded = degraded
         self.retry_after = retry_after
         self.headers: Headers = list(headers)
-        self.body: Dict[str, Any] = body if body is not None else {}
+        # the answer's JSON, read when first asked for (`raw`, the daemon's
+        # bytes): a middleware reads `allowed` and `headers` only
+        self._body = body
+        self._raw = raw
         self.reason = reason
         self.elapsed_ms = elapsed_ms
 
@@ -63,6 +66,13 @@ class Decision:
         return ("Decision(allowed=%r, status=%r, degraded=%r, retry_after=%r, reason=%r, "
                 "elapsed_ms=%.1f)" % (self.allowed, self.status, self.degraded, self.retry_after,
                                       self.reason, self.elapsed_ms))
+
+    @property
+    def body(self) -> Dict[str, Any]:
+        """The daemon's JSON answer ({} when there was none)."""
+        if self._body is None:
+            self._body = _json(self._raw)
+        return self._body
 
     def header(self, name: str) -> Optional[str]:
         """A quota header's value, by any case of its name."""
@@ -132,8 +142,12 @@ class Endpoint:
         self.url = url
 
 
+# one encoder: json.dumps with separators builds one per call
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def json_body(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    return _encode(body).encode()
 
 
 def check_body(fields: Mapping[str, Any], default_policy: Optional[str]) -> bytes:
@@ -179,22 +193,29 @@ def failed(route: str, reason: str, ms: float, fail_open: bool,
 
 
 def decide(route: str, status: int, headers: Sequence[Tuple[str, str]], data: bytes, ms: float,
-           fail_open: bool, logger: logging.Logger = log) -> Decision:
-    """The daemon's answer to `route` as a Decision."""
-    quota = [(k, v) for k, v in headers if k.lower() in QUOTA_HEADERS]
-    body = _json(data)
+           fail_open: bool, logger: logging.Logger = log,
+           quota: Optional[Sequence[Tuple[str, str]]] = None) -> Decision:
+    """The daemon's answer to `route` as a Decision.  `quota`: `headers`
+    already reduced to QUOTA_HEADERS (the asyncio client reads no others)."""
+    if quota is None:
+        quota = [(k, v) for k, v in headers if k.lower() in QUOTA_HEADERS]
     if status == 202:
         # kept by the daemon, applied once its backend answers again
         # (docs/API.md, "Charges the backend cannot take now"): not a failure
-        return Decision(True, 202, headers=quota, body=body, elapsed_ms=ms)
+        return Decision(True, 202, headers=quota, raw=data, elapsed_ms=ms)
     if status in (200, 429):
         ra = None
         if status == 429:
             v = next((v for k, v in headers if k.lower() == "retry-after"), "1")
             ra = int(v) if v.isdigit() else 1
+        if route == "/check" and b'"degraded"' not in data:
+            # the common answer: nothing in the JSON decides it
+            return Decision(status == 200, status, retry_after=ra, headers=quota, raw=data, elapsed_ms=ms)
+        body = _json(data)
         allowed = status == 200 if route == "/check" else bool(body.get("allowed", True))
         return Decision(allowed, status, degraded=bool(body.get("degraded")), retry_after=ra,
                         headers=quota, body=body, elapsed_ms=ms)
+    body = _json(data)
     reason = "ratelimitd answered %d after %.0f ms: %s" % (status, ms, body.get("error") or
                                                            data[:200].decode("utf-8", "replace"))
     if 400 <= status < 500:

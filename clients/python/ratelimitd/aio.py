@@ -1,27 +1,108 @@
-"""The asyncio client, on asyncio streams: a pool of kept-alive connections
-(at most `max_connections`, shared by the tasks of one event loop), a total
-timeout per call, and the fail-open/fail-closed choice."""
+"""The asyncio client, on a protocol of its own: a pool of kept-alive
+connections (at most `max_connections`, shared by the tasks of one event
+loop), a total timeout per call, and the fail-open/fail-closed choice.
+
+Why not asyncio streams and asyncio.timeout: on a loopback check they cost
+more than the rest of the client together (a StreamReader wakes its task per
+read, a timeout context schedules and cancels a loop timer per call), against
+issue 34's target of 10% of the round trip (scripts/bench-clients).  Here an
+answer is read in the protocol's callbacks and completes one future, and one
+loop timer, re-armed only when it fires, expires the calls past their deadline.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import _core
-from ._core import Decision, Endpoint
+from ._core import QUOTA_HEADERS, Decision, Endpoint
 from ._reserve import AsyncReservation, Reserving
 
-Conn = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Answer = Tuple[int, List[Tuple[str, str]], bytes]
 
-
-_timeout = getattr(asyncio, "timeout", None)     # Python 3.11
+#: an answer's head longer than this is not the daemon's
+MAX_HEAD = 65536
 
 
 class _Stale(Exception):
     """A kept-alive connection the daemon had closed while it was idle."""
+
+
+def _parse(buf: bytes) -> Optional[Tuple[Answer, bool]]:
+    """(answer, close) of the answer at the start of `buf`; None while it is
+    incomplete.  Only the headers a Decision carries are kept."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buf) > MAX_HEAD:
+            raise ConnectionError("an answer's head longer than 64 KiB")
+        return None
+    lines = buf[:end].decode("latin-1").split("\r\n")
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ConnectionError("not an HTTP/1.1 answer: %r" % lines[0][:80])
+    headers: List[Tuple[str, str]] = []
+    length = 0
+    close = parts[0] == "HTTP/1.0"
+    for h in lines[1:]:
+        name, _, value = h.partition(":")
+        low = name.strip().lower()
+        if low in QUOTA_HEADERS:
+            headers.append((name.strip(), value.strip()))
+        elif low == "content-length":
+            value = value.strip()
+            if not value.isdigit():
+                raise ConnectionError("a bad Content-Length: %r" % value[:40])
+            length = int(value)
+        elif low == "connection":
+            close = value.strip().lower() == "close"
+    start = end + 4
+    if len(buf) < start + length:
+        return None
+    # bytes past the answer were not asked for: the connection goes
+    return (int(parts[1]), headers, buf[start:start + length]), close or len(buf) > start + length
+
+
+class _Conn(asyncio.Protocol):
+    """One connection to the daemon; `waiter` is the future of the answer
+    awaited, completed from the callbacks below."""
+
+    def __init__(self) -> None:
+        self.transport: Optional[asyncio.Transport] = None
+        self.buf = b""
+        self.waiter: Optional["asyncio.Future[Tuple[Answer, bool]]"] = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf = self.buf + data if self.buf else data
+        w = self.waiter
+        if w is None or w.done():
+            # nothing was asked: this connection cannot be trusted
+            self.lost = True
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        try:
+            done = _parse(self.buf)
+        except ConnectionError as e:
+            w.set_exception(e)
+            return
+        if done is not None:
+            self.buf = b""
+            w.set_result(done)
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.lost = True
+        w = self.waiter
+        if w is not None and not w.done():
+            if self.buf:
+                w.set_exception(ConnectionResetError("the daemon closed the connection mid-answer"))
+            else:
+                w.set_exception(_Stale())
 
 
 class AsyncClient:
@@ -44,117 +125,149 @@ class AsyncClient:
         self.max_connections = max_connections
         self.log = logger or _core.log
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._idle: List[Conn] = []
+        self._idle: List[_Conn] = []
         self._slots: Optional[asyncio.Semaphore] = None
+        # the futures awaited by calls, with their deadlines (loop time), and
+        # the one timer that expires them
+        self._pending: Dict["asyncio.Future[Any]", float] = {}
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = 0.0
         self._host = ("%s:%d" % (self.endpoint.host, self.endpoint.port)).encode()
+        # what every request of a route starts with
+        self._start = {route: b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n" % (
+            route.encode(), self._host) for route in ("/check", "/charge", "/settle", "/release")}
 
-    def _pool(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
+    # ------------------------------------------------------------ transport
+
+    def _on(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
+        """The pool of `loop`, started afresh when the client moves to it."""
         if self._loop is not loop or self._slots is None:
             # connections of another loop cannot be used here
-            for _, w in self._idle:
-                if self._loop is not None and not self._loop.is_closed():
-                    w.transport.abort()
+            if self._loop is not None and not self._loop.is_closed():
+                for c in self._idle:
+                    if c.transport is not None:
+                        c.transport.abort()
+                if self._timer is not None:
+                    self._timer.cancel()
             self._idle = []
+            self._pending = {}
+            self._timer = None
             self._loop = loop
             self._slots = asyncio.Semaphore(self.max_connections)
         return self._slots
 
-    async def _open(self) -> Tuple[Conn, bool]:
-        while self._idle:
-            r, w = self._idle.pop()
-            if not r.at_eof() and not w.is_closing():
-                return (r, w), True
-            w.transport.abort()
-        return await asyncio.open_connection(self.endpoint.host, self.endpoint.port), False
+    def _expire_at(self, loop: asyncio.AbstractEventLoop, fut: "asyncio.Future[Any]", deadline: float) -> None:
+        self._pending[fut] = deadline
+        # the timer stays at or before every pending deadline: a call's
+        # deadline is later than the calls' before it (unless `timeout` was
+        # made shorter), so it is armed about once a timeout, not once a call
+        if self._timer is None or deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._sweep)
+            self._timer_at = deadline
 
-    def _head(self, route: str, body: bytes, headers: Mapping[str, str]) -> bytes:
-        lines = [b"POST " + route.encode() + b" HTTP/1.1", b"Host: " + self._host,
-                 b"Content-Length: " + str(len(body)).encode()]
-        lines += [("%s: %s" % kv).encode("latin-1") for kv in headers.items()]
-        return b"\r\n".join(lines) + b"\r\n\r\n" + body
+    def _sweep(self) -> None:
+        self._timer = None
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        nxt: Optional[float] = None
+        for fut, deadline in list(self._pending.items()):
+            if deadline <= now:
+                del self._pending[fut]
+                if not fut.done():
+                    fut.set_exception(asyncio.TimeoutError())
+            elif nxt is None or deadline < nxt:
+                nxt = deadline
+        if nxt is not None:
+            self._timer = loop.call_at(nxt, self._sweep)
+            self._timer_at = nxt
 
-    @staticmethod
-    async def _read(r: asyncio.StreamReader, reused: bool) -> Tuple[Answer, bool]:
+    async def _within(self, loop: asyncio.AbstractEventLoop, aw: Any, deadline: float) -> Any:
+        """`aw` (connecting, waiting for a connection: not the common path) by `deadline`."""
+        left = deadline - loop.time()
+        if left <= 0:
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            raise asyncio.TimeoutError()
+        return await asyncio.wait_for(aw, left)
+
+    async def _exchange(self, loop: asyncio.AbstractEventLoop, msg: bytes, deadline: float) -> Answer:
+        slots = self._on(loop)
+        if slots.locked():
+            await self._within(loop, slots.acquire(), deadline)
+        else:
+            await slots.acquire()
         try:
-            # the whole head at once: a readline per header costs more than
-            # the rest of the client's work together
-            head = await r.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as e:
-            if not e.partial and reused:
-                raise _Stale()
-            raise ConnectionResetError("the daemon closed the connection without an answer")
-        except asyncio.LimitOverrunError:
-            raise ConnectionError("an answer's head longer than 64 KiB")
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise ConnectionError("not an HTTP/1.1 answer: %r" % lines[0][:80])
-        headers: List[Tuple[str, str]] = []
-        length = 0
-        close = parts[0] == "HTTP/1.0"
-        for h in lines[1:-2]:
-            name, _, value = h.partition(":")
-            name, value = name.strip(), value.strip()
-            headers.append((name, value))
-            low = name.lower()
-            if low == "content-length":
-                length = int(value)
-            elif low == "connection":
-                close = value.lower() == "close"
-        data = await r.readexactly(length) if length else b""
-        return (int(parts[1]), headers, data), close
-
-    async def _exchange(self, route: str, body: bytes, headers: Mapping[str, str]) -> Answer:
-        msg = self._head(route, body, headers)
-        async with self._pool():
             for attempt in (0, 1):
-                (r, w), reused = await self._open()
+                conn = None
+                while self._idle:
+                    conn = self._idle.pop()
+                    if not conn.lost:
+                        break
+                    conn = None
+                reused = conn is not None
+                if conn is None:
+                    _, conn = await self._within(loop, loop.create_connection(
+                        _Conn, self.endpoint.host, self.endpoint.port), deadline)
+                assert conn.transport is not None
+                w = conn.waiter = loop.create_future()
+                self._expire_at(loop, w, deadline)
                 done = False
                 try:
-                    w.write(msg)
-                    await w.drain()
-                    answer, close = await self._read(r, reused)
+                    conn.transport.write(msg)
+                    answer, close = await w
                     done = True
                 except _Stale:
-                    if attempt == 1:
+                    if not reused or attempt == 1:
                         raise ConnectionResetError("the daemon closed the connection without an answer")
                     # closed while idle: the daemon never drops a request it
                     # read (docs/API.md, "draining"), so send it again
                     continue
-                except (ConnectionError, BrokenPipeError) as e:
+                except ConnectionError as e:
                     if not reused or attempt == 1:
                         raise
                     self.log.debug("a kept-alive connection failed (%s): once more", e)
                     continue
                 finally:
+                    self._pending.pop(w, None)
+                    conn.waiter = None
                     if not done:
                         # an error, a timeout or a cancellation mid-answer:
                         # what is left on this connection cannot be trusted
-                        w.transport.abort()
-                if close:
-                    w.transport.abort()
+                        conn.transport.abort()
+                if close or conn.lost:
+                    conn.transport.abort()
                 else:
-                    self._idle.append((r, w))
+                    self._idle.append(conn)
                 return answer
+        finally:
+            slots.release()
         raise AssertionError("unreachable")
 
-    async def _call(self, route: str, body: bytes, headers: Mapping[str, str]) -> Decision:
-        start = time.monotonic()
+    async def _call(self, route: str, body: bytes, client_ip: Optional[str],
+                    extra: Optional[Mapping[str, str]]) -> Decision:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        if extra:
+            h = _core.request_headers(client_ip, extra)
+            head = b"POST " + route.encode() + b" HTTP/1.1\r\nHost: " + self._host + b"\r\n" + b"".join(
+                ("%s: %s\r\n" % kv).encode("latin-1") for kv in h.items())
+        elif client_ip:
+            # the client's address, for the `forwarded` identity source
+            head = self._start[route] + b"X-Forwarded-For: " + client_ip.encode("latin-1") + b"\r\n"
+        else:
+            head = self._start[route]
+        msg = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         try:
-            if _timeout is not None:
-                # no task of its own per call (asyncio.wait_for makes one: a
-                # third of a loopback check's time in Python 3.11)
-                async with _timeout(self.timeout):
-                    status, rh, data = await self._exchange(route, body, headers)
-            else:
-                status, rh, data = await asyncio.wait_for(self._exchange(route, body, headers), self.timeout)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as e:
-            ms = (time.monotonic() - start) * 1000
+            status, rh, data = await self._exchange(loop, msg, start + self.timeout)
+        except (OSError, asyncio.TimeoutError, ValueError) as e:
+            ms = (loop.time() - start) * 1000
             what = "timed out" if isinstance(e, asyncio.TimeoutError) else "%s: %s" % (type(e).__name__, e)
             return _core.failed(route, "%s after %.0f ms" % (what, ms), ms, self.fail_open, self.log)
-        return _core.decide(route, status, rh, data, (time.monotonic() - start) * 1000,
-                            self.fail_open, self.log)
+        return _core.decide(route, status, rh, data, (loop.time() - start) * 1000,
+                            self.fail_open, self.log, quota=rh)
 
     # ---------------------------------------------------------------- calls
 
@@ -166,7 +279,7 @@ class AsyncClient:
         """POST /check, as Client.check."""
         body = _core.check_body(dict(key=key, policy=policy, path=path, method=method, cost=cost,
                                      limits=limits), self.policy)
-        return await self._call("/check", body, _core.request_headers(client_ip, headers))
+        return await self._call("/check", body, client_ip, headers)
 
     async def charge(self, cost: int, key: Optional[str] = None, path: Optional[str] = None,
                      method: Optional[str] = None, client_ip: Optional[str] = None,
@@ -175,7 +288,7 @@ class AsyncClient:
         """POST /charge, as Client.charge."""
         body = _core.check_body(dict(key=key, policy=policy, path=path, method=method, cost=cost,
                                      limits=limits), self.policy)
-        return await self._call("/charge", body, _core.request_headers(client_ip, headers))
+        return await self._call("/charge", body, client_ip, headers)
 
     def reserve(self, estimate: int, key: Optional[str] = None, path: Optional[str] = None,
                 method: Optional[str] = None, client_ip: Optional[str] = None,
@@ -188,25 +301,26 @@ class AsyncClient:
                                      reserve=True), self.policy)
 
         async def make() -> AsyncReservation:
-            d = await self._call("/check", body, _core.request_headers(client_ip, headers))
+            d = await self._call("/check", body, client_ip, headers)
             return AsyncReservation(self, d, estimate, error_cost)
         return Reserving(make)
 
     async def settle(self, reservation: str, cost: int) -> Decision:
         """POST /settle, as Client.settle."""
         return await self._call("/settle", _core.settle_body(reservation, cost),
-                                _core.request_headers(None, None))
+                                None, None)
 
     async def release(self, lease: str) -> Decision:
         """POST /release, as Client.release."""
         return await self._call("/release", _core.json_body({"lease": lease}),
-                                _core.request_headers(None, None))
+                                None, None)
 
     async def aclose(self) -> None:
         """Close the idle connections."""
         idle, self._idle = self._idle, []
-        for _, w in idle:
-            w.close()
+        for c in idle:
+            if c.transport is not None:
+                c.transport.close()
 
     async def __aenter__(self) -> "AsyncClient":
         return self

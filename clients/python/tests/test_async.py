@@ -1,6 +1,8 @@
 """The asyncio client: its pool, timeouts and cancellation."""
 
 import asyncio
+import json
+import socket
 import time
 
 import harness as H
@@ -72,3 +74,106 @@ def test_a_new_event_loop_starts_a_new_pool(daemon):
     for _ in range(2):
         d = asyncio.run(c.check(key=fresh(), policy="conf"))
         assert d.allowed and not d.degraded, d
+
+
+class Scripted(H.Blackhole):
+    """A loopback listener answering each request on one connection with the
+    next of `answers` (bytes, sent a byte at a time to split it across
+    reads; a None next closes the connection after it), for what the daemon
+    never sends."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests = []
+        super().__init__()
+
+    def _accept(self):
+        try:
+            c, _ = self.sock.accept()
+        except OSError:
+            return
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with c:
+            data = b""
+            while self.answers:
+                while b"\r\n\r\n" not in data:
+                    got = c.recv(65536)
+                    if not got:
+                        return
+                    data += got
+                head, _, data = data.partition(b"\r\n\r\n")
+                n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(data) < n:
+                    data += c.recv(65536)
+                self.requests.append(head + b"\r\n\r\n" + data[:n])
+                data = data[n:]
+                answer = self.answers.pop(0)
+                if answer is None:
+                    return
+                for i in range(len(answer)):
+                    c.sendall(answer[i:i + 1])
+                if self.answers and self.answers[0] is None:
+                    return      # closed right after this answer
+
+
+def answer(status, body, *headers):
+    data = json.dumps(body).encode()
+    return (b"HTTP/1.1 %d X\r\n" % status + b"".join(h + b"\r\n" for h in headers) +
+            b"Content-Length: %d\r\n\r\n" % len(data) + data)
+
+
+def checks(port, n, **kw):
+    async def run():
+        async with AsyncClient(url(port), timeout=OK_TIMEOUT, **kw) as c:
+            return [await c.check(key="k", client_ip="198.51.100.7") for _ in range(n)]
+    return asyncio.run(run())
+
+
+def test_an_answer_split_across_reads():
+    s = Scripted([answer(429, {"allowed": False, "remaining": 0}, b"retry-after:  7 ", b"Date: x",
+                         b"X-RateLimit-Remaining: 0"),
+                  answer(200, {"allowed": True, "remaining": 4, "degraded": True})])
+    try:
+        d1, d2 = checks(s.port, 2)
+    finally:
+        s.close()
+    assert (d1.allowed, d1.status, d1.retry_after, d1.remaining, d1.degraded) == (False, 429, 7, 0, False)
+    assert d1.headers == [("retry-after", "7"), ("X-RateLimit-Remaining", "0")]
+    assert (d2.allowed, d2.status, d2.remaining, d2.degraded) == (True, 200, 4, True)
+    # both on one connection, each request whole, the client's address passed on
+    assert len(s.requests) == 2 and all(r.startswith(b"POST /check HTTP/1.1\r\n") for r in s.requests)
+    assert b"\r\nX-Forwarded-For: 198.51.100.7\r\n" in s.requests[0]
+    assert s.requests[0].endswith(b'{"key":"k"}')
+
+
+def test_an_answer_cut_or_garbled_is_the_failure_policy():
+    for answers, reason in (([answer(200, {"allowed": True})[:30], None], "mid-answer"),
+                            ([b"SSH-2.0-OpenSSH\r\n\r\n"], "not an HTTP/1.1 answer"),
+                            ([b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"], "bad Content-Length")):
+        s = Scripted(answers)
+        try:
+            (d,) = checks(s.port, 1, fail_open=False)
+        finally:
+            s.close()
+        assert (d.allowed, d.status, d.degraded) == (False, 503, True), d
+        assert reason in d.reason, d.reason
+        # a failure on a new connection is not tried again
+        assert len(s.requests) == 1
+
+
+def test_a_shorter_timeout_is_kept_at_once(blackhole):
+    async def run():
+        async with AsyncClient(url(blackhole.port), timeout=30 * H.SLOW, fail_open=False) as c:
+            first = asyncio.ensure_future(c.check(key="k"))
+            # until the first call waits for its answer (its deadline, 30 s on, armed)
+            while not c._pending:
+                await asyncio.sleep(0.01)
+            c.timeout = 0.3
+            t0 = time.monotonic()
+            d = await c.check(key="k")
+            took = time.monotonic() - t0
+            first.cancel()
+            return d, took
+    d, took = asyncio.run(run())
+    assert (d.status, d.degraded) == (503, True) and "timed out" in d.reason, d
+    assert took < 0.3 + 0.5 * H.SLOW, took
