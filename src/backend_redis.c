@@ -8,8 +8,9 @@
  * FUNCTION; EVAL once when the server forgot either, e.g. after a restart or
  * a FUNCTION FLUSH), up to redis.coalesce of them, and
  * hiredis pipelines the calls.  hiredis 0.14 has no async timeouts, so each
- * check owns a timer: when it fires the check is answered TIMEOUT and its part
- * of the late reply, when it comes, is dropped.
+ * check has a deadline: one timer of the backend's, at the nearest, answers
+ * those whose deadline passed TIMEOUT (their part of the late reply, when it
+ * comes, is dropped) and is set again for the next.
  *
  * Connection states: DOWN -> CONNECTING -> HANDSHAKE (AUTH, SELECT, ROLE,
  * SCRIPT LOAD, FUNCTION LOAD) -> READY.  Lost connections come back with exponential backoff
@@ -60,11 +61,20 @@ struct redis_backend {
      * ready, answered DOWN when it fails.  At most max_pending. */
     struct redis_op **waiting;
     size_t nwaiting, waiting_cap;
+    /* The checks with a deadline, answered or not, until freed; the timer
+     * is due at sweep_us (0: not set), at or before the nearest of theirs.
+     * A timer per check was added and deleted with every check
+     * (docs/BENCHMARKS.md, "Measurements behind the code"). */
+    struct redis_op *timed;
+    struct redis_op *cursor; /* the sweep's next, kept right by timed_del */
+    struct event *sweep;
+    int64_t sweep_us;
 };
 
 struct redis_op {
-    struct rl_script_wait w; /* the check: req, cb, answered, nlimits */
-    struct event timer;      /* inline: one allocation per check, not two */
+    struct rl_script_wait w;      /* the check: req, cb, answered, nlimits */
+    int64_t due_us;               /* its deadline (monotonic), 0: none */
+    struct redis_op *prev, *next; /* in rb->timed while due_us is set */
 };
 
 /* One script call: the checks coalesced into it, answered in order. */
@@ -84,10 +94,57 @@ op_of(struct rl_script_wait *w)
     return RL_CONTAINER_OF(w, struct redis_op, w);
 }
 
+/* The timer at due_us, unless it is due before. */
 static void
-redis_op_free(struct redis_op *op)
+sweep_at(struct redis_backend *rb, int64_t due_us)
 {
-    event_del(&op->timer);
+    int64_t wait_us;
+    struct timeval tv;
+
+    if (rb->sweep_us != 0 && rb->sweep_us <= due_us)
+        return;
+    wait_us = due_us - now_monotonic_us();
+    if (wait_us < 0)
+        wait_us = 0;
+    tv.tv_sec = wait_us / 1000000;
+    tv.tv_usec = wait_us % 1000000;
+    evtimer_add(rb->sweep, &tv);
+    rb->sweep_us = due_us;
+}
+
+static void
+timed_add(struct redis_backend *rb, struct redis_op *op, int64_t due_us)
+{
+    op->due_us = due_us;
+    op->prev = NULL;
+    op->next = rb->timed;
+    if (rb->timed != NULL)
+        rb->timed->prev = op;
+    rb->timed = op;
+    sweep_at(rb, due_us);
+}
+
+/* The timer stays: when it comes it finds the next deadline. */
+static void
+timed_del(struct redis_backend *rb, struct redis_op *op)
+{
+    if (op->due_us == 0)
+        return;
+    if (rb->cursor == op)
+        rb->cursor = op->next;
+    if (op->prev != NULL)
+        op->prev->next = op->next;
+    else
+        rb->timed = op->next;
+    if (op->next != NULL)
+        op->next->prev = op->prev;
+    op->due_us = 0;
+}
+
+static void
+redis_op_free(struct redis_backend *rb, struct redis_op *op)
+{
+    timed_del(rb, op);
     free(op);
 }
 
@@ -99,7 +156,7 @@ static void
 batch_free(struct redis_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
-        redis_op_free(op_of(b->w[i]));
+        redis_op_free(b->rb, op_of(b->w[i]));
     free(b);
 }
 
@@ -120,7 +177,7 @@ batch_compact(struct redis_batch *b)
 
     for (size_t i = 0; i < b->n; i++) {
         if (b->w[i]->answered)
-            redis_op_free(op_of(b->w[i]));
+            redis_op_free(b->rb, op_of(b->w[i]));
         else
             b->w[k++] = b->w[i];
     }
@@ -193,9 +250,15 @@ static void
 redis_flush(void *owner, void *const *items, size_t n)
 {
     struct redis_backend *rb = owner;
-    struct redis_batch *b = xcalloc(1, sizeof(*b) + n * sizeof(b->w[0]));
+    /* malloc, not calloc: glibc's calloc never takes a chunk from the
+     * thread's cache, so each check's op and batch went to the arena and
+     * back (what that cost: docs/BENCHMARKS.md, "Measurements behind the
+     * code"); every field is set here */
+    struct redis_batch *b = xmalloc(sizeof(*b) + n * sizeof(b->w[0]));
 
     b->rb = rb;
+    b->sent_eval = false;
+    b->counted = 0;
     b->n = n;
     for (size_t i = 0; i < n; i++)
         b->w[i] = &((struct redis_op *)items[i])->w;
@@ -206,7 +269,7 @@ redis_flush(void *owner, void *const *items, size_t n)
     while (b->n > 0 && rb->pending_checks + b->n > rb->max_pending) {
         struct rl_script_wait *w = b->w[--b->n];
         script_answer_status(w, RL_BACKEND_ERROR, "too many checks waiting for redis");
-        redis_op_free(op_of(w));
+        redis_op_free(rb, op_of(w));
     }
     if (b->n == 0) {
         free(b);
@@ -219,14 +282,31 @@ redis_flush(void *owner, void *const *items, size_t n)
     }
 }
 
+/*
+ * The checks whose deadline passed are answered TIMEOUT; each op stays until
+ * hiredis hands back its reply (or NULL): the heartbeat drops a connection
+ * whose replies stopped coming.  An answer's callback may check again (a
+ * new op goes before the cursor, with a later deadline) or free ops (their
+ * timed_del moves the cursor past them).
+ */
 static void
-on_op_timeout(evutil_socket_t fd, short what, void *arg)
+on_sweep(evutil_socket_t fd, short what, void *arg)
 {
-    /* op stays until hiredis hands back its reply (or NULL); the heartbeat
-     * drops a connection whose replies stopped coming. */
-    struct redis_op *op = arg;
+    struct redis_backend *rb = arg;
+    int64_t now = now_monotonic_us(), next = 0;
 
-    script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+    rb->sweep_us = 0;
+    for (struct redis_op *op = rb->timed; op != NULL; op = rb->cursor) {
+        rb->cursor = op->next;
+        if (op->w.answered)
+            continue;
+        if (op->due_us <= now)
+            script_answer_status(&op->w, RL_BACKEND_TIMEOUT, "redis did not answer in time");
+        else if (next == 0 || op->due_us < next)
+            next = op->due_us;
+    }
+    if (next != 0)
+        sweep_at(rb, next);
     (void)fd;
     (void)what;
 }
@@ -241,7 +321,7 @@ waiting_room(struct redis_backend *rb)
         return true;
     for (size_t i = 0; i < rb->nwaiting; i++) {
         if (rb->waiting[i]->w.answered)
-            redis_op_free(rb->waiting[i]);
+            redis_op_free(rb, rb->waiting[i]);
         else
             rb->waiting[k++] = rb->waiting[i];
     }
@@ -273,14 +353,14 @@ waiting_end(struct redis_backend *rb, int ready, const char *why)
         struct redis_op *op = w[i];
 
         if (op->w.answered) {
-            redis_op_free(op);
+            redis_op_free(rb, op);
         } else if (!ready) {
             script_answer_status(&op->w, RL_BACKEND_DOWN, why ? why : "redis not connected");
-            redis_op_free(op);
+            redis_op_free(rb, op);
         } else {
             /* sent now: from here on only its reply settles it */
             if (op->w.req->flags & RL_CHECK_SETTLE)
-                event_del(&op->timer);
+                timed_del(rb, op);
             rconn_queue_add(&rb->queue, op);
         }
     }
@@ -292,7 +372,6 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
 {
     struct redis_backend *rb = (struct redis_backend *)be;
     struct redis_op *op;
-    struct timeval tv;
     int wait = rb->c.st.state == RCONN_CONNECTING || rb->c.st.state == RCONN_HANDSHAKE;
 
     if (rb->c.st.state == RCONN_DOWN || (wait && !waiting_room(rb))) {
@@ -302,21 +381,18 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
         cb(&res, arg);
         return;
     }
-    op = xcalloc(1, sizeof(*op));
+    op = xmalloc(sizeof(*op)); /* not calloc: redis_flush says why */
+    memset(op, 0, sizeof(*op));
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
     op->w.nlimits = req->policy->nlimits;
     op->w.rsv_list = (req->flags & RL_CHECK_RSV_LIST) != 0;
-    evtimer_assign(&op->timer, rb->evb, on_op_timeout, op);
     /* A settling check has no deadline once sent (the heartbeat bounds that
      * wait: it drops a stalled connection), but one while it waits for a
      * connection: a TIMEOUT then says it never reached Redis. */
-    if (wait || !(req->flags & RL_CHECK_SETTLE)) {
-        tv.tv_sec = req->timeout_ms / 1000;
-        tv.tv_usec = (req->timeout_ms % 1000) * 1000;
-        evtimer_add(&op->timer, &tv);
-    }
+    if (wait || !(req->flags & RL_CHECK_SETTLE))
+        timed_add(rb, op, now_monotonic_us() + req->timeout_ms * 1000);
     if (wait)
         rb->waiting[rb->nwaiting++] = op;
     else
@@ -412,6 +488,13 @@ redis_create(struct rl_backend **out, struct event_base *evb, const struct rl_co
     }
     rb->base.ops = &rl_backend_redis_ops;
     rb->evb = evb;
+    rb->sweep = evtimer_new(evb, on_sweep, rb);
+    if (rb->sweep == NULL) {
+        redis_url_clear(&rb->url);
+        free(rb);
+        *cause = xstrdup("redis: cannot make a timer");
+        return RL_ERR;
+    }
     rb->display = cfg->redis.sentinel.master != NULL
                       ? xasprintf("sentinel:%s", cfg->redis.sentinel.master)
                       : redis_url_display(&rb->url);
@@ -457,11 +540,12 @@ redis_destroy(struct rl_backend *be)
         struct redis_op *op = rb->queue.items[i];
 
         script_answer_status(&op->w, RL_BACKEND_DOWN, "shutting down");
-        redis_op_free(op);
+        redis_op_free(rb, op);
     }
     rb->queue.n = 0;
     waiting_end(rb, 0, "shutting down");
     rconn_close(&rb->c); /* pending callbacks run with NULL */
+    event_free(rb->sweep);
     rsentinel_free(rb->sentinel);
     rconn_queue_free(&rb->queue);
     free(rb->reqs);

@@ -9,11 +9,12 @@
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/util.h>
-#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
 
 #include "log.h"
 #include "lua_scripts.h"
 #include "redis_conn.h"
+#include "redis_ev.h"
 #include "redis_reply.h"
 #include "redis_tls.h"
 #include "redis_tls_bridge.h"
@@ -204,7 +205,10 @@ rconn_open(struct event_base *evb, const char *host, const char *ip, int port,
             redisAsyncFree(ac);
         return "connect failed";
     }
-    redisLibeventAttach(ac, evb);
+    if (redis_ev_attach(ac, evb) != RL_OK) {
+        redisAsyncFree(ac);
+        return "connect failed";
+    }
 attached:
     redis_reply_attach(ac->c.reader);
     ac->data = data;

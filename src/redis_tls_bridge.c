@@ -16,13 +16,13 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/util.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include "log.h"
+#include "redis_ev.h"
 #include "redis_tls.h"
 #include "redis_tls_bridge.h"
 #include "util.h"
@@ -349,7 +349,7 @@ peer_addr(const char *ip, int port, struct sockaddr_storage *ss, int *len)
 }
 
 /* The adapter attached, with the bridge between hiredis and its hooks. */
-static void
+static int
 attach(redisAsyncContext *ac, struct event_base *evb, struct bridge *b, const char *ip,
        int port)
 {
@@ -358,7 +358,8 @@ attach(redisAsyncContext *ac, struct event_base *evb, struct bridge *b, const ch
     free(ac->c.tcp.host);
     ac->c.tcp.host = xstrdup(ip);
     ac->c.tcp.port = port;
-    redisLibeventAttach(ac, evb);
+    if (redis_ev_attach(ac, evb) != RL_OK)
+        return RL_ERR;
     b->inner = ac->ev.data;
     b->add_read = ac->ev.addRead;
     b->del_read = ac->ev.delRead;
@@ -371,6 +372,7 @@ attach(redisAsyncContext *ac, struct event_base *evb, struct bridge *b, const ch
     ac->ev.addWrite = hook_add_write;
     ac->ev.delWrite = hook_del_write;
     ac->ev.cleanup = hook_cleanup;
+    return RL_OK;
 }
 
 const char *
@@ -421,7 +423,12 @@ rtls_bridge_connect(struct event_base *evb, const char *host, const char *ip, in
     if ((why = hiredis_on_socket(sp[0], out)) != NULL)
         goto fail;
     close(sp[0]);
-    attach(*out, evb, b, ip, port);
+    if (attach(*out, evb, b, ip, port) != RL_OK) {
+        redisAsyncFree(*out);
+        *out = NULL;
+        bridge_free(b);
+        return "cannot open the TLS bridge";
+    }
     return NULL;
 fail:
     if (sp[0] >= 0)

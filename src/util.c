@@ -166,33 +166,108 @@ sb_cut(struct strbuf *sb, const char *s, size_t n)
     sb->len += n;
 }
 
-/* Two digits per division: the hot path formats a dozen numbers a check. */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* u's digits written backwards, ending before p: two a division, in 32 bits
+ * below 2^32 (a 64-bit division by 100 costs half as much again). */
+static inline char *
+digits_back(char *p, uint64_t u)
+{
+    uint32_t w;
+
+    while (u > UINT32_MAX) {
+        uint64_t q = u / 100;
+
+        p -= 2;
+        memcpy(p, digit_pairs + (unsigned)(u - q * 100) * 2, 2);
+        u = q;
+    }
+    for (w = (uint32_t)u; w >= 100;) {
+        uint32_t q = w / 100;
+
+        p -= 2;
+        memcpy(p, digit_pairs + (w - q * 100) * 2, 2);
+        w = q;
+    }
+    if (w >= 10) {
+        p -= 2;
+        memcpy(p, digit_pairs + w * 2, 2);
+    } else {
+        *--p = (char)('0' + w);
+    }
+    return p;
+}
+
+/* Decimal digits of u, 1 for 0 (u | 1 has as many): log2 times log10(2)
+ * as 1233/4096, one too many at most, which a power of ten corrects. */
+static inline size_t
+digits10(uint64_t u)
+{
+    static const uint64_t pow10[20] = {
+        1ULL,
+        10ULL,
+        100ULL,
+        1000ULL,
+        10000ULL,
+        100000ULL,
+        1000000ULL,
+        10000000ULL,
+        100000000ULL,
+        1000000000ULL,
+        10000000000ULL,
+        100000000000ULL,
+        1000000000000ULL,
+        10000000000000ULL,
+        100000000000000ULL,
+        1000000000000000ULL,
+        10000000000000000ULL,
+        100000000000000000ULL,
+        1000000000000000000ULL,
+        10000000000000000000ULL,
+    };
+    uint64_t v = u | 1;
+    unsigned t = (unsigned)(64 - __builtin_clzll(v)) * 1233 >> 12;
+
+    return t - (v < pow10[t]) + 1;
+}
+
+/* sb_i64 where the number may not fit: through a buffer, and cut. */
+static void __attribute__((noinline)) sb_i64_cut(struct strbuf *sb, uint64_t u, bool neg)
+{
+    char tmp[24], *end = tmp + sizeof(tmp), *p = digits_back(end, u);
+
+    if (neg)
+        *--p = '-';
+    sb_cut(sb, p, (size_t)(end - p));
+}
+
+/*
+ * Two digits per division: the hot path formats a couple of dozen numbers a
+ * check.  Its digits counted first, a number is written in place, from its
+ * end: no buffer of its own, no copy, no call to memcpy (docs/BENCHMARKS.md,
+ * "Measurements behind the code").
+ */
 void
 sb_i64(struct strbuf *sb, int64_t v)
 {
-    static const char pairs[201] =
-        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-        "8081828384858687888990919293949596979899";
-    char tmp[24], *p = tmp + sizeof(tmp);
     /* negate as unsigned: INT64_MIN has no positive twin */
     uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+    size_t n = digits10(u) + (v < 0);
+    char *p;
 
-    while (u >= 100) {
-        unsigned d = (unsigned)(u % 100) * 2;
-        u /= 100;
-        *--p = pairs[d + 1];
-        *--p = pairs[d];
+    if (sb->len + n >= sb->size) {
+        sb_i64_cut(sb, u, v < 0);
+        return;
     }
-    if (u >= 10) {
-        *--p = pairs[u * 2 + 1];
-        *--p = pairs[u * 2];
-    } else {
-        *--p = (char)('0' + u);
-    }
+    p = sb->buf + sb->len + n;
+    *p = '\0';
+    p = digits_back(p, u);
     if (v < 0)
-        *--p = '-';
-    sb_mem(sb, p, (size_t)(tmp + sizeof(tmp) - p));
+        p[-1] = '-';
+    sb->len += n;
 }
 
 /* SipHash-2-4 (Aumasson and Bernstein), little-endian words. */
@@ -216,6 +291,23 @@ sb_i64(struct strbuf *sb, int64_t v)
         v2 = ROTL(v2, 32); \
     } while (0)
 
+/* The little-endian word at p: one load where the host is little-endian
+ * (a check hashes its key: byte by byte, the loads were a third of it). */
+static inline uint64_t
+le64(const unsigned char *p)
+{
+    uint64_t m;
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(&m, p, 8);
+#else
+    m = 0;
+    for (int j = 7; j >= 0; j--)
+        m = m << 8 | p[j];
+#endif
+    return m;
+}
+
 uint64_t
 siphash24(uint64_t k0, uint64_t k1, const void *data, size_t len)
 {
@@ -226,9 +318,7 @@ siphash24(uint64_t k0, uint64_t k1, const void *data, size_t len)
     size_t i, tail = len & 7;
 
     for (i = 0; i + 8 <= len; i += 8) {
-        m = 0;
-        for (int j = 7; j >= 0; j--)
-            m = m << 8 | p[i + (size_t)j];
+        m = le64(p + i);
         v3 ^= m;
         SIPROUND;
         SIPROUND;

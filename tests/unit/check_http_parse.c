@@ -9,6 +9,7 @@
  * verdict the whole stream gets at once.  Each call gets its own buffer of
  * exactly `len` bytes, so a parser that looks past len trips ASan.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -504,6 +505,33 @@ START_TEST(head_bad)
 END_TEST
 
 /* A complete valid head, then garbage: the head is read, the rest left. */
+/* Every byte in a header value, against RFC 9110 5.5's field-value: HTAB,
+ * SP, VCHAR and obs-text taken, any other control byte and DEL refused (CR
+ * and LF end the line: not values' bytes) */
+START_TEST(head_value_every_byte)
+{
+    for (int b = 0; b < 256; b++) {
+        char raw[64];
+        int n = snprintf(raw, sizeof(raw), "GET / HTTP/1.1\r\nHost: x\r\nX-A: a%cz\r\n\r\n", b);
+        bool ok = b == '\t' || (b >= 0x20 && b != 0x7f);
+        struct http_head h;
+        const char *why = NULL;
+        char *buf;
+        ssize_t r;
+
+        if (b == '\r' || b == '\n')
+            continue;
+        ck_assert_int_eq((unsigned char)raw[n - 6], b); /* %c writes even a NUL */
+        r = parse_whole(raw, (size_t)n, MAX_HEAD, &h, &why, &buf);
+        free(buf);
+        if (ok)
+            ck_assert_msg(r == n, "byte 0x%02x: %zd (%s), want taken", b, r, why ? why : "");
+        else
+            ck_assert_msg(r == -400, "byte 0x%02x: %zd, want 400", b, r);
+    }
+}
+END_TEST
+
 START_TEST(head_then_garbage)
 {
     static const char raw[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\n\0\x01GARBAGE";
@@ -774,6 +802,7 @@ http_parse_suite(void)
     tcase_add_test(tc, head_max_head_bytes);
     tcase_add_test(tc, head_leading_crlfs_bounded);
     tcase_add_loop_test(tc, head_bad, 0, N_OF(bad_heads));
+    tcase_add_test(tc, head_value_every_byte);
     tcase_add_test(tc, head_then_garbage);
     tcase_add_test(tc, head_pipelined);
     suite_add_tcase(s, tc);

@@ -177,6 +177,26 @@ START_TEST(the_hash_is_keyed_and_salted)
 }
 END_TEST
 
+/* SipHash-2-4 itself: the reference vectors (the paper's key 00..0f, the
+ * message 00..len-1), across the word boundaries and its tail's lengths,
+ * from an unaligned start too */
+START_TEST(siphash_reference_vectors)
+{
+    static const struct { size_t len; uint64_t h; } v[] = {
+        {0, 0x726fdb47dd0e0e31ULL},  {7, 0xab0200f58b01d137ULL},
+        {8, 0x93f5f5799a932462ULL},  {15, 0xa129ca6149be45e5ULL},
+        {16, 0x3f2acc7f57c29bdbULL}, {63, 0x958a324ceb064572ULL},
+    };
+    uint64_t k0 = 0x0706050403020100ULL, k1 = 0x0f0e0d0c0b0a0908ULL;
+    unsigned char msg[1 + 64];
+
+    for (size_t i = 0; i < 64; i++)
+        msg[1 + i] = (unsigned char)i;
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        ck_assert_uint_eq(siphash24(k0, k1, msg + 1, v[i].len), v[i].h);
+}
+END_TEST
+
 START_TEST(crafted_collisions_cost_what_random_keys_cost)
 {
     static struct ent crafted[NKEYS], rnd[NKEYS];
@@ -211,6 +231,7 @@ main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, insert_find_remove_and_grow);
     tcase_add_test(tc, the_hash_is_keyed_and_salted);
+    tcase_add_test(tc, siphash_reference_vectors);
     tcase_add_test(tc, crafted_collisions_cost_what_random_keys_cost);
     suite_add_tcase(s, tc);
     return rl_unit_run(s, CK_FORK_GETENV);

@@ -522,6 +522,32 @@ START_TEST(strbuf_numbers_and_cuts)
         ck_assert_str_eq(buf, nums[i].s);
         ck_assert(sb_ok(&sb));
     }
+    /* every length, each side of each power of ten, both signs, against
+     * printf; appended after text, in a buffer with room for the number
+     * and its NUL only (the short copy) and in a large one (the fixed one) */
+    for (uint64_t p10 = 1, k = 0; k < 19; k++, p10 *= 10) { /* 10^19 fits */
+        for (int64_t d = -1; d <= 1; d++) {
+            for (int sign = 1; sign >= -1; sign -= 2) {
+                int64_t v = sign * ((int64_t)p10 + d);
+                char want[32], big[64];
+                int wn = snprintf(want, sizeof(want), "ab%lld", (long long)v);
+
+                sb_init(&sb, big, sizeof(big));
+                sb_str(&sb, "ab");
+                sb_i64(&sb, v);
+                ck_assert_str_eq(big, want);
+                ck_assert_uint_eq(sb.len, (size_t)wn);
+                memset(buf, 'x', sizeof(buf));
+                sb_init(&sb, buf, (size_t)wn + 1);
+                sb_str(&sb, "ab");
+                sb_i64(&sb, v);
+                ck_assert(sb_ok(&sb));
+                ck_assert_str_eq(buf, want);
+                if ((size_t)wn + 1 < sizeof(buf))
+                    ck_assert_int_eq(buf[wn + 1], 'x');
+            }
+        }
+    }
     memset(buf, 'x', sizeof(buf));
     sb_init(&sb, buf, 6);
     sb_str(&sb, "ab");

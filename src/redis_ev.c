@@ -1,0 +1,142 @@
+/* redis_ev.c — see redis_ev.h. */
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include <hiredis/hiredis.h>
+
+#include "redis_ev.h"
+#include "util.h"
+
+struct redis_ev {
+    redisAsyncContext *ac;
+    struct event *rev, *wev;
+    bool reading; /* rev added */
+    bool armed;   /* wev added: waiting for the socket to take more */
+    bool soon;    /* wev activated: the buffer is written in this pass */
+    bool writing; /* in wev's callback: a short write waits for the socket */
+    bool entered; /* in a callback: a cleanup then frees this after it */
+    bool deleted; /* cleaned up inside a callback */
+};
+
+static void
+on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_ev *e = arg;
+
+    e->entered = true;
+    redisAsyncHandleRead(e->ac);
+    e->entered = false;
+    if (e->deleted)
+        free(e);
+    (void)fd;
+    (void)what;
+}
+
+static void
+on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_ev *e = arg;
+
+    e->soon = false;
+    e->entered = e->writing = true;
+    redisAsyncHandleWrite(e->ac);
+    e->entered = e->writing = false;
+    if (e->deleted)
+        free(e);
+    (void)fd;
+    (void)what;
+}
+
+static void
+add_read(void *p)
+{
+    struct redis_ev *e = p;
+
+    if (!e->reading && event_add(e->rev, NULL) == 0)
+        e->reading = true;
+}
+
+static void
+del_read(void *p)
+{
+    struct redis_ev *e = p;
+
+    if (e->reading) {
+        event_del(e->rev);
+        e->reading = false;
+    }
+}
+
+/* hiredis asks for a write after every command it queues, and again after
+ * a short write: the first is done in this pass, the second when the socket
+ * can take it (so is a connect's). */
+static void
+add_write(void *p)
+{
+    struct redis_ev *e = p;
+
+    if (e->armed || e->soon)
+        return;
+    if ((e->ac->c.flags & REDIS_CONNECTED) && !e->writing) {
+        e->soon = true;
+        event_active(e->wev, EV_WRITE, 1);
+    } else if (event_add(e->wev, NULL) == 0) {
+        e->armed = true;
+    }
+}
+
+static void
+del_write(void *p)
+{
+    struct redis_ev *e = p;
+
+    /* an activation not yet run is taken back too */
+    if (e->armed || e->soon) {
+        event_del(e->wev);
+        e->armed = e->soon = false;
+    }
+}
+
+static void
+cleanup(void *p)
+{
+    struct redis_ev *e = p;
+
+    event_free(e->rev);
+    event_free(e->wev);
+    if (e->entered)
+        e->deleted = true;
+    else
+        free(e);
+}
+
+int
+redis_ev_attach(redisAsyncContext *ac, struct event_base *evb)
+{
+    struct redis_ev *e;
+
+    if (ac->ev.data != NULL)
+        return RL_ERR;
+    e = xcalloc(1, sizeof(*e));
+    e->ac = ac;
+    e->rev = event_new(evb, ac->c.fd, EV_READ | EV_PERSIST, on_read, e);
+    e->wev = event_new(evb, ac->c.fd, EV_WRITE | EV_PERSIST, on_write, e);
+    if (e->rev == NULL || e->wev == NULL) {
+        if (e->rev != NULL)
+            event_free(e->rev);
+        if (e->wev != NULL)
+            event_free(e->wev);
+        free(e);
+        return RL_ERR;
+    }
+    ac->ev.addRead = add_read;
+    ac->ev.delRead = del_read;
+    ac->ev.addWrite = add_write;
+    ac->ev.delWrite = del_write;
+    ac->ev.cleanup = cleanup;
+    ac->ev.data = e;
+    /* as hiredis's adapter: reading, and the connect's end awaited */
+    add_read(e);
+    add_write(e);
+    return RL_OK;
+}

@@ -1,0 +1,28 @@
+/*
+ * redis_ev.h — hiredis's async events on libevent, without re-arming them
+ * for every command and every reply.
+ *
+ * hiredis's own adapter (hiredis/adapters/libevent.h) has one-shot events:
+ * the read event is added again after every reply, the write event added
+ * for every command and deleted when the buffer is written, each time
+ * through libevent's event map and two epoll_ctl calls (what that cost:
+ * docs/BENCHMARKS.md, "Measurements behind the code").  Here the read event
+ * is persistent and stays armed; a command on a connected context is
+ * written at the end of the event-loop pass that queued it (the write event
+ * activated, no epoll interest), and the write event waits for the socket
+ * only while a write is short (or the connect is under way).  hiredis calls
+ * the same hooks, in the same places.
+ */
+#ifndef RL_REDIS_EV_H
+#define RL_REDIS_EV_H
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+
+#include "rl.h"
+
+/* Attach ac to evb (as redisLibeventAttach); RL_ERR when already attached
+ * or libevent refused its events. */
+int redis_ev_attach(redisAsyncContext *ac, struct event_base *evb) RL_WUR;
+
+#endif
