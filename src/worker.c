@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -53,7 +54,6 @@ struct rl_worker {
     void (*rls_door_free)(void *);
     struct rl_config *cfg;      /* in force on this worker (a reference) */
     struct rl_config *next_cfg; /* handed over by worker_set_config (atomic) */
-    struct event *cfg_ev;
     int listen_fd;
     struct rl_backend *backend;
     struct rl_backend *local; /* the memory backend that failure_mode
@@ -61,8 +61,12 @@ struct rl_worker {
                                      * backend is Redis, whatever the mode;
                                      * NULL with the memory backend */
     struct rl_check_env env;
-    struct slab slab;           /* env.slab */
-    struct event *drain_ev;     /* activated by the main thread */
+    struct slab slab; /* env.slab */
+    /* The one way in from other threads (the base has no lock): they set
+     * a WAKE_* bit in wake and write to wake_fd, whose event runs them. */
+    unsigned wake;
+    int wake_fd;
+    struct event *wake_ev;
     struct event *grace_ev;     /* end of shutdown_grace */
     struct event *exited_ev;    /* on the main base: this loop ended */
     struct rl_metrics *metrics; /* this worker's counters */
@@ -76,9 +80,8 @@ struct rl_worker {
     struct event *ready_ev;   /* republishes ready_reason */
     const char *ready_reason; /* NULL: ready; static text (atomic) */
     /* Answers of admin actions for this worker's local views: pushed by
-     * worker 0 (a lock-free stack), taken whole on this thread by news_ev. */
+     * worker 0 (a lock-free stack), taken whole on this thread (WAKE_NEWS). */
     struct worker_news *news;
-    struct event *news_ev;
     /* Checks held for max_delay (env.delayed counts them with those sent
      * asking for a reservation); each answered by its timer, or with 503
      * when draining begins. */
@@ -89,6 +92,31 @@ struct rl_worker {
      * held at once, which max_delayed bounds. */
     struct worker_held *held_spare;
 };
+
+/*
+ * What other threads ask of a worker: a bit each, run on its own thread.
+ * Its base is made without libevent's lock (EVENT_BASE_FLAG_NOLOCK: what
+ * the lock cost, docs/BENCHMARKS.md, "Measurements behind the code"), so
+ * nothing but wake() may reach it from another thread.
+ */
+enum {
+    WAKE_CONFIG = 1, /* worker_set_config */
+    WAKE_NEWS = 2,   /* push_news */
+    WAKE_DRAIN = 4,  /* worker_drain */
+};
+
+/* Thread-safe: the bit first, then the eventfd, which on_wake reads
+ * before it takes the bits (a bit set after that read writes again). */
+static void
+wake(struct rl_worker *w, unsigned bit)
+{
+    uint64_t one = 1;
+
+    __atomic_fetch_or(&w->wake, bit, __ATOMIC_ACQ_REL);
+    /* EAGAIN only when the counter is full: a wake is pending anyway */
+    if (write(w->wake_fd, &one, sizeof(one)) < 0) {
+    }
+}
 
 /* Draining ends when every connection got its answers and closed, no check
  * waits for the backend, and every count a hybrid policy admitted has
@@ -374,8 +402,7 @@ worker_set_config(struct rl_worker *w, struct rl_config *cfg)
                                                   __ATOMIC_ACQ_REL);
 
     config_unref(stale); /* one the worker never took: superseded */
-    /* thread-safe: evthread_use_pthreads() was called before any base */
-    event_active(w->cfg_ev, EV_READ, 0);
+    wake(w, WAKE_CONFIG);
 }
 
 /* An admin action's answer, on its way to a worker's local views. */
@@ -425,11 +452,25 @@ take_news(struct rl_worker *w, int apply)
     }
 }
 
+/* wake()'s bits, in the order a reload, an admin action and a stop
+ * are best taken when they come together */
 static void
-on_news(evutil_socket_t fd, short what, void *arg)
+on_wake(evutil_socket_t fd, short what, void *arg)
 {
-    take_news(arg, 1);
-    (void)fd;
+    struct rl_worker *w = arg;
+    uint64_t n;
+    unsigned bits;
+
+    if (read(fd, &n, sizeof(n)) < 0) {
+        /* EAGAIN: another pass read it; the bits say what is left */
+    }
+    bits = __atomic_exchange_n(&w->wake, 0, __ATOMIC_ACQ_REL);
+    if (bits & WAKE_CONFIG)
+        on_config(-1, 0, w);
+    if (bits & WAKE_NEWS)
+        take_news(w, 1);
+    if (bits & WAKE_DRAIN)
+        on_drain(-1, 0, w);
     (void)what;
 }
 
@@ -450,8 +491,7 @@ push_news(struct rl_worker *p, struct rl_config *cfg, const struct rl_check_req 
     while (!__atomic_compare_exchange_n(&p->news, &n->next, n, 1, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED))
         ;
-    /* thread-safe: evthread_use_pthreads() was called before any base */
-    event_active(p->news_ev, EV_READ, 0);
+    wake(p, WAKE_NEWS);
 }
 
 void
@@ -560,12 +600,15 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
     w->listen_fd = listen_fd;
     w->cfg = config_ref(cfg);
     w->metrics = xcalloc(1, sizeof(*w->metrics));
+    w->wake_fd = -1;
     /* The changelist folds the add/del pairs of a loop pass (hiredis's write
      * interest around each batch, a connection's write interest when a
-     * client reads slowly) into one epoll_ctl. */
+     * client reads slowly) into one epoll_ctl.  No lock: only this thread
+     * touches the base once it runs (other threads go through wake()). */
     struct event_config *ec = event_config_new();
     if (ec != NULL)
-        event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+        event_config_set_flag(ec,
+                              EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST | EVENT_BASE_FLAG_NOLOCK);
     w->base = ec != NULL ? event_base_new_with_config(ec) : NULL;
     if (ec != NULL)
         event_config_free(ec);
@@ -600,9 +643,16 @@ worker_init(struct rl_worker **out, int id, int listen_fd, struct rl_config *cfg
                                    (size_t)cfg->hybrid_table_size);
         w->env.pending = pending_new(w->base, w->backend, w->metrics);
     }
-    w->drain_ev = event_new(w->base, -1, 0, on_drain, w);
-    w->cfg_ev = event_new(w->base, -1, 0, on_config, w);
-    w->news_ev = event_new(w->base, -1, 0, on_news, w);
+    w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->wake_fd < 0) {
+        *cause = xstrdup("eventfd failed");
+        return RL_ERR;
+    }
+    w->wake_ev = event_new(w->base, w->wake_fd, EV_READ | EV_PERSIST, on_wake, w);
+    if (w->wake_ev == NULL || event_add(w->wake_ev, NULL) != 0) {
+        *cause = xstrdup("cannot add the worker's wake event");
+        return RL_ERR;
+    }
     w->ready_reason = own_readiness(w);
     w->ready_ev = event_new(w->base, -1, EV_PERSIST, on_ready_publish, w);
     {
@@ -645,8 +695,7 @@ void
 worker_drain(struct rl_worker *w, int64_t grace_ms)
 {
     __atomic_store_n(&w->grace_ms, grace_ms, __ATOMIC_RELEASE);
-    /* thread-safe: evthread_use_pthreads() was called before any base */
-    event_active(w->drain_ev, EV_READ, 0);
+    wake(w, WAKE_DRAIN);
 }
 
 void
@@ -696,18 +745,16 @@ worker_free(struct rl_worker *w)
         w->rls_door_free(w->rls_door);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
-    if (w->drain_ev != NULL)
-        event_free(w->drain_ev);
-    if (w->cfg_ev != NULL)
-        event_free(w->cfg_ev);
-    if (w->news_ev != NULL)
-        event_free(w->news_ev);
+    if (w->wake_ev != NULL)
+        event_free(w->wake_ev);
     if (w->ready_ev != NULL)
         event_free(w->ready_ev);
     if (w->grace_ev != NULL)
         event_free(w->grace_ev);
     if (w->base != NULL)
         event_base_free(w->base);
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
     free(w->metrics);
     deny_cache_free(w->env.deny);
     slab_purge(&w->slab); /* after the backends answered every call */
