@@ -276,9 +276,14 @@ redis_flush(void *owner, void *const *items, size_t n)
     } else if (rb->c.st.state != RCONN_READY) {
         batch_answer_status(b, RL_BACKEND_DOWN, rb->c.st.down_reason);
         batch_free(b);
-    } else if (send_batch(b) != RL_OK) {
-        batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
-        batch_free(b);
+    } else {
+        /* written here, not by the write event at the pass's end */
+        rconn_hold(&rb->c);
+        if (send_batch(b) != RL_OK) {
+            batch_answer_status(b, RL_BACKEND_ERROR, "cannot queue the command");
+            batch_free(b);
+        }
+        rconn_release(&rb->c);
     }
 }
 

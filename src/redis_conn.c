@@ -825,6 +825,20 @@ rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, .
 }
 
 void
+rconn_hold(struct rconn *c)
+{
+    if (c->ac != NULL)
+        redis_ev_hold(c->ac);
+}
+
+void
+rconn_release(struct rconn *c)
+{
+    if (c->ac != NULL)
+        redis_ev_release(c->ac);
+}
+
+void
 rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply)
 {
     /* a context given up: its count went with it */

@@ -249,6 +249,10 @@ void rconn_fail(struct rconn *c, const char *why);
 int rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms,
                const char *cmd, size_t len);
 int rconn_sendf(struct rconn *c, redisCallbackFn *fn, void *priv, const char *fmt, ...);
+/* The commands sent between these two written by the second, at once,
+ * rather than at the end of the pass (redis_ev.h: redis_ev_hold). */
+void rconn_hold(struct rconn *c);
+void rconn_release(struct rconn *c);
 /* Every callback of a command sent calls this first: ac and reply as given. */
 void rconn_replied(struct rconn *c, const redisAsyncContext *ac, const void *reply);
 /* The oldest reply owed is overdue: the server hangs, or cannot keep up. */

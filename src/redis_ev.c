@@ -14,6 +14,8 @@ struct redis_ev {
     bool armed;   /* wev added: waiting for the socket to take more */
     bool soon;    /* wev activated: the buffer is written in this pass */
     bool writing; /* in wev's callback: a short write waits for the socket */
+    bool held;    /* between redis_ev_hold and _release */
+    bool wanted;  /* held: a command waits for release's write */
     bool entered; /* in a callback: a cleanup then frees this after it */
     bool deleted; /* cleaned up inside a callback */
 };
@@ -77,7 +79,9 @@ add_write(void *p)
 
     if (e->armed || e->soon)
         return;
-    if ((e->ac->c.flags & REDIS_CONNECTED) && !e->writing) {
+    if ((e->ac->c.flags & REDIS_CONNECTED) && !e->writing && e->held) {
+        e->wanted = true;
+    } else if ((e->ac->c.flags & REDIS_CONNECTED) && !e->writing) {
         e->soon = true;
         event_active(e->wev, EV_WRITE, 1);
     } else if (event_add(e->wev, NULL) == 0) {
@@ -90,7 +94,8 @@ del_write(void *p)
 {
     struct redis_ev *e = p;
 
-    /* an activation not yet run is taken back too */
+    /* an activation not yet run is taken back too, a held write too */
+    e->wanted = false;
     if (e->armed || e->soon) {
         event_del(e->wev);
         e->armed = e->soon = false;
@@ -108,6 +113,49 @@ cleanup(void *p)
         e->deleted = true;
     else
         free(e);
+}
+
+/* ac's redis_ev, or NULL when its hooks are another's (redis_tls_bridge.c
+ * wraps them, its own struct in ev.data): such a context is not held. */
+static struct redis_ev *
+own(redisAsyncContext *ac)
+{
+    return ac->ev.addWrite == add_write ? ac->ev.data : NULL;
+}
+
+void
+redis_ev_hold(redisAsyncContext *ac)
+{
+    struct redis_ev *e = own(ac);
+
+    if (e != NULL)
+        e->held = true;
+}
+
+void
+redis_ev_release(redisAsyncContext *ac)
+{
+    struct redis_ev *e = own(ac);
+    int done = 0;
+
+    if (e == NULL)
+        return;
+    e->held = false;
+    if (!e->wanted)
+        return;
+    e->wanted = false;
+    if (e->armed || e->soon) /* a write already waits: it takes this one */
+        return;
+    if (redisBufferWrite(&e->ac->c, &done) != REDIS_OK) {
+        /* hiredis's own write, in the event's callback, meets the error
+         * (kept in the context) and drops the connection there */
+        e->soon = true;
+        event_active(e->wev, EV_WRITE, 1);
+    } else {
+        if (!done && event_add(e->wev, NULL) == 0)
+            e->armed = true;
+        add_read(e); /* as hiredis after a write */
+    }
 }
 
 int

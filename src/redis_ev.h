@@ -25,4 +25,18 @@
  * or libevent refused its events. */
 int redis_ev_attach(redisAsyncContext *ac, struct event_base *evb) RL_WUR;
 
+/*
+ * Between hold and release, a command queued on a connected ac is not
+ * written at the end of the pass but by release, at once, with whatever
+ * else was queued since hold: the pass's write event is neither activated
+ * nor run (what that saves: docs/BENCHMARKS.md, "Measurements behind the
+ * code").  Release runs no callback of hiredis's: a write that fails is
+ * handed to the write event, whose callback finds the error and drops the
+ * connection as before; a short write waits for the socket as before.
+ * A context whose hooks were wrapped by another's (a TLS bridge's) is
+ * written at the end of the pass as before: hold and release ignore it.
+ */
+void redis_ev_hold(redisAsyncContext *ac);
+void redis_ev_release(redisAsyncContext *ac);
+
 #endif
