@@ -1,8 +1,11 @@
 /* redis_ev.c — see redis_ev.h. */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 
 #include "redis_ev.h"
 #include "util.h"
@@ -132,6 +135,37 @@ redis_ev_hold(redisAsyncContext *ac)
         e->held = true;
 }
 
+/* An output buffer up to this is kept, emptied, for the next command. */
+#define REDIS_EV_OBUF_KEEP (16 * 1024)
+
+/*
+ * redisBufferWrite, except that a buffer written whole is emptied in place:
+ * hiredis frees it after every write, and the next command allocates it
+ * again and grows it by a realloc (what that cost: docs/BENCHMARKS.md,
+ * "Measurements behind the code").  A longer one is hiredis's to write and
+ * free.  RL_ERR on an error of the socket, left for hiredis to meet again.
+ */
+static int
+write_out(redisContext *c, int *done)
+{
+    size_t len = sdslen(c->obuf);
+    ssize_t n;
+
+    if (c->err || len > REDIS_EV_OBUF_KEEP)
+        return redisBufferWrite(c, done) == REDIS_OK ? RL_OK : RL_ERR;
+    if (len > 0) {
+        n = write(c->fd, c->obuf, len);
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return RL_ERR;
+        if (n == (ssize_t)len)
+            sdsclear(c->obuf);
+        else if (n > 0)
+            sdsrange(c->obuf, (int)n, -1);
+    }
+    *done = sdslen(c->obuf) == 0;
+    return RL_OK;
+}
+
 void
 redis_ev_release(redisAsyncContext *ac)
 {
@@ -146,9 +180,9 @@ redis_ev_release(redisAsyncContext *ac)
     e->wanted = false;
     if (e->armed || e->soon) /* a write already waits: it takes this one */
         return;
-    if (redisBufferWrite(&e->ac->c, &done) != REDIS_OK) {
+    if (write_out(&e->ac->c, &done) != RL_OK) {
         /* hiredis's own write, in the event's callback, meets the error
-         * (kept in the context) and drops the connection there */
+         * again and drops the connection there */
         e->soon = true;
         event_active(e->wev, EV_WRITE, 1);
     } else {
