@@ -93,8 +93,10 @@ local function fixed_window(with_give, aligned, periodic)
   if not periodic then
     local pcall_ = redis.pcall
     plain = function(sp, key, bkey, now, cost)
-      -- read_first's reads: the block key's errors are no block
-      local v = call('GET', key)
+      -- read_first's reads: the block key's errors are no block; the
+      -- key's (WRONGTYPE) are this check's answer, returned, not raised
+      -- (the driver calls a plain check without a pcall)
+      local v = pcall_('GET', key)
       local e = pcall_('GET', bkey)
       e = e and tonumber(e)
       local limit, W = sp[3], sp[4]
@@ -107,7 +109,10 @@ local function fixed_window(with_give, aligned, periodic)
                   s >= 0 and s < 9007199254740992 and s % 1 == 0) then c = nil end
         end
         -- the text layout of 0.1, or no state
-        if c == nil then c, s = state2(v) end
+        if c == nil then
+          if v.err then return { err = tostring(v.err) }, 0, 0, 0 end
+          c, s = state2(v)
+        end
         if c then count, start = c, s end
         if count > 0 then
           left = start + W - now
