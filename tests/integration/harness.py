@@ -146,20 +146,26 @@ for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         pass
 
 
+_ports_given = set()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago, at most 55535: a
     Redis Cluster node refuses a higher one (its bus port is 10000 above),
-    and every test may start cluster nodes on these ports."""
-    for _ in range(100):
+    and every test may start cluster nodes on these ports.  Never one this
+    process was given before: two calls before either port is bound (a
+    daemon's listen and rls.listen) could otherwise get the same one."""
+    for _ in range(1000):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         finally:
             s.close()
-        if port <= 55535:
+        if port <= 55535 and port not in _ports_given:
+            _ports_given.add(port)
             return port
-    raise HarnessError("no free loopback port at or below 55535 in 100 tries")
+    raise HarnessError("no new free loopback port at or below 55535 in 1000 tries")
 
 
 class Blackhole:
