@@ -1032,21 +1032,32 @@ gconn_flush(struct grpc_conn *c)
     }
 }
 
-/* nghttp2's frames into out, as far as back-pressure allows. */
-static void
+/*
+ * nghttp2's frames into out, as far as back-pressure allows: true when it
+ * stopped there (more may follow once the socket takes some).  Asked first
+ * whether nghttp2 has anything: a mem_send that finds nothing costs some
+ * 200 instructions, and most passes (every read of a request) have nothing.
+ */
+static bool
 pump(struct grpc_conn *c)
 {
-    while (!c->dead && !c->raw && pending(c) < WBUF_HIGH) {
+    while (!c->dead && !c->raw) {
         const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c->h2, &p);
-        if (n < 0) {
+        ssize_t n;
+
+        if (pending(c) >= WBUF_HIGH)
+            return true;
+        if (!nghttp2_session_want_write(c->h2))
+            return false;
+        if ((n = nghttp2_session_mem_send(c->h2, &p)) < 0) {
             c->dead = 1;
-            return;
+            return false;
         }
         if (n == 0)
-            return;
+            return false;
         evbuffer_add(c->out, p, (size_t)n);
     }
+    return false;
 }
 
 /* ---- the connection's life -------------------------------------------------------------- */
@@ -1189,10 +1200,12 @@ gconn_settle(struct grpc_conn *c)
     if (c->busy)
         return;
     if (!c->dead && c->tls_ok) {
-        pump(c);
+        bool full = pump(c);
         gconn_flush(c);
-        pump(c); /* the socket took it all: more may fit now */
-        gconn_flush(c);
+        if (full) { /* back-pressure stopped it: more may fit now */
+            pump(c);
+            gconn_flush(c);
+        }
     }
     if (c->dead) {
         gconn_free(c);
