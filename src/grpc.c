@@ -42,7 +42,6 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
@@ -116,6 +115,22 @@ struct grpc_call {
     uint8_t out_inline[INLINE_OUT];
 };
 
+/*
+ * What a connection has to write, in one piece: nghttp2 hands out a frame
+ * at a time, copied here, and the socket takes them in one write().  An
+ * evbuffer cost ~900 instructions a call in its chains, its writev and its
+ * length asked again and again.  At most WBUF_HIGH and a frame; a buffer
+ * grown past OBUF_KEEP is freed once written out (a stalled reader's does
+ * not stay).
+ */
+struct obuf {
+    uint8_t *p;
+    size_t off, len, cap; /* unsent: p[off..len) */
+};
+
+#define OBUF_FIRST 4096
+#define OBUF_KEEP (16 * 1024)
+
 struct grpc_conn {
     struct grpc_server *srv;
     int fd;
@@ -125,20 +140,20 @@ struct grpc_conn {
     struct event *rev, *wev, *flush_ev;
     nghttp2_session *h2;
     int reading, writing;
-    int busy;             /* inside our own callbacks: not freed there */
-    int dead;             /* free at the next safe point */
-    int eof;              /* the client closed its side */
-    int raw;              /* not HTTP/2: only out goes out, then close */
-    int flush_pending;    /* flush_ev is active */
-    int goaway;           /* we sent (queued) a GOAWAY */
-    size_t nopen;         /* streams open (calls attached) */
-    size_t nowed;         /* calls the handler owes on this connection */
-    int64_t active_ms;    /* the last sign of use, for idle_timeout */
-    int64_t born_ms;      /* accepted, for max_connection_age */
-    int64_t aged_ms;      /* told GOAWAY for its age (0: not), for the grace */
-    int age_permille;     /* its share of max_connection_age: 900..1100 */
-    int64_t wstall_ms;    /* since when unsent bytes wait (0: none) */
-    struct evbuffer *out; /* frames not yet taken by the socket */
+    int busy;          /* inside our own callbacks: not freed there */
+    int dead;          /* free at the next safe point */
+    int eof;           /* the client closed its side */
+    int raw;           /* not HTTP/2: only out goes out, then close */
+    int flush_pending; /* flush_ev is active */
+    int goaway;        /* we sent (queued) a GOAWAY */
+    size_t nopen;      /* streams open (calls attached) */
+    size_t nowed;      /* calls the handler owes on this connection */
+    int64_t active_ms; /* the last sign of use, for idle_timeout */
+    int64_t born_ms;   /* accepted, for max_connection_age */
+    int64_t aged_ms;   /* told GOAWAY for its age (0: not), for the grace */
+    int age_permille;  /* its share of max_connection_age: 900..1100 */
+    int64_t wstall_ms; /* since when unsent bytes wait (0: none) */
+    struct obuf out;   /* frames not yet taken by the socket */
     struct grpc_call *calls;
     struct grpc_call *last; /* the call stream_call found last (NULL: none) */
     struct grpc_conn *prev, *next;
@@ -998,7 +1013,47 @@ io_read(struct grpc_conn *c, uint8_t *buf, size_t n, size_t *got)
 static size_t
 pending(const struct grpc_conn *c)
 {
-    return evbuffer_get_length(c->out);
+    return c->out.len - c->out.off;
+}
+
+static void
+out_add(struct grpc_conn *c, const void *data, size_t n)
+{
+    struct obuf *b = &c->out;
+
+    if (b->len + n > b->cap) {
+        if (b->off > 0) { /* what was written makes room first */
+            memmove(b->p, b->p + b->off, b->len - b->off);
+            b->len -= b->off;
+            b->off = 0;
+        }
+        if (b->len + n > b->cap) {
+            size_t cap = b->cap > 0 ? b->cap : OBUF_FIRST;
+            while (cap < b->len + n)
+                cap *= 2;
+            b->p = xrealloc(b->p, cap);
+            b->cap = cap;
+        }
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+}
+
+/* w bytes went out. */
+static void
+out_drain(struct grpc_conn *c, size_t w)
+{
+    struct obuf *b = &c->out;
+
+    b->off += w;
+    if (b->off < b->len)
+        return;
+    b->off = b->len = 0;
+    if (b->cap > OBUF_KEEP) {
+        free(b->p);
+        b->p = NULL;
+        b->cap = 0;
+    }
 }
 
 /* Write what is pending; the rest waits for the socket. */
@@ -1006,28 +1061,28 @@ static void
 gconn_flush(struct grpc_conn *c)
 {
     while (!c->dead && pending(c) > 0) {
-        int w;
+        size_t n = pending(c);
+        ssize_t w;
 
         if (c->ssl != NULL) {
-            struct evbuffer_iovec v;
-            evbuffer_peek(c->out, -1, NULL, &v, 1);
-            w = SSL_write(c->ssl, v.iov_base,
-                          (int)(v.iov_len > INT32_MAX ? INT32_MAX : v.iov_len));
-            if (w <= 0) {
+            int rc = SSL_write(c->ssl, c->out.p + c->out.off,
+                               (int)(n > INT32_MAX ? INT32_MAX : n));
+            if (rc <= 0) {
                 int e;
 
-                if (!tls_waits(c, w, &e))
+                if (!tls_waits(c, rc, &e))
                     c->dead = 1;
                 return;
             }
-            evbuffer_drain(c->out, (size_t)w);
-        } else if ((w = evbuffer_write(c->out, c->fd)) < 0) {
+            w = rc;
+        } else if ((w = write(c->fd, c->out.p + c->out.off, n)) < 0) {
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 c->dead = 1; /* the peer is gone: nothing to tell it */
             return;
         }
+        out_drain(c, (size_t)w);
         c->wstall_ms = 0;
     }
 }
@@ -1055,7 +1110,7 @@ pump(struct grpc_conn *c)
         }
         if (n == 0)
             return false;
-        evbuffer_add(c->out, p, (size_t)n);
+        out_add(c, p, (size_t)n);
     }
     return false;
 }
@@ -1076,7 +1131,7 @@ gconn_free(struct grpc_conn *c)
     event_free(c->rev);
     event_free(c->wev);
     event_free(c->flush_ev);
-    evbuffer_free(c->out);
+    free(c->out.p);
     close(c->fd);
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -1113,8 +1168,8 @@ answer_http1(struct grpc_conn *c, const uint8_t *p, size_t n)
              "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Type: text/plain\r\n"
              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
              sizeof(body) - 1);
-    evbuffer_add(c->out, head, strlen(head));
-    evbuffer_add(c->out, body, sizeof(body) - 1);
+    out_add(c, head, strlen(head));
+    out_add(c, body, sizeof(body) - 1);
 }
 
 /* Bytes read: to nghttp2 (its callbacks run in here). */
@@ -1309,7 +1364,6 @@ on_grpc_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
     c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_io, c);
     c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_io, c);
     c->flush_ev = event_new(srv->base, -1, 0, on_flush, c);
-    c->out = evbuffer_new();
     c->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = c;
