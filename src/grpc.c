@@ -117,9 +117,9 @@ struct grpc_call {
 
 /*
  * What a connection has to write, in one piece: nghttp2 hands out a frame
- * at a time, copied here, and the socket takes them in one write().  An
- * evbuffer cost ~900 instructions a call in its chains, its writev and its
- * length asked again and again.  At most WBUF_HIGH and a frame; a buffer
+ * at a time, copied here, and the socket takes them in one write(), not
+ * an evbuffer's chains and writev (what they cost: docs/BENCHMARKS.md,
+ * "Measurements behind the code").  At most WBUF_HIGH and a frame; a buffer
  * grown past OBUF_KEEP is freed once written out (a stalled reader's does
  * not stay).
  */
@@ -1090,8 +1090,9 @@ gconn_flush(struct grpc_conn *c)
 /*
  * nghttp2's frames into out, as far as back-pressure allows: true when it
  * stopped there (more may follow once the socket takes some).  Asked first
- * whether nghttp2 has anything: a mem_send that finds nothing costs some
- * 200 instructions, and most passes (every read of a request) have nothing.
+ * whether nghttp2 has anything: a mem_send that finds nothing is dearer,
+ * and most passes (every read of a request) have nothing (docs/BENCHMARKS.md,
+ * "Measurements behind the code").
  */
 static bool
 pump(struct grpc_conn *c)

@@ -382,7 +382,8 @@ bad:
  * written even when empty (a duration of 0 is two bytes); enums and int32
  * that are negative as ten-byte varints.  protobuf-c's pack walked its
  * descriptors field by field, through an object per message we had to fill
- * first (~1 450 instructions a call of one descriptor, against ~300).
+ * first (what that cost: docs/BENCHMARKS.md, "Measurements behind the
+ * code").
  */
 
 /* A varint's length. */
