@@ -50,6 +50,7 @@
 #include "bufpool.h"
 #include "transport_conf.h"
 #include "grpc.h"
+#include "grpc_head.h"
 #include "grpc_tls.h"
 #include "listener.h"
 #include "log.h"
@@ -96,10 +97,12 @@ struct grpc_call {
     unsigned has_reply : 1;
     unsigned stop : 1;     /* answered early: RST_STREAM after it, unless it ended */
     unsigned timer_on : 1; /* deadline_ev is added (event_del takes libevent's lock) */
+    unsigned malformed : 1; /* reset with PROTOCOL_ERROR: nothing more of it is read */
     int refusal;           /* decided before dispatch: a grpc-status, -1: none */
     const char *why;       /* its message (static) */
     size_t hdr_bytes;
     int64_t deadline_us; /* 0: none */
+    struct grpc_head head; /* HTTP's rules (grpc_head.h) */
     char path[PATH_MAX_LEN];
     size_t path_len; /* > PATH_MAX_LEN: too long to be one of ours */
     /* the request: [prefix][message], in_inline or malloc'd (then
@@ -242,6 +245,7 @@ call_get(struct grpc_server *srv)
     call->srv = srv;
     call->deadline_ev = ev;
     call->refusal = -1;
+    grpc_head_init(&call->head);
     call->in = call->in_inline;
     call->in_cap = INLINE_IN;
     call->out = call->out_inline;
@@ -760,6 +764,22 @@ stream_call(struct grpc_conn *c, int32_t stream_id)
     return call;
 }
 
+/*
+ * A request HTTP/2 makes malformed (grpc_head.h): its stream reset with
+ * PROTOCOL_ERROR, as nghttp2's HTTP messaging did; nothing more of it goes to
+ * the call (nghttp2 takes no frame of a stream it is resetting), which its
+ * close frees.
+ */
+static int
+malformed(struct grpc_conn *c, struct grpc_call *call)
+{
+    call->malformed = 1;
+    return nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->stream_id,
+                                     NGHTTP2_PROTOCOL_ERROR) == 0
+               ? RL_OK
+               : RL_ERR;
+}
+
 static int
 on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
 {
@@ -788,6 +808,11 @@ on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint8_t *name, 
 
     if (call == NULL || frame->hd.type != NGHTTP2_HEADERS)
         return 0;
+    if (grpc_head_field(&call->head, name, nlen, value, vlen,
+                        frame->headers.cat != NGHTTP2_HCAT_REQUEST) != RL_OK)
+        /* nghttp2 then reads the rest of the block without us */
+        return malformed(c, call) == RL_OK ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE
+                                           : NGHTTP2_ERR_CALLBACK_FAILURE;
     /* RFC 9113 6.5.2: a field's size is its name, its value and 32 */
     call->hdr_bytes += nlen + vlen + 32;
     if (call->hdr_bytes > HEADER_HARD_MAX(max))
@@ -810,8 +835,10 @@ on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t stream_id, const uint8
 {
     struct grpc_call *call = stream_call(user_data, stream_id);
 
-    if (call == NULL)
+    if (call == NULL || call->malformed)
         return 0;
+    if (grpc_head_data(&call->head, len) != RL_OK) /* past its content-length */
+        return malformed(user_data, call) == RL_OK ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
     if (flags & NGHTTP2_FLAG_END_STREAM)
         call->ended = 1; /* a refusal needs no RST_STREAM then */
     take_data(call, data, len);
@@ -826,8 +853,16 @@ on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
 
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
-    if ((call = stream_call(user_data, frame->hd.stream_id)) == NULL)
+    if ((call = stream_call(user_data, frame->hd.stream_id)) == NULL || call->malformed)
         return 0;
+    /* the block's own rules (its pseudo-headers; trailers end the stream),
+     * and a content-length the DATA did not match */
+    if ((frame->hd.type == NGHTTP2_HEADERS &&
+         (frame->headers.cat == NGHTTP2_HCAT_REQUEST
+              ? grpc_head_end(&call->head) != RL_OK
+              : !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))) ||
+        ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && grpc_head_ended(&call->head) != RL_OK))
+        return malformed(user_data, call) == RL_OK ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
         call->ended = 1; /* a refusal needs no RST_STREAM then */
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
@@ -941,6 +976,8 @@ make_options(void)
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
     /* no priorities: closed streams need not be kept for their tree */
     nghttp2_option_set_no_closed_streams(opt, 1);
+    /* HTTP's rules for a request are grpc_head.c's */
+    nghttp2_option_set_no_http_messaging(opt, 1);
     return opt;
 }
 
