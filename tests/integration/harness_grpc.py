@@ -157,6 +157,11 @@ class Client:
     def check_future(self, domain, descriptors, hits_addend=0, timeout=H.HTTP_TIMEOUT):
         return self._srl.future(request(domain, descriptors, hits_addend), timeout=timeout)
 
+    def wait_ready(self, timeout=H.START_TIMEOUT):
+        """Connect now (HTTP/2 settings exchanged): a channel otherwise
+        connects at its first call, under gRPC's own connect deadline."""
+        grpc.channel_ready_future(self.channel).result(timeout=timeout)
+
     def health(self, service="", timeout=H.HTTP_TIMEOUT):
         """"SERVING" / "NOT_SERVING" (grpc.RpcError on a status)."""
         r = self._health(self.pb.health.HealthCheckRequest(service=service), timeout=timeout)
