@@ -95,13 +95,13 @@ struct grpc_call {
     unsigned grpc_ct : 1;  /* content-type application/grpc... */
     unsigned encoding : 1; /* grpc-encoding given, and not identity */
     unsigned has_reply : 1;
-    unsigned stop : 1;     /* answered early: RST_STREAM after it, unless it ended */
-    unsigned timer_on : 1; /* deadline_ev is added (event_del takes libevent's lock) */
+    unsigned stop : 1;      /* answered early: RST_STREAM after it, unless it ended */
+    unsigned timer_on : 1;  /* deadline_ev is added (event_del takes libevent's lock) */
     unsigned malformed : 1; /* reset with PROTOCOL_ERROR: nothing more of it is read */
-    int refusal;           /* decided before dispatch: a grpc-status, -1: none */
-    const char *why;       /* its message (static) */
+    int refusal;            /* decided before dispatch: a grpc-status, -1: none */
+    const char *why;        /* its message (static) */
     size_t hdr_bytes;
-    int64_t deadline_us; /* 0: none */
+    int64_t deadline_us;   /* 0: none */
     struct grpc_head head; /* HTTP's rules (grpc_head.h) */
     char path[PATH_MAX_LEN];
     size_t path_len; /* > PATH_MAX_LEN: too long to be one of ours */

@@ -134,8 +134,7 @@ field_of(const uint8_t *name, size_t n, bool *known)
         if (IS(name, n, "grpc-accept-encoding"))
             return H_OTHER;
         break;
-    default:
-        break;
+    default: break;
     }
     *known = false;
     return H_OTHER;
@@ -178,19 +177,13 @@ static bool
 value_ok(enum field f, const uint8_t *v, size_t n)
 {
     switch (f) {
-    case H_METHOD:
-        return IS(v, n, "POST") || nghttp2_check_method(v, n);
-    case H_PATH:
-        return IS(v, n, SHOULD_RATE_LIMIT) || nghttp2_check_path(v, n);
+    case H_METHOD: return IS(v, n, "POST") || nghttp2_check_method(v, n);
+    case H_PATH: return IS(v, n, SHOULD_RATE_LIMIT) || nghttp2_check_path(v, n);
     case H_AUTHORITY:
-    case H_HOST:
-        return nghttp2_check_authority(v, n);
-    case H_SCHEME:
-        return IS(v, n, "http") || scheme_ok(v, n);
-    case H_TE:
-        return IS(v, n, "trailers") || nghttp2_check_header_value_rfc9113(v, n);
-    default:
-        return IS(v, n, "application/grpc") || nghttp2_check_header_value_rfc9113(v, n);
+    case H_HOST: return nghttp2_check_authority(v, n);
+    case H_SCHEME: return IS(v, n, "http") || scheme_ok(v, n);
+    case H_TE: return IS(v, n, "trailers") || nghttp2_check_header_value_rfc9113(v, n);
+    default: return IS(v, n, "application/grpc") || nghttp2_check_header_value_rfc9113(v, n);
     }
 }
 
@@ -284,7 +277,8 @@ grpc_head_end(struct grpc_head *h)
 
     if (h->flags & F_CONNECT) { /* :authority, no :scheme, no :path; no length */
         h->content_length = -1;
-        return (h->flags & (F_SCHEME | F_PATH)) == 0 && (h->flags & F_AUTHORITY) ? RL_OK : RL_ERR;
+        return (h->flags & (F_SCHEME | F_PATH)) == 0 && (h->flags & F_AUTHORITY) ? RL_OK
+                                                                                 : RL_ERR;
     }
     if ((h->flags & req) != req || (h->flags & (F_AUTHORITY | F_HOST)) == 0)
         return RL_ERR;

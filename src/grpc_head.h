@@ -32,8 +32,8 @@ struct grpc_head {
 void grpc_head_init(struct grpc_head *h);
 /* A field of the request's header block, or of its trailers (trailer):
  * RL_ERR when it makes the request malformed. */
-int grpc_head_field(struct grpc_head *h, const uint8_t *name, size_t nlen, const uint8_t *value,
-                    size_t vlen, bool trailer) RL_WUR;
+int grpc_head_field(struct grpc_head *h, const uint8_t *name, size_t nlen,
+                    const uint8_t *value, size_t vlen, bool trailer) RL_WUR;
 /* The request's header block is in: RL_ERR when a pseudo-header it needs is
  * missing or its :path does not fit its :scheme and :method. */
 int grpc_head_end(struct grpc_head *h) RL_WUR;
