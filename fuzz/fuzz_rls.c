@@ -6,7 +6,8 @@
  * memory backend, the answer encoded back.
  *
  * Oracles besides ASan/UBSan: rls_codec's own decoder takes and refuses
- * what protobuf-c's unpack does, with the same fields (tests/rls_codec_diff.c);
+ * what protobuf-c's unpack does, with the same fields, and its encoder writes
+ * the bytes protobuf-c's pack writes for every answer (tests/rls_codec_diff.c);
  * decoding stays within the arena's cap; a
  * request rls_start takes is answered exactly once, with one status per
  * descriptor when it answers at all; the encoded answer unpacks (with
@@ -75,6 +76,8 @@ on_done(const struct rls_response *resp, void *arg)
     if (resp->grpc_status != 0)
         return; /* UNAVAILABLE, DEADLINE_EXCEEDED: a status, no message */
     if (resp->nstatuses != o->want)
+        abort();
+    if (rls_codec_diff_response(resp) != NULL)
         abort();
     if ((bytes = rls_codec_encode_response(&arena, resp, &n)) == NULL)
         abort();

@@ -42,7 +42,6 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
@@ -51,6 +50,7 @@
 #include "bufpool.h"
 #include "transport_conf.h"
 #include "grpc.h"
+#include "grpc_head.h"
 #include "grpc_tls.h"
 #include "listener.h"
 #include "log.h"
@@ -95,12 +95,14 @@ struct grpc_call {
     unsigned grpc_ct : 1;  /* content-type application/grpc... */
     unsigned encoding : 1; /* grpc-encoding given, and not identity */
     unsigned has_reply : 1;
-    unsigned stop : 1;     /* answered early: RST_STREAM after it, unless it ended */
-    unsigned timer_on : 1; /* deadline_ev is added (event_del takes libevent's lock) */
-    int refusal;           /* decided before dispatch: a grpc-status, -1: none */
-    const char *why;       /* its message (static) */
+    unsigned stop : 1;      /* answered early: RST_STREAM after it, unless it ended */
+    unsigned timer_on : 1;  /* deadline_ev is added (event_del takes libevent's lock) */
+    unsigned malformed : 1; /* reset with PROTOCOL_ERROR: nothing more of it is read */
+    int refusal;            /* decided before dispatch: a grpc-status, -1: none */
+    const char *why;        /* its message (static) */
     size_t hdr_bytes;
-    int64_t deadline_us; /* 0: none */
+    int64_t deadline_us;   /* 0: none */
+    struct grpc_head head; /* HTTP's rules (grpc_head.h) */
     char path[PATH_MAX_LEN];
     size_t path_len; /* > PATH_MAX_LEN: too long to be one of ours */
     /* the request: [prefix][message], in_inline or malloc'd (then
@@ -116,6 +118,22 @@ struct grpc_call {
     uint8_t out_inline[INLINE_OUT];
 };
 
+/*
+ * What a connection has to write, in one piece: nghttp2 hands out a frame
+ * at a time, copied here, and the socket takes them in one write(), not
+ * an evbuffer's chains and writev (what they cost: docs/BENCHMARKS.md,
+ * "Measurements behind the code").  At most WBUF_HIGH and a frame; a buffer
+ * grown past OBUF_KEEP is freed once written out (a stalled reader's does
+ * not stay).
+ */
+struct obuf {
+    uint8_t *p;
+    size_t off, len, cap; /* unsent: p[off..len) */
+};
+
+#define OBUF_FIRST 4096
+#define OBUF_KEEP (16 * 1024)
+
 struct grpc_conn {
     struct grpc_server *srv;
     int fd;
@@ -125,20 +143,20 @@ struct grpc_conn {
     struct event *rev, *wev, *flush_ev;
     nghttp2_session *h2;
     int reading, writing;
-    int busy;             /* inside our own callbacks: not freed there */
-    int dead;             /* free at the next safe point */
-    int eof;              /* the client closed its side */
-    int raw;              /* not HTTP/2: only out goes out, then close */
-    int flush_pending;    /* flush_ev is active */
-    int goaway;           /* we sent (queued) a GOAWAY */
-    size_t nopen;         /* streams open (calls attached) */
-    size_t nowed;         /* calls the handler owes on this connection */
-    int64_t active_ms;    /* the last sign of use, for idle_timeout */
-    int64_t born_ms;      /* accepted, for max_connection_age */
-    int64_t aged_ms;      /* told GOAWAY for its age (0: not), for the grace */
-    int age_permille;     /* its share of max_connection_age: 900..1100 */
-    int64_t wstall_ms;    /* since when unsent bytes wait (0: none) */
-    struct evbuffer *out; /* frames not yet taken by the socket */
+    int busy;          /* inside our own callbacks: not freed there */
+    int dead;          /* free at the next safe point */
+    int eof;           /* the client closed its side */
+    int raw;           /* not HTTP/2: only out goes out, then close */
+    int flush_pending; /* flush_ev is active */
+    int goaway;        /* we sent (queued) a GOAWAY */
+    size_t nopen;      /* streams open (calls attached) */
+    size_t nowed;      /* calls the handler owes on this connection */
+    int64_t active_ms; /* the last sign of use, for idle_timeout */
+    int64_t born_ms;   /* accepted, for max_connection_age */
+    int64_t aged_ms;   /* told GOAWAY for its age (0: not), for the grace */
+    int age_permille;  /* its share of max_connection_age: 900..1100 */
+    int64_t wstall_ms; /* since when unsent bytes wait (0: none) */
+    struct obuf out;   /* frames not yet taken by the socket */
     struct grpc_call *calls;
     struct grpc_call *last; /* the call stream_call found last (NULL: none) */
     struct grpc_conn *prev, *next;
@@ -227,6 +245,7 @@ call_get(struct grpc_server *srv)
     call->srv = srv;
     call->deadline_ev = ev;
     call->refusal = -1;
+    grpc_head_init(&call->head);
     call->in = call->in_inline;
     call->in_cap = INLINE_IN;
     call->out = call->out_inline;
@@ -745,6 +764,22 @@ stream_call(struct grpc_conn *c, int32_t stream_id)
     return call;
 }
 
+/*
+ * A request HTTP/2 makes malformed (grpc_head.h): its stream reset with
+ * PROTOCOL_ERROR, as nghttp2's HTTP messaging did; nothing more of it goes to
+ * the call (nghttp2 takes no frame of a stream it is resetting), which its
+ * close frees.
+ */
+static int
+malformed(struct grpc_conn *c, struct grpc_call *call)
+{
+    call->malformed = 1;
+    return nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->stream_id,
+                                     NGHTTP2_PROTOCOL_ERROR) == 0
+               ? RL_OK
+               : RL_ERR;
+}
+
 static int
 on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
 {
@@ -773,6 +808,11 @@ on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint8_t *name, 
 
     if (call == NULL || frame->hd.type != NGHTTP2_HEADERS)
         return 0;
+    if (grpc_head_field(&call->head, name, nlen, value, vlen,
+                        frame->headers.cat != NGHTTP2_HCAT_REQUEST) != RL_OK)
+        /* nghttp2 then reads the rest of the block without us */
+        return malformed(c, call) == RL_OK ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE
+                                           : NGHTTP2_ERR_CALLBACK_FAILURE;
     /* RFC 9113 6.5.2: a field's size is its name, its value and 32 */
     call->hdr_bytes += nlen + vlen + 32;
     if (call->hdr_bytes > HEADER_HARD_MAX(max))
@@ -795,8 +835,10 @@ on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t stream_id, const uint8
 {
     struct grpc_call *call = stream_call(user_data, stream_id);
 
-    if (call == NULL)
+    if (call == NULL || call->malformed)
         return 0;
+    if (grpc_head_data(&call->head, len) != RL_OK) /* past its content-length */
+        return malformed(user_data, call) == RL_OK ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
     if (flags & NGHTTP2_FLAG_END_STREAM)
         call->ended = 1; /* a refusal needs no RST_STREAM then */
     take_data(call, data, len);
@@ -811,8 +853,16 @@ on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *user_data)
 
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
-    if ((call = stream_call(user_data, frame->hd.stream_id)) == NULL)
+    if ((call = stream_call(user_data, frame->hd.stream_id)) == NULL || call->malformed)
         return 0;
+    /* the block's own rules (its pseudo-headers; trailers end the stream),
+     * and a content-length the DATA did not match */
+    if ((frame->hd.type == NGHTTP2_HEADERS &&
+         (frame->headers.cat == NGHTTP2_HCAT_REQUEST
+              ? grpc_head_end(&call->head) != RL_OK
+              : !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))) ||
+        ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && grpc_head_ended(&call->head) != RL_OK))
+        return malformed(user_data, call) == RL_OK ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
         call->ended = 1; /* a refusal needs no RST_STREAM then */
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
@@ -926,6 +976,8 @@ make_options(void)
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
     /* no priorities: closed streams need not be kept for their tree */
     nghttp2_option_set_no_closed_streams(opt, 1);
+    /* HTTP's rules for a request are grpc_head.c's */
+    nghttp2_option_set_no_http_messaging(opt, 1);
     return opt;
 }
 
@@ -998,7 +1050,47 @@ io_read(struct grpc_conn *c, uint8_t *buf, size_t n, size_t *got)
 static size_t
 pending(const struct grpc_conn *c)
 {
-    return evbuffer_get_length(c->out);
+    return c->out.len - c->out.off;
+}
+
+static void
+out_add(struct grpc_conn *c, const void *data, size_t n)
+{
+    struct obuf *b = &c->out;
+
+    if (b->len + n > b->cap) {
+        if (b->off > 0) { /* what was written makes room first */
+            memmove(b->p, b->p + b->off, b->len - b->off);
+            b->len -= b->off;
+            b->off = 0;
+        }
+        if (b->len + n > b->cap) {
+            size_t cap = b->cap > 0 ? b->cap : OBUF_FIRST;
+            while (cap < b->len + n)
+                cap *= 2;
+            b->p = xrealloc(b->p, cap);
+            b->cap = cap;
+        }
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+}
+
+/* w bytes went out. */
+static void
+out_drain(struct grpc_conn *c, size_t w)
+{
+    struct obuf *b = &c->out;
+
+    b->off += w;
+    if (b->off < b->len)
+        return;
+    b->off = b->len = 0;
+    if (b->cap > OBUF_KEEP) {
+        free(b->p);
+        b->p = NULL;
+        b->cap = 0;
+    }
 }
 
 /* Write what is pending; the rest waits for the socket. */
@@ -1006,47 +1098,59 @@ static void
 gconn_flush(struct grpc_conn *c)
 {
     while (!c->dead && pending(c) > 0) {
-        int w;
+        size_t n = pending(c);
+        ssize_t w;
 
         if (c->ssl != NULL) {
-            struct evbuffer_iovec v;
-            evbuffer_peek(c->out, -1, NULL, &v, 1);
-            w = SSL_write(c->ssl, v.iov_base,
-                          (int)(v.iov_len > INT32_MAX ? INT32_MAX : v.iov_len));
-            if (w <= 0) {
+            int rc = SSL_write(c->ssl, c->out.p + c->out.off,
+                               (int)(n > INT32_MAX ? INT32_MAX : n));
+            if (rc <= 0) {
                 int e;
 
-                if (!tls_waits(c, w, &e))
+                if (!tls_waits(c, rc, &e))
                     c->dead = 1;
                 return;
             }
-            evbuffer_drain(c->out, (size_t)w);
-        } else if ((w = evbuffer_write(c->out, c->fd)) < 0) {
+            w = rc;
+        } else if ((w = write(c->fd, c->out.p + c->out.off, n)) < 0) {
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 c->dead = 1; /* the peer is gone: nothing to tell it */
             return;
         }
+        out_drain(c, (size_t)w);
         c->wstall_ms = 0;
     }
 }
 
-/* nghttp2's frames into out, as far as back-pressure allows. */
-static void
+/*
+ * nghttp2's frames into out, as far as back-pressure allows: true when it
+ * stopped there (more may follow once the socket takes some).  Asked first
+ * whether nghttp2 has anything: a mem_send that finds nothing is dearer,
+ * and most passes (every read of a request) have nothing (docs/BENCHMARKS.md,
+ * "Measurements behind the code").
+ */
+static bool
 pump(struct grpc_conn *c)
 {
-    while (!c->dead && !c->raw && pending(c) < WBUF_HIGH) {
+    while (!c->dead && !c->raw) {
         const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c->h2, &p);
-        if (n < 0) {
+        ssize_t n;
+
+        if (pending(c) >= WBUF_HIGH)
+            return true;
+        if (!nghttp2_session_want_write(c->h2))
+            return false;
+        if ((n = nghttp2_session_mem_send(c->h2, &p)) < 0) {
             c->dead = 1;
-            return;
+            return false;
         }
         if (n == 0)
-            return;
-        evbuffer_add(c->out, p, (size_t)n);
+            return false;
+        out_add(c, p, (size_t)n);
     }
+    return false;
 }
 
 /* ---- the connection's life -------------------------------------------------------------- */
@@ -1065,7 +1169,7 @@ gconn_free(struct grpc_conn *c)
     event_free(c->rev);
     event_free(c->wev);
     event_free(c->flush_ev);
-    evbuffer_free(c->out);
+    free(c->out.p);
     close(c->fd);
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -1102,8 +1206,8 @@ answer_http1(struct grpc_conn *c, const uint8_t *p, size_t n)
              "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Type: text/plain\r\n"
              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
              sizeof(body) - 1);
-    evbuffer_add(c->out, head, strlen(head));
-    evbuffer_add(c->out, body, sizeof(body) - 1);
+    out_add(c, head, strlen(head));
+    out_add(c, body, sizeof(body) - 1);
 }
 
 /* Bytes read: to nghttp2 (its callbacks run in here). */
@@ -1189,10 +1293,12 @@ gconn_settle(struct grpc_conn *c)
     if (c->busy)
         return;
     if (!c->dead && c->tls_ok) {
-        pump(c);
+        bool full = pump(c);
         gconn_flush(c);
-        pump(c); /* the socket took it all: more may fit now */
-        gconn_flush(c);
+        if (full) { /* back-pressure stopped it: more may fit now */
+            pump(c);
+            gconn_flush(c);
+        }
     }
     if (c->dead) {
         gconn_free(c);
@@ -1296,7 +1402,6 @@ on_grpc_accept(evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
     c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_io, c);
     c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, on_io, c);
     c->flush_ev = event_new(srv->base, -1, 0, on_flush, c);
-    c->out = evbuffer_new();
     c->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = c;

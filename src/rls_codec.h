@@ -3,8 +3,9 @@
  * RateLimitRequest into a struct rls_request, a struct rls_response into a
  * RateLimitResponse, and gRPC health checking's two messages.  protobuf-c
  * does the wire format (code generated from src/proto/ at build time) but
- * for the RateLimitRequest, the hot one, read here straight into src/rls.h's
- * structs; every allocation is in the caller's arena.
+ * for the hot ones: the RateLimitRequest, read here straight into
+ * src/rls.h's structs, and the RateLimitResponse, written straight from
+ * them; every allocation is in the caller's arena.
  */
 #ifndef RL_RLS_CODEC_H
 #define RL_RLS_CODEC_H
@@ -33,15 +34,17 @@ const char *rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t
                                      struct rls_request *req) RL_WUR;
 
 /*
- * The RateLimitResponse `resp` says, packed in `a` (*len bytes; released by
- * the caller), or NULL when that would pass the arena's cap.  Only resp's
- * answer is encoded: grpc_status and message are the transport's.
+ * The RateLimitResponse `resp` says (only its answer: grpc_status and
+ * message are the transport's), the bytes protobuf-c's pack would write:
+ * its size, and the message written at out (that many bytes; returns how
+ * many it wrote).
  */
+size_t rls_codec_response_size(const struct rls_response *resp);
+size_t rls_codec_response_write(const struct rls_response *resp, uint8_t *out);
+/* The same packed in `a` (*len bytes; released by the caller), or NULL
+ * when that would pass the arena's cap. */
 const uint8_t *rls_codec_encode_response(struct arena *a, const struct rls_response *resp,
                                          size_t *len);
-/* At least the packed size of the RateLimitResponse resp says: what
- * rls_codec_encode_response packs into (not a bound on max_message). */
-size_t rls_codec_response_bound(const struct rls_response *resp);
 
 /* grpc.health.v1.HealthCheckRequest: the service asked about (in a); NULL,
  * or what is wrong (static text). */

@@ -24,7 +24,7 @@
  * wire and some 100 in memory), plus a floor. */
 #define ARENA_FACTOR 32
 #define ARENA_FLOOR (1024 * 1024)
-/* The arena's first block: it holds a usual request and its answer. */
+/* The arena's first block: it holds a usual request. */
 #define ARENA_FIRST (16 * 1024)
 
 /* The door on one worker: the messages of its calls live in its arena. */
@@ -62,27 +62,23 @@ grpc_path_is(const struct grpc_request *rq, const char *p)
     return rq->path_len == n && memcmp(rq->path, p, n) == 0;
 }
 
-/* The decision, as a RateLimitResponse (or the status rls says). */
+/* The decision, as a RateLimitResponse (or the status rls says), written
+ * straight into the call's answer. */
 static void
 on_decided(const struct rls_response *resp, void *arg)
 {
     struct grpc_call *c = arg;
     struct rls_grpc *d = grpc_call_arg(c);
-    struct arena_mark m = arena_mark(&d->arena);
-    const uint8_t *bytes;
     uint8_t *buf;
-    size_t n = 0;
 
     if (resp->grpc_status != 0) {
         grpc_respond(c, (enum grpc_status)resp->grpc_status, resp->message);
-    } else if ((bytes = rls_codec_encode_response(&d->arena, resp, &n)) == NULL ||
-               (buf = grpc_reply_buf(c, n)) == NULL) {
+    } else if ((buf = grpc_reply_buf(c, rls_codec_response_size(resp))) == NULL) {
         grpc_respond(c, GRPC_RESOURCE_EXHAUSTED, "the answer is larger than rls.max_message");
     } else {
-        memcpy(buf, bytes, n);
+        (void)rls_codec_response_write(resp, buf);
         grpc_respond(c, GRPC_OK, NULL);
     }
-    arena_release(&d->arena, m);
     worker_check_done(d->w);
 }
 

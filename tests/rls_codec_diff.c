@@ -110,3 +110,95 @@ rls_codec_diff(const uint8_t *buf, size_t len, int *taken)
     arena_free(&a);
     return diff;
 }
+
+/* ---- the RateLimitResponse: protobuf-c's pack of the same fields ---------- */
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse DiffResponse;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus DiffStatus;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit DiffLimit;
+typedef Envoy__Config__Core__V3__HeaderValue DiffHeader;
+typedef Google__Protobuf__Duration DiffDuration;
+
+/* One DescriptorStatus with its limit and duration. */
+struct diff_status {
+    DiffStatus st;
+    DiffLimit limit;
+    DiffDuration until;
+};
+
+/* What rls_codec.c filled in for protobuf-c before it wrote the answer
+ * itself (every field as struct rls_status says it, uint32s held at
+ * RLS_WIRE_MAX). */
+static void
+diff_fill_status(struct diff_status *b, const struct rls_status *s)
+{
+    envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(&b->st);
+    b->st.code = (Envoy__Service__Ratelimit__V3__RateLimitResponse__Code)s->code;
+    b->st.limit_remaining = s->limit_remaining > RLS_WIRE_MAX ? RLS_WIRE_MAX
+                                                              : (uint32_t)s->limit_remaining;
+    if (s->has_limit) {
+        envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(&b->limit);
+        b->limit.requests_per_unit = s->requests_per_unit > RLS_WIRE_MAX
+                                         ? RLS_WIRE_MAX
+                                         : (uint32_t)s->requests_per_unit;
+        b->limit.unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)
+                            s->unit;
+        if (s->name != NULL)
+            b->limit.name = (char *)(uintptr_t)s->name;
+        b->st.current_limit = &b->limit;
+    }
+    if (s->until_reset_ms >= 0) {
+        google__protobuf__duration__init(&b->until);
+        b->until.seconds = s->until_reset_ms / 1000;
+        b->until.nanos = (int32_t)(s->until_reset_ms % 1000) * 1000000;
+        b->st.duration_until_reset = &b->until;
+    }
+}
+
+const char *
+rls_codec_diff_response(const struct rls_response *resp)
+{
+    DiffResponse m = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
+    struct diff_status *blocks = calloc(resp->nstatuses + 1, sizeof(*blocks));
+    DiffStatus **statuses = calloc(resp->nstatuses + 1, sizeof(*statuses));
+    DiffHeader hv[RLS_HEADERS_MAX], *headers[RLS_HEADERS_MAX];
+    size_t want, size = rls_codec_response_size(resp), n;
+    uint8_t *pb = NULL, *ours = NULL;
+    const char *diff = NULL;
+
+    if (blocks == NULL || statuses == NULL)
+        abort();
+    m.overall_code = (Envoy__Service__Ratelimit__V3__RateLimitResponse__Code)resp->overall_code;
+    for (size_t i = 0; i < resp->nstatuses; i++) {
+        diff_fill_status(&blocks[i], &resp->statuses[i]);
+        statuses[i] = &blocks[i].st;
+    }
+    m.n_statuses = resp->nstatuses;
+    m.statuses = statuses;
+    for (size_t i = 0; i < resp->nheaders; i++) {
+        envoy__config__core__v3__header_value__init(&hv[i]);
+        hv[i].key = (char *)(uintptr_t)resp->headers[i].name;
+        hv[i].value = resp->headers[i].value;
+        headers[i] = &hv[i];
+    }
+    m.n_response_headers_to_add = resp->nheaders;
+    m.response_headers_to_add = headers;
+    want = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(&m);
+    pb = malloc(want + 1);
+    ours = malloc(size + 1);
+    if (pb == NULL || ours == NULL)
+        abort();
+    if (envoy__service__ratelimit__v3__rate_limit_response__pack(&m, pb) != want)
+        diff = "protobuf-c's pack and its get_packed_size disagree";
+    else if (size != want)
+        diff = "rls_codec_response_size is not protobuf-c's size";
+    else if ((n = rls_codec_response_write(resp, ours)) != size)
+        diff = "rls_codec_response_write wrote another size than it said";
+    else if (memcmp(pb, ours, n) != 0)
+        diff = "the bytes differ";
+    free(pb);
+    free(ours);
+    free(statuses);
+    free(blocks);
+    return diff;
+}
