@@ -51,26 +51,28 @@ local function fixed_window(with_give, aligned, periodic)
   -- many), so they are formatted once, not per check.  The TTL is the
   -- reset: ttl_ms and ceil_ms agree on a window still open (left > 0).
   local f_cost, f_now, f_W, f_value, f_ttl, f_reset
+  -- the window that opens now with cost: f_value, f_ttl, f_reset
+  local function open(now, W, cost, start, e)
+    local s, stop = now, e
+    if periodic then
+      s = start
+    else
+      if aligned then
+        -- now % W is now - floor(now / W) * W: the quotient may round
+        -- to the next integer, which the fix below undoes, exactly
+        local r = now % W
+        if r < 0 then r = r + W elseif r >= W then r = r - W end
+        s = now - r
+      end
+      stop = s + W
+    end
+    f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(stop - now)
+    f_value, f_ttl = pack_state('<dd', cost, s), format('%d', f_reset)
+  end
   local function commit(key, now, limit, W, burst, cost, count, start, e)
     local reset, value, ttl
     if count == 0 then
-      if cost ~= f_cost or now ~= f_now or W ~= f_W then
-        local s, stop = now, e
-        if periodic then
-          s = start
-        else
-          if aligned then
-            -- now % W is now - floor(now / W) * W: the quotient may round
-            -- to the next integer, which the fix below undoes, exactly
-            local r = now % W
-            if r < 0 then r = r + W elseif r >= W then r = r - W end
-            s = now - r
-          end
-          stop = s + W
-        end
-        f_cost, f_now, f_W, f_reset = cost, now, W, ceil_ms(stop - now)
-        f_value, f_ttl = pack_state('<dd', cost, s), format('%d', f_reset)
-      end
+      if cost ~= f_cost or now ~= f_now or W ~= f_W then open(now, W, cost, start, e) end
       count, reset, value, ttl = cost, f_reset, f_value, f_ttl
     else
       count, reset = count + cost, ceil_ms((e or start + W) - now)
@@ -85,16 +87,19 @@ local function fixed_window(with_give, aligned, periodic)
 
   -- A plain check (check.lua, run_plain: cost >= 0, no flag) of a spec of
   -- this one limit: run_plain, peek and commit in one function, with
-  -- state2's packed case and commit's open window inline.  The answer is a
-  -- few comparisons; as calls (run_plain -> peek -> state2, commit ->
-  -- ceil_ms) they cost 1.4k instructions of a 40k check (docs/BENCHMARKS.md,
-  -- "Redis per check").  Not for a period (run_plain).
+  -- state2's packed case and commit's open and new windows inline.  The
+  -- answer is a few comparisons; as calls (run_plain -> peek -> state2,
+  -- commit -> ceil_ms) they cost 1.4k instructions of a 40k check
+  -- (docs/BENCHMARKS.md, "Redis per check"; a new window's commit, 0.3-1.3k
+  -- more).  Not for a period (run_plain).
   local plain = nil
   if not periodic then
     local pcall_ = redis.pcall
     plain = function(sp, key, bkey, now, cost)
-      -- read_first's reads: the block key's errors are no block
-      local v = call('GET', key)
+      -- read_first's reads: the block key's errors are no block; the
+      -- key's (WRONGTYPE) are this check's answer, returned, not raised
+      -- (the driver calls a plain check without a pcall)
+      local v = pcall_('GET', key)
       local e = pcall_('GET', bkey)
       e = e and tonumber(e)
       local limit, W = sp[3], sp[4]
@@ -107,7 +112,10 @@ local function fixed_window(with_give, aligned, periodic)
                   s >= 0 and s < 9007199254740992 and s % 1 == 0) then c = nil end
         end
         -- the text layout of 0.1, or no state
-        if c == nil then c, s = state2(v) end
+        if c == nil then
+          if v.err then return { err = tostring(v.err) }, 0, 0, 0 end
+          c, s = state2(v)
+        end
         if c then count, start = c, s end
         if count > 0 then
           left = start + W - now
@@ -117,8 +125,10 @@ local function fixed_window(with_give, aligned, periodic)
       local blocked = e and e > now
       if cost > 0 and cost <= limit and count + cost <= limit and not blocked then
         if count == 0 then
-          local rem, reset = commit(key, now, limit, W, 0, cost, 0, start)
-          return 1, rem, reset, 0
+          -- commit's new window: no call once its memo holds this one
+          if cost ~= f_cost or now ~= f_now or W ~= f_W then open(now, W, cost) end
+          call('SET', key, f_value, 'PX', f_ttl)
+          return 1, limit - cost, f_reset, 0
         end
         -- commit's open window: ceil_ms(left) is its reset and TTL
         count = count + cost
