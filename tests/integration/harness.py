@@ -77,6 +77,12 @@ SLOW = 4 if VALGRIND else 1   # how much longer everything may take under valgri
 HTTP_TIMEOUT = 10.0 * SLOW    # every socket operation of a test
 START_TIMEOUT = 15.0 * (SLOW * 1.5 if VALGRIND else 1)  # a daemon or redis-server getting ready
 STOP_TIMEOUT = 20.0 * SLOW    # SIGTERM to exit (shutdown_grace defaults to 10 s)
+# A file's watchdog (Tests) bounds a whole run of daemons and `ratelimitd -t`
+# processes, a guard against a hang, not a claim about speed: an ASan build
+# starts and exits each process several times slower (its shadow memory, the
+# leak check at exit: test_api_doc's hundreds of -t runs took over 300 s on
+# a loaded 2-core host, 37 s in the plain build), which SLOW does not count.
+WATCHDOG_SLOW = SLOW * (4 if SANITIZED else 1)
 
 _children = []            # every Popen we started, killed at exit
 _daemons = []             # live Daemon objects, their logs shown on failure
@@ -2124,7 +2130,7 @@ class Tests:
         self.done = set()
         self.out_lock = threading.RLock()
         self.patterns, self.listing = _options(sys.argv[1:])
-        timeout *= SLOW
+        timeout *= WATCHDOG_SLOW
         self.timeout = timeout
         w = threading.Timer(timeout, self._expired)
         w.daemon = True
