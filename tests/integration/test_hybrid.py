@@ -203,8 +203,11 @@ def t_single_instance_exact(d, r):
     got = []
     with H.Client(d.port) as c:
         t0 = time.monotonic()
+        sent, answered = [], []
         for i in range(30):
+            sent.append(time.monotonic())
             st, h, b = c.request("POST", "/check", {"key": "alice", "policy": "hot"})
+            answered.append(time.monotonic())
             got.append(st)
             if st == 200:
                 eq(b.get("allowed"), True, "allowed of check %d" % (i + 1))
@@ -237,9 +240,14 @@ def t_single_instance_exact(d, r):
     # put that after the sleep above)
     wait_for(lambda: metrics(d)["hybrid_pending_units"] == 0, "pending units once synced")
     m1 = metrics(d)
-    check(m1["hybrid_local_decisions_total"] - m0["hybrid_local_decisions_total"] >= 29,
-          "local decisions grew by %d, expected >= 29",
-          m1["hybrid_local_decisions_total"] - m0["hybrid_local_decisions_total"])
+    # An entry untouched for two sync intervals, its units synced, may be
+    # evicted (hybrid.c, IDLE_INTERVALS); the next check then asks Redis
+    # again.  Only a pause that long between two checks (a loaded host) may
+    # cost a local decision.
+    pauses = sum(1 for i in range(29) if answered[i + 1] - sent[i] >= 2 * INTERVAL_MS / 1000.0)
+    check(m1["hybrid_local_decisions_total"] - m0["hybrid_local_decisions_total"] >= 29 - pauses,
+          "local decisions grew by %d, expected >= 29 - %d (pauses of two sync intervals)",
+          m1["hybrid_local_decisions_total"] - m0["hybrid_local_decisions_total"], pauses)
     check(m1["hybrid_syncs_total"] > m0["hybrid_syncs_total"], "no sync counted: %r", m1)
     eq(m1["hybrid_pending_units"], 0, "pending units once synced")
 
