@@ -119,12 +119,18 @@ end
 -- give its own, peek and commit in one (fixed_window.lua): the fourth value
 -- of its constructor, algo()'s m[4].
 --
+-- The check at ARGV[b] (its spec s, cost c, block key; its key KEYS[k + 1],
+-- its answer into out[o + 1] ... out[o + 4]) and every check after it of
+-- the same spec and cost, in one call (a batch is mostly runs of one
+-- policy's plain checks: a Lua call and the driver's tests per run, not
+-- per check) -> o, k, b past them.
+--
 -- A plain check raises nothing: the driver calls it without a pcall (0.8k
 -- instructions a check).  Its key's read is a redis.pcall whose error
 -- (WRONGTYPE) is returned as the check's answer, as the pcall answered it;
 -- past that read nothing can fail but a period's clock (period_frame), so a
--- period's plain check is run_plain_p, run_plain under a pcall.
-local function run_plain(sp, key, bkey, now, cost)
+-- period's plain check is run_plain_p, plain1 under a pcall.
+local function plain1(sp, key, bkey, now, cost)
   local v = redis.pcall('GET', key)
   -- an error is a table: its length 0 (a value's length is tested first,
   -- the field read of a string costs ~0.3k instructions)
@@ -145,11 +151,25 @@ local function run_plain(sp, key, bkey, now, cost)
   return ok and 1 or 0, rem, reset, retry
 end
 
-local function run_plain_p(sp, key, bkey, now, cost)
-  local ok, a, r, s, t = pcall(run_plain, sp, key, bkey, now, cost)
-  if ok then return a, r, s, t end
-  if type(a) == 'table' then a = a.err end
-  return { err = tostring(a) }, 0, 0, 0
+local function run_plain(sp, now, cost, out, o, k, b, s, c)
+  repeat
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = plain1(sp, KEYS[k + 1], ARGV[b + 2], now, cost)
+    o, k, b = o + 4, k + 1, b + 3
+  until ARGV[b] ~= s or ARGV[b + 1] ~= c
+  return o, k, b
+end
+
+local function run_plain_p(sp, now, cost, out, o, k, b, s, c)
+  repeat
+    local ok, a, r, x, t = pcall(plain1, sp, KEYS[k + 1], ARGV[b + 2], now, cost)
+    if not ok then
+      if type(a) == 'table' then a = a.err end
+      a, r, x, t = { err = tostring(a) }, 0, 0, 0
+    end
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, r, x, t
+    o, k, b = o + 4, k + 1, b + 3
+  until ARGV[b] ~= s or ARGV[b + 1] ~= c
+  return o, k, b
 end
 
 -- A spec string -> { per limit peek, commit, limit, W (us; a period's
@@ -653,8 +673,10 @@ if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.plain and cf.plain then
     -- it raises nothing (run_plain): its error is its answer's first
-    local a, r, s, t = sp.plain(sp, KEYS[1], ARGV[5], now, cf[1])
-    return { a, r, s, t }
+    -- (its answer's table sized once: four constants)
+    local out = { 0, 0, 0, 0 }
+    sp.plain(sp, now, cf[1], out, 0, 0, 3, ARGV[3], ARGV[4])
+    return out
   end
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6
@@ -691,17 +713,20 @@ if ARGV[2] == '1' then
 end
 
 local out, st = {}, nil
-local o, k, b = 0, 0, 3
-for _ = 1, tonumber(ARGV[2]) do
+local o, k, b, i, ncheck = 0, 0, 3, 0, tonumber(ARGV[2])
+while i < ncheck do
   local s, c = ARGV[b], ARGV[b + 1]
   local sp, cf = SPECS[s], COSTS[c]
   if sp == nil or cf == nil then sp, cf = cached(s, c) end
   local plain = cf.plain and sp.plain
   if plain then
-    -- it raises nothing (run_plain): its error is its answer's first
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = plain(sp, KEYS[k + 1], ARGV[b + 2], now, cf[1])
-    o, k, b = o + 4, k + 1, b + 3
+    -- it raises nothing (run_plain): its error is its answer's first;
+    -- it decides the checks of this spec and cost that follow too
+    local k0 = k
+    o, k, b = plain(sp, now, cf[1], out, o, k, b, s, c)
+    i = i + k - k0
   else
+    i = i + 1
     local n, once_key, seq, bkey = sp.n, nil, nil, ARGV[b + 2]
     b = b + 3
     cc_lease, delay_max, rsv_key = nil, nil, nil

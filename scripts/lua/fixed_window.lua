@@ -91,60 +91,70 @@ local function fixed_window(with_give, aligned, periodic)
   -- answer is a few comparisons; as calls (run_plain -> peek -> state2,
   -- commit -> ceil_ms) they cost 1.4k instructions of a 40k check
   -- (docs/BENCHMARKS.md, "Redis per check"; a new window's commit, 0.3-1.3k
-  -- more).  Not for a period (run_plain).
+  -- more).  Like run_plain, it decides the check at ARGV[b] (its spec, s)
+  -- and every one after it of the same spec and cost (c) in one call, its
+  -- answers into out: one Lua call per run of them, not per check.  Not
+  -- for a period (run_plain).
   local plain = nil
   if not periodic then
     local pcall_ = redis.pcall
-    plain = function(sp, key, bkey, now, cost)
-      -- read_first's reads: the block key's errors are no block; the
-      -- key's (WRONGTYPE) are this check's answer, returned, not raised
-      -- (the driver calls a plain check without a pcall)
-      local v = pcall_('GET', key)
-      local e = pcall_('GET', bkey)
-      e = e and tonumber(e)
+    plain = function(sp, now, cost, out, o, k, b, s, c)
       local limit, W = sp[3], sp[4]
-      local count, start, left = 0, 0, 0
-      if v then
-        local c, s
-        if #v == 16 then
-          c, s = unpack_state('<dd', v)
-          if not (c >= 0 and c < 9007199254740992 and c % 1 == 0 and
-                  s >= 0 and s < 9007199254740992 and s % 1 == 0) then c = nil end
+      repeat
+        local key = KEYS[k + 1]
+        -- read_first's reads: the block key's errors are no block; the
+        -- key's (WRONGTYPE) are this check's answer, not raised (the
+        -- driver calls a plain check without a pcall)
+        local v = pcall_('GET', key)
+        local e = pcall_('GET', ARGV[b + 2])
+        e = e and tonumber(e)
+        local count, start, left, bad = 0, 0, 0, false
+        if v then
+          local n, t
+          if #v == 16 then
+            n, t = unpack_state('<dd', v)
+            if not (n >= 0 and n < 9007199254740992 and n % 1 == 0 and
+                    t >= 0 and t < 9007199254740992 and t % 1 == 0) then n = nil end
+          end
+          -- the text layout of 0.1, or no state
+          if n == nil then
+            if v.err then bad = true else n, t = state2(v) end
+          end
+          if n then count, start = n, t end
+          if count > 0 then
+            left = start + W - now
+            if left <= 0 then count, left = 0, 0 end
+          end
         end
-        -- the text layout of 0.1, or no state
-        if c == nil then
-          if v.err then return { err = tostring(v.err) }, 0, 0, 0 end
-          c, s = state2(v)
+        local blocked = e and e > now
+        if bad then
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = { err = tostring(v.err) }, 0, 0, 0
+        elseif cost > 0 and cost <= limit and count + cost <= limit and not blocked then
+          if count == 0 then
+            -- commit's new window: no call once its memo holds this one
+            if cost ~= f_cost or now ~= f_now or W ~= f_W then open(now, W, cost) end
+            call('SET', key, f_value, 'PX', f_ttl)
+            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, limit - cost, f_reset, 0
+          else
+            -- commit's open window: ceil_ms(left) is its reset and TTL
+            count = count + cost
+            if count > UNITS_MAX then count = UNITS_MAX end
+            local reset = (left + 999) / 1000
+            reset = reset - reset % 1
+            call('SET', key, pack_state('<dd', count, start), 'PX', format('%d', reset))
+            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, limit - count, reset, 0
+          end
+        else
+          -- nothing counted: peek's answer, a key found without a TTL repaired
+          local reset, retry, a = ceil_ms(left), 0, 1
+          if cost > limit then retry = -1 elseif count + cost > limit then retry = reset end
+          if v then repair_ttl(key, left) end
+          if blocked then a = -ceil_ms(e - now) elseif retry ~= 0 then a = 0 end
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, limit - count, reset, retry
         end
-        if c then count, start = c, s end
-        if count > 0 then
-          left = start + W - now
-          if left <= 0 then count, left = 0, 0 end
-        end
-      end
-      local blocked = e and e > now
-      if cost > 0 and cost <= limit and count + cost <= limit and not blocked then
-        if count == 0 then
-          -- commit's new window: no call once its memo holds this one
-          if cost ~= f_cost or now ~= f_now or W ~= f_W then open(now, W, cost) end
-          call('SET', key, f_value, 'PX', f_ttl)
-          return 1, limit - cost, f_reset, 0
-        end
-        -- commit's open window: ceil_ms(left) is its reset and TTL
-        count = count + cost
-        if count > UNITS_MAX then count = UNITS_MAX end
-        local reset = (left + 999) / 1000
-        reset = reset - reset % 1
-        call('SET', key, pack_state('<dd', count, start), 'PX', format('%d', reset))
-        return 1, limit - count, reset, 0
-      end
-      -- nothing counted: peek's answer, a key found without a TTL repaired
-      local reset, retry = ceil_ms(left), 0
-      if cost > limit then retry = -1 elseif count + cost > limit then retry = reset end
-      if v then repair_ttl(key, left) end
-      if blocked then return -ceil_ms(e - now), limit - count, reset, retry end
-      if retry ~= 0 then return 0, limit - count, reset, retry end
-      return 1, limit - count, reset, 0
+        o, k, b = o + 4, k + 1, b + 3
+      until ARGV[b] ~= s or ARGV[b + 1] ~= c
+      return o, k, b
     end
   end
 

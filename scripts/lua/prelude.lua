@@ -20,10 +20,11 @@
 --     gives `units` (> 0) back (a reward; see README "Giving back"), from
 --     the state a peek of cost 0 read (s1..s5), and sets the TTL; a state
 --     left worth nothing is deleted (no key is the empty state).
---   plain(sp, key, bkey, now, cost) -> allowed, remaining, reset_ms,
---     retry_after_ms   (optional: a constructor's fourth value)
---     a plain check (cost >= 0, no flag) of a spec of this one limit, as
---     check.lua's run_plain answers it from peek and commit, in one call.
+--   plain(sp, now, cost, out, o, k, b, s, c) -> o, k, b
+--     (optional: a constructor's fourth value) the plain checks (cost >= 0,
+--     no flag) of a spec of this one limit from the one at ARGV[b] on, while
+--     they have its spec s and cost c, answered into out as check.lua's
+--     run_plain answers them from peek and commit, in one call.
 -- Multiple results rather than a table: a table per limit per check costs
 -- about what a redis.call does (docs/BENCHMARKS.md, "Measurements behind the
 -- code").

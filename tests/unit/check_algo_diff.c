@@ -1792,6 +1792,213 @@ START_TEST(plain_checks_fail_alone_for_every_algorithm)
 END_TEST
 
 /*
+ * A batch's plain checks of one spec and cost are decided in one Lua call
+ * per run of them (run_plain, fixed_window's plain): every check of a run
+ * answers as it does alone in its call, and leaves the same state.  The
+ * runs hold the cases a run must not blur: a key of another type
+ * (WRONGTYPE, its own answer), a blocked caller, a block key of another
+ * type (no block), the same key twice (the second sees the first), a key
+ * found without a TTL (put back) on a path that writes nothing, a cost
+ * over the limit, a cost of 0; a period's run, its clock's error per check.
+ */
+#define PR_KEYS 7
+struct pr_check {
+    int key;          /* 0..PR_KEYS-1 */
+    const char *cost; /* "1", "20" (over the limit), "0" */
+};
+
+static void
+pr_key(char *buf, size_t size, const char *ns, const char *tag, int key, const char *suffix)
+{
+    snprintf(buf, size, "{pr:%s:%s:%d}%s", ns, tag, key, suffix);
+}
+
+/* Keys of namespace ns for tag: 1 another type, 2 blocked, 3 a block key
+ * of another type, 5 and 6 a state found without a TTL (one check of cost
+ * 1 written, then PERSIST), 0 and 4 none. */
+static void
+pr_prepare(const char *ns, const char *tag, const char *spec)
+{
+    /* a period's clock error writes nothing: its keys' state as fw's */
+    if (strncmp(spec, "fwp 10 1,", 9) == 0)
+        spec = "fw 10 60000 10";
+    char key[96], block[96];
+    redisReply *r;
+
+    for (int i = 0; i < PR_KEYS; i++) {
+        pr_key(key, sizeof(key), ns, tag, i, ":k");
+        pr_key(block, sizeof(block), ns, tag, i, ":block");
+        freeReplyObject(redisCommand(rc, "DEL %s %s", key, block));
+    }
+    pr_key(key, sizeof(key), ns, tag, 1, ":k");
+    freeReplyObject(redisCommand(rc, "HSET %s not a-counter", key));
+    pr_key(block, sizeof(block), ns, tag, 2, ":block");
+    freeReplyObject(redisCommand(rc, "SET %s %lld PX 60000", block, (long long)(T0 + 5000 * MS)));
+    pr_key(block, sizeof(block), ns, tag, 3, ":block");
+    freeReplyObject(redisCommand(rc, "HSET %s not a-block", block));
+    for (int i = 5; i <= 6; i++) {
+        pr_key(key, sizeof(key), ns, tag, i, ":k");
+        pr_key(block, sizeof(block), ns, tag, i, ":block");
+        r = redisCommand(rc, "EVALSHA %s 1 %s %lld 1 %s 1 %s", rl_lua_check_sha, key,
+                         (long long)(T0 - 1000 * MS), spec, block);
+        ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1,
+                      "%s: the state of key %d", tag, i);
+        freeReplyObject(r);
+        r = redisCommand(rc, "PERSIST %s", key);
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
+    }
+}
+
+/* The checks in one call (batch) or each alone, in namespace ns -> the
+ * answers' elements, appended to *out (4 per check) */
+static void
+pr_run(const char *ns, const char *tag, const char *spec, const struct pr_check *ck, size_t n,
+       bool batch, redisReply **out)
+{
+    char keys[32][96], blocks[32][96], nbuf[24], tbuf[24];
+    const char *argv[4 + 32 * 4];
+    size_t argc = 0;
+
+    ck_assert_uint_le(n, 32);
+    for (size_t i = 0; i < n; i++) {
+        pr_key(keys[i], sizeof(keys[i]), ns, tag, ck[i].key, ":k");
+        pr_key(blocks[i], sizeof(blocks[i]), ns, tag, ck[i].key, ":block");
+    }
+    snprintf(tbuf, sizeof(tbuf), "%lld", (long long)T0);
+    for (size_t first = 0; first < n; first += batch ? n : 1) {
+        size_t m = batch ? n : 1;
+        redisReply *r;
+
+        argc = 0;
+        argv[argc++] = "EVALSHA";
+        argv[argc++] = rl_lua_check_sha;
+        snprintf(nbuf, sizeof(nbuf), "%zu", m);
+        argv[argc++] = nbuf;
+        for (size_t i = first; i < first + m; i++)
+            argv[argc++] = keys[i];
+        argv[argc++] = tbuf;
+        argv[argc++] = nbuf;
+        for (size_t i = first; i < first + m; i++) {
+            argv[argc++] = spec;
+            argv[argc++] = ck[i].cost;
+            argv[argc++] = blocks[i];
+        }
+        r = redisCommandArgv(rc, (int)argc, argv, NULL);
+        ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 4 * m,
+                      "%s %s: the answer's shape", tag, batch ? "batch" : "alone");
+        for (size_t i = 0; i < r->elements; i++) {
+            out[4 * first + i] = r->element[i];
+            r->element[i] = NULL;
+        }
+        r->elements = 0;
+        freeReplyObject(r);
+    }
+}
+
+START_TEST(plain_runs_answer_as_each_check_alone)
+{
+    static const struct pr_check ck[] = {
+        /* over the limit: nothing counted; 5 has its TTL put back */
+        {0, "20"}, {1, "20"}, {2, "20"}, {3, "20"}, {5, "20"},
+        /* a cost of 0: 6 put back too */
+        {6, "0"}, {1, "0"}, {2, "0"}, {4, "0"},
+        /* counted: 0 twice, the second after the first */
+        {0, "1"}, {1, "1"}, {2, "1"}, {3, "1"}, {0, "1"}, {4, "1"}, {1, "1"},
+    };
+    static const char *const tags[] = {"fw", "fwa", "tb", "gcra", "swc", "fwp", "swcp", "fwp-far"};
+    const int64_t s3 = T0 / 1000000 / 60 * 60; /* the minute that holds T0 */
+    char spec[128];
+    const char *tag = tags[_i];
+    redisReply *batch[4 * RL_ARRAY_LEN(ck)], *alone[4 * RL_ARRAY_LEN(ck)];
+
+    if (strcmp(tag, "fwp-far") == 0)
+        snprintf(spec, sizeof(spec), "fwp 10 1,2,3,4,5,6 0");
+    else if (strcmp(tag, "fwp") == 0 || strcmp(tag, "swcp") == 0)
+        snprintf(spec, sizeof(spec), "%s 10 %lld,%lld,%lld,%lld,%lld,%lld 0", tag,
+                 (long long)s3 - 120, (long long)s3 - 60, (long long)s3, (long long)s3 + 60,
+                 (long long)s3 + 120, (long long)s3 + 180);
+    else
+        snprintf(spec, sizeof(spec), "%s 10 60000 10", tag);
+    pr_prepare("run", tag, spec);
+    pr_prepare("one", tag, spec);
+    pr_run("run", tag, spec, ck, RL_ARRAY_LEN(ck), true, batch);
+    pr_run("one", tag, spec, ck, RL_ARRAY_LEN(ck), false, alone);
+    for (size_t i = 0; i < 4 * RL_ARRAY_LEN(ck); i++) {
+        redisReply *a = batch[i], *b = alone[i];
+
+        ck_assert_msg(a->type == b->type, "%s: check %zu, element %zu: type %d in a run, %d alone",
+                      tag, i / 4, i % 4, a->type, b->type);
+        if (a->type == REDIS_REPLY_INTEGER)
+            ck_assert_msg(a->integer == b->integer, "%s: check %zu, element %zu: %lld in a run, "
+                          "%lld alone", tag, i / 4, i % 4, a->integer, b->integer);
+        else
+            ck_assert_msg(strcmp(a->str, b->str) == 0, "%s: check %zu: '%s' in a run, '%s' alone",
+                          tag, i / 4, a->str, b->str);
+    }
+    /* the cases were met: an error for key 1's checks, a block for key
+     * 2's, none for key 3's, the second check of key 0 after the first */
+    if (strcmp(tag, "fwp-far") == 0) {
+        /* the key is read before the clock is checked */
+        for (size_t i = 0; i < RL_ARRAY_LEN(ck); i++)
+            ck_assert_msg(batch[4 * i]->type == REDIS_REPLY_ERROR &&
+                              strncmp(batch[4 * i]->str, ck[i].key == 1 ? "WRONGTYPE" : "CLOCK: ",
+                                      7) == 0,
+                          "fwp-far: check %zu", i);
+    } else {
+        for (size_t i = 0; i < RL_ARRAY_LEN(ck); i++) {
+            redisReply *a = batch[4 * i];
+
+            if (ck[i].key == 1)
+                ck_assert_msg(a->type == REDIS_REPLY_ERROR && strncmp(a->str, "WRONGTYPE", 9) == 0,
+                              "%s: check %zu: key of another type", tag, i);
+            else
+                ck_assert_msg(a->type == REDIS_REPLY_INTEGER, "%s: check %zu", tag, i);
+            if (ck[i].key == 2)
+                ck_assert_msg(a->integer == -5000, "%s: check %zu: blocked %lld", tag, i, a->integer);
+            if (ck[i].key == 3 || ck[i].key == 4)
+                ck_assert_msg(a->integer == (strcmp(ck[i].cost, "20") == 0 ? 0 : 1),
+                              "%s: check %zu: %lld", tag, i, a->integer);
+        }
+        /* {0, "1"} twice: 10 - 1, then 10 - 2 */
+        ck_assert_int_eq(batch[4 * 9 + 1]->integer, 9);
+        ck_assert_int_eq(batch[4 * 13 + 1]->integer, 8);
+    }
+    for (size_t i = 0; i < 4 * RL_ARRAY_LEN(ck); i++) {
+        freeReplyObject(batch[i]);
+        freeReplyObject(alone[i]);
+    }
+    /* the same state: values and TTLs (a TTL put back, or none) */
+    for (int k = 0; k < PR_KEYS; k++) {
+        char kr[96], ko[96];
+        redisReply *vr, *vo, *tr, *to;
+
+        pr_key(kr, sizeof(kr), "run", tag, k, ":k");
+        pr_key(ko, sizeof(ko), "one", tag, k, ":k");
+        vr = redisCommand(rc, "DUMP %s", kr);
+        vo = redisCommand(rc, "DUMP %s", ko);
+        tr = redisCommand(rc, "PTTL %s", kr);
+        to = redisCommand(rc, "PTTL %s", ko);
+        ck_assert_msg(vr->type == vo->type && vr->len == vo->len &&
+                          (vr->type != REDIS_REPLY_STRING || memcmp(vr->str, vo->str, vr->len) == 0),
+                      "%s: key %d's value", tag, k);
+        ck_assert_msg((tr->integer > 0) == (to->integer > 0) && tr->integer >= -2 &&
+                          (tr->integer < 0) == (to->integer < 0) &&
+                          (tr->integer < 0 ? tr->integer == to->integer
+                                           : llabs(tr->integer - to->integer) < 30000),
+                      "%s: key %d's TTL: %lld in a run, %lld alone", tag, k, tr->integer,
+                      to->integer);
+        if ((k == 5 || k == 6) && strcmp(tag, "fwp-far") != 0)
+            ck_assert_msg(tr->integer > 0, "%s: key %d's TTL put back: %lld", tag, k, tr->integer);
+        freeReplyObject(vr);
+        freeReplyObject(vo);
+        freeReplyObject(tr);
+        freeReplyObject(to);
+    }
+}
+END_TEST
+
+/*
  * A once charge (POST /charge's call) sent again counts nothing: the same
  * seq, or an older one after a newer was applied, only reads, and the
  * writer's record stays at the newest seq, with a TTL; a newer seq counts.
@@ -2288,6 +2495,7 @@ diff_suite(void)
     tcase_add_test(tc, log_member_of_garbage_fails_its_check);
     tcase_add_test(tc, daemon_batch_fails_one_check_alone);
     tcase_add_test(tc, plain_checks_fail_alone_for_every_algorithm);
+    tcase_add_loop_test(tc, plain_runs_answer_as_each_check_alone, 0, 8);
     tcase_add_test(tc, once_charges_count_once_and_keep_the_newest_seq);
     tcase_add_test(tc, daemon_admin_ops_answer_like_a_check_after_them);
     tcase_add_test(tc, a_block_denies_a_policy_whose_first_limit_is_a_log);
