@@ -130,6 +130,14 @@ end
 -- (WRONGTYPE) is returned as the check's answer, as the pcall answered it;
 -- past that read nothing can fail but a period's clock (period_frame), so a
 -- period's plain check is run_plain_p, plain1 under a pcall.
+--
+-- plain1 decides one check (key, bkey): what a call of one check takes
+-- (a lone check through run_plain's loop and table costs ~1.5-1.9k more,
+-- docs/BENCHMARKS.md) and a period's run, check by check under a pcall.
+-- run_plain's loop is plain1 inline (a Lua call less a check, ~1.3k):
+-- the same decision twice, which check_algo_diff's
+-- plain_runs_answer_as_each_check_alone holds together (a run against
+-- each of its checks alone).
 local function plain1(sp, key, bkey, now, cost)
   local v = redis.pcall('GET', key)
   -- an error is a table: its length 0 (a value's length is tested first,
@@ -152,8 +160,29 @@ local function plain1(sp, key, bkey, now, cost)
 end
 
 local function run_plain(sp, now, cost, out, o, k, b, s, c)
+  local peek, commit, limit, W, burst = sp[1], sp[2], sp[3], sp[4], sp[5]
+  local pcall_ = redis.pcall
   repeat
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = plain1(sp, KEYS[k + 1], ARGV[b + 2], now, cost)
+    local key = KEYS[k + 1]
+    local v = pcall_('GET', key)
+    if v and #v == 0 and v.err then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = { err = tostring(v.err) }, 0, 0, 0
+    else
+      local e = pcall_('GET', ARGV[b + 2])
+      e = e and tonumber(e)
+      local ok, rem, reset, retry, repair, a1, a2, a3, a4, a5 = peek(key, now, limit, W, burst, cost, v)
+      local a = 1
+      if e and e > now then
+        a = -ceil_ms(e - now)
+      elseif ok and cost > 0 then
+        rem, reset = commit(key, now, limit, W, burst, cost, a1, a2, a3, a4, a5)
+        repair = nil
+      elseif not ok then
+        a = 0
+      end
+      if repair then repair_ttl(key, repair) end
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, rem, reset, retry
+    end
     o, k, b = o + 4, k + 1, b + 3
   until ARGV[b] ~= s or ARGV[b + 1] ~= c
   return o, k, b
