@@ -1684,7 +1684,10 @@ END_TEST
 START_TEST(daemon_batch_fails_one_check_alone)
 {
     struct rl_limit l1[] = {{RL_ALGO_FIXED_WINDOW, 10, 60000, 10, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
-    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 1000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
+    /* windows of a minute: the calls below read Redis's clock, and a
+     * window of 1 s gave a unit back between them on a slow (sanitized,
+     * loaded) host */
+    struct rl_limit l2[] = {{RL_ALGO_GCRA, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}, {RL_ALGO_SLIDING_WINDOW_LOG, 5, 60000, 5, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0}};
     char n1[] = "p1", n2[] = "p2";
     struct rl_policy p1 = {.name = n1, .limits = l1, .nlimits = 1};
     struct rl_policy p2 = {.name = n2, .limits = l2, .nlimits = 2};
