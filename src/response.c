@@ -143,6 +143,36 @@ sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
             (void)(write); \
     } while (0)
 
+/*
+ * A number written, and where: the same number again is a copy of its
+ * digits (an answer says its remaining four times, its reset twice), or
+ * else written and remembered in its place.
+ */
+struct num {
+    int64_t v;
+    size_t at, n; /* n 0: none (or cut) */
+};
+
+static void
+num_put(struct strbuf *sb, struct num *x, int64_t v)
+{
+    size_t at = sb->len;
+
+    sb_i64(sb, v);
+    x->v = v;
+    x->at = at;
+    x->n = sb_ok(sb) ? sb->len - at : 0;
+}
+
+static void
+num_same(struct strbuf *sb, struct num *x, int64_t v)
+{
+    if (x->n > 0 && x->v == v)
+        sb_mem(sb, sb->buf + x->at, x->n);
+    else
+        num_put(sb, x, v);
+}
+
 /* The binding limit's pieces, when its capacity is the decision's limit */
 static const struct policy_text_limit *
 binding_text(const struct policy_text *t, const struct rl_decision *d)
@@ -154,6 +184,7 @@ size_t
 response_body(const struct rl_decision *d, char *buf, size_t size)
 {
     const struct policy_text *t = d->policy != NULL ? policy_text_of(d->policy) : NULL;
+    struct num rem, reset, retry;
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
@@ -213,9 +244,11 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_field(&sb, ",\"overdraft\":", d->overdraft);
     PIECE(&sb, binding_text(t, d), top,
           (sb_field(&sb, ",\"limit\":", d->limit), SB_LIT(&sb, ",\"remaining\":")));
-    sb_i64(&sb, d->remaining);
-    sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
-    sb_field(&sb, ",\"retry_after_ms\":", d->retry_after_ms);
+    num_put(&sb, &rem, d->remaining);
+    SB_LIT(&sb, ",\"reset_ms\":");
+    num_put(&sb, &reset, d->reset_ms);
+    SB_LIT(&sb, ",\"retry_after_ms\":");
+    num_put(&sb, &retry, d->retry_after_ms);
     if (d->delayed_ms > 0)
         sb_field(&sb, ",\"delayed_ms\":", d->delayed_ms);
     /* lease.h: hex, digits, base64url and dots, nothing to escape */
@@ -237,10 +270,11 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         const struct policy_text_limit *tl = t != NULL ? &t->l[i] : NULL;
 
         PIECE(&sb, tl, head, policy_text_head(&sb, l, i, d->now_us));
-        sb_i64(&sb, r->remaining);
-        sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
+        num_same(&sb, &rem, r->remaining);
+        SB_LIT(&sb, ",\"reset_ms\":");
+        num_same(&sb, &reset, r->reset_ms);
         PIECE(&sb, tl, tail, policy_text_tail(&sb, l));
-        sb_i64(&sb, r->retry_after_ms);
+        num_same(&sb, &retry, r->retry_after_ms);
         if (d->charge || r->overdraft > 0)
             sb_field(&sb, ",\"overdraft\":", r->overdraft);
         SB_LIT(&sb, "}");
@@ -301,6 +335,7 @@ void
 response_header_lines(const struct rl_decision *d, struct strbuf *sb)
 {
     const struct policy_text *t;
+    struct num rem, reset;
 
     if (d->policy == NULL || (d->settle && !d->settled))
         return;
@@ -326,21 +361,21 @@ response_header_lines(const struct rl_decision *d, struct strbuf *sb)
     PIECE(sb, binding_text(t, d), xlimit,
           (sb_field(sb, "X-RateLimit-Limit: ", d->limit),
            SB_LIT(sb, "\r\nX-RateLimit-Remaining: ")));
-    sb_i64(sb, d->remaining);
+    num_put(sb, &rem, d->remaining);
     SB_LIT(sb, "\r\nX-RateLimit-Reset: ");
-    sb_i64(sb, d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s);
+    num_put(sb, &reset, d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s);
     SB_LIT(sb, "\r\n");
     policy_line(sb, d, t);
     PIECE(sb, t, l[d->binding].rl, policy_text_rl(sb, d->policy, d->binding));
-    sb_i64(sb, d->remaining);
+    num_same(sb, &rem, d->remaining);
     SB_LIT(sb, ";t=");
-    sb_i64(sb, t_s);
+    num_same(sb, &reset, t_s);
     if (d->has_pk)
         sb_pk(sb, d->pk);
     SB_LIT(sb, "\r\n");
     if (d->status == 429) {
         SB_LIT(sb, "Retry-After: ");
-        sb_i64(sb, response_seconds(d->retry_after_ms));
+        num_same(sb, &reset, response_seconds(d->retry_after_ms));
         SB_LIT(sb, "\r\n");
     }
     if (d->lease != NULL) {
