@@ -30,16 +30,9 @@ policy_text_capacity_ms(const struct rl_limit *l, int64_t now_us)
                      (unsigned __int128)l->limit);
 }
 
-/* Policy names and algorithm names are [A-Za-z0-9_.-]: no escaping. */
-static void
-sb_field(struct strbuf *sb, const char *name, int64_t v)
-{
-    sb_str(sb, name);
-    sb_i64(sb, v);
-}
-
 /* ,"period":"week","timezone":"Europe/Berlin"[,"week_start":"sunday"]: zone
- * names are [A-Za-z0-9_+-/] (period.c), no escaping either. */
+ * names are [A-Za-z0-9_+-/] (period.c), policy and algorithm names
+ * [A-Za-z0-9_.-]: no escaping. */
 static void
 sb_period(struct strbuf *sb, const struct rl_limit *l)
 {

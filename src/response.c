@@ -102,14 +102,6 @@ response_degraded_open(struct rl_decision *d, const struct rl_policy *policy)
     d->shadow = policy->shadow;
 }
 
-/* Policy names and algorithm names are [A-Za-z0-9_.-]: no escaping. */
-static void
-sb_field(struct strbuf *sb, const char *name, int64_t v)
-{
-    sb_str(sb, name);
-    sb_i64(sb, v);
-}
-
 /* "limits":[...] with each limit's configuration only: what is known when
  * the backend did not answer */
 static void
@@ -223,6 +215,7 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     else
         sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\""
                                : "{\"allowed\":false,\"policy\":\"");
+    /* policy names are [A-Za-z0-9_.-]: no escaping */
     PIECE(&sb, t, name, (sb_str(&sb, d->policy->name), sb_mem(&sb, "\"", 1)));
     if (d->shadow)
         sb_str(&sb, d->would_deny ? ",\"shadow\":true,\"would_deny\":true"
