@@ -64,17 +64,6 @@ access_log(const struct http_req *r, const struct rl_worker *w, const struct rl_
 }
 
 static void
-add_header(const char *name, const char *value, void *arg)
-{
-    struct strbuf *sb = arg;
-
-    sb_str(sb, name);
-    sb_mem(sb, ": ", 2);
-    sb_str(sb, value);
-    sb_mem(sb, "\r\n", 2);
-}
-
-static void
 on_check_done(const struct rl_decision *d, void *arg)
 {
     struct http_req *r = arg;
@@ -87,7 +76,7 @@ on_check_done(const struct rl_decision *d, void *arg)
         access_log(r, w, d);
     metrics_check_duration(worker_counters(w), now_monotonic_us() - r->first_us);
     sb_init(&sb, headers, sizeof(headers));
-    response_headers(d, add_header, &sb);
+    response_header_lines(d, &sb);
     /* nginx and Caddy keep an auth subrequest's connection only when
      * its answer has no body: there, status and headers say it all */
     n = r->flags & API_NO_BODY ? 0 : response_body(d, body, sizeof(body));

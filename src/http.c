@@ -116,6 +116,12 @@ struct http_server {
     size_t nfree;
     time_t date_t;
     char date[40]; /* "Date: ...\r\n" of date_t */
+    size_t date_len;
+    /* "Keep-Alive: timeout=N\r\n" of idle_timeout_ms ka_ms (-1: none yet),
+     * written again only when a reload changes it */
+    int64_t ka_ms;
+    char ka[48];
+    size_t ka_len;
 };
 
 static void conn_settle(struct http_conn *c);
@@ -164,18 +170,38 @@ http_method_name(enum http_method m)
 
 /* RFC 9110 6.6.1: an origin server with a clock sends Date; formatted once
  * a second, not per answer. */
-static const char *
-date_line(struct http_server *srv)
+static void
+date_line(struct http_server *srv, struct strbuf *sb)
 {
     time_t now = time(NULL);
 
     if (now != srv->date_t) {
         struct tm tm;
         gmtime_r(&now, &tm);
-        strftime(srv->date, sizeof(srv->date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        srv->date_len = strftime(srv->date, sizeof(srv->date),
+                                 "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
         srv->date_t = now;
     }
-    return srv->date;
+    sb_mem(sb, srv->date, srv->date_len);
+}
+
+/* Keep-Alive: how long an idle connection is kept, in whole seconds (at
+ * least 1); formatted again only when a reload changes it. */
+static void
+keep_alive_line(struct http_server *srv, struct strbuf *sb)
+{
+    int64_t ms = srv->limits->idle_timeout_ms;
+
+    if (ms != srv->ka_ms) {
+        struct strbuf ka;
+        sb_init(&ka, srv->ka, sizeof(srv->ka));
+        sb_str(&ka, "Keep-Alive: timeout=");
+        sb_i64(&ka, ms / 1000 > 0 ? ms / 1000 : 1);
+        sb_str(&ka, "\r\n");
+        srv->ka_len = ka.len;
+        srv->ka_ms = ms;
+    }
+    sb_mem(sb, srv->ka, srv->ka_len);
 }
 
 static struct http_req *
@@ -434,15 +460,28 @@ format_answer(struct http_server *srv, const struct http_req *r,
     const char *reason = http_reason(resp->status);
 
     sb_init(&sb, out, size);
-    sb_mem(&sb, "HTTP/1.1 ", 9);
-    sb_i64(&sb, resp->status);
-    sb_mem(&sb, " ", 1);
+    if (resp->status >= 100 && resp->status <= 999) { /* its three digits as they are */
+        char st[] = "HTTP/1.1 000 ";
+        st[9] = (char)('0' + resp->status / 100);
+        st[10] = (char)('0' + resp->status / 10 % 10);
+        st[11] = (char)('0' + resp->status % 10);
+        sb_mem(&sb, st, sizeof(st) - 1);
+    } else {
+        sb_mem(&sb, "HTTP/1.1 ", 9);
+        sb_i64(&sb, resp->status);
+        sb_mem(&sb, " ", 1);
+    }
     sb_str(&sb, reason);
     sb_mem(&sb, "\r\n", 2);
-    sb_str(&sb, date_line(srv));
-    sb_mem(&sb, "Content-Type: ", 14);
-    sb_str(&sb, resp->content_type ? resp->content_type : "application/json");
-    sb_mem(&sb, "\r\nContent-Length: ", 18);
+    date_line(srv, &sb);
+    if (resp->content_type == NULL) {
+        static const char json[] = "Content-Type: application/json\r\nContent-Length: ";
+        sb_mem(&sb, json, sizeof(json) - 1);
+    } else {
+        sb_mem(&sb, "Content-Type: ", 14);
+        sb_str(&sb, resp->content_type);
+        sb_mem(&sb, "\r\nContent-Length: ", 18);
+    }
     sb_i64(&sb, (int64_t)resp->body_len);
     sb_mem(&sb, "\r\n", 2);
     if (resp->headers_len > 0)
@@ -452,11 +491,7 @@ format_answer(struct http_server *srv, const struct http_req *r,
     } else {
         if (r->minor == 0)
             sb_mem(&sb, "Connection: keep-alive\r\n", 24);
-        sb_mem(&sb, "Keep-Alive: timeout=", 20);
-        sb_i64(&sb, srv->limits->idle_timeout_ms / 1000 > 0
-                        ? srv->limits->idle_timeout_ms / 1000
-                        : 1);
-        sb_mem(&sb, "\r\n", 2);
+        keep_alive_line(srv, &sb);
     }
     sb_mem(&sb, "\r\n", 2);
     if (!r->head_only && resp->body_len > 0)
@@ -1074,6 +1109,7 @@ http_server_new(struct http_server **out, struct event_base *base, int fd,
 
     srv->base = base;
     srv->limits = limits;
+    srv->ka_ms = -1;
     srv->max_body = max_body;
     srv->handler = handler;
     srv->arg = arg;

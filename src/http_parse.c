@@ -31,6 +31,29 @@ value_byte(unsigned char c)
     return vbyte[c];
 }
 
+/* Whether p[0..n) are all field-value bytes: eight at a time, by a test of
+ * the word that finds any byte below 0x20 or DEL (a false alarm is
+ * possible, a miss is not: such a word, and the rare HTAB, goes byte by
+ * byte).  A check's values are some 30 bytes. */
+static inline bool
+value_bytes(const char *p, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, del;
+        memcpy(&x, p + i, 8);
+        del = x ^ (0x7f * ones);
+        if ((((x - 0x20 * ones) & ~x) | ((del - ones) & ~del)) & highs)
+            break;
+    }
+    for (; i < n; i++)
+        if (!value_byte((unsigned char)p[i]))
+            return false;
+    return true;
+}
+
 static inline bool
 ows(char c)
 {
@@ -186,9 +209,8 @@ parse_header_field(char *p, char *eol, struct http_head *h, struct http_refusal 
     e = eol;
     while (e > v && ows(e[-1]))
         e--;
-    for (const char *c = v; c < e; c++)
-        if (!value_byte((unsigned char)*c))
-            FAIL(400, "control character in a header value");
+    if (!value_bytes(v, (size_t)(e - v)))
+        FAIL(400, "control character in a header value");
     *e = '\0';
     h->headers[h->nheaders].name = p;
     h->headers[h->nheaders].name_len = (size_t)(s - p);
@@ -198,12 +220,25 @@ parse_header_field(char *p, char *eol, struct http_head *h, struct http_refusal 
     return RL_OK;
 }
 
-/* Whether f is named `name`, n bytes, in any case: the lengths first, so
- * that most names are told apart without a look at their bytes. */
+/* Whether f is named `name`, n bytes, in any case (ASCII): the lengths
+ * first, so that most names are told apart without a look at their bytes,
+ * then the bytes as written (a few loads where n is known when compiled),
+ * then in any case, inline (a call to strncasecmp a name was a tenth of
+ * the head's parse). */
 static inline bool
 named(const struct http_header *f, const char *name, size_t n)
 {
-    return f->name_len == n && strncasecmp(f->name, name, n) == 0;
+    if (f->name_len != n)
+        return false;
+    if (memcmp(f->name, name, n) == 0) /* as written, the usual: a few loads */
+        return true;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char a = (unsigned char)f->name[i], b = (unsigned char)name[i];
+        /* the same byte, or the two cases of one letter */
+        if (a != b && ((a | 0x20) != (b | 0x20) || (unsigned char)((a | 0x20) - 'a') > 25))
+            return false;
+    }
+    return true;
 }
 
 #define NAMED(f, lit) named(f, lit, sizeof(lit) - 1)

@@ -13,6 +13,7 @@
 #include "pathnorm.h"
 #include "period.h"
 #include "policy.h"
+#include "policy_text.h"
 #include "util.h"
 
 #define DAY_MS (24LL * 3600 * 1000)
@@ -300,6 +301,16 @@ static void check_override(const void *obj, const char *path, struct schema_ctx 
 static void clear_override(void *obj);
 static void check_policy(const void *obj, const char *path, struct schema_ctx *ctx);
 
+/* What finalize derived and owns beside the fields: the answers' text. */
+static void
+clear_policy(void *obj)
+{
+    struct rl_policy *p = obj;
+
+    free(p->text);
+    p->text = NULL;
+}
+
 /* offsetof in the struct a table describes */
 #define LIMIT(m) offsetof(struct rl_limit, m)
 #define MATCH(m) offsetof(struct rl_match, m)
@@ -402,7 +413,7 @@ static const struct schema_field policy_fields[] = {
      .max = 128},
 };
 const struct schema policy_schema = {
-    SCHEMA_FIELDS(policy_fields), sizeof(struct rl_policy), check_policy, NULL
+    SCHEMA_FIELDS(policy_fields), sizeof(struct rl_policy), check_policy, clear_policy
 };
 
 /* clang-format on */
@@ -712,6 +723,8 @@ clear_override(void *obj)
 {
     struct rl_override *o = obj;
 
+    if (o->as_policy != NULL)
+        free(o->as_policy->text);
     free(o->as_policy);
     o->as_policy = NULL;
     free(o->ips.v);
@@ -770,6 +783,8 @@ finalize_override(struct rl_override *o, const struct rl_policy *parent)
     o->as_policy->overrides = NULL;
     o->as_policy->noverrides = 0;
     o->as_policy->uid = uid;
+    o->as_policy->text = NULL; /* the parent's */
+    policy_text_build(o->as_policy);
 }
 
 /*
@@ -840,6 +855,7 @@ policy_finalize(struct rl_policy *p, size_t i, const struct rl_policy_defaults *
         p->caps[k].cap = 1;
     for (size_t k = 0; k < p->noverrides; k++)
         finalize_override(&p->overrides[k], p);
+    policy_text_build(p);
 }
 
 /* ---- warnings -------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include "schema.h"
 
 struct rl_limit;
+struct policy_text;
 
 /* exact: every check asks the backend; hybrid: see hybrid.h */
 enum rl_policy_mode { RL_MODE_EXACT = 0, RL_MODE_HYBRID };
@@ -114,6 +115,10 @@ struct rl_policy {
     int fold4, fold6; /* the address identity's network, in bits */
     int limit_ids;    /* a limit (or an override's) has an identity of its own:
                        * every key of the policy in one hash tag (identity.h) */
+    /* its answers' constant text (policy_text.h), owned; a copy of the
+     * policy has text_self pointing elsewhere and never uses it */
+    struct policy_text *text;
+    const struct rl_policy *text_self;
 };
 
 /* The JSON rows of a policy ("policies": [...] of the config, schema.h),

@@ -5,33 +5,13 @@
 
 #include "response.h"
 #include "policy.h"
+#include "policy_text.h"
 #include "util.h"
 
 int64_t
 response_seconds(int64_t ms)
 {
     return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
-}
-
-/* What a limit lets a caller spend at once: its burst, or its limit. */
-static int64_t
-capacity(const struct rl_limit *l)
-{
-    return algo_def(l->algo)->uses_burst ? l->burst : l->limit;
-}
-
-/* The time in which that capacity is granted (in full, from empty), ms: a
- * period's is its length as of now_us (0: now). */
-static int64_t
-capacity_ms(const struct rl_limit *l, int64_t now_us)
-{
-    if (!algo_def(l->algo)->uses_burst || l->limit <= 0)
-        return algo_window_ms(l, now_us != 0 || !algo_has_period(l) ? now_us : now_unix_us());
-    /* a bucket refills limit per window: burst takes burst/limit windows
-     * (bounded at load to 366 days, so this fits) */
-    return (int64_t)(((unsigned __int128)l->burst * (unsigned __int128)l->window_ms +
-                      (unsigned __int128)l->limit - 1) /
-                     (unsigned __int128)l->limit);
 }
 
 /*
@@ -76,7 +56,7 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
 
     const struct rl_limit_result *b = &d->limits[d->binding];
     const struct rl_limit *l = &policy->limits[d->binding];
-    d->limit = capacity(l);
+    d->limit = policy_text_capacity(l);
     d->remaining = b->remaining > d->limit ? d->limit : b->remaining;
     d->overdraft = b->overdraft;
     d->reset_ms = b->reset_ms;
@@ -86,7 +66,7 @@ response_from_result(struct rl_decision *d, const struct rl_policy *policy,
         /* No wait makes it fit: say so, and give the longest wait that
          * means anything (the limit full again), never 0, which a client
          * would take as "now" and loop on. */
-        int64_t full = capacity_ms(l, d->now_us);
+        int64_t full = policy_text_capacity_ms(l, d->now_us);
         d->never_fits = 1;
         d->retry_after_ms = b->reset_ms > full ? b->reset_ms : full;
     } else {
@@ -122,44 +102,6 @@ response_degraded_open(struct rl_decision *d, const struct rl_policy *policy)
     d->shadow = policy->shadow;
 }
 
-/* Policy names and algorithm names are [A-Za-z0-9_.-]: no escaping. */
-static void
-sb_field(struct strbuf *sb, const char *name, int64_t v)
-{
-    sb_str(sb, name);
-    sb_i64(sb, v);
-}
-
-/* ,"period":"week","timezone":"Europe/Berlin"[,"week_start":"sunday"]: zone
- * names are [A-Za-z0-9_+-/] (period.c), no escaping either. */
-static void
-sb_period(struct strbuf *sb, const struct rl_limit *l)
-{
-    sb_str(sb, ",\"period\":\"");
-    sb_str(sb, period_kind_name(l->period.kind));
-    sb_str(sb, "\",\"timezone\":\"");
-    sb_str(sb, period_tz_name(l->period.tz));
-    if (l->period.kind == RL_PERIOD_WEEK) {
-        sb_str(sb, "\",\"week_start\":\"");
-        sb_str(sb, period_week_start_name(l->period.week_start));
-    }
-    sb_str(sb, "\"");
-}
-
-/* ,"window_ms":W (a period's length at now_us, and what period), or a
- * concurrency limit's ,"lease_ms":L (its window) */
-static void
-sb_window(struct strbuf *sb, const struct rl_limit *l, int64_t now_us)
-{
-    if (l->algo == RL_ALGO_CONCURRENCY) {
-        sb_field(sb, ",\"lease_ms\":", l->window_ms);
-        return;
-    }
-    sb_field(sb, ",\"window_ms\":", algo_window_ms(l, now_us));
-    if (algo_has_period(l))
-        sb_period(sb, l);
-}
-
 /* "limits":[...] with each limit's configuration only: what is known when
  * the backend did not answer */
 static void
@@ -172,7 +114,7 @@ sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
         sb_str(sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
         sb_str(sb, algo_def(l->algo)->name);
         sb_field(sb, "\",\"limit\":", l->limit);
-        sb_window(sb, l, now_unix_us());
+        policy_text_window(sb, l, now_unix_us());
         if (algo_def(l->algo)->uses_burst)
             sb_field(sb, ",\"burst\":", l->burst);
         sb_str(sb, "}");
@@ -180,9 +122,61 @@ sb_configured_limits(struct strbuf *sb, const struct rl_policy *p)
     sb_str(sb, "]");
 }
 
+/* A literal: its length known when compiled. */
+#define SB_LIT(sb, lit) sb_mem((sb), (lit), sizeof(lit) - 1)
+
+/* A piece of the policy's rendered text (t its holder, NULL: none), or the
+ * same bytes written now by `write` (policy_text.h). */
+#define PIECE(sb, t, piece, write) \
+    do { \
+        if ((t) != NULL) \
+            sb_mem((sb), (t)->piece.s, (t)->piece.n); \
+        else \
+            (void)(write); \
+    } while (0)
+
+/*
+ * A number written, and where: the same number again is a copy of its
+ * digits (an answer says its remaining four times, its reset twice), or
+ * else written and remembered in its place.
+ */
+struct num {
+    int64_t v;
+    size_t at, n; /* n 0: none (or cut) */
+};
+
+static void
+num_put(struct strbuf *sb, struct num *x, int64_t v)
+{
+    size_t at = sb->len;
+
+    sb_i64(sb, v);
+    x->v = v;
+    x->at = at;
+    x->n = sb_ok(sb) ? sb->len - at : 0;
+}
+
+static void
+num_same(struct strbuf *sb, struct num *x, int64_t v)
+{
+    if (x->n > 0 && x->v == v)
+        sb_mem(sb, sb->buf + x->at, x->n);
+    else
+        num_put(sb, x, v);
+}
+
+/* The binding limit's pieces, when its capacity is the decision's limit */
+static const struct policy_text_limit *
+binding_text(const struct policy_text *t, const struct rl_decision *d)
+{
+    return t != NULL && t->l[d->binding].cap == d->limit ? &t->l[d->binding] : NULL;
+}
+
 size_t
 response_body(const struct rl_decision *d, char *buf, size_t size)
 {
+    const struct policy_text *t = d->policy != NULL ? policy_text_of(d->policy) : NULL;
+    struct num rem, reset, retry;
     struct strbuf sb;
 
     sb_init(&sb, buf, size);
@@ -221,8 +215,8 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
     else
         sb_str(&sb, d->allowed ? "{\"allowed\":true,\"policy\":\""
                                : "{\"allowed\":false,\"policy\":\"");
-    sb_str(&sb, d->policy->name);
-    sb_str(&sb, "\"");
+    /* policy names are [A-Za-z0-9_.-]: no escaping */
+    PIECE(&sb, t, name, (sb_str(&sb, d->policy->name), sb_mem(&sb, "\"", 1)));
     if (d->shadow)
         sb_str(&sb, d->would_deny ? ",\"shadow\":true,\"would_deny\":true"
                                   : ",\"shadow\":true,\"would_deny\":false");
@@ -241,10 +235,13 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_field(&sb, ",\"charged\":", d->charged);
     if (d->charge || d->overdraft > 0)
         sb_field(&sb, ",\"overdraft\":", d->overdraft);
-    sb_field(&sb, ",\"limit\":", d->limit);
-    sb_field(&sb, ",\"remaining\":", d->remaining);
-    sb_field(&sb, ",\"reset_ms\":", d->reset_ms);
-    sb_field(&sb, ",\"retry_after_ms\":", d->retry_after_ms);
+    PIECE(&sb, binding_text(t, d), top,
+          (sb_field(&sb, ",\"limit\":", d->limit), SB_LIT(&sb, ",\"remaining\":")));
+    num_put(&sb, &rem, d->remaining);
+    SB_LIT(&sb, ",\"reset_ms\":");
+    num_put(&sb, &reset, d->reset_ms);
+    SB_LIT(&sb, ",\"retry_after_ms\":");
+    num_put(&sb, &retry, d->retry_after_ms);
     if (d->delayed_ms > 0)
         sb_field(&sb, ",\"delayed_ms\":", d->delayed_ms);
     /* lease.h: hex, digits, base64url and dots, nothing to escape */
@@ -259,23 +256,21 @@ response_body(const struct rl_decision *d, char *buf, size_t size)
         sb_str(&sb, d->reservation);
         sb_str(&sb, "\"");
     }
-    sb_str(&sb, ",\"limits\":[");
+    SB_LIT(&sb, ",\"limits\":[");
     for (size_t i = 0; i < d->nlimits; i++) {
         const struct rl_limit *l = &d->policy->limits[i];
         const struct rl_limit_result *r = &d->limits[i];
+        const struct policy_text_limit *tl = t != NULL ? &t->l[i] : NULL;
 
-        sb_str(&sb, i ? ",{\"algorithm\":\"" : "{\"algorithm\":\"");
-        sb_str(&sb, algo_def(l->algo)->name);
-        sb_field(&sb, "\",\"limit\":", l->limit);
-        sb_window(&sb, l, d->now_us);
-        sb_field(&sb, ",\"remaining\":", r->remaining);
-        sb_field(&sb, ",\"reset_ms\":", r->reset_ms);
-        if (algo_def(l->algo)->uses_burst)
-            sb_field(&sb, ",\"burst\":", l->burst);
-        sb_field(&sb, ",\"retry_after_ms\":", r->retry_after_ms);
+        PIECE(&sb, tl, head, policy_text_head(&sb, l, i, d->now_us));
+        num_same(&sb, &rem, r->remaining);
+        SB_LIT(&sb, ",\"reset_ms\":");
+        num_same(&sb, &reset, r->reset_ms);
+        PIECE(&sb, tl, tail, policy_text_tail(&sb, l));
+        num_same(&sb, &retry, r->retry_after_ms);
         if (d->charge || r->overdraft > 0)
             sb_field(&sb, ",\"overdraft\":", r->overdraft);
-        sb_str(&sb, "}");
+        SB_LIT(&sb, "}");
     }
     sb_str(&sb, "]}");
 out:
@@ -307,88 +302,44 @@ sb_pk(struct strbuf *sb, uint64_t pk)
     sb_str(sb, ":");
 }
 
-/* A limit's name in the quota headers: the policy's for a policy of one
- * limit, "<policy>/<i>" (i its index in "limits") for each of several, so
- * that RateLimit can say which item of RateLimit-Policy binds. */
-static void
-sb_item_name(struct strbuf *sb, const struct rl_policy *p, size_t i)
-{
-    sb_str(sb, "\"");
-    sb_str(sb, p->name);
-    if (p->nlimits > 1) {
-        sb_str(sb, "/");
-        sb_i64(sb, (int64_t)i);
-    }
-    sb_str(sb, "\"");
-}
-
 /* RateLimit-Policy: every limit of the policy as an item,
  * "<name>";q=Q[;w=W][;pk=...], in the policy's order */
-static const char *
-policy_list(char *buf, size_t size, const struct rl_decision *d)
+static void
+policy_line(struct strbuf *sb, const struct rl_decision *d, const struct policy_text *t)
 {
     const struct rl_policy *p = d->policy;
-    struct strbuf sb;
 
-    sb_init(&sb, buf, size);
-    for (size_t i = 0; i < p->nlimits; i++) {
-        const struct rl_limit *l = &p->limits[i];
-        int64_t period_ms = capacity_ms(l, d->now_us);
-
-        if (i > 0)
-            sb_str(&sb, ", ");
-        sb_item_name(&sb, p, i);
-        sb_field(&sb, ";q=", capacity(l));
-        /* w is whole seconds in the draft: a window it cannot state exactly
-         * (500ms, 1500ms) is left out rather than rounded into a wrong
-         * promise; slots have no window to state: a lease is not one */
-        if (period_ms % 1000 == 0 && l->algo != RL_ALGO_CONCURRENCY)
-            sb_field(&sb, ";w=", period_ms / 1000);
-        if (d->has_pk)
-            sb_pk(&sb, d->pk);
+    if (t != NULL && !d->has_pk) {
+        sb_mem(sb, t->plist.s, t->plist.n);
+        return;
     }
-    return buf;
-}
-
-/* RateLimit: the binding limit's item, "<name>";r=R;t=T[;pk=...] */
-static const char *
-binding_item(char *buf, size_t size, const struct rl_decision *d, int64_t t_s)
-{
-    struct strbuf sb;
-
-    sb_init(&sb, buf, size);
-    sb_item_name(&sb, d->policy, d->binding);
-    sb_field(&sb, ";r=", d->remaining);
-    sb_field(&sb, ";t=", t_s);
-    if (d->has_pk)
-        sb_pk(&sb, d->pk);
-    return buf;
-}
-
-static const char *
-num(char *buf, size_t size, int64_t v)
-{
-    struct strbuf sb;
-
-    sb_init(&sb, buf, size);
-    sb_i64(&sb, v);
-    return buf;
+    SB_LIT(sb, "RateLimit-Policy: ");
+    for (size_t i = 0; i < p->nlimits; i++) {
+        if (i > 0)
+            SB_LIT(sb, ", ");
+        PIECE(sb, t, l[i].item, policy_text_item(sb, p, i, d->now_us));
+        if (d->has_pk)
+            sb_pk(sb, d->pk);
+    }
+    SB_LIT(sb, "\r\n");
 }
 
 void
-response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
+response_header_lines(const struct rl_decision *d, struct strbuf *sb)
 {
-    char v[RESPONSE_POLICY_MAX];
+    const struct policy_text *t;
+    struct num rem, reset;
 
     if (d->policy == NULL || (d->settle && !d->settled))
         return;
+    t = policy_text_of(d->policy);
     if (d->nlimits == 0) {
         /* nothing was counted (the backend did not answer: failure_mode open,
          * or closed's 503): the policy is known, the numbers are not */
         if (d->policy->nlimits > 0)
-            add("RateLimit-Policy", policy_list(v, sizeof(v), d), arg);
+            policy_line(sb, d, t);
         if (d->status == 503)
-            add("Retry-After", "1", arg);
+            SB_LIT(sb, "Retry-After: 1\r\n");
         return;
     }
     int64_t reset_s = response_seconds(d->reset_ms);
@@ -400,16 +351,68 @@ response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
     if (d->delayed_ms > 0)
         t_s = 0;
 
-    add("X-RateLimit-Limit", num(v, sizeof(v), d->limit), arg);
-    add("X-RateLimit-Remaining", num(v, sizeof(v), d->remaining), arg);
-    add("X-RateLimit-Reset",
-        num(v, sizeof(v), d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s), arg);
-    add("RateLimit-Policy", policy_list(v, sizeof(v), d), arg);
-    add("RateLimit", binding_item(v, sizeof(v), d, t_s), arg);
-    if (d->status == 429)
-        add("Retry-After", num(v, sizeof(v), response_seconds(d->retry_after_ms)), arg);
-    if (d->lease != NULL)
-        add("X-RateLimit-Lease", d->lease, arg);
-    if (d->reservation != NULL)
-        add("X-RateLimit-Reservation", d->reservation, arg);
+    PIECE(sb, binding_text(t, d), xlimit,
+          (sb_field(sb, "X-RateLimit-Limit: ", d->limit),
+           SB_LIT(sb, "\r\nX-RateLimit-Remaining: ")));
+    num_put(sb, &rem, d->remaining);
+    SB_LIT(sb, "\r\nX-RateLimit-Reset: ");
+    num_put(sb, &reset, d->reset_epoch ? (int64_t)time(NULL) + reset_s : reset_s);
+    SB_LIT(sb, "\r\n");
+    policy_line(sb, d, t);
+    PIECE(sb, t, l[d->binding].rl, policy_text_rl(sb, d->policy, d->binding));
+    num_same(sb, &rem, d->remaining);
+    SB_LIT(sb, ";t=");
+    num_same(sb, &reset, t_s);
+    if (d->has_pk)
+        sb_pk(sb, d->pk);
+    SB_LIT(sb, "\r\n");
+    if (d->status == 429) {
+        SB_LIT(sb, "Retry-After: ");
+        num_same(sb, &reset, response_seconds(d->retry_after_ms));
+        SB_LIT(sb, "\r\n");
+    }
+    if (d->lease != NULL) {
+        SB_LIT(sb, "X-RateLimit-Lease: ");
+        sb_str(sb, d->lease);
+        SB_LIT(sb, "\r\n");
+    }
+    if (d->reservation != NULL) {
+        SB_LIT(sb, "X-RateLimit-Reservation: ");
+        sb_str(sb, d->reservation);
+        SB_LIT(sb, "\r\n");
+    }
+}
+
+/* Every name response_header_lines() writes: the callback's names are
+ * these, which outlive it. */
+static const char *const header_names[] = {
+    "X-RateLimit-Limit", "X-RateLimit-Remaining",
+    "X-RateLimit-Reset", "RateLimit-Policy",
+    "RateLimit",         "Retry-After",
+    "X-RateLimit-Lease", "X-RateLimit-Reservation",
+};
+
+void
+response_headers(const struct rl_decision *d, rl_header_fn add, void *arg)
+{
+    char buf[RESPONSE_HEADERS_MAX];
+    struct strbuf sb;
+    char *p, *end;
+
+    sb_init(&sb, buf, sizeof(buf));
+    response_header_lines(d, &sb);
+    /* each line whole: "Name: value\r\n" (a name has no colon, a value no CR) */
+    for (p = buf, end = buf + (sb_ok(&sb) ? sb.len : 0); p < end;) {
+        char *colon = memchr(p, ':', (size_t)(end - p));
+        char *cr = colon != NULL ? memchr(colon, '\r', (size_t)(end - colon)) : NULL;
+
+        if (cr == NULL)
+            break;
+        *cr = '\0';
+        for (size_t i = 0; i < RL_ARRAY_LEN(header_names); i++)
+            if (strlen(header_names[i]) == (size_t)(colon - p) &&
+                memcmp(header_names[i], p, (size_t)(colon - p)) == 0)
+                add(header_names[i], colon + 2, arg);
+        p = cr + 2;
+    }
 }

@@ -15,6 +15,7 @@
 
 struct rl_limit;
 struct rl_policy;
+struct strbuf;
 
 struct rl_decision {
     int status;                     /* 200, 429 or 503 */
@@ -88,6 +89,10 @@ typedef void (*rl_header_fn)(const char *name, const char *value, void *arg);
  * there are several), RateLimit the binding one.  Nothing counted (nlimits
  * 0): RateLimit-Policy alone, and Retry-After: 1 on a 503. */
 void response_headers(const struct rl_decision *d, rl_header_fn add, void *arg);
+/* The same headers as lines, "Name: value\r\n" each, appended to sb (as an
+ * HTTP answer carries them): a policy's constant parts copied from its
+ * rendered text (policy_text.h). */
+void response_header_lines(const struct rl_decision *d, struct strbuf *sb);
 
 /* Seconds for headers: rounded up; Retry-After is never 0. */
 int64_t response_seconds(int64_t ms);

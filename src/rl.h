@@ -36,7 +36,7 @@
  *   layer 0: rl.h
  *   layer 1: watch.h arena.h ytree.h slab.h bufpool.h tls.h listener.h grpc_head.h rls.pb-c.h ratelimit.pb-c.h health.pb-c.h discovery.pb-c.h rls_conf.pb-c.h util.h keytable.h log.h netaddr.h pathnorm.h redis_url.h body.h http_parse.h notify.h period.h lua_scripts.h redis_reply.h redis_ev.h sketch.h query.h
  *   layer 2: schema.h algo.h lease.h reservation.h
- *   layer 3: policy.h transport_conf.h
+ *   layer 3: policy.h policy_text.h transport_conf.h
  *   layer 4: config.h rls_rules.h envoy_env.h
  *   layer 5: xds_codec.h identity.h caller_limits.h http.h grpc.h grpc_tls.h redis_conn.h redis_tls.h redis_tls_reload.h redis_tls_bridge.h redis_sentinel.h
  *   layer 6: backend.h cluster_slots.h

@@ -118,6 +118,15 @@ sb_str(struct strbuf *sb, const char *s)
 
 void sb_i64(struct strbuf *sb, int64_t v);
 
+/* A name (text as it is) and a number: the pair of every JSON field and
+ * header parameter of an answer. */
+static inline void
+sb_field(struct strbuf *sb, const char *name, int64_t v)
+{
+    sb_str(sb, name);
+    sb_i64(sb, v);
+}
+
 /* Everything appended fitted. */
 static inline bool
 sb_ok(const struct strbuf *sb)

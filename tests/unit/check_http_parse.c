@@ -532,6 +532,70 @@ START_TEST(head_value_every_byte)
 }
 END_TEST
 
+/* Every byte at every place of a value longer than a word or two (the
+ * values are tested eight bytes at a time): refused or taken as
+ * head_value_every_byte says, wherever it is. */
+START_TEST(head_value_every_byte_every_place)
+{
+    for (int at = 0; at < 20; at++) {
+        for (int b = 0; b < 256; b++) {
+            char raw[96], v[21];
+            bool ok = b == '\t' || (b >= 0x20 && b != 0x7f);
+            struct http_head h;
+            const char *why = NULL;
+            char *buf;
+            ssize_t r;
+            int n;
+
+            if (b == '\r' || b == '\n' || ((b == ' ' || b == '\t') && (at == 0 || at == 19)))
+                continue; /* line ends; OWS at an end is not the value's */
+            memset(v, 'v', 20);
+            v[at] = (char)b;
+            v[20] = '\0';
+            n = snprintf(raw, sizeof(raw), "GET / HTTP/1.1\r\nHost: x\r\nX-A: ");
+            memcpy(raw + n, v, 20);
+            n += 20;
+            n += snprintf(raw + n, sizeof(raw) - (size_t)n, "\r\n\r\n");
+            r = parse_whole(raw, (size_t)n, MAX_HEAD, &h, &why, &buf);
+            if (ok) {
+                ck_assert_msg(r == n, "byte 0x%02x at %d: %zd (%s), want taken", b, at, r,
+                              why ? why : "");
+                ck_assert_uint_eq(h.headers[1].value_len, 20);
+                ck_assert_int_eq(memcmp(h.headers[1].value, v, 20), 0);
+            } else {
+                ck_assert_msg(r == -400, "byte 0x%02x at %d: %zd, want 400", b, at, r);
+                ck_assert_str_eq(why, "control character in a header value");
+            }
+            free(buf);
+        }
+    }
+}
+END_TEST
+
+/* Header names match in any case of their letters, and only so: '^' and
+ * '~' (one bit apart, as 'a' and 'A') are two bytes. */
+START_TEST(head_names_any_case)
+{
+    static const char raw[] = "POST / HTTP/1.1\r\nhOsT: x\r\ncOnTeNt-LeNgTh: 5\r\n"
+                              "X~a: tilde\r\nX-Key1: k\r\n\r\n";
+    struct http_head h;
+    const char *why = NULL;
+    char *buf;
+
+    ck_assert_int_eq(parse_whole(raw, sizeof(raw) - 1, MAX_HEAD, &h, &why, &buf),
+                     (ssize_t)sizeof(raw) - 1);
+    ck_assert_int_eq(h.content_length, 5);
+    ck_assert_ptr_null(http_head_find(&h, "X^a"));
+    ck_assert_ptr_null(http_head_find(&h, "X^A"));
+    ck_assert_str_eq(http_head_find(&h, "x~A")->value, "tilde");
+    ck_assert_str_eq(http_head_find(&h, "x-kEY1")->value, "k");
+    ck_assert_ptr_null(http_head_find(&h, "x-kEY!"));
+    ck_assert_ptr_null(http_head_find(&h, "X-Key2"));
+    ck_assert_ptr_null(http_head_find(&h, "X-Ke"));
+    free(buf);
+}
+END_TEST
+
 START_TEST(head_then_garbage)
 {
     static const char raw[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\n\0\x01GARBAGE";
@@ -803,6 +867,8 @@ http_parse_suite(void)
     tcase_add_test(tc, head_leading_crlfs_bounded);
     tcase_add_loop_test(tc, head_bad, 0, N_OF(bad_heads));
     tcase_add_test(tc, head_value_every_byte);
+    tcase_add_test(tc, head_value_every_byte_every_place);
+    tcase_add_test(tc, head_names_any_case);
     tcase_add_test(tc, head_then_garbage);
     tcase_add_test(tc, head_pipelined);
     suite_add_tcase(s, tc);

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "policy_text.h"
 #include "response.h"
 #include "util.h"
 
@@ -1046,6 +1047,121 @@ START_TEST(seconds_round_up)
 }
 END_TEST
 
+/* ---- a policy's rendered text (policy_text.h) ------------------------------------ */
+
+static struct rl_limit lease_limits[] = {
+    {RL_ALGO_CONCURRENCY, 3, 30000, 3, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 30000, 0},
+    {RL_ALGO_FIXED_WINDOW, 7, 500, 7, RL_ALIGN_FIRST, {0, 0, NULL}, NULL, 0, 0},
+};
+static struct rl_limit one_limit[] = {
+    {RL_ALGO_FIXED_WINDOW, 1000000000, 3600000, 1000000000, RL_ALIGN_FIRST, {0, 0, NULL}, NULL,
+     0, 0},
+};
+
+/* Every quota header line, then the body: what an HTTP answer carries. */
+static void
+render(const struct rl_decision *d, char *out, size_t size)
+{
+    char body[8192];
+    struct strbuf sb;
+
+    sb_init(&sb, out, size);
+    response_header_lines(d, &sb);
+    response_body(d, body, sizeof(body));
+    sb_str(&sb, "|");
+    sb_str(&sb, body);
+    ck_assert(sb_ok(&sb));
+}
+
+/* The decision of variant v of a check under p (limits each allowing, or
+ * the last denying): every option the answer has. */
+static int
+variant(struct rl_decision *d, const struct rl_policy *p, int v)
+{
+    struct rl_limit_result r[RL_LIMITS_MAX];
+    int deny = v % 2;
+
+    for (size_t i = 0; i < p->nlimits; i++)
+        r[i] = deny && i == p->nlimits - 1 ? no(0, 1500 + (int64_t)i, 900 + (int64_t)i)
+                                           : ok(p->limits[i].limit - 1 - (int64_t)i, 1000);
+    decide(d, p, !deny, p->nlimits, r);
+    switch (v / 2) {
+    case 0: break;
+    case 1: d->shadow = 1; d->would_deny = deny; d->allowed = 1; d->status = 200; break;
+    case 2: d->charge = 1; d->charged = 4; d->overdraft = 2; d->limits[0].overdraft = 2; break;
+    case 3: d->has_pk = 1; d->pk = 0x0123456789abcdefULL; break;
+    case 4: d->reset_epoch = 1; break;
+    case 5: d->delayed_ms = 250; d->reservation = "r.abc"; break;
+    case 6: d->lease = "0123abcd.1"; break;
+    case 7: d->limit = 2; break; /* not the binding limit's capacity */
+    case 8: d->remaining = 10000000000LL; d->limits[d->binding].remaining = 3; break;
+    case 9: response_degraded_open(d, p); break;
+    case 10: response_degraded_open(d, p); d->status = 503; d->allowed = 0; break;
+    case 11: response_degraded_open(d, p); d->status = 503; d->has_pk = 1; d->pk = 7; break;
+    case 12: d->settle = 1; d->settled = 1; break;
+    case 13: d->never_fits = 1; d->blocked = deny; break;
+    default: return 0;
+    }
+    return 1;
+}
+
+/* A policy's answers are the same bytes with its text rendered at load as
+ * without (a check's own limits, a copy of a policy). */
+START_TEST(text_same_bytes)
+{
+    static char name_one[] = "bench", name_lease[] = "lease";
+    struct rl_policy ps[] = {
+        {.name = name_login, .limits = login_limits, .nlimits = 2},
+        {.name = name_four, .limits = four_limits, .nlimits = 4},
+        {.name = name_lease, .limits = lease_limits, .nlimits = 2},
+        {.name = name_one, .limits = one_limit, .nlimits = 1},
+    };
+    static char without[16384], with[16384];
+
+    for (size_t k = 0; k < RL_ARRAY_LEN(ps); k++) {
+        struct rl_policy *p = &ps[k], copy;
+        struct rl_decision d;
+        int v;
+
+        for (v = 0; variant(&d, p, v); v++) {
+            ck_assert_ptr_null(policy_text_of(p));
+            render(&d, without, sizeof(without));
+            policy_text_build(p);
+            ck_assert_ptr_nonnull(policy_text_of(p));
+            variant(&d, p, v);
+            render(&d, with, sizeof(with));
+            ck_assert_msg(strcmp(with, without) == 0, "policy %s, variant %d:\n%s\nagainst\n%s",
+                          p->name, v, with, without);
+            /* a copy has its own limits, maybe: it renders them */
+            copy = *p;
+            ck_assert_ptr_null(policy_text_of(&copy));
+            free(p->text);
+            p->text = NULL;
+        }
+        ck_assert_int_gt(v, 20);
+    }
+}
+END_TEST
+
+/* The callback's headers are the lines' */
+START_TEST(text_lines_as_callback)
+{
+    static char lines[8192];
+    struct rl_decision d;
+    struct lines out;
+    struct strbuf sb;
+
+    for (int v = 0; variant(&d, &login, v); v++) {
+        memset(&out, 0, sizeof(out));
+        sb_init(&out.sb, (char[8192]){0}, 8192);
+        response_headers(&d, as_lines, &out);
+        sb_init(&sb, lines, sizeof(lines));
+        response_header_lines(&d, &sb);
+        ck_assert_str_eq(out.sb.buf, lines);
+    }
+}
+END_TEST
+
 static Suite *
 response_suite(void)
 {
@@ -1061,6 +1177,11 @@ response_suite(void)
     tcase_add_test(tc, binding_single_limit);
     tcase_add_test(tc, shadow_decision);
     tcase_add_test(tc, no_policy_and_degraded_decisions);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("text");
+    tcase_add_test(tc, text_same_bytes);
+    tcase_add_test(tc, text_lines_as_callback);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("body");
