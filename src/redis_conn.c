@@ -801,7 +801,7 @@ rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, co
            size_t len)
 {
     if (c->ac == NULL || c->pending >= c->sent_cap ||
-        redisAsyncFormattedCommand(c->ac, fn, priv, cmd, len) != REDIS_OK)
+        redis_ev_command(c->ac, fn, priv, cmd, len) != RL_OK)
         return RL_ERR;
     note_sent(c, wait_ms);
     return RL_OK;
