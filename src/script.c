@@ -154,14 +154,18 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
     int periods = 0;
     struct strbuf sb, hb;
 
-    /* a batch's checks mostly share a policy: no hash for those */
-    if (s != NULL && !s->periods && same_limits(s, l, n))
+    /* a batch's checks mostly share a policy: no hash for those, and
+     * nothing compared when they are the same limits again */
+    if (s != NULL && !s->periods && ((l == c->last_l && n == s->n) || same_limits(s, l, n))) {
+        c->last_l = l;
         return s;
+    }
     hash = algo_limits_hash(l, n);
     slot = hash % RL_SCRIPT_SPECS;
     s = c->specs[slot];
     if (s != NULL && s->hash == hash && same_limits(s, l, n)) {
         c->last = s;
+        c->last_l = l;
         if (!s->periods)
             return s;
         now = now_unix_us();
@@ -213,6 +217,7 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
         s->suffix_len[i] = sb_ok(&xb) && xb.len > 0 ? (unsigned char)xb.len : 0;
     }
     c->last = s;
+    c->last_l = l;
     return s;
 }
 
@@ -401,6 +406,7 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
                  ((f & RL_CHECK_BLOCK) != 0);
     }
     c->len = 0;
+    c->last_l = NULL; /* the last call's limits may be gone */
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
     put_header(c, '*', 5 + nkeys + nargs);
     if (cmd == SCRIPT_FCALL) {

@@ -60,6 +60,9 @@ struct rl_script_call {
     size_t len, cap;
     struct rl_script_spec *specs[RL_SCRIPT_SPECS];
     struct rl_script_spec *last; /* the last one asked for: mostly the next */
+    /* last's limits, as asked for in this call (whose checks hold them):
+     * the same again is last, with nothing compared */
+    const struct rl_limit *last_l;
 };
 
 void script_call_free(struct rl_script_call *c);
