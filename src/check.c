@@ -562,8 +562,8 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
  * config says reject.
  */
 static int
-match_path(const struct rl_config *cfg, const char *path, size_t *plen, char *buf,
-           char **norm, char **alloc, char **cause)
+match_path(const struct rl_config *cfg, const char *path, size_t *plen, char *buf, char **norm,
+           char **alloc, char **cause)
 {
     char *why = NULL;
     size_t n;
