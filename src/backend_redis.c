@@ -69,7 +69,17 @@ struct redis_backend {
     struct redis_op *cursor; /* the sweep's next, kept right by timed_del */
     struct event *sweep;
     int64_t sweep_us;
+    /* Ops and batches freed, kept for the next ones (at most OPS_KEEP and
+     * BATCHES_KEEP): each was a malloc and a free (docs/BENCHMARKS.md,
+     * "Measurements behind the code").  A batch has room for redis.coalesce
+     * checks, as many as a flush hands over. */
+    struct redis_op *idle_ops;
+    struct redis_batch *idle_batches;
+    unsigned nidle_ops, nidle_batches;
 };
+
+#define OPS_KEEP 256
+#define BATCHES_KEEP 16
 
 struct redis_op {
     struct rl_script_wait w;      /* the check: req, cb, answered, nlimits */
@@ -80,6 +90,7 @@ struct redis_op {
 /* One script call: the checks coalesced into it, answered in order. */
 struct redis_batch {
     struct redis_backend *rb;
+    struct redis_batch *next_idle; /* in rb->idle_batches */
     bool sent_eval;
     unsigned counted; /* its share of rb->pending_checks */
     size_t n;
@@ -141,23 +152,75 @@ timed_del(struct redis_backend *rb, struct redis_op *op)
     op->due_us = 0;
 }
 
+static struct redis_op *
+redis_op_new(struct redis_backend *rb)
+{
+    struct redis_op *op = rb->idle_ops;
+
+    if (op != NULL) {
+        rb->idle_ops = op->next;
+        rb->nidle_ops--;
+    } else {
+        op = xmalloc(sizeof(*op)); /* not calloc: batch_new says why */
+    }
+    memset(op, 0, sizeof(*op));
+    return op;
+}
+
 static void
 redis_op_free(struct redis_backend *rb, struct redis_op *op)
 {
     timed_del(rb, op);
-    free(op);
+    if (rb->nidle_ops >= OPS_KEEP) {
+        free(op);
+        return;
+    }
+    op->next = rb->idle_ops;
+    rb->idle_ops = op;
+    rb->nidle_ops++;
 }
 
 /* ---- sending --------------------------------------------------------------- */
 
 static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
+/* A batch with room for a flush's checks (rb->queue.max). */
+static struct redis_batch *
+batch_new(struct redis_backend *rb)
+{
+    struct redis_batch *b = rb->idle_batches;
+
+    if (b != NULL) {
+        rb->idle_batches = b->next_idle;
+        rb->nidle_batches--;
+        return b;
+    }
+    /* malloc, not calloc: glibc's calloc never takes a chunk from the
+     * thread's cache (what that cost: docs/BENCHMARKS.md, "Measurements
+     * behind the code"); the caller sets every field */
+    return xmalloc(sizeof(*b) + rb->queue.max * sizeof(b->w[0]));
+}
+
+static void
+batch_drop(struct redis_batch *b)
+{
+    struct redis_backend *rb = b->rb;
+
+    if (rb->nidle_batches >= BATCHES_KEEP) {
+        free(b);
+        return;
+    }
+    b->next_idle = rb->idle_batches;
+    rb->idle_batches = b;
+    rb->nidle_batches++;
+}
+
 static void
 batch_free(struct redis_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
         redis_op_free(b->rb, op_of(b->w[i]));
-    free(b);
+    batch_drop(b);
 }
 
 /* Answer every check of b that still waits. */
@@ -250,11 +313,7 @@ static void
 redis_flush(void *owner, void *const *items, size_t n)
 {
     struct redis_backend *rb = owner;
-    /* malloc, not calloc: glibc's calloc never takes a chunk from the
-     * thread's cache, so each check's op and batch went to the arena and
-     * back (what that cost: docs/BENCHMARKS.md, "Measurements behind the
-     * code"); every field is set here */
-    struct redis_batch *b = xmalloc(sizeof(*b) + n * sizeof(b->w[0]));
+    struct redis_batch *b = batch_new(rb); /* every field is set here */
 
     b->rb = rb;
     b->sent_eval = false;
@@ -272,7 +331,7 @@ redis_flush(void *owner, void *const *items, size_t n)
         redis_op_free(rb, op_of(w));
     }
     if (b->n == 0) {
-        free(b);
+        batch_drop(b);
     } else if (rb->c.st.state != RCONN_READY) {
         batch_answer_status(b, RL_BACKEND_DOWN, rb->c.st.down_reason);
         batch_free(b);
@@ -386,8 +445,7 @@ redis_check(struct rl_backend *be, const struct rl_check_req *req, rl_check_cb c
         cb(&res, arg);
         return;
     }
-    op = xmalloc(sizeof(*op)); /* not calloc: redis_flush says why */
-    memset(op, 0, sizeof(*op));
+    op = redis_op_new(rb);
     op->w.req = req;
     op->w.cb = cb;
     op->w.arg = arg;
@@ -550,6 +608,18 @@ redis_destroy(struct rl_backend *be)
     rb->queue.n = 0;
     waiting_end(rb, 0, "shutting down");
     rconn_close(&rb->c); /* pending callbacks run with NULL */
+    while (rb->idle_ops != NULL) {
+        struct redis_op *op = rb->idle_ops;
+
+        rb->idle_ops = op->next;
+        free(op);
+    }
+    while (rb->idle_batches != NULL) {
+        struct redis_batch *b = rb->idle_batches;
+
+        rb->idle_batches = b->next_idle;
+        free(b);
+    }
     event_free(rb->sweep);
     rsentinel_free(rb->sentinel);
     rconn_queue_free(&rb->queue);

@@ -550,14 +550,20 @@ request_header(const struct rl_config *cfg, const struct rl_ident_input *in,
                                                                                    : original);
 }
 
+/* Room for a normalised path on the stack: a longer one is malloc'd (a
+ * malloc and a free a check: docs/BENCHMARKS.md, "Measurements behind the
+ * code"). */
+#define NORM_STACK 256
+
 /*
  * The path the policy is matched against: normalised as the application
- * will see it.  RL_ERR (a 400) when it cannot be and the config says reject;
- * *norm is the caller's to free.
+ * will see it, into *norm: `buf` (NORM_STACK bytes) when it fits, else
+ * *alloc, the caller's to free.  RL_ERR (a 400) when it cannot be and the
+ * config says reject.
  */
 static int
-match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **norm,
-           char **cause)
+match_path(const struct rl_config *cfg, const char *path, size_t *plen, char *buf, char **norm,
+           char **alloc, char **cause)
 {
     char *why = NULL;
     size_t n;
@@ -569,7 +575,7 @@ match_path(const struct rl_config *cfg, const char *path, size_t *plen, char **n
             break;
         }
     }
-    *norm = xmalloc(*plen + 1);
+    *norm = *plen < NORM_STACK ? buf : (*alloc = xmalloc(*plen + 1));
     if (pathnorm(path, *plen, cfg->merge_slashes ? 0 : RL_PATHNORM_KEEP_SLASHES, *norm, &n,
                  &why) == RL_OK) {
         *plen = cfg->path_fold ? pathnorm_fold(*norm, n, cfg->path_fold) : n;
@@ -659,14 +665,15 @@ own_limits(const struct rl_check_env *env, const struct rl_policy *policy,
 
 /*
  * The policy the check falls under: named in the body, else the first that
- * matches the request's path and method (*policy NULL: none does).  *norm
- * is the caller's to free.
+ * matches the request's path and method (*policy NULL: none does).  `buf`
+ * and *alloc as match_path's.
  */
 static int
 pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
-            const struct rl_check_input *in, const struct rl_policy **policy, char **norm,
-            char **cause)
+            const struct rl_check_input *in, const struct rl_policy **policy, char *buf,
+            char **alloc, char **cause)
 {
+    char *norm;
     const char *path = f->path, *method = f->method;
     size_t plen = f->path_len;
 
@@ -691,14 +698,14 @@ pick_policy(struct rl_config *cfg, const struct rl_body_fields *f,
             plen = 1;
         }
     }
-    if (match_path(cfg, path, &plen, norm, cause) != RL_OK)
+    if (match_path(cfg, path, &plen, buf, &norm, alloc, cause) != RL_OK)
         return RL_ERR;
     if (method == NULL) {
         method = request_header(cfg, &in->ident, "X-Original-Method", "X-Forwarded-Method");
         if (method == NULL || policy_method_bit(method) == 0)
             method = in->method != NULL ? in->method : "GET";
     }
-    *policy = policy_match(cfg->policies, cfg->npolicies, cfg->path_fold, *norm, plen,
+    *policy = policy_match(cfg->policies, cfg->npolicies, cfg->path_fold, norm, plen,
                            policy_method_bit(method));
     return RL_OK;
 }
@@ -1066,12 +1073,12 @@ check_start(const struct rl_check_env *env, struct rl_config *cfg,
     struct rl_ident_input ident = in->ident;
     char id[RL_IDENTITY_MAX];
     size_t idlen;
-    char *norm = NULL;
+    char normbuf[NORM_STACK], *norm = NULL;
     int rc = RL_ERR;
 
     *status = 400;
     if (read_body(in, &f, &root, cause) != RL_OK ||
-        pick_policy(cfg, &f, in, &policy, &norm, cause) != RL_OK)
+        pick_policy(cfg, &f, in, &policy, normbuf, &norm, cause) != RL_OK)
         goto out;
 
     /* limits brought to a check no policy decides: no policy allows them,

@@ -432,13 +432,13 @@ static void start_attempt(struct rconn *c);
 /* When waiting for a reply sent now stops making sense: its own deadline,
  * never sooner than RCONN_STALL_MIN_MS or the connect timeout. */
 static int64_t
-due_us(const struct rconn *c, int64_t wait_ms)
+due_us(const struct rconn *c, int64_t now_us, int64_t wait_ms)
 {
     if (wait_ms < RCONN_STALL_MIN_MS)
         wait_ms = RCONN_STALL_MIN_MS;
     if (wait_ms < c->conf.connect_timeout_ms)
         wait_ms = c->conf.connect_timeout_ms;
-    return now_monotonic_us() + wait_ms * 1000;
+    return now_us + wait_ms * 1000;
 }
 
 static void
@@ -790,9 +790,11 @@ rconn_drop(struct rconn *c, const char *why)
 static void
 note_sent(struct rconn *c, int64_t wait_ms)
 {
+    int64_t now = now_monotonic_us(); /* one read for both */
+
     if (c->pending == 0)
-        c->last_reply_us = now_monotonic_us();
-    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, wait_ms);
+        c->last_reply_us = now;
+    c->sent[(c->sent_head + c->pending) % c->sent_cap] = due_us(c, now, wait_ms);
     c->pending++;
 }
 
@@ -801,7 +803,7 @@ rconn_send(struct rconn *c, redisCallbackFn *fn, void *priv, int64_t wait_ms, co
            size_t len)
 {
     if (c->ac == NULL || c->pending >= c->sent_cap ||
-        redisAsyncFormattedCommand(c->ac, fn, priv, cmd, len) != REDIS_OK)
+        redis_ev_command(c->ac, fn, priv, cmd, len) != RL_OK)
         return RL_ERR;
     note_sent(c, wait_ms);
     return RL_OK;

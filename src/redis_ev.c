@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -190,6 +191,37 @@ redis_ev_release(redisAsyncContext *ac)
             e->armed = true;
         add_read(e); /* as hiredis after a write */
     }
+}
+
+int
+redis_ev_command(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, const char *cmd,
+                 size_t len)
+{
+    redisContext *c = &ac->c;
+    redisCallback *cb;
+
+    /* a context closing refuses it, one subscribed or monitoring files its
+     * callback elsewhere: hiredis's own way for those */
+    if (c->flags & (REDIS_DISCONNECTING | REDIS_FREEING | REDIS_SUBSCRIBED | REDIS_MONITORING))
+        return redisAsyncFormattedCommand(ac, fn, priv, cmd, len) == REDIS_OK ? RL_OK : RL_ERR;
+    if (redisAppendFormattedCommand(c, cmd, len) != REDIS_OK)
+        return RL_ERR;
+    /* as __redisPushCallback: hiredis frees it with free() when the reply
+     * comes or the context ends */
+    cb = xmalloc(sizeof(*cb));
+    memset(cb, 0, sizeof(*cb));
+    cb->fn = fn;
+    cb->privdata = priv;
+    cb->pending_subs = 1;
+    if (ac->replies.head == NULL)
+        ac->replies.head = cb;
+    if (ac->replies.tail != NULL)
+        ac->replies.tail->next = cb;
+    ac->replies.tail = cb;
+    /* as hiredis after every command (the hooks may be a TLS bridge's) */
+    if (ac->ev.addWrite != NULL)
+        ac->ev.addWrite(ac->ev.data);
+    return RL_OK;
 }
 
 int

@@ -39,4 +39,17 @@ int redis_ev_attach(redisAsyncContext *ac, struct event_base *evb) RL_WUR;
 void redis_ev_hold(redisAsyncContext *ac);
 void redis_ev_release(redisAsyncContext *ac);
 
+/*
+ * redisAsyncFormattedCommand(ac, fn, priv, cmd, len) for a command that is
+ * none of (P)SUBSCRIBE, (P)UNSUBSCRIBE and MONITOR (our every command):
+ * hiredis reads each command's name to tell those apart (a strtol of its
+ * length, three strncasecmp: what that cost: docs/BENCHMARKS.md,
+ * "Measurements behind the code"); here the command is appended and its
+ * callback queued as hiredis does for any other.  A context closing,
+ * subscribed or monitoring goes through hiredis.  RL_ERR as hiredis's
+ * REDIS_ERR.
+ */
+int redis_ev_command(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, const char *cmd,
+                     size_t len) RL_WUR;
+
 #endif

@@ -101,15 +101,16 @@ script_call_free(struct rl_script_call *c)
     memset(c, 0, sizeof(*c));
 }
 
+/* The limits of s are l[0..n): what its spec and its key suffixes say. */
 static bool
-same_limits(const struct rl_script_spec *s, uint64_t hash, const struct rl_limit *l, size_t n)
+same_limits(const struct rl_script_spec *s, const struct rl_limit *l, size_t n)
 {
-    if (s->hash != hash || s->n != n)
+    if (s->n != n)
         return false;
     for (size_t i = 0; i < n; i++) {
         const struct rl_limit *a = &s->limits[i];
         if (a->algo != l[i].algo || a->limit != l[i].limit || a->window_ms != l[i].window_ms ||
-            a->burst != l[i].burst || a->align != l[i].align ||
+            a->burst != l[i].burst || a->align != l[i].align || a->cap != l[i].cap ||
             a->period.kind != l[i].period.kind ||
             a->period.week_start != l[i].period.week_start || a->period.tz != l[i].period.tz)
             return false;
@@ -145,15 +146,26 @@ spec_window(struct strbuf *sb, const struct rl_limit *l, int64_t now_us, int64_t
 static const struct rl_script_spec *
 spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
 {
-    uint64_t hash = algo_limits_hash(l, n);
-    size_t slot = hash % RL_SCRIPT_SPECS;
-    struct rl_script_spec *s = c->specs[slot];
+    uint64_t hash;
+    size_t slot;
+    struct rl_script_spec *s = c->last;
     char text[RL_SCRIPT_SPEC_MAX - 16];
     int64_t now = 0, from = INT64_MIN, until = INT64_MAX;
     int periods = 0;
     struct strbuf sb, hb;
 
-    if (s != NULL && same_limits(s, hash, l, n)) {
+    /* a batch's checks mostly share a policy: no hash for those, and
+     * nothing compared when they are the same limits again */
+    if (s != NULL && !s->periods && ((l == c->last_l && n == s->n) || same_limits(s, l, n))) {
+        c->last_l = l;
+        return s;
+    }
+    hash = algo_limits_hash(l, n);
+    slot = hash % RL_SCRIPT_SPECS;
+    s = c->specs[slot];
+    if (s != NULL && s->hash == hash && same_limits(s, l, n)) {
+        c->last = s;
+        c->last_l = l;
         if (!s->periods)
             return s;
         now = now_unix_us();
@@ -197,10 +209,39 @@ spec_for(struct rl_script_call *c, const struct rl_limit *l, size_t n)
     s->from_us = from;
     s->until_us = until;
     memcpy(s->limits, l, n * sizeof(*l));
+    for (size_t i = 0; i < n; i++) {
+        struct strbuf xb;
+
+        sb_init(&xb, s->suffix[i], sizeof(s->suffix[i]));
+        algo_key_suffix(&l[i], &xb);
+        s->suffix_len[i] = sb_ok(&xb) && xb.len > 0 ? (unsigned char)xb.len : 0;
+    }
+    c->last = s;
+    c->last_l = l;
     return s;
 }
 
 enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK, KEY_RSV };
+
+/* backend_limit_key's bytes and bounds, its suffix from the spec. */
+static int
+limit_key(const struct rl_check_req *req, size_t i, const struct rl_script_spec *sp, char *at,
+          size_t *len)
+{
+    const char *k = req->key;
+    size_t klen = req->key_len, sl = sp->suffix_len[i];
+
+    if (req->limit_key != NULL && req->limit_key[i] != NULL) {
+        k = req->limit_key[i];
+        klen = req->limit_key_len[i];
+    }
+    if (klen + sl >= RL_LIMIT_KEY_MAX)
+        return RL_ERR;
+    memcpy(at, k, klen);
+    memcpy(at + klen, sp->suffix[i], sl);
+    *len = klen + sl;
+    return RL_OK;
+}
 
 /*
  * One key as an argument, formatted by backend.c straight into the call (no
@@ -209,14 +250,17 @@ enum key_kind { KEY_LIMIT, KEY_ONCE, KEY_BLOCK, KEY_RSV };
  * moved by a byte when its length needs another width.
  */
 static int
-put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind kind, size_t i)
+put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind kind, size_t i,
+        const struct rl_script_spec *sp)
 {
     size_t d = digits(req->key_len + 8), kd, len;
     char *at;
     int rc;
 
     at = call_room(c, NUM_MAX + 5 + RL_LIMIT_KEY_MAX) + 1 + d + 2;
-    if (kind == KEY_LIMIT)
+    if (kind == KEY_LIMIT && sp != NULL && sp->suffix_len[i] > 0)
+        rc = limit_key(req, i, sp, at, &len);
+    else if (kind == KEY_LIMIT)
         rc = backend_limit_key(req, i, at, RL_LIMIT_KEY_MAX, &len);
     else if (kind == KEY_ONCE)
         rc = backend_once_key(req, at, RL_LIMIT_KEY_MAX, &len);
@@ -242,13 +286,16 @@ put_key(struct rl_script_call *c, const struct rl_check_req *req, enum key_kind 
 static int
 put_keys(struct rl_script_call *c, const struct rl_check_req *req)
 {
-    for (size_t i = 0; i < req->policy->nlimits; i++)
-        if (put_key(c, req, KEY_LIMIT, i) != RL_OK)
+    const struct rl_policy *p = req->policy;
+    const struct rl_script_spec *sp = spec_for(c, p->limits, p->nlimits);
+
+    for (size_t i = 0; i < p->nlimits; i++)
+        if (put_key(c, req, KEY_LIMIT, i, sp) != RL_OK)
             return RL_ERR;
     if (req->flags & RL_CHECK_ONCE)
-        return put_key(c, req, KEY_ONCE, 0);
+        return put_key(c, req, KEY_ONCE, 0, NULL);
     if (req->flags & (RL_CHECK_RESERVE | RL_CHECK_RSV_SETTLE | RL_CHECK_RSV_LIST))
-        return put_key(c, req, KEY_RSV, 0);
+        return put_key(c, req, KEY_RSV, 0, NULL);
     return RL_OK;
 }
 
@@ -308,7 +355,7 @@ put_args(struct rl_script_call *c, const struct rl_check_req *req)
         return RL_ERR;
     put_raw(c, sp->bytes, sp->len);
     put_cost(c, req);
-    if (put_key(c, req, KEY_BLOCK, 0) != RL_OK)
+    if (put_key(c, req, KEY_BLOCK, 0, NULL) != RL_OK)
         return RL_ERR;
     if (req->flags & (RL_CHECK_LEASE | RL_CHECK_RELEASE)) {
         char hex[RL_LEASE_HEX];
@@ -359,6 +406,7 @@ script_call_build(struct rl_script_call *c, const struct rl_check_req *const *re
                  ((f & RL_CHECK_BLOCK) != 0);
     }
     c->len = 0;
+    c->last_l = NULL; /* the last call's limits may be gone */
     /* command, script, numkeys, keys, now, n, then the checks' arguments */
     put_header(c, '*', 5 + nkeys + nargs);
     if (cmd == SCRIPT_FCALL) {

@@ -27,6 +27,9 @@ struct rconn;
  */
 #define RL_SCRIPT_SPEC_MAX 1024
 #define RL_SCRIPT_SPECS 16
+/* Room for a limit's key suffix (algo_key_suffix): a longer one is
+ * formatted for each key as before. */
+#define RL_SCRIPT_SUFFIX_MAX 96
 
 struct rl_script_spec {
     uint64_t hash;
@@ -36,6 +39,11 @@ struct rl_script_spec {
     int64_t from_us, until_us;
     size_t len;
     char bytes[RL_SCRIPT_SPEC_MAX];
+    /* each limit's key suffix, made once for every key of the policy's
+     * checks (what formatting it per key cost: docs/BENCHMARKS.md,
+     * "Measurements behind the code"); length 0: did not fit */
+    unsigned char suffix_len[RL_LIMITS_MAX];
+    char suffix[RL_LIMITS_MAX][RL_SCRIPT_SUFFIX_MAX];
 };
 
 /*
@@ -51,6 +59,10 @@ struct rl_script_call {
     char *buf;
     size_t len, cap;
     struct rl_script_spec *specs[RL_SCRIPT_SPECS];
+    struct rl_script_spec *last; /* the last one asked for: mostly the next */
+    /* last's limits, as asked for in this call (whose checks hold them):
+     * the same again is last, with nothing compared */
+    const struct rl_limit *last_l;
 };
 
 void script_call_free(struct rl_script_call *c);

@@ -307,6 +307,34 @@ def t_paths_normalised(d, r):
             eq(b.get("policy"), "exact", "policy of GET /check%s" % f)
 
 
+def t_paths_long(d, r):
+    # a path is normalised on the stack up to 255 bytes, in a buffer of its
+    # own past that: both sides of the edge, and far past it
+    rows = []
+    for n in (254, 255, 256, 257, 4000):
+        rows.append(({"path": "/" * (n - 5) + "exact"}, "exact"))
+        rows.append(({"_headers": {"X-Original-URI": "/" * (n - 5) + "exact"}}, "exact"))
+    for j in (49, 50, 51, 600):                   # 5j + 6 bytes
+        rows.append(({"path": "/x" * j + "/.." * j + "/exact"}, "exact"))
+    rows += [
+        ({"path": "/pre/" + "x" * 3000}, "prefix"),
+        ({"path": "/exact?" + "q" * 300}, "exact"),  # the query cut off first
+        ({"path": "/" + "e" * 300}, None),
+        ({"path": "/exact" + "/" * 300}, None),     # "/exact/" is another path
+    ]
+    table(d, rows)
+    # unnormalizable_path "raw": a long path copied as it came
+    cfg = dict(CONFIG, unnormalizable_path="raw")
+    with H.Daemon(cfg, redis=r) as d2:
+        table(d2, [
+            ({"path": "/pre%2F" + "x" * 300}, "prefix"),
+            ({"path": "/exact%2F" + "x" * 300}, None),
+        ])
+    # and one that cannot be normalised is refused, however long
+    st, h, b = post(d, {"key": "k", "path": "/../" + "x" * 300})
+    H.expect_error(st, h, b, 400, field="path", what="a long path above the root")
+
+
 def t_paths_unnormalisable(d, r):
     # paths whose meaning depends on the application are refused, not guessed
     for f, why in (("/exact%2Fx", "%2F"), ("/exact%2fx", "%2F"), ("/../exact", "above the root"),
@@ -518,6 +546,7 @@ CASES = [
     ("an untrusted peer's X-Original-*/X-Forwarded-* are not believed", t_untrusted_peer_headers),
     ("paths normalised (RFC 3986 6.2.2, merged slashes) from body, header, /check/<path>",
      t_paths_normalised),
+    ("long paths normalised past 255 bytes, raw ones copied", t_paths_long),
     ("unnormalisable paths: 400 naming path, or matched raw on request", t_paths_unnormalisable),
     ("merge_slashes false keeps empty segments", t_merge_slashes_off),
     ("query string is not part of the path (headers)", t_query_not_in_path_headers),
