@@ -193,6 +193,12 @@ redis_ev_release(redisAsyncContext *ac)
     }
 }
 
+/* The callback queue below is hiredis 0.14's (Debian 12's), read from its
+ * __redisAsyncCommand and __redisPushCallback; 1.x adds fields and a
+ * command timeout refreshed with each write, so another version takes
+ * redisAsyncFormattedCommand. */
+#define QUEUE_AS_0_14 (HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14)
+
 int
 redis_ev_command(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, const char *cmd,
                  size_t len)
@@ -201,8 +207,10 @@ redis_ev_command(redisAsyncContext *ac, redisCallbackFn *fn, void *priv, const c
     redisCallback *cb;
 
     /* a context closing refuses it, one subscribed or monitoring files its
-     * callback elsewhere: hiredis's own way for those */
-    if (c->flags & (REDIS_DISCONNECTING | REDIS_FREEING | REDIS_SUBSCRIBED | REDIS_MONITORING))
+     * callback elsewhere: hiredis's own way for those; and every command
+     * when built against a hiredis whose queue this was not read from */
+    if (!QUEUE_AS_0_14 ||
+        c->flags & (REDIS_DISCONNECTING | REDIS_FREEING | REDIS_SUBSCRIBED | REDIS_MONITORING))
         return redisAsyncFormattedCommand(ac, fn, priv, cmd, len) == REDIS_OK ? RL_OK : RL_ERR;
     if (redisAppendFormattedCommand(c, cmd, len) != REDIS_OK)
         return RL_ERR;
