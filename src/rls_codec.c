@@ -390,13 +390,11 @@ bad:
 static size_t
 vlen(uint64_t v)
 {
-    size_t n = 1;
+    /* 7 bits a byte: (significant bits * 9 + 64) / 64 is their count
+     * rounded up, for 1 to 64 bits, without a loop */
+    unsigned bits = 64 - (unsigned)__builtin_clzll(v | 1);
 
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    return (bits * 9 + 64) / 64;
 }
 
 static uint8_t *
