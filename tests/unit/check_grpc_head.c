@@ -16,6 +16,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "grpc_head.h"
+#include "gen.h"
 #include "unit.h"
 
 #define SRL "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -31,19 +32,6 @@ static const char *const values[] = {
     "99999999999999999999", "application/grpc", " lead", "trail ", "a\nb", "a\x01" "b", "ok",
     "u=1"};
 #define N(a) (sizeof(a) / sizeof((a)[0]))
-
-struct gen {
-    uint64_t s;
-};
-
-static uint32_t
-gen_next(struct gen *g)
-{
-    g->s ^= g->s << 13;
-    g->s ^= g->s >> 7;
-    g->s ^= g->s << 17;
-    return (uint32_t)(g->s >> 16);
-}
 
 struct seen {
     int reset; /* RST_STREAM PROTOCOL_ERROR on stream 1 */
@@ -93,7 +81,7 @@ START_TEST(agrees_with_nghttp2)
     int malformed = 0, taken = 0;
 
     for (uint32_t seed = 1; seed <= 20000; seed++) {
-        struct gen g = {0x9e3779b97f4a7c15ULL * seed};
+        struct gen g = gen_seeded(seed);
         nghttp2_nv nv[10];
         size_t nnv = 0, at = 0, datalen;
         nghttp2_hd_deflater *def;

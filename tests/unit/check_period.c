@@ -18,7 +18,6 @@
  * The DST table of issue 22 is printed by dst_table_2026_2027 (zone, change,
  * the day's length and reset as the daemon answers them, mktime's).
  */
-#include <check.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 #include <unistd.h>
 
 #include "period.h"
+#include "unit.h"
 
 #define DAY 86400
 /* Check's ck_assert_* writes to a pipe on every pass: millions here.  These
@@ -744,11 +744,5 @@ period_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(period_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(period_suite(), CK_FORK_GETENV);
 }

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <check.h>
 
 #include "backend.h"
 #include "check.h"
@@ -25,6 +24,7 @@
 #include "rls.h"
 #include "util.h"
 #include "../testutil_core.h"
+#include "unit.h"
 
 static const char rules_yaml[] =
     "domain: test-domain\n"
@@ -873,8 +873,6 @@ main(void)
 {
     Suite *s = suite_create("rls");
     TCase *tc = tcase_create("semantics");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(tc, statuses_in_order_and_the_overall_code);
     tcase_add_test(tc, unknown_domain_and_bad_requests);
@@ -895,9 +893,5 @@ main(void)
     tcase_add_test(tc, the_callers_deadline_is_not_failure_mode);
     tcase_add_test(tc, response_headers);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
 
 #include "arena.h"
 #include "slab.h"
@@ -22,6 +21,8 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "rls_codec.h"
 #include "../rls_codec_diff.h"
+#include "gen.h"
+#include "unit.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest PbRequest;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor PbDescriptor;
@@ -234,19 +235,6 @@ END_TEST
  * defined, every wire type (3, 4, 6 and 7 too), repeated scalars and
  * messages (the last wins, or protobuf-c merges), varints of up to 11 bytes,
  * tags written longer than they need; then cut, flipped or grown by a byte. */
-struct gen {
-    uint64_t s;
-};
-
-static uint32_t
-gen_next(struct gen *g)
-{
-    g->s ^= g->s << 13;
-    g->s ^= g->s >> 7;
-    g->s ^= g->s << 17;
-    return (uint32_t)(g->s >> 16);
-}
-
 struct wbuf {
     uint8_t *p;
     size_t len, cap;
@@ -394,7 +382,7 @@ START_TEST(decoder_agrees_with_protobuf_c)
     uint32_t taken = 0, refused = 0;
 
     for (uint32_t seed = 1; seed <= 20000; seed++) {
-        struct gen g = {0x9e3779b97f4a7c15ULL * seed};
+        struct gen g = gen_seeded(seed);
         struct wbuf b = {0};
         size_t at;
 
@@ -636,7 +624,7 @@ START_TEST(encoder_agrees_with_protobuf_c)
     char *const values[] = {v0, v1, v2, v3};
 
     for (uint32_t seed = 1; seed <= 20000; seed++) {
-        struct gen g = {0x9e3779b97f4a7c15ULL * seed};
+        struct gen g = gen_seeded(seed);
         struct rls_status st[5];
         struct rls_response r = {.statuses = st};
         const char *d;
@@ -789,8 +777,6 @@ main(void)
 {
     Suite *s = suite_create("rls_codec");
     TCase *tc = tcase_create("codec");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(tc, request_round_trip);
     tcase_add_test(tc, request_from_the_wire);
@@ -808,9 +794,5 @@ main(void)
     tcase_add_test(tc, arena_marks_nest);
     tcase_add_test(tc, slab_lists);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
 
 #include "rls.h"
 #include "rls_json.h"
+#include "unit.h"
 
 static struct rls_json_request
 decode_ok(const char *json)
@@ -180,17 +180,11 @@ main(void)
 {
     Suite *s = suite_create("rls_json");
     TCase *tc = tcase_create("codec");
-    SRunner *sr;
-    int failures;
 
     tcase_add_test(tc, requests_as_protojson_reads_them);
     tcase_add_test(tc, bad_requests_named);
     tcase_add_test(tc, responses_as_protojson_writes_them);
     tcase_add_test(tc, durations);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }

@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <check.h>
 
 #include "config.h"
 #include "rls_rules.h"
 #include "schema.h"
+#include "unit.h"
 
 static uint64_t
 uid(void)
@@ -971,8 +971,6 @@ main(void)
 {
     Suite *s = suite_create("rls_rules");
     TCase *m = tcase_create("match"), *v = tcase_create("validate"), *f = tcase_create("files");
-    SRunner *sr;
-    int failures;
 
     /* the alias bomb walks to its bound: slow under valgrind */
     tcase_set_timeout(v, 300);
@@ -993,9 +991,5 @@ main(void)
     suite_add_tcase(s, m);
     suite_add_tcase(s, v);
     suite_add_tcase(s, f);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rl_unit_run(s, CK_FORK_GETENV);
 }
