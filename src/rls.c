@@ -134,21 +134,40 @@ id_raw(struct idbuf *b, const char *p, size_t n)
     EVP_DigestUpdate(b->md, p, n);
 }
 
-/* The index of the first byte of p[0..n) in 0x1c..0x1f (its top six bits
- * 000111), or n: eight bytes a step, as a part rarely has one. */
+/* Whether one of the eight bytes of x is in 0x1c..0x1f (its top six bits
+ * 000111). */
+static inline bool
+has_separator8(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t y = (x & 0xfcfcfcfcfcfcfcfcULL) ^ 0x1c1c1c1c1c1c1c1cULL; /* a 0 byte: one */
+
+    return ((y - ones) & ~y & highs) != 0;
+}
+
+/* How many bytes of p[0..n) are whole blocks of eight with no byte in
+ * 0x1c..0x1f before the first block with one (a part rarely has one);
+ * copied to out unless it is NULL. */
+static inline size_t
+id_clean8(const char *p, size_t n, char *out)
+{
+    size_t i = 0;
+    uint64_t x;
+
+    while (i + 8 <= n && (memcpy(&x, p + i, 8), !has_separator8(x))) {
+        if (out != NULL)
+            memcpy(out + i, &x, 8);
+        i += 8;
+    }
+    return i;
+}
+
+/* The index of the first byte of p[0..n) in 0x1c..0x1f, or n. */
 static size_t
 id_separator(const char *p, size_t n)
 {
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    size_t i = 0;
+    size_t i = id_clean8(p, n, NULL);
 
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x, y;
-        memcpy(&x, p + i, 8);
-        y = (x & 0xfcfcfcfcfcfcfcfcULL) ^ 0x1c1c1c1c1c1c1c1cULL; /* a 0 byte: one */
-        if (((y - ones) & ~y & highs) != 0)
-            break;
-    }
     for (; i < n; i++)
         if (((unsigned char)p[i] & 0xfc) == 0x1c)
             return i;
@@ -174,18 +193,9 @@ id_part(struct idbuf *b, const char *p, size_t n)
 static char *
 id_put(char *o, const char *p, size_t n)
 {
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    size_t i = 0;
+    size_t i = id_clean8(p, n, o);
 
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x, y;
-        memcpy(&x, p + i, 8);
-        y = (x & 0xfcfcfcfcfcfcfcfcULL) ^ 0x1c1c1c1c1c1c1c1cULL; /* a 0 byte: one */
-        if (((y - ones) & ~y & highs) != 0)
-            break;
-        memcpy(o, &x, 8);
-        o += 8;
-    }
+    o += i;
     for (; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
 
