@@ -883,8 +883,11 @@ on_stream_close(nghttp2_session *h2, int32_t stream_id, uint32_t error_code, voi
         return 0;
     if (!call->replied)
         COUNT(c->srv, cancelled);
-    nghttp2_session_set_stream_user_data(h2, stream_id, NULL);
+    /* no set_stream_user_data(NULL): the stream is destroyed after this
+     * callback (no closed streams are kept: make_options), and an id is
+     * never reused */
     call_detach(call);
+    (void)h2;
     (void)error_code;
     return 0;
 }
@@ -1134,13 +1137,19 @@ gconn_flush(struct grpc_conn *c)
 static bool
 pump(struct grpc_conn *c)
 {
+    bool ask = true;
+
     while (!c->dead && !c->raw) {
         const uint8_t *p;
         ssize_t n;
 
         if (pending(c) >= WBUF_HIGH)
             return true;
-        if (!nghttp2_session_want_write(c->h2))
+        /* after a frame nghttp2 always wants to write (the frame's own
+         * bookkeeping is left for the next mem_send): no need to ask,
+         * unless that frame was a GOAWAY, which may end the session's
+         * writing (want_write says so; mem_send would not) */
+        if (ask && !nghttp2_session_want_write(c->h2))
             return false;
         if ((n = nghttp2_session_mem_send(c->h2, &p)) < 0) {
             c->dead = 1;
@@ -1148,6 +1157,8 @@ pump(struct grpc_conn *c)
         }
         if (n == 0)
             return false;
+        /* mem_send gives one frame: its type is its fourth byte */
+        ask = n < 9 || p[3] == NGHTTP2_GOAWAY;
         out_add(c, p, (size_t)n);
     }
     return false;

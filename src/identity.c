@@ -273,19 +273,40 @@ identity_resolve(const struct rl_identity_chain *chain, const struct rl_cidr_lis
     return RL_OK;
 }
 
-static bool
-safe_byte(unsigned char c)
+/* The bytes a key keeps as they are: letters, digits and . - _ @ / = +
+ * (none from 0x80: the rest of the table is 0). */
+static const unsigned char safe_byte[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x00 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 1, /* 0x20 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, /* 0x30 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x40 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, /* 0x50 */
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x60 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, /* 0x70 */
+};
+
+/* Byte c of an identity into buf[o..), escaped unless safe; the new o. */
+static inline size_t
+put_escaped(char *buf, size_t o, unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '-' || c == '_' || c == '@' || c == '/' || c == '=' || c == '+';
+    static const char hex[] = "0123456789ABCDEF";
+
+    if (safe_byte[c]) {
+        buf[o++] = (char)c;
+    } else {
+        buf[o++] = '%';
+        buf[o++] = hex[c >> 4];
+        buf[o++] = hex[c & 15];
+    }
+    return o;
 }
 
 int
 identity_key(const char *prefix, const char *policy, const char *id, size_t idlen, bool shared,
              char *buf, size_t size, size_t *len)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t plen = strlen(prefix), nlen = strlen(policy), o = 0;
+    size_t plen = strlen(prefix), nlen = strlen(policy), o = 0, i;
     /* The type ("k:", "ip:") is ours: keep its colon readable. */
     const char *colon = memchr(id, ':', idlen);
     size_t typelen = colon != NULL && id[0] != '+' ? (size_t)(colon - id) + 1 : 0;
@@ -299,16 +320,24 @@ identity_key(const char *prefix, const char *policy, const char *id, size_t idle
         buf[o++] = '}';
     buf[o++] = ':';
     memcpy(buf + o, id, typelen), o += typelen;
-    for (size_t i = typelen; i < idlen; i++) {
-        unsigned char c = (unsigned char)id[i];
-        if (safe_byte(c)) {
-            buf[o++] = (char)c;
+    i = typelen;
+    /* Eight bytes a step, copied whole when all are safe (an identity is
+     * mostly letters and digits): a byte's test and store cost ~9
+     * instructions a byte on every check, this ~3. */
+    for (; i + 8 <= idlen; i += 8) {
+        const unsigned char *p = (const unsigned char *)id + i;
+
+        if (safe_byte[p[0]] & safe_byte[p[1]] & safe_byte[p[2]] & safe_byte[p[3]] &
+            safe_byte[p[4]] & safe_byte[p[5]] & safe_byte[p[6]] & safe_byte[p[7]]) {
+            memcpy(buf + o, p, 8);
+            o += 8;
         } else {
-            buf[o++] = '%';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
+            for (size_t j = 0; j < 8; j++)
+                o = put_escaped(buf, o, p[j]);
         }
     }
+    for (; i < idlen; i++)
+        o = put_escaped(buf, o, (unsigned char)id[i]);
     if (!shared)
         buf[o++] = '}';
     buf[o] = '\0';

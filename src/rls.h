@@ -112,4 +112,14 @@ typedef void (*rls_done)(const struct rls_response *resp, void *arg);
 int rls_start(const struct rl_check_env *env, struct rl_config *cfg,
               const struct rls_request *req, rls_done done, void *arg, char **cause) RL_WUR;
 
+/*
+ * The identity descriptor d of `domain` counts under (shared[i]: the
+ * pattern entry i counts under, or NULL; shared NULL: none), into out: "d:",
+ * the domain, then each entry's 0x1e, key, 0x1f (0x1c before a pattern) and
+ * value, a part's own bytes 0x1c..0x1f written as 0x1d and a digit; past
+ * `size` bytes "h:" and the whole's SHA-256 in hex.  Its length.
+ */
+size_t rls_identity(char *out, size_t size, const struct rls_str *domain,
+                    const struct rls_descriptor *d, const struct rls_str *const *shared);
+
 #endif

@@ -390,13 +390,11 @@ bad:
 static size_t
 vlen(uint64_t v)
 {
-    size_t n = 1;
+    /* 7 bits a byte: (significant bits * 9 + 64) / 64 is their count
+     * rounded up, for 1 to 64 bits, without a loop */
+    unsigned bits = 64 - (unsigned)__builtin_clzll(v | 1);
 
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    return (bits * 9 + 64) / 64;
 }
 
 static uint8_t *
@@ -417,19 +415,10 @@ wire_i32(int32_t v)
     return (uint64_t)(int64_t)v;
 }
 
-/* The fields of one DescriptorStatus, as they go on the wire. */
-struct status_wire {
-    uint64_t code;
-    uint32_t requests_per_unit, limit_remaining;
-    uint64_t unit;
-    size_t name_len;
-    uint64_t seconds, nanos;
-    size_t limit_len, until_len, len; /* the messages' lengths */
-};
-
 static void
-status_wire(struct status_wire *w, const struct rls_status *s)
+status_wire(struct rls_codec_status_wire *w, const struct rls_status *s)
 {
+    *w = (struct rls_codec_status_wire){0};
     w->code = wire_i32((int32_t)s->code);
     w->limit_remaining = s->limit_remaining > RLS_WIRE_MAX ? RLS_WIRE_MAX
                                                            : (uint32_t)s->limit_remaining;
@@ -456,7 +445,7 @@ status_wire(struct status_wire *w, const struct rls_status *s)
 }
 
 static uint8_t *
-put_status(uint8_t *p, const struct rls_status *s, const struct status_wire *w)
+put_status(uint8_t *p, const struct rls_status *s, const struct rls_codec_status_wire *w)
 {
     *p++ = 0x12; /* RateLimitResponse.statuses = 2 */
     p = put_varint(p, w->len);
@@ -520,15 +509,19 @@ put_str_field(uint8_t *p, uint8_t tag, const char *s, size_t n)
 }
 
 size_t
-rls_codec_response_size(const struct rls_response *resp)
+rls_codec_response_plan(const struct rls_response *resp, struct rls_codec_plan *plan)
 {
     uint64_t overall = wire_i32((int32_t)resp->overall_code);
     size_t n = overall != 0 ? 1 + vlen(overall) : 0;
 
+    plan->nplanned = 0;
     for (size_t i = 0; i < resp->nstatuses; i++) {
-        struct status_wire w = {0};
-        status_wire(&w, &resp->statuses[i]);
-        n += 1 + vlen(w.len) + w.len;
+        struct rls_codec_status_wire spare, *w = &spare;
+
+        if (i < RLS_CODEC_PLAN_STATUSES)
+            w = &plan->w[plan->nplanned++];
+        status_wire(w, &resp->statuses[i]);
+        n += 1 + vlen(w->len) + w->len;
     }
     for (size_t i = 0; i < resp->nheaders; i++) {
         const struct rls_header *h = &resp->headers[i];
@@ -540,7 +533,8 @@ rls_codec_response_size(const struct rls_response *resp)
 }
 
 size_t
-rls_codec_response_write(const struct rls_response *resp, uint8_t *out)
+rls_codec_response_write_plan(const struct rls_response *resp,
+                              const struct rls_codec_plan *plan, uint8_t *out)
 {
     uint64_t overall = wire_i32((int32_t)resp->overall_code);
     uint8_t *p = out;
@@ -550,9 +544,14 @@ rls_codec_response_write(const struct rls_response *resp, uint8_t *out)
         p = put_varint(p, overall);
     }
     for (size_t i = 0; i < resp->nstatuses; i++) {
-        struct status_wire w = {0};
-        status_wire(&w, &resp->statuses[i]);
-        p = put_status(p, &resp->statuses[i], &w);
+        struct rls_codec_status_wire spare;
+        const struct rls_codec_status_wire *w = &spare;
+
+        if (plan != NULL && i < plan->nplanned)
+            w = &plan->w[i];
+        else
+            status_wire(&spare, &resp->statuses[i]);
+        p = put_status(p, &resp->statuses[i], w);
     }
     for (size_t i = 0; i < resp->nheaders; i++) {
         const struct rls_header *h = &resp->headers[i];
@@ -564,6 +563,20 @@ rls_codec_response_write(const struct rls_response *resp, uint8_t *out)
         p = put_str_field(p, 0x12, h->value, vn); /* HeaderValue.value = 2 */
     }
     return (size_t)(p - out);
+}
+
+size_t
+rls_codec_response_size(const struct rls_response *resp)
+{
+    struct rls_codec_plan plan;
+
+    return rls_codec_response_plan(resp, &plan);
+}
+
+size_t
+rls_codec_response_write(const struct rls_response *resp, uint8_t *out)
+{
+    return rls_codec_response_write_plan(resp, NULL, out);
 }
 
 const uint8_t *

@@ -41,6 +41,34 @@ const char *rls_codec_decode_request(struct arena *a, const uint8_t *buf, size_t
  */
 size_t rls_codec_response_size(const struct rls_response *resp);
 size_t rls_codec_response_write(const struct rls_response *resp, uint8_t *out);
+
+/* One DescriptorStatus's fields as they go on the wire (rls_codec.c's). */
+struct rls_codec_status_wire {
+    uint64_t code;
+    uint32_t requests_per_unit, limit_remaining;
+    uint64_t unit;
+    size_t name_len;
+    uint64_t seconds, nanos;
+    size_t limit_len, until_len, len; /* the messages' lengths */
+};
+
+/* The statuses' fields measured for the size, kept for the write (each is
+ * ~115 instructions to measure; past the first RLS_CODEC_PLAN_STATUSES the
+ * write measures them again). */
+#define RLS_CODEC_PLAN_STATUSES 8
+struct rls_codec_plan {
+    size_t nplanned;
+    struct rls_codec_status_wire w[RLS_CODEC_PLAN_STATUSES];
+};
+
+/*
+ * The same as rls_codec_response_size then _write, measuring each status
+ * once: the size, with what was measured in *plan; then the message written
+ * at out from it (resp unchanged in between).
+ */
+size_t rls_codec_response_plan(const struct rls_response *resp, struct rls_codec_plan *plan);
+size_t rls_codec_response_write_plan(const struct rls_response *resp,
+                                     const struct rls_codec_plan *plan, uint8_t *out);
 /* The same packed in `a` (*len bytes; released by the caller), or NULL
  * when that would pass the arena's cap. */
 const uint8_t *rls_codec_encode_response(struct arena *a, const struct rls_response *resp,

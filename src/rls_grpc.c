@@ -69,14 +69,15 @@ on_decided(const struct rls_response *resp, void *arg)
 {
     struct grpc_call *c = arg;
     struct rls_grpc *d = grpc_call_arg(c);
+    struct rls_codec_plan plan;
     uint8_t *buf;
 
     if (resp->grpc_status != 0) {
         grpc_respond(c, (enum grpc_status)resp->grpc_status, resp->message);
-    } else if ((buf = grpc_reply_buf(c, rls_codec_response_size(resp))) == NULL) {
+    } else if ((buf = grpc_reply_buf(c, rls_codec_response_plan(resp, &plan))) == NULL) {
         grpc_respond(c, GRPC_RESOURCE_EXHAUSTED, "the answer is larger than rls.max_message");
     } else {
-        (void)rls_codec_response_write(resp, buf);
+        (void)rls_codec_response_write_plan(resp, &plan, buf);
         grpc_respond(c, GRPC_OK, NULL);
     }
     worker_check_done(d->w);

@@ -163,7 +163,9 @@ rls_codec_diff_response(const struct rls_response *resp)
     DiffStatus **statuses = calloc(resp->nstatuses + 1, sizeof(*statuses));
     DiffHeader hv[RLS_HEADERS_MAX], *headers[RLS_HEADERS_MAX];
     size_t want, size = rls_codec_response_size(resp), n;
-    uint8_t *pb = NULL, *ours = NULL;
+    struct rls_codec_plan plan;
+    size_t planned = rls_codec_response_plan(resp, &plan);
+    uint8_t *pb = NULL, *ours = NULL, *ours_plan = NULL;
     const char *diff = NULL;
 
     if (blocks == NULL || statuses == NULL)
@@ -186,7 +188,8 @@ rls_codec_diff_response(const struct rls_response *resp)
     want = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(&m);
     pb = malloc(want + 1);
     ours = malloc(size + 1);
-    if (pb == NULL || ours == NULL)
+    ours_plan = malloc(size + 1);
+    if (pb == NULL || ours == NULL || ours_plan == NULL)
         abort();
     if (envoy__service__ratelimit__v3__rate_limit_response__pack(&m, pb) != want)
         diff = "protobuf-c's pack and its get_packed_size disagree";
@@ -196,8 +199,15 @@ rls_codec_diff_response(const struct rls_response *resp)
         diff = "rls_codec_response_write wrote another size than it said";
     else if (memcmp(pb, ours, n) != 0)
         diff = "the bytes differ";
+    else if (planned != size)
+        diff = "rls_codec_response_plan is not rls_codec_response_size";
+    else if (rls_codec_response_write_plan(resp, &plan, ours_plan) != size)
+        diff = "rls_codec_response_write_plan wrote another size than it said";
+    else if (memcmp(pb, ours_plan, size) != 0)
+        diff = "the bytes written from the plan differ";
     free(pb);
     free(ours);
+    free(ours_plan);
     free(statuses);
     free(blocks);
     return diff;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "unit.h"
+#include "gen.h"
 
 #include "config.h"
 #include "identity.h"
@@ -778,6 +779,109 @@ START_TEST(compound_of_two_full_keys_fits)
 }
 END_TEST
 
+/* identity_key as it was before its escaping went eight bytes a step: a
+ * byte at a time through a chain of range tests.  The keys in Redis are
+ * these bytes, so the new one must give exactly them. */
+static bool
+ref_safe_byte(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '-' || c == '_' || c == '@' || c == '/' || c == '=' || c == '+';
+}
+
+static int
+ref_identity_key(const char *prefix, const char *policy, const char *id, size_t idlen,
+                 bool shared, char *buf, size_t size, size_t *len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t plen = strlen(prefix), nlen = strlen(policy), o = 0;
+    const char *colon = memchr(id, ':', idlen);
+    size_t typelen = colon != NULL && id[0] != '+' ? (size_t)(colon - id) + 1 : 0;
+
+    if (plen + nlen + typelen + 3 * (idlen - typelen) + 4 > size)
+        return RL_ERR;
+    buf[o++] = '{';
+    memcpy(buf + o, prefix, plen), o += plen;
+    memcpy(buf + o, policy, nlen), o += nlen;
+    if (shared)
+        buf[o++] = '}';
+    buf[o++] = ':';
+    memcpy(buf + o, id, typelen), o += typelen;
+    for (size_t i = typelen; i < idlen; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (ref_safe_byte(c)) {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '%';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    if (!shared)
+        buf[o++] = '}';
+    buf[o] = '\0';
+    *len = o;
+    return RL_OK;
+}
+
+/* Both functions on one input, every buffer size around the key's. */
+static void
+key_same_as_ref(const char *id, size_t idlen, bool shared, const char *what)
+{
+    static char got[RL_REDIS_KEY_MAX], want[RL_REDIS_KEY_MAX];
+    size_t ng = 0, nw = 0;
+    int rg = identity_key("rl:", "api", id, idlen, shared, got, sizeof(got), &ng);
+    int rw = ref_identity_key("rl:", "api", id, idlen, shared, want, sizeof(want), &nw);
+
+    ck_assert_msg(rg == rw, "%s: %d, the old function %d", what, rg, rw);
+    if (rg != RL_OK)
+        return;
+    ck_assert_msg(ng == nw && memcmp(got, want, nw + 1) == 0, "%s: \"%s\", the old function \"%s\"",
+                  what, got, want);
+}
+
+START_TEST(key_escaping_same_as_before)
+{
+    static char id[2 + RL_KEY_MAX];
+    char what[96];
+
+    /* every byte value alone, then at each of the 17 places of a 17-byte
+     * run (both sides of an eight-byte step), after a type or none */
+    for (int c = 0; c < 256; c++) {
+        for (int typed = 0; typed < 2; typed++) {
+            size_t t = typed ? 2 : 0;
+
+            memcpy(id, "k:", 2);
+            id[t] = (char)c;
+            snprintf(what, sizeof(what), "byte 0x%02x alone, typed %d", c, typed);
+            key_same_as_ref(id, t + 1, typed, what);
+            for (size_t at = 0; at < 17; at++) {
+                memset(id + t, 'a', 17);
+                id[t + at] = (char)c;
+                snprintf(what, sizeof(what), "byte 0x%02x at %zu of 17, typed %d", c, at, typed);
+                key_same_as_ref(id, t + 17, at % 2 == 0, what);
+            }
+        }
+    }
+    /* 20,000 generated identities of 0..RL_KEY_MAX+2 bytes: most bytes
+     * safe (a run of eight whole), some any byte */
+    for (uint32_t seed = 1; seed <= 20000; seed++) {
+        struct gen g = gen_seeded(seed);
+        size_t n = gen_next(&g) % (sizeof(id) + 1);
+        uint32_t rare = 1 + gen_next(&g) % 64;
+
+        for (size_t i = 0; i < n; i++) {
+            uint32_t r = gen_next(&g);
+            id[i] = r % rare == 0 ? (char)(r >> 8) : "abcXYZ019.-_@/=+"[(r >> 8) % 16];
+        }
+        if (n >= 2 && seed % 3 == 0)
+            memcpy(id, seed % 2 ? "k:" : "+k", 2);
+        snprintf(what, sizeof(what), "seed %u (%zu bytes)", seed, n);
+        key_same_as_ref(id, n, seed % 5 == 0, what);
+    }
+}
+END_TEST
+
 START_TEST(key_exact)
 {
     const struct key_case *c = &key_cases[_i];
@@ -1052,6 +1156,7 @@ identity_suite(void)
     tcase_add_loop_test(tc, key_exact, 0, (int)RL_ARRAY_LEN(key_cases));
     tcase_add_test(tc, key_all_distinct_one_hash_tag);
     tcase_add_test(tc, key_worst_case_fits);
+    tcase_add_test(tc, key_escaping_same_as_before);
     tcase_add_test(tc, key_buffer_too_small);
     tcase_add_test(tc, key_typed_apart);
     tcase_add_test(tc, address_is_its_network);

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 
 #include "backend.h"
 #include "check.h"
@@ -25,6 +27,7 @@
 #include "util.h"
 #include "../testutil_core.h"
 #include "unit.h"
+#include "gen.h"
 
 static const char rules_yaml[] =
     "domain: test-domain\n"
@@ -609,6 +612,102 @@ START_TEST(count_over_limit)
 }
 END_TEST
 
+/* An identity as rls.c made it before it was written eight bytes at a
+ * time: a byte at a time, unhashed (the caller hashes past the cap). */
+static size_t
+ref_identity(char *out, const struct rls_str *domain, const struct rls_descriptor *d,
+             const struct rls_str *const *shared)
+{
+    size_t o = 0;
+
+    out[o++] = 'd', out[o++] = ':';
+#define REF_PART(p_, n_)                                                                       \
+    for (size_t j = 0; j < (n_); j++) {                                                        \
+        unsigned char c = (unsigned char)(p_)[j];                                              \
+        if (c >= 0x1c && c <= 0x1f)                                                            \
+            out[o++] = 0x1d, out[o++] = (char)('0' + (c - 0x1c));                              \
+        else                                                                                   \
+            out[o++] = (char)c;                                                                \
+    }
+    REF_PART(domain->p, domain->len);
+    for (size_t i = 0; i < d->nentries; i++) {
+        bool sh = shared != NULL && shared[i] != NULL;
+        const struct rls_str *v = sh ? shared[i] : &d->entries[i].value;
+
+        out[o++] = 0x1e;
+        REF_PART(d->entries[i].key.p, d->entries[i].key.len);
+        out[o++] = sh ? 0x1c : 0x1f;
+        REF_PART(v->p, v->len);
+    }
+#undef REF_PART
+    return o;
+}
+
+/* rls_identity gives the bytes it gave before, on generated descriptors:
+ * any byte (the separators often), parts of 0 to 700 bytes on both sides
+ * of an eight-byte step, shared patterns; past RL_IDENTITY_MAX the SHA-256
+ * of the same bytes.  Also with `size` just the identity's length, where
+ * it goes a part at a time. */
+START_TEST(identity_same_as_before)
+{
+    static char bytes[4][8][700], want[16 * 4 * 8 * 700], got[RL_IDENTITY_MAX];
+    static const char hex[] = "0123456789abcdef";
+
+    for (uint32_t seed = 1; seed <= 5000; seed++) {
+        struct gen g = gen_seeded(seed);
+        struct rls_entry e[8];
+        struct rls_str dom, pat[8];
+        const struct rls_str *sh[8];
+        struct rls_descriptor d = {.entries = e, .nentries = 1 + gen_next(&g) % 8};
+        bool shared = gen_next(&g) % 4 == 0;
+        uint32_t rare = 1 + gen_next(&g) % 40;
+        size_t most = 1 + (seed % 7 == 0 ? 700 : 40), n, wn;
+
+        for (size_t k = 0; k < 4; k++)
+            for (size_t i = 0; i < 8; i++)
+                for (size_t j = 0; j < 700; j++) {
+                    uint32_t r = gen_next(&g);
+                    bytes[k][i][j] = r % rare == 0 ? (char)(0x1c + (r >> 8) % 4)
+                                     : r % 7 == 0  ? (char)(r >> 12)
+                                                   : (char)('a' + (r >> 12) % 26);
+                }
+        dom = (struct rls_str){bytes[3][0], gen_next(&g) % most};
+        for (size_t i = 0; i < d.nentries; i++) {
+            e[i].key = (struct rls_str){bytes[0][i], gen_next(&g) % most};
+            e[i].value = (struct rls_str){bytes[1][i], gen_next(&g) % most};
+            pat[i] = (struct rls_str){bytes[2][i], gen_next(&g) % most};
+            sh[i] = gen_next(&g) % 3 == 0 ? &pat[i] : NULL;
+        }
+        wn = ref_identity(want, &dom, &d, shared ? sh : NULL);
+        if (wn > RL_IDENTITY_MAX) {
+            unsigned char md[32];
+            EVP_MD_CTX *c = EVP_MD_CTX_new();
+
+            ck_assert_ptr_nonnull(c);
+            ck_assert_int_eq(EVP_DigestInit_ex(c, EVP_sha256(), NULL), 1);
+            EVP_DigestUpdate(c, want, wn);
+            EVP_DigestFinal_ex(c, md, NULL);
+            EVP_MD_CTX_free(c);
+            memcpy(want, "h:", 2);
+            for (size_t i = 0; i < sizeof(md); i++) {
+                want[2 + 2 * i] = hex[md[i] >> 4];
+                want[3 + 2 * i] = hex[md[i] & 15];
+            }
+            wn = 2 + 2 * sizeof(md);
+        }
+        n = rls_identity(got, sizeof(got), &dom, &d, shared ? sh : NULL);
+        ck_assert_msg(n == wn && memcmp(got, want, n) == 0,
+                      "seed %u: %zu bytes, before %zu, or other bytes", seed, n, wn);
+        if (want[0] == 'd') {
+            memset(got, 0, sizeof(got));
+            n = rls_identity(got, wn, &dom, &d, shared ? sh : NULL);
+            ck_assert_msg(n == wn && memcmp(got, want, n) == 0,
+                          "seed %u, size %zu: %zu bytes or other bytes", seed, wn, n);
+        }
+    }
+}
+END_TEST
+
 /* A value holding the separators of an identity (0x1c..0x1f), anywhere in
  * it (rls.c looks for them eight bytes at a time), counts apart from every
  * other value, the escaped form of it written out too. */
@@ -880,6 +979,7 @@ main(void)
     tcase_add_test(tc, all_or_nothing);
     tcase_add_test(tc, count_over_limit);
     tcase_add_test(tc, separators_in_a_value_count_apart);
+    tcase_add_test(tc, identity_same_as_before);
     tcase_add_test(tc, per_value_and_shared_counts);
     tcase_add_test(tc, a_descriptors_own_limit_wins);
     tcase_add_test(tc, unlimited_and_a_limit_of_zero);

@@ -610,49 +610,73 @@ gen_number(struct gen *g)
     }
 }
 
-/* The encoder writes what protobuf-c's pack writes for the same fields,
- * byte for byte, on generated answers: absent and empty limits, names and
- * durations, zeros, negative enums, a duration of 0, numbers past
- * RLS_WIRE_MAX, headers with empty names or values. */
-START_TEST(encoder_agrees_with_protobuf_c)
+/* A generated answer of up to `most` statuses in st: absent and empty
+ * limits, names and durations, zeros, negative enums, a duration of 0,
+ * numbers past RLS_WIRE_MAX, headers with empty names or values. */
+static void
+gen_response(struct gen *g, struct rls_response *r, struct rls_status *st, size_t most)
 {
     static const char *const names[] = {NULL, "", "n", "per-ip",
                                         "a name of more than one hundred and twenty-seven "
                                         "bytes, so that its length takes two bytes of the "
                                         "varint on the wire......................"};
     static char v0[] = "", v1[] = "1", v2[] = "10;w=60", v3[] = "limit=10, remaining=7, reset=59";
-    char *const values[] = {v0, v1, v2, v3};
+    static char *const values[] = {v0, v1, v2, v3};
 
+    *r = (struct rls_response){.statuses = st};
+    r->overall_code = (enum rls_code)(int32_t)(gen_next(g) % 5 == 0 ? gen_number(g)
+                                                                     : gen_next(g) % 3);
+    r->nstatuses = gen_next(g) % (most + 1);
+    for (size_t i = 0; i < r->nstatuses; i++) {
+        int64_t until = (int64_t)gen_number(g);
+        st[i] = (struct rls_status){
+            .code = (enum rls_code)(int32_t)(gen_next(g) % 4 == 0 ? gen_number(g)
+                                                                   : gen_next(g) % 3),
+            .has_limit = (int)(gen_next(g) % 3 != 0),
+            .requests_per_unit = gen_number(g),
+            .unit = (enum rls_unit)(int32_t)(gen_next(g) % 4 == 0 ? gen_number(g)
+                                                                   : gen_next(g) % 7),
+            .name = names[gen_next(g) % 5],
+            .limit_remaining = gen_number(g),
+            .until_reset_ms = gen_next(g) % 4 == 0 ? -1 - (int64_t)(gen_next(g) % 3) : until};
+    }
+    r->nheaders = gen_next(g) % (RLS_HEADERS_MAX + 1);
+    for (size_t i = 0; i < r->nheaders; i++) {
+        r->headers[i].name = names[1 + gen_next(g) % 4];
+        r->headers[i].value = values[gen_next(g) % 4];
+    }
+}
+
+/* The encoder writes what protobuf-c's pack writes for the same fields,
+ * byte for byte, on generated answers (gen_response's). */
+START_TEST(encoder_agrees_with_protobuf_c)
+{
     for (uint32_t seed = 1; seed <= 20000; seed++) {
         struct gen g = gen_seeded(seed);
         struct rls_status st[5];
-        struct rls_response r = {.statuses = st};
+        struct rls_response r;
         const char *d;
 
-        r.overall_code = (enum rls_code)(int32_t)(gen_next(&g) % 5 == 0 ? gen_number(&g)
-                                                                         : gen_next(&g) % 3);
-        r.nstatuses = gen_next(&g) % 6;
-        for (size_t i = 0; i < r.nstatuses; i++) {
-            int64_t until = (int64_t)gen_number(&g);
-            st[i] = (struct rls_status){
-                .code = (enum rls_code)(int32_t)(gen_next(&g) % 4 == 0 ? gen_number(&g)
-                                                                        : gen_next(&g) % 3),
-                .has_limit = (int)(gen_next(&g) % 3 != 0),
-                .requests_per_unit = gen_number(&g),
-                .unit = (enum rls_unit)(int32_t)(gen_next(&g) % 4 == 0 ? gen_number(&g)
-                                                                        : gen_next(&g) % 7),
-                .name = names[gen_next(&g) % 5],
-                .limit_remaining = gen_number(&g),
-                .until_reset_ms = gen_next(&g) % 4 == 0 ? -1 - (int64_t)(gen_next(&g) % 3)
-                                                        : until};
-        }
-        r.nheaders = gen_next(&g) % (RLS_HEADERS_MAX + 1);
-        for (size_t i = 0; i < r.nheaders; i++) {
-            r.headers[i].name = names[1 + gen_next(&g) % 4];
-            r.headers[i].value = values[gen_next(&g) % 4];
-        }
+        gen_response(&g, &r, st, 5);
         if ((d = rls_codec_diff_response(&r)) != NULL)
             ck_abort_msg("seed %u: %s", seed, d);
+    }
+}
+END_TEST
+
+/* The same past the statuses a plan keeps (the rest measured again as the
+ * message is written). */
+START_TEST(encoder_past_the_plan_agrees_with_protobuf_c)
+{
+    for (uint32_t seed = 1; seed <= 5000; seed++) {
+        struct gen g = gen_seeded(seed);
+        struct rls_status st[2 * RLS_CODEC_PLAN_STATUSES + 1];
+        struct rls_response r;
+        const char *d;
+
+        gen_response(&g, &r, st, RL_ARRAY_LEN(st));
+        if ((d = rls_codec_diff_response(&r)) != NULL)
+            ck_abort_msg("seed %u (%zu statuses): %s", seed, r.nstatuses, d);
     }
 }
 END_TEST
@@ -789,6 +813,7 @@ main(void)
     tcase_add_test(tc, response_to_the_wire);
     tcase_add_test(tc, response_size_holds_the_widest_fields);
     tcase_add_test(tc, encoder_agrees_with_protobuf_c);
+    tcase_add_test(tc, encoder_past_the_plan_agrees_with_protobuf_c);
     tcase_add_test(tc, encoding_past_the_cap_fails);
     tcase_add_test(tc, health_messages);
     tcase_add_test(tc, arena_marks_nest);
