@@ -117,7 +117,7 @@ end
 -- without the flags' tests and the calls such a check never needs (most
 -- checks are these: docs/BENCHMARKS.md, "Redis per check").  A module may
 -- give its own, peek and commit in one (fixed_window.lua): the fourth value
--- of its constructor, algo()'s m[4].
+-- of its constructor, algo()'s m[4], and its one-check function, m[5].
 --
 -- The check at ARGV[b] (its spec s, cost c, block key; its key KEYS[k + 1],
 -- its answer into out[o + 1] ... out[o + 4]) and every check after it of
@@ -132,7 +132,7 @@ end
 -- period's plain check is run_plain_p, plain1 under a pcall.
 --
 -- plain1 decides one check (key, bkey): what a call of one check takes
--- (a lone check through run_plain's loop and table costs ~1.5-1.9k more,
+-- (a lone check through run_plain's loop and table costs ~1.5-2k more,
 -- docs/BENCHMARKS.md) and a period's run, check by check under a pcall.
 -- run_plain's loop is plain1 inline (a Lua call less a check, ~1.3k):
 -- the same decision twice, which check_algo_diff's
@@ -244,7 +244,7 @@ local function spec_of(s)
       sp = { m[1], m[2], l, W, b, n = 1, ttl = 1000, own = OWN_READ[m[3]],
              plain = not OWN_READ[m[3]] and m[3] ~= 'cc' and
                      (m[4] or (PERIODIC[m[3]] and run_plain_p) or run_plain),
-             one = not m[4] and (PERIODIC[m[3]] and plain1_p or plain1) }
+             one = m[5] or (PERIODIC[m[3]] and plain1_p or plain1) }
       if w > ttl then ttl = w end
     else
       sp[j + 1], sp[j + 2], sp[j + 3], sp[j + 4], sp[j + 5] = m[1], m[2], l, W, b
@@ -258,8 +258,8 @@ local function spec_of(s)
   sp.n, sp.ttl, sp.cc = n, string.format('%d', ttl), cc
   -- plain: the function a plain check of this spec takes, run_plain or its
   -- module's (one limit whose module reads its key as read_first does, no
-  -- lease); false: run1/run.  one: plain1 or plain1_p, what a lone plain
-  -- check calls where plain is run_plain's (nil: plain, a module's own)
+  -- lease); false: run1/run.  one: what a lone plain check calls, its
+  -- module's one-check function (m[5], with its plain), plain1 or plain1_p
   if n ~= 1 or sp.err then sp.plain = false end
   return sp
 end
@@ -707,15 +707,10 @@ if ARGV[2] == '1' then
   local sp, cf = cached(ARGV[3], ARGV[4])
   if sp.plain and cf.plain then
     -- it raises nothing (run_plain): its error is its answer's first;
-    -- plain1 itself where the run is run_plain's (a Lua call less)
-    if sp.one then
-      local a, r, s, t = sp.one(sp, KEYS[1], ARGV[5], now, cf[1])
-      return { a, r, s, t }
-    end
-    -- (its answer's table sized once: four constants)
-    local out = { 0, 0, 0, 0 }
-    sp.plain(sp, now, cf[1], out, 0, 0, 3, ARGV[3], ARGV[4])
-    return out
+    -- a function of one check, not the run's (its loop and table cost a
+    -- lone check ~2k instructions: docs/BENCHMARKS.md)
+    local a, r, s, t = sp.one(sp, KEYS[1], ARGV[5], now, cf[1])
+    return { a, r, s, t }
   end
   if sp.n == 1 then
     local once_key, seq, ab = nil, nil, 6

@@ -91,13 +91,73 @@ local function fixed_window(with_give, aligned, periodic)
   -- answer is a few comparisons; as calls (run_plain -> peek -> state2,
   -- commit -> ceil_ms) they cost 1.4k instructions of a 40k check
   -- (docs/BENCHMARKS.md, "Redis per check"; a new window's commit, 0.3-1.3k
-  -- more).  Like run_plain, it decides the check at ARGV[b] (its spec, s)
-  -- and every one after it of the same spec and cost (c) in one call, its
-  -- answers into out: one Lua call per run of them, not per check.  Not
-  -- for a period (run_plain).
-  local plain = nil
+  -- more).  Not for a period (run_plain).
+  --
+  -- Two functions of one decision, as check.lua's plain1 and run_plain:
+  -- one decides the check it is given and returns its answer (a call of
+  -- one check, the driver's lone path); plain, like run_plain, decides the
+  -- check at ARGV[b] (its spec, s) and every one after it of the same spec
+  -- and cost (c) in one call, its answers into out: one Lua call per run
+  -- of them, not per check.  A lone check through plain would pay its
+  -- loop, its table's stores and KEYS and ARGV read by index, ~2k
+  -- instructions more than one's four returned values (docs/BENCHMARKS.md);
+  -- check_algo_diff's plain_runs_answer_as_each_check_alone holds the two
+  -- together (a run against each of its checks alone).
+  local plain, one = nil, nil
   if not periodic then
     local pcall_ = redis.pcall
+    one = function(sp, key, bkey, now, cost)
+      -- read_first's reads: the block key's errors are no block; the
+      -- key's (WRONGTYPE) are this check's answer, returned, not raised
+      -- (the driver calls a plain check without a pcall)
+      local v = pcall_('GET', key)
+      local e = pcall_('GET', bkey)
+      e = e and tonumber(e)
+      local limit, W = sp[3], sp[4]
+      local count, start, left = 0, 0, 0
+      if v then
+        local c, s
+        if #v == 16 then
+          c, s = unpack_state('<dd', v)
+          if not (c >= 0 and c < 9007199254740992 and c % 1 == 0 and
+                  s >= 0 and s < 9007199254740992 and s % 1 == 0) then c = nil end
+        end
+        -- the text layout of 0.1, or no state
+        if c == nil then
+          if v.err then return { err = tostring(v.err) }, 0, 0, 0 end
+          c, s = state2(v)
+        end
+        if c then count, start = c, s end
+        if count > 0 then
+          left = start + W - now
+          if left <= 0 then count, left = 0, 0 end
+        end
+      end
+      local blocked = e and e > now
+      if cost > 0 and cost <= limit and count + cost <= limit and not blocked then
+        if count == 0 then
+          -- commit's new window: no call once its memo holds this one
+          if cost ~= f_cost or now ~= f_now or W ~= f_W then open(now, W, cost) end
+          call('SET', key, f_value, 'PX', f_ttl)
+          return 1, limit - cost, f_reset, 0
+        end
+        -- commit's open window: ceil_ms(left) is its reset and TTL
+        count = count + cost
+        if count > UNITS_MAX then count = UNITS_MAX end
+        local reset = (left + 999) / 1000
+        reset = reset - reset % 1
+        call('SET', key, pack_state('<dd', count, start), 'PX', format('%d', reset))
+        return 1, limit - count, reset, 0
+      end
+      -- nothing counted: peek's answer, a key found without a TTL repaired
+      local reset, retry = ceil_ms(left), 0
+      if cost > limit then retry = -1 elseif count + cost > limit then retry = reset end
+      if v then repair_ttl(key, left) end
+      if blocked then return -ceil_ms(e - now), limit - count, reset, retry end
+      if retry ~= 0 then return 0, limit - count, reset, retry end
+      return 1, limit - count, reset, 0
+    end
+
     plain = function(sp, now, cost, out, o, k, b, s, c)
       local limit, W = sp[3], sp[4]
       repeat
@@ -158,7 +218,7 @@ local function fixed_window(with_give, aligned, periodic)
     end
   end
 
-  if not with_give then return peek, commit, nil, plain end
+  if not with_give then return peek, commit, nil, plain, one end
   -- the count down by units, floored at 0 (then no key); the window stays
   local function give(key, now, limit, W, burst, units, count, start, e)
     if count == 0 then return end
@@ -171,7 +231,7 @@ local function fixed_window(with_give, aligned, periodic)
          format('%d', ttl_ms((e or start + W) - now)))
   end
 
-  return peek, commit, give, plain
+  return peek, commit, give, plain, one
 end
 
 MODULES['fw'] = function(with_give) return fixed_window(with_give, false, false) end

@@ -25,6 +25,11 @@
 --     no flag) of a spec of this one limit from the one at ARGV[b] on, while
 --     they have its spec s and cost c, answered into out as check.lua's
 --     run_plain answers them from peek and commit, in one call.
+--   one(sp, key, bkey, now, cost) -> allowed, remaining, reset_ms,
+--     retry_after_ms   (optional, with plain: a constructor's fifth value)
+--     one plain check, key and block key given, as check.lua's plain1
+--     answers it: what a call of one check takes (plain's loop and table
+--     cost such a call ~2k instructions more).
 -- Multiple results rather than a table: a table per limit per check costs
 -- about what a redis.call does (docs/BENCHMARKS.md, "Measurements behind the
 -- code").
@@ -90,8 +95,8 @@ local PERIODIC = {}
 local function algo(tag)
   local m = ALGOS[tag]
   if m == nil and MODULES[tag] then
-    local peek, commit, _, plain = MODULES[tag]()
-    m = { peek, commit, tag, plain }
+    local peek, commit, _, plain, one = MODULES[tag]()
+    m = { peek, commit, tag, plain, one }
     ALGOS[tag] = m
   end
   return m

@@ -1797,12 +1797,15 @@ END_TEST
 /*
  * A batch's plain checks of one spec and cost are decided in one Lua call
  * per run of them (run_plain, fixed_window's plain): every check of a run
- * answers as it does alone in its call, and leaves the same state.  The
- * runs hold the cases a run must not blur: a key of another type
- * (WRONGTYPE, its own answer), a blocked caller, a block key of another
- * type (no block), the same key twice (the second sees the first), a key
- * found without a TTL (put back) on a path that writes nothing, a cost
- * over the limit, a cost of 0; a period's run, its clock's error per check.
+ * answers as it does alone in its call, and leaves the same state.  Alone,
+ * a plain check takes another function, of one check (plain1, plain1_p,
+ * fixed_window's one), for every tag here: the two decisions are held
+ * together by this case.  The runs hold the cases a run must not blur: a
+ * key of another type (WRONGTYPE, its own answer), a blocked caller, a
+ * block key of another type (no block), the same key twice (the second
+ * sees the first), a key found without a TTL (put back) on a path that
+ * writes nothing, a cost over the limit, a cost of 0; a period's run, its
+ * clock's error per check.
  */
 #define PR_KEYS 7
 struct pr_check {
