@@ -143,20 +143,21 @@ struct grpc_conn {
     struct event *rev, *wev, *flush_ev;
     nghttp2_session *h2;
     int reading, writing;
-    int busy;          /* inside our own callbacks: not freed there */
-    int dead;          /* free at the next safe point */
-    int eof;           /* the client closed its side */
-    int raw;           /* not HTTP/2: only out goes out, then close */
-    int flush_pending; /* flush_ev is active */
-    int goaway;        /* we sent (queued) a GOAWAY */
-    size_t nopen;      /* streams open (calls attached) */
-    size_t nowed;      /* calls the handler owes on this connection */
-    int64_t active_ms; /* the last sign of use, for idle_timeout */
-    int64_t born_ms;   /* accepted, for max_connection_age */
-    int64_t aged_ms;   /* told GOAWAY for its age (0: not), for the grace */
-    int age_permille;  /* its share of max_connection_age: 900..1100 */
-    int64_t wstall_ms; /* since when unsent bytes wait (0: none) */
-    struct obuf out;   /* frames not yet taken by the socket */
+    int busy;            /* inside our own callbacks: not freed there */
+    int dead;            /* free at the next safe point */
+    int eof;             /* the client closed its side */
+    int raw;             /* not HTTP/2: only out goes out, then close */
+    int flush_pending;   /* flush_ev is active */
+    int goaway;          /* we sent (queued) a GOAWAY */
+    int32_t goaway_last; /* the last stream that GOAWAY names */
+    size_t nopen;        /* streams open (calls attached) */
+    size_t nowed;        /* calls the handler owes on this connection */
+    int64_t active_ms;   /* the last sign of use, for idle_timeout */
+    int64_t born_ms;     /* accepted, for max_connection_age */
+    int64_t aged_ms;     /* told GOAWAY for its age (0: not), for the grace */
+    int age_permille;    /* its share of max_connection_age: 900..1100 */
+    int64_t wstall_ms;   /* since when unsent bytes wait (0: none) */
+    struct obuf out;     /* frames not yet taken by the socket */
     struct grpc_call *calls;
     struct grpc_call *last; /* the call stream_call found last (NULL: none) */
     struct grpc_conn *prev, *next;
@@ -788,6 +789,15 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, void *user_dat
 
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
+    /* A stream past the last one our GOAWAY names, read while that GOAWAY
+     * waited behind unsent frames: nghttp2 takes new streams until the frame
+     * is sent, then closes them, and a client sends such a call again (RFC
+     * 9113 6.8).  Refused before it is counted, so that it counts once. */
+    if (c->goaway && frame->hd.stream_id > c->goaway_last)
+        return nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                         NGHTTP2_REFUSED_STREAM) == 0
+                   ? 0
+                   : NGHTTP2_ERR_CALLBACK_FAILURE;
     call = call_get(c->srv);
     call->stream_id = frame->hd.stream_id;
     call_link(c, call);
@@ -1442,9 +1452,9 @@ conn_goaway(struct grpc_conn *c)
     if (c->goaway || c->raw)
         return;
     c->goaway = 1;
-    if (nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                              nghttp2_session_get_last_proc_stream_id(c->h2), NGHTTP2_NO_ERROR,
-                              NULL, 0) != 0)
+    c->goaway_last = nghttp2_session_get_last_proc_stream_id(c->h2);
+    if (nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, c->goaway_last, NGHTTP2_NO_ERROR, NULL,
+                              0) != 0)
         c->dead = 1;
 }
 

@@ -137,6 +137,44 @@ START_TEST(large_and_nested_replies_match_hiredis)
 }
 END_TEST
 
+/* Arrays either side of the bound on an array's slots (4096 elements: the
+ * objects of its elements behind its pointers up to it, each from the
+ * blocks past it), holding integers, nils, strings, errors and arrays
+ * nested in them, read whole and a byte at a time (compare): a slot or a
+ * block overrun corrupts a neighbour, which the comparison of the trees
+ * sees though ASan does not (both are inside one allocation). */
+START_TEST(arrays_at_the_slots_bound_match_hiredis)
+{
+    static const int sizes[] = {4096, 4097};
+    size_t cap = 1 << 20;
+    char *resp = malloc(cap);
+
+    ck_assert_ptr_nonnull(resp);
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t len = (size_t)snprintf(resp, cap, "*%d\r\n", sizes[k]);
+
+        for (int i = 0; i < sizes[k]; i++) {
+            char *at = resp + len;
+            size_t room = cap - len;
+
+            if (i % 50 == 4)
+                len += (size_t)snprintf(at, room, "*3\r\n:%d\r\n*2\r\n$-1\r\n$3\r\nabc\r\n*-1\r\n", i);
+            else if (i % 5 == 0)
+                len += (size_t)snprintf(at, room, ":%d\r\n", i);
+            else if (i % 5 == 1)
+                len += (size_t)snprintf(at, room, "$-1\r\n");
+            else if (i % 5 == 2)
+                len += (size_t)snprintf(at, room, "$4\r\n%04d\r\n", i % 10000);
+            else
+                len += (size_t)snprintf(at, room, "-ERR %d\r\n", i);
+        }
+        ck_assert_uint_lt(len, cap);
+        compare(resp, len);
+    }
+    free(resp);
+}
+END_TEST
+
 /* A reply cut by a protocol error: the reader fails and frees what it
  * built (the sanitizers see the rest). */
 START_TEST(a_broken_reply_is_freed_whole)
@@ -177,6 +215,7 @@ redis_reply_suite(void)
 
     tcase_add_test(tc, small_replies_match_hiredis);
     tcase_add_test(tc, large_and_nested_replies_match_hiredis);
+    tcase_add_test(tc, arrays_at_the_slots_bound_match_hiredis);
     tcase_add_test(tc, a_broken_reply_is_freed_whole);
     tcase_add_test(tc, an_oversized_array_is_refused);
     suite_add_tcase(s, tc);
